@@ -1,0 +1,52 @@
+# shardpilot — run `make help` for the targets.
+
+GO        ?= go
+BIN       := $(CURDIR)/.bin
+PROTOC    ?= protoc
+PROTOS    := $(wildcard proto/shardpilot/mesh/v1/*.proto)
+MODULE    := github.com/shardpilot/shardpilot
+GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the ingester, pusher and standalone binaries into .bin/.
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: run
+run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
+	$(GO) run ./cmd/standalone --mesh-dir examples/mesh
+
+.PHONY: test
+test: check-generate ## Run vet, the generated-code check and every test with the race detector.
+	$(GO) vet ./...
+	$(GOTEST) ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks.
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: lint
+lint: ## Check formatting and vet.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+$(BIN)/protoc-gen-go: go.mod
+	$(GO) build -o $@ google.golang.org/protobuf/cmd/protoc-gen-go
+
+.PHONY: generate
+generate: $(BIN)/protoc-gen-go ## Regenerate pkg/api from proto/ (needs protoc).
+	$(PROTOC) -I proto --plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
+		--go_out=. --go_opt=module=$(MODULE) $(PROTOS)
+
+.PHONY: check-generate
+check-generate: $(BIN)/protoc-gen-go ## Fail when pkg/api differs from what proto/ generates.
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	$(PROTOC) -I proto --plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
+		--go_out=$$tmp --go_opt=module=$(MODULE) $(PROTOS) && \
+	diff -r $$tmp/pkg/api pkg/api >/dev/null || \
+	{ echo "pkg/api is out of date with proto/: run 'make generate'"; diff -r $$tmp/pkg/api pkg/api | head -40; exit 1; }

@@ -1,0 +1,184 @@
+// Package app wires the concrete adapters — etcd store, NATS bus, YAML
+// source, relay, pusher, xDS cache and server — into the parts the commands
+// run. Every Run blocks until its context is done and returns after
+// everything it started has stopped.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
+	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/relay"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+)
+
+// DialEtcd connects to etcd.
+func DialEtcd(endpoints []string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("app: no etcd endpoints")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("app: etcd %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// DialNATS connects to NATS and keeps reconnecting for as long as the
+// connection is open.
+func DialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("app: nats %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Source runs the YAML-directory source into the store.
+type Source struct {
+	Etcd         *clientv3.Client
+	MeshDir      string
+	DomainSuffix string
+	Log          *slog.Logger
+	Registerer   prometheus.Registerer
+	// OnSynced is called after every sync.
+	OnSynced func(ingest.Result)
+}
+
+// Run runs the source until ctx is done.
+func (s Source) Run(ctx context.Context) error {
+	const name = "yaml"
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: store.New(s.Etcd), Log: s.Log, Registerer: s.Registerer})
+	if err != nil {
+		return err
+	}
+	src, err := yamldir.New(yamldir.Config{
+		Dir:       s.MeshDir,
+		Syncer:    syncer,
+		Normalize: istio.Options{DomainSuffix: s.DomainSuffix, Shard: name},
+		Log:       s.Log.With("source", name),
+		OnSynced:  s.OnSynced,
+	})
+	if err != nil {
+		return err
+	}
+	return src.Run(ctx)
+}
+
+// Relay runs the relay from the store to the bus.
+type Relay struct {
+	Etcd       *clientv3.Client
+	NATS       *nats.Conn
+	Bus        bus.Config
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Run relays until ctx is done.
+func (r Relay) Run(ctx context.Context) error {
+	b, err := openBus(ctx, r.NATS, r.Bus, r.Log)
+	if err != nil {
+		return err
+	}
+	rl, err := relay.New(relay.Config{Watcher: store.New(r.Etcd), Publisher: b, Log: r.Log.With("part", "relay"), Registerer: r.Registerer})
+	if err != nil {
+		return err
+	}
+	return rl.Run(ctx)
+}
+
+// openBus opens the bus, retrying while NATS is unreachable.
+func openBus(ctx context.Context, nc *nats.Conn, cfg bus.Config, log *slog.Logger) (*bus.Bus, error) {
+	for {
+		b, err := bus.New(ctx, nc, cfg)
+		if err == nil {
+			return b, nil
+		}
+		log.Warn("cannot open the change stream; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Pusher serves xDS from the store and the bus.
+type Pusher struct {
+	Etcd *clientv3.Client
+	NATS *nats.Conn
+	Bus  bus.Config
+	// ADS is where to serve ADS.
+	ADS        net.Listener
+	Quiet      time.Duration
+	MaxDelay   time.Duration
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+	// Started, when set, receives the pusher once it exists, so that the
+	// caller can watch what it generated.
+	Started func(*pusher.Pusher)
+}
+
+// Run serves until ctx is done.
+func (p Pusher) Run(ctx context.Context) error {
+	b, err := openBus(ctx, p.NATS, p.Bus, p.Log)
+	if err != nil {
+		return err
+	}
+	c, err := cache.New(cache.Config{
+		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes,
+		Classify: pusher.Classify, Log: p.Log,
+	})
+	if err != nil {
+		return err
+	}
+	ps, err := pusher.New(pusher.Config{
+		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
+		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay,
+	})
+	if err != nil {
+		return err
+	}
+	if p.Started != nil {
+		p.Started(ps)
+	}
+	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer})
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ps.Run(ctx) })
+	g.Go(func() error { return srv.Run(ctx, p.ADS) })
+	return g.Wait()
+}

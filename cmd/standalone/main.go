@@ -1,0 +1,153 @@
+// Command standalone runs all of shardpilot in one process: an embedded etcd
+// and NATS JetStream, the ingester on a YAML directory with its relay, and a
+// pusher serving ADS, plus the admin endpoints. It is the quickest way to
+// try the product and what the end-to-end tests run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/cmd/internal/cli"
+	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"golang.org/x/sync/errgroup"
+)
+
+type config struct {
+	meshDir, adsAddr, adminAddr, dataDir string
+	domainSuffix, logLevel, logFormat    string
+	quiet, maxDelay                      time.Duration
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "standalone:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	var c config
+	fs := flag.NewFlagSet("standalone", flag.ContinueOnError)
+	fs.StringVar(&c.meshDir, "mesh-dir", "examples/mesh", "directory of Istio YAML (ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Sidecar) to serve")
+	fs.StringVar(&c.adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.StringVar(&c.adminAddr, "admin-addr", ":15014", "address to serve /healthz, /readyz and /metrics on")
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the embedded etcd and NATS data (default a temporary directory, removed on exit)")
+	fs.StringVar(&c.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
+	fs.DurationVar(&c.quiet, "debounce-quiet", 100*time.Millisecond, "quiet period before changes are pushed")
+	fs.DurationVar(&c.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	if err := cli.Parse(fs, "shardpilot standalone: embedded etcd and NATS, the ingester and a pusher in one process.", args); err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(c.meshDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--mesh-dir %q is not a directory", c.meshDir)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, c, log)
+}
+
+func serve(ctx context.Context, c config, log *slog.Logger) error {
+	if c.dataDir == "" {
+		dir, err := os.MkdirTemp("", "shardpilot-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c.dataDir = dir
+	}
+	etcd, err := embedded.StartEtcd(c.dataDir)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	nats, err := embedded.StartNATS(c.dataDir, 0)
+	if err != nil {
+		return err
+	}
+	defer nats.Close()
+	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir)
+
+	cli, err := app.DialEtcd([]string{etcd.Endpoint})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	nc, err := app.DialNATS(nats.URL, "shardpilot-standalone", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	adsLis, err := net.Listen("tcp", c.adsAddr)
+	if err != nil {
+		return fmt.Errorf("--ads-addr: %w", err)
+	}
+	adminLis, err := net.Listen("tcp", c.adminAddr)
+	if err != nil {
+		adsLis.Close()
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	log.Info("ADS listening", "addr", adsLis.Addr().String())
+	log.Info("admin listening", "addr", adminLis.Addr().String(), "endpoints", "/healthz /readyz /metrics")
+
+	reg := telemetry.NewRegistry()
+	ready := telemetry.NewReadiness()
+	// Ready once the pusher serves a generation that includes the first
+	// sync of the mesh directory.
+	var synced atomic.Bool
+	var syncedRev atomic.Int64
+	var ps atomic.Pointer[pusher.Pusher]
+	ready.Check("mesh loaded", func() bool {
+		p := ps.Load()
+		return synced.Load() && p != nil && p.GeneratedRevision() > 0 && p.GeneratedRevision() >= syncedRev.Load()
+	})
+
+	busCfg := bus.Config{}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return app.Source{Etcd: cli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Registerer: reg,
+			OnSynced: func(r ingest.Result) {
+				if !synced.Load() {
+					syncedRev.Store(r.Revision)
+					synced.Store(true)
+				}
+			}}.Run(ctx)
+	})
+	g.Go(func() error {
+		return app.Relay{Etcd: cli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Run(ctx)
+	})
+	g.Go(func() error {
+		return app.Pusher{Etcd: cli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
+			Log: log, Registerer: reg, Started: func(p *pusher.Pusher) { ps.Store(p) }}.Run(ctx)
+	})
+	g.Go(func() error {
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+	})
+	err = g.Wait()
+	log.Info("stopped")
+	return err
+}

@@ -1,0 +1,120 @@
+// Package embedded runs etcd and a NATS JetStream server inside the
+// process, for the standalone mode and for tests. Both listen on loopback
+// ports chosen at start. Close stops them and waits for them to stop.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Etcd is an embedded etcd member.
+type Etcd struct {
+	e *embed.Etcd
+	// Endpoint is the client URL.
+	Endpoint string
+}
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartEtcd starts a single-member etcd with its data in dir.
+func StartEtcd(dir string) (*Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = filepath.Join(dir, "etcd")
+	cfg.LogLevel = "error"
+	cfg.AutoCompactionMode = "revision"
+	cfg.AutoCompactionRetention = "100000"
+	var lastErr error
+	for range 5 {
+		cp, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("embedded: etcd port: %w", err)
+		}
+		pp, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("embedded: etcd port: %w", err)
+		}
+		curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)}
+		purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		e, err := embed.StartEtcd(cfg)
+		if err != nil {
+			// Another process may have taken the port in the meantime.
+			lastErr = err
+			continue
+		}
+		select {
+		case <-e.Server.ReadyNotify():
+			return &Etcd{e: e, Endpoint: curl.String()}, nil
+		case <-time.After(30 * time.Second):
+			e.Close()
+			return nil, errors.New("embedded: etcd did not become ready within 30s")
+		}
+	}
+	return nil, fmt.Errorf("embedded: start etcd: %w", lastErr)
+}
+
+// Close stops etcd.
+func (e *Etcd) Close() {
+	e.e.Close()
+	<-e.e.Server.StopNotify()
+}
+
+// NATS is an embedded NATS server with JetStream.
+type NATS struct {
+	s   *natsserver.Server
+	dir string
+	// URL is the client URL.
+	URL string
+}
+
+// StartNATS starts NATS with JetStream storing into dir, on port (0 picks one).
+func StartNATS(dir string, port int) (*NATS, error) {
+	if port == 0 {
+		port = -1 // nats-server: a random port
+	}
+	opts := &natsserver.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  filepath.Join(dir, "nats"),
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	s, err := natsserver.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: nats: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("embedded: nats did not become ready within 30s")
+	}
+	return &NATS{s: s, dir: dir, URL: s.ClientURL()}, nil
+}
+
+// Port returns the client port.
+func (n *NATS) Port() int { return n.s.Addr().(*net.TCPAddr).Port }
+
+// Close stops NATS and waits for it.
+func (n *NATS) Close() {
+	n.s.Shutdown()
+	n.s.WaitForShutdown()
+}

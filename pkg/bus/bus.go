@@ -1,0 +1,220 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"google.golang.org/protobuf/proto"
+)
+
+// SubjectPrefix is the first part of every subject the bus uses.
+const SubjectPrefix = "mesh.v1"
+
+// Config configures the stream. The zero value of each field takes its default.
+type Config struct {
+	// Stream is the JetStream stream name. Default SHARDPILOT_MESH.
+	Stream string
+	// MaxAge bounds how long events are kept. Default 24h.
+	MaxAge time.Duration
+	// MaxMsgs bounds how many events are kept; 0 keeps them all (within MaxAge).
+	MaxMsgs int64
+	// Duplicates is the de-duplication window. Default 10m.
+	Duplicates time.Duration
+	// Replicas is the stream's replica count. Default 1.
+	Replicas int
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Stream == "" {
+		c.Stream = "SHARDPILOT_MESH"
+	}
+	if strings.ContainsAny(c.Stream, ". *>") {
+		return fmt.Errorf("bus: stream name %q may not contain '.', ' ', '*' or '>'", c.Stream)
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = 24 * time.Hour
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = 10 * time.Minute
+	}
+	if c.Duplicates > c.MaxAge {
+		return fmt.Errorf("bus: duplicates window %s exceeds max age %s", c.Duplicates, c.MaxAge)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge < 0 || c.MaxMsgs < 0 || c.Replicas < 0 {
+		return errors.New("bus: max age, max messages and replicas must not be negative")
+	}
+	return nil
+}
+
+// Bus publishes and consumes change events.
+type Bus struct {
+	js     jetstream.JetStream
+	stream string
+}
+
+// New ensures the stream exists with cfg and returns a Bus on it. The caller
+// owns nc.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	maxMsgs := cfg.MaxMsgs
+	if maxMsgs == 0 {
+		maxMsgs = -1
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{SubjectPrefix + ".>"},
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     cfg.MaxAge,
+		MaxMsgs:    maxMsgs,
+		Duplicates: cfg.Duplicates,
+		Replicas:   cfg.Replicas,
+		Storage:    jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: create stream %s: %w", cfg.Stream, err)
+	}
+	return &Bus{js: js, stream: cfg.Stream}, nil
+}
+
+// Subject returns the subject an event is published on.
+func Subject(ev *meshv1.ChangeEvent) string {
+	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
+		return SubjectPrefix + "._resync"
+	}
+	k, err := model.ParseKey(ev.Key)
+	if err != nil {
+		return SubjectPrefix + "._unknown"
+	}
+	return SubjectPrefix + "." + string(k.Kind) + "." + k.Namespace
+}
+
+// MsgID returns the de-duplication id of an event: its revision, with the
+// event's index when the revision holds several events.
+func MsgID(ev *meshv1.ChangeEvent) string {
+	id := strconv.FormatInt(ev.Revision, 10)
+	switch {
+	case ev.Type == meshv1.ChangeEvent_TYPE_RESYNC:
+		return "resync-" + id
+	case ev.Count > 1:
+		return id + "." + strconv.Itoa(int(ev.Index))
+	}
+	return id
+}
+
+// Publish publishes one event and waits for the stream to store it. It
+// reports whether the stream already had it.
+func (b *Bus) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bool, err error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return false, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+	}
+	ack, err := b.js.Publish(ctx, Subject(ev), data, jetstream.WithMsgID(MsgID(ev)))
+	if err != nil {
+		return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+	}
+	return ack.Duplicate, nil
+}
+
+// Last returns the last event in the stream and its sequence, or nil and 0
+// when the stream is empty.
+func (b *Bus) Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error) {
+	seq, err := b.LastSeq(ctx)
+	if err != nil || seq == 0 {
+		return nil, 0, err
+	}
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bus: stream %s: %w", b.stream, err)
+	}
+	msg, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bus: get message %d: %w", seq, err)
+	}
+	ev := &meshv1.ChangeEvent{}
+	if err := proto.Unmarshal(msg.Data, ev); err != nil {
+		return nil, 0, fmt.Errorf("bus: decode message %d: %w", seq, err)
+	}
+	return ev, seq, nil
+}
+
+// LastSeq returns the sequence of the last message in the stream (0 when empty).
+func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return 0, fmt.Errorf("bus: stream %s: %w", b.stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bus: stream %s info: %w", b.stream, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// Consume calls fn for every event from stream sequence fromSeq on, in
+// order, until ctx is done (returning ctx.Err()), fn fails (returning its
+// error), or a sequence is missing (returning model.ErrGap). Messages that do not
+// decode are passed to fn as nil events so the caller can count them; their
+// sequence still advances.
+func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error {
+	if fromSeq == 0 {
+		fromSeq = 1
+	}
+	cons, err := b.js.OrderedConsumer(ctx, b.stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   fromSeq,
+	})
+	if err != nil {
+		return fmt.Errorf("bus: consume %s from %d: %w", b.stream, fromSeq, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("bus: consume %s from %d: %w", b.stream, fromSeq, err)
+	}
+	defer it.Stop()
+	next := fromSeq
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrOrderedConsumerReset) {
+				continue
+			}
+			return fmt.Errorf("bus: consume %s: %w", b.stream, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("bus: consume %s: metadata: %w", b.stream, err)
+		}
+		if meta.Sequence.Stream != next {
+			return fmt.Errorf("bus: wanted sequence %d, got %d: %w", next, meta.Sequence.Stream, model.ErrGap)
+		}
+		next++
+		ev := &meshv1.ChangeEvent{}
+		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+			ev = nil
+		}
+		if err := fn(meta.Sequence.Stream, ev); err != nil {
+			return err
+		}
+	}
+}

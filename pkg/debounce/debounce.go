@@ -1,0 +1,132 @@
+package debounce
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and makes timers.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Config configures a Debouncer.
+type Config[T any] struct {
+	// Quiet is how long no value must arrive before the merged value is
+	// handed on.
+	Quiet time.Duration
+	// MaxDelay bounds how long the first pending value waits.
+	MaxDelay time.Duration
+	// Merge folds a newly added value into the pending one.
+	Merge func(pending, added T) T
+	// Clock defaults to the real clock.
+	Clock Clock
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config[T]) Validate() error {
+	if c.Quiet <= 0 || c.MaxDelay <= 0 {
+		return errors.New("debounce: quiet period and maximum delay must be positive")
+	}
+	if c.MaxDelay < c.Quiet {
+		return errors.New("debounce: maximum delay is shorter than the quiet period")
+	}
+	if c.Merge == nil {
+		return errors.New("debounce: a merge function is required")
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return nil
+}
+
+// Debouncer merges values until they settle.
+type Debouncer[T any] struct {
+	cfg    Config[T]
+	signal chan struct{}
+
+	mu      sync.Mutex
+	pending T
+	has     bool
+	first   time.Time // when the first pending value arrived
+	last    time.Time // when the latest value arrived
+}
+
+// New returns a Debouncer.
+func New[T any](cfg Config[T]) (*Debouncer[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Debouncer[T]{cfg: cfg, signal: make(chan struct{}, 1)}, nil
+}
+
+// Add merges v into the pending value.
+func (d *Debouncer[T]) Add(v T) {
+	now := d.cfg.Clock.Now()
+	d.mu.Lock()
+	if d.has {
+		d.pending = d.cfg.Merge(d.pending, v)
+	} else {
+		d.pending, d.has, d.first = v, true, now
+	}
+	d.last = now
+	d.mu.Unlock()
+	select {
+	case d.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Run hands each settled value to fn until ctx is done.
+func (d *Debouncer[T]) Run(ctx context.Context, fn func(T)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.signal:
+		}
+		for {
+			wait, ready := d.due()
+			if ready {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-d.signal:
+			case <-d.cfg.Clock.After(wait):
+			}
+		}
+		d.mu.Lock()
+		v, has := d.pending, d.has
+		var zero T
+		d.pending, d.has = zero, false
+		d.mu.Unlock()
+		if has {
+			fn(v)
+		}
+	}
+}
+
+// due reports whether the pending value should be handed on, and otherwise
+// how long until it should.
+func (d *Debouncer[T]) due() (time.Duration, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.has {
+		return 0, true
+	}
+	now := d.cfg.Clock.Now()
+	quiet := d.last.Add(d.cfg.Quiet).Sub(now)
+	limit := d.first.Add(d.cfg.MaxDelay).Sub(now)
+	wait := min(quiet, limit)
+	return wait, wait <= 0
+}

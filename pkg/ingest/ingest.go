@@ -1,0 +1,251 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+)
+
+// Object is one normalized object a source holds.
+type Object struct {
+	Key    model.Key
+	Object model.Object
+}
+
+// Problem is an input a source could not turn into a valid object.
+type Problem struct {
+	// Location is where the input is, for example "mesh/a.yaml document 2".
+	Location string
+	// Resource names the input, for example "VirtualService default/reviews",
+	// when it could be read.
+	Resource string
+	// Field is the path of the offending field, when there is one.
+	Field  string
+	Reason string
+	// Keep is the key whose stored version stays in effect, when known.
+	Keep *model.Key
+	// KeepLocation keeps every stored object whose origin location is it or
+	// lies within it ("a.yaml" holds "a.yaml document 2"): the source could
+	// not tell what that location holds now.
+	KeepLocation string
+}
+
+func (p Problem) Error() string {
+	var b strings.Builder
+	b.WriteString(p.Location)
+	if p.Resource != "" {
+		b.WriteString(" (" + p.Resource + ")")
+	}
+	b.WriteString(": ")
+	if p.Field != "" {
+		b.WriteString(p.Field + ": ")
+	}
+	b.WriteString(p.Reason)
+	return b.String()
+}
+
+// Store is what a Syncer needs of the store.
+type Store interface {
+	Put(ctx context.Context, k model.Key, o model.Object) (written bool, rev int64, err error)
+	Delete(ctx context.Context, k model.Key) (deleted bool, rev int64, err error)
+	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
+}
+
+// Config configures a Syncer.
+type Config struct {
+	// Source names the source; it is stamped into each object's origin and
+	// decides which stored objects the Syncer owns.
+	Source string
+	Store  Store
+	Log    *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Source == "" {
+		return errors.New("ingest: a source name is required")
+	}
+	if c.Store == nil {
+		return errors.New("ingest: a store is required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Syncer makes the store hold what one source holds.
+type Syncer struct {
+	cfg      Config
+	rejected *prometheus.CounterVec
+	writes   *prometheus.CounterVec
+	objects  *prometheus.GaugeVec
+}
+
+// NewSyncer returns a Syncer.
+func NewSyncer(cfg Config) (*Syncer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Syncer{
+		cfg: cfg,
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_rejected_objects_total",
+			Help: "Inputs rejected as invalid, by source."}, []string{"source"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_store_writes_total",
+			Help: "Store writes by source, kind and operation (put, delete)."}, []string{"source", "kind", "op"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_ingest_objects",
+			Help: "Objects a source holds in the store, by kind."}, []string{"source", "kind"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{s.rejected, s.writes, s.objects} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("ingest: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Result says what one Sync did.
+type Result struct {
+	Written, Deleted, Unchanged int
+	// Revision is the store revision of the last write, 0 when nothing was written.
+	Revision int64
+	Problems []Problem
+}
+
+// Sync makes the store hold objs as this source's content: it writes the
+// valid objects that changed and deletes this source's other objects, except
+// those that problems say to keep. Every problem, the source's and the ones
+// Sync finds, is logged, counted and returned.
+func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error) {
+	stored, _, listErrs, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+	}
+	for _, e := range listErrs {
+		s.cfg.Log.Warn("store holds an unreadable value", "err", e)
+	}
+
+	valid, problems := s.validate(objs, stored, problems)
+	res := Result{Problems: problems}
+	for _, p := range problems {
+		s.rejected.WithLabelValues(s.cfg.Source).Inc()
+		s.cfg.Log.Warn("input rejected", "source", s.cfg.Source, "location", p.Location,
+			"resource", p.Resource, "field", p.Field, "reason", p.Reason)
+	}
+
+	want := make(map[model.Key]bool, len(valid))
+	counts := map[model.Kind]int{}
+	for _, o := range valid {
+		want[o.Key] = true
+		counts[o.Key.Kind]++
+		written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
+		if err != nil {
+			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+		}
+		if written {
+			res.Written++
+			res.Revision = rev
+			s.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
+		} else {
+			res.Unchanged++
+		}
+	}
+	for _, it := range stored {
+		if it.Object.GetOrigin().GetSource() != s.cfg.Source || want[it.Key] {
+			continue
+		}
+		if keep(it, problems) {
+			counts[it.Key.Kind]++
+			continue
+		}
+		deleted, rev, err := s.cfg.Store.Delete(ctx, it.Key)
+		if err != nil {
+			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+		}
+		if deleted {
+			res.Deleted++
+			res.Revision = rev
+			s.writes.WithLabelValues(s.cfg.Source, string(it.Key.Kind), "delete").Inc()
+		}
+	}
+	for _, k := range model.Kinds {
+		s.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
+	}
+	return res, nil
+}
+
+func keep(it model.Stored, problems []Problem) bool {
+	loc := it.Object.GetOrigin().GetLocation()
+	for _, p := range problems {
+		if p.Keep != nil && *p.Keep == it.Key {
+			return true
+		}
+		if k := p.KeepLocation; k != "" && (loc == k || strings.HasPrefix(loc, k+" ")) {
+			return true
+		}
+	}
+	return false
+}
+
+// validate checks each object on its own and against the hosts the mesh
+// knows, stamps the source into the valid ones, and returns them with every
+// problem found.
+func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Problem) ([]Object, []Problem) {
+	hosts := map[string]bool{}
+	addHosts := func(o model.Object) {
+		if svc, ok := o.(*meshv1.Service); ok {
+			for _, h := range svc.Hostnames {
+				hosts[h] = true
+			}
+		}
+	}
+	for _, it := range stored {
+		if it.Object.GetOrigin().GetSource() != s.cfg.Source {
+			addHosts(it.Object)
+		}
+	}
+	var valid []Object
+	reject := func(o Object, err error) {
+		p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: string(o.Key.Kind) + " " + o.Key.Namespace + "/" + o.Key.Name, Reason: err.Error()}
+		var fe *model.FieldError
+		if errors.As(err, &fe) {
+			p.Field, p.Reason = fe.Field, fe.Reason
+		}
+		k := o.Key
+		p.Keep = &k
+		problems = append(problems, p)
+	}
+	// Services first, so that routes are checked against the valid ones.
+	ordered := slices.Clone(objs)
+	slices.SortStableFunc(ordered, func(a, b Object) int {
+		return slices.Index(model.Kinds, a.Key.Kind) - slices.Index(model.Kinds, b.Key.Kind)
+	})
+	for _, o := range ordered {
+		if err := model.Validate(o.Object); err != nil {
+			reject(o, err)
+			continue
+		}
+		if err := model.ValidateRefs(o.Object, func(h string) bool { return hosts[h] }); err != nil {
+			reject(o, err)
+			continue
+		}
+		addHosts(o.Object)
+		if o.Object.GetOrigin() == nil {
+			return nil, append(problems, Problem{Location: o.Key.String(), Reason: "internal: object has no origin"})
+		}
+		o.Object.GetOrigin().Source = s.cfg.Source
+		valid = append(valid, o)
+	}
+	return valid, problems
+}

@@ -1,0 +1,503 @@
+package istio
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	kjson "sigs.k8s.io/json"
+)
+
+// Group is the API group of the resources this package reads.
+const Group = "networking.istio.io"
+
+// Versions are the API versions this package reads.
+var Versions = []string{"v1", "v1beta1", "v1alpha3"}
+
+// The kinds this package reads.
+const (
+	KindServiceEntry    = "ServiceEntry"
+	KindWorkloadEntry   = "WorkloadEntry"
+	KindVirtualService  = "VirtualService"
+	KindDestinationRule = "DestinationRule"
+	KindSidecar         = "Sidecar"
+)
+
+var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar}
+
+// Options configure normalization.
+type Options struct {
+	// DomainSuffix completes short host names: "reviews" in namespace "shop"
+	// is "reviews.shop.svc.<DomainSuffix>". Default cluster.local.
+	DomainSuffix string
+	// DefaultNamespace is the namespace of a resource that names none. Default "default".
+	DefaultNamespace string
+	// Shard names the endpoint shard the endpoints belong to.
+	Shard string
+}
+
+func (o *Options) defaults() {
+	if o.DomainSuffix == "" {
+		o.DomainSuffix = "cluster.local"
+	}
+	if o.DefaultNamespace == "" {
+		o.DefaultNamespace = "default"
+	}
+	if o.Shard == "" {
+		o.Shard = "default"
+	}
+}
+
+// Input is one resource with where and when it was read.
+type Input struct {
+	Resource Resource
+	// Location says where the resource is, for example "mesh/a.yaml document 2".
+	Location      string
+	SourceVersion string
+	ObservedAt    time.Time
+}
+
+func (in Input) name() string {
+	return in.Resource.Kind + " " + in.Resource.Metadata.Namespace + "/" + in.Resource.Metadata.Name
+}
+
+// Normalize turns a complete set of resources into model objects. Resources
+// that cannot be normalized are returned as problems; the rest are not
+// affected by them.
+func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem) {
+	opts.defaults()
+	n := &normalizer{opts: opts, seen: map[string]string{}}
+	var entries []*decodedEntry
+	var services []*decodedService
+	for _, in := range inputs {
+		if in.Resource.Metadata.Namespace == "" {
+			in.Resource.Metadata.Namespace = opts.DefaultNamespace
+		}
+		if !n.admit(in) {
+			continue
+		}
+		switch in.Resource.Kind {
+		case KindServiceEntry:
+			var spec serviceEntry
+			if n.decode(in, &spec) {
+				if svc := n.serviceEntry(in, &spec); svc != nil {
+					services = append(services, svc)
+				}
+			}
+		case KindWorkloadEntry:
+			var spec workloadEntry
+			if n.decode(in, &spec) {
+				if ep, ok := n.endpoint(in, "spec", &spec); ok {
+					entries = append(entries, &decodedEntry{ns: in.Resource.Metadata.Namespace, ep: ep})
+				}
+			}
+		case KindVirtualService:
+			var spec virtualService
+			if n.decode(in, &spec) {
+				n.virtualService(in, &spec)
+			}
+		case KindDestinationRule:
+			var spec destinationRule
+			if n.decode(in, &spec) {
+				n.destinationRule(in, &spec)
+			}
+		case KindSidecar:
+			var spec sidecar
+			if n.decode(in, &spec) {
+				n.sidecar(in, &spec)
+			}
+		}
+	}
+	for _, s := range services {
+		n.endpoints(s, entries)
+	}
+	return n.objs, n.problems
+}
+
+type normalizer struct {
+	opts     Options
+	objs     []ingest.Object
+	problems []ingest.Problem
+	// seen maps "<kind>/<namespace>/<name>" to the location that defined it.
+	seen map[string]string
+}
+
+type decodedEntry struct {
+	ns string
+	ep *meshv1.Endpoint
+}
+
+type decodedService struct {
+	in       Input
+	svc      *meshv1.Service
+	inline   []*meshv1.Endpoint
+	selector map[string]string
+}
+
+func (n *normalizer) problem(in Input, field, format string, args ...any) {
+	p := ingest.Problem{Location: in.Location, KeepLocation: in.Location, Field: field, Reason: fmt.Sprintf(format, args...)}
+	if in.Resource.Kind != "" {
+		p.Resource = in.name()
+	}
+	if k, ok := keyOf(in.Resource); ok {
+		p.Keep = &k
+	}
+	n.problems = append(n.problems, p)
+}
+
+// keyOf returns the store key a resource normalizes to, for resources that
+// normalize to one.
+func keyOf(r Resource) (model.Key, bool) {
+	var kind model.Kind
+	switch r.Kind {
+	case KindServiceEntry:
+		kind = model.KindService
+	case KindVirtualService:
+		kind = model.KindRouteRule
+	case KindDestinationRule:
+		kind = model.KindTrafficPolicy
+	case KindSidecar:
+		kind = model.KindScope
+	default:
+		return model.Key{}, false
+	}
+	if r.Metadata.Name == "" {
+		return model.Key{}, false
+	}
+	return model.Key{Kind: kind, Namespace: r.Metadata.Namespace, Name: r.Metadata.Name}, true
+}
+
+// admit checks what every resource needs: a known group, version and kind,
+// a name, and a name no other resource of its kind already took.
+func (n *normalizer) admit(in Input) bool {
+	r := in.Resource
+	group, version, _ := strings.Cut(r.APIVersion, "/")
+	switch {
+	case r.Kind == "":
+		n.problem(in, "kind", "the kind is missing")
+	case !slices.Contains(kinds, r.Kind):
+		n.problem(in, "kind", "unknown kind %q: want one of %s", r.Kind, strings.Join(kinds, ", "))
+	case group != Group || !slices.Contains(Versions, version):
+		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, Group, strings.Join(Versions, ","))
+	case r.Metadata.Name == "":
+		n.problem(in, "metadata.name", "a name is required")
+	case !model.ValidHostname(r.Metadata.Name) || strings.Contains(r.Metadata.Name, "."):
+		n.problem(in, "metadata.name", "%q is not a DNS label", r.Metadata.Name)
+	default:
+		id := r.Kind + "/" + r.Metadata.Namespace + "/" + r.Metadata.Name
+		if first, dup := n.seen[id]; dup {
+			// The first definition stays in effect; do not keep the key for
+			// this one, which would hold back the first's updates.
+			n.problems = append(n.problems, ingest.Problem{Location: in.Location, Resource: in.name(),
+				Field: "metadata.name", Reason: "another " + r.Kind + " with this name and namespace is defined at " + first + "; this one is ignored"})
+			return false
+		}
+		n.seen[id] = in.Location
+		return true
+	}
+	return false
+}
+
+// decode decodes the resource's spec strictly into spec.
+func (n *normalizer) decode(in Input, spec any) bool {
+	if len(in.Resource.Spec) == 0 || string(in.Resource.Spec) == "null" {
+		n.problem(in, "spec", "the spec is missing")
+		return false
+	}
+	strict, err := kjson.UnmarshalStrict(in.Resource.Spec, spec)
+	if err != nil {
+		n.problem(in, "spec", "%s", describeJSONError(err))
+		return false
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		n.problem(in, "spec", "%s (not a field of %s %s)", strings.Join(msgs, "; "), in.Resource.Kind, in.Resource.APIVersion)
+		return false
+	}
+	return true
+}
+
+func describeJSONError(err error) string {
+	if te, ok := err.(*json.UnmarshalTypeError); ok {
+		return fmt.Sprintf("field %s: %s is not a %s", "spec."+te.Field, te.Value, te.Type)
+	}
+	return err.Error()
+}
+
+func (n *normalizer) origin(in Input) *meshv1.Origin {
+	o := &meshv1.Origin{SourceVersion: in.SourceVersion, Location: in.Location}
+	if !in.ObservedAt.IsZero() {
+		o.ObservedAt = timestamppb.New(in.ObservedAt)
+	}
+	return o
+}
+
+func (n *normalizer) emit(in Input, o model.Object) {
+	k, _ := keyOf(in.Resource)
+	n.objs = append(n.objs, ingest.Object{Key: k, Object: o})
+}
+
+// fqdn completes a short host name the way Istio does.
+func (n *normalizer) fqdn(host, ns string) string {
+	if host == "" || host == "*" || strings.Contains(host, ".") {
+		return host
+	}
+	return host + "." + ns + ".svc." + n.opts.DomainSuffix
+}
+
+var protocols = map[string]meshv1.Protocol{
+	"HTTP": meshv1.Protocol_PROTOCOL_HTTP, "HTTP2": meshv1.Protocol_PROTOCOL_HTTP2,
+	"GRPC": meshv1.Protocol_PROTOCOL_GRPC, "GRPC-WEB": meshv1.Protocol_PROTOCOL_HTTP,
+	"HTTPS": meshv1.Protocol_PROTOCOL_HTTPS, "TLS": meshv1.Protocol_PROTOCOL_TLS,
+	"TCP": meshv1.Protocol_PROTOCOL_TCP, "MONGO": meshv1.Protocol_PROTOCOL_TCP,
+	"MYSQL": meshv1.Protocol_PROTOCOL_TCP, "REDIS": meshv1.Protocol_PROTOCOL_TCP,
+}
+
+var resolutions = map[string]meshv1.Resolution{
+	"": meshv1.Resolution_RESOLUTION_NONE, "NONE": meshv1.Resolution_RESOLUTION_NONE,
+	"STATIC": meshv1.Resolution_RESOLUTION_STATIC, "DNS": meshv1.Resolution_RESOLUTION_DNS,
+	"DNS_ROUND_ROBIN": meshv1.Resolution_RESOLUTION_DNS,
+}
+
+func (n *normalizer) serviceEntry(in Input, spec *serviceEntry) *decodedService {
+	svc := &meshv1.Service{
+		Origin:    n.origin(in),
+		Hostnames: spec.Hosts,
+		Labels:    in.Resource.Metadata.Labels,
+		ExportTo:  spec.ExportTo,
+	}
+	res, ok := resolutions[strings.ToUpper(spec.Resolution)]
+	if !ok {
+		n.problem(in, "spec.resolution", "unknown resolution %q: want NONE, STATIC or DNS", spec.Resolution)
+		return nil
+	}
+	svc.Resolution = res
+	for i, p := range spec.Ports {
+		proto, ok := protocols[strings.ToUpper(p.Protocol)]
+		if !ok {
+			n.problem(in, fmt.Sprintf("spec.ports[%d].protocol", i), "unknown protocol %q", p.Protocol)
+			return nil
+		}
+		svc.Ports = append(svc.Ports, &meshv1.Port{Name: p.Name, Number: p.Number, Protocol: proto, TargetPort: p.TargetPort})
+	}
+	d := &decodedService{in: in, svc: svc}
+	for i := range spec.Endpoints {
+		ep, ok := n.endpoint(in, fmt.Sprintf("spec.endpoints[%d]", i), &spec.Endpoints[i])
+		if !ok {
+			return nil
+		}
+		d.inline = append(d.inline, ep)
+	}
+	if spec.WorkloadSelector != nil {
+		d.selector = spec.WorkloadSelector.Labels
+		svc.WorkloadSelector = d.selector
+	}
+	n.emit(in, svc)
+	return d
+}
+
+func (n *normalizer) endpoint(in Input, field string, we *workloadEntry) (*meshv1.Endpoint, bool) {
+	ep := &meshv1.Endpoint{
+		Address:        we.Address,
+		Ports:          we.Ports,
+		Labels:         we.Labels,
+		Weight:         we.Weight,
+		ServiceAccount: we.ServiceAccount,
+		Health:         meshv1.Health_HEALTH_HEALTHY,
+	}
+	if we.Address == "" {
+		n.problem(in, field+".address", "an address is required")
+		return nil, false
+	}
+	if we.Locality != "" {
+		parts := strings.Split(we.Locality, "/")
+		if len(parts) > 3 {
+			n.problem(in, field+".locality", "%q is not region/zone/subzone", we.Locality)
+			return nil, false
+		}
+		parts = append(parts, "", "")
+		ep.Locality = &meshv1.Locality{Region: parts[0], Zone: parts[1], Subzone: parts[2]}
+	}
+	return ep, true
+}
+
+// endpoints emits the endpoints of one service entry: its inline endpoints
+// and the workload entries of its namespace that its selector selects.
+func (n *normalizer) endpoints(s *decodedService, entries []*decodedEntry) {
+	eps := s.inline
+	if s.selector != nil {
+		for _, e := range entries {
+			if e.ns == s.in.Resource.Metadata.Namespace && selects(s.selector, e.ep.Labels) {
+				eps = append(eps, e.ep)
+			}
+		}
+	}
+	if len(eps) == 0 {
+		return
+	}
+	name := s.in.Resource.Metadata.Name
+	n.objs = append(n.objs, ingest.Object{
+		Key: model.Key{Kind: model.KindEndpoints, Namespace: s.in.Resource.Metadata.Namespace, Name: model.EndpointsName(name, n.opts.Shard)},
+		Object: &meshv1.Endpoints{
+			Origin:    n.origin(s.in),
+			Service:   name,
+			Shard:     n.opts.Shard,
+			Endpoints: eps,
+		},
+	})
+}
+
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *normalizer) duration(in Input, field, s string) (*durationpb.Duration, bool) {
+	if s == "" {
+		return nil, true
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		n.problem(in, field, "%q is not a duration such as 1s or 250ms", s)
+		return nil, false
+	}
+	return durationpb.New(d), true
+}
+
+func (n *normalizer) virtualService(in Input, spec *virtualService) {
+	ns := in.Resource.Metadata.Namespace
+	rr := &meshv1.RouteRule{Origin: n.origin(in), Gateways: spec.Gateways, ExportTo: spec.ExportTo}
+	for _, h := range spec.Hosts {
+		rr.Hosts = append(rr.Hosts, n.fqdn(h, ns))
+	}
+	for i, h := range spec.HTTP {
+		f := fmt.Sprintf("spec.http[%d]", i)
+		route := &meshv1.HTTPRoute{Name: h.Name}
+		for _, m := range h.Match {
+			route.Match = append(route.Match, &meshv1.HTTPMatch{
+				Name:    m.Name,
+				Uri:     m.URI.model(),
+				Method:  m.Method.model(),
+				Headers: headerMatches(m.Headers),
+				Port:    m.Port,
+			})
+		}
+		for j, d := range h.Route {
+			if d.Weight < 0 {
+				n.problem(in, fmt.Sprintf("%s.route[%d].weight", f, j), "weight %d is negative", d.Weight)
+				return
+			}
+			dst := &meshv1.Destination{Host: n.fqdn(d.Destination.Host, ns), Subset: d.Destination.Subset}
+			if d.Destination.Port != nil {
+				dst.Port = d.Destination.Port.Number
+			}
+			route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight)})
+		}
+		var ok bool
+		if route.Timeout, ok = n.duration(in, f+".timeout", h.Timeout); !ok {
+			return
+		}
+		if r := h.Retries; r != nil {
+			if r.Attempts < 0 {
+				n.problem(in, f+".retries.attempts", "%d is negative", r.Attempts)
+				return
+			}
+			route.Retries = &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn}
+			if route.Retries.PerTryTimeout, ok = n.duration(in, f+".retries.perTryTimeout", r.PerTryTimeout); !ok {
+				return
+			}
+		}
+		rr.Http = append(rr.Http, route)
+	}
+	n.emit(in, rr)
+}
+
+func (m *stringMatch) model() *meshv1.StringMatch {
+	switch {
+	case m == nil:
+		return nil
+	case m.Exact != nil:
+		return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Exact{Exact: *m.Exact}}
+	case m.Prefix != nil:
+		return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: *m.Prefix}}
+	case m.Regex != nil:
+		return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Regex{Regex: *m.Regex}}
+	}
+	return &meshv1.StringMatch{}
+}
+
+func headerMatches(h map[string]stringMatch) map[string]*meshv1.StringMatch {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]*meshv1.StringMatch, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		m := h[k]
+		out[k] = m.model()
+	}
+	return out
+}
+
+var loadBalancers = map[string]meshv1.LoadBalancer{
+	"": meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED, "UNSPECIFIED": meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED,
+	"ROUND_ROBIN": meshv1.LoadBalancer_LOAD_BALANCER_ROUND_ROBIN, "LEAST_REQUEST": meshv1.LoadBalancer_LOAD_BALANCER_LEAST_REQUEST,
+	"LEAST_CONN": meshv1.LoadBalancer_LOAD_BALANCER_LEAST_REQUEST, "RANDOM": meshv1.LoadBalancer_LOAD_BALANCER_RANDOM,
+	"PASSTHROUGH": meshv1.LoadBalancer_LOAD_BALANCER_PASSTHROUGH,
+}
+
+func (n *normalizer) loadBalancer(in Input, field string, tp *trafficPolicy) (meshv1.LoadBalancer, bool) {
+	if tp == nil || tp.LoadBalancer == nil {
+		return meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED, true
+	}
+	lb, ok := loadBalancers[strings.ToUpper(tp.LoadBalancer.Simple)]
+	if !ok {
+		n.problem(in, field+".loadBalancer.simple", "unknown load balancer %q", tp.LoadBalancer.Simple)
+	}
+	return lb, ok
+}
+
+func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
+	tp := &meshv1.TrafficPolicy{Origin: n.origin(in), Host: n.fqdn(spec.Host, in.Resource.Metadata.Namespace), ExportTo: spec.ExportTo}
+	var ok bool
+	if tp.LoadBalancer, ok = n.loadBalancer(in, "spec.trafficPolicy", spec.TrafficPolicy); !ok {
+		return
+	}
+	for i, s := range spec.Subsets {
+		sub := &meshv1.Subset{Name: s.Name, Labels: s.Labels}
+		if sub.LoadBalancer, ok = n.loadBalancer(in, fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), s.TrafficPolicy); !ok {
+			return
+		}
+		tp.Subsets = append(tp.Subsets, sub)
+	}
+	n.emit(in, tp)
+}
+
+func (n *normalizer) sidecar(in Input, spec *sidecar) {
+	sc := &meshv1.Scope{Origin: n.origin(in)}
+	if spec.WorkloadSelector != nil {
+		sc.WorkloadSelector = spec.WorkloadSelector.Labels
+	}
+	for _, e := range spec.Egress {
+		el := &meshv1.EgressListener{Hosts: e.Hosts}
+		if e.Port != nil {
+			el.Port = e.Port.Number
+		}
+		sc.Egress = append(sc.Egress, el)
+	}
+	n.emit(in, sc)
+}

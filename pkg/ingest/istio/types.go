@@ -1,0 +1,182 @@
+package istio
+
+import "encoding/json"
+
+// These types mirror the specs of Istio's networking API as written in YAML
+// (camelCase JSON names). Fields shardpilot does not use yet are kept as
+// json.RawMessage so that valid Istio resources decode, strictly, without
+// shardpilot acting on them.
+
+// Resource is one Kubernetes-style resource document.
+type Resource struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   Metadata        `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+	Status     json.RawMessage `json:"status,omitempty"`
+}
+
+// Metadata is the part of Kubernetes object metadata the normalizer reads.
+type Metadata struct {
+	Name            string            `json:"name"`
+	Namespace       string            `json:"namespace"`
+	Labels          map[string]string `json:"labels"`
+	ResourceVersion string            `json:"resourceVersion"`
+}
+
+type serviceEntry struct {
+	Hosts            []string        `json:"hosts"`
+	Addresses        []string        `json:"addresses"`
+	Ports            []servicePort   `json:"ports"`
+	Location         string          `json:"location"`
+	Resolution       string          `json:"resolution"`
+	Endpoints        []workloadEntry `json:"endpoints"`
+	WorkloadSelector *workloadSelect `json:"workloadSelector"`
+	ExportTo         []string        `json:"exportTo"`
+	SubjectAltNames  []string        `json:"subjectAltNames"`
+}
+
+type servicePort struct {
+	Number     uint32 `json:"number"`
+	Protocol   string `json:"protocol"`
+	Name       string `json:"name"`
+	TargetPort uint32 `json:"targetPort"`
+}
+
+type workloadSelect struct {
+	Labels map[string]string `json:"labels"`
+}
+
+type workloadEntry struct {
+	Address        string            `json:"address"`
+	Ports          map[string]uint32 `json:"ports"`
+	Labels         map[string]string `json:"labels"`
+	Network        string            `json:"network"`
+	Locality       string            `json:"locality"`
+	Weight         uint32            `json:"weight"`
+	ServiceAccount string            `json:"serviceAccount"`
+}
+
+type virtualService struct {
+	Hosts    []string        `json:"hosts"`
+	Gateways []string        `json:"gateways"`
+	HTTP     []httpRoute     `json:"http"`
+	TLS      json.RawMessage `json:"tls"`
+	TCP      json.RawMessage `json:"tcp"`
+	ExportTo []string        `json:"exportTo"`
+}
+
+type httpRoute struct {
+	Name             string             `json:"name"`
+	Match            []httpMatchRequest `json:"match"`
+	Route            []routeDestination `json:"route"`
+	Redirect         json.RawMessage    `json:"redirect"`
+	DirectResponse   json.RawMessage    `json:"directResponse"`
+	Delegate         json.RawMessage    `json:"delegate"`
+	Rewrite          json.RawMessage    `json:"rewrite"`
+	Timeout          string             `json:"timeout"`
+	Retries          *httpRetry         `json:"retries"`
+	Fault            json.RawMessage    `json:"fault"`
+	Mirror           json.RawMessage    `json:"mirror"`
+	Mirrors          json.RawMessage    `json:"mirrors"`
+	MirrorPercentage json.RawMessage    `json:"mirrorPercentage"`
+	MirrorPercent    json.RawMessage    `json:"mirrorPercent"`
+	CorsPolicy       json.RawMessage    `json:"corsPolicy"`
+	Headers          json.RawMessage    `json:"headers"`
+}
+
+type httpMatchRequest struct {
+	Name            string                 `json:"name"`
+	URI             *stringMatch           `json:"uri"`
+	Scheme          *stringMatch           `json:"scheme"`
+	Method          *stringMatch           `json:"method"`
+	Authority       *stringMatch           `json:"authority"`
+	Headers         map[string]stringMatch `json:"headers"`
+	Port            uint32                 `json:"port"`
+	SourceLabels    map[string]string      `json:"sourceLabels"`
+	Gateways        []string               `json:"gateways"`
+	QueryParams     json.RawMessage        `json:"queryParams"`
+	IgnoreURICase   bool                   `json:"ignoreUriCase"`
+	WithoutHeaders  json.RawMessage        `json:"withoutHeaders"`
+	SourceNamespace string                 `json:"sourceNamespace"`
+	StatPrefix      string                 `json:"statPrefix"`
+}
+
+type stringMatch struct {
+	Exact  *string `json:"exact"`
+	Prefix *string `json:"prefix"`
+	Regex  *string `json:"regex"`
+}
+
+type routeDestination struct {
+	Destination destination     `json:"destination"`
+	Weight      int32           `json:"weight"`
+	Headers     json.RawMessage `json:"headers"`
+}
+
+type destination struct {
+	Host   string        `json:"host"`
+	Subset string        `json:"subset"`
+	Port   *portSelector `json:"port"`
+}
+
+type portSelector struct {
+	Number uint32 `json:"number"`
+}
+
+type httpRetry struct {
+	Attempts                 int32           `json:"attempts"`
+	PerTryTimeout            string          `json:"perTryTimeout"`
+	RetryOn                  string          `json:"retryOn"`
+	RetryRemoteLocalities    json.RawMessage `json:"retryRemoteLocalities"`
+	RetryIgnorePreviousHosts json.RawMessage `json:"retryIgnorePreviousHosts"`
+	Backoff                  json.RawMessage `json:"backoff"`
+}
+
+type destinationRule struct {
+	Host             string          `json:"host"`
+	TrafficPolicy    *trafficPolicy  `json:"trafficPolicy"`
+	Subsets          []subset        `json:"subsets"`
+	ExportTo         []string        `json:"exportTo"`
+	WorkloadSelector *workloadSelect `json:"workloadSelector"`
+}
+
+type trafficPolicy struct {
+	LoadBalancer      *loadBalancer   `json:"loadBalancer"`
+	ConnectionPool    json.RawMessage `json:"connectionPool"`
+	OutlierDetection  json.RawMessage `json:"outlierDetection"`
+	TLS               json.RawMessage `json:"tls"`
+	PortLevelSettings json.RawMessage `json:"portLevelSettings"`
+	Tunnel            json.RawMessage `json:"tunnel"`
+	ProxyProtocol     json.RawMessage `json:"proxyProtocol"`
+	RetryBudget       json.RawMessage `json:"retryBudget"`
+}
+
+type loadBalancer struct {
+	Simple             string          `json:"simple"`
+	ConsistentHash     json.RawMessage `json:"consistentHash"`
+	LocalityLbSetting  json.RawMessage `json:"localityLbSetting"`
+	WarmupDurationSecs json.RawMessage `json:"warmupDurationSecs"`
+	Warmup             json.RawMessage `json:"warmup"`
+}
+
+type subset struct {
+	Name          string            `json:"name"`
+	Labels        map[string]string `json:"labels"`
+	TrafficPolicy *trafficPolicy    `json:"trafficPolicy"`
+}
+
+type sidecar struct {
+	WorkloadSelector      *workloadSelect  `json:"workloadSelector"`
+	Ingress               json.RawMessage  `json:"ingress"`
+	Egress                []egressListener `json:"egress"`
+	OutboundTrafficPolicy json.RawMessage  `json:"outboundTrafficPolicy"`
+	InboundConnectionPool json.RawMessage  `json:"inboundConnectionPool"`
+}
+
+type egressListener struct {
+	Port        *servicePort `json:"port"`
+	Bind        string       `json:"bind"`
+	CaptureMode string       `json:"captureMode"`
+	Hosts       []string     `json:"hosts"`
+}

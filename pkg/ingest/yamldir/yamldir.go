@@ -1,0 +1,269 @@
+package yamldir
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
+	"go.yaml.in/yaml/v3"
+)
+
+// Syncer is what the source needs to write what it read.
+type Syncer interface {
+	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+}
+
+// Config configures a Source.
+type Config struct {
+	// Dir is the directory to read, recursively.
+	Dir    string
+	Syncer Syncer
+	// Normalize configures the normalizer (domain suffix, default namespace, shard).
+	Normalize istio.Options
+	Log       *slog.Logger
+	// Quiet is how long file events must stop before a reload. Default 100ms.
+	Quiet time.Duration
+	// Resync reloads even without file events, to repair drift. Default 5m.
+	Resync time.Duration
+	// RetryDelay is the pause before retrying a failed sync. Default 1s.
+	RetryDelay time.Duration
+	// OnSynced, when set, is called after every successful sync.
+	OnSynced func(ingest.Result)
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("yamldir: a directory is required")
+	}
+	st, err := os.Stat(c.Dir)
+	if err != nil {
+		return fmt.Errorf("yamldir: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("yamldir: %s is not a directory", c.Dir)
+	}
+	if c.Syncer == nil {
+		return errors.New("yamldir: a syncer is required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Quiet == 0 {
+		c.Quiet = 100 * time.Millisecond
+	}
+	if c.Resync == 0 {
+		c.Resync = 5 * time.Minute
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	return nil
+}
+
+// Source watches a directory.
+type Source struct {
+	cfg Config
+}
+
+// New returns a Source.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Source{cfg: cfg}, nil
+}
+
+// Run syncs the directory, then again after every change, until ctx is done.
+func (s *Source) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("yamldir: watch %s: %w", s.cfg.Dir, err)
+	}
+	defer w.Close()
+
+	pending := true // sync at once
+	var quiet <-chan time.Time
+	resync := time.NewTicker(s.cfg.Resync)
+	defer resync.Stop()
+	for {
+		if pending && quiet == nil {
+			if err := s.watchDirs(w); err != nil {
+				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
+			}
+			if err := s.sync(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.cfg.Log.Warn("sync failed; retrying", "dir", s.cfg.Dir, "err", err, "retry_in", s.cfg.RetryDelay)
+				quiet = time.After(s.cfg.RetryDelay)
+			} else {
+				pending = false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("yamldir: watcher closed")
+			}
+			s.cfg.Log.Debug("file event", "event", ev.String())
+			pending = true
+			quiet = time.After(s.cfg.Quiet)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("yamldir: watcher closed")
+			}
+			s.cfg.Log.Warn("file watcher error; reloading", "err", err)
+			pending, quiet = true, time.After(s.cfg.Quiet)
+		case <-quiet:
+			quiet = nil
+		case <-resync.C:
+			pending = true
+		}
+	}
+}
+
+// watchDirs adds the directory and its subdirectories to the watcher;
+// adding a directory twice is harmless.
+func (s *Source) watchDirs(w *fsnotify.Watcher) error {
+	return filepath.WalkDir(s.cfg.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != s.cfg.Dir && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return w.Add(path)
+		}
+		return nil
+	})
+}
+
+func (s *Source) sync(ctx context.Context) error {
+	inputs, problems, err := Read(s.cfg.Dir, time.Now())
+	if err != nil {
+		return err
+	}
+	objs, more := istio.Normalize(inputs, s.cfg.Normalize)
+	res, err := s.cfg.Syncer.Sync(ctx, objs, append(problems, more...))
+	if err != nil {
+		return err
+	}
+	s.cfg.Log.Info("mesh directory synced", "dir", s.cfg.Dir, "objects", len(objs),
+		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
+	if s.cfg.OnSynced != nil {
+		s.cfg.OnSynced(res)
+	}
+	return nil
+}
+
+// Read reads every YAML document below dir. A document that is not a
+// resource, or a file that does not parse, is returned as a problem. It
+// fails only when the directory itself cannot be read.
+func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
+	var inputs []istio.Input
+	var problems []ingest.Problem
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == dir {
+				return err
+			}
+			problems = append(problems, ingest.Problem{Location: path, Reason: err.Error(), KeepLocation: rel(dir, path)})
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), ".") && path != dir {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return nil
+		}
+		in, ps := readFile(rel(dir, path), path, now)
+		inputs = append(inputs, in...)
+		problems = append(problems, ps...)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("yamldir: read %s: %w", dir, err)
+	}
+	return inputs, problems, nil
+}
+
+func rel(dir, path string) string {
+	r, err := filepath.Rel(dir, path)
+	if err != nil {
+		return path
+	}
+	return filepath.ToSlash(r)
+}
+
+// readFile reads the documents of one file. A file that does not parse is
+// one problem that keeps everything the file held before.
+func readFile(name, path string, now time.Time) ([]istio.Input, []ingest.Problem) {
+	keepAll := func(reason string) []ingest.Problem {
+		return []ingest.Problem{{Location: name, Reason: reason + "; its objects stay as they were", KeepLocation: name}}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, keepAll(err.Error())
+	}
+	sum := sha256.Sum256(data)
+	version := hex.EncodeToString(sum[:8])
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var inputs []istio.Input
+	var problems []ingest.Problem
+	for doc := 1; ; doc++ {
+		var node yaml.Node
+		err := dec.Decode(&node)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, keepAll(fmt.Sprintf("document %d: malformed YAML: %v", doc, err))
+		}
+		loc := fmt.Sprintf("%s document %d", name, doc)
+		var v any
+		if err := node.Decode(&v); err != nil {
+			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: "malformed YAML: " + err.Error()})
+			continue
+		}
+		if v == nil {
+			continue // an empty document, such as a trailing "---"
+		}
+		if _, ok := v.(map[string]any); !ok {
+			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: fmt.Sprintf("line %d: a document must be a mapping with apiVersion, kind, metadata and spec", node.Line)})
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: "cannot convert to JSON: " + err.Error()})
+			continue
+		}
+		var r istio.Resource
+		if err := json.Unmarshal(raw, &r); err != nil {
+			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: "not a Kubernetes-style resource: " + err.Error()})
+			continue
+		}
+		inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: version, ObservedAt: now})
+	}
+	return inputs, problems
+}

@@ -1,0 +1,161 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Prefix is the store prefix under which every normalized object lives.
+const Prefix = "/mesh/v1/"
+
+// Kind is the kind of a normalized object, as it appears in its key.
+type Kind string
+
+// The kinds of normalized objects.
+const (
+	KindService       Kind = "services"
+	KindEndpoints     Kind = "endpoints"
+	KindRouteRule     Kind = "routerules"
+	KindTrafficPolicy Kind = "trafficpolicies"
+	KindScope         Kind = "scopes"
+)
+
+// Kinds lists every kind, in the order a consumer should apply a full load.
+var Kinds = []Kind{KindService, KindEndpoints, KindRouteRule, KindTrafficPolicy, KindScope}
+
+// ErrBadKey is returned for a key outside the /mesh/v1/ layout.
+var ErrBadKey = errors.New("model: bad key")
+
+// Object is a normalized mesh object: one of the messages of meshv1 that
+// carries an Origin.
+type Object interface {
+	proto.Message
+	GetOrigin() *meshv1.Origin
+}
+
+// New returns an empty object of the kind, or nil for an unknown kind.
+func New(k Kind) Object {
+	switch k {
+	case KindService:
+		return &meshv1.Service{}
+	case KindEndpoints:
+		return &meshv1.Endpoints{}
+	case KindRouteRule:
+		return &meshv1.RouteRule{}
+	case KindTrafficPolicy:
+		return &meshv1.TrafficPolicy{}
+	case KindScope:
+		return &meshv1.Scope{}
+	}
+	return nil
+}
+
+// KindOf returns the kind of an object.
+func KindOf(o Object) Kind {
+	switch o.(type) {
+	case *meshv1.Service:
+		return KindService
+	case *meshv1.Endpoints:
+		return KindEndpoints
+	case *meshv1.RouteRule:
+		return KindRouteRule
+	case *meshv1.TrafficPolicy:
+		return KindTrafficPolicy
+	case *meshv1.Scope:
+		return KindScope
+	}
+	return ""
+}
+
+// Key identifies one object.
+type Key struct {
+	Kind      Kind
+	Namespace string
+	// Name is the object's name; for Endpoints it is "<service>/<shard>".
+	Name string
+}
+
+// EndpointsName is the key name of the endpoints one shard contributes to a service.
+func EndpointsName(service, shard string) string { return service + "/" + shard }
+
+// String returns the store key.
+func (k Key) String() string {
+	return Prefix + string(k.Kind) + "/" + k.Namespace + "/" + k.Name
+}
+
+// ParseKey parses a store key.
+func ParseKey(s string) (Key, error) {
+	rest, ok := strings.CutPrefix(s, Prefix)
+	if !ok {
+		return Key{}, fmt.Errorf("%w: %q lacks prefix %s", ErrBadKey, s, Prefix)
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
+		return Key{}, fmt.Errorf("%w: %q is not %s<kind>/<namespace>/<name>", ErrBadKey, s, Prefix)
+	}
+	k := Key{Kind: Kind(parts[0]), Namespace: parts[1], Name: parts[2]}
+	if New(k.Kind) == nil {
+		return Key{}, fmt.Errorf("%w: %q has unknown kind %q", ErrBadKey, s, parts[0])
+	}
+	if k.Kind == KindEndpoints && strings.Count(k.Name, "/") != 1 {
+		return Key{}, fmt.Errorf("%w: %q: endpoints are named <service>/<shard>", ErrBadKey, s)
+	}
+	if k.Kind != KindEndpoints && strings.Contains(k.Name, "/") {
+		return Key{}, fmt.Errorf("%w: %q: name has a slash", ErrBadKey, s)
+	}
+	return k, nil
+}
+
+// Decode decodes a stored value of the key's kind.
+func Decode(k Key, value []byte) (Object, error) {
+	o := New(k.Kind)
+	if o == nil {
+		return nil, fmt.Errorf("%w: unknown kind %q", ErrBadKey, k.Kind)
+	}
+	if err := proto.Unmarshal(value, o); err != nil {
+		return nil, fmt.Errorf("model: decode %s: %w", k, err)
+	}
+	return o, nil
+}
+
+// Encode encodes an object deterministically, so equal objects give equal bytes.
+func Encode(o Object) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(o)
+}
+
+// SameContent reports whether two objects are equal apart from their Origin,
+// which records when and where an input was seen, not what it says.
+func SameContent(a, b Object) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return proto.Equal(withoutOrigin(a), withoutOrigin(b))
+}
+
+func withoutOrigin(o Object) proto.Message {
+	c := proto.Clone(o)
+	m := c.ProtoReflect()
+	if f := m.Descriptor().Fields().ByName("origin"); f != nil {
+		m.Clear(f)
+	}
+	return c
+}
+
+// ErrCompacted says a store revision is no longer available: a consumer
+// reloads the whole mesh from the store.
+var ErrCompacted = errors.New("model: store revision compacted")
+
+// ErrGap says a change stream is missing events a consumer needs: the
+// consumer reloads the whole mesh from the store.
+var ErrGap = errors.New("model: gap in the change stream")
+
+// Stored is one object as the store holds it.
+type Stored struct {
+	Key         Key
+	Object      Object
+	ModRevision int64
+}

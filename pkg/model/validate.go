@@ -1,0 +1,267 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+)
+
+// FieldError says which field of an object is invalid and why. Field is a
+// path in the object as its user wrote it, for example
+// "spec.http[0].route[1].destination.host".
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks one object on its own. Field paths name the fields of the
+// Istio resource the object came from (spec.hosts, spec.http[0]...), since
+// that is what a user edits.
+func Validate(o Object) error {
+	switch o := o.(type) {
+	case *meshv1.Service:
+		return validateService(o)
+	case *meshv1.Endpoints:
+		return validateEndpoints(o)
+	case *meshv1.RouteRule:
+		return validateRouteRule(o)
+	case *meshv1.TrafficPolicy:
+		return validateTrafficPolicy(o)
+	case *meshv1.Scope:
+		return validateScope(o)
+	}
+	return fmt.Errorf("model: validate: unknown object type %T", o)
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidHostname reports whether h is a DNS name, optionally with a leading
+// "*." wildcard.
+func ValidHostname(h string) bool {
+	h = strings.TrimPrefix(h, "*.")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(h, ".") {
+		if len(l) > 63 || !dnsLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+func validateService(s *meshv1.Service) error {
+	if len(s.Hostnames) == 0 {
+		return fieldErr("spec.hosts", "at least one host is required")
+	}
+	for i, h := range s.Hostnames {
+		if !ValidHostname(h) {
+			return fieldErr(fmt.Sprintf("spec.hosts[%d]", i), "%q is not a DNS name", h)
+		}
+	}
+	if len(s.Ports) == 0 {
+		return fieldErr("spec.ports", "at least one port is required")
+	}
+	names := map[string]bool{}
+	numbers := map[uint32]bool{}
+	for i, p := range s.Ports {
+		f := fmt.Sprintf("spec.ports[%d]", i)
+		if p.Number == 0 || p.Number > 65535 {
+			return fieldErr(f+".number", "%d is not a port number", p.Number)
+		}
+		if p.TargetPort > 65535 {
+			return fieldErr(f+".targetPort", "%d is not a port number", p.TargetPort)
+		}
+		if p.Name == "" {
+			return fieldErr(f+".name", "a port name is required")
+		}
+		if names[p.Name] {
+			return fieldErr(f+".name", "port name %q is used twice", p.Name)
+		}
+		if numbers[p.Number] {
+			return fieldErr(f+".number", "port %d is listed twice", p.Number)
+		}
+		names[p.Name], numbers[p.Number] = true, true
+		if p.Protocol == meshv1.Protocol_PROTOCOL_UNSPECIFIED {
+			return fieldErr(f+".protocol", "a protocol is required")
+		}
+	}
+	return nil
+}
+
+func validateEndpoints(e *meshv1.Endpoints) error {
+	if e.Service == "" {
+		return fieldErr("service", "the service name is required")
+	}
+	seen := map[string]int{}
+	for i, ep := range e.Endpoints {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		if _, err := netip.ParseAddr(ep.Address); err != nil && !ValidHostname(ep.Address) {
+			return fieldErr(f+".address", "%q is neither an IP address nor a DNS name", ep.Address)
+		}
+		for name, p := range ep.Ports {
+			if p == 0 || p > 65535 {
+				return fieldErr(f+".ports."+name, "%d is not a port number", p)
+			}
+		}
+		// Two endpoints with one address would reach the same workload twice;
+		// grpc-go rejects such an assignment outright.
+		if j, dup := seen[ep.Address]; dup {
+			return fieldErr(f+".address", "%s is also endpoint %d", ep.Address, j)
+		}
+		seen[ep.Address] = i
+	}
+	return nil
+}
+
+func validateRouteRule(r *meshv1.RouteRule) error {
+	if len(r.Hosts) == 0 {
+		return fieldErr("spec.hosts", "at least one host is required")
+	}
+	for i, h := range r.Hosts {
+		if h != "*" && !ValidHostname(h) {
+			return fieldErr(fmt.Sprintf("spec.hosts[%d]", i), "%q is not a DNS name", h)
+		}
+	}
+	for i, h := range r.Http {
+		f := fmt.Sprintf("spec.http[%d]", i)
+		for j, m := range h.Match {
+			mf := fmt.Sprintf("%s.match[%d]", f, j)
+			if err := validateStringMatch(mf+".uri", m.Uri); err != nil {
+				return err
+			}
+			if err := validateStringMatch(mf+".method", m.Method); err != nil {
+				return err
+			}
+			for name, hm := range m.Headers {
+				if err := validateStringMatch(mf+".headers."+name, hm); err != nil {
+					return err
+				}
+			}
+		}
+		if len(h.Route) == 0 {
+			return fieldErr(f+".route", "at least one destination is required")
+		}
+		var total uint32
+		for j, d := range h.Route {
+			df := fmt.Sprintf("%s.route[%d]", f, j)
+			if d.Destination == nil || d.Destination.Host == "" {
+				return fieldErr(df+".destination.host", "a destination host is required")
+			}
+			if !ValidHostname(d.Destination.Host) {
+				return fieldErr(df+".destination.host", "%q is not a DNS name", d.Destination.Host)
+			}
+			if d.Destination.Port > 65535 {
+				return fieldErr(df+".destination.port.number", "%d is not a port number", d.Destination.Port)
+			}
+			total += d.Weight
+		}
+		if len(h.Route) > 1 && total == 0 {
+			return fieldErr(f+".route", "weights are required when a route has several destinations")
+		}
+		if h.Timeout != nil && h.Timeout.AsDuration() < 0 {
+			return fieldErr(f+".timeout", "must not be negative")
+		}
+		if rp := h.Retries; rp != nil && rp.PerTryTimeout != nil && rp.PerTryTimeout.AsDuration() < 0 {
+			return fieldErr(f+".retries.perTryTimeout", "must not be negative")
+		}
+	}
+	return nil
+}
+
+func validateStringMatch(field string, m *meshv1.StringMatch) error {
+	if m == nil {
+		return nil
+	}
+	switch k := m.Kind.(type) {
+	case nil:
+		return fieldErr(field, "one of exact, prefix or regex is required")
+	case *meshv1.StringMatch_Regex:
+		if _, err := regexp.Compile(k.Regex); err != nil {
+			return fieldErr(field+".regex", "%q is not an RE2 regex: %v", k.Regex, err)
+		}
+	}
+	return nil
+}
+
+func validateTrafficPolicy(p *meshv1.TrafficPolicy) error {
+	if p.Host == "" {
+		return fieldErr("spec.host", "a host is required")
+	}
+	if !ValidHostname(p.Host) {
+		return fieldErr("spec.host", "%q is not a DNS name", p.Host)
+	}
+	names := map[string]bool{}
+	for i, s := range p.Subsets {
+		f := fmt.Sprintf("spec.subsets[%d]", i)
+		if !dnsLabel.MatchString(s.Name) {
+			return fieldErr(f+".name", "%q is not a valid subset name", s.Name)
+		}
+		if names[s.Name] {
+			return fieldErr(f+".name", "subset %q is defined twice", s.Name)
+		}
+		names[s.Name] = true
+	}
+	return nil
+}
+
+func validateScope(s *meshv1.Scope) error {
+	for i, e := range s.Egress {
+		f := fmt.Sprintf("spec.egress[%d]", i)
+		if len(e.Hosts) == 0 {
+			return fieldErr(f+".hosts", "at least one host is required")
+		}
+		for j, h := range e.Hosts {
+			ns, host, ok := strings.Cut(h, "/")
+			if !ok || ns == "" || host == "" {
+				return fieldErr(fmt.Sprintf("%s.hosts[%d]", f, j), "%q is not <namespace>/<host>", h)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateRefs checks the hosts an object refers to against the hosts the
+// mesh knows. Only route destinations must exist: a route to nowhere would
+// turn working traffic into errors.
+func ValidateRefs(o Object, known func(host string) bool) error {
+	r, ok := o.(*meshv1.RouteRule)
+	if !ok {
+		return nil
+	}
+	for i, h := range r.Http {
+		for j, d := range h.Route {
+			if host := d.GetDestination().GetHost(); !knownHost(host, known) {
+				return fieldErr(fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j), "unknown host %q: no ServiceEntry or Service defines it", host)
+			}
+		}
+	}
+	return nil
+}
+
+// knownHost reports whether host is known exactly or through a wildcard host
+// ("*.example.com").
+func knownHost(host string, known func(string) bool) bool {
+	if known(host) {
+		return true
+	}
+	for rest := host; ; {
+		_, after, ok := strings.Cut(rest, ".")
+		if !ok {
+			return false
+		}
+		if known("*." + after) {
+			return true
+		}
+		rest = after
+	}
+}

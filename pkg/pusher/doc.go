@@ -1,0 +1,17 @@
+// Package pusher keeps an in-memory copy of the mesh in step with the store
+// and turns it into the xDS resources the proxies are served.
+//
+// It loads the store at a revision R, then follows the change stream from
+// the stream position taken just before the load, applying an event only if
+// it is newer than R and than the key's known mod revision: events are
+// idempotent and never applied out of order per key. A gap in the stream, a
+// RESYNC event past R, or a stream error makes it load the store again.
+// While the store or the bus is down it keeps serving what it generated last.
+//
+// Changes are debounced (a quiet period, bounded by a maximum delay) before
+// a generation; a generation rebuilds the resources and hands them to the
+// cache, which forwards only what changed.
+//
+// Pusher.Run returns after its goroutines have stopped. The accessors are
+// safe for concurrent use.
+package pusher

@@ -1,0 +1,303 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/debounce"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// Loader reads the whole mesh from the store at one revision.
+type Loader interface {
+	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
+}
+
+// Feed is the change stream.
+type Feed interface {
+	LastSeq(ctx context.Context) (uint64, error)
+	Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error
+}
+
+// Sink receives the generated resources of a class and type; the cache.
+type Sink interface {
+	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error)
+}
+
+// The classes of proxy the pusher generates for, and the types it serves per
+// class and mesh-wide.
+var (
+	Classes     = []string{generate.Envoy.String(), generate.Proxyless.String()}
+	ClassTypes  = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
+	SharedTypes = []string{resource.EndpointType}
+)
+
+// Classify returns the class of a proxy: proxyless for gRPC clients (Istio's
+// GENERATOR=grpc metadata, or grpc-go's user agent), envoy for the rest.
+func Classify(node *core.Node) string {
+	if node.GetMetadata().GetFields()["GENERATOR"].GetStringValue() == "grpc" ||
+		strings.HasPrefix(node.GetUserAgentName(), "gRPC") {
+		return generate.Proxyless.String()
+	}
+	return generate.Envoy.String()
+}
+
+// Config configures a Pusher.
+type Config struct {
+	Loader Loader
+	Feed   Feed
+	Sink   Sink
+	Log    *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Quiet is the debounce quiet period. Default 100ms.
+	Quiet time.Duration
+	// MaxDelay bounds how long a change waits for the debounce. Default 1s.
+	MaxDelay time.Duration
+	// RetryDelay is the pause before loading again after a failure. Default 1s.
+	RetryDelay time.Duration
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Loader == nil || c.Feed == nil || c.Sink == nil {
+		return errors.New("pusher: a loader, a feed and a sink are required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Quiet == 0 {
+		c.Quiet = 100 * time.Millisecond
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = time.Second
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.Quiet < 0 || c.MaxDelay < c.Quiet {
+		return fmt.Errorf("pusher: debounce quiet period %s and maximum delay %s: want 0 < quiet <= max", c.Quiet, c.MaxDelay)
+	}
+	return nil
+}
+
+// Pusher follows the store and generates xDS resources.
+type Pusher struct {
+	cfg       Config
+	state     *state
+	debouncer *debounce.Debouncer[change]
+	m         metrics
+	generated atomic.Int64 // revision of the last generation, 0 before the first
+}
+
+// change is what the debouncer merges: how many changes, since when.
+type change struct {
+	n     int
+	since time.Time
+}
+
+type metrics struct {
+	events      *prometheus.CounterVec
+	loads       prometheus.Counter
+	generations prometheus.Counter
+	genTime     prometheus.Histogram
+	debounce    prometheus.Histogram
+	resources   *prometheus.GaugeVec
+	invalid     prometheus.Counter
+}
+
+// New returns a Pusher.
+func New(cfg Config) (*Pusher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d, err := debounce.New(debounce.Config[change]{
+		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay,
+		Merge: func(a, b change) change { return change{a.n + b.n, a.since} },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pusher: %w", err)
+	}
+	m := metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_events_total",
+			Help: "Change events consumed, by outcome (applied, skipped, invalid)."}, []string{"outcome"}),
+		loads: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_loads_total",
+			Help: "Full loads of the mesh from the store (start, gaps, resyncs)."}),
+		generations: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
+			Help: "xDS generations."}),
+		genTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_generation_seconds",
+			Help: "Time to generate and hand over the resources.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		debounce: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_debounce_seconds",
+			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
+		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
+			Help: "Generated resources, by class and type."}, []string{"class", "type"}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
+			Help: "Generated resources dropped because they failed validation."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.genTime, m.debounce, m.resources, m.invalid} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("pusher: register metrics: %w", err)
+			}
+		}
+	}
+	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m}, nil
+}
+
+// GeneratedRevision returns the store revision the served resources
+// reflect, 0 before the first generation.
+func (p *Pusher) GeneratedRevision() int64 { return p.generated.Load() }
+
+// Run follows the store and generates until ctx is done.
+func (p *Pusher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = p.debouncer.Run(ctx, p.generate)
+	})
+	p.follow(ctx)
+	wg.Wait()
+	return nil
+}
+
+// errReload ends a pass of follow so that the next one loads the store again.
+var errReload = errors.New("pusher: reload requested")
+
+func (p *Pusher) follow(ctx context.Context) {
+	for {
+		err := p.followOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):
+			p.cfg.Log.Info("reloading the mesh from the store", "reason", err)
+			continue
+		}
+		p.cfg.Log.Warn("lost the store or the change stream; serving the last config", "err", err, "retry_in", p.cfg.RetryDelay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.cfg.RetryDelay):
+		}
+	}
+}
+
+// followOnce loads the store and follows the stream until an error.
+func (p *Pusher) followOnce(ctx context.Context) error {
+	// Take the stream position before the load: every event at or before
+	// it is in the load, and later ones older than the load are skipped.
+	seq, err := p.cfg.Feed.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	items, rev, errs, err := p.cfg.Loader.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range errs {
+		p.cfg.Log.Warn("store holds an unreadable value; skipped", "err", e)
+	}
+	p.state.reset(items, rev)
+	p.m.loads.Inc()
+	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
+	p.debouncer.Add(change{1, time.Now()})
+	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
+		return p.apply(ev)
+	})
+}
+
+func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
+	if ev == nil {
+		p.m.events.WithLabelValues("invalid").Inc()
+		p.cfg.Log.Warn("undecodable change event skipped")
+		return nil
+	}
+	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
+		if ev.Revision > p.state.revision() {
+			return fmt.Errorf("%w: resync at revision %d", errReload, ev.Revision)
+		}
+		return nil
+	}
+	k, err := model.ParseKey(ev.Key)
+	if err == nil {
+		var changed bool
+		changed, err = p.state.apply(k, ev)
+		if err == nil {
+			if !changed {
+				p.m.events.WithLabelValues("skipped").Inc()
+				return nil
+			}
+			p.m.events.WithLabelValues("applied").Inc()
+			p.debouncer.Add(change{1, time.Now()})
+			return nil
+		}
+	}
+	p.m.events.WithLabelValues("invalid").Inc()
+	p.cfg.Log.Warn("invalid change event skipped", "key", ev.Key, "revision", ev.Revision, "err", err)
+	return nil
+}
+
+// generate rebuilds every resource and hands them to the sink.
+func (p *Pusher) generate(c change) {
+	start := time.Now()
+	p.m.debounce.Observe(start.Sub(c.since).Seconds())
+	mesh, rev := p.state.mesh()
+	eds := generate.LoadAssignments(mesh)
+	publish(p, "", resource.EndpointType, eds)
+	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
+		class := proxy.String()
+		publish(p, class, resource.ClusterType, generate.Clusters(mesh, proxy))
+		publish(p, class, resource.RouteType, generate.Routes(mesh, proxy))
+		publish(p, class, resource.ListenerType, generate.Listeners(mesh, proxy))
+	}
+	p.generated.Store(rev)
+	p.m.generations.Inc()
+	p.m.genTime.Observe(time.Since(start).Seconds())
+	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "took", time.Since(start))
+}
+
+type validatable interface {
+	types.Resource
+	Validate() error
+}
+
+// publish validates resources and hands the valid ones to the sink: a
+// proxy must never be sent what it would reject.
+func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
+	out := make(map[string]types.Resource, len(list))
+	for _, r := range list {
+		name := gcpcache.GetResourceName(r)
+		if err := r.Validate(); err != nil {
+			p.m.invalid.Inc()
+			p.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
+			continue
+		}
+		out[name] = r
+	}
+	changed, removed, err := p.cfg.Sink.Update(class, typeURL, out)
+	if err != nil {
+		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
+		return
+	}
+	label := class
+	if label == "" {
+		label = "shared"
+	}
+	p.m.resources.WithLabelValues(label, typeURL[strings.LastIndex(typeURL, ".")+1:]).Set(float64(len(out)))
+	if changed+removed > 0 {
+		p.cfg.Log.Debug("resources updated", "class", label, "type", typeURL, "changed", changed, "removed", removed)
+	}
+}

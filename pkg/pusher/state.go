@@ -1,0 +1,155 @@
+package pusher
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// state is the pusher's copy of the mesh. Objects are never modified once
+// stored, so a generation may read them without the lock.
+type state struct {
+	mu sync.Mutex
+	// floor is the revision of the last full load: events at or below it
+	// are already in objs.
+	floor int64
+	// rev is the highest revision applied.
+	rev  int64
+	objs map[model.Key]entry
+	// tombstones remember the revision that deleted a key, so a replayed
+	// older put does not bring it back.
+	tombstones map[model.Key]int64
+}
+
+type entry struct {
+	obj    model.Object
+	modRev int64
+}
+
+func newState() *state {
+	return &state{objs: map[model.Key]entry{}, tombstones: map[model.Key]int64{}}
+}
+
+// reset replaces the content with a full load at rev.
+func (s *state) reset(items []model.Stored, rev int64) {
+	objs := make(map[model.Key]entry, len(items))
+	for _, it := range items {
+		objs[it.Key] = entry{it.Object, it.ModRevision}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.objs, s.tombstones, s.floor, s.rev = objs, map[model.Key]int64{}, rev, rev
+}
+
+// revision returns the highest revision applied.
+func (s *state) revision() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rev
+}
+
+// apply applies a PUT or DELETE event. It reports whether the mesh changed;
+// an event the state already reflects changes nothing.
+func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, error) {
+	var obj model.Object
+	if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
+		o, err := model.Decode(k, ev.Value)
+		if err != nil {
+			return false, err
+		}
+		obj = o
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ev.Revision <= s.floor {
+		return false, nil
+	}
+	if e, ok := s.objs[k]; ok && e.modRev >= ev.Revision {
+		return false, nil
+	}
+	if t, ok := s.tombstones[k]; ok && t >= ev.Revision {
+		return false, nil
+	}
+	s.rev = max(s.rev, ev.Revision)
+	switch ev.Type {
+	case meshv1.ChangeEvent_TYPE_PUT:
+		s.objs[k] = entry{obj, ev.Revision}
+		delete(s.tombstones, k)
+	case meshv1.ChangeEvent_TYPE_DELETE:
+		if _, ok := s.objs[k]; !ok {
+			s.tombstones[k] = ev.Revision
+			return false, nil
+		}
+		delete(s.objs, k)
+		s.tombstones[k] = ev.Revision
+	}
+	return true, nil
+}
+
+// mesh builds the generators' view of the current content and returns the
+// revision it reflects.
+func (s *state) mesh() (*generate.Mesh, int64) {
+	s.mu.Lock()
+	type nsName struct{ ns, name string }
+	services := map[nsName]*generate.Service{}
+	type shardEps struct {
+		shard string
+		eps   []*meshv1.Endpoint
+	}
+	endpoints := map[nsName][]shardEps{}
+	type keyedPolicy struct {
+		key    model.Key
+		policy *meshv1.TrafficPolicy
+	}
+	var policies []keyedPolicy
+	var routes []*generate.Route
+	for k, e := range s.objs {
+		switch o := e.obj.(type) {
+		case *meshv1.Service:
+			services[nsName{k.Namespace, k.Name}] = &generate.Service{Namespace: k.Namespace, Name: k.Name, Spec: o}
+		case *meshv1.Endpoints:
+			id := nsName{k.Namespace, o.Service}
+			endpoints[id] = append(endpoints[id], shardEps{o.Shard, o.Endpoints})
+		case *meshv1.TrafficPolicy:
+			policies = append(policies, keyedPolicy{k, o})
+		case *meshv1.RouteRule:
+			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o})
+		}
+	}
+	rev := s.rev
+	s.mu.Unlock()
+
+	byHost := map[string]*generate.Service{}
+	list := make([]*generate.Service, 0, len(services))
+	for id, svc := range services {
+		shards := endpoints[id]
+		slices.SortFunc(shards, func(a, b shardEps) int { return cmp.Compare(a.shard, b.shard) })
+		seen := map[string]bool{}
+		for _, sh := range shards {
+			for _, ep := range sh.eps {
+				// One address from two shards is one workload; grpc-go
+				// rejects an assignment that lists it twice.
+				if !seen[ep.Address] {
+					seen[ep.Address] = true
+					svc.Endpoints = append(svc.Endpoints, ep)
+				}
+			}
+		}
+		for _, h := range svc.Spec.Hostnames {
+			byHost[h] = svc
+		}
+		list = append(list, svc)
+	}
+	// Where two policies name one host, the first by namespace and name wins.
+	slices.SortFunc(policies, func(a, b keyedPolicy) int { return cmp.Compare(a.key.String(), b.key.String()) })
+	for _, p := range policies {
+		if svc := byHost[p.policy.Host]; svc != nil && svc.Policy == nil {
+			svc.Policy = p.policy
+		}
+	}
+	return generate.NewMesh(list, routes), rev
+}

@@ -1,0 +1,176 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+)
+
+// Watcher is the store side: its current revision and its changes after a revision.
+type Watcher interface {
+	Revision(ctx context.Context) (int64, error)
+	Watch(ctx context.Context, fromRev int64, fn func([]*meshv1.ChangeEvent) error) error
+}
+
+// Publisher is the bus side.
+type Publisher interface {
+	Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bool, err error)
+	Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error)
+}
+
+// Config configures a Relay.
+type Config struct {
+	Watcher   Watcher
+	Publisher Publisher
+	Log       *slog.Logger
+	// Registerer receives the relay's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// RetryDelay is the pause after a failure before starting again. Default 1s.
+	RetryDelay time.Duration
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Watcher == nil || c.Publisher == nil {
+		return errors.New("relay: a watcher and a publisher are required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	return nil
+}
+
+// Relay copies store changes to the bus.
+type Relay struct {
+	cfg Config
+	m   metrics
+}
+
+type metrics struct {
+	published  prometheus.Counter
+	duplicates prometheus.Counter
+	resyncs    prometheus.Counter
+	failures   prometheus.Counter
+	revision   prometheus.Gauge
+}
+
+// New returns a Relay.
+func New(cfg Config) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := metrics{
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_published_events_total",
+			Help: "Change events published to the bus."}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_duplicate_events_total",
+			Help: "Published events the bus already had (after a restart)."}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_resyncs_total",
+			Help: "RESYNC events published because the stream could not be continued from the store."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_failures_total",
+			Help: "Times the relay stopped on an error and started again."}),
+		revision: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_relay_published_revision",
+			Help: "Store revision of the last published event."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.published, m.duplicates, m.resyncs, m.failures, m.revision} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("relay: register metrics: %w", err)
+			}
+		}
+	}
+	return &Relay{cfg: cfg, m: m}, nil
+}
+
+// Run relays until ctx is done. It returns nil on cancellation.
+func (r *Relay) Run(ctx context.Context) error {
+	for {
+		err := r.relay(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errResynced) {
+			continue
+		}
+		r.m.failures.Inc()
+		r.cfg.Log.Warn("relay stopped; starting again", "err", err, "retry_in", r.cfg.RetryDelay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.cfg.RetryDelay):
+		}
+	}
+}
+
+// relay finds where the stream stops and follows the store from there until
+// an error.
+func (r *Relay) relay(ctx context.Context) error {
+	last, _, err := r.cfg.Publisher.Last(ctx)
+	if err != nil {
+		return err
+	}
+	if last == nil {
+		// Nothing was ever published: consumers must start from the store.
+		return r.resync(ctx, "empty stream")
+	}
+	from, skip := resumePoint(last)
+	r.m.revision.Set(float64(last.Revision))
+	r.cfg.Log.Info("relay resuming", "after_revision", from, "last_event", fmt.Sprintf("%s@%d", last.Key, last.Revision))
+	err = r.cfg.Watcher.Watch(ctx, from, func(evs []*meshv1.ChangeEvent) error {
+		for _, ev := range evs {
+			if ev.Revision == from+1 && ev.Index <= skip {
+				continue
+			}
+			dup, err := r.cfg.Publisher.Publish(ctx, ev)
+			if err != nil {
+				return err
+			}
+			if dup {
+				r.m.duplicates.Inc()
+			}
+			r.m.published.Inc()
+			r.m.revision.Set(float64(ev.Revision))
+		}
+		return nil
+	})
+	if errors.Is(err, model.ErrCompacted) {
+		return r.resync(ctx, err.Error())
+	}
+	return err
+}
+
+// resumePoint returns the revision after which to watch, and the highest
+// event index of the first revision that is already published (-1 for none).
+func resumePoint(last *meshv1.ChangeEvent) (from int64, skip int32) {
+	if last.Type != meshv1.ChangeEvent_TYPE_RESYNC && last.Index+1 < last.Count {
+		// The relay stopped inside a revision: publish the rest of it.
+		return last.Revision - 1, last.Index
+	}
+	return last.Revision, -1
+}
+
+// resync publishes a RESYNC at the store's current revision; the next pass
+// follows the store from there.
+func (r *Relay) resync(ctx context.Context, why string) error {
+	rev, err := r.cfg.Watcher.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := r.cfg.Publisher.Publish(ctx, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: rev}); err != nil {
+		return err
+	}
+	r.m.resyncs.Inc()
+	r.cfg.Log.Info("relay published resync", "revision", rev, "reason", why)
+	return errResynced
+}
+
+// errResynced ends a pass after a resync so the next pass resumes from it.
+var errResynced = errors.New("relay: resynced")

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrConflict is returned when a guarded write keeps losing to concurrent writers.
+var ErrConflict = errors.New("store: conflicting concurrent writes")
+
+// maxAttempts bounds the compare-and-swap retries of one write.
+const maxAttempts = 5
+
+// Store reads and writes mesh objects in etcd.
+type Store struct {
+	cli *clientv3.Client
+}
+
+// New returns a Store over an etcd client. The caller owns the client.
+func New(cli *clientv3.Client) *Store { return &Store{cli: cli} }
+
+// Put writes o under k unless the stored object already has the same
+// content. It reports whether it wrote and the store revision after the call.
+func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written bool, rev int64, err error) {
+	if model.KindOf(o) != k.Kind {
+		return false, 0, fmt.Errorf("store: put %s: object is a %T", k, o)
+	}
+	value, err := model.Encode(o)
+	if err != nil {
+		return false, 0, fmt.Errorf("store: put %s: %w", k, err)
+	}
+	key := k.String()
+	for range maxAttempts {
+		cur, err := s.cli.Get(ctx, key)
+		if err != nil {
+			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
+		}
+		var modRev int64
+		if len(cur.Kvs) == 1 {
+			modRev = cur.Kvs[0].ModRevision
+			old, err := model.Decode(k, cur.Kvs[0].Value)
+			if err == nil && model.SameContent(old, o) {
+				return false, cur.Header.Revision, nil
+			}
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, string(value))).
+			Commit()
+		if err != nil {
+			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			return true, resp.Header.Revision, nil
+		}
+	}
+	return false, 0, fmt.Errorf("store: put %s: %w", key, ErrConflict)
+}
+
+// Delete removes k if it exists. It reports whether it deleted and the
+// store revision after the call.
+func (s *Store) Delete(ctx context.Context, k model.Key) (deleted bool, rev int64, err error) {
+	key := k.String()
+	for range maxAttempts {
+		cur, err := s.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		if err != nil {
+			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
+		}
+		if len(cur.Kvs) == 0 {
+			return false, cur.Header.Revision, nil
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		if err != nil {
+			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			return true, resp.Header.Revision, nil
+		}
+	}
+	return false, 0, fmt.Errorf("store: delete %s: %w", key, ErrConflict)
+}
+
+// List returns every object under /mesh/v1/ at one revision, and that revision.
+// Keys that do not parse or values that do not decode are returned in errs
+// and skipped, so one bad value cannot hide the rest of the mesh.
+func (s *Store) List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error) {
+	resp, err := s.cli.Get(ctx, model.Prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("store: list %s: %w", model.Prefix, err)
+	}
+	items = make([]model.Stored, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		k, err := model.ParseKey(string(kv.Key))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		o, err := model.Decode(k, kv.Value)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		items = append(items, model.Stored{Key: k, Object: o, ModRevision: kv.ModRevision})
+	}
+	return items, resp.Header.Revision, errs, nil
+}
+
+// Revision returns the store's current revision.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, model.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Watch calls fn with the changes under /mesh/v1/ of every revision after
+// fromRev, in revision order, one call per revision. It returns when ctx is
+// done (with ctx.Err()), when fn fails (with its error), or with
+// model.ErrCompacted when fromRev is no longer available.
+func (s *Store) Watch(ctx context.Context, fromRev int64, fn func([]*meshv1.ChangeEvent) error) error {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.cli.Watch(ctx, model.Prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev+1))
+	for resp := range wch {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			return fmt.Errorf("store: watch from %d, compacted at %d: %w", fromRev+1, resp.CompactRevision, model.ErrCompacted)
+		}
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("store: watch: %w", err)
+		}
+		// One response may carry several revisions; split it so that fn
+		// sees exactly one revision per call.
+		var batch []*meshv1.ChangeEvent
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			for i, ev := range batch {
+				ev.Index, ev.Count = int32(i), int32(len(batch))
+			}
+			err := fn(batch)
+			batch = nil
+			return err
+		}
+		for _, ev := range resp.Events {
+			rev := ev.Kv.ModRevision
+			if len(batch) > 0 && batch[0].Revision != rev {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			ce := &meshv1.ChangeEvent{Key: string(ev.Kv.Key), Revision: rev}
+			if ev.Type == mvccpb.DELETE {
+				ce.Type = meshv1.ChangeEvent_TYPE_DELETE
+			} else {
+				ce.Type = meshv1.ChangeEvent_TYPE_PUT
+				ce.Value = ev.Kv.Value
+			}
+			batch = append(batch, ce)
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("store: watch channel closed")
+}

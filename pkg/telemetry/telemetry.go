@@ -1,0 +1,142 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewLogger returns a structured logger writing to w at level ("debug",
+// "info", "warn", "error") in format ("text" or "json").
+func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("telemetry: log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("telemetry: log format %q: want text or json", format)
+}
+
+// NewRegistry returns a Prometheus registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Readiness tracks named conditions that must all hold before a process is
+// ready to serve.
+type Readiness struct {
+	mu     sync.Mutex
+	checks map[string]func() bool
+}
+
+// NewReadiness returns a Readiness waiting on the named conditions.
+func NewReadiness(names ...string) *Readiness {
+	r := &Readiness{checks: map[string]func() bool{}}
+	for _, n := range names {
+		r.Set(n, false)
+	}
+	return r
+}
+
+// Set records whether the named condition holds.
+func (r *Readiness) Set(name string, ok bool) {
+	r.Check(name, func() bool { return ok })
+}
+
+// Check makes the named condition hold whenever check returns true; check
+// is called on every Ready and must be cheap and safe for concurrent use.
+func (r *Readiness) Check(name string, check func() bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks[name] = check
+}
+
+// Ready reports whether every condition holds, and the ones that do not.
+func (r *Readiness) Ready() (bool, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var waiting []string
+	for n, check := range r.checks {
+		if !check() {
+			waiting = append(waiting, n)
+		}
+	}
+	slices.Sort(waiting)
+	return len(waiting) == 0, waiting
+}
+
+// Admin serves the operational HTTP endpoints.
+type Admin struct {
+	// Listener is where to serve; the caller creates it so it can print the
+	// bound address.
+	Listener net.Listener
+	Gatherer prometheus.Gatherer
+	Ready    *Readiness
+	// Debug adds handlers under their paths, for example "/debug/syncz".
+	Debug map[string]http.Handler
+	Log   *slog.Logger
+}
+
+// Handler returns the admin HTTP handler.
+func (a *Admin) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, waiting := a.Ready.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: waiting for %s\n", strings.Join(waiting, ", "))
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
+	for path, h := range a.Debug {
+		mux.Handle(path, h)
+	}
+	return mux
+}
+
+// Run serves until ctx is done, then shuts the server down gracefully.
+func (a *Admin) Run(ctx context.Context) error {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(a.Listener) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("telemetry: admin server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("telemetry: admin shutdown: %w", err)
+	}
+	return nil
+}

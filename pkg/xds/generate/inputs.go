@@ -1,0 +1,129 @@
+package generate
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+)
+
+// Proxy is the kind of client a resource is generated for.
+type Proxy int
+
+// The kinds of proxy.
+const (
+	// Envoy is an Envoy sidecar.
+	Envoy Proxy = iota
+	// Proxyless is a gRPC client with a built-in xDS client (grpc-go).
+	Proxyless
+)
+
+func (p Proxy) String() string {
+	if p == Proxyless {
+		return "proxyless"
+	}
+	return "envoy"
+}
+
+// Service is one service as the generators see it.
+type Service struct {
+	Namespace, Name string
+	Spec            *meshv1.Service
+	// Endpoints are the endpoints of every shard, merged; one address appears once.
+	Endpoints []*meshv1.Endpoint
+	// Policy is the DestinationRule for the service's host, if any.
+	Policy *meshv1.TrafficPolicy
+}
+
+// Route is one VirtualService as the generators see it.
+type Route struct {
+	Namespace, Name string
+	Rule            *meshv1.RouteRule
+}
+
+// Mesh is everything a generation reads, indexed for lookups. Build it with
+// NewMesh; it is read-only afterwards.
+type Mesh struct {
+	Services []*Service
+	Routes   []*Route
+	byHost   map[string]*Service
+	// routeByHost maps a host to the first route rule (by namespace/name)
+	// that names it.
+	routeByHost map[string]*Route
+}
+
+// NewMesh indexes services and routes. Services and routes are ordered by
+// namespace and name, and where two claim one host, the first wins.
+func NewMesh(services []*Service, routes []*Route) *Mesh {
+	m := &Mesh{
+		Services:    slices.Clone(services),
+		Routes:      slices.Clone(routes),
+		byHost:      map[string]*Service{},
+		routeByHost: map[string]*Route{},
+	}
+	slices.SortFunc(m.Services, func(a, b *Service) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	slices.SortFunc(m.Routes, func(a, b *Route) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, s := range m.Services {
+		for _, h := range s.Spec.Hostnames {
+			if _, taken := m.byHost[h]; !taken {
+				m.byHost[h] = s
+			}
+		}
+	}
+	for _, r := range m.Routes {
+		for _, h := range r.Rule.Hosts {
+			if _, taken := m.routeByHost[h]; !taken {
+				m.routeByHost[h] = r
+			}
+		}
+	}
+	return m
+}
+
+// Service returns the service that owns a host.
+func (m *Mesh) Service(host string) *Service { return m.byHost[host] }
+
+// ClusterName returns Istio's name for an outbound cluster.
+func ClusterName(port uint32, subset, host string) string {
+	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+}
+
+// ListenerName returns the name of the API listener a proxyless client asks
+// for when it dials xds:///<host>:<port>.
+func ListenerName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// isHTTP reports whether a port carries HTTP (including HTTP/2 and gRPC).
+func isHTTP(p *meshv1.Port) bool {
+	switch p.Protocol {
+	case meshv1.Protocol_PROTOCOL_HTTP, meshv1.Protocol_PROTOCOL_HTTP2, meshv1.Protocol_PROTOCOL_GRPC:
+		return true
+	}
+	return false
+}
+
+// port returns the service port with the number, or nil.
+func (s *Service) port(n uint32) *meshv1.Port {
+	for _, p := range s.Spec.Ports {
+		if p.Number == n {
+			return p
+		}
+	}
+	return nil
+}
+
+// subset returns the named subset of the service's policy, or nil.
+func (s *Service) subset(name string) *meshv1.Subset {
+	for _, sub := range s.Policy.GetSubsets() {
+		if sub.Name == name {
+			return sub
+		}
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package generate
+
+import (
+	"strconv"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// defaultRetryOn is what Istio retries on when a retry policy names nothing.
+const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+
+// Routes returns the route configurations a kind of proxy asks for: for
+// proxyless clients one per HTTP service port named "<host>:<port>", for
+// Envoy sidecars one per HTTP port named after the port, holding a virtual
+// host per service on that port.
+func Routes(m *Mesh, proxy Proxy) []*route.RouteConfiguration {
+	if proxy == Proxyless {
+		var out []*route.RouteConfiguration
+		forEachHTTPPort(m, func(s *Service, host string, p *meshv1.Port) {
+			name := ListenerName(host, p.Number)
+			out = append(out, &route.RouteConfiguration{
+				Name:         name,
+				VirtualHosts: []*route.VirtualHost{virtualHost(m, host, p.Number)},
+			})
+		})
+		return out
+	}
+	byPort := map[uint32]*route.RouteConfiguration{}
+	var out []*route.RouteConfiguration
+	forEachHTTPPort(m, func(s *Service, host string, p *meshv1.Port) {
+		rc := byPort[p.Number]
+		if rc == nil {
+			rc = &route.RouteConfiguration{Name: strconv.FormatUint(uint64(p.Number), 10), ValidateClusters: wrapperspb.Bool(false)}
+			byPort[p.Number] = rc
+			out = append(out, rc)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(m, host, p.Number))
+	})
+	return out
+}
+
+// forEachHTTPPort calls fn for every host and HTTP port of every service, in
+// service order.
+func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) {
+	for _, s := range m.Services {
+		for _, h := range s.Spec.Hostnames {
+			if m.Service(h) != s {
+				continue
+			}
+			for _, p := range s.Spec.Ports {
+				if isHTTP(p) {
+					fn(s, h, p)
+				}
+			}
+		}
+	}
+}
+
+// virtualHost routes the traffic for host:port: by the VirtualService that
+// names the host, else straight to the service.
+func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
+	name := ListenerName(host, port)
+	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
+	rr := m.routeByHost[host]
+	if rr == nil {
+		vh.Routes = []*route.Route{{
+			Name:   "default",
+			Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(port, "", host)}}},
+		}}
+		return vh
+	}
+	for _, h := range rr.Rule.Http {
+		action := routeAction(m, h, port)
+		if action == nil {
+			continue
+		}
+		matches := h.Match
+		if len(matches) == 0 {
+			matches = []*meshv1.HTTPMatch{nil}
+		}
+		for _, hm := range matches {
+			if hm.GetPort() != 0 && hm.GetPort() != port {
+				continue
+			}
+			vh.Routes = append(vh.Routes, &route.Route{
+				Name:   h.Name,
+				Match:  routeMatch(hm),
+				Action: &route.Route_Route{Route: action},
+			})
+		}
+	}
+	return vh
+}
+
+func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
+	rm := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
+	if hm == nil {
+		return rm
+	}
+	switch u := hm.Uri.GetKind().(type) {
+	case *meshv1.StringMatch_Exact:
+		rm.PathSpecifier = &route.RouteMatch_Path{Path: u.Exact}
+	case *meshv1.StringMatch_Prefix:
+		rm.PathSpecifier = &route.RouteMatch_Prefix{Prefix: u.Prefix}
+	case *meshv1.StringMatch_Regex:
+		rm.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
+	}
+	if hm.Method != nil {
+		rm.Headers = append(rm.Headers, headerMatcher(":method", hm.Method))
+	}
+	for _, name := range sortedKeys(hm.Headers) {
+		rm.Headers = append(rm.Headers, headerMatcher(name, hm.Headers[name]))
+	}
+	return rm
+}
+
+func headerMatcher(name string, m *meshv1.StringMatch) *route.HeaderMatcher {
+	sm := &matcher.StringMatcher{}
+	switch k := m.GetKind().(type) {
+	case *meshv1.StringMatch_Exact:
+		sm.MatchPattern = &matcher.StringMatcher_Exact{Exact: k.Exact}
+	case *meshv1.StringMatch_Prefix:
+		sm.MatchPattern = &matcher.StringMatcher_Prefix{Prefix: k.Prefix}
+	case *meshv1.StringMatch_Regex:
+		sm.MatchPattern = &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: k.Regex}}
+	}
+	return &route.HeaderMatcher{Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: sm}}
+}
+
+// routeAction sends a route's traffic to its destinations, weighted when
+// there are several. It returns nil when no destination resolves to a
+// service port, which validation at ingest makes rare.
+func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.RouteAction {
+	type target struct {
+		cluster string
+		weight  uint32
+	}
+	var targets []target
+	for _, d := range h.Route {
+		dst := d.GetDestination()
+		s := m.Service(dst.GetHost())
+		if s == nil {
+			continue
+		}
+		port := destinationPort(s, dst.GetPort(), listenerPort)
+		if port == 0 {
+			continue
+		}
+		if dst.GetSubset() != "" && s.subset(dst.GetSubset()) == nil {
+			continue
+		}
+		if len(h.Route) > 1 && d.Weight == 0 {
+			continue
+		}
+		targets = append(targets, target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1)})
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	a := &route.RouteAction{}
+	if len(targets) == 1 {
+		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: targets[0].cluster}
+	} else {
+		wc := &route.WeightedCluster{}
+		for _, t := range targets {
+			wc.Clusters = append(wc.Clusters, &route.WeightedCluster_ClusterWeight{Name: t.cluster, Weight: wrapperspb.UInt32(t.weight)})
+		}
+		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
+	}
+	if h.Timeout != nil {
+		a.Timeout = h.Timeout
+	}
+	if r := h.Retries; r != nil && r.Attempts > 0 {
+		retryOn := r.RetryOn
+		if retryOn == "" {
+			retryOn = defaultRetryOn
+		}
+		a.RetryPolicy = &route.RetryPolicy{RetryOn: retryOn, NumRetries: wrapperspb.UInt32(r.Attempts), PerTryTimeout: r.PerTryTimeout}
+	}
+	return a
+}
+
+// destinationPort picks the service port a destination means: the one it
+// names, else the port the traffic arrived on, else the service's only port.
+func destinationPort(s *Service, named, listenerPort uint32) uint32 {
+	switch {
+	case named != 0:
+		if s.port(named) != nil {
+			return named
+		}
+		return 0
+	case s.port(listenerPort) != nil:
+		return listenerPort
+	case len(s.Spec.Ports) == 1:
+		return s.Spec.Ports[0].Number
+	}
+	return 0
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Config configures a Server.
+type Config struct {
+	Cache gcpcache.Cache
+	Log   *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// DrainTimeout bounds the graceful stop. Default 10s.
+	DrainTimeout time.Duration
+	// GRPCOptions are added to the gRPC server's options (TLS credentials, for one).
+	GRPCOptions []grpc.ServerOption
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Cache == nil {
+		return errors.New("server: a cache is required")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	return nil
+}
+
+// Server is an xDS server.
+type Server struct {
+	cfg Config
+	m   metrics
+}
+
+type metrics struct {
+	streams   prometheus.Gauge
+	responses *prometheus.CounterVec
+	nacks     *prometheus.CounterVec
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_streams",
+			Help: "Open xDS streams."}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_responses_total",
+			Help: "xDS responses sent, by type."}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_nacks_total",
+			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.streams, m.responses, m.nacks} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
+	return &Server{cfg: cfg, m: m}, nil
+}
+
+// shortType turns a type URL into a metric label: "type.googleapis.com/envoy.config.cluster.v3.Cluster" → "Cluster".
+func shortType(typeURL string) string {
+	for i := len(typeURL) - 1; i >= 0; i-- {
+		if typeURL[i] == '.' || typeURL[i] == '/' {
+			return typeURL[i+1:]
+		}
+	}
+	return typeURL
+}
+
+func (s *Server) callbacks() xds.Callbacks {
+	open := func(context.Context, int64, string) error { s.m.streams.Inc(); return nil }
+	closed := func(int64, *core.Node) { s.m.streams.Dec() }
+	return xds.CallbackFuncs{
+		StreamOpenFunc:        open,
+		StreamClosedFunc:      closed,
+		DeltaStreamOpenFunc:   open,
+		DeltaStreamClosedFunc: closed,
+		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			if r.ErrorDetail != nil {
+				s.nack(id, r.GetNode().GetId(), r.TypeUrl, r.ResponseNonce, r.ErrorDetail.GetMessage())
+			}
+			return nil
+		},
+		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			if r.ErrorDetail != nil {
+				s.nack(id, r.GetNode().GetId(), r.TypeUrl, r.ResponseNonce, r.ErrorDetail.GetMessage())
+			}
+			return nil
+		},
+		StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
+		},
+		StreamDeltaResponseFunc: func(_ int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
+		},
+	}
+}
+
+func (s *Server) nack(stream int64, node, typeURL, nonce, msg string) {
+	s.m.nacks.WithLabelValues(shortType(typeURL)).Inc()
+	s.cfg.Log.Warn("proxy rejected a response", "stream", stream, "proxy", node, "type", shortType(typeURL), "nonce", nonce, "reason", msg)
+}
+
+// Run serves on lis until ctx is done.
+func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	opts := append([]grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, s.cfg.GRPCOptions...)
+	gs := grpc.NewServer(opts...)
+	xs := xds.NewServer(ctx, s.cfg.Cache, s.callbacks())
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xs)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
+	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xs)
+	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: serve: %w", err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.cfg.Log.Warn("drain timed out; closing the remaining streams", "timeout", s.cfg.DrainTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -142,7 +143,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
-			Log: log, Registerer: reg, Started: func(p *pusher.Pusher) { ps.Store(p) }}.Run(ctx)
+			Log: log, Registerer: reg, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)

@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -113,14 +115,27 @@ func validateEndpoints(e *meshv1.Endpoints) error {
 				return fieldErr(f+".ports."+name, "%d is not a port number", p)
 			}
 		}
-		// Two endpoints with one address would reach the same workload twice;
-		// grpc-go rejects such an assignment outright.
-		if j, dup := seen[ep.Address]; dup {
-			return fieldErr(f+".address", "%s is also endpoint %d", ep.Address, j)
+		// Two endpoints with one address and the same ports would reach one
+		// workload twice; grpc-go rejects such an assignment outright.
+		id := EndpointID(ep)
+		if j, dup := seen[id]; dup {
+			return fieldErr(f+".address", "%s with the same ports is also endpoint %d", ep.Address, j)
 		}
-		seen[ep.Address] = i
+		seen[id] = i
 	}
 	return nil
+}
+
+// EndpointID identifies the workload an endpoint reaches: its address and
+// its port mapping. Workloads may share an address (a VM running several)
+// when they listen on different ports.
+func EndpointID(ep *meshv1.Endpoint) string {
+	var b strings.Builder
+	b.WriteString(ep.Address)
+	for _, name := range slices.Sorted(maps.Keys(ep.Ports)) {
+		fmt.Fprintf(&b, " %s=%d", name, ep.Ports[name])
+	}
+	return b.String()
 }
 
 func validateRouteRule(r *meshv1.RouteRule) error {

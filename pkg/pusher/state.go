@@ -131,10 +131,10 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 		seen := map[string]bool{}
 		for _, sh := range shards {
 			for _, ep := range sh.eps {
-				// One address from two shards is one workload; grpc-go
+				// One workload seen by two shards is one endpoint; grpc-go
 				// rejects an assignment that lists it twice.
-				if !seen[ep.Address] {
-					seen[ep.Address] = true
+				if id := model.EndpointID(ep); !seen[id] {
+					seen[id] = true
 					svc.Endpoints = append(svc.Endpoints, ep)
 				}
 			}

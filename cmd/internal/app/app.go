@@ -145,9 +145,9 @@ type Pusher struct {
 	MaxDelay   time.Duration
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
-	// Started, when set, receives the pusher once it exists, so that the
-	// caller can watch what it generated.
-	Started func(*pusher.Pusher)
+	// Started, when set, receives the pusher and its cache once they exist,
+	// so that the caller can watch what they serve.
+	Started func(*pusher.Pusher, *cache.Cache)
 }
 
 // Run serves until ctx is done.
@@ -171,7 +171,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		return err
 	}
 	if p.Started != nil {
-		p.Started(ps)
+		p.Started(ps, c)
 	}
 	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer})
 	if err != nil {

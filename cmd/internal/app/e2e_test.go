@@ -1,0 +1,243 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/xds"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// backend is a real gRPC server on loopback; RPCs report which one served
+// them through the peer address.
+type backend struct {
+	addr string
+	port int
+}
+
+func startBackend(t *testing.T) backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
+}
+
+// cluster is the control plane under test: ingester (YAML source and
+// relay) and a pusher, on an embedded etcd and NATS.
+type controlPlane struct {
+	ads    string
+	cancel context.CancelFunc
+	g      *errgroup.Group
+}
+
+func startControlPlane(t *testing.T, meshDir string) *controlPlane {
+	t.Helper()
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := testutil.Log(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return app.Source{Etcd: cli, MeshDir: meshDir, Log: log}.Run(ctx) })
+	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
+	g.Go(func() error {
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log,
+			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
+	})
+	cp := &controlPlane{ads: lis.Addr().String(), cancel: cancel, g: g}
+	t.Cleanup(cp.stop)
+	return cp
+}
+
+func (cp *controlPlane) stop() {
+	cp.cancel()
+	_ = cp.g.Wait()
+}
+
+// dialXDS dials target through grpc-go's own xDS resolver, bootstrapped to
+// the pusher as a proxyless client of namespace demo.
+func dialXDS(t *testing.T, ads, target string) *grpc.ClientConn {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local",
+		         "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}
+	}`, ads)
+	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// call makes one real RPC and returns the address of the backend that served it.
+func call(conn *grpc.ClientConn) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var p peer.Peer
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+	if err != nil {
+		return "", err
+	}
+	return p.Addr.String(), nil
+}
+
+// spread makes n RPCs and counts them by backend; failed RPCs count under
+// their error.
+func spread(conn *grpc.ClientConn, n int) map[string]int {
+	got := map[string]int{}
+	for range n {
+		addr, err := call(conn)
+		if err != nil {
+			addr = "error: " + err.Error()
+		}
+		got[addr]++
+	}
+	return got
+}
+
+// allOn waits until n RPCs in a row land on want.
+func allOn(t *testing.T, conn *grpc.ClientConn, want string, what string) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		for i := range 20 {
+			addr, err := call(conn)
+			if err != nil {
+				return false, err.Error()
+			}
+			if addr != want {
+				return false, fmt.Sprintf("rpc %d served by %s", i, addr)
+			}
+		}
+		return true, ""
+	})
+}
+
+func writeMesh(t *testing.T, dir, name, content string) {
+	t.Helper()
+	// Write then rename, as editors and config managers do, so the source
+	// never reads half a file.
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const greeterService = `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: greeter, namespace: demo}
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  ports: [{number: 50051, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: greeter}}
+`
+
+func workloadEntry(name, version string, b backend) string {
+	return fmt.Sprintf(`
+apiVersion: networking.istio.io/v1beta1
+kind: WorkloadEntry
+metadata: {name: %s, namespace: demo}
+spec:
+  address: 127.0.0.1
+  ports: {grpc: %d}
+  labels: {app: greeter, version: %s}
+`, name, b.port, version)
+}
+
+const greeterSplit = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: demo}
+spec:
+  host: greeter
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: greeter, namespace: demo}
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  http:
+  - route:
+    - destination: {host: greeter, subset: v1}
+      weight: 80
+    - destination: {host: greeter, subset: v2}
+      weight: 20
+`
+
+func docs(parts ...string) string { return strings.Join(parts, "\n---\n") }
+
+// TestProxylessGRPCFollowsTheYAML runs the whole pipeline — YAML directory,
+// ingester, etcd, relay, NATS JetStream, pusher — and a real grpc-go client
+// routing real RPCs through what the pusher serves, while the YAML changes.
+func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	cp := startControlPlane(t, dir)
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+
+	allOn(t, conn, a.addr, "RPCs reach backend a, the only endpoint")
+
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b)))
+	allOn(t, conn, b.addr, "RPCs follow the endpoint to backend b")
+
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a),
+		workloadEntry("greeter-2", "v2", b), greeterSplit))
+	// The client may fail a few RPCs while it switches clusters (grpc-go
+	// swaps its cluster picker after its route table); once switched, every
+	// RPC succeeds and the split holds.
+	testutil.Eventually(t, 20*time.Second, "client uses both subsets", func() (bool, string) {
+		got := spread(conn, 50)
+		return got[a.addr] > 0 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 50, fmt.Sprint(got)
+	})
+	got := spread(conn, 500)
+	t.Logf("500 RPCs after the split: %v", got)
+	if got[a.addr]+got[b.addr] != 500 {
+		t.Fatalf("RPCs failed after the split took effect: %v", got)
+	}
+	// 500 draws of p=0.8 have a standard deviation of 1.8%: ±7% is nearly
+	// four of them.
+	if share := float64(got[a.addr]) / 500; share < 0.73 || share > 0.87 {
+		t.Errorf("subset v1 (backend a) got %.0f%% of the RPCs, want 80%%", 100*share)
+	}
+}

@@ -3,9 +3,9 @@ package model
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"

@@ -36,7 +36,9 @@ func freePort() (int, error) {
 func StartEtcd(dir string) (*Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(dir, "etcd")
-	cfg.LogLevel = "error"
+	// etcd logs its own orderly shutdown at error level; what matters
+	// reaches shardpilot through the client.
+	cfg.LogLevel = "fatal"
 	cfg.AutoCompactionMode = "revision"
 	cfg.AutoCompactionRetention = "100000"
 	var lastErr error

@@ -198,10 +198,11 @@ func keep(it model.Stored, problems []Problem) bool {
 	return false
 }
 
-// validate checks each object on its own and against the hosts the mesh
-// knows, stamps the source into the valid ones, and returns them with every
-// problem found.
+// validate de-duplicates objects by key, checks each on its own and against
+// the hosts the mesh knows, stamps the source into the valid ones, and
+// returns them with every problem found.
 func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Problem) ([]Object, []Problem) {
+	mine := map[model.Key]model.Stored{}
 	hosts := map[string]bool{}
 	addHosts := func(o model.Object) {
 		if svc, ok := o.(*meshv1.Service); ok {
@@ -211,10 +212,20 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 		}
 	}
 	for _, it := range stored {
-		if it.Object.GetOrigin().GetSource() != s.cfg.Source {
+		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
+			mine[it.Key] = it
+		} else {
 			addHosts(it.Object)
 		}
 	}
+	// A stored service that a problem keeps in effect still defines its hosts.
+	for _, it := range mine {
+		if keep(it, problems) {
+			addHosts(it.Object)
+		}
+	}
+	objs, problems = s.dedupe(objs, mine, problems)
+
 	var valid []Object
 	reject := func(o Object, err error) {
 		p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: string(o.Key.Kind) + " " + o.Key.Namespace + "/" + o.Key.Name, Reason: err.Error()}
@@ -225,6 +236,10 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 		k := o.Key
 		p.Keep = &k
 		problems = append(problems, p)
+		if it, ok := mine[k]; ok {
+			// The last valid version stays in effect, hosts and all.
+			addHosts(it.Object)
+		}
 	}
 	// Services first, so that routes are checked against the valid ones.
 	ordered := slices.Clone(objs)
@@ -232,6 +247,10 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 		return slices.Index(model.Kinds, a.Key.Kind) - slices.Index(model.Kinds, b.Key.Kind)
 	})
 	for _, o := range ordered {
+		if o.Object.GetOrigin() == nil {
+			problems = append(problems, Problem{Location: o.Key.String(), Reason: "internal: object has no origin"})
+			continue
+		}
 		if err := model.Validate(o.Object); err != nil {
 			reject(o, err)
 			continue
@@ -241,11 +260,58 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 			continue
 		}
 		addHosts(o.Object)
-		if o.Object.GetOrigin() == nil {
-			return nil, append(problems, Problem{Location: o.Key.String(), Reason: "internal: object has no origin"})
-		}
 		o.Object.GetOrigin().Source = s.cfg.Source
 		valid = append(valid, o)
 	}
 	return valid, problems
+}
+
+// dedupe keeps one object per key: the one already in effect (same
+// location as the stored object), else the first. The others are reported;
+// endpoints, which derive from a service, follow their service quietly.
+func (s *Syncer) dedupe(objs []Object, mine map[model.Key]model.Stored, problems []Problem) ([]Object, []Problem) {
+	byKey := map[model.Key][]int{}
+	for i, o := range objs {
+		byKey[o.Key] = append(byKey[o.Key], i)
+	}
+	drop := map[int]bool{}
+	for k, idx := range byKey {
+		if len(idx) < 2 {
+			continue
+		}
+		winner := idx[0]
+		if it, ok := mine[k]; ok {
+			for _, i := range idx {
+				if objs[i].Object.GetOrigin().GetLocation() == it.Object.GetOrigin().GetLocation() {
+					winner = i
+					break
+				}
+			}
+		}
+		for _, i := range idx {
+			if i == winner {
+				continue
+			}
+			drop[i] = true
+			if k.Kind == model.KindEndpoints {
+				continue
+			}
+			problems = append(problems, Problem{
+				Location: objs[i].Object.GetOrigin().GetLocation(),
+				Resource: string(k.Kind) + " " + k.Namespace + "/" + k.Name,
+				Field:    "metadata.name",
+				Reason:   "another object with this kind, namespace and name is defined at " + objs[winner].Object.GetOrigin().GetLocation() + "; this one is ignored",
+			})
+		}
+	}
+	if len(drop) == 0 {
+		return objs, problems
+	}
+	out := make([]Object, 0, len(objs)-len(drop))
+	for i, o := range objs {
+		if !drop[i] {
+			out = append(out, o)
+		}
+	}
+	return out, problems
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,4 +241,13 @@ func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
 	if share := float64(got[a.addr]) / 500; share < 0.73 || share > 0.87 {
 		t.Errorf("subset v1 (backend a) got %.0f%% of the RPCs, want 80%%", 100*share)
 	}
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

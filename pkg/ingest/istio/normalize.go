@@ -126,7 +126,7 @@ type normalizer struct {
 	opts     Options
 	objs     []ingest.Object
 	problems []ingest.Problem
-	// seen maps "<kind>/<namespace>/<name>" to the location that defined it.
+	// seen maps a workload entry's "<namespace>/<name>" to the location that defined it.
 	seen map[string]string
 }
 
@@ -191,16 +191,19 @@ func (n *normalizer) admit(in Input) bool {
 		n.problem(in, "metadata.name", "a name is required")
 	case !model.ValidHostname(r.Metadata.Name) || strings.Contains(r.Metadata.Name, "."):
 		n.problem(in, "metadata.name", "%q is not a DNS label", r.Metadata.Name)
-	default:
-		id := r.Kind + "/" + r.Metadata.Namespace + "/" + r.Metadata.Name
+	case r.Kind == KindWorkloadEntry:
+		// Workload entries have no key of their own; objects with a key
+		// are de-duplicated by the Syncer, which knows which one is in
+		// effect.
+		id := r.Metadata.Namespace + "/" + r.Metadata.Name
 		if first, dup := n.seen[id]; dup {
-			// The first definition stays in effect; do not keep the key for
-			// this one, which would hold back the first's updates.
 			n.problems = append(n.problems, ingest.Problem{Location: in.Location, Resource: in.name(),
-				Field: "metadata.name", Reason: "another " + r.Kind + " with this name and namespace is defined at " + first + "; this one is ignored"})
+				Field: "metadata.name", Reason: "another WorkloadEntry with this name and namespace is defined at " + first + "; this one is ignored"})
 			return false
 		}
 		n.seen[id] = in.Location
+		return true
+	default:
 		return true
 	}
 	return false

@@ -1,0 +1,144 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// runningPusher is a pusher replica the test can stop.
+type runningPusher struct {
+	p      *pusher.Pusher
+	c      *cache.Cache
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn) *runningPusher {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rp := &runningPusher{cancel: cancel, done: make(chan error, 1)}
+	started := make(chan struct{})
+	go func() {
+		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t),
+			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
+	}()
+	<-started
+	t.Cleanup(rp.stop)
+	return rp
+}
+
+func (rp *runningPusher) stop() {
+	rp.cancel()
+	<-rp.done
+	rp.done <- nil // a second stop returns at once
+}
+
+// content renders everything a pusher serves, for comparison.
+func (rp *runningPusher) content() []byte {
+	var b bytes.Buffer
+	for _, class := range append([]string{cache.Shared}, pusher.Classes...) {
+		types := pusher.ClassTypes
+		if class == cache.Shared {
+			types = pusher.SharedTypes
+		}
+		for _, typ := range types {
+			res := rp.c.Resources(class, typ)
+			for _, name := range sortedNames(res) {
+				raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(res[name])
+				fmt.Fprintf(&b, "%s %s %s %x\n", class, typ, name, raw)
+			}
+		}
+	}
+	return b.Bytes()
+}
+
+func waitConverged(t *testing.T, cli *clientv3.Client, what string, ps ...*runningPusher) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		rev, err := store.New(cli).Revision(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := fmt.Sprintf("store at %d; pushers at", rev)
+		ok := true
+		for _, p := range ps {
+			seen += fmt.Sprintf(" %d", p.p.GeneratedRevision())
+			ok = ok && p.p.GeneratedRevision() == rev
+		}
+		return ok, seen
+	})
+}
+
+// TestRestartedPusherConverges stops one pusher replica, changes the mesh
+// while it is down and while NATS is down too, then starts a fresh replica:
+// it must serve exactly what the replica that stayed up serves.
+func TestRestartedPusherConverges(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+
+	_, cli := testutil.Etcd(t)
+	natsDir := t.TempDir()
+	ns, err := embedded.StartNATS(natsDir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ns.Port()
+	t.Cleanup(func() { ns.Close() })
+	nc := testutil.Connect(t, ns.URL)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
+	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
+	defer func() { cancel(); <-srcDone; <-relayDone }()
+
+	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)
+	waitConverged(t, cli, "both pushers load the mesh", p1, p2)
+	p2.stop()
+
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b)))
+	waitConverged(t, cli, "the running pusher follows an endpoint move", p1)
+
+	// NATS goes down; the mesh changes in etcd meanwhile; NATS comes back.
+	before, _ := store.New(cli).Revision(context.Background())
+	ns.Close()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a),
+		workloadEntry("greeter-2", "v2", b), greeterSplit))
+	testutil.Eventually(t, 20*time.Second, "the ingester writes etcd while NATS is down", func() (bool, string) {
+		rev, _ := store.New(cli).Revision(context.Background())
+		return rev > before+2, fmt.Sprint(rev)
+	})
+	ns, err = embedded.StartNATS(natsDir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p3 := startPusher(t, cli, nc)
+	waitConverged(t, cli, "the replica that stayed up and a fresh one reach the store's revision", p1, p3)
+	if c1, c3 := p1.content(), p3.content(); !bytes.Equal(c1, c3) {
+		t.Fatalf("replicas serve different resources:\nstayed up:\n%s\nrestarted:\n%s", c1, c3)
+	}
+	if len(p1.content()) == 0 {
+		t.Fatal("the pushers serve nothing")
+	}
+}

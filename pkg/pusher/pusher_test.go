@@ -1,0 +1,174 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+)
+
+// scriptedLoader serves loads from a list; an error entry fails that load.
+type scriptedLoader struct {
+	mu    sync.Mutex
+	loads []func() ([]model.Stored, int64, error)
+	calls int
+}
+
+func (l *scriptedLoader) List(context.Context) ([]model.Stored, int64, []error, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.loads[min(l.calls, len(l.loads)-1)]
+	l.calls++
+	items, rev, err := f()
+	return items, rev, nil, err
+}
+
+// scriptedFeed delivers one batch of events per Consume call, then ends the
+// call with the batch's error (or blocks when it has none).
+type scriptedFeed struct {
+	mu      sync.Mutex
+	batches []feedBatch
+	calls   int
+}
+
+type feedBatch struct {
+	events []*meshv1.ChangeEvent
+	end    error
+}
+
+func (f *scriptedFeed) LastSeq(context.Context) (uint64, error) { return 0, nil }
+
+func (f *scriptedFeed) Consume(ctx context.Context, _ uint64, fn func(uint64, *meshv1.ChangeEvent) error) error {
+	f.mu.Lock()
+	var b feedBatch
+	if f.calls < len(f.batches) {
+		b = f.batches[f.calls]
+	}
+	f.calls++
+	f.mu.Unlock()
+	for i, ev := range b.events {
+		if err := fn(uint64(i+1), ev); err != nil {
+			return err
+		}
+	}
+	if b.end != nil {
+		return b.end
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// recordingSink keeps the last resources per class and type.
+type recordingSink struct {
+	mu  sync.Mutex
+	got map[string]map[string]types.Resource
+}
+
+func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got == nil {
+		s.got = map[string]map[string]types.Resource{}
+	}
+	s.got[class+"|"+typeURL] = res
+	return len(res), 0, nil
+}
+
+func (s *recordingSink) clusters() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.got["envoy|"+resource.ClusterType] {
+		names = append(names, n)
+	}
+	return names
+}
+
+func stored(name string, port uint32) model.Stored {
+	return model.Stored{
+		Key: model.Key{Kind: model.KindService, Namespace: "ns", Name: name},
+		Object: &meshv1.Service{
+			Hostnames:  []string{name + ".ns.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "http", Number: port, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
+		},
+		ModRevision: 1,
+	}
+}
+
+func TestPusherReloadsOnGapAndResync(t *testing.T) {
+	tests := map[string]feedBatch{
+		"a gap in the stream":    {end: model.ErrGap},
+		"a resync past the load": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: 20}}},
+	}
+	for name, first := range tests {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+					func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+					func() ([]model.Stored, int64, error) { return []model.Stored{stored("b", 80)}, 20, nil },
+				}}
+				sink := &recordingSink{}
+				p, err := New(Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{first}}, Sink: sink})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error)
+				go func() { done <- p.Run(ctx) }()
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				if loader.calls != 2 {
+					t.Errorf("loaded %d times, want 2", loader.calls)
+				}
+				if got := sink.clusters(); len(got) != 1 || got[0] != "outbound|80||b.ns.svc.cluster.local" {
+					t.Errorf("serving clusters %v, want only b's", got)
+				}
+				if p.GeneratedRevision() != 20 {
+					t.Errorf("generated revision %d, want 20", p.GeneratedRevision())
+				}
+				cancel()
+				<-done
+			})
+		})
+	}
+}
+
+func TestPusherKeepsServingWhileTheStoreIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := errors.New("etcd unavailable")
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+			func() ([]model.Stored, int64, error) { return nil, 0, down },
+		}}
+		sink := &recordingSink{}
+		feed := &scriptedFeed{batches: []feedBatch{{end: errors.New("nats: connection closed")}}}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if loader.calls < 3 {
+			t.Errorf("loaded %d times, want retries while the store is down", loader.calls)
+		}
+		if got := sink.clusters(); len(got) != 1 || got[0] != "outbound|80||a.ns.svc.cluster.local" {
+			t.Errorf("serving clusters %v, want a's, the last known config", got)
+		}
+		cancel()
+		<-done
+	})
+}
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -2,8 +2,10 @@ package istio
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -217,7 +219,8 @@ func (n *normalizer) decode(in Input, spec any) bool {
 	}
 	strict, err := kjson.UnmarshalStrict(in.Resource.Spec, spec)
 	if err != nil {
-		n.problem(in, "spec", "%s", describeJSONError(err))
+		field, reason := describeJSONError(err)
+		n.problem(in, field, "%s", reason)
 		return false
 	}
 	if len(strict) > 0 {
@@ -231,11 +234,32 @@ func (n *normalizer) decode(in Input, spec any) bool {
 	return true
 }
 
-func describeJSONError(err error) string {
-	if te, ok := err.(*json.UnmarshalTypeError); ok {
-		return fmt.Sprintf("field %s: %s is not a %s", "spec."+te.Field, te.Value, te.Type)
+// describeJSONError turns a decoding error into the field it concerns and
+// a reason in YAML's terms rather than Go's.
+func describeJSONError(err error) (field, reason string) {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return "spec." + te.Field, fmt.Sprintf("a %s where %s is expected", te.Value, yamlType(te.Type))
 	}
-	return err.Error()
+	return "spec", err.Error()
+}
+
+func yamlType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "a mapping"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	}
+	return t.String()
 }
 
 func (n *normalizer) origin(in Input) *meshv1.Origin {

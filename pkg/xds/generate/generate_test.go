@@ -1,0 +1,111 @@
+package generate_test
+
+import (
+	"testing"
+
+	"github.com/shardpilot/shardpilot/internal/golden"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func exact(s string) *meshv1.StringMatch {
+	return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Exact{Exact: s}}
+}
+
+// testMesh has an HTTP service with subsets, locality and weights, routed by
+// a VirtualService; a gRPC service routed straight; and a passthrough
+// service without endpoints.
+func testMesh() *generate.Mesh {
+	reviews := &generate.Service{
+		Namespace: "bookinfo", Name: "reviews",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"reviews.bookinfo.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "http", Number: 9080, Protocol: meshv1.Protocol_PROTOCOL_HTTP, TargetPort: 8080}},
+		},
+		Endpoints: []*meshv1.Endpoint{
+			{Address: "10.0.0.1", Labels: map[string]string{"version": "v1"}, Locality: &meshv1.Locality{Region: "us-east1", Zone: "b"}, Weight: 3, Health: meshv1.Health_HEALTH_HEALTHY},
+			{Address: "10.0.0.2", Labels: map[string]string{"version": "v2"}, Locality: &meshv1.Locality{Region: "us-east1", Zone: "c"}, Ports: map[string]uint32{"http": 18080}},
+			{Address: "10.0.0.3", Labels: map[string]string{"version": "v2"}, Locality: &meshv1.Locality{Region: "us-east1", Zone: "c"}, Health: meshv1.Health_HEALTH_DRAINING},
+		},
+		Policy: &meshv1.TrafficPolicy{
+			Host:         "reviews.bookinfo.svc.cluster.local",
+			LoadBalancer: meshv1.LoadBalancer_LOAD_BALANCER_LEAST_REQUEST,
+			Subsets: []*meshv1.Subset{
+				{Name: "v1", Labels: map[string]string{"version": "v1"}},
+				{Name: "v2", Labels: map[string]string{"version": "v2"}, LoadBalancer: meshv1.LoadBalancer_LOAD_BALANCER_RANDOM},
+			},
+		},
+	}
+	greeter := &generate.Service{
+		Namespace: "demo", Name: "greeter",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"greeter.demo.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "grpc", Number: 50051, Protocol: meshv1.Protocol_PROTOCOL_GRPC}},
+		},
+		Endpoints: []*meshv1.Endpoint{{Address: "10.1.0.1"}},
+	}
+	external := &generate.Service{
+		Namespace: "shop", Name: "payments",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"api.payments.example.com"},
+			Resolution: meshv1.Resolution_RESOLUTION_NONE,
+			Ports:      []*meshv1.Port{{Name: "tls", Number: 443, Protocol: meshv1.Protocol_PROTOCOL_TLS}},
+		},
+	}
+	route := &generate.Route{Namespace: "bookinfo", Name: "reviews", Rule: &meshv1.RouteRule{
+		Hosts: []string{"reviews.bookinfo.svc.cluster.local"},
+		Http: []*meshv1.HTTPRoute{
+			{
+				Name: "jason",
+				Match: []*meshv1.HTTPMatch{
+					{Headers: map[string]*meshv1.StringMatch{"end-user": exact("jason")}, Method: exact("GET"),
+						Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/reviews"}}},
+					{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Regex{Regex: "/v[0-9]+/reviews"}}},
+					{Uri: exact("/elsewhere"), Port: 80}, // another port: not on this listener
+				},
+				Route:   []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v2"}}},
+				Timeout: durationpb.New(1500e6),
+				Retries: &meshv1.RetryPolicy{Attempts: 3, PerTryTimeout: durationpb.New(250e6)},
+			},
+			{
+				Name: "split",
+				Route: []*meshv1.RouteDestination{
+					{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v1"}, Weight: 75},
+					{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v2"}, Weight: 25},
+				},
+			},
+		},
+	}}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external}, []*generate.Route{route})
+}
+
+type validatable interface {
+	proto.Message
+	Validate() error
+}
+
+func check[R validatable](t *testing.T, name string, resources []R) {
+	t.Helper()
+	out := make([]any, 0, len(resources))
+	for _, r := range resources {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		out = append(out, golden.Proto(t, r))
+	}
+	golden.Check(t, name, golden.JSON(t, out))
+}
+
+func TestGenerate(t *testing.T) {
+	m := testMesh()
+	check(t, "endpoints.json", generate.LoadAssignments(m))
+	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
+		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))
+		check(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy))
+		check(t, "routes-"+proxy.String()+".json", generate.Routes(m, proxy))
+	}
+}

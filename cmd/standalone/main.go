@@ -29,45 +29,41 @@ import (
 )
 
 type config struct {
-	meshDir, adsAddr, adminAddr, dataDir string
-	domainSuffix, logLevel, logFormat    string
-	quiet, maxDelay                      time.Duration
+	cli.Common
+	meshDir, adsAddr, dataDir, domainSuffix string
+	quiet, maxDelay                         time.Duration
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
+		stop()
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+func run(ctx context.Context, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("standalone", flag.ContinueOnError)
 	fs.StringVar(&c.meshDir, "mesh-dir", "examples/mesh", "directory of Istio YAML (ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Sidecar) to serve")
 	fs.StringVar(&c.adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
-	fs.StringVar(&c.adminAddr, "admin-addr", ":15014", "address to serve /healthz, /readyz and /metrics on")
+	c.Register(fs, ":15014")
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the embedded etcd and NATS data (default a temporary directory, removed on exit)")
 	fs.StringVar(&c.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.DurationVar(&c.quiet, "debounce-quiet", 100*time.Millisecond, "quiet period before changes are pushed")
 	fs.DurationVar(&c.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	if err := cli.Parse(fs, "shardpilot standalone: embedded etcd and NATS, the ingester and a pusher in one process.", args); err != nil {
 		return err
 	}
-	log, err := telemetry.NewLogger(os.Stderr, c.logLevel, c.logFormat)
+	log, err := telemetry.NewLogger(os.Stderr, c.LogLevel, c.LogFormat)
 	if err != nil {
 		return err
 	}
 	if st, err := os.Stat(c.meshDir); err != nil || !st.IsDir() {
 		return fmt.Errorf("--mesh-dir %q is not a directory", c.meshDir)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serve(ctx, c, log)
 }
 
@@ -107,7 +103,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--ads-addr: %w", err)
 	}
-	adminLis, err := net.Listen("tcp", c.adminAddr)
+	adminLis, err := net.Listen("tcp", c.AdminAddr)
 	if err != nil {
 		adsLis.Close()
 		return fmt.Errorf("--admin-addr: %w", err)

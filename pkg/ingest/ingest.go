@@ -17,6 +17,16 @@ import (
 type Object struct {
 	Key    model.Key
 	Object model.Object
+	// Resource names the input as its user knows it, for example
+	// "VirtualService demo/greeter"; the key's kind and name when empty.
+	Resource string
+}
+
+func (o Object) resource() string {
+	if o.Resource != "" {
+		return o.Resource
+	}
+	return string(o.Key.Kind) + " " + o.Key.Namespace + "/" + o.Key.Name
 }
 
 // Problem is an input a source could not turn into a valid object.
@@ -228,7 +238,7 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 
 	var valid []Object
 	reject := func(o Object, err error) {
-		p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: string(o.Key.Kind) + " " + o.Key.Namespace + "/" + o.Key.Name, Reason: err.Error()}
+		p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: o.resource(), Reason: err.Error()}
 		var fe *model.FieldError
 		if errors.As(err, &fe) {
 			p.Field, p.Reason = fe.Field, fe.Reason
@@ -298,7 +308,7 @@ func (s *Syncer) dedupe(objs []Object, mine map[model.Key]model.Stored, problems
 			}
 			problems = append(problems, Problem{
 				Location: objs[i].Object.GetOrigin().GetLocation(),
-				Resource: string(k.Kind) + " " + k.Namespace + "/" + k.Name,
+				Resource: objs[i].resource(),
 				Field:    "metadata.name",
 				Reason:   "another object with this kind, namespace and name is defined at " + objs[winner].Object.GetOrigin().GetLocation() + "; this one is ignored",
 			})

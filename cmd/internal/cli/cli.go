@@ -53,3 +53,41 @@ func Usage(w io.Writer, fs *flag.FlagSet, summary string) {
 		fmt.Fprintf(w, "  --%s  $%s%s\n      %s\n", f.Name, EnvName(f.Name), def, f.Usage)
 	})
 }
+
+// Common holds the flags every command has.
+type Common struct {
+	LogLevel, LogFormat string
+	AdminAddr           string
+}
+
+// Register adds the common flags, with the command's admin address default.
+func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
+	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz and /metrics on")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+}
+
+// Remote holds the flags of a command that talks to external etcd and NATS.
+type Remote struct {
+	EtcdEndpoints string
+	NATSURL       string
+	Stream        string
+}
+
+// Register adds the flags for reaching etcd and NATS.
+func (r *Remote) Register(fs *flag.FlagSet) {
+	fs.StringVar(&r.EtcdEndpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd client URLs")
+	fs.StringVar(&r.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL (comma-separated for a cluster)")
+	fs.StringVar(&r.Stream, "stream", "SHARDPILOT_MESH", "JetStream stream that carries mesh changes")
+}
+
+// Endpoints returns the etcd endpoints as a list.
+func (r *Remote) Endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(r.EtcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}

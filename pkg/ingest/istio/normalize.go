@@ -272,7 +272,7 @@ func (n *normalizer) origin(in Input) *meshv1.Origin {
 
 func (n *normalizer) emit(in Input, o model.Object) {
 	k, _ := keyOf(in.Resource)
-	n.objs = append(n.objs, ingest.Object{Key: k, Object: o})
+	n.objs = append(n.objs, ingest.Object{Key: k, Object: o, Resource: in.name()})
 }
 
 // fqdn completes a short host name the way Istio does.

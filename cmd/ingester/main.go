@@ -1,0 +1,83 @@
+// Command ingester reads the mesh's sources — for now a directory of Istio
+// YAML — normalizes them into etcd, and relays every committed change to
+// NATS JetStream for the pushers.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/cmd/internal/cli"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"golang.org/x/sync/errgroup"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "ingester:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	var common cli.Common
+	var remote cli.Remote
+	var meshDir, domainSuffix string
+	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
+	common.Register(fs, ":15015")
+	remote.Register(fs)
+	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest (required)")
+	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
+	if err := cli.Parse(fs, "shardpilot ingester: sources → etcd, and etcd → NATS JetStream.", args); err != nil {
+		return err
+	}
+	if meshDir == "" {
+		return errors.New("--mesh-dir is required")
+	}
+	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
+	if err != nil {
+		return err
+	}
+	etcd, err := app.DialEtcd(remote.Endpoints())
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	nc, err := app.DialNATS(remote.NATSURL, "shardpilot-ingester", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	adminLis, err := net.Listen("tcp", common.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	log.Info("admin listening", "addr", adminLis.Addr().String())
+
+	reg := telemetry.NewRegistry()
+	ready := telemetry.NewReadiness("mesh directory synced")
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return app.Source{Etcd: etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Log: log, Registerer: reg,
+			OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
+	})
+	g.Go(func() error {
+		return app.Relay{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, Log: log, Registerer: reg}.Run(ctx)
+	})
+	g.Go(func() error {
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+	})
+	return g.Wait()
+}

@@ -1,0 +1,90 @@
+// Command pusher serves xDS to Envoy sidecars and proxyless gRPC clients
+// from the mesh in etcd, following its changes on NATS JetStream. Pushers
+// are stateless: run as many as the proxies need.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/cmd/internal/cli"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"golang.org/x/sync/errgroup"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "pusher:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	var common cli.Common
+	var remote cli.Remote
+	var adsAddr string
+	var quiet, maxDelay time.Duration
+	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
+	common.Register(fs, ":15014")
+	remote.Register(fs)
+	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.DurationVar(&quiet, "debounce-quiet", 100*time.Millisecond, "quiet period before changes are pushed")
+	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
+	if err != nil {
+		return err
+	}
+	etcd, err := app.DialEtcd(remote.Endpoints())
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	nc, err := app.DialNATS(remote.NATSURL, "shardpilot-pusher", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	adsLis, err := net.Listen("tcp", adsAddr)
+	if err != nil {
+		return fmt.Errorf("--ads-addr: %w", err)
+	}
+	adminLis, err := net.Listen("tcp", common.AdminAddr)
+	if err != nil {
+		adsLis.Close()
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	log.Info("ADS listening", "addr", adsLis.Addr().String())
+	log.Info("admin listening", "addr", adminLis.Addr().String())
+
+	reg := telemetry.NewRegistry()
+	ready := telemetry.NewReadiness()
+	var ps atomic.Pointer[pusher.Pusher]
+	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay,
+			Log: log, Registerer: reg, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
+	})
+	g.Go(func() error {
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+	})
+	return g.Wait()
+}

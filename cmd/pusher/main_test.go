@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestSeparateProcesses runs the ingester binary and a pusher as separate
+// parts against etcd and NATS servers of their own, as in production: the
+// pusher serves the example mesh that only the ingester read.
+func TestSeparateProcesses(t *testing.T) {
+	etcd, _ := testutil.Etcd(t)
+	nats, _ := testutil.NATS(t)
+	bin := filepath.Join(t.TempDir(), "ingester")
+	build := exec.Command("go", "build", "-o", bin, "../ingester")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the ingester: %v\n%s", err, out)
+	}
+	ingesterAdmin := freeAddr(t)
+	ingester := exec.Command(bin, "--mesh-dir", "../../examples/mesh")
+	ingester.Env = append(os.Environ(),
+		"SHARDPILOT_ETCD_ENDPOINTS="+etcd.Endpoint,
+		"SHARDPILOT_NATS_URL="+nats.URL,
+		"SHARDPILOT_ADMIN_ADDR="+ingesterAdmin)
+	if testing.Verbose() {
+		ingester.Stderr = os.Stderr
+	} else {
+		ingester.Stderr = io.Discard
+	}
+	if err := ingester.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = ingester.Process.Signal(os.Interrupt)
+		_ = ingester.Wait()
+	}()
+
+	admin := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
+			"--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pusher: %v", err)
+		}
+	}()
+
+	testutil.Eventually(t, 30*time.Second, "the ingester is ready", func() (bool, string) {
+		code, body := get("http://" + ingesterAdmin + "/readyz")
+		return code == http.StatusOK, fmt.Sprint(code, body)
+	})
+	testutil.Eventually(t, 30*time.Second, "the pusher serves the example mesh", func() (bool, string) {
+		_, body := get("http://" + admin + "/metrics")
+		// The example has the reviews service with two subsets and the
+		// greeter: 3 + 1 clusters.
+		want := `shardpilot_pusher_resources{class="proxyless",type="Cluster"} 4`
+		return strings.Contains(body, want), want + " not in /metrics"
+	})
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// syncBuffer is a log sink the test can read while the process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServeExampleMesh runs the standalone mode on examples/mesh, as
+// `make run` does: it says where ADS and the admin port listen, and /readyz
+// turns 200 once the example mesh is loaded.
+func TestServeExampleMesh(t *testing.T) {
+	var logs syncBuffer
+	log, err := telemetry.NewLogger(&logs, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := freeAddr(t)
+	c := config{meshDir: "../../examples/mesh", adsAddr: "127.0.0.1:0",
+		quiet: 100 * time.Millisecond, maxDelay: time.Second, domainSuffix: "cluster.local"}
+	c.AdminAddr = admin
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, log) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	var body string
+	testutil.Eventually(t, 30*time.Second, "/readyz answers 200", func() (bool, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
+	for _, want := range []string{`msg="ADS listening" addr=127.0.0.1:`, `msg="admin listening" addr=` + admin} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not say %s:\n%s", want, logs.String())
+		}
+	}
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(metrics), `shardpilot_ingest_objects{kind="services",source="yaml"} 2`) {
+		t.Errorf("metrics do not count the example's two services; /readyz said %q", body)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		env     map[string]string
+		wantErr string
+	}{
+		"help":                   {args: []string{"--help"}, wantErr: flag.ErrHelp.Error()},
+		"mesh dir missing":       {args: []string{"--mesh-dir", "/does/not/exist"}, wantErr: `--mesh-dir "/does/not/exist" is not a directory`},
+		"bad duration from env":  {env: map[string]string{"SHARDPILOT_DEBOUNCE_QUIET": "soon"}, wantErr: "$SHARDPILOT_DEBOUNCE_QUIET (twin of --debounce-quiet)"},
+		"bad log level":          {args: []string{"--log-level", "loud"}, wantErr: `log level "loud"`},
+		"stray argument":         {args: []string{"extra"}, wantErr: "unexpected arguments: extra"},
+		"env twin of a bad path": {env: map[string]string{"SHARDPILOT_MESH_DIR": "/nope"}, wantErr: `--mesh-dir "/nope"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			err := run(context.Background(), tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.wantErr)
+			}
+			if tc.wantErr == flag.ErrHelp.Error() && !errors.Is(err, flag.ErrHelp) {
+				t.Fatal("want flag.ErrHelp")
+			}
+		})
+	}
+}

@@ -1,0 +1,42 @@
+package cache
+
+import (
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
+	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
+		Classify: func(*core.Node) string { return "a" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := func(name string, ms int64) types.Resource {
+		return &cluster.Cluster{Name: name, LbPolicy: cluster.Cluster_LbPolicy(ms)}
+	}
+	steps := []struct {
+		res                  map[string]types.Resource
+		wantChanged, wantDel int
+	}{
+		{map[string]types.Resource{"x": cl("x", 0), "y": cl("y", 0)}, 2, 0},
+		{map[string]types.Resource{"x": cl("x", 0), "y": cl("y", 0)}, 0, 0},
+		{map[string]types.Resource{"x": cl("x", 1), "y": cl("y", 0)}, 1, 0},
+		{map[string]types.Resource{"x": cl("x", 1)}, 0, 1},
+	}
+	for i, s := range steps {
+		changed, removed, err := c.Update("a", resource.ClusterType, s.res)
+		if err != nil || changed != s.wantChanged || removed != s.wantDel {
+			t.Errorf("step %d: changed %d removed %d (%v), want %d and %d", i, changed, removed, err, s.wantChanged, s.wantDel)
+		}
+	}
+	if got := c.Resources("a", resource.ClusterType); len(got) != 1 {
+		t.Errorf("cache holds %d resources, want 1", len(got))
+	}
+	if _, _, err := c.Update("b", resource.ClusterType, nil); err == nil {
+		t.Error("an unknown class must be an error")
+	}
+}

@@ -7,11 +7,7 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"net"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/cmd/internal/cli"
@@ -21,15 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "ingester:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("ingester", run) }
 
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
@@ -50,21 +38,16 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	etcd, err := app.DialEtcd(remote.Endpoints())
+	conns, err := app.Connect(remote.Endpoints(), remote.NATSURL, "shardpilot-ingester", log)
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
-	nc, err := app.DialNATS(remote.NATSURL, "shardpilot-ingester", log)
+	defer conns.Close()
+	etcd, nc := conns.Etcd, conns.NATS
+	adminLis, err := cli.Listen(log, "admin", "admin-addr", common.AdminAddr)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	adminLis, err := net.Listen("tcp", common.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("--admin-addr: %w", err)
-	}
-	log.Info("admin listening", "addr", adminLis.Addr().String())
 
 	reg := telemetry.NewRegistry()
 	ready := telemetry.NewReadiness("mesh directory synced")

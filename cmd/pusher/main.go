@@ -5,14 +5,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"net"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
@@ -24,15 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "pusher:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("pusher", run) }
 
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
@@ -52,27 +39,21 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	etcd, err := app.DialEtcd(remote.Endpoints())
+	conns, err := app.Connect(remote.Endpoints(), remote.NATSURL, "shardpilot-pusher", log)
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
-	nc, err := app.DialNATS(remote.NATSURL, "shardpilot-pusher", log)
+	defer conns.Close()
+	etcd, nc := conns.Etcd, conns.NATS
+	adsLis, err := cli.Listen(log, "ADS", "ads-addr", adsAddr)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	adsLis, err := net.Listen("tcp", adsAddr)
-	if err != nil {
-		return fmt.Errorf("--ads-addr: %w", err)
-	}
-	adminLis, err := net.Listen("tcp", common.AdminAddr)
+	adminLis, err := cli.Listen(log, "admin", "admin-addr", common.AdminAddr)
 	if err != nil {
 		adsLis.Close()
-		return fmt.Errorf("--admin-addr: %w", err)
+		return err
 	}
-	log.Info("ADS listening", "addr", adsLis.Addr().String())
-	log.Info("admin listening", "addr", adminLis.Addr().String())
 
 	reg := telemetry.NewRegistry()
 	ready := telemetry.NewReadiness()

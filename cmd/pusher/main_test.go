@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,16 +16,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
@@ -49,7 +38,7 @@ func TestSeparateProcesses(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the ingester: %v\n%s", err, out)
 	}
-	ingesterAdmin := freeAddr(t)
+	ingesterAdmin := testutil.FreeAddr(t)
 	ingester := exec.Command(bin, "--mesh-dir", "../../examples/mesh")
 	ingester.Env = append(os.Environ(),
 		"SHARDPILOT_ETCD_ENDPOINTS="+etcd.Endpoint,
@@ -68,7 +57,7 @@ func TestSeparateProcesses(t *testing.T) {
 		_ = ingester.Wait()
 	}()
 
-	admin := freeAddr(t)
+	admin := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -6,15 +6,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
@@ -34,15 +30,7 @@ type config struct {
 	quiet, maxDelay                         time.Duration
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "standalone:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("standalone", run) }
 
 func run(ctx context.Context, args []string) error {
 	var c config
@@ -88,28 +76,22 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	defer nats.Close()
 	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir)
 
-	cli, err := app.DialEtcd([]string{etcd.Endpoint})
+	conns, err := app.Connect([]string{etcd.Endpoint}, nats.URL, "shardpilot-standalone", log)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	nc, err := app.DialNATS(nats.URL, "shardpilot-standalone", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+	defer conns.Close()
+	etcdCli, nc := conns.Etcd, conns.NATS
 
-	adsLis, err := net.Listen("tcp", c.adsAddr)
+	adsLis, err := cli.Listen(log, "ADS", "ads-addr", c.adsAddr)
 	if err != nil {
-		return fmt.Errorf("--ads-addr: %w", err)
+		return err
 	}
-	adminLis, err := net.Listen("tcp", c.AdminAddr)
+	adminLis, err := cli.Listen(log, "admin", "admin-addr", c.AdminAddr)
 	if err != nil {
 		adsLis.Close()
-		return fmt.Errorf("--admin-addr: %w", err)
+		return err
 	}
-	log.Info("ADS listening", "addr", adsLis.Addr().String())
-	log.Info("admin listening", "addr", adminLis.Addr().String(), "endpoints", "/healthz /readyz /metrics")
 
 	reg := telemetry.NewRegistry()
 	ready := telemetry.NewReadiness()
@@ -126,7 +108,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	busCfg := bus.Config{}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Source{Etcd: cli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Registerer: reg,
+		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Registerer: reg,
 			OnSynced: func(r ingest.Result) {
 				if !synced.Load() {
 					syncedRev.Store(r.Revision)
@@ -135,10 +117,10 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 			}}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Relay{Etcd: cli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Run(ctx)
+		return app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
+		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
 			Log: log, Registerer: reg, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

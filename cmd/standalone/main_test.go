@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -38,16 +37,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestServeExampleMesh runs the standalone mode on examples/mesh, as
 // `make run` does: it says where ADS and the admin port listen, and /readyz
 // turns 200 once the example mesh is loaded.
@@ -57,7 +46,7 @@ func TestServeExampleMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := freeAddr(t)
+	admin := testutil.FreeAddr(t)
 	c := config{meshDir: "../../examples/mesh", adsAddr: "127.0.0.1:0",
 		quiet: 100 * time.Millisecond, maxDelay: time.Second, domainSuffix: "cluster.local"}
 	c.AdminAddr = admin

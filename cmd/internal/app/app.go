@@ -28,8 +28,33 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// DialEtcd connects to etcd.
-func DialEtcd(endpoints []string) (*clientv3.Client, error) {
+// Conns are a process's connections to etcd and NATS.
+type Conns struct {
+	Etcd *clientv3.Client
+	NATS *nats.Conn
+}
+
+// Connect connects to etcd and to NATS; name identifies the process to NATS.
+func Connect(endpoints []string, natsURL, name string, log *slog.Logger) (*Conns, error) {
+	etcd, err := dialEtcd(endpoints)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := dialNATS(natsURL, name, log)
+	if err != nil {
+		etcd.Close()
+		return nil, err
+	}
+	return &Conns{Etcd: etcd, NATS: nc}, nil
+}
+
+// Close closes both connections.
+func (c *Conns) Close() {
+	c.NATS.Close()
+	c.Etcd.Close()
+}
+
+func dialEtcd(endpoints []string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("app: no etcd endpoints")
 	}
@@ -44,9 +69,9 @@ func DialEtcd(endpoints []string) (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// DialNATS connects to NATS and keeps reconnecting for as long as the
+// dialNATS connects to NATS and keeps reconnecting for as long as the
 // connection is open.
-func DialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
+func dialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	nc, err := nats.Connect(url,
 		nats.Name(name),
 		nats.MaxReconnects(-1),

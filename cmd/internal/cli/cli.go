@@ -4,11 +4,17 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 )
 
 // EnvName returns the environment twin of a flag.
@@ -90,4 +96,27 @@ func (r *Remote) Endpoints() []string {
 		}
 	}
 	return out
+}
+
+// Main runs a command: run gets a context cancelled on SIGINT or SIGTERM,
+// and an error other than a request for help exits with status 1.
+func Main(name string, run func(ctx context.Context, args []string) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Listen listens on the address a flag gave and logs where, so an operator
+// (or a test) finds the port even when the flag asked for port 0.
+func Listen(log *slog.Logger, what, flagName, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	log.Info(what+" listening", "addr", lis.Addr().String())
+	return lis, nil
 }

@@ -80,7 +80,14 @@ func testMesh() *generate.Mesh {
 			},
 		},
 	}}
-	return generate.NewMesh([]*generate.Service{reviews, greeter, external}, []*generate.Route{route})
+	// Bound to an ingress gateway only: sidecars and proxyless clients
+	// ignore it (it would otherwise win, sorting first).
+	gatewayOnly := &generate.Route{Namespace: "a-ingress", Name: "greeter", Rule: &meshv1.RouteRule{
+		Hosts:    []string{"greeter.demo.svc.cluster.local"},
+		Gateways: []string{"istio-system/ingress"},
+		Http:     []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local"}}}}},
+	}}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external}, []*generate.Route{route, gatewayOnly})
 }
 
 type validatable interface {

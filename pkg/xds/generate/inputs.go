@@ -49,7 +49,7 @@ type Mesh struct {
 	Routes   []*Route
 	byHost   map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
-	// that names it.
+	// that names it and applies to the mesh.
 	routeByHost map[string]*Route
 }
 
@@ -76,6 +76,9 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 		}
 	}
 	for _, r := range m.Routes {
+		if !appliesToMesh(r.Rule) {
+			continue
+		}
 		for _, h := range r.Rule.Hosts {
 			if _, taken := m.routeByHost[h]; !taken {
 				m.routeByHost[h] = r
@@ -83,6 +86,12 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 		}
 	}
 	return m
+}
+
+// appliesToMesh reports whether a route rule applies to sidecars and
+// proxyless clients: it names no gateways, or names the reserved "mesh".
+func appliesToMesh(r *meshv1.RouteRule) bool {
+	return len(r.Gateways) == 0 || slices.Contains(r.Gateways, "mesh")
 }
 
 // Service returns the service that owns a host.

@@ -24,7 +24,11 @@ run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
 .PHONY: test
 test: check-generate ## Run vet, the generated-code check and every test with the race detector.
 	$(GO) vet ./...
-	$(GOTEST) ./...
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
+
+.PHONY: kube-binaries
+kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd the Kubernetes tests run.
+	hack/kube-binaries.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -103,11 +103,16 @@ func Context(t testing.TB) context.Context {
 // VerifyNoLeaks runs the package's tests and fails if goroutines outlive
 // them. Use it as TestMain.
 func VerifyNoLeaks(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Long-lived pools of the libraries under test, not of shardpilot.
+	goleak.VerifyTestMain(m, LeakOptions()...)
+}
+
+// LeakOptions are the goroutines the leak check tolerates: long-lived pools
+// of the libraries under test, not of shardpilot.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
-	)
+	}
 }
 
 // FreeAddr returns a loopback address nobody listens on right now.

@@ -1,0 +1,258 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// running is a kube source syncing one cluster into a store.
+type running struct {
+	st     *store.Store
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startSource(t *testing.T, kc *kubetest.Cluster, cli *clientv3.Client, cluster string, cfg func(*kube.Config)) *running {
+	t.Helper()
+	st := store.New(cli)
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: kube.SourceName(cluster), Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kube.Config{Cluster: cluster, Client: kc.Client, Dynamic: kc.Dynamic, Syncer: syncer, Log: testutil.Log(t)}
+	if cfg != nil {
+		cfg(&c)
+	}
+	src, err := kube.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{st: st, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-r.done; err != nil {
+			t.Errorf("source: %v", err)
+		}
+	})
+	return r
+}
+
+// object waits until the store holds key in the shape check wants.
+func (r *running) object(t *testing.T, key string, what string, check func(model.Object) (bool, string)) {
+	t.Helper()
+	k, err := model.ParseKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, what, func() (bool, string) {
+		items, _, _, err := r.st.List(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, it := range items {
+			if it.Key == k {
+				if check == nil {
+					return true, ""
+				}
+				return check(it.Object)
+			}
+		}
+		return false, key + " not in the store"
+	})
+}
+
+// absent waits until the store no longer holds key.
+func (r *running) absent(t *testing.T, key string, what string) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, what, func() (bool, string) {
+		items, _, _, err := r.st.List(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, it := range items {
+			if it.Key.String() == key {
+				return false, key + " still in the store"
+			}
+		}
+		return true, ""
+	})
+}
+
+func istioObject(kind, version, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/" + version,
+		"kind":       kind,
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec":       spec,
+	}}
+}
+
+func gvr(kind string) schema.GroupVersionResource {
+	plural := strings.ToLower(kind) + "s"
+	if strings.HasSuffix(kind, "Entry") {
+		plural = strings.ToLower(strings.TrimSuffix(kind, "y")) + "ies"
+	}
+	return schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: plural}
+}
+
+func apply(t *testing.T, kc *kubetest.Cluster, u *unstructured.Unstructured) {
+	t.Helper()
+	g := gvr(u.GetKind())
+	g.Version = strings.TrimPrefix(u.GetAPIVersion(), "networking.istio.io/")
+	_, err := kc.Dynamic.Resource(g).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+func endpoint(addr, pod, ns string, ready, serving, terminating bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod},
+	}
+}
+
+func TestKubernetesObjectsAreNormalized(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	_, cli := testutil.Etcd(t)
+	ctx := context.Background()
+	ns := kc.Namespace(t, nil)
+	node := "node-" + ns
+
+	if _, err := kc.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
+		Labels: map[string]string{"topology.kubernetes.io/region": "eu-west1", "topology.kubernetes.io/zone": "eu-west1-b"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews-1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "reviews",
+			Containers: []corev1.Container{{Name: "app", Image: "reviews"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Labels: map[string]string{"app": "reviews"}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "http-web", Port: 9080, TargetPort: intstr.FromInt32(8080)},
+			{Name: "api", Port: 9090, AppProtocol: ptr.To("grpc")},
+			{Name: "metrics", Port: 9100},
+			{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "reviews-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "reviews"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			endpoint("10.1.0.1", "reviews-1", ns, true, true, false),
+			endpoint("10.1.0.2", "reviews-2", ns, false, true, true),
+			endpoint("10.1.0.3", "reviews-3", ns, false, false, false),
+		},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http-web"), Port: ptr.To[int32](8080)}, {Name: ptr.To("api"), Port: ptr.To[int32](9090)}},
+	}
+	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host := "reviews." + ns + ".svc.cluster.local"
+	apply(t, kc, istioObject("ServiceEntry", "v1beta1", ns, "payments", map[string]any{
+		"hosts": []any{"payments.example.com"}, "resolution": "STATIC",
+		"ports":     []any{map[string]any{"number": 443, "name": "https", "protocol": "HTTPS"}},
+		"endpoints": []any{map[string]any{"address": "10.2.0.1"}},
+	}))
+	apply(t, kc, istioObject("VirtualService", "v1alpha3", ns, "reviews", map[string]any{
+		"hosts": []any{"reviews"},
+		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v1"}}}}},
+	}))
+	apply(t, kc, istioObject("DestinationRule", "v1", ns, "reviews", map[string]any{
+		"host": "reviews", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}},
+	}))
+	apply(t, kc, istioObject("Sidecar", "v1", ns, "default", map[string]any{
+		"egress": []any{map[string]any{"hosts": []any{"./*"}}},
+	}))
+
+	r := startSource(t, kc, cli, "c1", nil)
+	r.object(t, "/mesh/v1/services/"+ns+"/reviews", "the Service is normalized", func(o model.Object) (bool, string) {
+		s := o.(*meshv1.Service)
+		got := fmt.Sprint(s.Hostnames, portSummary(s.Ports))
+		want := fmt.Sprint([]string{host}, "http-web:9080:PROTOCOL_HTTP>8080 api:9090:PROTOCOL_GRPC>9090 metrics:9100:PROTOCOL_TCP>9100")
+		return got == want, got
+	})
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "the EndpointSlice becomes the cluster's endpoints", func(o model.Object) (bool, string) {
+		e := o.(*meshv1.Endpoints)
+		var got []string
+		for _, ep := range e.Endpoints {
+			got = append(got, fmt.Sprintf("%s %s %s %s %s/%s %d", ep.Address, ep.Health, ep.Labels["version"], ep.ServiceAccount,
+				ep.GetLocality().GetRegion(), ep.GetLocality().GetZone(), ep.Ports["http-web"]))
+		}
+		want := []string{
+			"10.1.0.1 HEALTH_HEALTHY v1 reviews eu-west1/eu-west1-b 8080",
+			"10.1.0.2 HEALTH_DRAINING   / 8080",
+			"10.1.0.3 HEALTH_UNHEALTHY   / 8080",
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+	})
+	r.object(t, "/mesh/v1/services/"+ns+"/payments", "the ServiceEntry is normalized", nil)
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/payments/c1", "the ServiceEntry's endpoints are the cluster's shard", nil)
+	r.object(t, "/mesh/v1/routerules/"+ns+"/reviews", "the VirtualService is normalized", func(o model.Object) (bool, string) {
+		rr := o.(*meshv1.RouteRule)
+		return rr.Hosts[0] == host && rr.Http[0].Route[0].Destination.Host == host, fmt.Sprint(rr)
+	})
+	r.object(t, "/mesh/v1/trafficpolicies/"+ns+"/reviews", "the DestinationRule is normalized", nil)
+	r.object(t, "/mesh/v1/scopes/"+ns+"/default", "the Sidecar is normalized", nil)
+
+	// Updates and deletes propagate.
+	slice.Endpoints = slice.Endpoints[:1]
+	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "an endpoint removed from the slice leaves", func(o model.Object) (bool, string) {
+		return len(o.(*meshv1.Endpoints).Endpoints) == 1, fmt.Sprint(o)
+	})
+	if err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.absent(t, "/mesh/v1/routerules/"+ns+"/reviews", "a deleted VirtualService leaves the store")
+	if err := kc.Client.CoreV1().Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.absent(t, "/mesh/v1/services/"+ns+"/reviews", "a deleted Service leaves the store")
+	r.absent(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "a deleted Service's endpoints leave the store")
+}
+
+func portSummary(ps []*meshv1.Port) string {
+	var out []string
+	for _, p := range ps {
+		s := fmt.Sprintf("%s:%d:%s", p.Name, p.Number, p.Protocol)
+		if p.TargetPort != 0 {
+			s += fmt.Sprintf(">%d", p.TargetPort)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}

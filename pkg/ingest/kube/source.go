@@ -1,0 +1,416 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+// Syncer is what the source needs to write what it read.
+type Syncer interface {
+	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+}
+
+// istioResources are the Istio networking resources watched, by kind.
+var istioResources = map[string]string{
+	istio.KindServiceEntry:    "serviceentries",
+	istio.KindWorkloadEntry:   "workloadentries",
+	istio.KindVirtualService:  "virtualservices",
+	istio.KindDestinationRule: "destinationrules",
+	istio.KindSidecar:         "sidecars",
+}
+
+// Config configures a Source.
+type Config struct {
+	// Cluster identifies the cluster; it names the endpoint shard and the
+	// source. Default "Kubernetes", as in Istio.
+	Cluster string
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	Syncer  Syncer
+	// DomainSuffix completes Service host names. Default cluster.local.
+	DomainSuffix string
+	// NamespaceSelector selects the namespaces in the mesh by their labels,
+	// like Istio's discoverySelectors; nil selects all.
+	NamespaceSelector labels.Selector
+	// Quiet is how long changes must stop before a sync. Default 100ms.
+	Quiet time.Duration
+	// Resync syncs even without changes, to repair drift. Default 5m.
+	Resync time.Duration
+	// RetryDelay is the pause before retrying a failed sync. Default 1s.
+	RetryDelay time.Duration
+	Log        *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// OnSynced, when set, is called after every successful sync.
+	OnSynced func(ingest.Result)
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Client == nil || c.Dynamic == nil || c.Syncer == nil {
+		return errors.New("kube: a client, a dynamic client and a syncer are required")
+	}
+	if c.Cluster == "" {
+		c.Cluster = "Kubernetes"
+	}
+	if !model.ValidHostname(c.Cluster) && !dnsLabelish(c.Cluster) {
+		return fmt.Errorf("kube: cluster ID %q: want letters, digits and dashes", c.Cluster)
+	}
+	if c.DomainSuffix == "" {
+		c.DomainSuffix = "cluster.local"
+	}
+	if c.Quiet == 0 {
+		c.Quiet = 100 * time.Millisecond
+	}
+	if c.Resync == 0 {
+		c.Resync = 5 * time.Minute
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func dnsLabelish(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Source watches one Kubernetes cluster.
+type Source struct {
+	cfg     Config
+	m       metrics
+	signal  chan struct{}
+	emitted map[string]string // location → last problem reported as an Event
+}
+
+type metrics struct {
+	events *prometheus.CounterVec
+}
+
+// New returns a Source.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := metrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_kube_watch_events_total",
+		Help: "Kubernetes watch events received, by cluster and kind."}, []string{"cluster", "kind"})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(m.events); err != nil {
+			return nil, fmt.Errorf("kube: register metrics: %w", err)
+		}
+	}
+	return &Source{cfg: cfg, m: m, signal: make(chan struct{}, 1), emitted: map[string]string{}}, nil
+}
+
+// SourceName is the name a cluster's objects carry as their origin source.
+func SourceName(cluster string) string { return "kubernetes/" + cluster }
+
+// watched is what one run of the source reads from.
+type watched struct {
+	services   corelisters.ServiceLister
+	slices     discoverylisters.EndpointSliceLister
+	pods       corelisters.PodLister
+	nodes      corelisters.NodeLister
+	namespaces corelisters.NamespaceLister
+	istio      map[string]cache.GenericLister // by kind
+}
+
+func (w *watched) Pod(ns, name string) *corev1.Pod {
+	p, err := w.pods.Pods(ns).Get(name)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+func (w *watched) Node(name string) *corev1.Node {
+	if name == "" {
+		return nil
+	}
+	n, err := w.nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+// Run watches the cluster and syncs until ctx is done.
+func (s *Source) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithTransform(stripManagedFields))
+	dyn := dynamicinformer.NewDynamicSharedInformerFactory(s.cfg.Dynamic, 0)
+	defer factory.Shutdown()
+	defer dyn.Shutdown()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.cfg.Client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shardpilot-ingester"})
+
+	w := &watched{
+		services:   factory.Core().V1().Services().Lister(),
+		slices:     factory.Discovery().V1().EndpointSlices().Lister(),
+		pods:       factory.Core().V1().Pods().Lister(),
+		nodes:      factory.Core().V1().Nodes().Lister(),
+		namespaces: factory.Core().V1().Namespaces().Lister(),
+		istio:      map[string]cache.GenericLister{},
+	}
+	for kind, inf := range map[string]cache.SharedIndexInformer{
+		"Service":       factory.Core().V1().Services().Informer(),
+		"EndpointSlice": factory.Discovery().V1().EndpointSlices().Informer(),
+		"Pod":           factory.Core().V1().Pods().Informer(),
+		"Node":          factory.Core().V1().Nodes().Informer(),
+		"Namespace":     factory.Core().V1().Namespaces().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(s.handler(kind)); err != nil {
+			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
+		}
+	}
+	for kind, resource := range s.istioAvailable() {
+		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.Group, Version: "v1", Resource: resource})
+		if _, err := gi.Informer().AddEventHandler(s.handler(kind)); err != nil {
+			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
+		}
+		w.istio[kind] = gi.Lister()
+	}
+	factory.Start(ctx.Done())
+	dyn.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, typ, ctx.Err())
+		}
+	}
+	for gvr, ok := range dyn.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, gvr, ctx.Err())
+		}
+	}
+	s.cfg.Log.Info("kubernetes caches synced", "cluster", s.cfg.Cluster, "istio_kinds", len(w.istio))
+	return s.loop(ctx, w, recorder)
+}
+
+// istioAvailable returns the Istio resources the cluster serves at v1; a
+// cluster without Istio's CRDs has only its Services.
+func (s *Source) istioAvailable() map[string]string {
+	list, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(istio.Group + "/v1")
+	if err != nil {
+		s.cfg.Log.Warn("Istio networking CRDs not served; watching Kubernetes Services only", "cluster", s.cfg.Cluster, "err", err)
+		return nil
+	}
+	out := map[string]string{}
+	for _, r := range list.APIResources {
+		for kind, resource := range istioResources {
+			if r.Name == resource {
+				out[kind] = resource
+			}
+		}
+	}
+	return out
+}
+
+func (s *Source) handler(kind string) cache.ResourceEventHandler {
+	poke := func() {
+		s.m.events.WithLabelValues(s.cfg.Cluster, kind).Inc()
+		select {
+		case s.signal <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+}
+
+// stripManagedFields drops what the source never reads from the cached
+// objects, which matters with a Pod per endpoint.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// loop syncs once at start, then after every burst of changes.
+func (s *Source) loop(ctx context.Context, w *watched, recorder record.EventRecorder) error {
+	pending := true
+	var quiet <-chan time.Time
+	resync := time.NewTicker(s.cfg.Resync)
+	defer resync.Stop()
+	for {
+		if pending && quiet == nil {
+			if err := s.sync(ctx, w, recorder); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.cfg.Log.Warn("sync failed; retrying", "cluster", s.cfg.Cluster, "err", err, "retry_in", s.cfg.RetryDelay)
+				quiet = time.After(s.cfg.RetryDelay)
+			} else {
+				pending = false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.signal:
+			pending, quiet = true, time.After(s.cfg.Quiet)
+		case <-quiet:
+			quiet = nil
+		case <-resync.C:
+			pending = true
+		}
+	}
+}
+
+func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventRecorder) error {
+	objs, problems, refs := s.snapshot(w, time.Now())
+	res, err := s.cfg.Syncer.Sync(ctx, objs, problems)
+	if err != nil {
+		return err
+	}
+	s.report(res.Problems, refs, recorder)
+	s.cfg.Log.Info("cluster synced", "cluster", s.cfg.Cluster, "objects", len(objs),
+		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
+	if s.cfg.OnSynced != nil {
+		s.cfg.OnSynced(res)
+	}
+	return nil
+}
+
+// report puts a Warning Event on every object with a new problem.
+func (s *Source) report(problems []ingest.Problem, refs map[string]runtime.Object, recorder record.EventRecorder) {
+	now := map[string]string{}
+	for _, p := range problems {
+		msg := p.Reason
+		if p.Field != "" {
+			msg = p.Field + ": " + p.Reason
+		}
+		now[p.Location] = msg
+		if s.emitted[p.Location] == msg {
+			continue
+		}
+		if obj := refs[p.Location]; obj != nil {
+			recorder.Event(obj, corev1.EventTypeWarning, "Rejected", "shardpilot: "+msg)
+		}
+	}
+	s.emitted = now
+}
+
+// location names an object in problems and origins.
+func location(kind, ns, name string) string { return kind + " " + ns + "/" + name }
+
+// snapshot normalizes everything the caches hold in the selected
+// namespaces. refs maps each location to its object, for Events.
+func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.Problem, map[string]runtime.Object) {
+	refs := map[string]runtime.Object{}
+	selected := s.namespaceFilter(w)
+	var objs []ingest.Object
+	var problems []ingest.Problem
+	services, _ := w.services.List(labels.Everything())
+	for _, svc := range services {
+		if !selected(svc.Namespace) {
+			continue
+		}
+		loc := location("Service", svc.Namespace, svc.Name)
+		refs[loc] = svc
+		spec, err := ConvertService(svc, s.cfg.DomainSuffix)
+		key := model.Key{Kind: model.KindService, Namespace: svc.Namespace, Name: svc.Name}
+		if err != nil {
+			p := ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc}
+			var fe *model.FieldError
+			if errors.As(err, &fe) {
+				p.Field, p.Reason = fe.Field, fe.Reason
+			}
+			problems = append(problems, p)
+			continue
+		}
+		origin := func() *meshv1.Origin {
+			return &meshv1.Origin{SourceVersion: svc.ResourceVersion, ObservedAt: timestamppb.New(now), Location: loc}
+		}
+		spec.Origin = origin()
+		objs = append(objs, ingest.Object{Key: key, Object: spec, Resource: loc})
+		slices, _ := w.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+		if eps := ConvertEndpoints(svc, slices, w); len(eps) > 0 {
+			objs = append(objs, ingest.Object{
+				Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(svc.Name, s.cfg.Cluster)},
+				Object:   &meshv1.Endpoints{Origin: origin(), Service: svc.Name, Shard: s.cfg.Cluster, Endpoints: eps},
+				Resource: loc,
+			})
+		}
+	}
+	var inputs []istio.Input
+	for kind, lister := range w.istio {
+		list, _ := lister.List(labels.Everything())
+		for _, o := range list {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok || !selected(u.GetNamespace()) {
+				continue
+			}
+			loc := location(kind, u.GetNamespace(), u.GetName())
+			refs[loc] = u
+			raw, err := json.Marshal(u.Object)
+			if err != nil {
+				problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
+				continue
+			}
+			var r istio.Resource
+			if err := json.Unmarshal(raw, &r); err != nil {
+				problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
+				continue
+			}
+			inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: u.GetResourceVersion(), ObservedAt: now})
+		}
+	}
+	more, moreProblems := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster})
+	return append(objs, more...), append(problems, moreProblems...), refs
+}
+
+// namespaceFilter returns whether a namespace is in the mesh.
+func (s *Source) namespaceFilter(w *watched) func(string) bool {
+	if s.cfg.NamespaceSelector == nil || s.cfg.NamespaceSelector.Empty() {
+		return func(string) bool { return true }
+	}
+	selected := map[string]bool{}
+	list, _ := w.namespaces.List(s.cfg.NamespaceSelector)
+	for _, ns := range list {
+		selected[ns.Name] = true
+	}
+	return func(ns string) bool { return selected[ns] }
+}
+

@@ -57,9 +57,9 @@ func (c *Cluster) installIstioCRDs() error {
 			"kind":       "CustomResourceDefinition",
 			"metadata":   map[string]any{"name": plural + ".networking.istio.io"},
 			"spec": map[string]any{
-				"group": "networking.istio.io",
-				"scope": "Namespaced",
-				"names": map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
+				"group":    "networking.istio.io",
+				"scope":    "Namespaced",
+				"names":    map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
 				"versions": versions,
 			},
 		}}

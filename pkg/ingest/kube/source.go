@@ -413,4 +413,3 @@ func (s *Source) namespaceFilter(w *watched) func(string) bool {
 	}
 	return func(ns string) bool { return selected[ns] }
 }
-

@@ -213,25 +213,18 @@ func keep(it model.Stored, problems []Problem) bool {
 // returns them with every problem found.
 func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Problem) ([]Object, []Problem) {
 	mine := map[model.Key]model.Stored{}
-	hosts := map[string]bool{}
-	addHosts := func(o model.Object) {
-		if svc, ok := o.(*meshv1.Service); ok {
-			for _, h := range svc.Hostnames {
-				hosts[h] = true
-			}
-		}
-	}
+	ix := newIndex()
 	for _, it := range stored {
 		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
 			mine[it.Key] = it
 		} else {
-			addHosts(it.Object)
+			ix.add(it.Key, it.Object)
 		}
 	}
-	// A stored service that a problem keeps in effect still defines its hosts.
+	// A stored object that a problem keeps in effect still counts.
 	for _, it := range mine {
 		if keep(it, problems) {
-			addHosts(it.Object)
+			ix.add(it.Key, it.Object)
 		}
 	}
 	objs, problems = s.dedupe(objs, mine, problems)
@@ -248,10 +241,11 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 		problems = append(problems, p)
 		if it, ok := mine[k]; ok {
 			// The last valid version stays in effect, hosts and all.
-			addHosts(it.Object)
+			ix.add(it.Key, it.Object)
 		}
 	}
-	// Services first, so that routes are checked against the valid ones.
+	// Services and endpoints first, so that what refers to them is checked
+	// against the valid ones.
 	ordered := slices.Clone(objs)
 	slices.SortStableFunc(ordered, func(a, b Object) int {
 		return slices.Index(model.Kinds, a.Key.Kind) - slices.Index(model.Kinds, b.Key.Kind)
@@ -265,15 +259,53 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 			reject(o, err)
 			continue
 		}
-		if err := model.ValidateRefs(o.Object, func(h string) bool { return hosts[h] }); err != nil {
+		if err := model.ValidateRefs(o.Object, ix); err != nil {
 			reject(o, err)
 			continue
 		}
-		addHosts(o.Object)
+		ix.add(o.Key, o.Object)
 		o.Object.GetOrigin().Source = s.cfg.Source
 		valid = append(valid, o)
 	}
 	return valid, problems
+}
+
+// index is the part of the mesh cross-object validation looks at: which
+// service defines each host, and each service's endpoints.
+type index struct {
+	hosts     map[string]nsName
+	endpoints map[nsName][]*meshv1.Endpoint
+}
+
+type nsName struct{ namespace, name string }
+
+func newIndex() *index {
+	return &index{hosts: map[string]nsName{}, endpoints: map[nsName][]*meshv1.Endpoint{}}
+}
+
+func (ix *index) add(k model.Key, o model.Object) {
+	switch o := o.(type) {
+	case *meshv1.Service:
+		for _, h := range o.Hostnames {
+			ix.hosts[h] = nsName{k.Namespace, k.Name}
+		}
+	case *meshv1.Endpoints:
+		id := nsName{k.Namespace, o.Service}
+		ix.endpoints[id] = append(ix.endpoints[id], o.Endpoints...)
+	}
+}
+
+func (ix *index) KnownHost(h string) bool {
+	_, ok := ix.hosts[h]
+	return ok
+}
+
+func (ix *index) Endpoints(h string) []*meshv1.Endpoint {
+	id, ok := ix.hosts[h]
+	if !ok {
+		return nil
+	}
+	return ix.endpoints[id]
 }
 
 // dedupe keeps one object per key: the one already in effect (same

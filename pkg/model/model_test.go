@@ -116,18 +116,43 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+type refs struct {
+	hosts     map[string]bool
+	endpoints map[string][]*meshv1.Endpoint
+}
+
+func (r refs) KnownHost(h string) bool               { return r.hosts[h] }
+func (r refs) Endpoints(h string) []*meshv1.Endpoint { return r.endpoints[h] }
+
 func TestValidateRefs(t *testing.T) {
-	known := map[string]bool{"a.ns.svc.cluster.local": true, "*.example.com": true}
+	known := refs{
+		hosts: map[string]bool{"a.ns.svc.cluster.local": true, "*.example.com": true},
+		endpoints: map[string][]*meshv1.Endpoint{"a.ns.svc.cluster.local": {
+			{Address: "10.0.0.1", Labels: map[string]string{"version": "v1"}},
+		}},
+	}
 	rr := func(host string) *meshv1.RouteRule {
 		return &meshv1.RouteRule{Hosts: []string{"x"}, Http: []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: host}}}}}}
 	}
 	for host, ok := range map[string]bool{"a.ns.svc.cluster.local": true, "api.example.com": true, "deep.api.example.com": true, "b.ns.svc.cluster.local": false, "example.com": false} {
-		err := ValidateRefs(rr(host), func(h string) bool { return known[h] })
+		err := ValidateRefs(rr(host), known)
 		if (err == nil) != ok {
 			t.Errorf("%s: err = %v, want known=%v", host, err, ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), "spec.http[0].route[0].destination.host") {
 			t.Errorf("%s: error %q does not name the field", host, err)
 		}
+	}
+	policy := func(host string, version string) *meshv1.TrafficPolicy {
+		return &meshv1.TrafficPolicy{Host: host, Subsets: []*meshv1.Subset{{Name: "s", Labels: map[string]string{"version": version}}}}
+	}
+	if err := ValidateRefs(policy("a.ns.svc.cluster.local", "v1"), known); err != nil {
+		t.Errorf("a subset selecting an endpoint: %v", err)
+	}
+	if err := ValidateRefs(policy("a.ns.svc.cluster.local", "v2"), known); err == nil || !strings.Contains(err.Error(), "spec.subsets[0].labels") {
+		t.Errorf("a subset selecting nothing: %v, want an error on spec.subsets[0].labels", err)
+	}
+	if err := ValidateRefs(policy("elsewhere.example.org", "v2"), known); err != nil {
+		t.Errorf("a policy for a service without endpoints here: %v", err)
 	}
 }

@@ -245,22 +245,51 @@ func validateScope(s *meshv1.Scope) error {
 	return nil
 }
 
-// ValidateRefs checks the hosts an object refers to against the hosts the
-// mesh knows. Only route destinations must exist: a route to nowhere would
-// turn working traffic into errors.
-func ValidateRefs(o Object, known func(host string) bool) error {
-	r, ok := o.(*meshv1.RouteRule)
-	if !ok {
-		return nil
-	}
-	for i, h := range r.Http {
-		for j, d := range h.Route {
-			if host := d.GetDestination().GetHost(); !knownHost(host, known) {
-				return fieldErr(fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j), "unknown host %q: no ServiceEntry or Service defines it", host)
+// Refs answers what cross-object validation asks of the rest of the mesh.
+type Refs interface {
+	// KnownHost reports whether a service defines the host exactly.
+	KnownHost(host string) bool
+	// Endpoints returns the endpoints of the service that defines host,
+	// from every shard.
+	Endpoints(host string) []*meshv1.Endpoint
+}
+
+// ValidateRefs checks what an object refers to against the rest of the
+// mesh: route destinations must exist (a route to nowhere would turn
+// working traffic into errors), and a traffic policy's subsets must each
+// select some endpoint of a service that has endpoints.
+func ValidateRefs(o Object, refs Refs) error {
+	switch o := o.(type) {
+	case *meshv1.RouteRule:
+		for i, h := range o.Http {
+			for j, d := range h.Route {
+				if host := d.GetDestination().GetHost(); !knownHost(host, refs.KnownHost) {
+					return fieldErr(fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j), "unknown host %q: no ServiceEntry or Service defines it", host)
+				}
+			}
+		}
+	case *meshv1.TrafficPolicy:
+		eps := refs.Endpoints(o.Host)
+		if len(eps) == 0 {
+			return nil
+		}
+		for i, sub := range o.Subsets {
+			if !slices.ContainsFunc(eps, func(ep *meshv1.Endpoint) bool { return Selects(sub.Labels, ep.Labels) }) {
+				return fieldErr(fmt.Sprintf("spec.subsets[%d].labels", i), "subset %q selects none of the %d endpoints of %s", sub.Name, len(eps), o.Host)
 			}
 		}
 	}
 	return nil
+}
+
+// Selects reports whether labels carry every label of selector.
+func Selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // knownHost reports whether host is known exactly or through a wildcard host

@@ -365,7 +365,7 @@ func (n *normalizer) endpoints(s *decodedService, entries []*decodedEntry) {
 	eps := s.inline
 	if s.selector != nil {
 		for _, e := range entries {
-			if e.ns == s.in.Resource.Metadata.Namespace && selects(s.selector, e.ep.Labels) {
+			if e.ns == s.in.Resource.Metadata.Namespace && model.Selects(s.selector, e.ep.Labels) {
 				eps = append(eps, e.ep)
 			}
 		}
@@ -383,15 +383,6 @@ func (n *normalizer) endpoints(s *decodedService, entries []*decodedEntry) {
 			Endpoints: eps,
 		},
 	})
-}
-
-func selects(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (n *normalizer) duration(in Input, field, s string) (*durationpb.Duration, bool) {

@@ -256,3 +256,90 @@ func portSummary(ps []*meshv1.Port) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// eventFor waits for a Warning Event on the named object that mentions field.
+func eventFor(t *testing.T, kc *kubetest.Cluster, ns, kind, name, field string) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("an Event on %s %s naming %s", kind, name, field), func() (bool, string) {
+		list, err := kc.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name {
+				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, field) {
+					return true, ""
+				}
+				seen = append(seen, e.Message)
+			}
+		}
+		return false, fmt.Sprint(seen)
+	})
+}
+
+func TestInvalidObjectsGetEventsAndTheRestFlows(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	_, cli := testutil.Etcd(t)
+	ctx := context.Background()
+	ns := kc.Namespace(t, nil)
+
+	// A Service with endpoints labelled version v1 only.
+	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Labels: map[string]string{"app": "app", "version": "v1"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "app-1", Labels: map[string]string{discoveryv1.LabelServiceName: "app"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{endpoint("10.3.0.1", "app-1", ns, true, true, false)},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A headless Service may have no ports; the mesh cannot use it.
+	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "portless"},
+		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	route := func(name string, match any, host string) {
+		spec := map[string]any{"hosts": []any{"app"}, "http": []any{map[string]any{
+			"route": []any{map[string]any{"destination": map[string]any{"host": host}}},
+		}}}
+		if match != nil {
+			spec["http"].([]any)[0].(map[string]any)["match"] = []any{match}
+		}
+		apply(t, kc, istioObject("VirtualService", "v1", ns, name, spec))
+	}
+	route("bad-regex", map[string]any{"uri": map[string]any{"regex": "/(unclosed"}}, "app")
+	route("unknown-host", nil, "nowhere.example.com")
+	route("good", map[string]any{"uri": map[string]any{"prefix": "/ok"}}, "app")
+	apply(t, kc, istioObject("DestinationRule", "v1", ns, "app", map[string]any{
+		"host": "app", "subsets": []any{
+			map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}},
+			map[string]any{"name": "v2", "labels": map[string]any{"version": "v2"}},
+		},
+	}))
+
+	r := startSource(t, kc, cli, "c1", nil)
+	eventFor(t, kc, ns, "VirtualService", "bad-regex", "spec.http[0].match[0].uri.regex")
+	eventFor(t, kc, ns, "VirtualService", "unknown-host", "spec.http[0].route[0].destination.host")
+	eventFor(t, kc, ns, "DestinationRule", "app", "spec.subsets[1].labels")
+	eventFor(t, kc, ns, "Service", "portless", "spec.ports")
+	r.object(t, "/mesh/v1/routerules/"+ns+"/good", "the valid VirtualService flows", nil)
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/app/c1", "the valid Service's endpoints flow", nil)
+	for _, k := range []string{"routerules/" + ns + "/bad-regex", "routerules/" + ns + "/unknown-host", "trafficpolicies/" + ns + "/app", "services/" + ns + "/portless"} {
+		r.absent(t, "/mesh/v1/"+k, "an invalid object is not written")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -40,7 +41,7 @@ func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]s
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	byLocality := map[string]*endpoint.LocalityLbEndpoints{}
 	for _, ep := range s.Endpoints {
-		if !selects(subset, ep.Labels) {
+		if !model.Selects(subset, ep.Labels) {
 			continue
 		}
 		loc := ep.GetLocality()
@@ -69,15 +70,6 @@ func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]s
 			cmp.Compare(a.Locality.SubZone, b.Locality.SubZone))
 	})
 	return cla
-}
-
-func selects(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // endpointPort is the port a workload listens on for a service port: its

@@ -1,38 +1,99 @@
-// Command ingester reads the mesh's sources — for now a directory of Istio
-// YAML — normalizes them into etcd, and relays every committed change to
-// NATS JetStream for the pushers.
+// Command ingester reads the mesh's sources — Kubernetes clusters and a
+// directory of Istio YAML — normalizes them into etcd, and relays every
+// committed change to NATS JetStream for the pushers. Run several replicas:
+// each source and the relay have one leader at a time, elected in etcd.
 package main
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/cmd/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func main() { cli.Main("ingester", run) }
 
+// cluster is one --kubeconfig entry.
+type cluster struct {
+	id   string
+	kube *rest.Config
+}
+
+// parseKubeconfigs reads "[<cluster-id>=]<path>" entries; the path
+// "in-cluster" means the pod's own service account.
+func parseKubeconfigs(list string) ([]cluster, error) {
+	var out []cluster
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(list, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		id, path, ok := strings.Cut(entry, "=")
+		if !ok {
+			id, path = "Kubernetes", entry
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("--kubeconfig: cluster ID %q is given twice; name each cluster: id=path", id)
+		}
+		seen[id] = true
+		var cfg *rest.Config
+		var err error
+		if path == "in-cluster" {
+			cfg, err = rest.InClusterConfig()
+		} else {
+			cfg, err = clientcmd.BuildConfigFromFlags("", path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", entry, err)
+		}
+		out = append(out, cluster{id: id, kube: cfg})
+	}
+	return out, nil
+}
+
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
-	var meshDir, domainSuffix string
+	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID string
+	var leaderTTL time.Duration
+	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
 	common.Register(fs, ":15015")
 	remote.Register(fs)
-	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest (required)")
+	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
+	fs.StringVar(&kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
+	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
+	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
+	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 	if err := cli.Parse(fs, "shardpilot ingester: sources → etcd, and etcd → NATS JetStream.", args); err != nil {
 		return err
 	}
-	if meshDir == "" {
-		return errors.New("--mesh-dir is required")
+	clusters, err := parseKubeconfigs(kubeconfigs)
+	if err != nil {
+		return err
+	}
+	if meshDir == "" && len(clusters) == 0 {
+		return errors.New("nothing to ingest: give --mesh-dir, --kubeconfig or both")
+	}
+	selector, err := labels.Parse(nsSelector)
+	if err != nil {
+		return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
 	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
@@ -43,21 +104,44 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer conns.Close()
-	etcd, nc := conns.Etcd, conns.NATS
 	adminLis, err := cli.Listen(log, "admin", "admin-addr", common.AdminAddr)
 	if err != nil {
 		return err
 	}
 
 	reg := telemetry.NewRegistry()
-	ready := telemetry.NewReadiness("mesh directory synced")
+	ingestMetrics, err := ingest.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	kubeMetrics, err := kube.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	election := app.Election{ID: leaderID, TTL: leaderTTL}
+	ready := telemetry.NewReadiness()
 	g, ctx := errgroup.WithContext(ctx)
+	if meshDir != "" {
+		if leaderID == "" {
+			// Unelected, this replica syncs the directory itself; elected,
+			// a follower has nothing to sync and is ready as it is.
+			ready.Set("mesh directory synced", false)
+		}
+		g.Go(func() error {
+			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Election: election,
+				Log: log, Metrics: ingestMetrics,
+				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
+		})
+	}
+	for _, c := range clusters {
+		g.Go(func() error {
+			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix,
+				NamespaceSelector: selector, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
+		})
+	}
 	g.Go(func() error {
-		return app.Source{Etcd: etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Log: log, Registerer: reg,
-			OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
-	})
-	g.Go(func() error {
-		return app.Relay{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, Log: log, Registerer: reg}.Run(ctx)
+		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: bus.Config{Stream: remote.Stream}, Election: election,
+			Log: log, Registerer: reg}.Run(ctx)
 	})
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)

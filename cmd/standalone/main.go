@@ -105,10 +105,14 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		return synced.Load() && p != nil && p.GeneratedRevision() > 0 && p.GeneratedRevision() >= syncedRev.Load()
 	})
 
+	ingestMetrics, err := ingest.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	busCfg := bus.Config{}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Registerer: reg,
+		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Metrics: ingestMetrics,
 			OnSynced: func(r ingest.Result) {
 				if !synced.Load() {
 					syncedRev.Store(r.Revision)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -75,8 +76,9 @@ type Config struct {
 	Source string
 	Store  Store
 	Log    *slog.Logger
-	// Registerer receives the metrics; nil registers nothing.
-	Registerer prometheus.Registerer
+	// Metrics are shared by every Syncer of a process (they are labelled by
+	// source); nil keeps them unregistered.
+	Metrics *Metrics
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -93,12 +95,41 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Syncer makes the store hold what one source holds.
-type Syncer struct {
-	cfg      Config
+// Metrics are the ingest metrics, labelled by source.
+type Metrics struct {
 	rejected *prometheus.CounterVec
 	writes   *prometheus.CounterVec
 	objects  *prometheus.GaugeVec
+	latency  *prometheus.HistogramVec
+}
+
+// NewMetrics creates the ingest metrics and registers them on reg (nil
+// registers nothing).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_rejected_objects_total",
+			Help: "Inputs rejected as invalid (normalization and validation errors), by source."}, []string{"source"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_store_writes_total",
+			Help: "Store writes by source, kind and operation (put, delete)."}, []string{"source", "kind", "op"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_ingest_objects",
+			Help: "Objects a source holds in the store, by kind."}, []string{"source", "kind"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardpilot_ingest_store_write_seconds",
+			Help: "Latency of one guarded store write (put or delete), by source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"source"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.rejected, m.writes, m.objects, m.latency} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("ingest: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Syncer makes the store hold what one source holds.
+type Syncer struct {
+	cfg Config
+	m   *Metrics
 }
 
 // NewSyncer returns a Syncer.
@@ -106,23 +137,11 @@ func NewSyncer(cfg Config) (*Syncer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Syncer{
-		cfg: cfg,
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_rejected_objects_total",
-			Help: "Inputs rejected as invalid, by source."}, []string{"source"}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_store_writes_total",
-			Help: "Store writes by source, kind and operation (put, delete)."}, []string{"source", "kind", "op"}),
-		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_ingest_objects",
-			Help: "Objects a source holds in the store, by kind."}, []string{"source", "kind"}),
+	m := cfg.Metrics
+	if m == nil {
+		m, _ = NewMetrics(nil)
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.writes, s.objects} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("ingest: register metrics: %w", err)
-			}
-		}
-	}
-	return s, nil
+	return &Syncer{cfg: cfg, m: m}, nil
 }
 
 // Result says what one Sync did.
@@ -149,7 +168,7 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 	valid, problems := s.validate(objs, stored, problems)
 	res := Result{Problems: problems}
 	for _, p := range problems {
-		s.rejected.WithLabelValues(s.cfg.Source).Inc()
+		s.m.rejected.WithLabelValues(s.cfg.Source).Inc()
 		s.cfg.Log.Warn("input rejected", "source", s.cfg.Source, "location", p.Location,
 			"resource", p.Resource, "field", p.Field, "reason", p.Reason)
 	}
@@ -159,14 +178,16 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 	for _, o := range valid {
 		want[o.Key] = true
 		counts[o.Key.Kind]++
+		start := time.Now()
 		written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
+		s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
 		if err != nil {
 			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 		}
 		if written {
 			res.Written++
 			res.Revision = rev
-			s.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
+			s.m.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
 		} else {
 			res.Unchanged++
 		}
@@ -179,18 +200,20 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			counts[it.Key.Kind]++
 			continue
 		}
+		start := time.Now()
 		deleted, rev, err := s.cfg.Store.Delete(ctx, it.Key)
+		s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
 		if err != nil {
 			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 		}
 		if deleted {
 			res.Deleted++
 			res.Revision = rev
-			s.writes.WithLabelValues(s.cfg.Source, string(it.Key.Kind), "delete").Inc()
+			s.m.writes.WithLabelValues(s.cfg.Source, string(it.Key.Kind), "delete").Inc()
 		}
 	}
 	for _, k := range model.Kinds {
-		s.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
+		s.m.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
 	}
 	return res, nil
 }

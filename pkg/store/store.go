@@ -21,6 +21,8 @@ const maxAttempts = 5
 // Store reads and writes mesh objects in etcd.
 type Store struct {
 	cli *clientv3.Client
+	// fence, when set, makes every write conditional on a leadership.
+	fence *fence
 }
 
 // New returns a Store over an etcd client. The caller owns the client.
@@ -51,7 +53,7 @@ func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written b
 			}
 		}
 		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			If(s.guard(clientv3.Compare(clientv3.ModRevision(key), "=", modRev))...).
 			Then(clientv3.OpPut(key, string(value))).
 			Commit()
 		if err != nil {
@@ -59,6 +61,9 @@ func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written b
 		}
 		if resp.Succeeded {
 			return true, resp.Header.Revision, nil
+		}
+		if err := s.checkFence(ctx); err != nil {
+			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
 		}
 	}
 	return false, 0, fmt.Errorf("store: put %s: %w", key, ErrConflict)
@@ -77,7 +82,7 @@ func (s *Store) Delete(ctx context.Context, k model.Key) (deleted bool, rev int6
 			return false, cur.Header.Revision, nil
 		}
 		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision)).
+			If(s.guard(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision))...).
 			Then(clientv3.OpDelete(key)).
 			Commit()
 		if err != nil {
@@ -86,8 +91,35 @@ func (s *Store) Delete(ctx context.Context, k model.Key) (deleted bool, rev int6
 		if resp.Succeeded {
 			return true, resp.Header.Revision, nil
 		}
+		if err := s.checkFence(ctx); err != nil {
+			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
+		}
 	}
 	return false, 0, fmt.Errorf("store: delete %s: %w", key, ErrConflict)
+}
+
+// guard adds the leadership fence, if any, to a write's conditions.
+func (s *Store) guard(cmp clientv3.Cmp) []clientv3.Cmp {
+	if s.fence == nil {
+		return []clientv3.Cmp{cmp}
+	}
+	return []clientv3.Cmp{cmp, s.fence.compare()}
+}
+
+// checkFence tells a failed guarded write lost to a new leader from one
+// that lost to a concurrent write.
+func (s *Store) checkFence(ctx context.Context) error {
+	if s.fence == nil {
+		return nil
+	}
+	resp, err := s.cli.Get(ctx, s.fence.key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.fence.rev {
+		return ErrNotLeader
+	}
+	return nil
 }
 
 // List returns every object under /mesh/v1/ at one revision, and that revision.

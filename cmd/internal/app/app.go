@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,7 +18,9 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -26,6 +29,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Conns are a process's connections to etcd and NATS.
@@ -90,13 +97,57 @@ func dialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// Election makes a part run only while this process leads the part's
+// election in etcd, so that replicas of the ingester take turns; the zero
+// value runs the part unelected.
+type Election struct {
+	// ID names this replica (the pod name, say); empty disables elections.
+	ID string
+	// TTL is how long a crashed leader keeps its leadership. Default 10s.
+	TTL time.Duration
+}
+
+// led runs run while this process leads the named election (or at once,
+// unelected), pointing term at the store to write through: fenced by the
+// leadership, so a deposed leader's writes are refused.
+func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, log *slog.Logger, term *termStore, run func(context.Context) error) error {
+	if e.ID == "" {
+		term.cur.Store(store.New(etcd))
+		return run(ctx)
+	}
+	el := &store.Elector{Client: etcd, Name: name, ID: e.ID, TTL: e.TTL, Log: log}
+	return el.Run(ctx, func(ctx context.Context, fenced *store.Store) error {
+		term.cur.Store(fenced)
+		return run(ctx)
+	})
+}
+
+// termStore is the store of the current leadership term.
+type termStore struct{ cur atomic.Pointer[store.Store] }
+
+var _ ingest.Store = (*termStore)(nil)
+
+func (t *termStore) Put(ctx context.Context, k model.Key, o model.Object) (bool, int64, error) {
+	return t.cur.Load().Put(ctx, k, o)
+}
+
+func (t *termStore) Delete(ctx context.Context, k model.Key) (bool, int64, error) {
+	return t.cur.Load().Delete(ctx, k)
+}
+
+func (t *termStore) List(ctx context.Context) ([]model.Stored, int64, []error, error) {
+	return t.cur.Load().List(ctx)
+}
+
 // Source runs the YAML-directory source into the store.
 type Source struct {
 	Etcd         *clientv3.Client
 	MeshDir      string
 	DomainSuffix string
+	Election     Election
 	Log          *slog.Logger
-	Registerer   prometheus.Registerer
+	// Metrics may be nil (unregistered).
+	Metrics *ingest.Metrics
 	// OnSynced is called after every sync.
 	OnSynced func(ingest.Result)
 }
@@ -104,7 +155,8 @@ type Source struct {
 // Run runs the source until ctx is done.
 func (s Source) Run(ctx context.Context) error {
 	const name = "yaml"
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: store.New(s.Etcd), Log: s.Log, Registerer: s.Registerer})
+	term := &termStore{}
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: s.Log, Metrics: s.Metrics})
 	if err != nil {
 		return err
 	}
@@ -118,7 +170,50 @@ func (s Source) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return src.Run(ctx)
+	return led(ctx, s.Etcd, s.Election, "source/"+name, s.Log, term, src.Run)
+}
+
+// KubeSource runs the Kubernetes source of one cluster into the store.
+type KubeSource struct {
+	Etcd *clientv3.Client
+	// Cluster is the cluster ID; it names the endpoint shard.
+	Cluster           string
+	Kube              *rest.Config
+	DomainSuffix      string
+	NamespaceSelector labels.Selector
+	Election          Election
+	Log               *slog.Logger
+	// Metrics may be nil (unregistered).
+	Metrics     *ingest.Metrics
+	KubeMetrics *kube.Metrics
+	OnSynced    func(ingest.Result)
+}
+
+// Run watches the cluster until ctx is done.
+func (k KubeSource) Run(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(k.Kube)
+	if err != nil {
+		return fmt.Errorf("app: cluster %s: %w", k.Cluster, err)
+	}
+	dyn, err := dynamic.NewForConfig(k.Kube)
+	if err != nil {
+		return fmt.Errorf("app: cluster %s: %w", k.Cluster, err)
+	}
+	name := kube.SourceName(k.Cluster)
+	term := &termStore{}
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: k.Log, Metrics: k.Metrics})
+	if err != nil {
+		return err
+	}
+	src, err := kube.New(kube.Config{
+		Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer,
+		DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
+		Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced,
+	})
+	if err != nil {
+		return err
+	}
+	return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, src.Run)
 }
 
 // Relay runs the relay from the store to the bus.
@@ -126,6 +221,7 @@ type Relay struct {
 	Etcd       *clientv3.Client
 	NATS       *nats.Conn
 	Bus        bus.Config
+	Election   Election
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -140,7 +236,9 @@ func (r Relay) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return rl.Run(ctx)
+	// The relay only reads the store; the election keeps one relay
+	// publishing (a second would double nothing, only waste work).
+	return led(ctx, r.Etcd, r.Election, "relay", r.Log, &termStore{}, rl.Run)
 }
 
 // openBus opens the bus, retrying while NATS is unreachable.

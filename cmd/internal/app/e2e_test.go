@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
@@ -25,7 +26,7 @@ import (
 	"google.golang.org/grpc/xds"
 )
 
-func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { kubetest.Main(m) }
 
 // backend is a real gRPC server on loopback; RPCs report which one served
 // them through the peer address.
@@ -40,6 +41,11 @@ func startBackend(t *testing.T) backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveBackend(t, lis)
+}
+
+func serveBackend(t *testing.T, lis net.Listener) backend {
+	t.Helper()
 	s := grpc.NewServer()
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	go func() { _ = s.Serve(lis) }()

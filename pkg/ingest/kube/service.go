@@ -144,10 +144,12 @@ func ConvertEndpoints(svc *corev1.Service, endpointSlices []*discoveryv1.Endpoin
 				continue
 			}
 			ep := &meshv1.Endpoint{Address: e.Addresses[0], Ports: ports, Health: health(e.Conditions)}
-			if seen[ep.Address] {
+			// A workload may appear in two slices while they are rebalanced.
+			id := model.EndpointID(ep)
+			if seen[id] {
 				continue
 			}
-			seen[ep.Address] = true
+			seen[id] = true
 			nodeName := ""
 			if e.NodeName != nil {
 				nodeName = *e.NodeName

@@ -67,8 +67,9 @@ type Config struct {
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
 	RetryDelay time.Duration
 	Log        *slog.Logger
-	// Registerer receives the metrics; nil registers nothing.
-	Registerer prometheus.Registerer
+	// Metrics are shared by the sources of a process (labelled by
+	// cluster); nil keeps them unregistered.
+	Metrics *Metrics
 	// OnSynced, when set, is called after every successful sync.
 	OnSynced func(ingest.Result)
 }
@@ -114,13 +115,26 @@ func dnsLabelish(s string) bool {
 // Source watches one Kubernetes cluster.
 type Source struct {
 	cfg     Config
-	m       metrics
+	m       *Metrics
 	signal  chan struct{}
 	emitted map[string]string // location → last problem reported as an Event
 }
 
-type metrics struct {
+// Metrics are the Kubernetes source's metrics, labelled by cluster.
+type Metrics struct {
 	events *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil registers nothing).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_kube_watch_events_total",
+		Help: "Kubernetes watch events received, by cluster and kind."}, []string{"cluster", "kind"})}
+	if reg != nil {
+		if err := reg.Register(m.events); err != nil {
+			return nil, fmt.Errorf("kube: register metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // New returns a Source.
@@ -128,12 +142,9 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := metrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_kube_watch_events_total",
-		Help: "Kubernetes watch events received, by cluster and kind."}, []string{"cluster", "kind"})}
-	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(m.events); err != nil {
-			return nil, fmt.Errorf("kube: register metrics: %w", err)
-		}
+	m := cfg.Metrics
+	if m == nil {
+		m, _ = NewMetrics(nil)
 	}
 	return &Source{cfg: cfg, m: m, signal: make(chan struct{}, 1), emitted: map[string]string{}}, nil
 }

@@ -296,21 +296,21 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Probl
 // index is the part of the mesh cross-object validation looks at: which
 // service defines each host, and each service's endpoints.
 type index struct {
-	hosts     map[string]nsName
+	hosts     map[string][]nsName
 	endpoints map[nsName][]*meshv1.Endpoint
 }
 
 type nsName struct{ namespace, name string }
 
 func newIndex() *index {
-	return &index{hosts: map[string]nsName{}, endpoints: map[nsName][]*meshv1.Endpoint{}}
+	return &index{hosts: map[string][]nsName{}, endpoints: map[nsName][]*meshv1.Endpoint{}}
 }
 
 func (ix *index) add(k model.Key, o model.Object) {
 	switch o := o.(type) {
 	case *meshv1.Service:
 		for _, h := range o.Hostnames {
-			ix.hosts[h] = nsName{k.Namespace, k.Name}
+			ix.hosts[h] = append(ix.hosts[h], nsName{k.Namespace, k.Name})
 		}
 	case *meshv1.Endpoints:
 		id := nsName{k.Namespace, o.Service}
@@ -323,12 +323,14 @@ func (ix *index) KnownHost(h string) bool {
 	return ok
 }
 
+// Endpoints returns the endpoints of every service that defines h: the
+// pusher merges them the same way.
 func (ix *index) Endpoints(h string) []*meshv1.Endpoint {
-	id, ok := ix.hosts[h]
-	if !ok {
-		return nil
+	var out []*meshv1.Endpoint
+	for _, id := range ix.hosts[h] {
+		out = append(out, ix.endpoints[id]...)
 	}
-	return ix.endpoints[id]
+	return out
 }
 
 // dedupe keeps one object per key: the one already in effect (same

@@ -123,10 +123,27 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 	rev := s.rev
 	s.mu.Unlock()
 
-	byHost := map[string]*generate.Service{}
+	// Services that share a host name — the same Service in several
+	// clusters, a ServiceEntry beside a Service — share their endpoints.
+	sharing := map[string][]nsName{}
+	for id, svc := range services {
+		for _, h := range svc.Spec.Hostnames {
+			sharing[h] = append(sharing[h], id)
+		}
+	}
+	byHost := map[string][]*generate.Service{}
 	list := make([]*generate.Service, 0, len(services))
 	for id, svc := range services {
-		shards := endpoints[id]
+		ids := map[nsName]bool{id: true}
+		for _, h := range svc.Spec.Hostnames {
+			for _, other := range sharing[h] {
+				ids[other] = true
+			}
+		}
+		var shards []shardEps
+		for other := range ids {
+			shards = append(shards, endpoints[other]...)
+		}
 		slices.SortFunc(shards, func(a, b shardEps) int { return cmp.Compare(a.shard, b.shard) })
 		seen := map[string]bool{}
 		for _, sh := range shards {
@@ -140,15 +157,17 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 			}
 		}
 		for _, h := range svc.Spec.Hostnames {
-			byHost[h] = svc
+			byHost[h] = append(byHost[h], svc)
 		}
 		list = append(list, svc)
 	}
 	// Where two policies name one host, the first by namespace and name wins.
 	slices.SortFunc(policies, func(a, b keyedPolicy) int { return cmp.Compare(a.key.String(), b.key.String()) })
 	for _, p := range policies {
-		if svc := byHost[p.policy.Host]; svc != nil && svc.Policy == nil {
-			svc.Policy = p.policy
+		for _, svc := range byHost[p.policy.Host] {
+			if svc.Policy == nil {
+				svc.Policy = p.policy
+			}
 		}
 	}
 	return generate.NewMesh(list, routes), rev

@@ -11,6 +11,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -183,7 +184,7 @@ func TestLeaderFailover(t *testing.T) {
 			return false
 		}
 		for _, it := range items {
-			if it.Key == (model.Key{Kind: model.KindService, Namespace: ns, Name: name}) {
+			if it.Key == (model.Key{Kind: model.KindService, Namespace: ns, Name: kube.ObjectName(name, "c1")}) {
 				return true
 			}
 		}

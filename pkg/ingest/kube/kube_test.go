@@ -197,13 +197,13 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	}))
 
 	r := startSource(t, kc, cli, "c1", nil)
-	r.object(t, "/mesh/v1/services/"+ns+"/reviews", "the Service is normalized", func(o model.Object) (bool, string) {
+	r.object(t, "/mesh/v1/services/"+ns+"/reviews@c1", "the Service is normalized", func(o model.Object) (bool, string) {
 		s := o.(*meshv1.Service)
 		got := fmt.Sprint(s.Hostnames, portSummary(s.Ports))
 		want := fmt.Sprint([]string{host}, "http-web:9080:PROTOCOL_HTTP>8080 api:9090:PROTOCOL_GRPC>9090 metrics:9100:PROTOCOL_TCP>9100")
 		return got == want, got
 	})
-	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "the EndpointSlice becomes the cluster's endpoints", func(o model.Object) (bool, string) {
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "the EndpointSlice becomes the cluster's endpoints", func(o model.Object) (bool, string) {
 		e := o.(*meshv1.Endpoints)
 		var got []string
 		for _, ep := range e.Endpoints {
@@ -231,7 +231,7 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "an endpoint removed from the slice leaves", func(o model.Object) (bool, string) {
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "an endpoint removed from the slice leaves", func(o model.Object) (bool, string) {
 		return len(o.(*meshv1.Endpoints).Endpoints) == 1, fmt.Sprint(o)
 	})
 	if err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
@@ -241,8 +241,8 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	if err := kc.Client.CoreV1().Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r.absent(t, "/mesh/v1/services/"+ns+"/reviews", "a deleted Service leaves the store")
-	r.absent(t, "/mesh/v1/endpoints/"+ns+"/reviews/c1", "a deleted Service's endpoints leave the store")
+	r.absent(t, "/mesh/v1/services/"+ns+"/reviews@c1", "a deleted Service leaves the store")
+	r.absent(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a deleted Service's endpoints leave the store")
 }
 
 func portSummary(ps []*meshv1.Port) string {
@@ -338,8 +338,8 @@ func TestInvalidObjectsGetEventsAndTheRestFlows(t *testing.T) {
 	eventFor(t, kc, ns, "DestinationRule", "app", "spec.subsets[1].labels")
 	eventFor(t, kc, ns, "Service", "portless", "spec.ports")
 	r.object(t, "/mesh/v1/routerules/"+ns+"/good", "the valid VirtualService flows", nil)
-	r.object(t, "/mesh/v1/endpoints/"+ns+"/app/c1", "the valid Service's endpoints flow", nil)
-	for _, k := range []string{"routerules/" + ns + "/bad-regex", "routerules/" + ns + "/unknown-host", "trafficpolicies/" + ns + "/app", "services/" + ns + "/portless"} {
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/app@c1/c1", "the valid Service's endpoints flow", nil)
+	for _, k := range []string{"routerules/" + ns + "/bad-regex", "routerules/" + ns + "/unknown-host", "trafficpolicies/" + ns + "/app", "services/" + ns + "/portless@c1"} {
 		r.absent(t, "/mesh/v1/"+k, "an invalid object is not written")
 	}
 }

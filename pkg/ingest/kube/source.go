@@ -149,6 +149,9 @@ func New(cfg Config) (*Source, error) {
 	return &Source{cfg: cfg, m: m, signal: make(chan struct{}, 1), emitted: map[string]string{}}, nil
 }
 
+// ObjectName is the store name of a cluster's Service: "<name>@<cluster>".
+func ObjectName(service, cluster string) string { return service + "@" + cluster }
+
 // SourceName is the name a cluster's objects carry as their origin source.
 func SourceName(cluster string) string { return "kubernetes/" + cluster }
 
@@ -361,7 +364,10 @@ func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.
 		loc := location("Service", svc.Namespace, svc.Name)
 		refs[loc] = svc
 		spec, err := ConvertService(svc, s.cfg.DomainSuffix)
-		key := model.Key{Kind: model.KindService, Namespace: svc.Namespace, Name: svc.Name}
+		// Each cluster's Service is its own object: the same Service in two
+		// clusters is one host whose endpoints the pusher merges.
+		name := ObjectName(svc.Name, s.cfg.Cluster)
+		key := model.Key{Kind: model.KindService, Namespace: svc.Namespace, Name: name}
 		if err != nil {
 			p := ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc}
 			var fe *model.FieldError
@@ -379,8 +385,8 @@ func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.
 		slices, _ := w.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
 		if eps := ConvertEndpoints(svc, slices, w); len(eps) > 0 {
 			objs = append(objs, ingest.Object{
-				Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(svc.Name, s.cfg.Cluster)},
-				Object:   &meshv1.Endpoints{Origin: origin(), Service: svc.Name, Shard: s.cfg.Cluster, Endpoints: eps},
+				Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(name, s.cfg.Cluster)},
+				Object:   &meshv1.Endpoints{Origin: origin(), Service: name, Shard: s.cfg.Cluster, Endpoints: eps},
 				Resource: loc,
 			})
 		}

@@ -37,8 +37,9 @@ type Cluster struct {
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
 
-	dir   string
-	procs []*exec.Cmd
+	dir      string
+	procs    []*exec.Cmd
+	stopOnce sync.Once
 }
 
 var (
@@ -75,6 +76,28 @@ func Get(t testing.TB) *Cluster {
 	return shared
 }
 
+// StartAnother starts a second, independent apiserver for the test, as
+// another cluster; it stops when the test ends.
+func StartAnother(t testing.TB) *Cluster {
+	t.Helper()
+	c, err := start()
+	if err != nil {
+		t.Fatalf("kube-apiserver: %v", err)
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// CreateNamespace creates a namespace with a given name.
+func (c *Cluster) CreateNamespace(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	_, err := c.Client.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Namespace creates a namespace for the test with the given labels and
 // returns its name.
 func (c *Cluster) Namespace(t testing.TB, labels map[string]string) string {
@@ -84,11 +107,7 @@ func (c *Cluster) Namespace(t testing.TB, labels map[string]string) string {
 		name = name[:50]
 	}
 	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
-	_, err := c.Client.CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.CreateNamespace(t, name, labels)
 	return name
 }
 
@@ -239,10 +258,8 @@ func (c *Cluster) run(bin, logName string, args ...string) error {
 	return nil
 }
 
-var stopOnce sync.Once
-
 func (c *Cluster) stop() {
-	stopOnce.Do(func() {
+	c.stopOnce.Do(func() {
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			p := c.procs[i]
 			_ = p.Process.Signal(os.Interrupt)

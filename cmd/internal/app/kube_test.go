@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -215,5 +216,58 @@ func TestLeaderFailover(t *testing.T) {
 	t.Logf("follower reconciled %s after the leader crashed (lease TTL %s)", took.Round(10*time.Millisecond), ttl)
 	if took > ttl+5*time.Second {
 		t.Errorf("takeover took %s; the lease TTL is %s", took, ttl)
+	}
+}
+
+// TestTwoClustersMerge watches two clusters (two real apiservers) from one
+// ingester; the same Service has an endpoint in each; the pusher serves
+// both endpoints, one per cluster shard.
+func TestTwoClustersMerge(t *testing.T) {
+	c1 := kubetest.Get(t)
+	c2 := kubetest.StartAnother(t)
+	ns := c1.Namespace(t, nil)
+	c2.CreateNamespace(t, ns, nil)
+	ip := hostIP(t)
+	a, b := startBackendOn(t, ip), startBackendOn(t, ip)
+	createService(t, c1, ns, "greeter", 50051)
+	createWorkload(t, c1, ns, "greeter", "greeter-a", "v1", a)
+	createService(t, c2, ns, "greeter", 50051)
+	createWorkload(t, c2, ns, "greeter", "greeter-b", "v1", b)
+
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := testutil.Log(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return app.KubeSource{Etcd: cli, Cluster: "east", Kube: c1.Config, Log: log}.Run(gctx) })
+	g.Go(func() error { return app.KubeSource{Etcd: cli, Cluster: "west", Kube: c2.Config, Log: log}.Run(gctx) })
+	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(gctx) })
+	g.Go(func() error {
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(gctx)
+	})
+	defer func() { cancel(); _ = g.Wait() }()
+
+	conn := dialXDS(t, lis.Addr().String(), fmt.Sprintf("xds:///greeter.%s.svc.cluster.local:50051", ns))
+	testutil.Eventually(t, 30*time.Second, "RPCs reach the endpoints of both clusters", func() (bool, string) {
+		got := spread(conn, 20)
+		return got[a.addr] > 0 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 20, fmt.Sprint(got)
+	})
+	items, _, _, err := store.New(cli).List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, it := range items {
+		if it.Key.Kind == model.KindEndpoints && it.Key.Namespace == ns {
+			keys = append(keys, it.Key.String())
+		}
+	}
+	want := fmt.Sprint([]string{"/mesh/v1/endpoints/" + ns + "/greeter@east/east", "/mesh/v1/endpoints/" + ns + "/greeter@west/west"})
+	if slices.Sort(keys); fmt.Sprint(keys) != want {
+		t.Errorf("endpoint keys %v, want one shard per cluster %s", keys, want)
 	}
 }

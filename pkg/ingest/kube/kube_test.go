@@ -19,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -342,4 +343,46 @@ func TestInvalidObjectsGetEventsAndTheRestFlows(t *testing.T) {
 	for _, k := range []string{"routerules/" + ns + "/bad-regex", "routerules/" + ns + "/unknown-host", "trafficpolicies/" + ns + "/app", "services/" + ns + "/portless@c1"} {
 		r.absent(t, "/mesh/v1/"+k, "an invalid object is not written")
 	}
+}
+
+func TestNamespaceSelector(t *testing.T) {
+	kc := kubetest.Get(t)
+	_, cli := testutil.Etcd(t)
+	ctx := context.Background()
+	in := kc.Namespace(t, map[string]string{"mesh": "on"})
+	out := kc.Namespace(t, nil)
+	for _, ns := range []string{in, out} {
+		if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sel, err := labels.Parse("mesh=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startSource(t, kc, cli, "c1", func(c *kube.Config) { c.NamespaceSelector = sel })
+	r.object(t, "/mesh/v1/services/"+in+"/web@c1", "a selected namespace's Service is in the mesh", nil)
+	r.absent(t, "/mesh/v1/services/"+out+"/web@c1", "an unselected namespace's Service is not")
+
+	// Labelling the namespace brings it in; unlabelling takes it out.
+	nsObj, err := kc.Client.CoreV1().Namespaces().Get(ctx, out, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = map[string]string{"mesh": "on"}
+	if _, err := kc.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/services/"+out+"/web@c1", "a namespace labelled into the mesh brings its Service", nil)
+	if nsObj, err = kc.Client.CoreV1().Namespaces().Get(ctx, out, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = nil
+	if _, err := kc.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.absent(t, "/mesh/v1/services/"+out+"/web@c1", "a namespace labelled out of the mesh takes its Service away")
 }

@@ -34,6 +34,10 @@ kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd 
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: bench-ingest
+bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/
+
 .PHONY: lint
 lint: ## Check formatting and vet.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -36,6 +36,9 @@ type Cluster struct {
 	Config  *rest.Config
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
+	// Etcd is the client URL of the apiserver's own etcd (a separate
+	// process), which a benchmark may share under another prefix.
+	Etcd string
 
 	dir      string
 	procs    []*exec.Cmd
@@ -177,6 +180,7 @@ func start() (*Cluster, error) {
 		}
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	c.Etcd = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	if err := c.run(filepath.Join(bin, "etcd"), "etcd.log",
 		"--data-dir", filepath.Join(dir, "etcd"),

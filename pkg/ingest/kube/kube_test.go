@@ -3,6 +3,8 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,9 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -385,4 +389,61 @@ func TestNamespaceSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.absent(t, "/mesh/v1/services/"+out+"/web@c1", "a namespace labelled out of the mesh takes its Service away")
+}
+
+// TestSameResultFromKubernetesAndYAML: one normalizer serves every source,
+// so a VirtualService applied through the API and the same one in the YAML
+// directory give the same object.
+func TestSameResultFromKubernetesAndYAML(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	_, cli := testutil.Etcd(t)
+	ns := kc.Namespace(t, nil)
+	spec := map[string]any{
+		"hosts": []any{"reviews"},
+		"http": []any{map[string]any{
+			"match":   []any{map[string]any{"headers": map[string]any{"end-user": map[string]any{"exact": "jason"}}}},
+			"route":   []any{map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v2"}, "weight": 100}},
+			"timeout": "2s",
+		}},
+	}
+	apply(t, kc, istioObject("VirtualService", "v1beta1", ns, "reviews", spec))
+	if _, err := kc.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := startSource(t, kc, cli, "c1", nil)
+	var fromKube model.Object
+	r.object(t, "/mesh/v1/routerules/"+ns+"/reviews", "the VirtualService is ingested", func(o model.Object) (bool, string) {
+		fromKube = o
+		return true, ""
+	})
+
+	yaml := fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: %s}
+spec:
+  hosts: [reviews]
+  http:
+  - match: [{headers: {end-user: {exact: jason}}}]
+    route: [{destination: {host: reviews, subset: v2}, weight: 100}]
+    timeout: 2s
+`, ns)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "vs.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inputs, problems, err := yamldir.Read(dir, time.Now())
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	objs, problems := istio.Normalize(inputs, istio.Options{})
+	if len(objs) != 1 || len(problems) > 0 {
+		t.Fatalf("yaml: %v %v", objs, problems)
+	}
+	if !model.SameContent(objs[0].Object, fromKube) {
+		t.Errorf("from Kubernetes:\n%v\nfrom YAML:\n%v", fromKube, objs[0].Object)
+	}
 }

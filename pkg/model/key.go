@@ -22,10 +22,11 @@ const (
 	KindRouteRule     Kind = "routerules"
 	KindTrafficPolicy Kind = "trafficpolicies"
 	KindScope         Kind = "scopes"
+	KindGateway       Kind = "gateways"
 )
 
 // Kinds lists every kind, in the order a consumer should apply a full load.
-var Kinds = []Kind{KindService, KindEndpoints, KindRouteRule, KindTrafficPolicy, KindScope}
+var Kinds = []Kind{KindService, KindEndpoints, KindGateway, KindRouteRule, KindTrafficPolicy, KindScope}
 
 // ErrBadKey is returned for a key outside the /mesh/v1/ layout.
 var ErrBadKey = errors.New("model: bad key")
@@ -50,6 +51,8 @@ func New(k Kind) Object {
 		return &meshv1.TrafficPolicy{}
 	case KindScope:
 		return &meshv1.Scope{}
+	case KindGateway:
+		return &meshv1.Gateway{}
 	}
 	return nil
 }
@@ -67,6 +70,8 @@ func KindOf(o Object) Kind {
 		return KindTrafficPolicy
 	case *meshv1.Scope:
 		return KindScope
+	case *meshv1.Gateway:
+		return KindGateway
 	}
 	return ""
 }

@@ -40,6 +40,8 @@ func Validate(o Object) error {
 		return validateTrafficPolicy(o)
 	case *meshv1.Scope:
 		return validateScope(o)
+	case *meshv1.Gateway:
+		return validateGateway(o)
 	}
 	return fmt.Errorf("model: validate: unknown object type %T", o)
 }
@@ -225,6 +227,34 @@ func validateTrafficPolicy(p *meshv1.TrafficPolicy) error {
 			return fieldErr(f+".name", "subset %q is defined twice", s.Name)
 		}
 		names[s.Name] = true
+	}
+	return nil
+}
+
+func validateGateway(g *meshv1.Gateway) error {
+	if len(g.Servers) == 0 {
+		return fieldErr("spec.servers", "at least one server is required")
+	}
+	for i, s := range g.Servers {
+		f := fmt.Sprintf("spec.servers[%d]", i)
+		if s.Port == 0 || s.Port > 65535 {
+			return fieldErr(f+".port.number", "%d is not a port number", s.Port)
+		}
+		if s.Protocol == meshv1.Protocol_PROTOCOL_UNSPECIFIED {
+			return fieldErr(f+".port.protocol", "a protocol is required")
+		}
+		if len(s.Hosts) == 0 {
+			return fieldErr(f+".hosts", "at least one host is required")
+		}
+		for j, h := range s.Hosts {
+			_, host, found := strings.Cut(h, "/")
+			if !found {
+				host = h
+			}
+			if host != "*" && !ValidHostname(host) {
+				return fieldErr(fmt.Sprintf("%s.hosts[%d]", f, j), "%q is not [<namespace>/]<host>", h)
+			}
+		}
 	}
 	return nil
 }

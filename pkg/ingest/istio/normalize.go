@@ -31,9 +31,10 @@ const (
 	KindVirtualService  = "VirtualService"
 	KindDestinationRule = "DestinationRule"
 	KindSidecar         = "Sidecar"
+	KindGateway         = "Gateway"
 )
 
-var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar}
+var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway}
 
 // Options configure normalization.
 type Options struct {
@@ -116,6 +117,11 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 			if n.decode(in, &spec) {
 				n.sidecar(in, &spec)
 			}
+		case KindGateway:
+			var spec gateway
+			if n.decode(in, &spec) {
+				n.gateway(in, &spec)
+			}
 		}
 	}
 	for _, s := range services {
@@ -168,6 +174,8 @@ func keyOf(r Resource) (model.Key, bool) {
 		kind = model.KindTrafficPolicy
 	case KindSidecar:
 		kind = model.KindScope
+	case KindGateway:
+		kind = model.KindGateway
 	default:
 		return model.Key{}, false
 	}
@@ -518,4 +526,26 @@ func (n *normalizer) sidecar(in Input, spec *sidecar) {
 		sc.Egress = append(sc.Egress, el)
 	}
 	n.emit(in, sc)
+}
+
+func (n *normalizer) gateway(in Input, spec *gateway) {
+	gw := &meshv1.Gateway{Origin: n.origin(in), Selector: spec.Selector}
+	for i, s := range spec.Servers {
+		f := fmt.Sprintf("spec.servers[%d]", i)
+		if s.Port == nil {
+			n.problem(in, f+".port", "a port is required")
+			return
+		}
+		proto, ok := protocols[strings.ToUpper(s.Port.Protocol)]
+		if !ok {
+			n.problem(in, f+".port.protocol", "unknown protocol %q", s.Port.Protocol)
+			return
+		}
+		srv := &meshv1.GatewayServer{Name: s.Name, Port: s.Port.Number, Protocol: proto, PortName: s.Port.Name, Hosts: s.Hosts}
+		if t := s.TLS; t != nil {
+			srv.Tls = &meshv1.GatewayTLS{Mode: t.Mode, CredentialName: t.CredentialName, HttpsRedirect: t.HTTPSRedirect}
+		}
+		gw.Servers = append(gw.Servers, srv)
+	}
+	n.emit(in, gw)
 }

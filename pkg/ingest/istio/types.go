@@ -180,3 +180,34 @@ type egressListener struct {
 	CaptureMode string       `json:"captureMode"`
 	Hosts       []string     `json:"hosts"`
 }
+
+type gateway struct {
+	Selector map[string]string `json:"selector"`
+	Servers  []gatewayServer   `json:"servers"`
+}
+
+type gatewayServer struct {
+	Port            *servicePort `json:"port"`
+	Bind            string       `json:"bind"`
+	Hosts           []string     `json:"hosts"`
+	TLS             *serverTLS   `json:"tls"`
+	DefaultEndpoint string       `json:"defaultEndpoint"`
+	Name            string       `json:"name"`
+}
+
+type serverTLS struct {
+	HTTPSRedirect         bool            `json:"httpsRedirect"`
+	Mode                  string          `json:"mode"`
+	ServerCertificate     string          `json:"serverCertificate"`
+	PrivateKey            string          `json:"privateKey"`
+	CaCertificates        string          `json:"caCertificates"`
+	CaCrl                 string          `json:"caCrl"`
+	CredentialName        string          `json:"credentialName"`
+	CredentialNames       json.RawMessage `json:"credentialNames"`
+	SubjectAltNames       json.RawMessage `json:"subjectAltNames"`
+	VerifyCertificateSpki json.RawMessage `json:"verifyCertificateSpki"`
+	VerifyCertificateHash json.RawMessage `json:"verifyCertificateHash"`
+	MinProtocolVersion    string          `json:"minProtocolVersion"`
+	MaxProtocolVersion    string          `json:"maxProtocolVersion"`
+	CipherSuites          json.RawMessage `json:"cipherSuites"`
+}

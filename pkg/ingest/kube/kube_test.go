@@ -200,6 +200,18 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	apply(t, kc, istioObject("Sidecar", "v1", ns, "default", map[string]any{
 		"egress": []any{map[string]any{"hosts": []any{"./*"}}},
 	}))
+	apply(t, kc, istioObject("WorkloadEntry", "v1", ns, "vm-1", map[string]any{
+		"address": "10.4.0.1", "labels": map[string]any{"app": "vm"}, "locality": "us-west1/us-west1-a",
+	}))
+	apply(t, kc, istioObject("ServiceEntry", "v1", ns, "vms", map[string]any{
+		"hosts": []any{"vms.internal"}, "resolution": "STATIC",
+		"ports":            []any{map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}},
+		"workloadSelector": map[string]any{"labels": map[string]any{"app": "vm"}},
+	}))
+	apply(t, kc, istioObject("Gateway", "v1", ns, "ingress", map[string]any{
+		"selector": map[string]any{"istio": "ingressgateway"},
+		"servers":  []any{map[string]any{"port": map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": []any{"*/reviews.example.com"}}},
+	}))
 
 	r := startSource(t, kc, cli, "c1", nil)
 	r.object(t, "/mesh/v1/services/"+ns+"/reviews@c1", "the Service is normalized", func(o model.Object) (bool, string) {
@@ -230,6 +242,14 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	})
 	r.object(t, "/mesh/v1/trafficpolicies/"+ns+"/reviews", "the DestinationRule is normalized", nil)
 	r.object(t, "/mesh/v1/scopes/"+ns+"/default", "the Sidecar is normalized", nil)
+	r.object(t, "/mesh/v1/gateways/"+ns+"/ingress", "the Gateway is normalized", func(o model.Object) (bool, string) {
+		g := o.(*meshv1.Gateway)
+		return g.Selector["istio"] == "ingressgateway" && g.Servers[0].Port == 80, fmt.Sprint(g)
+	})
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "the WorkloadEntry joins its ServiceEntry's endpoints", func(o model.Object) (bool, string) {
+		e := o.(*meshv1.Endpoints)
+		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.1" && e.Endpoints[0].GetLocality().GetZone() == "us-west1-a", fmt.Sprint(e)
+	})
 
 	// Updates and deletes propagate.
 	slice.Endpoints = slice.Endpoints[:1]

@@ -45,6 +45,7 @@ var istioResources = map[string]string{
 	istio.KindVirtualService:  "virtualservices",
 	istio.KindDestinationRule: "destinationrules",
 	istio.KindSidecar:         "sidecars",
+	istio.KindGateway:         "gateways",
 }
 
 // Config configures a Source.

@@ -22,7 +22,7 @@ func TestEnvoySidecarGetsOutboundConfig(t *testing.T) {
 	a := startBackend(t)
 	dir := t.TempDir()
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
-	cp := startControlPlane(t, dir)
+	cp := startControlPlane(t, yamlSource(dir))
 	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

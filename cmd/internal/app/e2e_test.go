@@ -11,12 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,6 +27,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds"
+	"k8s.io/client-go/rest"
 )
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
@@ -53,15 +57,31 @@ func serveBackend(t *testing.T, lis net.Listener) backend {
 	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
 }
 
-// cluster is the control plane under test: ingester (YAML source and
-// relay) and a pusher, on an embedded etcd and NATS.
+// controlPlane is the control plane under test: sources, the relay and a
+// pusher, on an embedded etcd and NATS.
 type controlPlane struct {
 	ads    string
+	etcd   *clientv3.Client
 	cancel context.CancelFunc
 	g      *errgroup.Group
 }
 
-func startControlPlane(t *testing.T, meshDir string) *controlPlane {
+// source runs one ingest source of the control plane.
+type source func(ctx context.Context, etcd *clientv3.Client, log *slog.Logger) error
+
+func yamlSource(dir string) source {
+	return func(ctx context.Context, etcd *clientv3.Client, log *slog.Logger) error {
+		return app.Source{Etcd: etcd, MeshDir: dir, Log: log}.Run(ctx)
+	}
+}
+
+func kubeSource(cluster string, cfg *rest.Config) source {
+	return func(ctx context.Context, etcd *clientv3.Client, log *slog.Logger) error {
+		return app.KubeSource{Etcd: etcd, Cluster: cluster, Kube: cfg, Log: log}.Run(ctx)
+	}
+}
+
+func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	t.Helper()
 	_, cli := testutil.Etcd(t)
 	_, nc := testutil.NATS(t)
@@ -72,13 +92,15 @@ func startControlPlane(t *testing.T, meshDir string) *controlPlane {
 	log := testutil.Log(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return app.Source{Etcd: cli, MeshDir: meshDir, Log: log}.Run(ctx) })
+	for _, src := range sources {
+		g.Go(func() error { return src(ctx, cli, log) })
+	}
 	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log,
 			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
 	})
-	cp := &controlPlane{ads: lis.Addr().String(), cancel: cancel, g: g}
+	cp := &controlPlane{ads: lis.Addr().String(), etcd: cli, cancel: cancel, g: g}
 	t.Cleanup(cp.stop)
 	return cp
 }
@@ -220,7 +242,7 @@ func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
 	a, b := startBackend(t), startBackend(t)
 	dir := t.TempDir()
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
-	cp := startControlPlane(t, dir)
+	cp := startControlPlane(t, yamlSource(dir))
 	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
 
 	allOn(t, conn, a.addr, "RPCs reach backend a, the only endpoint")

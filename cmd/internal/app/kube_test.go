@@ -11,15 +11,11 @@ import (
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
-	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,25 +110,8 @@ func TestProxylessGRPCFollowsKubernetes(t *testing.T) {
 	createWorkload(t, kc, ns, "greeter", "greeter-a", "v1", a)
 	createWorkload(t, kc, ns, "greeter", "greeter-b", "v2", b)
 
-	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := testutil.Log(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return app.KubeSource{Etcd: cli, Cluster: "c1", Kube: kc.Config, Log: log}.Run(gctx)
-	})
-	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(gctx) })
-	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(gctx)
-	})
-	defer func() { cancel(); _ = g.Wait() }()
-
-	conn := dialXDS(t, lis.Addr().String(), fmt.Sprintf("xds:///greeter.%s.svc.cluster.local:50051", ns))
+	cp := startControlPlane(t, kubeSource("c1", kc.Config))
+	conn := dialXDS(t, cp.ads, fmt.Sprintf("xds:///greeter.%s.svc.cluster.local:50051", ns))
 	testutil.Eventually(t, 30*time.Second, "RPCs reach both EndpointSlice backends", func() (bool, string) {
 		got := spread(conn, 20)
 		return got[a.addr] > 0 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 20, fmt.Sprint(got)
@@ -234,29 +213,13 @@ func TestTwoClustersMerge(t *testing.T) {
 	createService(t, c2, ns, "greeter", 50051)
 	createWorkload(t, c2, ns, "greeter", "greeter-b", "v1", b)
 
-	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := testutil.Log(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return app.KubeSource{Etcd: cli, Cluster: "east", Kube: c1.Config, Log: log}.Run(gctx) })
-	g.Go(func() error { return app.KubeSource{Etcd: cli, Cluster: "west", Kube: c2.Config, Log: log}.Run(gctx) })
-	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(gctx) })
-	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(gctx)
-	})
-	defer func() { cancel(); _ = g.Wait() }()
-
-	conn := dialXDS(t, lis.Addr().String(), fmt.Sprintf("xds:///greeter.%s.svc.cluster.local:50051", ns))
+	cp := startControlPlane(t, kubeSource("east", c1.Config), kubeSource("west", c2.Config))
+	conn := dialXDS(t, cp.ads, fmt.Sprintf("xds:///greeter.%s.svc.cluster.local:50051", ns))
 	testutil.Eventually(t, 30*time.Second, "RPCs reach the endpoints of both clusters", func() (bool, string) {
 		got := spread(conn, 20)
 		return got[a.addr] > 0 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 20, fmt.Sprint(got)
 	})
-	items, _, _, err := store.New(cli).List(context.Background())
+	items, _, _, err := store.New(cp.etcd).List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,15 +89,6 @@ func (c *Config) Validate() error {
 	if c.DomainSuffix == "" {
 		c.DomainSuffix = "cluster.local"
 	}
-	if c.Quiet == 0 {
-		c.Quiet = 100 * time.Millisecond
-	}
-	if c.Resync == 0 {
-		c.Resync = 5 * time.Minute
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = time.Second
-	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -117,7 +108,6 @@ func dnsLabelish(s string) bool {
 type Source struct {
 	cfg     Config
 	m       *Metrics
-	signal  chan struct{}
 	emitted map[string]string // location → last problem reported as an Event
 }
 
@@ -147,7 +137,7 @@ func New(cfg Config) (*Source, error) {
 	if m == nil {
 		m, _ = NewMetrics(nil)
 	}
-	return &Source{cfg: cfg, m: m, signal: make(chan struct{}, 1), emitted: map[string]string{}}, nil
+	return &Source{cfg: cfg, m: m, emitted: map[string]string{}}, nil
 }
 
 // ObjectName is the store name of a cluster's Service: "<name>@<cluster>".
@@ -197,7 +187,12 @@ func (s *Source) Run(ctx context.Context) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.cfg.Client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shardpilot-ingester"})
 
-	w := &watched{
+	var w *watched
+	loop := ingest.NewLoop(ingest.Loop{
+		Quiet: s.cfg.Quiet, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
+		Sync: func(ctx context.Context) error { return s.sync(ctx, w, recorder) },
+	})
+	w = &watched{
 		services:   factory.Core().V1().Services().Lister(),
 		slices:     factory.Discovery().V1().EndpointSlices().Lister(),
 		pods:       factory.Core().V1().Pods().Lister(),
@@ -212,13 +207,13 @@ func (s *Source) Run(ctx context.Context) error {
 		"Node":          factory.Core().V1().Nodes().Informer(),
 		"Namespace":     factory.Core().V1().Namespaces().Informer(),
 	} {
-		if _, err := inf.AddEventHandler(s.handler(kind)); err != nil {
+		if _, err := inf.AddEventHandler(s.handler(kind, loop.Changed)); err != nil {
 			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
 		}
 	}
 	for kind, resource := range s.istioAvailable() {
 		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.Group, Version: "v1", Resource: resource})
-		if _, err := gi.Informer().AddEventHandler(s.handler(kind)); err != nil {
+		if _, err := gi.Informer().AddEventHandler(s.handler(kind, loop.Changed)); err != nil {
 			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
 		}
 		w.istio[kind] = gi.Lister()
@@ -236,7 +231,8 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Log.Info("kubernetes caches synced", "cluster", s.cfg.Cluster, "istio_kinds", len(w.istio))
-	return s.loop(ctx, w, recorder)
+	// Events before this point are in the first sync.
+	return loop.Run(ctx)
 }
 
 // istioAvailable returns the Istio resources the cluster serves at v1; a
@@ -258,13 +254,10 @@ func (s *Source) istioAvailable() map[string]string {
 	return out
 }
 
-func (s *Source) handler(kind string) cache.ResourceEventHandler {
+func (s *Source) handler(kind string, changed func()) cache.ResourceEventHandler {
 	poke := func() {
 		s.m.events.WithLabelValues(s.cfg.Cluster, kind).Inc()
-		select {
-		case s.signal <- struct{}{}:
-		default:
-		}
+		changed()
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { poke() },
@@ -280,37 +273,6 @@ func stripManagedFields(obj any) (any, error) {
 		a.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// loop syncs once at start, then after every burst of changes.
-func (s *Source) loop(ctx context.Context, w *watched, recorder record.EventRecorder) error {
-	pending := true
-	var quiet <-chan time.Time
-	resync := time.NewTicker(s.cfg.Resync)
-	defer resync.Stop()
-	for {
-		if pending && quiet == nil {
-			if err := s.sync(ctx, w, recorder); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.cfg.Log.Warn("sync failed; retrying", "cluster", s.cfg.Cluster, "err", err, "retry_in", s.cfg.RetryDelay)
-				quiet = time.After(s.cfg.RetryDelay)
-			} else {
-				pending = false
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.signal:
-			pending, quiet = true, time.After(s.cfg.Quiet)
-		case <-quiet:
-			quiet = nil
-		case <-resync.C:
-			pending = true
-		}
-	}
 }
 
 func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventRecorder) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/sync/errgroup"
 )
 
 // Syncer is what the source needs to write what it read.
@@ -63,15 +64,6 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	if c.Quiet == 0 {
-		c.Quiet = 100 * time.Millisecond
-	}
-	if c.Resync == 0 {
-		c.Resync = 5 * time.Minute
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = time.Second
-	}
 	return nil
 }
 
@@ -95,48 +87,39 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("yamldir: watch %s: %w", s.cfg.Dir, err)
 	}
 	defer w.Close()
-
-	pending := true // sync at once
-	var quiet <-chan time.Time
-	resync := time.NewTicker(s.cfg.Resync)
-	defer resync.Stop()
-	for {
-		if pending && quiet == nil {
+	loop := ingest.NewLoop(ingest.Loop{
+		Quiet: s.cfg.Quiet, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
+		Sync: func(ctx context.Context) error {
+			// New subdirectories join the watch before they are read.
 			if err := s.watchDirs(w); err != nil {
 				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
 			}
-			if err := s.sync(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil
+			return s.sync(ctx)
+		},
+	})
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return loop.Run(ctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case ev, ok := <-w.Events:
+				if !ok {
+					return errors.New("yamldir: watcher closed")
 				}
-				s.cfg.Log.Warn("sync failed; retrying", "dir", s.cfg.Dir, "err", err, "retry_in", s.cfg.RetryDelay)
-				quiet = time.After(s.cfg.RetryDelay)
-			} else {
-				pending = false
+				s.cfg.Log.Debug("file event", "event", ev.String())
+				loop.Changed()
+			case err, ok := <-w.Errors:
+				if !ok {
+					return errors.New("yamldir: watcher closed")
+				}
+				s.cfg.Log.Warn("file watcher error; reloading", "err", err)
+				loop.Changed()
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("yamldir: watcher closed")
-			}
-			s.cfg.Log.Debug("file event", "event", ev.String())
-			pending = true
-			quiet = time.After(s.cfg.Quiet)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("yamldir: watcher closed")
-			}
-			s.cfg.Log.Warn("file watcher error; reloading", "err", err)
-			pending, quiet = true, time.After(s.cfg.Quiet)
-		case <-quiet:
-			quiet = nil
-		case <-resync.C:
-			pending = true
-		}
-	}
+	})
+	return g.Wait()
 }
 
 // watchDirs adds the directory and its subdirectories to the watcher;

@@ -1,0 +1,83 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Loop runs a source's syncs: one at start, one after every burst of
+// changes (once Changed has not been called for the quiet period), one every
+// resync period to repair drift, and retries after a failed sync. Changed
+// never blocks and may be called from any goroutine; Run returns when its
+// context is done.
+type Loop struct {
+	// Sync reads the source and syncs it into the store.
+	Sync func(ctx context.Context) error
+	// Quiet is how long changes must stop before a sync. Default 100ms.
+	Quiet time.Duration
+	// Resync syncs even without changes. Default 5m.
+	Resync time.Duration
+	// RetryDelay is the pause before retrying a failed sync. Default 1s.
+	RetryDelay time.Duration
+	Log        *slog.Logger
+
+	changed chan struct{}
+}
+
+// NewLoop returns a Loop with the defaults filled in.
+func NewLoop(l Loop) *Loop {
+	if l.Quiet == 0 {
+		l.Quiet = 100 * time.Millisecond
+	}
+	if l.Resync == 0 {
+		l.Resync = 5 * time.Minute
+	}
+	if l.RetryDelay == 0 {
+		l.RetryDelay = time.Second
+	}
+	if l.Log == nil {
+		l.Log = slog.New(slog.DiscardHandler)
+	}
+	l.changed = make(chan struct{}, 1)
+	return &l
+}
+
+// Changed says the source's input changed.
+func (l *Loop) Changed() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run syncs until ctx is done.
+func (l *Loop) Run(ctx context.Context) error {
+	pending := true // sync at once
+	var quiet <-chan time.Time
+	resync := time.NewTicker(l.Resync)
+	defer resync.Stop()
+	for {
+		if pending && quiet == nil {
+			if err := l.Sync(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				l.Log.Warn("sync failed; retrying", "err", err, "retry_in", l.RetryDelay)
+				quiet = time.After(l.RetryDelay)
+			} else {
+				pending = false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.changed:
+			pending, quiet = true, time.After(l.Quiet)
+		case <-quiet:
+			quiet = nil
+		case <-resync.C:
+			pending = true
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var syncs []time.Duration
+		start := time.Now()
+		fail := true
+		l := NewLoop(Loop{
+			Quiet: 100 * time.Millisecond, Resync: time.Minute, RetryDelay: time.Second,
+			Sync: func(context.Context) error {
+				syncs = append(syncs, time.Since(start))
+				if fail {
+					fail = false
+					return errors.New("store down")
+				}
+				return nil
+			},
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(2 * time.Second) // first sync fails at 0, the retry succeeds at 1s
+		for range 5 {               // a burst of changes: one sync after it settles
+			l.Changed()
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(time.Minute) // a resync
+		cancel()
+		<-done
+		want := []time.Duration{0, time.Second, 2*time.Second + 300*time.Millisecond, time.Minute}
+		if len(syncs) != len(want) {
+			t.Fatalf("syncs at %v, want %v", syncs, want)
+		}
+		for i := range want {
+			if syncs[i] != want[i] {
+				t.Errorf("sync %d at %s, want %s", i, syncs[i], want[i])
+			}
+		}
+	})
+}

@@ -130,6 +130,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type Syncer struct {
 	cfg Config
 	m   *Metrics
+	// reported holds the problems already logged and counted, so that an
+	// input that stays bad is reported once, not at every sync.
+	reported map[string]bool
 }
 
 // NewSyncer returns a Syncer.
@@ -141,7 +144,7 @@ func NewSyncer(cfg Config) (*Syncer, error) {
 	if m == nil {
 		m, _ = NewMetrics(nil)
 	}
-	return &Syncer{cfg: cfg, m: m}, nil
+	return &Syncer{cfg: cfg, m: m, reported: map[string]bool{}}, nil
 }
 
 // Result says what one Sync did.
@@ -165,19 +168,26 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 		s.cfg.Log.Warn("store holds an unreadable value", "err", e)
 	}
 
-	valid, problems := s.validate(objs, stored, problems)
-	res := Result{Problems: problems}
-	for _, p := range problems {
-		s.m.rejected.WithLabelValues(s.cfg.Source).Inc()
-		s.cfg.Log.Warn("input rejected", "source", s.cfg.Source, "location", p.Location,
-			"resource", p.Resource, "field", p.Field, "reason", p.Reason)
+	mine := map[model.Key]model.Stored{}
+	for _, it := range stored {
+		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
+			mine[it.Key] = it
+		}
 	}
+	valid, problems := s.validate(objs, stored, mine, problems)
+	res := Result{Problems: problems}
+	s.report(problems)
 
 	want := make(map[model.Key]bool, len(valid))
 	counts := map[model.Kind]int{}
 	for _, o := range valid {
 		want[o.Key] = true
 		counts[o.Key.Kind]++
+		if it, ok := mine[o.Key]; ok && model.SameContent(it.Object, o.Object) {
+			// The list just read says the store has it: no round trip.
+			res.Unchanged++
+			continue
+		}
 		start := time.Now()
 		written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
 		s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
@@ -218,6 +228,22 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 	return res, nil
 }
 
+// report logs and counts the problems not reported by the previous sync.
+func (s *Syncer) report(problems []Problem) {
+	now := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		id := p.Error()
+		now[id] = true
+		if s.reported[id] {
+			continue
+		}
+		s.m.rejected.WithLabelValues(s.cfg.Source).Inc()
+		s.cfg.Log.Warn("input rejected", "source", s.cfg.Source, "location", p.Location,
+			"resource", p.Resource, "field", p.Field, "reason", p.Reason)
+	}
+	s.reported = now
+}
+
 func keep(it model.Stored, problems []Problem) bool {
 	loc := it.Object.GetOrigin().GetLocation()
 	for _, p := range problems {
@@ -234,13 +260,10 @@ func keep(it model.Stored, problems []Problem) bool {
 // validate de-duplicates objects by key, checks each on its own and against
 // the hosts the mesh knows, stamps the source into the valid ones, and
 // returns them with every problem found.
-func (s *Syncer) validate(objs []Object, stored []model.Stored, problems []Problem) ([]Object, []Problem) {
-	mine := map[model.Key]model.Stored{}
+func (s *Syncer) validate(objs []Object, stored []model.Stored, mine map[model.Key]model.Stored, problems []Problem) ([]Object, []Problem) {
 	ix := newIndex()
 	for _, it := range stored {
-		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
-			mine[it.Key] = it
-		} else {
+		if _, ok := mine[it.Key]; !ok {
 			ix.add(it.Key, it.Object)
 		}
 	}

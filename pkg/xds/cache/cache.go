@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -53,6 +55,7 @@ const Shared = ""
 type Cache struct {
 	cfg    Config
 	mux    *gcpcache.MuxCache
+	prefix string
 	caches map[string]*gcpcache.LinearCache
 
 	mu     sync.Mutex
@@ -71,7 +74,7 @@ func New(cfg Config) (*Cache, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := hex.EncodeToString(b[:]) + "-"
-	c := &Cache{cfg: cfg, caches: map[string]*gcpcache.LinearCache{}, hashes: map[string]map[string]uint64{}}
+	c := &Cache{cfg: cfg, prefix: prefix, caches: map[string]*gcpcache.LinearCache{}, hashes: map[string]map[string]uint64{}}
 	add := func(class, t string) {
 		k := cacheKey(class, t)
 		c.caches[k] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(prefix))
@@ -105,7 +108,34 @@ func (c *Cache) key(node *core.Node, typeURL string) string {
 }
 
 // Server returns the go-control-plane cache to serve from.
-func (c *Cache) Server() gcpcache.Cache { return c.mux }
+func (c *Cache) Server() gcpcache.Cache { return nackGuard{c} }
+
+// nackGuard keeps a rejected response from being sent again in a loop. A
+// SotW NACK carries the last version the proxy accepted; when it accepted
+// none from this replica (a first response, or a reconnect from another
+// replica), the LinearCache answers such a request at once, with exactly
+// what was just rejected, and the proxy NACKs again. The guard marks such a
+// NACK as holding this replica's versions, so that the cache answers it only
+// when the resources change. Delta NACKs need no help: a delta subscription
+// knows what it was sent.
+type nackGuard struct{ c *Cache }
+
+func (g nackGuard) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
+	if r.GetErrorDetail() != nil && !strings.HasPrefix(r.GetVersionInfo(), g.c.prefix) {
+		nacked := proto.Clone(r).(*gcpcache.Request)
+		nacked.VersionInfo = g.c.prefix + "rejected"
+		r = nacked
+	}
+	return g.c.mux.CreateWatch(r, sub, ch)
+}
+
+func (g nackGuard) CreateDeltaWatch(r *gcpcache.DeltaRequest, sub gcpcache.Subscription, ch chan gcpcache.DeltaResponse) (func(), error) {
+	return g.c.mux.CreateDeltaWatch(r, sub, ch)
+}
+
+func (g nackGuard) Fetch(ctx context.Context, r *gcpcache.Request) (gcpcache.Response, error) {
+	return g.c.mux.Fetch(ctx, r)
+}
 
 // Update makes the cache of a class and type hold exactly resources. It
 // replaces only the resources whose content changed and reports how many

@@ -1,0 +1,166 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// receiver reads a stream's responses in one goroutine, so that waiting
+// for one with a deadline never loses the next.
+type receiver[T any] struct{ ch chan T }
+
+func receive[T any](stream interface{ Recv() (T, error) }) *receiver[T] {
+	r := &receiver[T]{ch: make(chan T, 16)}
+	go func() {
+		defer close(r.ch)
+		for {
+			v, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			r.ch <- v
+		}
+	}()
+	return r
+}
+
+// next returns the next response, or an error if none came within d.
+func (r *receiver[T]) next(d time.Duration) (T, error) {
+	select {
+	case v, ok := <-r.ch:
+		if !ok {
+			var zero T
+			return zero, errors.New("stream ended")
+		}
+		return v, nil
+	case <-time.After(d):
+		var zero T
+		return zero, errors.New("no response")
+	}
+}
+
+// TestNACKedConfigIsNotResent: a proxy that rejects what it was sent is not
+// sent the same thing again (go-control-plane's own caches can re-send a
+// NACKed response in a loop); the next real change does reach it. Both for
+// SotW and Delta, and for a proxy that never ACKed anything.
+func TestNACKedConfigIsNotResent(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nack := &status.Status{Code: int32(codes.InvalidArgument), Message: "rejected by test"}
+	const silence = 700 * time.Millisecond // well past the debounce of a real change
+
+	// Wait until the mesh is loaded, so that later responses come only
+	// from NACKs or changes.
+	waitForCluster := func(node *core.Node) {
+		t.Helper()
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.CloseSend()
+		rx := receive(s)
+		req := &discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}
+		for {
+			if err := s.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := rx.next(20 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Resources) > 0 {
+				return
+			}
+			req = &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
+		}
+	}
+	waitForCluster(&core.Node{Id: "sidecar~10.0.0.9~probe.demo~demo.svc.cluster.local"})
+
+	t.Run("sotw", func(t *testing.T) {
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.CloseSend()
+		rx := receive(s)
+		node := &core.Node{Id: "sidecar~10.0.0.7~nacker.demo~demo.svc.cluster.local"}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// NACK without ever having ACKed: version_info stays empty.
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce, ErrorDetail: nack}); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := rx.next(silence); err == nil {
+			t.Fatalf("the NACKed version was sent again (version %s)", again.VersionInfo)
+		}
+		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
+		next, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the next real change did not reach the proxy: %v", err)
+		}
+		if next.VersionInfo == resp.VersionInfo {
+			t.Errorf("got version %s again, want a new one", next.VersionInfo)
+		}
+	})
+
+	t.Run("delta", func(t *testing.T) {
+		s, err := ads.DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.CloseSend()
+		rx := receive(s)
+		node := &core.Node{Id: "sidecar~10.0.0.8~dnacker.demo~demo.svc.cluster.local"}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce, ErrorDetail: nack}); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := rx.next(silence); err == nil {
+			t.Fatalf("the NACKed resources were sent again (%d resources)", len(again.Resources))
+		}
+		writeMesh(t, dir, "other.yaml", `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: other, namespace: demo}
+spec:
+  hosts: [other.demo.svc.cluster.local]
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.9.0.1}]
+`)
+		if _, err := rx.next(10 * time.Second); err != nil {
+			t.Fatalf("the next real change did not reach the proxy: %v", err)
+		}
+	})
+}

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"flag"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -56,16 +58,18 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	reg := telemetry.NewRegistry()
+	status := server.NewStatus()
 	ready := telemetry.NewReadiness()
 	var ps atomic.Pointer[pusher.Pusher]
 	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay,
-			Log: log, Registerer: reg, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
+			Log: log, Registerer: reg, Status: status, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
+			Debug: map[string]http.Handler{"/debug/syncz": status}}).Run(ctx)
 	})
 	return g.Wait()
 }

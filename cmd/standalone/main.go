@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -94,6 +96,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	}
 
 	reg := telemetry.NewRegistry()
+	status := server.NewStatus()
 	ready := telemetry.NewReadiness()
 	// Ready once the pusher serves a generation that includes the first
 	// sync of the mesh directory.
@@ -125,10 +128,11 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
-			Log: log, Registerer: reg, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
+			Log: log, Registerer: reg, Status: status, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
+			Debug: map[string]http.Handler{"/debug/syncz": status}}).Run(ctx)
 	})
 	err = g.Wait()
 	log.Info("stopped")

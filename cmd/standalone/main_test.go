@@ -76,6 +76,16 @@ func TestServeExampleMesh(t *testing.T) {
 			t.Errorf("the log does not say %s:\n%s", want, logs.String())
 		}
 	}
+	if code := func() int {
+		r, err := http.Get("http://" + admin + "/debug/syncz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}(); code != http.StatusOK {
+		t.Errorf("/debug/syncz answered %d", code)
+	}
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -268,6 +268,8 @@ type Pusher struct {
 	MaxDelay   time.Duration
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	// Status, when set, records every proxy stream's versions (/debug/syncz).
+	Status *server.Status
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -296,7 +298,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	if p.Started != nil {
 		p.Started(ps, c)
 	}
-	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer})
+	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status})
 	if err != nil {
 		return err
 	}

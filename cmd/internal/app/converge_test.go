@@ -8,6 +8,12 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/nats-io/nats.go"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/embedded"
@@ -22,6 +28,7 @@ import (
 
 // runningPusher is a pusher replica the test can stop.
 type runningPusher struct {
+	ads    string
 	p      *pusher.Pusher
 	c      *cache.Cache
 	cancel context.CancelFunc
@@ -35,7 +42,7 @@ func startPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn) *runningPush
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rp := &runningPusher{cancel: cancel, done: make(chan error, 1)}
+	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	started := make(chan struct{})
 	go func() {
 		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t),
@@ -140,5 +147,76 @@ func TestRestartedPusherConverges(t *testing.T) {
 	}
 	if len(p1.content()) == 0 {
 		t.Fatal("the pushers serve nothing")
+	}
+}
+
+// TestDeltaReconnectToAnotherReplica: a Delta proxy that moves to another
+// pusher replica says what it has (initial_resource_versions); resource
+// versions are content hashes, the same on every replica, so it is sent
+// nothing it already has — only the next real change.
+func TestDeltaReconnectToAnotherReplica(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
+	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
+	defer func() { cancel(); <-srcDone; <-relayDone }()
+	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)
+	waitConverged(t, cli, "both replicas serve the mesh", p1, p2)
+
+	node := &core.Node{Id: "sidecar~10.0.0.9~mover.demo~demo.svc.cluster.local"}
+	subscribe := func(addr string, known map[string]string) (*receiver[*discovery.DeltaDiscoveryResponse], discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, func()) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithCancel(ctx)
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
+			ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: known}); err != nil {
+			t.Fatal(err)
+		}
+		return receive(s), s, func() { scancel(); conn.Close() }
+	}
+
+	rx1, _, close1 := subscribe(p1.ads, nil)
+	first, err := rx1.next(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]string{}
+	for _, r := range first.Resources {
+		known[r.Name] = r.Version
+	}
+	close1()
+	if len(known) != 3 {
+		t.Fatalf("replica 1 sent %d clusters, want the greeter's 3", len(known))
+	}
+
+	rx2, s2, close2 := subscribe(p2.ads, known)
+	defer close2()
+	// Replica 2 may answer the subscription, but with nothing in it.
+	if resp, err := rx2.next(700 * time.Millisecond); err == nil {
+		if len(resp.Resources) > 0 || len(resp.RemovedResources) > 0 {
+			t.Fatalf("replica 2 re-sent %d resources the proxy already had (and removed %d)", len(resp.Resources), len(resp.RemovedResources))
+		}
+		if err := s2.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b)))
+	resp, err := rx2.next(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the next change did not arrive: %v", err)
+	}
+	if len(resp.Resources) != 0 || len(resp.RemovedResources) != 2 {
+		t.Errorf("after the subsets went: %d resources, %d removed; want 0 and the 2 subset clusters", len(resp.Resources), len(resp.RemovedResources))
 	}
 }

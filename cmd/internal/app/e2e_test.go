@@ -19,6 +19,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -61,6 +62,7 @@ func serveBackend(t *testing.T, lis net.Listener) backend {
 // pusher, on an embedded etcd and NATS.
 type controlPlane struct {
 	ads    string
+	status *server.Status
 	etcd   *clientv3.Client
 	cancel context.CancelFunc
 	g      *errgroup.Group
@@ -96,11 +98,12 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 		g.Go(func() error { return src(ctx, cli, log) })
 	}
 	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
+	status := server.NewStatus()
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log,
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status,
 			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
 	})
-	cp := &controlPlane{ads: lis.Addr().String(), etcd: cli, cancel: cancel, g: g}
+	cp := &controlPlane{ads: lis.Addr().String(), status: status, etcd: cli, cancel: cancel, g: g}
 	t.Cleanup(cp.stop)
 	return cp
 }

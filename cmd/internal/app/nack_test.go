@@ -2,13 +2,16 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -117,6 +120,17 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 		}
 		if again, err := rx.next(silence); err == nil {
 			t.Fatalf("the NACKed version was sent again (version %s)", again.VersionInfo)
+		}
+		// The NACK is recorded for /debug/syncz.
+		rec := httptest.NewRecorder()
+		cp.status.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/syncz?proxy="+node.Id, nil))
+		var streams []server.StreamStatus
+		if err := json.Unmarshal(rec.Body.Bytes(), &streams); err != nil {
+			t.Fatal(err)
+		}
+		if len(streams) != 1 || streams[0].Types["Cluster"].LastNACK == nil ||
+			streams[0].Types["Cluster"].LastNACK.Version != resp.VersionInfo || streams[0].Types["Cluster"].LastNACK.Message != "rejected by test" {
+			t.Errorf("/debug/syncz does not record the NACK of %s: %s", resp.VersionInfo, rec.Body)
 		}
 		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
 		next, err := rx.next(10 * time.Second)

@@ -17,6 +17,7 @@ import (
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -31,6 +32,8 @@ type Config struct {
 	DrainTimeout time.Duration
 	// GRPCOptions are added to the gRPC server's options (TLS credentials, for one).
 	GRPCOptions []grpc.ServerOption
+	// Status, when set, records each stream's sent, ACKed and NACKed versions.
+	Status *Status
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -43,6 +46,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
+	}
+	if c.Status == nil {
+		c.Status = NewStatus()
 	}
 	return nil
 }
@@ -93,31 +99,50 @@ func shortType(typeURL string) string {
 }
 
 func (s *Server) callbacks() xds.Callbacks {
-	open := func(context.Context, int64, string) error { s.m.streams.Inc(); return nil }
-	closed := func(int64, *core.Node) { s.m.streams.Dec() }
+	st := s.cfg.Status
+	closed := func(id int64, _ *core.Node) {
+		if st.close(id) {
+			s.m.streams.Dec()
+		}
+	}
+	request := func(id int64, node *core.Node, typeURL, version, nonce string, detail *rpcstatus.Status) {
+		var nack *NACK
+		if detail != nil {
+			nack = &NACK{Message: detail.GetMessage(), At: time.Now()}
+			s.nack(id, node.GetId(), typeURL, nonce, detail.GetMessage())
+		}
+		st.request(id, node.GetId(), typeURL, nonce, nack)
+	}
 	return xds.CallbackFuncs{
-		StreamOpenFunc:        open,
+		StreamOpenFunc:        func(context.Context, int64, string) error { return nil },
 		StreamClosedFunc:      closed,
-		DeltaStreamOpenFunc:   open,
 		DeltaStreamClosedFunc: closed,
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
-			if r.ErrorDetail != nil {
-				s.nack(id, r.GetNode().GetId(), r.TypeUrl, r.ResponseNonce, r.ErrorDetail.GetMessage())
-			}
+			s.opened(id, false)
+			request(id, r.GetNode(), r.TypeUrl, r.VersionInfo, r.ResponseNonce, r.ErrorDetail)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
-			if r.ErrorDetail != nil {
-				s.nack(id, r.GetNode().GetId(), r.TypeUrl, r.ResponseNonce, r.ErrorDetail.GetMessage())
-			}
+			s.opened(id, true)
+			request(id, r.GetNode(), r.TypeUrl, "", r.ResponseNonce, r.ErrorDetail)
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
+			st.response(id, r.TypeUrl, r.VersionInfo, r.Nonce, len(r.Resources))
 		},
-		StreamDeltaResponseFunc: func(_ int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
+			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources))
 		},
+	}
+}
+
+// opened counts a stream once, at its first request, when it is known
+// whether it is SotW or Delta.
+func (s *Server) opened(id int64, delta bool) {
+	if s.cfg.Status.open(id, delta) {
+		s.m.streams.Inc()
 	}
 }
 

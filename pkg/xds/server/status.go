@@ -1,0 +1,156 @@
+package server
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Status records, per stream and type, what was sent, what was ACKed and
+// the last NACK, for /debug/syncz. It is safe for concurrent use.
+type Status struct {
+	mu      sync.Mutex
+	streams map[int64]*StreamStatus
+}
+
+// StreamStatus is one proxy connection.
+type StreamStatus struct {
+	Stream int64                  `json:"stream"`
+	Proxy  string                 `json:"proxy"`
+	Delta  bool                   `json:"delta"`
+	Since  time.Time              `json:"connected"`
+	Types  map[string]*TypeStatus `json:"types"`
+}
+
+// TypeStatus is one type on one stream.
+type TypeStatus struct {
+	// Sent is the version (SotW) or nonce (Delta) of the last response.
+	Sent      string `json:"sent"`
+	SentNonce string `json:"sent_nonce"`
+	Resources int    `json:"resources"`
+	// Acked is the last version (or nonce) the proxy accepted.
+	Acked    string `json:"acked,omitempty"`
+	LastNACK *NACK  `json:"last_nack,omitempty"`
+	// sent remembers the version of each outstanding nonce.
+	sent map[string]string
+}
+
+// NACK is a rejected response.
+type NACK struct {
+	Version string    `json:"version"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// NewStatus returns an empty Status.
+func NewStatus() *Status { return &Status{streams: map[int64]*StreamStatus{}} }
+
+// open records a stream at its first request and reports whether it is new.
+func (s *Status) open(id int64, delta bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.streams[id]; ok {
+		return false
+	}
+	s.streams[id] = &StreamStatus{Stream: id, Delta: delta, Since: time.Now(), Types: map[string]*TypeStatus{}}
+	return true
+}
+
+// close forgets a stream and reports whether it was known.
+func (s *Status) close(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.streams[id]
+	delete(s.streams, id)
+	return ok
+}
+
+func (s *Status) typ(id int64, proxy, typeURL string) *TypeStatus {
+	st := s.streams[id]
+	if st == nil {
+		return nil
+	}
+	if proxy != "" {
+		st.Proxy = proxy
+	}
+	t := st.Types[shortType(typeURL)]
+	if t == nil {
+		t = &TypeStatus{sent: map[string]string{}}
+		st.Types[shortType(typeURL)] = t
+	}
+	return t
+}
+
+// request records an ACK or a NACK of the response with the request's nonce.
+func (s *Status) request(id int64, proxy, typeURL, nonce string, nack *NACK) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.typ(id, proxy, typeURL)
+	if t == nil || nonce == "" {
+		return
+	}
+	version, ok := t.sent[nonce]
+	if !ok {
+		return
+	}
+	// Older nonces can no longer be answered.
+	clear(t.sent)
+	if nack != nil {
+		nack.Version = version
+		t.LastNACK = nack
+	} else {
+		t.Acked = version
+	}
+}
+
+func (s *Status) response(id int64, typeURL, version, nonce string, resources int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.typ(id, "", typeURL)
+	if t == nil {
+		return
+	}
+	t.Sent, t.SentNonce, t.Resources = version, nonce, resources
+	t.sent[nonce] = version
+}
+
+// Streams returns a copy of every stream's status, ordered by proxy.
+func (s *Status) Streams() []StreamStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]StreamStatus, 0, len(s.streams))
+	for _, st := range s.streams {
+		c := *st
+		c.Types = make(map[string]*TypeStatus, len(st.Types))
+		for k, v := range st.Types {
+			tc := *v
+			tc.sent = nil
+			if v.LastNACK != nil {
+				n := *v.LastNACK
+				tc.LastNACK = &n
+			}
+			c.Types[k] = &tc
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int {
+		return cmp.Or(cmp.Compare(a.Proxy, b.Proxy), cmp.Compare(a.Stream, b.Stream))
+	})
+	return out
+}
+
+// ServeHTTP serves /debug/syncz: every stream's status as JSON; ?proxy=<id>
+// keeps one proxy's.
+func (s *Status) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	streams := s.Streams()
+	if p := r.URL.Query().Get("proxy"); p != "" {
+		streams = slices.DeleteFunc(streams, func(st StreamStatus) bool { return st.Proxy != p })
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(streams)
+}

@@ -165,8 +165,14 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 				}
 			}
 		}
-		if len(h.Route) == 0 {
-			return fieldErr(f+".route", "at least one destination is required")
+		if len(h.Route) == 0 && h.Redirect == nil {
+			return fieldErr(f+".route", "at least one destination (or a redirect) is required")
+		}
+		if len(h.Route) > 0 && h.Redirect != nil {
+			return fieldErr(f+".redirect", "a route either redirects or routes to destinations, not both")
+		}
+		if m := h.Mirror; m != nil && !ValidHostname(m.GetDestination().GetHost()) {
+			return fieldErr(f+".mirror.host", "%q is not a DNS name", m.GetDestination().GetHost())
 		}
 		var total uint32
 		for j, d := range h.Route {
@@ -296,6 +302,9 @@ func ValidateRefs(o Object, refs Refs) error {
 				if host := d.GetDestination().GetHost(); !knownHost(host, refs.KnownHost) {
 					return fieldErr(fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j), "unknown host %q: no ServiceEntry or Service defines it", host)
 				}
+			}
+			if m := h.Mirror; m != nil && !knownHost(m.GetDestination().GetHost(), refs.KnownHost) {
+				return fieldErr(fmt.Sprintf("spec.http[%d].mirror.host", i), "unknown host %q: no ServiceEntry or Service defines it", m.GetDestination().GetHost())
 			}
 		}
 	case *meshv1.TrafficPolicy:

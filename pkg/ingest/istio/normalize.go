@@ -448,6 +448,9 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				return
 			}
 		}
+		if !n.httpExtras(in, f, &h, route) {
+			return
+		}
 		rr.Http = append(rr.Http, route)
 	}
 	n.emit(in, rr)
@@ -503,6 +506,9 @@ func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
 	if tp.LoadBalancer, ok = n.loadBalancer(in, "spec.trafficPolicy", spec.TrafficPolicy); !ok {
 		return
 	}
+	if !n.policyExtras(in, "spec.trafficPolicy", spec.TrafficPolicy, tp) {
+		return
+	}
 	for i, s := range spec.Subsets {
 		sub := &meshv1.Subset{Name: s.Name, Labels: s.Labels}
 		if sub.LoadBalancer, ok = n.loadBalancer(in, fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), s.TrafficPolicy); !ok {
@@ -548,4 +554,181 @@ func (n *normalizer) gateway(in Input, spec *gateway) {
 		gw.Servers = append(gw.Servers, srv)
 	}
 	n.emit(in, gw)
+}
+
+// httpExtras converts a route's fault, rewrite, redirect, mirror and header
+// operations.
+func (n *normalizer) httpExtras(in Input, f string, h *httpRoute, route *meshv1.HTTPRoute) bool {
+	ns := in.Resource.Metadata.Namespace
+	if fl := h.Fault; fl != nil {
+		route.Fault = &meshv1.Fault{}
+		if d := fl.Delay; d != nil {
+			fixed, ok := n.duration(in, f+".fault.delay.fixedDelay", d.FixedDelay)
+			if !ok {
+				return false
+			}
+			if fixed == nil {
+				n.problem(in, f+".fault.delay.fixedDelay", "a fixed delay is required")
+				return false
+			}
+			pct, ok := n.percentage(in, f+".fault.delay.percentage", d.Percentage, d.Percent)
+			if !ok {
+				return false
+			}
+			route.Fault.Delay = &meshv1.Fault_Delay{FixedDelay: fixed, Percentage: pct}
+		}
+		if a := fl.Abort; a != nil {
+			pct, ok := n.percentage(in, f+".fault.abort.percentage", a.Percentage, 0)
+			if !ok {
+				return false
+			}
+			if a.HTTPStatus == 0 && a.GrpcStatus == "" {
+				n.problem(in, f+".fault.abort", "an httpStatus or a grpcStatus is required")
+				return false
+			}
+			if a.HTTPStatus != 0 && (a.HTTPStatus < 200 || a.HTTPStatus > 599) {
+				n.problem(in, f+".fault.abort.httpStatus", "%d is not an HTTP status", a.HTTPStatus)
+				return false
+			}
+			route.Fault.Abort = &meshv1.Fault_Abort{HttpStatus: uint32(a.HTTPStatus), GrpcStatus: a.GrpcStatus, Percentage: pct}
+		}
+	}
+	if rw := h.Rewrite; rw != nil {
+		route.Rewrite = &meshv1.Rewrite{Uri: rw.URI, Authority: rw.Authority}
+	}
+	if rd := h.Redirect; rd != nil {
+		route.Redirect = &meshv1.Redirect{Uri: rd.URI, Authority: rd.Authority, RedirectCode: rd.RedirectCode, Scheme: rd.Scheme, Port: rd.Port}
+	}
+	if m := h.Mirror; m != nil {
+		dst := &meshv1.Destination{Host: n.fqdn(m.Host, ns), Subset: m.Subset}
+		if m.Port != nil {
+			dst.Port = m.Port.Number
+		}
+		pct := 100.0
+		if h.MirrorPercentage != nil {
+			pct = h.MirrorPercentage.Value
+		}
+		if pct < 0 || pct > 100 {
+			n.problem(in, f+".mirrorPercentage.value", "%v is not a percentage", pct)
+			return false
+		}
+		route.Mirror = &meshv1.Mirror{Destination: dst, Percentage: pct}
+	}
+	if hd := h.Headers; hd != nil {
+		route.Headers = &meshv1.Headers{Request: headerOperations(hd.Request), Response: headerOperations(hd.Response)}
+	}
+	return true
+}
+
+func headerOperations(h *headerOps) *meshv1.HeaderOperations {
+	if h == nil {
+		return nil
+	}
+	return &meshv1.HeaderOperations{Set: h.Set, Add: h.Add, Remove: h.Remove}
+}
+
+// percentage reads Istio's percentage (or its deprecated integer percent);
+// unset means all requests.
+func (n *normalizer) percentage(in Input, field string, p *percent, deprecated int32) (float64, bool) {
+	v := 100.0
+	switch {
+	case p != nil:
+		v = p.Value
+	case deprecated != 0:
+		v = float64(deprecated)
+	}
+	if v < 0 || v > 100 {
+		n.problem(in, field, "%v is not a percentage", v)
+		return 0, false
+	}
+	return v, true
+}
+
+var tlsModes = map[string]meshv1.ClientTLS_Mode{
+	"": meshv1.ClientTLS_MODE_UNSPECIFIED, "DISABLE": meshv1.ClientTLS_MODE_DISABLE, "SIMPLE": meshv1.ClientTLS_MODE_SIMPLE,
+	"MUTUAL": meshv1.ClientTLS_MODE_MUTUAL, "ISTIO_MUTUAL": meshv1.ClientTLS_MODE_ISTIO_MUTUAL,
+}
+
+// policyExtras converts a traffic policy's consistent hash, connection
+// pool, outlier detection and TLS.
+func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *meshv1.TrafficPolicy) bool {
+	if tp == nil {
+		return true
+	}
+	if lb := tp.LoadBalancer; lb != nil && lb.ConsistentHash != nil {
+		ch := lb.ConsistentHash
+		out.ConsistentHash = &meshv1.ConsistentHash{MinimumRingSize: ch.MinimumRingSize}
+		switch {
+		case ch.HTTPHeaderName != "":
+			out.ConsistentHash.Key = &meshv1.ConsistentHash_HttpHeaderName{HttpHeaderName: ch.HTTPHeaderName}
+		case ch.HTTPCookie != nil:
+			out.ConsistentHash.Key = &meshv1.ConsistentHash_HttpCookieName{HttpCookieName: ch.HTTPCookie.Name}
+			ttl, ok := n.duration(in, f+".loadBalancer.consistentHash.httpCookie.ttl", ch.HTTPCookie.TTL)
+			if !ok {
+				return false
+			}
+			out.ConsistentHash.HttpCookieTtl = ttl
+		case ch.UseSourceIP:
+			out.ConsistentHash.Key = &meshv1.ConsistentHash_UseSourceIp{UseSourceIp: true}
+		case ch.HTTPQueryParameterName != "":
+			out.ConsistentHash.Key = &meshv1.ConsistentHash_HttpQueryParameterName{HttpQueryParameterName: ch.HTTPQueryParameterName}
+		default:
+			n.problem(in, f+".loadBalancer.consistentHash", "one of httpHeaderName, httpCookie, useSourceIp or httpQueryParameterName is required")
+			return false
+		}
+	}
+	if cp := tp.ConnectionPool; cp != nil {
+		out.ConnectionPool = &meshv1.ConnectionPool{}
+		if t := cp.TCP; t != nil {
+			if t.MaxConnections < 0 {
+				n.problem(in, f+".connectionPool.tcp.maxConnections", "%d is negative", t.MaxConnections)
+				return false
+			}
+			out.ConnectionPool.MaxConnections = uint32(t.MaxConnections)
+			d, ok := n.duration(in, f+".connectionPool.tcp.connectTimeout", t.ConnectTimeout)
+			if !ok {
+				return false
+			}
+			out.ConnectionPool.ConnectTimeout = d
+		}
+		if h := cp.HTTP; h != nil {
+			for field, v := range map[string]int32{"http1MaxPendingRequests": h.HTTP1MaxPendingRequests, "http2MaxRequests": h.HTTP2MaxRequests,
+				"maxRequestsPerConnection": h.MaxRequestsPerConnection, "maxRetries": h.MaxRetries} {
+				if v < 0 {
+					n.problem(in, f+".connectionPool.http."+field, "%d is negative", v)
+					return false
+				}
+			}
+			out.ConnectionPool.MaxPendingRequests = uint32(h.HTTP1MaxPendingRequests)
+			out.ConnectionPool.MaxRequests = uint32(h.HTTP2MaxRequests)
+			out.ConnectionPool.MaxRequestsPerConnection = uint32(h.MaxRequestsPerConnection)
+			out.ConnectionPool.MaxRetries = uint32(h.MaxRetries)
+		}
+	}
+	if od := tp.OutlierDetection; od != nil {
+		if od.MaxEjectionPercent < 0 || od.MaxEjectionPercent > 100 {
+			n.problem(in, f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
+			return false
+		}
+		out.OutlierDetection = &meshv1.OutlierDetection{
+			Consecutive_5XxErrors: od.Consecutive5xxErrors, ConsecutiveGatewayErrors: od.ConsecutiveGatewayErrors,
+			MaxEjectionPercent: uint32(od.MaxEjectionPercent),
+		}
+		var ok bool
+		if out.OutlierDetection.Interval, ok = n.duration(in, f+".outlierDetection.interval", od.Interval); !ok {
+			return false
+		}
+		if out.OutlierDetection.BaseEjectionTime, ok = n.duration(in, f+".outlierDetection.baseEjectionTime", od.BaseEjectionTime); !ok {
+			return false
+		}
+	}
+	if t := tp.TLS; t != nil {
+		mode, ok := tlsModes[strings.ToUpper(t.Mode)]
+		if !ok {
+			n.problem(in, f+".tls.mode", "unknown TLS mode %q: want DISABLE, SIMPLE, MUTUAL or ISTIO_MUTUAL", t.Mode)
+			return false
+		}
+		out.Tls = &meshv1.ClientTLS{Mode: mode, Sni: t.Sni, SubjectAltNames: t.SubjectAltNames, CredentialName: t.CredentialName}
+	}
+	return true
 }

@@ -70,19 +70,64 @@ type httpRoute struct {
 	Name             string             `json:"name"`
 	Match            []httpMatchRequest `json:"match"`
 	Route            []routeDestination `json:"route"`
-	Redirect         json.RawMessage    `json:"redirect"`
+	Redirect         *httpRedirect      `json:"redirect"`
 	DirectResponse   json.RawMessage    `json:"directResponse"`
 	Delegate         json.RawMessage    `json:"delegate"`
-	Rewrite          json.RawMessage    `json:"rewrite"`
+	Rewrite          *httpRewrite       `json:"rewrite"`
 	Timeout          string             `json:"timeout"`
 	Retries          *httpRetry         `json:"retries"`
-	Fault            json.RawMessage    `json:"fault"`
-	Mirror           json.RawMessage    `json:"mirror"`
+	Fault            *httpFault         `json:"fault"`
+	Mirror           *destination       `json:"mirror"`
 	Mirrors          json.RawMessage    `json:"mirrors"`
-	MirrorPercentage json.RawMessage    `json:"mirrorPercentage"`
+	MirrorPercentage *percent           `json:"mirrorPercentage"`
 	MirrorPercent    json.RawMessage    `json:"mirrorPercent"`
 	CorsPolicy       json.RawMessage    `json:"corsPolicy"`
-	Headers          json.RawMessage    `json:"headers"`
+	Headers          *headers           `json:"headers"`
+}
+
+type percent struct {
+	Value float64 `json:"value"`
+}
+
+type httpFault struct {
+	Delay *struct {
+		FixedDelay       string          `json:"fixedDelay"`
+		ExponentialDelay json.RawMessage `json:"exponentialDelay"`
+		Percentage       *percent        `json:"percentage"`
+		Percent          int32           `json:"percent"`
+	} `json:"delay"`
+	Abort *struct {
+		HTTPStatus int32           `json:"httpStatus"`
+		GrpcStatus string          `json:"grpcStatus"`
+		HTTP2Error json.RawMessage `json:"http2Error"`
+		Percentage *percent        `json:"percentage"`
+	} `json:"abort"`
+}
+
+type httpRewrite struct {
+	URI             string          `json:"uri"`
+	Authority       string          `json:"authority"`
+	URIRegexRewrite json.RawMessage `json:"uriRegexRewrite"`
+}
+
+type httpRedirect struct {
+	URI          string          `json:"uri"`
+	Authority    string          `json:"authority"`
+	Port         uint32          `json:"port"`
+	DerivePort   json.RawMessage `json:"derivePort"`
+	Scheme       string          `json:"scheme"`
+	RedirectCode uint32          `json:"redirectCode"`
+}
+
+type headerOps struct {
+	Set    map[string]string `json:"set"`
+	Add    map[string]string `json:"add"`
+	Remove []string          `json:"remove"`
+}
+
+type headers struct {
+	Request  *headerOps `json:"request"`
+	Response *headerOps `json:"response"`
 }
 
 type httpMatchRequest struct {
@@ -109,9 +154,9 @@ type stringMatch struct {
 }
 
 type routeDestination struct {
-	Destination destination     `json:"destination"`
-	Weight      int32           `json:"weight"`
-	Headers     json.RawMessage `json:"headers"`
+	Destination destination `json:"destination"`
+	Weight      int32       `json:"weight"`
+	Headers     *headers    `json:"headers"`
 }
 
 type destination struct {
@@ -142,19 +187,19 @@ type destinationRule struct {
 }
 
 type trafficPolicy struct {
-	LoadBalancer      *loadBalancer   `json:"loadBalancer"`
-	ConnectionPool    json.RawMessage `json:"connectionPool"`
-	OutlierDetection  json.RawMessage `json:"outlierDetection"`
-	TLS               json.RawMessage `json:"tls"`
-	PortLevelSettings json.RawMessage `json:"portLevelSettings"`
-	Tunnel            json.RawMessage `json:"tunnel"`
-	ProxyProtocol     json.RawMessage `json:"proxyProtocol"`
-	RetryBudget       json.RawMessage `json:"retryBudget"`
+	LoadBalancer      *loadBalancer     `json:"loadBalancer"`
+	ConnectionPool    *connectionPool   `json:"connectionPool"`
+	OutlierDetection  *outlierDetection `json:"outlierDetection"`
+	TLS               *clientTLS        `json:"tls"`
+	PortLevelSettings json.RawMessage   `json:"portLevelSettings"`
+	Tunnel            json.RawMessage   `json:"tunnel"`
+	ProxyProtocol     json.RawMessage   `json:"proxyProtocol"`
+	RetryBudget       json.RawMessage   `json:"retryBudget"`
 }
 
 type loadBalancer struct {
 	Simple             string          `json:"simple"`
-	ConsistentHash     json.RawMessage `json:"consistentHash"`
+	ConsistentHash     *consistentHash `json:"consistentHash"`
 	LocalityLbSetting  json.RawMessage `json:"localityLbSetting"`
 	WarmupDurationSecs json.RawMessage `json:"warmupDurationSecs"`
 	Warmup             json.RawMessage `json:"warmup"`
@@ -210,4 +255,62 @@ type serverTLS struct {
 	MinProtocolVersion    string          `json:"minProtocolVersion"`
 	MaxProtocolVersion    string          `json:"maxProtocolVersion"`
 	CipherSuites          json.RawMessage `json:"cipherSuites"`
+}
+
+type consistentHash struct {
+	HTTPHeaderName string `json:"httpHeaderName"`
+	HTTPCookie     *struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+		TTL  string `json:"ttl"`
+	} `json:"httpCookie"`
+	UseSourceIP            bool            `json:"useSourceIp"`
+	HTTPQueryParameterName string          `json:"httpQueryParameterName"`
+	RingHash               json.RawMessage `json:"ringHash"`
+	Maglev                 json.RawMessage `json:"maglev"`
+	MinimumRingSize        uint64          `json:"minimumRingSize"`
+}
+
+type connectionPool struct {
+	TCP *struct {
+		MaxConnections        int32           `json:"maxConnections"`
+		ConnectTimeout        string          `json:"connectTimeout"`
+		TCPKeepalive          json.RawMessage `json:"tcpKeepalive"`
+		MaxConnectionDuration json.RawMessage `json:"maxConnectionDuration"`
+		IdleTimeout           json.RawMessage `json:"idleTimeout"`
+	} `json:"tcp"`
+	HTTP *struct {
+		HTTP1MaxPendingRequests  int32           `json:"http1MaxPendingRequests"`
+		HTTP2MaxRequests         int32           `json:"http2MaxRequests"`
+		MaxRequestsPerConnection int32           `json:"maxRequestsPerConnection"`
+		MaxRetries               int32           `json:"maxRetries"`
+		IdleTimeout              json.RawMessage `json:"idleTimeout"`
+		H2UpgradePolicy          json.RawMessage `json:"h2UpgradePolicy"`
+		UseClientProtocol        bool            `json:"useClientProtocol"`
+		MaxConcurrentStreams     json.RawMessage `json:"maxConcurrentStreams"`
+	} `json:"http"`
+}
+
+type outlierDetection struct {
+	Consecutive5xxErrors           uint32          `json:"consecutive5xxErrors"`
+	ConsecutiveGatewayErrors       uint32          `json:"consecutiveGatewayErrors"`
+	ConsecutiveErrors              json.RawMessage `json:"consecutiveErrors"`
+	ConsecutiveLocalOriginFailures json.RawMessage `json:"consecutiveLocalOriginFailures"`
+	SplitExternalLocalOriginErrors json.RawMessage `json:"splitExternalLocalOriginErrors"`
+	Interval                       string          `json:"interval"`
+	BaseEjectionTime               string          `json:"baseEjectionTime"`
+	MaxEjectionPercent             int32           `json:"maxEjectionPercent"`
+	MinHealthPercent               json.RawMessage `json:"minHealthPercent"`
+}
+
+type clientTLS struct {
+	Mode               string          `json:"mode"`
+	ClientCertificate  string          `json:"clientCertificate"`
+	PrivateKey         string          `json:"privateKey"`
+	CaCertificates     string          `json:"caCertificates"`
+	CredentialName     string          `json:"credentialName"`
+	SubjectAltNames    []string        `json:"subjectAltNames"`
+	Sni                string          `json:"sni"`
+	InsecureSkipVerify json.RawMessage `json:"insecureSkipVerify"`
+	CaCrl              string          `json:"caCrl"`
 }

@@ -9,6 +9,7 @@ package meshv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -77,6 +78,61 @@ func (LoadBalancer) EnumDescriptor() ([]byte, []int) {
 	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{0}
 }
 
+type ClientTLS_Mode int32
+
+const (
+	ClientTLS_MODE_UNSPECIFIED  ClientTLS_Mode = 0
+	ClientTLS_MODE_DISABLE      ClientTLS_Mode = 1
+	ClientTLS_MODE_SIMPLE       ClientTLS_Mode = 2
+	ClientTLS_MODE_MUTUAL       ClientTLS_Mode = 3
+	ClientTLS_MODE_ISTIO_MUTUAL ClientTLS_Mode = 4
+)
+
+// Enum value maps for ClientTLS_Mode.
+var (
+	ClientTLS_Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_DISABLE",
+		2: "MODE_SIMPLE",
+		3: "MODE_MUTUAL",
+		4: "MODE_ISTIO_MUTUAL",
+	}
+	ClientTLS_Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED":  0,
+		"MODE_DISABLE":      1,
+		"MODE_SIMPLE":       2,
+		"MODE_MUTUAL":       3,
+		"MODE_ISTIO_MUTUAL": 4,
+	}
+)
+
+func (x ClientTLS_Mode) Enum() *ClientTLS_Mode {
+	p := new(ClientTLS_Mode)
+	*p = x
+	return p
+}
+
+func (x ClientTLS_Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClientTLS_Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardpilot_mesh_v1_policy_proto_enumTypes[1].Descriptor()
+}
+
+func (ClientTLS_Mode) Type() protoreflect.EnumType {
+	return &file_shardpilot_mesh_v1_policy_proto_enumTypes[1]
+}
+
+func (x ClientTLS_Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClientTLS_Mode.Descriptor instead.
+func (ClientTLS_Mode) EnumDescriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{4, 0}
+}
+
 // Subset is a named group of a service's endpoints, selected by labels.
 type Subset struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -138,21 +194,388 @@ func (x *Subset) GetLoadBalancer() LoadBalancer {
 	return LoadBalancer_LOAD_BALANCER_UNSPECIFIED
 }
 
+// ConsistentHash balances by a hash of the request, for affinity.
+type ConsistentHash struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Key:
+	//
+	//	*ConsistentHash_HttpHeaderName
+	//	*ConsistentHash_HttpCookieName
+	//	*ConsistentHash_UseSourceIp
+	//	*ConsistentHash_HttpQueryParameterName
+	Key             isConsistentHash_Key `protobuf_oneof:"key"`
+	HttpCookieTtl   *durationpb.Duration `protobuf:"bytes,5,opt,name=http_cookie_ttl,json=httpCookieTtl,proto3" json:"http_cookie_ttl,omitempty"`
+	MinimumRingSize uint64               `protobuf:"varint,6,opt,name=minimum_ring_size,json=minimumRingSize,proto3" json:"minimum_ring_size,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConsistentHash) Reset() {
+	*x = ConsistentHash{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsistentHash) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsistentHash) ProtoMessage() {}
+
+func (x *ConsistentHash) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsistentHash.ProtoReflect.Descriptor instead.
+func (*ConsistentHash) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConsistentHash) GetKey() isConsistentHash_Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ConsistentHash) GetHttpHeaderName() string {
+	if x != nil {
+		if x, ok := x.Key.(*ConsistentHash_HttpHeaderName); ok {
+			return x.HttpHeaderName
+		}
+	}
+	return ""
+}
+
+func (x *ConsistentHash) GetHttpCookieName() string {
+	if x != nil {
+		if x, ok := x.Key.(*ConsistentHash_HttpCookieName); ok {
+			return x.HttpCookieName
+		}
+	}
+	return ""
+}
+
+func (x *ConsistentHash) GetUseSourceIp() bool {
+	if x != nil {
+		if x, ok := x.Key.(*ConsistentHash_UseSourceIp); ok {
+			return x.UseSourceIp
+		}
+	}
+	return false
+}
+
+func (x *ConsistentHash) GetHttpQueryParameterName() string {
+	if x != nil {
+		if x, ok := x.Key.(*ConsistentHash_HttpQueryParameterName); ok {
+			return x.HttpQueryParameterName
+		}
+	}
+	return ""
+}
+
+func (x *ConsistentHash) GetHttpCookieTtl() *durationpb.Duration {
+	if x != nil {
+		return x.HttpCookieTtl
+	}
+	return nil
+}
+
+func (x *ConsistentHash) GetMinimumRingSize() uint64 {
+	if x != nil {
+		return x.MinimumRingSize
+	}
+	return 0
+}
+
+type isConsistentHash_Key interface {
+	isConsistentHash_Key()
+}
+
+type ConsistentHash_HttpHeaderName struct {
+	HttpHeaderName string `protobuf:"bytes,1,opt,name=http_header_name,json=httpHeaderName,proto3,oneof"`
+}
+
+type ConsistentHash_HttpCookieName struct {
+	HttpCookieName string `protobuf:"bytes,2,opt,name=http_cookie_name,json=httpCookieName,proto3,oneof"`
+}
+
+type ConsistentHash_UseSourceIp struct {
+	UseSourceIp bool `protobuf:"varint,3,opt,name=use_source_ip,json=useSourceIp,proto3,oneof"`
+}
+
+type ConsistentHash_HttpQueryParameterName struct {
+	HttpQueryParameterName string `protobuf:"bytes,4,opt,name=http_query_parameter_name,json=httpQueryParameterName,proto3,oneof"`
+}
+
+func (*ConsistentHash_HttpHeaderName) isConsistentHash_Key() {}
+
+func (*ConsistentHash_HttpCookieName) isConsistentHash_Key() {}
+
+func (*ConsistentHash_UseSourceIp) isConsistentHash_Key() {}
+
+func (*ConsistentHash_HttpQueryParameterName) isConsistentHash_Key() {}
+
+// ConnectionPool bounds the connections and requests to a service: Envoy's
+// circuit breakers.
+type ConnectionPool struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	MaxConnections           uint32                 `protobuf:"varint,1,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	ConnectTimeout           *durationpb.Duration   `protobuf:"bytes,2,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
+	MaxPendingRequests       uint32                 `protobuf:"varint,3,opt,name=max_pending_requests,json=maxPendingRequests,proto3" json:"max_pending_requests,omitempty"`
+	MaxRequests              uint32                 `protobuf:"varint,4,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
+	MaxRequestsPerConnection uint32                 `protobuf:"varint,5,opt,name=max_requests_per_connection,json=maxRequestsPerConnection,proto3" json:"max_requests_per_connection,omitempty"`
+	MaxRetries               uint32                 `protobuf:"varint,6,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *ConnectionPool) Reset() {
+	*x = ConnectionPool{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectionPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectionPool) ProtoMessage() {}
+
+func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
+func (*ConnectionPool) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConnectionPool) GetMaxConnections() uint32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *ConnectionPool) GetConnectTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ConnectTimeout
+	}
+	return nil
+}
+
+func (x *ConnectionPool) GetMaxPendingRequests() uint32 {
+	if x != nil {
+		return x.MaxPendingRequests
+	}
+	return 0
+}
+
+func (x *ConnectionPool) GetMaxRequests() uint32 {
+	if x != nil {
+		return x.MaxRequests
+	}
+	return 0
+}
+
+func (x *ConnectionPool) GetMaxRequestsPerConnection() uint32 {
+	if x != nil {
+		return x.MaxRequestsPerConnection
+	}
+	return 0
+}
+
+func (x *ConnectionPool) GetMaxRetries() uint32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+// OutlierDetection ejects failing endpoints.
+type OutlierDetection struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	Consecutive_5XxErrors    uint32                 `protobuf:"varint,1,opt,name=consecutive_5xx_errors,json=consecutive5xxErrors,proto3" json:"consecutive_5xx_errors,omitempty"`
+	ConsecutiveGatewayErrors uint32                 `protobuf:"varint,2,opt,name=consecutive_gateway_errors,json=consecutiveGatewayErrors,proto3" json:"consecutive_gateway_errors,omitempty"`
+	Interval                 *durationpb.Duration   `protobuf:"bytes,3,opt,name=interval,proto3" json:"interval,omitempty"`
+	BaseEjectionTime         *durationpb.Duration   `protobuf:"bytes,4,opt,name=base_ejection_time,json=baseEjectionTime,proto3" json:"base_ejection_time,omitempty"`
+	MaxEjectionPercent       uint32                 `protobuf:"varint,5,opt,name=max_ejection_percent,json=maxEjectionPercent,proto3" json:"max_ejection_percent,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *OutlierDetection) Reset() {
+	*x = OutlierDetection{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutlierDetection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutlierDetection) ProtoMessage() {}
+
+func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
+func (*OutlierDetection) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OutlierDetection) GetConsecutive_5XxErrors() uint32 {
+	if x != nil {
+		return x.Consecutive_5XxErrors
+	}
+	return 0
+}
+
+func (x *OutlierDetection) GetConsecutiveGatewayErrors() uint32 {
+	if x != nil {
+		return x.ConsecutiveGatewayErrors
+	}
+	return 0
+}
+
+func (x *OutlierDetection) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *OutlierDetection) GetBaseEjectionTime() *durationpb.Duration {
+	if x != nil {
+		return x.BaseEjectionTime
+	}
+	return nil
+}
+
+func (x *OutlierDetection) GetMaxEjectionPercent() uint32 {
+	if x != nil {
+		return x.MaxEjectionPercent
+	}
+	return 0
+}
+
+// ClientTLS is the TLS a client uses to the service.
+type ClientTLS struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Mode            ClientTLS_Mode         `protobuf:"varint,1,opt,name=mode,proto3,enum=shardpilot.mesh.v1.ClientTLS_Mode" json:"mode,omitempty"`
+	Sni             string                 `protobuf:"bytes,2,opt,name=sni,proto3" json:"sni,omitempty"`
+	SubjectAltNames []string               `protobuf:"bytes,3,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
+	CredentialName  string                 `protobuf:"bytes,4,opt,name=credential_name,json=credentialName,proto3" json:"credential_name,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ClientTLS) Reset() {
+	*x = ClientTLS{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientTLS) ProtoMessage() {}
+
+func (x *ClientTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientTLS.ProtoReflect.Descriptor instead.
+func (*ClientTLS) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClientTLS) GetMode() ClientTLS_Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return ClientTLS_MODE_UNSPECIFIED
+}
+
+func (x *ClientTLS) GetSni() string {
+	if x != nil {
+		return x.Sni
+	}
+	return ""
+}
+
+func (x *ClientTLS) GetSubjectAltNames() []string {
+	if x != nil {
+		return x.SubjectAltNames
+	}
+	return nil
+}
+
+func (x *ClientTLS) GetCredentialName() string {
+	if x != nil {
+		return x.CredentialName
+	}
+	return ""
+}
+
 // TrafficPolicy is the normalized form of a DestinationRule.
 type TrafficPolicy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origin        *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Subsets       []*Subset              `protobuf:"bytes,3,rep,name=subsets,proto3" json:"subsets,omitempty"`
-	LoadBalancer  LoadBalancer           `protobuf:"varint,4,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
-	ExportTo      []string               `protobuf:"bytes,5,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Origin           *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Host             string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Subsets          []*Subset              `protobuf:"bytes,3,rep,name=subsets,proto3" json:"subsets,omitempty"`
+	LoadBalancer     LoadBalancer           `protobuf:"varint,4,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
+	ExportTo         []string               `protobuf:"bytes,5,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
+	ConsistentHash   *ConsistentHash        `protobuf:"bytes,6,opt,name=consistent_hash,json=consistentHash,proto3" json:"consistent_hash,omitempty"`
+	ConnectionPool   *ConnectionPool        `protobuf:"bytes,7,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
+	OutlierDetection *OutlierDetection      `protobuf:"bytes,8,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
+	Tls              *ClientTLS             `protobuf:"bytes,9,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TrafficPolicy) Reset() {
 	*x = TrafficPolicy{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +587,7 @@ func (x *TrafficPolicy) String() string {
 func (*TrafficPolicy) ProtoMessage() {}
 
 func (x *TrafficPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +600,7 @@ func (x *TrafficPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficPolicy.ProtoReflect.Descriptor instead.
 func (*TrafficPolicy) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TrafficPolicy) GetOrigin() *Origin {
@@ -215,24 +638,89 @@ func (x *TrafficPolicy) GetExportTo() []string {
 	return nil
 }
 
+func (x *TrafficPolicy) GetConsistentHash() *ConsistentHash {
+	if x != nil {
+		return x.ConsistentHash
+	}
+	return nil
+}
+
+func (x *TrafficPolicy) GetConnectionPool() *ConnectionPool {
+	if x != nil {
+		return x.ConnectionPool
+	}
+	return nil
+}
+
+func (x *TrafficPolicy) GetOutlierDetection() *OutlierDetection {
+	if x != nil {
+		return x.OutlierDetection
+	}
+	return nil
+}
+
+func (x *TrafficPolicy) GetTls() *ClientTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
 var File_shardpilot_mesh_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xde\x01\n" +
+	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xde\x01\n" +
 	"\x06Subset\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12>\n" +
 	"\x06labels\x18\x02 \x03(\v2&.shardpilot.mesh.v1.Subset.LabelsEntryR\x06labels\x12E\n" +
 	"\rload_balancer\x18\x03 \x01(\x0e2 .shardpilot.mesh.v1.LoadBalancerR\floadBalancer\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
+	"\x0eConsistentHash\x12*\n" +
+	"\x10http_header_name\x18\x01 \x01(\tH\x00R\x0ehttpHeaderName\x12*\n" +
+	"\x10http_cookie_name\x18\x02 \x01(\tH\x00R\x0ehttpCookieName\x12$\n" +
+	"\ruse_source_ip\x18\x03 \x01(\bH\x00R\vuseSourceIp\x12;\n" +
+	"\x19http_query_parameter_name\x18\x04 \x01(\tH\x00R\x16httpQueryParameterName\x12A\n" +
+	"\x0fhttp_cookie_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhttpCookieTtl\x12*\n" +
+	"\x11minimum_ring_size\x18\x06 \x01(\x04R\x0fminimumRingSizeB\x05\n" +
+	"\x03key\"\xb2\x02\n" +
+	"\x0eConnectionPool\x12'\n" +
+	"\x0fmax_connections\x18\x01 \x01(\rR\x0emaxConnections\x12B\n" +
+	"\x0fconnect_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x120\n" +
+	"\x14max_pending_requests\x18\x03 \x01(\rR\x12maxPendingRequests\x12!\n" +
+	"\fmax_requests\x18\x04 \x01(\rR\vmaxRequests\x12=\n" +
+	"\x1bmax_requests_per_connection\x18\x05 \x01(\rR\x18maxRequestsPerConnection\x12\x1f\n" +
+	"\vmax_retries\x18\x06 \x01(\rR\n" +
+	"maxRetries\"\xb8\x02\n" +
+	"\x10OutlierDetection\x124\n" +
+	"\x16consecutive_5xx_errors\x18\x01 \x01(\rR\x14consecutive5xxErrors\x12<\n" +
+	"\x1aconsecutive_gateway_errors\x18\x02 \x01(\rR\x18consecutiveGatewayErrors\x125\n" +
+	"\binterval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12G\n" +
+	"\x12base_ejection_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x10baseEjectionTime\x120\n" +
+	"\x14max_ejection_percent\x18\x05 \x01(\rR\x12maxEjectionPercent\"\x93\x02\n" +
+	"\tClientTLS\x126\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\".shardpilot.mesh.v1.ClientTLS.ModeR\x04mode\x12\x10\n" +
+	"\x03sni\x18\x02 \x01(\tR\x03sni\x12*\n" +
+	"\x11subject_alt_names\x18\x03 \x03(\tR\x0fsubjectAltNames\x12'\n" +
+	"\x0fcredential_name\x18\x04 \x01(\tR\x0ecredentialName\"g\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fMODE_DISABLE\x10\x01\x12\x0f\n" +
+	"\vMODE_SIMPLE\x10\x02\x12\x0f\n" +
+	"\vMODE_MUTUAL\x10\x03\x12\x15\n" +
+	"\x11MODE_ISTIO_MUTUAL\x10\x04\"\x8f\x04\n" +
 	"\rTrafficPolicy\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x124\n" +
 	"\asubsets\x18\x03 \x03(\v2\x1a.shardpilot.mesh.v1.SubsetR\asubsets\x12E\n" +
 	"\rload_balancer\x18\x04 \x01(\x0e2 .shardpilot.mesh.v1.LoadBalancerR\floadBalancer\x12\x1b\n" +
-	"\texport_to\x18\x05 \x03(\tR\bexportTo*\xa6\x01\n" +
+	"\texport_to\x18\x05 \x03(\tR\bexportTo\x12K\n" +
+	"\x0fconsistent_hash\x18\x06 \x01(\v2\".shardpilot.mesh.v1.ConsistentHashR\x0econsistentHash\x12K\n" +
+	"\x0fconnection_pool\x18\a \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
+	"\x11outlier_detection\x18\b \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
+	"\x03tls\x18\t \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls*\xa6\x01\n" +
 	"\fLoadBalancer\x12\x1d\n" +
 	"\x19LOAD_BALANCER_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LOAD_BALANCER_ROUND_ROBIN\x10\x01\x12\x1f\n" +
@@ -252,26 +740,41 @@ func file_shardpilot_mesh_v1_policy_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_policy_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_shardpilot_mesh_v1_policy_proto_goTypes = []any{
-	(LoadBalancer)(0),     // 0: shardpilot.mesh.v1.LoadBalancer
-	(*Subset)(nil),        // 1: shardpilot.mesh.v1.Subset
-	(*TrafficPolicy)(nil), // 2: shardpilot.mesh.v1.TrafficPolicy
-	nil,                   // 3: shardpilot.mesh.v1.Subset.LabelsEntry
-	(*Origin)(nil),        // 4: shardpilot.mesh.v1.Origin
+	(LoadBalancer)(0),           // 0: shardpilot.mesh.v1.LoadBalancer
+	(ClientTLS_Mode)(0),         // 1: shardpilot.mesh.v1.ClientTLS.Mode
+	(*Subset)(nil),              // 2: shardpilot.mesh.v1.Subset
+	(*ConsistentHash)(nil),      // 3: shardpilot.mesh.v1.ConsistentHash
+	(*ConnectionPool)(nil),      // 4: shardpilot.mesh.v1.ConnectionPool
+	(*OutlierDetection)(nil),    // 5: shardpilot.mesh.v1.OutlierDetection
+	(*ClientTLS)(nil),           // 6: shardpilot.mesh.v1.ClientTLS
+	(*TrafficPolicy)(nil),       // 7: shardpilot.mesh.v1.TrafficPolicy
+	nil,                         // 8: shardpilot.mesh.v1.Subset.LabelsEntry
+	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*Origin)(nil),              // 10: shardpilot.mesh.v1.Origin
 }
 var file_shardpilot_mesh_v1_policy_proto_depIdxs = []int32{
-	3, // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
-	0, // 1: shardpilot.mesh.v1.Subset.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4, // 2: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
-	1, // 3: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
-	0, // 4: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	8,  // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
+	0,  // 1: shardpilot.mesh.v1.Subset.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	9,  // 2: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
+	9,  // 3: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
+	9,  // 4: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
+	9,  // 5: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	1,  // 6: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
+	10, // 7: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
+	2,  // 8: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
+	0,  // 9: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	3,  // 10: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	4,  // 11: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	5,  // 12: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	6,  // 13: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_policy_proto_init() }
@@ -280,13 +783,19 @@ func file_shardpilot_mesh_v1_policy_proto_init() {
 		return
 	}
 	file_shardpilot_mesh_v1_origin_proto_init()
+	file_shardpilot_mesh_v1_policy_proto_msgTypes[1].OneofWrappers = []any{
+		(*ConsistentHash_HttpHeaderName)(nil),
+		(*ConsistentHash_HttpCookieName)(nil),
+		(*ConsistentHash_UseSourceIp)(nil),
+		(*ConsistentHash_HttpQueryParameterName)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_policy_proto_rawDesc), len(file_shardpilot_mesh_v1_policy_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   3,
+			NumEnums:      2,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -456,10 +456,16 @@ type HTTPRoute struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// match lists alternatives: a request matches if any of them matches.
 	// Empty matches every request.
-	Match         []*HTTPMatch         `protobuf:"bytes,2,rep,name=match,proto3" json:"match,omitempty"`
-	Route         []*RouteDestination  `protobuf:"bytes,3,rep,name=route,proto3" json:"route,omitempty"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Retries       *RetryPolicy         `protobuf:"bytes,5,opt,name=retries,proto3" json:"retries,omitempty"`
+	Match   []*HTTPMatch         `protobuf:"bytes,2,rep,name=match,proto3" json:"match,omitempty"`
+	Route   []*RouteDestination  `protobuf:"bytes,3,rep,name=route,proto3" json:"route,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Retries *RetryPolicy         `protobuf:"bytes,5,opt,name=retries,proto3" json:"retries,omitempty"`
+	Fault   *Fault               `protobuf:"bytes,6,opt,name=fault,proto3" json:"fault,omitempty"`
+	Rewrite *Rewrite             `protobuf:"bytes,7,opt,name=rewrite,proto3" json:"rewrite,omitempty"`
+	// redirect answers matching requests with a redirect instead of routing them.
+	Redirect      *Redirect `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Mirror        *Mirror   `protobuf:"bytes,9,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Headers       *Headers  `protobuf:"bytes,10,opt,name=headers,proto3" json:"headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +535,507 @@ func (x *HTTPRoute) GetRetries() *RetryPolicy {
 	return nil
 }
 
+func (x *HTTPRoute) GetFault() *Fault {
+	if x != nil {
+		return x.Fault
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetRewrite() *Rewrite {
+	if x != nil {
+		return x.Rewrite
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetRedirect() *Redirect {
+	if x != nil {
+		return x.Redirect
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetMirror() *Mirror {
+	if x != nil {
+		return x.Mirror
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetHeaders() *Headers {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+// Fault injects delays and aborts into a share of the requests.
+type Fault struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Delay         *Fault_Delay           `protobuf:"bytes,1,opt,name=delay,proto3" json:"delay,omitempty"`
+	Abort         *Fault_Abort           `protobuf:"bytes,2,opt,name=abort,proto3" json:"abort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fault) Reset() {
+	*x = Fault{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fault) ProtoMessage() {}
+
+func (x *Fault) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fault.ProtoReflect.Descriptor instead.
+func (*Fault) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Fault) GetDelay() *Fault_Delay {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *Fault) GetAbort() *Fault_Abort {
+	if x != nil {
+		return x.Abort
+	}
+	return nil
+}
+
+// Rewrite changes a routed request's path prefix or authority.
+type Rewrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Authority     string                 `protobuf:"bytes,2,opt,name=authority,proto3" json:"authority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rewrite) Reset() {
+	*x = Rewrite{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rewrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rewrite) ProtoMessage() {}
+
+func (x *Rewrite) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rewrite.ProtoReflect.Descriptor instead.
+func (*Rewrite) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Rewrite) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Rewrite) GetAuthority() string {
+	if x != nil {
+		return x.Authority
+	}
+	return ""
+}
+
+// Redirect sends the client elsewhere.
+type Redirect struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Uri       string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Authority string                 `protobuf:"bytes,2,opt,name=authority,proto3" json:"authority,omitempty"`
+	// redirect_code is the HTTP status; 0 means 301.
+	RedirectCode  uint32 `protobuf:"varint,3,opt,name=redirect_code,json=redirectCode,proto3" json:"redirect_code,omitempty"`
+	Scheme        string `protobuf:"bytes,4,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	Port          uint32 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Redirect) Reset() {
+	*x = Redirect{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Redirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Redirect) ProtoMessage() {}
+
+func (x *Redirect) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
+func (*Redirect) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Redirect) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Redirect) GetAuthority() string {
+	if x != nil {
+		return x.Authority
+	}
+	return ""
+}
+
+func (x *Redirect) GetRedirectCode() uint32 {
+	if x != nil {
+		return x.RedirectCode
+	}
+	return 0
+}
+
+func (x *Redirect) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *Redirect) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// Mirror copies a share of the requests to another destination.
+type Mirror struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Destination *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	// percentage of requests mirrored, 0-100; 0 means all.
+	Percentage    float64 `protobuf:"fixed64,2,opt,name=percentage,proto3" json:"percentage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mirror) Reset() {
+	*x = Mirror{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mirror) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mirror) ProtoMessage() {}
+
+func (x *Mirror) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mirror.ProtoReflect.Descriptor instead.
+func (*Mirror) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Mirror) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *Mirror) GetPercentage() float64 {
+	if x != nil {
+		return x.Percentage
+	}
+	return 0
+}
+
+// HeaderOperations change headers.
+type HeaderOperations struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Set           map[string]string      `protobuf:"bytes,1,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Add           map[string]string      `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderOperations) Reset() {
+	*x = HeaderOperations{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderOperations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderOperations) ProtoMessage() {}
+
+func (x *HeaderOperations) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderOperations.ProtoReflect.Descriptor instead.
+func (*HeaderOperations) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HeaderOperations) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *HeaderOperations) GetAdd() map[string]string {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *HeaderOperations) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+// Headers change request and response headers.
+type Headers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *HeaderOperations      `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Response      *HeaderOperations      `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Headers) Reset() {
+	*x = Headers{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Headers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Headers) ProtoMessage() {}
+
+func (x *Headers) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Headers.ProtoReflect.Descriptor instead.
+func (*Headers) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Headers) GetRequest() *HeaderOperations {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Headers) GetResponse() *HeaderOperations {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type Fault_Delay struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	FixedDelay *durationpb.Duration   `protobuf:"bytes,1,opt,name=fixed_delay,json=fixedDelay,proto3" json:"fixed_delay,omitempty"`
+	// percentage of requests delayed, 0-100.
+	Percentage    float64 `protobuf:"fixed64,2,opt,name=percentage,proto3" json:"percentage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fault_Delay) Reset() {
+	*x = Fault_Delay{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fault_Delay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fault_Delay) ProtoMessage() {}
+
+func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fault_Delay.ProtoReflect.Descriptor instead.
+func (*Fault_Delay) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7, 0}
+}
+
+func (x *Fault_Delay) GetFixedDelay() *durationpb.Duration {
+	if x != nil {
+		return x.FixedDelay
+	}
+	return nil
+}
+
+func (x *Fault_Delay) GetPercentage() float64 {
+	if x != nil {
+		return x.Percentage
+	}
+	return 0
+}
+
+type Fault_Abort struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	HttpStatus uint32                 `protobuf:"varint,1,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// grpc_status is a gRPC status code name, such as "UNAVAILABLE".
+	GrpcStatus    string  `protobuf:"bytes,2,opt,name=grpc_status,json=grpcStatus,proto3" json:"grpc_status,omitempty"`
+	Percentage    float64 `protobuf:"fixed64,3,opt,name=percentage,proto3" json:"percentage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fault_Abort) Reset() {
+	*x = Fault_Abort{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fault_Abort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fault_Abort) ProtoMessage() {}
+
+func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fault_Abort.ProtoReflect.Descriptor instead.
+func (*Fault_Abort) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7, 1}
+}
+
+func (x *Fault_Abort) GetHttpStatus() uint32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *Fault_Abort) GetGrpcStatus() string {
+	if x != nil {
+		return x.GrpcStatus
+	}
+	return ""
+}
+
+func (x *Fault_Abort) GetPercentage() float64 {
+	if x != nil {
+		return x.Percentage
+	}
+	return 0
+}
+
 var File_shardpilot_mesh_v1_route_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
@@ -564,13 +1071,63 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\rR\battempts\x12A\n" +
 	"\x0fper_try_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rperTryTimeout\x12\x19\n" +
-	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\x80\x02\n" +
+	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\x8d\x04\n" +
 	"\tHTTPRoute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x05match\x18\x02 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPMatchR\x05match\x12:\n" +
 	"\x05route\x18\x03 \x03(\v2$.shardpilot.mesh.v1.RouteDestinationR\x05route\x123\n" +
 	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x129\n" +
-	"\aretries\x18\x05 \x01(\v2\x1f.shardpilot.mesh.v1.RetryPolicyR\aretriesB9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
+	"\aretries\x18\x05 \x01(\v2\x1f.shardpilot.mesh.v1.RetryPolicyR\aretries\x12/\n" +
+	"\x05fault\x18\x06 \x01(\v2\x19.shardpilot.mesh.v1.FaultR\x05fault\x125\n" +
+	"\arewrite\x18\a \x01(\v2\x1b.shardpilot.mesh.v1.RewriteR\arewrite\x128\n" +
+	"\bredirect\x18\b \x01(\v2\x1c.shardpilot.mesh.v1.RedirectR\bredirect\x122\n" +
+	"\x06mirror\x18\t \x01(\v2\x1a.shardpilot.mesh.v1.MirrorR\x06mirror\x125\n" +
+	"\aheaders\x18\n" +
+	" \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\"\xc5\x02\n" +
+	"\x05Fault\x125\n" +
+	"\x05delay\x18\x01 \x01(\v2\x1f.shardpilot.mesh.v1.Fault.DelayR\x05delay\x125\n" +
+	"\x05abort\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.Fault.AbortR\x05abort\x1ac\n" +
+	"\x05Delay\x12:\n" +
+	"\vfixed_delay\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"fixedDelay\x12\x1e\n" +
+	"\n" +
+	"percentage\x18\x02 \x01(\x01R\n" +
+	"percentage\x1ai\n" +
+	"\x05Abort\x12\x1f\n" +
+	"\vhttp_status\x18\x01 \x01(\rR\n" +
+	"httpStatus\x12\x1f\n" +
+	"\vgrpc_status\x18\x02 \x01(\tR\n" +
+	"grpcStatus\x12\x1e\n" +
+	"\n" +
+	"percentage\x18\x03 \x01(\x01R\n" +
+	"percentage\"9\n" +
+	"\aRewrite\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1c\n" +
+	"\tauthority\x18\x02 \x01(\tR\tauthority\"\x8b\x01\n" +
+	"\bRedirect\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1c\n" +
+	"\tauthority\x18\x02 \x01(\tR\tauthority\x12#\n" +
+	"\rredirect_code\x18\x03 \x01(\rR\fredirectCode\x12\x16\n" +
+	"\x06scheme\x18\x04 \x01(\tR\x06scheme\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\rR\x04port\"k\n" +
+	"\x06Mirror\x12A\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1f.shardpilot.mesh.v1.DestinationR\vdestination\x12\x1e\n" +
+	"\n" +
+	"percentage\x18\x02 \x01(\x01R\n" +
+	"percentage\"\x9c\x02\n" +
+	"\x10HeaderOperations\x12?\n" +
+	"\x03set\x18\x01 \x03(\v2-.shardpilot.mesh.v1.HeaderOperations.SetEntryR\x03set\x12?\n" +
+	"\x03add\x18\x02 \x03(\v2-.shardpilot.mesh.v1.HeaderOperations.AddEntryR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
+	"\bAddEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\aHeaders\x12>\n" +
+	"\arequest\x18\x01 \x01(\v2$.shardpilot.mesh.v1.HeaderOperationsR\arequest\x12@\n" +
+	"\bresponse\x18\x02 \x01(\v2$.shardpilot.mesh.v1.HeaderOperationsR\bresponseB9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
 
 var (
 	file_shardpilot_mesh_v1_route_proto_rawDescOnce sync.Once
@@ -584,7 +1141,7 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_route_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteRule)(nil),           // 0: shardpilot.mesh.v1.RouteRule
 	(*StringMatch)(nil),         // 1: shardpilot.mesh.v1.StringMatch
@@ -593,28 +1150,51 @@ var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteDestination)(nil),    // 4: shardpilot.mesh.v1.RouteDestination
 	(*RetryPolicy)(nil),         // 5: shardpilot.mesh.v1.RetryPolicy
 	(*HTTPRoute)(nil),           // 6: shardpilot.mesh.v1.HTTPRoute
-	nil,                         // 7: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	(*Origin)(nil),              // 8: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*Fault)(nil),               // 7: shardpilot.mesh.v1.Fault
+	(*Rewrite)(nil),             // 8: shardpilot.mesh.v1.Rewrite
+	(*Redirect)(nil),            // 9: shardpilot.mesh.v1.Redirect
+	(*Mirror)(nil),              // 10: shardpilot.mesh.v1.Mirror
+	(*HeaderOperations)(nil),    // 11: shardpilot.mesh.v1.HeaderOperations
+	(*Headers)(nil),             // 12: shardpilot.mesh.v1.Headers
+	nil,                         // 13: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	(*Fault_Delay)(nil),         // 14: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 15: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 16: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 17: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 18: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	8,  // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	18, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
 	6,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
 	1,  // 2: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	7,  // 3: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	13, // 3: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
 	1,  // 4: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
 	3,  // 5: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	9,  // 6: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	19, // 6: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
 	2,  // 7: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
 	4,  // 8: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	9,  // 9: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	19, // 9: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
 	5,  // 10: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	1,  // 11: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 11: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	8,  // 12: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	9,  // 13: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	10, // 14: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	12, // 15: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	14, // 16: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	15, // 17: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	3,  // 18: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	16, // 19: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	17, // 20: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	11, // 21: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	11, // 22: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	1,  // 23: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	19, // 24: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -634,7 +1214,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -5,10 +5,12 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // ads is the config source every generated resource points to.
@@ -33,13 +35,13 @@ func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 				continue
 			}
 			for _, p := range s.Spec.Ports {
-				out = append(out, outboundCluster(ClusterName(p.Number, "", h), p, s.Policy.GetLoadBalancer(), proxy))
+				out = append(out, outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy))
 				for _, sub := range s.Policy.GetSubsets() {
 					lb := sub.LoadBalancer
 					if lb == meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
 						lb = s.Policy.GetLoadBalancer()
 					}
-					out = append(out, outboundCluster(ClusterName(p.Number, sub.Name, h), p, lb, proxy))
+					out = append(out, outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy))
 				}
 			}
 		}
@@ -47,7 +49,7 @@ func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	return out
 }
 
-func outboundCluster(name string, p *meshv1.Port, lb meshv1.LoadBalancer, proxy Proxy) *cluster.Cluster {
+func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, proxy Proxy) *cluster.Cluster {
 	c := &cluster.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -55,19 +57,91 @@ func outboundCluster(name string, p *meshv1.Port, lb meshv1.LoadBalancer, proxy 
 		ConnectTimeout:       durationpb.New(10 * time.Second),
 		LbPolicy:             lbPolicy(lb, proxy),
 	}
+	if ch := policy.GetConsistentHash(); ch != nil {
+		c.LbPolicy = cluster.Cluster_RING_HASH
+		if ch.MinimumRingSize > 0 {
+			c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{
+				MinimumRingSize: wrapperspb.UInt64(ch.MinimumRingSize)}}
+		}
+	}
+	httpOpts := &upstreamhttp.HttpProtocolOptions{}
+	if cp := policy.GetConnectionPool(); cp != nil {
+		if cp.ConnectTimeout != nil {
+			c.ConnectTimeout = cp.ConnectTimeout
+		}
+		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+			MaxConnections:     positive(cp.MaxConnections),
+			MaxPendingRequests: positive(cp.MaxPendingRequests),
+			MaxRequests:        positive(cp.MaxRequests),
+			MaxRetries:         positive(cp.MaxRetries),
+		}}}
+		if cp.MaxRequestsPerConnection > 0 {
+			httpOpts.CommonHttpProtocolOptions = &core.HttpProtocolOptions{MaxRequestsPerConnection: wrapperspb.UInt32(cp.MaxRequestsPerConnection)}
+		}
+	}
+	if od := policy.GetOutlierDetection(); od != nil {
+		c.OutlierDetection = &cluster.OutlierDetection{
+			Consecutive_5Xx:           positive(od.Consecutive_5XxErrors),
+			ConsecutiveGatewayFailure: positive(od.ConsecutiveGatewayErrors),
+			Interval:                  od.Interval,
+			BaseEjectionTime:          od.BaseEjectionTime,
+			MaxEjectionPercent:        positive(od.MaxEjectionPercent),
+		}
+	}
 	if proxy == Envoy && (p.Protocol == meshv1.Protocol_PROTOCOL_GRPC || p.Protocol == meshv1.Protocol_PROTOCOL_HTTP2) {
-		opts, _ := anypb.New(&upstreamhttp.HttpProtocolOptions{
-			UpstreamProtocolOptions: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
-				ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
-					ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
-						Http2ProtocolOptions: &core.Http2ProtocolOptions{},
-					},
+		httpOpts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+					Http2ProtocolOptions: &core.Http2ProtocolOptions{},
 				},
 			},
-		})
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": opts}
+		}
+	}
+	if proxy == Envoy && (httpOpts.UpstreamProtocolOptions != nil || httpOpts.CommonHttpProtocolOptions != nil) {
+		if httpOpts.UpstreamProtocolOptions == nil {
+			// The options require a protocol choice: keep the downstream's.
+			httpOpts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{
+				UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{}}
+		}
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(httpOpts)}
+	}
+	if proxy == Envoy {
+		c.TransportSocket = upstreamTLS(policy.GetTls())
 	}
 	return c
+}
+
+// positive wraps a limit, leaving zero (unset) out.
+func positive(v uint32) *wrapperspb.UInt32Value {
+	if v == 0 {
+		return nil
+	}
+	return wrapperspb.UInt32(v)
+}
+
+// upstreamTLS originates TLS to the service. Certificates come over SDS on
+// the ADS stream: "default" for the proxy's own (mutual modes) and
+// "ROOTCA" to validate the server, as in Istio; MUTUAL with a credential
+// name uses that secret instead.
+func upstreamTLS(t *meshv1.ClientTLS) *core.TransportSocket {
+	switch t.GetMode() {
+	case meshv1.ClientTLS_MODE_UNSPECIFIED, meshv1.ClientTLS_MODE_DISABLE:
+		return nil
+	}
+	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+	sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
+	switch t.Mode {
+	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
+		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds("default")}
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds("ROOTCA")}
+	case meshv1.ClientTLS_MODE_MUTUAL:
+		name := t.CredentialName
+		if name == "" {
+			name = "default"
+		}
+		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds(name)}
+	}
+	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 
 // lbPolicy maps a load balancer to Envoy's; grpc-go knows only round robin,

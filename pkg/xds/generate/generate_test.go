@@ -87,7 +87,58 @@ func testMesh() *generate.Mesh {
 		Gateways: []string{"istio-system/ingress"},
 		Http:     []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local"}}}}},
 	}}
-	return generate.NewMesh([]*generate.Service{reviews, greeter, external}, []*generate.Route{route, gatewayOnly})
+	// Every other route and policy feature, on ratings.
+	ratings := &generate.Service{
+		Namespace: "bookinfo", Name: "ratings",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"ratings.bookinfo.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "grpc", Number: 9090, Protocol: meshv1.Protocol_PROTOCOL_GRPC}},
+		},
+		Endpoints: []*meshv1.Endpoint{{Address: "10.2.0.1", Labels: map[string]string{"version": "canary"}}},
+		Policy: &meshv1.TrafficPolicy{
+			Host:           "ratings.bookinfo.svc.cluster.local",
+			ConsistentHash: &meshv1.ConsistentHash{Key: &meshv1.ConsistentHash_HttpHeaderName{HttpHeaderName: "x-user"}, MinimumRingSize: 1024},
+			ConnectionPool: &meshv1.ConnectionPool{MaxConnections: 50, ConnectTimeout: durationpb.New(250e6), MaxPendingRequests: 10,
+				MaxRequests: 200, MaxRequestsPerConnection: 5, MaxRetries: 3},
+			OutlierDetection: &meshv1.OutlierDetection{Consecutive_5XxErrors: 7, Interval: durationpb.New(5e9),
+				BaseEjectionTime: durationpb.New(30e9), MaxEjectionPercent: 50},
+			Tls:     &meshv1.ClientTLS{Mode: meshv1.ClientTLS_MODE_ISTIO_MUTUAL, Sni: "ratings.bookinfo.svc.cluster.local"},
+			Subsets: []*meshv1.Subset{{Name: "canary", Labels: map[string]string{"version": "canary"}}},
+		},
+	}
+	ratingsHost := "ratings.bookinfo.svc.cluster.local"
+	ratingsRoute := &generate.Route{Namespace: "bookinfo", Name: "ratings", Rule: &meshv1.RouteRule{
+		Hosts: []string{ratingsHost},
+		Http: []*meshv1.HTTPRoute{
+			{
+				Name:  "faulty",
+				Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/slow"}}}},
+				Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: ratingsHost}}},
+				Fault: &meshv1.Fault{
+					Delay: &meshv1.Fault_Delay{FixedDelay: durationpb.New(2e9), Percentage: 10},
+					Abort: &meshv1.Fault_Abort{GrpcStatus: "UNAVAILABLE", Percentage: 5.5},
+				},
+			},
+			{
+				Name:     "moved",
+				Match:    []*meshv1.HTTPMatch{{Uri: exact("/old")}},
+				Redirect: &meshv1.Redirect{Uri: "/new", Authority: "ratings.example.com", RedirectCode: 308},
+			},
+			{
+				Name:    "rewritten",
+				Match:   []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/api/v1"}}}},
+				Route:   []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: ratingsHost}}},
+				Rewrite: &meshv1.Rewrite{Uri: "/v1", Authority: "ratings-internal"},
+				Mirror:  &meshv1.Mirror{Destination: &meshv1.Destination{Host: ratingsHost, Subset: "canary"}, Percentage: 25},
+				Headers: &meshv1.Headers{
+					Request:  &meshv1.HeaderOperations{Set: map[string]string{"x-version": "1"}, Remove: []string{"x-debug"}},
+					Response: &meshv1.HeaderOperations{Add: map[string]string{"x-served-by": "ratings"}},
+				},
+			},
+		},
+	}}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings}, []*generate.Route{route, gatewayOnly, ratingsRoute})
 }
 
 type validatable interface {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -48,8 +49,9 @@ func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 	return out
 }
 
-// httpConnectionManager fetches its routes over RDS and ends its filter
-// chain with the router, which grpc-go requires to be last and typed.
+// httpConnectionManager fetches its routes over RDS; its filters are the
+// fault filter (configured per route) and the router, which grpc-go
+// requires to be last and typed.
 func httpConnectionManager(statPrefix, routeName string) *hcm.HttpConnectionManager {
 	return &hcm.HttpConnectionManager{
 		StatPrefix: statPrefix,
@@ -57,10 +59,16 @@ func httpConnectionManager(statPrefix, routeName string) *hcm.HttpConnectionMana
 			ConfigSource:    ads(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters: []*hcm.HttpFilter{{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
-		}},
+		HttpFilters: []*hcm.HttpFilter{
+			{
+				Name:       faultFilterName,
+				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&fault.HTTPFault{})},
+			},
+			{
+				Name:       "envoy.filters.http.router",
+				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
+			},
+		},
 	}
 }
 

@@ -3,6 +3,7 @@ package generate
 import (
 	"strconv"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -74,8 +75,13 @@ func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 		return vh
 	}
 	for _, h := range rr.Rule.Http {
-		action := routeAction(m, h, port)
-		if action == nil {
+		// The action is shared by the routes of every match.
+		var shared route.Route
+		if h.Redirect != nil {
+			shared.Action = redirectAction(h.Redirect)
+		} else if ra := routeAction(m, h, port); ra != nil {
+			shared.Action = &route.Route_Route{Route: ra}
+		} else {
 			continue
 		}
 		matches := h.Match
@@ -86,11 +92,9 @@ func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 			if hm.GetPort() != 0 && hm.GetPort() != port {
 				continue
 			}
-			vh.Routes = append(vh.Routes, &route.Route{
-				Name:   h.Name,
-				Match:  routeMatch(hm),
-				Action: &route.Route_Route{Route: action},
-			})
+			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
+			decorate(r, h)
+			vh.Routes = append(vh.Routes, r)
 		}
 	}
 	return vh
@@ -173,6 +177,31 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.Route
 	}
 	if h.Timeout != nil {
 		a.Timeout = h.Timeout
+	}
+	if rw := h.Rewrite; rw != nil {
+		a.PrefixRewrite = rw.Uri
+		if rw.Authority != "" {
+			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
+		}
+	}
+	if mr := h.Mirror; mr != nil {
+		if s := m.Service(mr.GetDestination().GetHost()); s != nil {
+			if port := destinationPort(s, mr.Destination.Port, listenerPort); port != 0 {
+				pct := mr.Percentage
+				if pct == 0 {
+					pct = 100
+				}
+				a.RequestMirrorPolicies = []*route.RouteAction_RequestMirrorPolicy{{
+					Cluster:         ClusterName(port, mr.Destination.Subset, mr.Destination.Host),
+					RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: fractional(pct)},
+				}}
+			}
+		}
+	}
+	// A consistent hash on the (first) destination's service hashes here,
+	// on the route; its clusters use a ring hash.
+	if s := m.Service(h.Route[0].GetDestination().GetHost()); s != nil && s.Policy.GetConsistentHash() != nil {
+		a.HashPolicy = hashPolicy(s.Policy.ConsistentHash)
 	}
 	if r := h.Retries; r != nil && r.Attempts > 0 {
 		retryOn := r.RetryOn

@@ -1,0 +1,141 @@
+package generate
+
+import (
+	"math"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// faultFilterName is the fault filter every HTTP connection manager
+// carries before the router; routes configure it per route.
+const faultFilterName = "envoy.filters.http.fault"
+
+// fractional turns a 0-100 percentage into Envoy's fraction, in millionths.
+func fractional(pct float64) *typev3.FractionalPercent {
+	return &typev3.FractionalPercent{
+		Numerator:   uint32(math.Round(pct * 10000)),
+		Denominator: typev3.FractionalPercent_MILLION,
+	}
+}
+
+// grpcCodes maps gRPC status names to codes.
+var grpcCodes = func() map[string]uint32 {
+	m := map[string]uint32{}
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		m[strings.ToUpper(strings.ReplaceAll(snake(c.String()), " ", "_"))] = uint32(c)
+	}
+	return m
+}()
+
+// snake turns "DeadlineExceeded" into "DEADLINE_EXCEEDED".
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// faultConfig is the per-route configuration of the fault filter.
+func faultConfig(f *meshv1.Fault) *anypb.Any {
+	hf := &fault.HTTPFault{}
+	if d := f.GetDelay(); d != nil {
+		hf.Delay = &faultcommon.FaultDelay{
+			FaultDelaySecifier: &faultcommon.FaultDelay_FixedDelay{FixedDelay: d.FixedDelay},
+			Percentage:         fractional(d.Percentage),
+		}
+	}
+	if a := f.GetAbort(); a != nil {
+		hf.Abort = &fault.FaultAbort{Percentage: fractional(a.Percentage)}
+		if a.GrpcStatus != "" {
+			hf.Abort.ErrorType = &fault.FaultAbort_GrpcStatus{GrpcStatus: grpcCodes[strings.ToUpper(a.GrpcStatus)]}
+		} else {
+			hf.Abort.ErrorType = &fault.FaultAbort_HttpStatus{HttpStatus: a.HttpStatus}
+		}
+	}
+	return mustAny(hf)
+}
+
+// headerOptions turns set and add operations into Envoy's header options.
+func headerOptions(ops *meshv1.HeaderOperations) []*core.HeaderValueOption {
+	var out []*core.HeaderValueOption
+	for _, k := range sortedKeys(ops.GetSet()) {
+		out = append(out, &core.HeaderValueOption{Header: &core.HeaderValue{Key: k, Value: ops.Set[k]},
+			AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	}
+	for _, k := range sortedKeys(ops.GetAdd()) {
+		out = append(out, &core.HeaderValueOption{Header: &core.HeaderValue{Key: k, Value: ops.Add[k]},
+			AppendAction: core.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD})
+	}
+	return out
+}
+
+// decorate adds a route's header operations and fault to an Envoy route.
+func decorate(r *route.Route, h *meshv1.HTTPRoute) {
+	if hd := h.Headers; hd != nil {
+		r.RequestHeadersToAdd = headerOptions(hd.Request)
+		r.RequestHeadersToRemove = hd.Request.GetRemove()
+		r.ResponseHeadersToAdd = headerOptions(hd.Response)
+		r.ResponseHeadersToRemove = hd.Response.GetRemove()
+	}
+	if h.Fault != nil && (h.Fault.Delay != nil || h.Fault.Abort != nil) {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilterName: faultConfig(h.Fault)}
+	}
+}
+
+// redirectAction answers with a redirect.
+func redirectAction(rd *meshv1.Redirect) *route.Route_Redirect {
+	ra := &route.RedirectAction{HostRedirect: rd.Authority, PortRedirect: rd.Port}
+	if rd.Uri != "" {
+		ra.PathRewriteSpecifier = &route.RedirectAction_PathRedirect{PathRedirect: rd.Uri}
+	}
+	if rd.Scheme != "" {
+		ra.SchemeRewriteSpecifier = &route.RedirectAction_SchemeRedirect{SchemeRedirect: rd.Scheme}
+	}
+	switch rd.RedirectCode {
+	case 0, 301:
+		ra.ResponseCode = route.RedirectAction_MOVED_PERMANENTLY
+	case 302:
+		ra.ResponseCode = route.RedirectAction_FOUND
+	case 303:
+		ra.ResponseCode = route.RedirectAction_SEE_OTHER
+	case 307:
+		ra.ResponseCode = route.RedirectAction_TEMPORARY_REDIRECT
+	case 308:
+		ra.ResponseCode = route.RedirectAction_PERMANENT_REDIRECT
+	}
+	return &route.Route_Redirect{Redirect: ra}
+}
+
+// hashPolicy turns a consistent hash into the route's hash policy.
+func hashPolicy(ch *meshv1.ConsistentHash) []*route.RouteAction_HashPolicy {
+	var hp *route.RouteAction_HashPolicy
+	switch k := ch.GetKey().(type) {
+	case *meshv1.ConsistentHash_HttpHeaderName:
+		hp = &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{
+			Header: &route.RouteAction_HashPolicy_Header{HeaderName: k.HttpHeaderName}}}
+	case *meshv1.ConsistentHash_HttpCookieName:
+		hp = &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{
+			Cookie: &route.RouteAction_HashPolicy_Cookie{Name: k.HttpCookieName, Ttl: ch.HttpCookieTtl}}}
+	case *meshv1.ConsistentHash_UseSourceIp:
+		hp = &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_ConnectionProperties_{
+			ConnectionProperties: &route.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true}}}
+	case *meshv1.ConsistentHash_HttpQueryParameterName:
+		hp = &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_QueryParameter_{
+			QueryParameter: &route.RouteAction_HashPolicy_QueryParameter{Name: k.HttpQueryParameterName}}}
+	default:
+		return nil
+	}
+	return []*route.RouteAction_HashPolicy{hp}
+}

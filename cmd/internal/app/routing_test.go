@@ -1,0 +1,118 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// flakyHealth fails every other call with UNAVAILABLE.
+type flakyHealth struct {
+	healthpb.UnimplementedHealthServer
+	calls atomic.Int64
+}
+
+func (f *flakyHealth) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if f.calls.Add(1)%2 == 1 {
+		return nil, status.Error(codes.Unavailable, "flaky")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func startFlakyBackend(t *testing.T) (backend, *flakyHealth) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	h := &flakyHealth{}
+	healthpb.RegisterHealthServer(s, h)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}, h
+}
+
+const routingRules = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: demo}
+spec:
+  host: greeter
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: greeter, namespace: demo}
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  http:
+  - name: jason
+    match: [{headers: {x-user: {exact: jason}}}]
+    route: [{destination: {host: greeter, subset: v2}}]
+  - name: everyone
+    route: [{destination: {host: greeter, subset: v1}}]
+    retries: {attempts: 3, retryOn: unavailable}
+`
+
+// TestProxylessHeaderRoutingAndRetries: grpc-go routes by a request header
+// and retries UNAVAILABLE as the VirtualService says, with real RPCs.
+func TestProxylessHeaderRoutingAndRetries(t *testing.T) {
+	flaky, health := startFlakyBackend(t)
+	steady := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", flaky),
+		workloadEntry("greeter-2", "v2", steady), routingRules))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+
+	callAs := func(user string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if user != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-user", user)
+		}
+		var p peer.Peer
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+		if err != nil {
+			return "", err
+		}
+		return p.Addr.String(), nil
+	}
+	testutil.Eventually(t, 20*time.Second, "the header routes jason to subset v2", func() (bool, string) {
+		for range 10 {
+			addr, err := callAs("jason")
+			if err != nil || addr != steady.addr {
+				return false, fmt.Sprint(addr, err)
+			}
+		}
+		return true, ""
+	})
+	// Every other call to the flaky backend fails; the retry policy hides it.
+	before := health.calls.Load()
+	for i := range 20 {
+		addr, err := callAs("")
+		if err != nil {
+			t.Fatalf("rpc %d failed despite the retry policy: %v", i, err)
+		}
+		if addr != flaky.addr {
+			t.Fatalf("rpc %d without the header went to %s, want subset v1 (%s)", i, addr, flaky.addr)
+		}
+	}
+	if attempts := health.calls.Load() - before; attempts < 30 {
+		t.Errorf("20 RPCs took %d attempts on the flaky backend; want retries (about 40)", attempts)
+	}
+}

@@ -10,10 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
@@ -69,6 +72,8 @@ type Config struct {
 	MaxDelay time.Duration
 	// RetryDelay is the pause before loading again after a failure. Default 1s.
 	RetryDelay time.Duration
+	// CacheSize bounds the per-service generated resources kept. Default 100,000.
+	CacheSize int
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -88,6 +93,9 @@ func (c *Config) Validate() error {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 100_000
+	}
 	if c.Quiet < 0 || c.MaxDelay < c.Quiet {
 		return fmt.Errorf("pusher: debounce quiet period %s and maximum delay %s: want 0 < quiet <= max", c.Quiet, c.MaxDelay)
 	}
@@ -101,18 +109,24 @@ type Pusher struct {
 	debouncer *debounce.Debouncer[change]
 	m         metrics
 	generated atomic.Int64 // revision of the last generation, 0 before the first
+	// lru holds per-service generated resources by their inputs' versions.
+	// Only the generating goroutine uses it.
+	lru *lru.Cache[string, any]
 }
 
-// change is what the debouncer merges: how many changes, since when.
+// change is what the debouncer merges: how many changes, since when, and
+// whether any of them was more than an endpoint change.
 type change struct {
 	n     int
 	since time.Time
+	full  bool
 }
 
 type metrics struct {
 	events      *prometheus.CounterVec
 	loads       prometheus.Counter
-	generations prometheus.Counter
+	generations *prometheus.CounterVec
+	cache       *prometheus.CounterVec
 	genTime     prometheus.Histogram
 	debounce    prometheus.Histogram
 	resources   *prometheus.GaugeVec
@@ -126,7 +140,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay,
-		Merge: func(a, b change) change { return change{a.n + b.n, a.since} },
+		Merge: func(a, b change) change { return change{a.n + b.n, a.since, a.full || b.full} },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pusher: %w", err)
@@ -136,8 +150,10 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Change events consumed, by outcome (applied, skipped, invalid)."}, []string{"outcome"}),
 		loads: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_loads_total",
 			Help: "Full loads of the mesh from the store (start, gaps, resyncs)."}),
-		generations: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
-			Help: "xDS generations."}),
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
+			Help: "xDS generations, by kind: full, or eds (endpoint changes alone)."}, []string{"kind"}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_cache_lookups_total",
+			Help: "Per-service generated resources looked up in the cache, by type and result (hit, miss)."}, []string{"type", "result"}),
 		genTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_generation_seconds",
 			Help: "Time to generate and hand over the resources.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		debounce: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_debounce_seconds",
@@ -148,13 +164,17 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Generated resources dropped because they failed validation."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.genTime, m.debounce, m.resources, m.invalid} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.cache, m.genTime, m.debounce, m.resources, m.invalid} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
 		}
 	}
-	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m}, nil
+	cache, err := lru.New[string, any](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("pusher: cache: %w", err)
+	}
+	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache}, nil
 }
 
 // GeneratedRevision returns the store revision the served resources
@@ -213,7 +233,7 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.state.reset(items, rev)
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
-	p.debouncer.Add(change{1, time.Now()})
+	p.debouncer.Add(change{1, time.Now(), true})
 	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
 		return p.apply(ev)
 	})
@@ -241,7 +261,7 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 				return nil
 			}
 			p.m.events.WithLabelValues("applied").Inc()
-			p.debouncer.Add(change{1, time.Now()})
+			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints})
 			return nil
 		}
 	}
@@ -250,23 +270,55 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 	return nil
 }
 
-// generate rebuilds every resource and hands them to the sink.
+// generate rebuilds the resources and hands them to the sink. Endpoint
+// changes alone rebuild only the load assignments (the EDS fast path).
+// Per-service resources come from an LRU cache keyed by the versions of
+// their inputs, so a generation costs what changed, not the mesh.
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
 	mesh, rev := p.state.mesh()
-	eds := generate.LoadAssignments(mesh)
+	var eds []*endpoint.ClusterLoadAssignment
+	for _, s := range mesh.Services {
+		eds = append(eds, cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)...)
+	}
 	publish(p, "", resource.EndpointType, eds)
-	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
-		class := proxy.String()
-		publish(p, class, resource.ClusterType, generate.Clusters(mesh, proxy))
-		publish(p, class, resource.RouteType, generate.Routes(mesh, proxy))
-		publish(p, class, resource.ListenerType, generate.Listeners(mesh, proxy))
+	if c.full {
+		for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
+			class := proxy.String()
+			var clusters []*cluster.Cluster
+			for _, s := range mesh.Services {
+				clusters = append(clusters, cached(p, "cds", class, mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+					return generate.ServiceClusters(m, s, proxy)
+				})...)
+			}
+			publish(p, class, resource.ClusterType, clusters)
+			publish(p, class, resource.RouteType, generate.Routes(mesh, proxy))
+			publish(p, class, resource.ListenerType, generate.Listeners(mesh, proxy))
+		}
 	}
 	p.generated.Store(rev)
-	p.m.generations.Inc()
+	kind := "full"
+	if !c.full {
+		kind = "eds"
+	}
+	p.m.generations.WithLabelValues(kind).Inc()
 	p.m.genTime.Observe(time.Since(start).Seconds())
-	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "took", time.Since(start))
+	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// cached returns a service's resources of one kind from the LRU cache, or
+// generates and caches them.
+func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
+	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + s.Version + "|" + strings.Join(m.Owned(s), ",")
+	if v, ok := p.lru.Get(key); ok {
+		p.m.cache.WithLabelValues(kind, "hit").Inc()
+		return v.([]R)
+	}
+	p.m.cache.WithLabelValues(kind, "miss").Inc()
+	out := gen(m, s)
+	p.lru.Add(key, out)
+	return out
 }
 
 type validatable interface {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	shtest "github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 )
@@ -40,6 +41,7 @@ type scriptedFeed struct {
 }
 
 type feedBatch struct {
+	delay  time.Duration // before the events
 	events []*meshv1.ChangeEvent
 	end    error
 }
@@ -54,6 +56,7 @@ func (f *scriptedFeed) Consume(ctx context.Context, _ uint64, fn func(uint64, *m
 	}
 	f.calls++
 	f.mu.Unlock()
+	time.Sleep(b.delay)
 	for i, ev := range b.events {
 		if err := fn(uint64(i+1), ev); err != nil {
 			return err
@@ -171,4 +174,81 @@ func TestPusherKeepsServingWhileTheStoreIsDown(t *testing.T) {
 	})
 }
 
-func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { shtest.VerifyNoLeaks(m) }
+
+// countingSink counts the updates per type.
+type countingSink struct {
+	mu      sync.Mutex
+	updates map[string]int
+}
+
+func (s *countingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.updates == nil {
+		s.updates = map[string]int{}
+	}
+	s.updates[typeURL]++
+	return len(res), 0, nil
+}
+
+func (s *countingSink) count(typeURL string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updates[typeURL]
+}
+
+func endpointsEvent(t *testing.T, service string, rev int64, addrs ...string) *meshv1.ChangeEvent {
+	t.Helper()
+	eps := &meshv1.Endpoints{Service: service, Shard: "test"}
+	for _, a := range addrs {
+		eps.Endpoints = append(eps.Endpoints, &meshv1.Endpoint{Address: a})
+	}
+	v, err := model.Encode(eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev,
+		Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: model.EndpointsName(service, "test")}.String(), Value: v}
+}
+
+// TestEndpointChangeRegeneratesOnlyWhatChanged: an endpoint change takes the
+// EDS fast path (no clusters, routes or listeners rebuilt) and regenerates
+// only the changed service's assignments; the rest come from the cache.
+func TestEndpointChangeRegeneratesOnlyWhatChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{stored("a", 80), stored("b", 80)}, 10, nil
+			},
+		}}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{endpointsEvent(t, "a", 11, "10.0.0.1")}}}}
+		sink := &countingSink{}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		cancel()
+		<-done
+		// The load built clusters once per class; the endpoint change took
+		// the fast path and rebuilt endpoints alone.
+		if got := sink.count(resource.ClusterType); got != 2 {
+			t.Errorf("clusters handed over %d times, want 2 (once per class)", got)
+		}
+		full := testutil.ToFloat64(p.m.generations.WithLabelValues("full"))
+		eds := testutil.ToFloat64(p.m.generations.WithLabelValues("eds"))
+		if full != 1 || eds != 1 {
+			t.Errorf("%v full and %v EDS-only generations, want 1 and 1", full, eds)
+		}
+		// Assignments: a and b generated at load; at the change, a again
+		// (its endpoints changed) and b from the cache.
+		if miss, hit := testutil.ToFloat64(p.m.cache.WithLabelValues("eds", "miss")), testutil.ToFloat64(p.m.cache.WithLabelValues("eds", "hit")); miss != 3 || hit != 1 {
+			t.Errorf("assignment cache: %v misses and %v hits, want 3 and 1", miss, hit)
+		}
+	})
+}

@@ -2,7 +2,9 @@ package pusher
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -97,25 +99,29 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 	type nsName struct{ ns, name string }
 	services := map[nsName]*generate.Service{}
 	type shardEps struct {
-		shard string
-		eps   []*meshv1.Endpoint
+		shard  string
+		eps    []*meshv1.Endpoint
+		modRev int64
 	}
 	endpoints := map[nsName][]shardEps{}
 	type keyedPolicy struct {
 		key    model.Key
 		policy *meshv1.TrafficPolicy
+		modRev int64
 	}
+	serviceRev := map[nsName]int64{}
 	var policies []keyedPolicy
 	var routes []*generate.Route
 	for k, e := range s.objs {
 		switch o := e.obj.(type) {
 		case *meshv1.Service:
 			services[nsName{k.Namespace, k.Name}] = &generate.Service{Namespace: k.Namespace, Name: k.Name, Spec: o}
+			serviceRev[nsName{k.Namespace, k.Name}] = e.modRev
 		case *meshv1.Endpoints:
 			id := nsName{k.Namespace, o.Service}
-			endpoints[id] = append(endpoints[id], shardEps{o.Shard, o.Endpoints})
+			endpoints[id] = append(endpoints[id], shardEps{o.Shard, o.Endpoints, e.modRev})
 		case *meshv1.TrafficPolicy:
-			policies = append(policies, keyedPolicy{k, o})
+			policies = append(policies, keyedPolicy{k, o, e.modRev})
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o})
 		}
@@ -144,7 +150,14 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 		for other := range ids {
 			shards = append(shards, endpoints[other]...)
 		}
-		slices.SortFunc(shards, func(a, b shardEps) int { return cmp.Compare(a.shard, b.shard) })
+		slices.SortFunc(shards, func(a, b shardEps) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.modRev, b.modRev)) })
+		// The version names every input by its store revision.
+		var version strings.Builder
+		fmt.Fprintf(&version, "s%d", serviceRev[id])
+		for _, sh := range shards {
+			fmt.Fprintf(&version, "e%d", sh.modRev)
+		}
+		svc.Version = version.String()
 		seen := map[string]bool{}
 		for _, sh := range shards {
 			for _, ep := range sh.eps {
@@ -167,6 +180,7 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 		for _, svc := range byHost[p.policy.Host] {
 			if svc.Policy == nil {
 				svc.Policy = p.policy
+				svc.Version += fmt.Sprintf("p%d", p.modRev)
 			}
 		}
 	}

@@ -26,23 +26,27 @@ func ads() *core.ConfigSource {
 func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, s := range m.Services {
-		if s.Spec.Resolution == meshv1.Resolution_RESOLUTION_NONE && len(s.Endpoints) == 0 {
-			// Passthrough services have no endpoints to balance over.
-			continue
-		}
-		for _, h := range s.Spec.Hostnames {
-			if m.Service(h) != s {
-				continue
-			}
-			for _, p := range s.Spec.Ports {
-				out = append(out, outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy))
-				for _, sub := range s.Policy.GetSubsets() {
-					lb := sub.LoadBalancer
-					if lb == meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
-						lb = s.Policy.GetLoadBalancer()
-					}
-					out = append(out, outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy))
+		out = append(out, ServiceClusters(m, s, proxy)...)
+	}
+	return out
+}
+
+// ServiceClusters returns one service's clusters; they depend on the
+// service alone (and which of its hosts it owns), not on its endpoints.
+func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
+	if !s.routable() {
+		return nil
+	}
+	var out []*cluster.Cluster
+	for _, h := range m.Owned(s) {
+		for _, p := range s.Spec.Ports {
+			out = append(out, outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy))
+			for _, sub := range s.Policy.GetSubsets() {
+				lb := sub.LoadBalancer
+				if lb == meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
+					lb = s.Policy.GetLoadBalancer()
 				}
+				out = append(out, outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy))
 			}
 		}
 	}

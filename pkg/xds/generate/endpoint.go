@@ -16,18 +16,23 @@ import (
 func LoadAssignments(m *Mesh) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
 	for _, s := range m.Services {
-		if s.Spec.Resolution == meshv1.Resolution_RESOLUTION_NONE && len(s.Endpoints) == 0 {
-			continue
-		}
-		for _, h := range s.Spec.Hostnames {
-			if m.Service(h) != s {
-				continue
-			}
-			for _, p := range s.Spec.Ports {
-				out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil))
-				for _, sub := range s.Policy.GetSubsets() {
-					out = append(out, loadAssignment(ClusterName(p.Number, sub.Name, h), s, p, sub.Labels))
-				}
+		out = append(out, ServiceLoadAssignments(m, s)...)
+	}
+	return out
+}
+
+// ServiceLoadAssignments returns the assignments of one service's clusters;
+// they depend on the service alone (and which of its hosts it owns).
+func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignment {
+	if !s.routable() {
+		return nil
+	}
+	var out []*endpoint.ClusterLoadAssignment
+	for _, h := range m.Owned(s) {
+		for _, p := range s.Spec.Ports {
+			out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil))
+			for _, sub := range s.Policy.GetSubsets() {
+				out = append(out, loadAssignment(ClusterName(p.Number, sub.Name, h), s, p, sub.Labels))
 			}
 		}
 	}

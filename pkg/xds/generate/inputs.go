@@ -34,6 +34,28 @@ type Service struct {
 	Endpoints []*meshv1.Endpoint
 	// Policy is the DestinationRule for the service's host, if any.
 	Policy *meshv1.TrafficPolicy
+	// Version changes whenever anything above changes (the store revisions
+	// of its inputs); generated resources are cached under it.
+	Version string
+}
+
+// routable reports whether the service gets clusters and routes: a
+// service without resolution (NONE) is passed through to the address the
+// client dialled, and its endpoints, if any, are not balanced over.
+func (s *Service) routable() bool {
+	return s.Spec.Resolution != meshv1.Resolution_RESOLUTION_NONE
+}
+
+// Owned returns the hostnames a service owns in the mesh (where two
+// services claim one host, the first owns it).
+func (m *Mesh) Owned(s *Service) []string {
+	var out []string
+	for _, h := range s.Spec.Hostnames {
+		if m.Service(h) == s {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // Route is one VirtualService as the generators see it.

@@ -47,10 +47,10 @@ func Routes(m *Mesh, proxy Proxy) []*route.RouteConfiguration {
 // service order.
 func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) {
 	for _, s := range m.Services {
-		for _, h := range s.Spec.Hostnames {
-			if m.Service(h) != s {
-				continue
-			}
+		if !s.routable() {
+			continue
+		}
+		for _, h := range m.Owned(s) {
 			for _, p := range s.Spec.Ports {
 				if isHTTP(p) {
 					fn(s, h, p)
@@ -147,7 +147,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.Route
 	for _, d := range h.Route {
 		dst := d.GetDestination()
 		s := m.Service(dst.GetHost())
-		if s == nil {
+		if s == nil || !s.routable() {
 			continue
 		}
 		port := destinationPort(s, dst.GetPort(), listenerPort)
@@ -185,7 +185,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.Route
 		}
 	}
 	if mr := h.Mirror; mr != nil {
-		if s := m.Service(mr.GetDestination().GetHost()); s != nil {
+		if s := m.Service(mr.GetDestination().GetHost()); s != nil && s.routable() {
 			if port := destinationPort(s, mr.Destination.Port, listenerPort); port != 0 {
 				pct := mr.Percentage
 				if pct == 0 {

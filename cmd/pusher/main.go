@@ -27,13 +27,16 @@ func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var adsAddr string
-	var quiet, maxDelay time.Duration
+	var quiet, maxDelay, maxAge time.Duration
+	var streamRate float64
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	common.Register(fs, ":15014")
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	fs.DurationVar(&quiet, "debounce-quiet", 100*time.Millisecond, "quiet period before changes are pushed")
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
+	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
 	}
@@ -59,17 +62,19 @@ func run(ctx context.Context, args []string) error {
 
 	reg := telemetry.NewRegistry()
 	status := server.NewStatus()
+	dump := &app.ConfigDump{Status: status}
 	ready := telemetry.NewReadiness()
 	var ps atomic.Pointer[pusher.Pusher]
 	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay,
-			Log: log, Registerer: reg, Status: status, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
+			MaxConnectionAge: maxAge, StreamRate: streamRate,
+			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
-			Debug: map[string]http.Handler{"/debug/syncz": status}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()
 }

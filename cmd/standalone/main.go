@@ -97,6 +97,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 
 	reg := telemetry.NewRegistry()
 	status := server.NewStatus()
+	dump := &app.ConfigDump{Status: status}
 	ready := telemetry.NewReadiness()
 	// Ready once the pusher serves a generation that includes the first
 	// sync of the mesh directory.
@@ -128,11 +129,11 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay,
-			Log: log, Registerer: reg, Status: status, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
+			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
-			Debug: map[string]http.Handler{"/debug/syncz": status}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	err = g.Wait()
 	log.Info("stopped")

@@ -270,6 +270,11 @@ type Pusher struct {
 	Registerer prometheus.Registerer
 	// Status, when set, records every proxy stream's versions (/debug/syncz).
 	Status *server.Status
+	// Dump, when set, serves the cache's content per proxy (/debug/config_dump).
+	Dump *ConfigDump
+	// MaxConnectionAge and StreamRate configure the xDS server (see server.Config).
+	MaxConnectionAge time.Duration
+	StreamRate       float64
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -298,7 +303,11 @@ func (p Pusher) Run(ctx context.Context) error {
 	if p.Started != nil {
 		p.Started(ps, c)
 	}
-	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status})
+	if p.Dump != nil {
+		p.Dump.cache.Store(c)
+	}
+	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate})
 	if err != nil {
 		return err
 	}

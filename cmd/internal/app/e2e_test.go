@@ -63,6 +63,7 @@ func serveBackend(t *testing.T, lis net.Listener) backend {
 type controlPlane struct {
 	ads    string
 	status *server.Status
+	dump   *app.ConfigDump
 	etcd   *clientv3.Client
 	cancel context.CancelFunc
 	g      *errgroup.Group
@@ -99,11 +100,12 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	}
 	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
 	status := server.NewStatus()
+	dump := &app.ConfigDump{Status: status}
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status,
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump,
 			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
 	})
-	cp := &controlPlane{ads: lis.Addr().String(), status: status, etcd: cli, cancel: cancel, g: g}
+	cp := &controlPlane{ads: lis.Addr().String(), status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
 	t.Cleanup(cp.stop)
 	return cp
 }

@@ -132,6 +132,19 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 			streams[0].Types["Cluster"].LastNACK.Version != resp.VersionInfo || streams[0].Types["Cluster"].LastNACK.Message != "rejected by test" {
 			t.Errorf("/debug/syncz does not record the NACK of %s: %s", resp.VersionInfo, rec.Body)
 		}
+		// And /debug/config_dump shows what the proxy's class holds.
+		rec = httptest.NewRecorder()
+		cp.dump.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config_dump?proxy="+node.Id, nil))
+		var dump struct {
+			Class     string                       `json:"class"`
+			Resources map[string][]json.RawMessage `json:"resources"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &dump); err != nil {
+			t.Fatalf("config_dump: %v: %s", err, rec.Body)
+		}
+		if dump.Class != "envoy" || len(dump.Resources["Cluster"]) == 0 || len(dump.Resources["ClusterLoadAssignment"]) == 0 {
+			t.Errorf("config_dump for %s: class %q, %d clusters, %d assignments", node.Id, dump.Class, len(dump.Resources["Cluster"]), len(dump.Resources["ClusterLoadAssignment"]))
+		}
 		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
 		next, err := rx.next(10 * time.Second)
 		if err != nil {

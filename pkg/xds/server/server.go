@@ -17,9 +17,12 @@ import (
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 )
 
 // Config configures a Server.
@@ -34,6 +37,14 @@ type Config struct {
 	GRPCOptions []grpc.ServerOption
 	// Status, when set, records each stream's sent, ACKed and NACKed versions.
 	Status *Status
+	// MaxConnectionAge closes a proxy's connection after this long (with a
+	// grace period for the stream to move), so that load rebalances across
+	// replicas as they scale. Default 30m; negative disables.
+	MaxConnectionAge time.Duration
+	// StreamRate bounds how many new streams per second the server accepts
+	// (a reconnect storm is spread out instead of arriving at once);
+	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
+	StreamRate float64
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -50,6 +61,12 @@ func (c *Config) Validate() error {
 	if c.Status == nil {
 		c.Status = NewStatus()
 	}
+	if c.MaxConnectionAge == 0 {
+		c.MaxConnectionAge = 30 * time.Minute
+	}
+	if c.StreamRate < 0 {
+		return errors.New("server: the stream rate must not be negative")
+	}
 	return nil
 }
 
@@ -60,6 +77,7 @@ type Server struct {
 }
 
 type metrics struct {
+	refused   prometheus.Counter
 	streams   prometheus.Gauge
 	responses *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
@@ -71,6 +89,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	m := metrics{
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_refused_total",
+			Help: "New xDS streams refused by the stream rate limit."}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_streams",
 			Help: "Open xDS streams."}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_responses_total",
@@ -79,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.responses, m.nacks} {
+		for _, c := range []prometheus.Collector{m.refused, m.streams, m.responses, m.nacks} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -111,7 +131,7 @@ func (s *Server) callbacks() xds.Callbacks {
 			nack = &NACK{Message: detail.GetMessage(), At: time.Now()}
 			s.nack(id, node.GetId(), typeURL, nonce, detail.GetMessage())
 		}
-		st.request(id, node.GetId(), typeURL, nonce, nack)
+		st.request(id, node, typeURL, nonce, nack)
 	}
 	return xds.CallbackFuncs{
 		StreamOpenFunc:        func(context.Context, int64, string) error { return nil },
@@ -153,10 +173,24 @@ func (s *Server) nack(stream int64, node, typeURL, nonce, msg string) {
 
 // Run serves on lis until ctx is done.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	if s.cfg.MaxConnectionAge > 0 {
+		params.MaxConnectionAge, params.MaxConnectionAgeGrace = s.cfg.MaxConnectionAge, time.Minute
+	}
 	opts := append([]grpc.ServerOption{
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, s.cfg.GRPCOptions...)
+	if s.cfg.StreamRate > 0 {
+		limiter := rate.NewLimiter(rate.Limit(s.cfg.StreamRate), max(1, int(s.cfg.StreamRate)))
+		opts = append(opts, grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if !limiter.Allow() {
+				s.m.refused.Inc()
+				return status.Error(codes.Unavailable, "shardpilot: too many new streams; retry with backoff")
+			}
+			return handler(srv, ss)
+		}))
+	}
 	gs := grpc.NewServer(opts...)
 	xs := xds.NewServer(ctx, s.cfg.Cache, s.callbacks())
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)

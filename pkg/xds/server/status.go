@@ -2,11 +2,14 @@ package server
 
 import (
 	"cmp"
+
 	"encoding/json"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
 // Status records, per stream and type, what was sent, what was ACKed and
@@ -23,6 +26,7 @@ type StreamStatus struct {
 	Delta  bool                   `json:"delta"`
 	Since  time.Time              `json:"connected"`
 	Types  map[string]*TypeStatus `json:"types"`
+	node   *core.Node
 }
 
 // TypeStatus is one type on one stream.
@@ -68,13 +72,13 @@ func (s *Status) close(id int64) bool {
 	return ok
 }
 
-func (s *Status) typ(id int64, proxy, typeURL string) *TypeStatus {
+func (s *Status) typ(id int64, node *core.Node, typeURL string) *TypeStatus {
 	st := s.streams[id]
 	if st == nil {
 		return nil
 	}
-	if proxy != "" {
-		st.Proxy = proxy
+	if node != nil {
+		st.Proxy, st.node = node.GetId(), node
 	}
 	t := st.Types[shortType(typeURL)]
 	if t == nil {
@@ -85,10 +89,10 @@ func (s *Status) typ(id int64, proxy, typeURL string) *TypeStatus {
 }
 
 // request records an ACK or a NACK of the response with the request's nonce.
-func (s *Status) request(id int64, proxy, typeURL, nonce string, nack *NACK) {
+func (s *Status) request(id int64, node *core.Node, typeURL, nonce string, nack *NACK) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.typ(id, proxy, typeURL)
+	t := s.typ(id, node, typeURL)
 	if t == nil || nonce == "" {
 		return
 	}
@@ -109,12 +113,24 @@ func (s *Status) request(id int64, proxy, typeURL, nonce string, nack *NACK) {
 func (s *Status) response(id int64, typeURL, version, nonce string, resources int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.typ(id, "", typeURL)
+	t := s.typ(id, nil, typeURL)
 	if t == nil {
 		return
 	}
 	t.Sent, t.SentNonce, t.Resources = version, nonce, resources
 	t.sent[nonce] = version
+}
+
+// Node returns the node of a connected proxy, or nil.
+func (s *Status) Node(proxy string) *core.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.streams {
+		if st.Proxy == proxy {
+			return st.node
+		}
+	}
+	return nil
 }
 
 // Streams returns a copy of every stream's status, ordered by proxy.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -38,6 +37,8 @@ type Feed interface {
 // Sink receives the generated resources of a class and type; the cache.
 type Sink interface {
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error)
+	// Classes returns the classes the sink serves.
+	Classes() []string
 }
 
 // The classes of proxy the pusher generates for, and the types it serves per
@@ -47,16 +48,6 @@ var (
 	ClassTypes  = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
 	SharedTypes = []string{resource.EndpointType}
 )
-
-// Classify returns the class of a proxy: proxyless for gRPC clients (Istio's
-// GENERATOR=grpc metadata, or grpc-go's user agent), envoy for the rest.
-func Classify(node *core.Node) string {
-	if node.GetMetadata().GetFields()["GENERATOR"].GetStringValue() == "grpc" ||
-		strings.HasPrefix(node.GetUserAgentName(), "gRPC") {
-		return generate.Proxyless.String()
-	}
-	return generate.Envoy.String()
-}
 
 // Config configures a Pusher.
 type Config struct {
@@ -110,8 +101,11 @@ type Pusher struct {
 	m         metrics
 	generated atomic.Int64 // revision of the last generation, 0 before the first
 	// lru holds per-service generated resources by their inputs' versions.
-	// Only the generating goroutine uses it.
 	lru *lru.Cache[string, any]
+	// index classifies proxies; last is the mesh of the last generation,
+	// for a class seen between generations.
+	index atomic.Pointer[classIndex]
+	last  atomic.Pointer[generate.Mesh]
 }
 
 // change is what the debouncer merges: how many changes, since when, and
@@ -277,24 +271,17 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
-	mesh, rev := p.state.mesh()
+	mesh, index, rev := p.state.mesh()
+	p.index.Store(index)
+	p.last.Store(mesh)
 	var eds []*endpoint.ClusterLoadAssignment
 	for _, s := range mesh.Services {
 		eds = append(eds, cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)...)
 	}
 	publish(p, "", resource.EndpointType, eds)
 	if c.full {
-		for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
-			class := proxy.String()
-			var clusters []*cluster.Cluster
-			for _, s := range mesh.Services {
-				clusters = append(clusters, cached(p, "cds", class, mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
-					return generate.ServiceClusters(m, s, proxy)
-				})...)
-			}
-			publish(p, class, resource.ClusterType, clusters)
-			publish(p, class, resource.RouteType, generate.Routes(mesh, proxy))
-			publish(p, class, resource.ListenerType, generate.Listeners(mesh, proxy))
+		for _, class := range p.cfg.Sink.Classes() {
+			p.generateClass(mesh, class)
 		}
 	}
 	p.generated.Store(rev)
@@ -305,6 +292,30 @@ func (p *Pusher) generate(c change) {
 	p.m.generations.WithLabelValues(kind).Inc()
 	p.m.genTime.Observe(time.Since(start).Seconds())
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// NewClass generates the resources of a class seen for the first time,
+// from the last generation's mesh, before its first proxy is served.
+func (p *Pusher) NewClass(class string) {
+	if m := p.last.Load(); m != nil {
+		p.generateClass(m, class)
+	}
+}
+
+// generateClass generates the clusters, routes and listeners of one class
+// from the part of the mesh its view sees.
+func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
+	proxy, view := p.view(class)
+	m := mesh.For(view)
+	var clusters []*cluster.Cluster
+	for _, s := range m.Services {
+		clusters = append(clusters, cached(p, "cds", proxy.String(), m, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+			return generate.ServiceClusters(m, s, proxy)
+		})...)
+	}
+	publish(p, class, resource.ClusterType, clusters)
+	publish(p, class, resource.RouteType, generate.Routes(m, proxy))
+	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))
 }
 
 // cached returns a service's resources of one kind from the LRU cache, or

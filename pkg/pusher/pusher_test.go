@@ -85,6 +85,8 @@ func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resou
 	return len(res), 0, nil
 }
 
+func (s *recordingSink) Classes() []string { return Classes }
+
 func (s *recordingSink) clusters() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -191,6 +193,8 @@ func (s *countingSink) Update(class, typeURL string, res map[string]types.Resour
 	s.updates[typeURL]++
 	return len(res), 0, nil
 }
+
+func (s *countingSink) Classes() []string { return Classes }
 
 func (s *countingSink) count(typeURL string) int {
 	s.mu.Lock()

@@ -94,7 +94,7 @@ func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, error) {
 
 // mesh builds the generators' view of the current content and returns the
 // revision it reflects.
-func (s *state) mesh() (*generate.Mesh, int64) {
+func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 	s.mu.Lock()
 	type nsName struct{ ns, name string }
 	services := map[nsName]*generate.Service{}
@@ -112,6 +112,7 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 	serviceRev := map[nsName]int64{}
 	var policies []keyedPolicy
 	var routes []*generate.Route
+	var scopes []scopeEntry
 	for k, e := range s.objs {
 		switch o := e.obj.(type) {
 		case *meshv1.Service:
@@ -122,6 +123,8 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 			endpoints[id] = append(endpoints[id], shardEps{o.Shard, o.Endpoints, e.modRev})
 		case *meshv1.TrafficPolicy:
 			policies = append(policies, keyedPolicy{k, o, e.modRev})
+		case *meshv1.Scope:
+			scopes = append(scopes, scopeEntry{namespace: k.Namespace, name: k.Name, scope: o})
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o})
 		}
@@ -184,5 +187,11 @@ func (s *state) mesh() (*generate.Mesh, int64) {
 			}
 		}
 	}
-	return generate.NewMesh(list, routes), rev
+	restricted := false
+	for _, svc := range list {
+		for _, ns := range svc.Spec.ExportTo {
+			restricted = restricted || ns != "*"
+		}
+	}
+	return generate.NewMesh(list, routes), newClassIndex(scopes, restricted), rev
 }

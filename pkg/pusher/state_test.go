@@ -104,7 +104,7 @@ func TestStateMergesEndpointShards(t *testing.T) {
 		{Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: "a/k8s"}, Object: &meshv1.Endpoints{Service: "a", Shard: "k8s", Endpoints: []*meshv1.Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}}},
 		{Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: "a/yaml"}, Object: &meshv1.Endpoints{Service: "a", Shard: "yaml", Endpoints: []*meshv1.Endpoint{ep("10.0.0.2"), ep("10.0.0.3")}}},
 	}, 3)
-	m, rev := s.mesh()
+	m, _, rev := s.mesh()
 	if rev != 3 {
 		t.Errorf("revision %d, want 3", rev)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/bus"
@@ -286,14 +287,19 @@ func (p Pusher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The cache asks the pusher for a proxy's class, and the pusher hands
+	// the cache its resources: the pusher is set before anything is served.
+	var ps *pusher.Pusher
 	c, err := cache.New(cache.Config{
 		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes,
-		Classify: pusher.Classify, Log: p.Log,
+		Classify: func(n *core.Node) string { return ps.Classify(n) },
+		NewClass: func(class string) { ps.NewClass(class) },
+		Log:      p.Log,
 	})
 	if err != nil {
 		return err
 	}
-	ps, err := pusher.New(pusher.Config{
+	ps, err = pusher.New(pusher.Config{
 		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay,
 	})
@@ -305,6 +311,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	}
 	if p.Dump != nil {
 		p.Dump.cache.Store(c)
+		p.Dump.pusher.Store(ps)
 	}
 	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
 		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate})

@@ -19,6 +19,7 @@ import (
 type ConfigDump struct {
 	Status *server.Status
 	cache  atomic.Pointer[cache.Cache]
+	pusher atomic.Pointer[pusher.Pusher]
 }
 
 func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -32,12 +33,12 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("config_dump: proxy %q is not connected to this replica", id), http.StatusNotFound)
 		return
 	}
-	c := d.cache.Load()
-	if c == nil {
+	c, ps := d.cache.Load(), d.pusher.Load()
+	if c == nil || ps == nil {
 		http.Error(w, "config_dump: the pusher is starting", http.StatusServiceUnavailable)
 		return
 	}
-	class := pusher.Classify(node)
+	class := ps.Classify(node)
 	dump := map[string]any{"proxy": id, "class": class}
 	resources := map[string][]json.RawMessage{}
 	add := func(class, typeURL string) {

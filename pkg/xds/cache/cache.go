@@ -20,22 +20,27 @@ import (
 
 // Config configures a Cache.
 type Config struct {
-	// Classes are the proxy classes; each gets its own cache per type.
+	// Classes are the proxy classes that exist from the start; each gets
+	// its own cache per type. Classify may name more: their caches are
+	// created when the first proxy of the class asks.
 	Classes []string
 	// Types are the type URLs each class gets a cache of.
 	Types []string
 	// SharedTypes are the type URLs one mesh-wide cache serves to every class.
 	SharedTypes []string
-	// Classify returns the class of a proxy from its node; it must return
-	// one of Classes.
+	// Classify returns the class of a proxy from its node.
 	Classify func(*core.Node) string
+	// NewClass, when set, is called (outside the cache's locks) the first
+	// time a class is seen, before its first watch is served, so the
+	// caller can fill the class's caches.
+	NewClass func(class string)
 	Log      *slog.Logger
 }
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
-	if len(c.Classes) == 0 || c.Classify == nil {
-		return errors.New("cache: classes and a classifier are required")
+	if c.Classify == nil {
+		return errors.New("cache: a classifier is required")
 	}
 	for _, t := range c.SharedTypes {
 		if slices.Contains(c.Types, t) {
@@ -54,12 +59,14 @@ const Shared = ""
 // Cache is the pusher's resource cache.
 type Cache struct {
 	cfg    Config
-	mux    *gcpcache.MuxCache
 	prefix string
-	caches map[string]*gcpcache.LinearCache
 
-	mu     sync.Mutex
-	hashes map[string]map[string]uint64 // cache key → resource name → content hash
+	mu      sync.Mutex
+	caches  map[string]*gcpcache.LinearCache // cache key → cache
+	hashes  map[string]map[string]uint64     // cache key → resource name → content hash
+	classes map[string]bool
+	// creating serializes the first watch of a new class with its filling.
+	creating sync.Mutex
 }
 
 func cacheKey(class, typeURL string) string { return class + "|" + typeURL }
@@ -73,68 +80,112 @@ func New(cfg Config) (*Cache, error) {
 	// process makes a reconnecting proxy get a full answer.
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	prefix := hex.EncodeToString(b[:]) + "-"
-	c := &Cache{cfg: cfg, prefix: prefix, caches: map[string]*gcpcache.LinearCache{}, hashes: map[string]map[string]uint64{}}
-	add := func(class, t string) {
-		k := cacheKey(class, t)
-		c.caches[k] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(prefix))
-		c.hashes[k] = map[string]uint64{}
+	c := &Cache{cfg: cfg, prefix: hex.EncodeToString(b[:]) + "-",
+		caches: map[string]*gcpcache.LinearCache{}, hashes: map[string]map[string]uint64{}, classes: map[string]bool{}}
+	for _, t := range cfg.SharedTypes {
+		c.addLocked(Shared, t)
 	}
 	for _, class := range cfg.Classes {
-		for _, t := range cfg.Types {
-			add(class, t)
-		}
-	}
-	for _, t := range cfg.SharedTypes {
-		add(Shared, t)
-	}
-	muxed := make(map[string]gcpcache.Cache, len(c.caches))
-	for k, v := range c.caches {
-		muxed[k] = v
-	}
-	c.mux = &gcpcache.MuxCache{
-		Classify:      func(r *gcpcache.Request) string { return c.key(r.GetNode(), r.GetTypeUrl()) },
-		ClassifyDelta: func(r *gcpcache.DeltaRequest) string { return c.key(r.GetNode(), r.GetTypeUrl()) },
-		Caches:        muxed,
+		c.addClassLocked(class)
 	}
 	return c, nil
 }
 
-func (c *Cache) key(node *core.Node, typeURL string) string {
-	if slices.Contains(c.cfg.SharedTypes, typeURL) {
-		return cacheKey(Shared, typeURL)
+func (c *Cache) addLocked(class, t string) {
+	k := cacheKey(class, t)
+	c.caches[k] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(c.prefix))
+	c.hashes[k] = map[string]uint64{}
+}
+
+func (c *Cache) addClassLocked(class string) {
+	c.classes[class] = true
+	for _, t := range c.cfg.Types {
+		c.addLocked(class, t)
 	}
-	return cacheKey(c.cfg.Classify(node), typeURL)
+}
+
+// Classes returns every class the cache holds, in order.
+func (c *Cache) Classes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.classes))
+	for class := range c.classes {
+		out = append(out, class)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// watched returns the cache serving a node's requests for a type, creating
+// (and having the caller fill) the caches of a class seen for the first time.
+func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache, error) {
+	class := Shared
+	if !slices.Contains(c.cfg.SharedTypes, typeURL) {
+		class = c.cfg.Classify(node)
+	}
+	c.mu.Lock()
+	lc, ok := c.caches[cacheKey(class, typeURL)]
+	c.mu.Unlock()
+	if ok {
+		return lc, nil
+	}
+	if class == Shared || !slices.Contains(c.cfg.Types, typeURL) {
+		return nil, fmt.Errorf("cache: type %s is not served", typeURL)
+	}
+	c.creating.Lock()
+	defer c.creating.Unlock()
+	c.mu.Lock()
+	lc, ok = c.caches[cacheKey(class, typeURL)]
+	if !ok {
+		c.addClassLocked(class)
+		lc = c.caches[cacheKey(class, typeURL)]
+	}
+	c.mu.Unlock()
+	if !ok {
+		c.cfg.Log.Info("new proxy class", "class", class)
+		if c.cfg.NewClass != nil {
+			c.cfg.NewClass(class)
+		}
+	}
+	return lc, nil
 }
 
 // Server returns the go-control-plane cache to serve from.
-func (c *Cache) Server() gcpcache.Cache { return nackGuard{c} }
+func (c *Cache) Server() gcpcache.Cache { return server{c} }
 
-// nackGuard keeps a rejected response from being sent again in a loop. A
-// SotW NACK carries the last version the proxy accepted; when it accepted
-// none from this replica (a first response, or a reconnect from another
-// replica), the LinearCache answers such a request at once, with exactly
-// what was just rejected, and the proxy NACKs again. The guard marks such a
-// NACK as holding this replica's versions, so that the cache answers it only
-// when the resources change. Delta NACKs need no help: a delta subscription
-// knows what it was sent.
-type nackGuard struct{ c *Cache }
+// server routes each watch to its class's cache. It also keeps a rejected
+// response from being sent again in a loop: a SotW NACK carries the last
+// version the proxy accepted; when it accepted none from this replica (a
+// first response, or a reconnect from another replica), a LinearCache
+// answers such a request at once, with exactly what was just rejected, and
+// the proxy NACKs again. Such a NACK is marked as holding this replica's
+// versions, so that it is answered only when the resources change. Delta
+// NACKs need no help: a delta subscription knows what it was sent.
+type server struct{ c *Cache }
 
-func (g nackGuard) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
-	if r.GetErrorDetail() != nil && !strings.HasPrefix(r.GetVersionInfo(), g.c.prefix) {
+func (s server) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
+	lc, err := s.c.watched(r.GetNode(), r.GetTypeUrl())
+	if err != nil {
+		return nil, err
+	}
+	if r.GetErrorDetail() != nil && !strings.HasPrefix(r.GetVersionInfo(), s.c.prefix) {
 		nacked := proto.Clone(r).(*gcpcache.Request)
-		nacked.VersionInfo = g.c.prefix + "rejected"
+		nacked.VersionInfo = s.c.prefix + "rejected"
 		r = nacked
 	}
-	return g.c.mux.CreateWatch(r, sub, ch)
+	return lc.CreateWatch(r, sub, ch)
 }
 
-func (g nackGuard) CreateDeltaWatch(r *gcpcache.DeltaRequest, sub gcpcache.Subscription, ch chan gcpcache.DeltaResponse) (func(), error) {
-	return g.c.mux.CreateDeltaWatch(r, sub, ch)
+func (s server) CreateDeltaWatch(r *gcpcache.DeltaRequest, sub gcpcache.Subscription, ch chan gcpcache.DeltaResponse) (func(), error) {
+	lc, err := s.c.watched(r.GetNode(), r.GetTypeUrl())
+	if err != nil {
+		return nil, err
+	}
+	return lc.CreateDeltaWatch(r, sub, ch)
 }
 
-func (g nackGuard) Fetch(ctx context.Context, r *gcpcache.Request) (gcpcache.Response, error) {
-	return g.c.mux.Fetch(ctx, r)
+func (s server) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, error) {
+	return nil, errors.New("cache: fetch (REST xDS) is not served")
 }
 
 // Update makes the cache of a class and type hold exactly resources. It
@@ -142,12 +193,12 @@ func (g nackGuard) Fetch(ctx context.Context, r *gcpcache.Request) (gcpcache.Res
 // changed and how many were removed.
 func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error) {
 	k := cacheKey(class, typeURL)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	lc, ok := c.caches[k]
 	if !ok {
 		return 0, 0, fmt.Errorf("cache: no cache for class %q type %s", class, typeURL)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	old := c.hashes[k]
 	next := make(map[string]uint64, len(resources))
 	toUpdate := map[string]types.Resource{}
@@ -179,7 +230,9 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 
 // Resources returns what the cache of a class and type holds.
 func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
+	c.mu.Lock()
 	lc, ok := c.caches[cacheKey(class, typeURL)]
+	c.mu.Unlock()
 	if !ok {
 		return nil
 	}

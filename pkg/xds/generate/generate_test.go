@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/golden"
@@ -165,5 +166,41 @@ func TestGenerate(t *testing.T) {
 		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))
 		check(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy))
 		check(t, "routes-"+proxy.String()+".json", generate.Routes(m, proxy))
+	}
+}
+
+func TestViews(t *testing.T) {
+	svc := func(ns, name string, exportTo ...string) *generate.Service {
+		return &generate.Service{Namespace: ns, Name: name, Spec: &meshv1.Service{
+			Hostnames: []string{name + "." + ns + ".svc.cluster.local"}, ExportTo: exportTo,
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
+		}}
+	}
+	m := generate.NewMesh([]*generate.Service{
+		svc("shop", "cart"), svc("shop", "secret", "."), svc("books", "reviews"), svc("books", "ratings", "shop"),
+		svc("ext", "api"),
+	}, nil)
+	tests := map[string]struct {
+		view generate.View
+		want []string
+	}{
+		"no namespace sees everything":      {generate.View{}, []string{"ratings", "reviews", "api", "cart", "secret"}},
+		"exportTo . hides from others":      {generate.View{Namespace: "books"}, []string{"reviews", "api", "cart"}},
+		"exportTo a namespace shows to it":  {generate.View{Namespace: "shop"}, []string{"ratings", "reviews", "api", "cart", "secret"}},
+		"sidecar: own namespace only":       {generate.View{Namespace: "shop", Egress: []string{"./*"}}, []string{"cart", "secret"}},
+		"sidecar: a namespace and one host": {generate.View{Namespace: "shop", Egress: []string{"books/*", "*/api.ext.svc.cluster.local"}}, []string{"ratings", "reviews", "api"}},
+		"sidecar: wildcard host suffix":     {generate.View{Namespace: "books", Egress: []string{"*/*.shop.svc.cluster.local"}}, []string{"cart"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, s := range m.For(tc.view).Services {
+				got = append(got, s.Name)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("sees %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

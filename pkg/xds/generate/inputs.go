@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 )
@@ -157,4 +158,89 @@ func (s *Service) subset(name string) *meshv1.Subset {
 		}
 	}
 	return nil
+}
+
+// View is what one class of proxies may see: the namespace they run in
+// and, from the Sidecar that applies to them, the hosts they may reach.
+type View struct {
+	Namespace string
+	// Egress lists "<namespace>/<host>" patterns as in Istio's Sidecar
+	// ("./*", "*/api.example.com", "shop/*"); nil sees everything exported
+	// to the namespace.
+	Egress []string
+}
+
+// For returns the part of the mesh a view sees: the services exported to
+// its namespace that its egress hosts name. A view without a namespace
+// sees the whole mesh.
+func (m *Mesh) For(v View) *Mesh {
+	if v.Namespace == "" {
+		return m
+	}
+	var svcs []*Service
+	for _, s := range m.Services {
+		if v.sees(s) {
+			svcs = append(svcs, s)
+		}
+	}
+	return NewMesh(svcs, m.Routes)
+}
+
+func (v View) sees(s *Service) bool {
+	if !exported(s.Spec.ExportTo, s.Namespace, v.Namespace) {
+		return false
+	}
+	if v.Egress == nil {
+		return true
+	}
+	for _, pattern := range v.Egress {
+		ns, host, ok := strings.Cut(pattern, "/")
+		if !ok {
+			continue
+		}
+		switch ns {
+		case "*":
+		case ".":
+			if s.Namespace != v.Namespace {
+				continue
+			}
+		case "~":
+			continue
+		default:
+			if s.Namespace != ns {
+				continue
+			}
+		}
+		for _, h := range s.Spec.Hostnames {
+			if hostMatches(host, h) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// exported reports whether a service of namespace own, exported to the
+// given namespaces, is visible from namespace from.
+func exported(to []string, own, from string) bool {
+	if len(to) == 0 {
+		return true
+	}
+	for _, ns := range to {
+		if ns == "*" || ns == from || (ns == "." && own == from) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostMatches matches a host against "*", "*.suffix" or an exact name.
+func hostMatches(pattern, host string) bool {
+	switch {
+	case pattern == "*":
+		return true
+	case strings.HasPrefix(pattern, "*."):
+		return strings.HasSuffix(host, pattern[1:])
+	}
+	return pattern == host
 }

@@ -34,6 +34,10 @@ kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd 
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: bench-push
+bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in 50 classes, and heap per proxy.
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkEndpointChange -benchtime 20x -count 3 -timeout 30m ./cmd/internal/app/
+
 .PHONY: bench-ingest
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/

@@ -313,6 +313,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 			return generate.ServiceClusters(m, s, proxy)
 		})...)
 	}
+	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
 	publish(p, class, resource.ClusterType, clusters)
 	publish(p, class, resource.RouteType, generate.Routes(m, proxy))
 	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))

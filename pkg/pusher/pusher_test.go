@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -92,7 +93,9 @@ func (s *recordingSink) clusters() []string {
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.got["envoy|"+resource.ClusterType] {
-		names = append(names, n)
+		if strings.HasPrefix(n, "outbound|") { // not the catch-all clusters
+			names = append(names, n)
+		}
 	}
 	return names
 }

@@ -68,8 +68,8 @@ func TestEnvoySidecarGetsOutboundConfig(t *testing.T) {
 			req = &discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
 		}
 	}
-	if got := sotw(sidecar, resource.ListenerType, "0.0.0.0_50051"); len(got) != 1 {
-		t.Errorf("sidecar listeners %v, want only the outbound 0.0.0.0_50051", got)
+	if got := sotw(sidecar, resource.ListenerType, "0.0.0.0_50051"); !slices.Equal(sorted(got), []string{"0.0.0.0_50051", "virtualInbound", "virtualOutbound"}) {
+		t.Errorf("sidecar listeners %v, want the outbound 0.0.0.0_50051 and the two virtual listeners", got)
 	}
 	if got := sotw(proxyless, resource.ListenerType, "greeter.demo.svc.cluster.local:50051"); len(got) != 1 {
 		t.Errorf("proxyless listeners %v, want only the API listener", got)
@@ -98,4 +98,10 @@ func TestEnvoySidecarGetsOutboundConfig(t *testing.T) {
 	if !slices.Contains(names, "outbound|50051||greeter.demo.svc.cluster.local") {
 		t.Errorf("delta clusters %v, want the greeter's", names)
 	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,10 @@ func TestSidecarScopesWhatAProxySees(t *testing.T) {
 			last = nil
 			for _, r := range resp.Resources {
 				m, _ := r.UnmarshalNew()
-				last = append(last, m.(interface{ GetName() string }).GetName())
+				// Service clusters only, not the passthrough and black hole.
+				if name := m.(interface{ GetName() string }).GetName(); strings.HasPrefix(name, "outbound|") {
+					last = append(last, name)
+				}
 			}
 			slices.Sort(last)
 			return cond(last), fmt.Sprint(last)

@@ -22,13 +22,23 @@ func ads() *core.ConfigSource {
 }
 
 // Clusters returns the outbound EDS clusters of every service: one per
-// hostname and port, and one more per subset of its traffic policy.
+// hostname and port, and one more per subset of its traffic policy; and for
+// sidecars, the passthrough and black hole clusters.
 func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, s := range m.Services {
 		out = append(out, ServiceClusters(m, s, proxy)...)
 	}
-	return out
+	return append(out, CatchAllClusters(proxy)...)
+}
+
+// CatchAllClusters are the clusters that belong to no service: Envoy's
+// passthrough and black hole clusters.
+func CatchAllClusters(proxy Proxy) []*cluster.Cluster {
+	if proxy != Envoy {
+		return nil
+	}
+	return sidecarClusters()
 }
 
 // ServiceClusters returns one service's clusters; they depend on the

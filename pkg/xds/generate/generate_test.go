@@ -139,7 +139,17 @@ func testMesh() *generate.Mesh {
 			},
 		},
 	}}
-	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings}, []*generate.Route{route, gatewayOnly, ratingsRoute})
+	// A TCP service gets a TCP proxy listener on its port.
+	mysql := &generate.Service{
+		Namespace: "db", Name: "mysql",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"mysql.db.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "tcp-mysql", Number: 3306, Protocol: meshv1.Protocol_PROTOCOL_TCP}},
+		},
+		Endpoints: []*meshv1.Endpoint{{Address: "10.3.0.1"}},
+	}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings, mysql}, []*generate.Route{route, gatewayOnly, ratingsRoute})
 }
 
 type validatable interface {

@@ -13,11 +13,14 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Listeners returns the listeners a kind of proxy asks for: for proxyless
 // clients an API listener per HTTP service port, named "<host>:<port>"; for
-// Envoy sidecars an outbound listener per HTTP port, "0.0.0.0_<port>".
+// Envoy sidecars an outbound listener per HTTP or TCP port,
+// "0.0.0.0_<port>", behind the virtual outbound (15001) and inbound (15006)
+// listeners.
 func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 	var out []*listener.Listener
 	if proxy == Proxyless {
@@ -38,6 +41,8 @@ func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 		out = append(out, &listener.Listener{
 			Name:    name,
 			Address: socketAddress("0.0.0.0", port),
+			// Connections reach it from the virtual outbound listener.
+			BindToPort: wrapperspb.Bool(false),
 			FilterChains: []*listener.FilterChain{{
 				Filters: []*listener.Filter{{
 					Name:       "envoy.filters.network.http_connection_manager",
@@ -46,7 +51,8 @@ func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 			}},
 		})
 	}
-	return out
+	out = append(out, tcpListeners(m)...)
+	return append(out, virtualListeners()...)
 }
 
 // httpConnectionManager fetches its routes over RDS; its filters are the

@@ -1,0 +1,124 @@
+package generate
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Istio's names for the sidecar's catch-all clusters and virtual listeners.
+const (
+	PassthroughCluster        = "PassthroughCluster"
+	BlackHoleCluster          = "BlackHoleCluster"
+	InboundPassthroughCluster = "InboundPassthroughCluster"
+	VirtualOutboundListener   = "virtualOutbound"
+	VirtualInboundListener    = "virtualInbound"
+	virtualOutboundPort       = 15001
+	virtualInboundPort        = 15006
+)
+
+// sidecarClusters are the catch-all clusters every sidecar gets: traffic to
+// where the client dialled (outbound and inbound passthrough), and nowhere.
+func sidecarClusters() []*cluster.Cluster {
+	originalDst := func(name string) *cluster.Cluster {
+		return &cluster.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
+			ConnectTimeout:       durationpb.New(10 * time.Second),
+		}
+	}
+	return []*cluster.Cluster{
+		originalDst(PassthroughCluster),
+		originalDst(InboundPassthroughCluster),
+		{
+			Name:                 BlackHoleCluster,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+			ConnectTimeout:       durationpb.New(10 * time.Second),
+		},
+	}
+}
+
+func tcpProxyFilter(statPrefix, clusterName string) *listener.Filter {
+	return &listener.Filter{
+		Name: "envoy.filters.network.tcp_proxy",
+		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&tcpproxy.TcpProxy{
+			StatPrefix:       statPrefix,
+			ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: clusterName},
+		})},
+	}
+}
+
+// virtualListeners are the sidecar's traffic-capture listeners: 15001
+// takes every outbound connection and hands it to the listener of its
+// original destination port, passing through what has none; 15006 takes
+// inbound connections to the workload.
+func virtualListeners() []*listener.Listener {
+	return []*listener.Listener{
+		{
+			Name:           VirtualOutboundListener,
+			Address:        socketAddress("0.0.0.0", virtualOutboundPort),
+			UseOriginalDst: wrapperspb.Bool(true),
+			FilterChains: []*listener.FilterChain{{
+				Name:    PassthroughCluster,
+				Filters: []*listener.Filter{tcpProxyFilter(PassthroughCluster, PassthroughCluster)},
+			}},
+		},
+		{
+			Name:    VirtualInboundListener,
+			Address: socketAddress("0.0.0.0", virtualInboundPort),
+			FilterChains: []*listener.FilterChain{{
+				Name:    InboundPassthroughCluster,
+				Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
+			}},
+		},
+	}
+}
+
+// tcpListeners forward each TCP-only port to the service that owns it
+// (the first, where several share a port: without service addresses a
+// port cannot tell them apart).
+func tcpListeners(m *Mesh) []*listener.Listener {
+	owner := map[uint32]string{}
+	http := map[uint32]bool{}
+	for _, s := range m.Services {
+		if !s.routable() {
+			continue
+		}
+		for _, h := range m.Owned(s) {
+			for _, p := range s.Spec.Ports {
+				switch {
+				case isHTTP(p):
+					http[p.Number] = true
+				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP:
+					if _, taken := owner[p.Number]; !taken {
+						owner[p.Number] = ClusterName(p.Number, "", h)
+					}
+				}
+			}
+		}
+	}
+	var out []*listener.Listener
+	for _, port := range slices.SortedFunc(maps.Keys(owner), cmp.Compare) {
+		if http[port] {
+			continue // HTTP wins a port both use, as in Istio
+		}
+		num := strconv.FormatUint(uint64(port), 10)
+		out = append(out, &listener.Listener{
+			Name:         "0.0.0.0_" + num,
+			Address:      socketAddress("0.0.0.0", port),
+			BindToPort:   wrapperspb.Bool(false),
+			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{tcpProxyFilter("outbound|"+num+"||", owner[port])}}},
+		})
+	}
+	return out
+}

@@ -106,6 +106,7 @@ type Pusher struct {
 	// for a class seen between generations.
 	index atomic.Pointer[classIndex]
 	last  atomic.Pointer[generate.Mesh]
+	conv  *convergence
 }
 
 // change is what the debouncer merges: how many changes, since when, and
@@ -114,12 +115,16 @@ type change struct {
 	n     int
 	since time.Time
 	full  bool
+	// observed is when the earliest change was observed at its source;
+	// zero for a reload.
+	observed time.Time
 }
 
 type metrics struct {
 	events      *prometheus.CounterVec
 	loads       prometheus.Counter
 	generations *prometheus.CounterVec
+	convergence prometheus.Histogram
 	cache       *prometheus.CounterVec
 	genTime     prometheus.Histogram
 	debounce    prometheus.Histogram
@@ -134,7 +139,13 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay,
-		Merge: func(a, b change) change { return change{a.n + b.n, a.since, a.full || b.full} },
+		Merge: func(a, b change) change {
+			observed := a.observed
+			if observed.IsZero() || (!b.observed.IsZero() && b.observed.Before(observed)) {
+				observed = b.observed
+			}
+			return change{a.n + b.n, a.since, a.full || b.full, observed}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pusher: %w", err)
@@ -146,6 +157,9 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Full loads of the mesh from the store (start, gaps, resyncs)."}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
 			Help: "xDS generations, by kind: full, or eds (endpoint changes alone)."}, []string{"kind"}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_convergence_seconds",
+			Help:    "From when a source observed a change to when a proxy ACKed a response containing it, per proxy and type.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_cache_lookups_total",
 			Help: "Per-service generated resources looked up in the cache, by type and result (hit, miss)."}, []string{"type", "result"}),
 		genTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_generation_seconds",
@@ -158,7 +172,7 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Generated resources dropped because they failed validation."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.cache, m.genTime, m.debounce, m.resources, m.invalid} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.invalid} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -168,7 +182,7 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache}, nil
+	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence)}, nil
 }
 
 // GeneratedRevision returns the store revision the served resources
@@ -227,7 +241,7 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.state.reset(items, rev)
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
-	p.debouncer.Add(change{1, time.Now(), true})
+	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
 		return p.apply(ev)
 	})
@@ -248,14 +262,18 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 	k, err := model.ParseKey(ev.Key)
 	if err == nil {
 		var changed bool
-		changed, err = p.state.apply(k, ev)
+		var observed time.Time
+		changed, observed, err = p.state.apply(k, ev)
 		if err == nil {
 			if !changed {
 				p.m.events.WithLabelValues("skipped").Inc()
 				return nil
 			}
 			p.m.events.WithLabelValues("applied").Inc()
-			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints})
+			if observed.IsZero() {
+				observed = time.Now() // a delete: observed when it arrives
+			}
+			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
 			return nil
 		}
 	}
@@ -271,6 +289,7 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
+	p.conv.begin(c.observed)
 	mesh, index, rev := p.state.mesh()
 	p.index.Store(index)
 	p.last.Store(mesh)

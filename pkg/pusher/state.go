@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -55,26 +56,35 @@ func (s *state) revision() int64 {
 }
 
 // apply applies a PUT or DELETE event. It reports whether the mesh changed;
-// an event the state already reflects changes nothing.
-func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, error) {
+// an event the state already reflects changes nothing. It also returns
+// when the change was observed by its source, if the event says.
+func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (changed bool, observed time.Time, err error) {
+	changed, obj, err := s.applyObject(k, ev)
+	if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
+		observed = obj.GetOrigin().GetObservedAt().AsTime()
+	}
+	return changed, observed, err
+}
+
+func (s *state) applyObject(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Object, error) {
 	var obj model.Object
 	if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
 		o, err := model.Decode(k, ev.Value)
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		obj = o
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ev.Revision <= s.floor {
-		return false, nil
+		return false, nil, nil
 	}
 	if e, ok := s.objs[k]; ok && e.modRev >= ev.Revision {
-		return false, nil
+		return false, nil, nil
 	}
 	if t, ok := s.tombstones[k]; ok && t >= ev.Revision {
-		return false, nil
+		return false, nil, nil
 	}
 	s.rev = max(s.rev, ev.Revision)
 	switch ev.Type {
@@ -84,12 +94,12 @@ func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, error) {
 	case meshv1.ChangeEvent_TYPE_DELETE:
 		if _, ok := s.objs[k]; !ok {
 			s.tombstones[k] = ev.Revision
-			return false, nil
+			return false, nil, nil
 		}
 		delete(s.objs, k)
 		s.tombstones[k] = ev.Revision
 	}
-	return true, nil
+	return true, obj, nil
 }
 
 // mesh builds the generators' view of the current content and returns the

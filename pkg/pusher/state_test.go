@@ -74,7 +74,7 @@ func TestStateApply(t *testing.T) {
 			}
 			s.reset(items, 10)
 			for i, st := range tc.steps {
-				changed, err := s.apply(k, svcEvent(t, st.typ, "a", st.rev, st.port))
+				changed, _, err := s.apply(k, svcEvent(t, st.typ, "a", st.rev, st.port))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -314,7 +314,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.pusher.Store(ps)
 	}
 	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate})
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps})
 	if err != nil {
 		return err
 	}

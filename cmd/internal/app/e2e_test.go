@@ -13,6 +13,7 @@ import (
 
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
@@ -62,6 +63,7 @@ func serveBackend(t *testing.T, lis net.Listener) backend {
 // pusher, on an embedded etcd and NATS.
 type controlPlane struct {
 	ads    string
+	reg    *prometheus.Registry
 	status *server.Status
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
@@ -101,11 +103,12 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
 	status := server.NewStatus()
 	dump := &app.ConfigDump{Status: status}
+	reg := prometheus.NewRegistry()
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump,
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg,
 			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
 	})
-	cp := &controlPlane{ads: lis.Addr().String(), status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
+	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
 	t.Cleanup(cp.stop)
 	return cp
 }

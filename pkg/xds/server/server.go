@@ -41,6 +41,10 @@ type Config struct {
 	// grace period for the stream to move), so that load rebalances across
 	// replicas as they scale. Default 30m; negative disables.
 	MaxConnectionAge time.Duration
+	// Convergence, when set, learns which generations each ACK confirms:
+	// Epoch numbers the generation a response is sent from, and Confirmed
+	// is told of the epochs (from, to] an ACK of a type newly confirms.
+	Convergence Convergence
 	// StreamRate bounds how many new streams per second the server accepts
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
@@ -68,6 +72,12 @@ func (c *Config) Validate() error {
 		return errors.New("server: the stream rate must not be negative")
 	}
 	return nil
+}
+
+// Convergence connects generations to the ACKs that confirm them.
+type Convergence interface {
+	Epoch() int64
+	Confirmed(typeURL string, from, to int64)
 }
 
 // Server is an xDS server.
@@ -131,7 +141,9 @@ func (s *Server) callbacks() xds.Callbacks {
 			nack = &NACK{Message: detail.GetMessage(), At: time.Now()}
 			s.nack(id, node.GetId(), typeURL, nonce, detail.GetMessage())
 		}
-		st.request(id, node, typeURL, nonce, nack)
+		if from, to := st.request(id, node, typeURL, nonce, nack); to > 0 && s.cfg.Convergence != nil {
+			s.cfg.Convergence.Confirmed(typeURL, from, to)
+		}
 	}
 	return xds.CallbackFuncs{
 		StreamOpenFunc:        func(context.Context, int64, string) error { return nil },
@@ -149,11 +161,11 @@ func (s *Server) callbacks() xds.Callbacks {
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
-			st.response(id, r.TypeUrl, r.VersionInfo, r.Nonce, len(r.Resources))
+			st.response(id, r.TypeUrl, r.VersionInfo, r.Nonce, len(r.Resources), s.epoch())
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
-			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources))
+			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources), s.epoch())
 		},
 	}
 }
@@ -164,6 +176,13 @@ func (s *Server) opened(id int64, delta bool) {
 	if s.cfg.Status.open(id, delta) {
 		s.m.streams.Inc()
 	}
+}
+
+func (s *Server) epoch() int64 {
+	if s.cfg.Convergence == nil {
+		return 1
+	}
+	return s.cfg.Convergence.Epoch()
 }
 
 func (s *Server) nack(stream int64, node, typeURL, nonce, msg string) {

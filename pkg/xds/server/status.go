@@ -38,8 +38,15 @@ type TypeStatus struct {
 	// Acked is the last version (or nonce) the proxy accepted.
 	Acked    string `json:"acked,omitempty"`
 	LastNACK *NACK  `json:"last_nack,omitempty"`
-	// sent remembers the version of each outstanding nonce.
-	sent map[string]string
+	// sent remembers the version and epoch of each outstanding nonce.
+	sent map[string]sentResponse
+	// credited is the newest epoch whose ACK has been reported.
+	credited int64
+}
+
+type sentResponse struct {
+	version string
+	epoch   int64
 }
 
 // NACK is a rejected response.
@@ -82,35 +89,41 @@ func (s *Status) typ(id int64, node *core.Node, typeURL string) *TypeStatus {
 	}
 	t := st.Types[shortType(typeURL)]
 	if t == nil {
-		t = &TypeStatus{sent: map[string]string{}}
+		t = &TypeStatus{sent: map[string]sentResponse{}}
 		st.Types[shortType(typeURL)] = t
 	}
 	return t
 }
 
-// request records an ACK or a NACK of the response with the request's nonce.
-func (s *Status) request(id int64, node *core.Node, typeURL, nonce string, nack *NACK) {
+// request records an ACK or a NACK of the response with the request's
+// nonce. An ACK returns the epochs it newly confirms, (from, to].
+func (s *Status) request(id int64, node *core.Node, typeURL, nonce string, nack *NACK) (from, to int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.typ(id, node, typeURL)
 	if t == nil || nonce == "" {
-		return
+		return 0, 0
 	}
-	version, ok := t.sent[nonce]
+	sent, ok := t.sent[nonce]
 	if !ok {
-		return
+		return 0, 0
 	}
 	// Older nonces can no longer be answered.
 	clear(t.sent)
 	if nack != nil {
-		nack.Version = version
+		nack.Version = sent.version
 		t.LastNACK = nack
-	} else {
-		t.Acked = version
+		return 0, 0
 	}
+	t.Acked = sent.version
+	if sent.epoch <= t.credited {
+		return 0, 0
+	}
+	from, t.credited = t.credited, sent.epoch
+	return from, sent.epoch
 }
 
-func (s *Status) response(id int64, typeURL, version, nonce string, resources int) {
+func (s *Status) response(id int64, typeURL, version, nonce string, resources int, epoch int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.typ(id, nil, typeURL)
@@ -118,7 +131,11 @@ func (s *Status) response(id int64, typeURL, version, nonce string, resources in
 		return
 	}
 	t.Sent, t.SentNonce, t.Resources = version, nonce, resources
-	t.sent[nonce] = version
+	t.sent[nonce] = sentResponse{version, epoch}
+	if t.credited == 0 {
+		// A new subscription is not credited with changes made before it.
+		t.credited = epoch - 1
+	}
 }
 
 // Node returns the node of a connected proxy, or nil.

@@ -1,0 +1,66 @@
+package pusher
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// convergence numbers generations (epochs) and measures, when a proxy ACKs
+// a response sent from an epoch, how long ago the changes of every epoch it
+// newly confirms were observed at their source (design invariant 5).
+type convergence struct {
+	hist prometheus.Histogram
+
+	mu     sync.Mutex
+	epoch  int64
+	recent []epochRecord // the last maxEpochs epochs, oldest first
+}
+
+// maxEpochs bounds the epochs remembered; an ACK older than that is not measured.
+const maxEpochs = 4096
+
+type epochRecord struct {
+	epoch    int64
+	observed time.Time
+}
+
+func newConvergence(h prometheus.Histogram) *convergence {
+	return &convergence{hist: h, epoch: 1}
+}
+
+// begin starts the epoch of a generation, before it hands anything over:
+// a response sent from then on may contain its changes.
+func (c *convergence) begin(observed time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	c.recent = append(c.recent, epochRecord{c.epoch, observed})
+	if len(c.recent) > maxEpochs {
+		c.recent = c.recent[len(c.recent)-maxEpochs:]
+	}
+}
+
+// Epoch returns the current epoch: a response sent now contains every
+// change up to it.
+func (p *Pusher) Epoch() int64 {
+	p.conv.mu.Lock()
+	defer p.conv.mu.Unlock()
+	return p.conv.epoch
+}
+
+// Confirmed measures the epochs (from, to] that an ACK of a type confirms.
+// A response goes out only when what the proxy watches changed, so an ACK
+// of one sent from epoch "to" confirms the changes up to it.
+func (p *Pusher) Confirmed(_ string, from, to int64) {
+	c := p.conv
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.recent {
+		if r.epoch > from && r.epoch <= to && !r.observed.IsZero() {
+			c.hist.Observe(now.Sub(r.observed).Seconds())
+		}
+	}
+}

@@ -99,8 +99,24 @@ func nodeLabels(node *core.Node) map[string]string {
 	return out
 }
 
+// routerKind names the class of gateway proxies ("router~..." node ids);
+// their class is "router/<gateway>,<gateway>...", the gateways that select them.
+const routerKind = "router"
+
 // Classify returns the class of a proxy.
 func (p *Pusher) Classify(node *core.Node) string {
+	if strings.HasPrefix(node.GetId(), routerKind+"~") {
+		var keys []string
+		if m := p.last.Load(); m != nil {
+			labels := nodeLabels(node)
+			for _, g := range m.Gateways {
+				if len(g.Spec.Selector) > 0 && model.Selects(g.Spec.Selector, labels) {
+					keys = append(keys, g.Key())
+				}
+			}
+		}
+		return routerKind + "/" + strings.Join(keys, ",")
+	}
 	kind := proxyKind(node).String()
 	ix := p.index.Load()
 	ns := nodeNamespace(node)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,6 +325,10 @@ func (p *Pusher) NewClass(class string) {
 // generateClass generates the clusters, routes and listeners of one class
 // from the part of the mesh its view sees.
 func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
+	if keys, ok := strings.CutPrefix(class, routerKind+"/"); ok {
+		p.generateRouter(mesh, class, keys)
+		return
+	}
 	proxy, view := p.view(class)
 	m := mesh.For(view)
 	var clusters []*cluster.Cluster
@@ -336,6 +341,27 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	publish(p, class, resource.ClusterType, clusters)
 	publish(p, class, resource.RouteType, generate.Routes(m, proxy))
 	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))
+}
+
+// generateRouter generates the resources of a class of gateway proxies:
+// every service's clusters, and the listeners and routes of its gateways.
+func (p *Pusher) generateRouter(mesh *generate.Mesh, class, keys string) {
+	var gws []*generate.Gateway
+	for _, g := range mesh.Gateways {
+		if slices.Contains(strings.Split(keys, ","), g.Key()) {
+			gws = append(gws, g)
+		}
+	}
+	var clusters []*cluster.Cluster
+	for _, s := range mesh.Services {
+		clusters = append(clusters, cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+			return generate.ServiceClusters(m, s, generate.Envoy)
+		})...)
+	}
+	clusters = append(clusters, generate.CatchAllClusters(generate.Envoy)...)
+	publish(p, class, resource.ClusterType, clusters)
+	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))
+	publish(p, class, resource.ListenerType, generate.GatewayListeners(gws))
 }
 
 // cached returns a service's resources of one kind from the LRU cache, or

@@ -123,6 +123,7 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 	var policies []keyedPolicy
 	var routes []*generate.Route
 	var scopes []scopeEntry
+	var gateways []*generate.Gateway
 	for k, e := range s.objs {
 		switch o := e.obj.(type) {
 		case *meshv1.Service:
@@ -135,6 +136,8 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 			policies = append(policies, keyedPolicy{k, o, e.modRev})
 		case *meshv1.Scope:
 			scopes = append(scopes, scopeEntry{namespace: k.Namespace, name: k.Name, scope: o})
+		case *meshv1.Gateway:
+			gateways = append(gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o})
 		}
@@ -203,5 +206,8 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 			restricted = restricted || ns != "*"
 		}
 	}
-	return generate.NewMesh(list, routes), newClassIndex(scopes, restricted), rev
+	slices.SortFunc(gateways, func(a, b *generate.Gateway) int { return cmp.Compare(a.Key(), b.Key()) })
+	m := generate.NewMesh(list, routes)
+	m.Gateways = gateways
+	return m, newClassIndex(scopes, restricted), rev
 }

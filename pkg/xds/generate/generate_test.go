@@ -149,7 +149,16 @@ func testMesh() *generate.Mesh {
 		},
 		Endpoints: []*meshv1.Endpoint{{Address: "10.3.0.1"}},
 	}
-	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings, mysql}, []*generate.Route{route, gatewayOnly, ratingsRoute})
+	// A VirtualService bound to the ingress gateway, for an external host.
+	ingressRoute := &generate.Route{Namespace: "bookinfo", Name: "bookinfo", Rule: &meshv1.RouteRule{
+		Hosts:    []string{"bookinfo.example.com"},
+		Gateways: []string{"istio-system/ingress"},
+		Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/reviews"}}}},
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v1"}}},
+		}},
+	}}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings, mysql}, []*generate.Route{route, gatewayOnly, ratingsRoute, ingressRoute})
 }
 
 type validatable interface {
@@ -169,8 +178,23 @@ func check[R validatable](t *testing.T, name string, resources []R) {
 	golden.Check(t, name, golden.JSON(t, out))
 }
 
+// testGateways: an ingress gateway admitting bookinfo's hosts on 80 (with
+// an HTTPS redirect) and 8080, and a TLS server that is not generated yet.
+func testGateways() []*generate.Gateway {
+	return []*generate.Gateway{{Namespace: "istio-system", Name: "ingress", Spec: &meshv1.Gateway{
+		Selector: map[string]string{"istio": "ingressgateway"},
+		Servers: []*meshv1.GatewayServer{
+			{Port: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"bookinfo/*"}, Tls: &meshv1.GatewayTLS{HttpsRedirect: true}},
+			{Port: 8080, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}},
+			{Port: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"*"}, Tls: &meshv1.GatewayTLS{Mode: "SIMPLE", CredentialName: "cert"}},
+		},
+	}}}
+}
+
 func TestGenerate(t *testing.T) {
 	m := testMesh()
+	check(t, "gateway-listeners.json", generate.GatewayListeners(testGateways()))
+	check(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways()))
 	check(t, "endpoints.json", generate.LoadAssignments(m))
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
 		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))

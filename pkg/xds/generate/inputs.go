@@ -70,6 +70,8 @@ type Route struct {
 type Mesh struct {
 	Services []*Service
 	Routes   []*Route
+	// Gateways are the mesh's gateways, for router proxies.
+	Gateways []*Gateway
 	byHost   map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.

@@ -74,7 +74,15 @@ func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 		}}
 		return vh
 	}
-	for _, h := range rr.Rule.Http {
+	vh.Routes = httpRoutes(m, rr.Rule, port)
+	return vh
+}
+
+// httpRoutes turns a route rule's HTTP routes into Envoy routes for
+// traffic that arrived on port.
+func httpRoutes(m *Mesh, rule *meshv1.RouteRule, port uint32) []*route.Route {
+	var out []*route.Route
+	for _, h := range rule.Http {
 		// The action is shared by the routes of every match.
 		var shared route.Route
 		if h.Redirect != nil {
@@ -94,10 +102,10 @@ func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 			}
 			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
 			decorate(r, h)
-			vh.Routes = append(vh.Routes, r)
+			out = append(out, r)
 		}
 	}
-	return vh
+	return out
 }
 
 func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {

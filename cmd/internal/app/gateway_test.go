@@ -1,0 +1,95 @@
+package app_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const ingress = `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: ingress, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 80, name: http, protocol: HTTP}
+    hosts: ["demo/*"]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: greeter-ingress, namespace: demo}
+spec:
+  hosts: [greeter.example.com]
+  gateways: [istio-system/ingress]
+  http:
+  - route: [{destination: {host: greeter}}]
+`
+
+// TestGatewayRouterGetsItsGateway: a router proxy whose labels a Gateway
+// selects gets that gateway's listener and the routes of the
+// VirtualServices bound to it.
+func TestGatewayRouterGetsItsGateway(t *testing.T) {
+	a := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), ingress))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}, "NAMESPACE": "istio-system"})
+	node := &core.Node{Id: "router~10.0.0.3~ingress-1.istio-system~istio-system.svc.cluster.local", Metadata: meta}
+
+	fetch := func(typeURL string, names ...string) []*discovery.DiscoveryResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		return []*discovery.DiscoveryResponse{resp}
+	}
+	testutil.Eventually(t, 20*time.Second, "the router gets the gateway's listener", func() (bool, string) {
+		var names []string
+		for _, r := range fetch(resource.ListenerType) {
+			for _, res := range r.Resources {
+				m, _ := res.UnmarshalNew()
+				names = append(names, m.(interface{ GetName() string }).GetName())
+			}
+		}
+		return slices.Equal(names, []string{"0.0.0.0_80"}), ""
+	})
+	resp := fetch(resource.RouteType, "http.80")
+	if len(resp) == 0 || len(resp[0].Resources) != 1 {
+		t.Fatalf("no route configuration http.80: %v", resp)
+	}
+	rc := &route.RouteConfiguration{}
+	if err := resp[0].Resources[0].UnmarshalTo(rc); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.VirtualHosts) != 1 || rc.VirtualHosts[0].Domains[0] != "greeter.example.com" ||
+		rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() != "outbound|50051||greeter.demo.svc.cluster.local" {
+		t.Errorf("http.80 = %v, want greeter.example.com routed to the greeter", rc)
+	}
+}

@@ -47,13 +47,14 @@ func startBackend(t *testing.T) backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveBackend(t, lis)
+	return serveBackend(t, lis, health.NewServer())
 }
 
-func serveBackend(t *testing.T, lis net.Listener) backend {
+// serveBackend serves a health service (the RPC the tests make) on lis.
+func serveBackend(t *testing.T, lis net.Listener, hs healthpb.HealthServer) backend {
 	t.Helper()
 	s := grpc.NewServer()
-	healthpb.RegisterHealthServer(s, health.NewServer())
+	healthpb.RegisterHealthServer(s, hs)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}

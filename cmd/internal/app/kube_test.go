@@ -16,6 +16,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/health"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func startBackendOn(t *testing.T, ip string) backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveBackend(t, lis)
+	return serveBackend(t, lis, health.NewServer())
 }
 
 func createService(t *testing.T, kc *kubetest.Cluster, ns, name string, port int32) {

@@ -36,12 +36,8 @@ func startFlakyBackend(t *testing.T) (backend, *flakyHealth) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
 	h := &flakyHealth{}
-	healthpb.RegisterHealthServer(s, h)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}, h
+	return serveBackend(t, lis, h), h
 }
 
 const routingRules = `

@@ -38,9 +38,10 @@ func newClassIndex(scopes []scopeEntry, restricted bool) *classIndex {
 		ix.scopes[s.namespace] = append(ix.scopes[s.namespace], s)
 	}
 	for _, list := range ix.scopes {
+		// Sidecars with more selector labels first (the namespace default,
+		// with none, last), then by name.
 		slices.SortFunc(list, func(a, b scopeEntry) int {
-			// Selecting Sidecars before the namespace default, then by name.
-			return cmp.Or(cmp.Compare(len(b.scope.WorkloadSelector), len(a.scope.WorkloadSelector)) /*more specific first*/, cmp.Compare(a.name, b.name))
+			return cmp.Or(cmp.Compare(len(b.scope.WorkloadSelector), len(a.scope.WorkloadSelector)), cmp.Compare(a.name, b.name))
 		})
 	}
 	return ix

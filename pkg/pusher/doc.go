@@ -9,8 +9,14 @@
 // While the store or the bus is down it keeps serving what it generated last.
 //
 // Changes are debounced (a quiet period, bounded by a maximum delay) before
-// a generation; a generation rebuilds the resources and hands them to the
-// cache, which forwards only what changed.
+// a generation. Proxies are grouped into classes (see Classify); a
+// generation builds each class's clusters, routes and listeners once from
+// the part of the mesh the class sees, and the load assignments once for
+// the whole mesh, taking per-service resources from an LRU cache keyed by
+// their inputs' store revisions; an endpoint-only change rebuilds only the
+// load assignments. The cache forwards only what changed. Each generation
+// opens an epoch, so that an ACK can be traced back to when its changes
+// were observed (shardpilot_pusher_convergence_seconds).
 //
 // Pusher.Run returns after its goroutines have stopped. The accessors are
 // safe for concurrent use.

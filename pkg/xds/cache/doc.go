@@ -1,9 +1,11 @@
 // Package cache holds the xDS resources the pusher serves, shared by every
 // proxy of a class, on go-control-plane's LinearCache: one cache per class
-// and type, and one mesh-wide cache for the types every class shares
+// and type, created when the first proxy of a class asks (after the caller
+// has filled it), and one mesh-wide cache for the types every class shares
 // (ClusterLoadAssignments). Update diffs a full set of resources against
 // what the cache holds by content hash, so only changed resources are
-// replaced and only the proxies watching them are woken.
+// replaced and only the proxies watching them are woken. It also keeps a
+// NACKed response from being re-sent in a loop.
 //
 // A Cache is safe for concurrent use.
 package cache

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -56,6 +57,35 @@ func (ix *classIndex) scope(namespace string, labels map[string]string) *scopeEn
 		}
 	}
 	return nil
+}
+
+// sameClasses reports whether every proxy keeps its class from one
+// generation to the next: the same Sidecars (by name and selector), the
+// same exportTo restriction and the same Gateway selectors.
+func (ix *classIndex) sameClasses(next *classIndex, before, after *generate.Mesh) bool {
+	if ix.restricted != next.restricted || len(ix.scopes) != len(next.scopes) {
+		return false
+	}
+	for ns, list := range ix.scopes {
+		other := next.scopes[ns]
+		if len(other) != len(list) {
+			return false
+		}
+		for i := range list {
+			if list[i].name != other[i].name || !maps.Equal(list[i].scope.WorkloadSelector, other[i].scope.WorkloadSelector) {
+				return false
+			}
+		}
+	}
+	if before == nil || after == nil || len(before.Gateways) != len(after.Gateways) {
+		return before == after
+	}
+	for i, g := range before.Gateways {
+		if g.Key() != after.Gateways[i].Key() || !maps.Equal(g.Spec.Selector, after.Gateways[i].Spec.Selector) {
+			return false
+		}
+	}
+	return true
 }
 
 func (ix *classIndex) find(namespace, name string) *scopeEntry {

@@ -40,6 +40,8 @@ type Sink interface {
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error)
 	// Classes returns the classes the sink serves.
 	Classes() []string
+	// Touch makes the proxies of a class ask again, to be classified afresh.
+	Touch(class string)
 }
 
 // The classes of proxy the pusher generates for, and the types it serves per
@@ -292,8 +294,8 @@ func (p *Pusher) generate(c change) {
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
 	p.conv.begin(c.observed)
 	mesh, index, rev := p.state.mesh()
-	p.index.Store(index)
-	p.last.Store(mesh)
+	previous := p.index.Swap(index)
+	previousMesh := p.last.Swap(mesh)
 	var eds []*endpoint.ClusterLoadAssignment
 	for _, s := range mesh.Services {
 		eds = append(eds, cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)...)
@@ -302,6 +304,13 @@ func (p *Pusher) generate(c change) {
 	if c.full {
 		for _, class := range p.cfg.Sink.Classes() {
 			p.generateClass(mesh, class)
+		}
+		if previous != nil && !previous.sameClasses(index, previousMesh, mesh) {
+			// Sidecars, exportTo or Gateways changed: a connected proxy may
+			// belong to another class now.
+			for _, class := range p.cfg.Sink.Classes() {
+				p.cfg.Sink.Touch(class)
+			}
 		}
 	}
 	p.generated.Store(rev)

@@ -106,3 +106,68 @@ spec:
 `))
 	clusters("demo", func(c []string) bool { return slices.Equal(c, []string{greeter, cart}) })
 }
+
+// TestConnectedProxyMovesToItsNewClass: a proxy connected before a Sidecar
+// applies to it is moved to the Sidecar's class when the Sidecar appears.
+func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
+	a := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), shopService))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx := receive(s)
+	meta, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "demo"})
+	req := &discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar~10.0.0.2~early.demo~demo.svc.cluster.local", Metadata: meta}, TypeUrl: resource.ClusterType}
+	services := func(resp *discovery.DiscoveryResponse) []string {
+		var out []string
+		for _, r := range resp.Resources {
+			m, _ := r.UnmarshalNew()
+			if name := m.(interface{ GetName() string }).GetName(); strings.HasPrefix(name, "outbound|") {
+				out = append(out, name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	// ACK until both services are there.
+	for {
+		if err := s.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req = &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
+		if len(services(resp)) == 2 {
+			break
+		}
+	}
+	if err := s.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), shopService, demoSidecar))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := rx.next(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("the connected proxy never got its Sidecar's view: %v", err)
+		}
+		if got := services(resp); slices.Equal(got, []string{"outbound|50051||greeter.demo.svc.cluster.local"}) {
+			return
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

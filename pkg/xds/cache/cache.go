@@ -228,6 +228,25 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 	return len(toUpdate), len(toDelete), nil
 }
 
+// Touch re-issues every resource of a class under a new version without
+// changing it, so that each of its SotW proxies receives a response and,
+// asking again, is classified afresh: how a proxy leaves a class when a
+// Sidecar or Gateway that applies to it appears. (A Delta subscription
+// sees no change and stays until its class next changes.)
+func (c *Cache) Touch(class string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.cfg.Types {
+		lc, ok := c.caches[cacheKey(class, t)]
+		if !ok {
+			continue
+		}
+		if res := lc.GetResources(); len(res) > 0 {
+			_ = lc.UpdateResources(res, nil)
+		}
+	}
+}
+
 // Resources returns what the cache of a class and type holds.
 func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
 	c.mu.Lock()

@@ -49,7 +49,7 @@ func TestParseKubeconfigs(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	for args, want := range map[string]string{
-		"":                                         "nothing to ingest",
+		"": "nothing to ingest",
 		"--mesh-dir x --namespace-selector a==b=c": "--namespace-selector",
 	} {
 		err := run(context.Background(), strings.Fields(args))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/bus"
@@ -30,6 +31,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -314,7 +316,12 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.pusher.Store(ps)
 	}
 	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps})
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps,
+		Register: func(r grpc.ServiceRegistrar) {
+			if p.Dump != nil {
+				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})
+			}
+		}})
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,26 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // ConfigDump serves /debug/config_dump?proxy=<id>: every resource the
@@ -68,4 +77,90 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(dump)
+}
+
+// typeURLs maps the short type names of the status to type URLs.
+var typeURLs = map[string]string{
+	"Cluster": resource.ClusterType, "ClusterLoadAssignment": resource.EndpointType,
+	"Listener": resource.ListenerType, "RouteConfiguration": resource.RouteType,
+}
+
+// CSDS serves Envoy's client status discovery service on the ADS port: per
+// connected proxy, each resource its class holds, with the version the
+// proxy ACKed and whether it rejected the last one sent.
+type CSDS struct {
+	statusv3.UnimplementedClientStatusDiscoveryServiceServer
+	Dump *ConfigDump
+}
+
+// FetchClientStatus answers one request; node matchers on the exact node id
+// select proxies, and no matcher selects all.
+func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	cch, ps := c.Dump.cache.Load(), c.Dump.pusher.Load()
+	if cch == nil || ps == nil {
+		return nil, status.Error(codes.Unavailable, "csds: the pusher is starting")
+	}
+	wanted := func(id string) bool {
+		if len(req.NodeMatchers) == 0 {
+			return true
+		}
+		for _, m := range req.NodeMatchers {
+			if m.GetNodeId().GetExact() == id {
+				return true
+			}
+		}
+		return false
+	}
+	resp := &statusv3.ClientStatusResponse{}
+	for _, st := range c.Dump.Status.Streams() {
+		node := c.Dump.Status.Node(st.Proxy)
+		if node == nil || !wanted(st.Proxy) {
+			continue
+		}
+		class := ps.Classify(node)
+		cfg := &statusv3.ClientConfig{Node: node}
+		for _, short := range slices.Sorted(maps.Keys(st.Types)) {
+			ts, typeURL := st.Types[short], typeURLs[short]
+			held := cch.Resources(class, typeURL)
+			if typeURL == resource.EndpointType {
+				held = cch.Resources(cache.Shared, typeURL)
+			}
+			clientStatus, configStatus := adminv3.ClientResourceStatus_ACKED, statusv3.ConfigStatus_SYNCED
+			switch {
+			case ts.LastNACK != nil && ts.LastNACK.Version == ts.Sent:
+				clientStatus, configStatus = adminv3.ClientResourceStatus_NACKED, statusv3.ConfigStatus_ERROR
+			case ts.Acked != ts.Sent:
+				clientStatus, configStatus = adminv3.ClientResourceStatus_REQUESTED, statusv3.ConfigStatus_STALE
+			}
+			for _, name := range slices.Sorted(maps.Keys(held)) {
+				a, err := anypb.New(held[name])
+				if err != nil {
+					continue
+				}
+				cfg.GenericXdsConfigs = append(cfg.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
+					TypeUrl: typeURL, Name: name, VersionInfo: ts.Acked, XdsConfig: a,
+					ConfigStatus: configStatus, ClientStatus: clientStatus,
+				})
+			}
+		}
+		resp.Config = append(resp.Config, cfg)
+	}
+	return resp, nil
+}
+
+// StreamClientStatus answers every request on the stream.
+func (c *CSDS) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3.ClientStatusRequest, statusv3.ClientStatusResponse]) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		resp, err := c.FetchClientStatus(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }

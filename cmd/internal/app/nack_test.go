@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -144,6 +147,15 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 		}
 		if dump.Class != "envoy" || len(dump.Resources["Cluster"]) == 0 || len(dump.Resources["ClusterLoadAssignment"]) == 0 {
 			t.Errorf("config_dump for %s: class %q, %d clusters, %d assignments", node.Id, dump.Class, len(dump.Resources["Cluster"]), len(dump.Resources["ClusterLoadAssignment"]))
+		}
+		// And Envoy's CSDS on the ADS port says the clusters were NACKed.
+		cs, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{
+			NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: node.Id}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs.Config) != 1 || len(cs.Config[0].GenericXdsConfigs) == 0 || cs.Config[0].GenericXdsConfigs[0].ClientStatus != adminv3.ClientResourceStatus_NACKED {
+			t.Errorf("CSDS for %s: %v, want its clusters NACKED", node.Id, cs)
 		}
 		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
 		next, err := rx.next(10 * time.Second)

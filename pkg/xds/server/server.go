@@ -45,6 +45,9 @@ type Config struct {
 	// Epoch numbers the generation a response is sent from, and Confirmed
 	// is told of the epochs (from, to] an ACK of a type newly confirms.
 	Convergence Convergence
+	// Register, when set, registers more services on the xDS gRPC server
+	// (Envoy's client status discovery service, for one).
+	Register func(grpc.ServiceRegistrar)
 	// StreamRate bounds how many new streams per second the server accepts
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
@@ -217,6 +220,9 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
 	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xs)
 	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
+	if s.cfg.Register != nil {
+		s.cfg.Register(gs)
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()

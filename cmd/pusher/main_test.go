@@ -78,8 +78,8 @@ func TestSeparateProcesses(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the pusher serves the example mesh", func() (bool, string) {
 		_, body := get("http://" + admin + "/metrics")
 		// The example has the reviews service with two subsets and the
-		// greeter: 3 + 1 clusters.
-		want := `shardpilot_pusher_resources{class="proxyless",type="Cluster"} 4`
+		// greeter: 3 + 1 load assignments.
+		want := `shardpilot_pusher_resources{type="ClusterLoadAssignment"} 4`
 		return strings.Contains(body, want), want + " not in /metrics"
 	})
 }

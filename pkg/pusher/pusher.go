@@ -22,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/debounce"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/proto"
 )
 
 // Loader reads the whole mesh from the store at one revision.
@@ -110,6 +111,35 @@ type Pusher struct {
 	index atomic.Pointer[classIndex]
 	last  atomic.Pointer[generate.Mesh]
 	conv  *convergence
+	sizes sizes
+}
+
+// sizes keeps, per type, the largest class's resource count and bytes of
+// a generation.
+type sizes struct {
+	mu           sync.Mutex
+	count, bytes map[string]int
+}
+
+func (s *sizes) observe(typ string, count, bytes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.count == nil {
+		s.count, s.bytes = map[string]int{}, map[string]int{}
+	}
+	s.count[typ] = max(s.count[typ], count)
+	s.bytes[typ] = max(s.bytes[typ], bytes)
+}
+
+// flush sets the gauges and starts over.
+func (s *sizes) flush(m metrics) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for typ, n := range s.count {
+		m.resources.WithLabelValues(typ).Set(float64(n))
+		m.configBytes.WithLabelValues(typ).Set(float64(s.bytes[typ]))
+	}
+	s.count, s.bytes = nil, nil
 }
 
 // change is what the debouncer merges: how many changes, since when, and
@@ -132,6 +162,7 @@ type metrics struct {
 	genTime     prometheus.Histogram
 	debounce    prometheus.Histogram
 	resources   *prometheus.GaugeVec
+	configBytes *prometheus.GaugeVec
 	invalid     prometheus.Counter
 }
 
@@ -170,12 +201,14 @@ func New(cfg Config) (*Pusher, error) {
 		debounce: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_debounce_seconds",
 			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
-			Help: "Generated resources, by class and type."}, []string{"class", "type"}),
+			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
+		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
+			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
 			Help: "Generated resources dropped because they failed validation."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.invalid} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.invalid} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -313,6 +346,9 @@ func (p *Pusher) generate(c change) {
 			}
 		}
 	}
+	if c.full {
+		p.sizes.flush(p.m)
+	}
 	p.generated.Store(rev)
 	kind := "full"
 	if !c.full {
@@ -396,6 +432,7 @@ type validatable interface {
 // proxy must never be sent what it would reject.
 func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
+	size := 0
 	for _, r := range list {
 		name := gcpcache.GetResourceName(r)
 		if err := r.Validate(); err != nil {
@@ -404,18 +441,15 @@ func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
 			continue
 		}
 		out[name] = r
+		size += proto.Size(r)
 	}
 	changed, removed, err := p.cfg.Sink.Update(class, typeURL, out)
 	if err != nil {
 		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
 		return
 	}
-	label := class
-	if label == "" {
-		label = "shared"
-	}
-	p.m.resources.WithLabelValues(label, typeURL[strings.LastIndex(typeURL, ".")+1:]).Set(float64(len(out)))
+	p.sizes.observe(typeURL[strings.LastIndex(typeURL, ".")+1:], len(out), size)
 	if changed+removed > 0 {
-		p.cfg.Log.Debug("resources updated", "class", label, "type", typeURL, "changed", changed, "removed", removed)
+		p.cfg.Log.Debug("resources updated", "class", class, "type", typeURL, "changed", changed, "removed", removed)
 	}
 }

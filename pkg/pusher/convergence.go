@@ -1,6 +1,8 @@
 package pusher
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,8 +60,14 @@ func (p *Pusher) Confirmed(_ string, from, to int64) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, r := range c.recent {
-		if r.epoch > from && r.epoch <= to && !r.observed.IsZero() {
+	// Every proxy's every ACK comes here: find the first epoch after from
+	// rather than scan them all (recent is in epoch order).
+	i, _ := slices.BinarySearchFunc(c.recent, from+1, func(r epochRecord, e int64) int { return cmp.Compare(r.epoch, e) })
+	for _, r := range c.recent[i:] {
+		if r.epoch > to {
+			break
+		}
+		if !r.observed.IsZero() {
 			c.hist.Observe(now.Sub(r.observed).Seconds())
 		}
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/debounce"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
-	"google.golang.org/protobuf/proto"
 )
 
 // Loader reads the whole mesh from the store at one revision.
@@ -38,7 +37,7 @@ type Feed interface {
 
 // Sink receives the generated resources of a class and type; the cache.
 type Sink interface {
-	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error)
+	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Classes returns the classes the sink serves.
 	Classes() []string
 	// Touch makes the proxies of a class ask again, to be classified afresh.
@@ -391,9 +390,10 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 // generateRouter generates the resources of a class of gateway proxies:
 // every service's clusters, and the listeners and routes of its gateways.
 func (p *Pusher) generateRouter(mesh *generate.Mesh, class, keys string) {
+	selected := strings.Split(keys, ",")
 	var gws []*generate.Gateway
 	for _, g := range mesh.Gateways {
-		if slices.Contains(strings.Split(keys, ","), g.Key()) {
+		if slices.Contains(selected, g.Key()) {
 			gws = append(gws, g)
 		}
 	}
@@ -432,7 +432,6 @@ type validatable interface {
 // proxy must never be sent what it would reject.
 func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
-	size := 0
 	for _, r := range list {
 		name := gcpcache.GetResourceName(r)
 		if err := r.Validate(); err != nil {
@@ -441,9 +440,8 @@ func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
 			continue
 		}
 		out[name] = r
-		size += proto.Size(r)
 	}
-	changed, removed, err := p.cfg.Sink.Update(class, typeURL, out)
+	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
 	if err != nil {
 		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
 		return

@@ -76,14 +76,14 @@ type recordingSink struct {
 	got map[string]map[string]types.Resource
 }
 
-func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, error) {
+func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.got == nil {
 		s.got = map[string]map[string]types.Resource{}
 	}
 	s.got[class+"|"+typeURL] = res
-	return len(res), 0, nil
+	return len(res), 0, 0, nil
 }
 
 func (s *recordingSink) Classes() []string { return Classes }
@@ -188,14 +188,14 @@ type countingSink struct {
 	updates map[string]int
 }
 
-func (s *countingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, error) {
+func (s *countingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.updates == nil {
 		s.updates = map[string]int{}
 	}
 	s.updates[typeURL]++
-	return len(res), 0, nil
+	return len(res), 0, 0, nil
 }
 
 func (s *countingSink) Classes() []string { return Classes }

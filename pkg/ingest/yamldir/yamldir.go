@@ -168,7 +168,7 @@ func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
 			if path == dir {
 				return err
 			}
-			problems = append(problems, ingest.Problem{Location: path, Reason: err.Error(), KeepLocation: rel(dir, path)})
+			problems = append(problems, ingest.Problem{Location: rel(dir, path), Reason: err.Error(), KeepLocation: rel(dir, path)})
 			return nil
 		}
 		if strings.HasPrefix(d.Name(), ".") && path != dir {

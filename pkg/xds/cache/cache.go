@@ -63,7 +63,7 @@ type Cache struct {
 
 	mu      sync.Mutex
 	caches  map[string]*gcpcache.LinearCache // cache key → cache
-	hashes  map[string]map[string]uint64     // cache key → resource name → content hash
+	held    map[string]map[string]held       // cache key → resource name → what it holds
 	classes map[string]bool
 	// creating serializes the first watch of a new class with its filling.
 	creating sync.Mutex
@@ -81,7 +81,7 @@ func New(cfg Config) (*Cache, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	c := &Cache{cfg: cfg, prefix: hex.EncodeToString(b[:]) + "-",
-		caches: map[string]*gcpcache.LinearCache{}, hashes: map[string]map[string]uint64{}, classes: map[string]bool{}}
+		caches: map[string]*gcpcache.LinearCache{}, held: map[string]map[string]held{}, classes: map[string]bool{}}
 	for _, t := range cfg.SharedTypes {
 		c.addLocked(Shared, t)
 	}
@@ -94,7 +94,7 @@ func New(cfg Config) (*Cache, error) {
 func (c *Cache) addLocked(class, t string) {
 	k := cacheKey(class, t)
 	c.caches[k] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(c.prefix))
-	c.hashes[k] = map[string]uint64{}
+	c.held[k] = map[string]held{}
 }
 
 func (c *Cache) addClassLocked(class string) {
@@ -188,27 +188,44 @@ func (s server) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, er
 	return nil, errors.New("cache: fetch (REST xDS) is not served")
 }
 
+// held is a resource the cache holds, with its content hash and size.
+type held struct {
+	res  types.Resource
+	hash uint64
+	size int
+}
+
 // Update makes the cache of a class and type hold exactly resources. It
-// replaces only the resources whose content changed and reports how many
-// changed and how many were removed.
-func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed int, err error) {
+// replaces only the resources whose content changed, and reports how many
+// changed, how many were removed, and the encoded size of them all. A
+// resource handed over again as the same object (the generator's cache
+// returns the same objects for unchanged inputs) is not encoded again.
+func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error) {
 	k := cacheKey(class, typeURL)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	lc, ok := c.caches[k]
 	if !ok {
-		return 0, 0, fmt.Errorf("cache: no cache for class %q type %s", class, typeURL)
+		return 0, 0, 0, fmt.Errorf("cache: no cache for class %q type %s", class, typeURL)
 	}
-	old := c.hashes[k]
-	next := make(map[string]uint64, len(resources))
+	old := c.held[k]
+	next := make(map[string]held, len(resources))
 	toUpdate := map[string]types.Resource{}
 	for name, r := range resources {
-		h, err := hash(r)
-		if err != nil {
-			return 0, 0, fmt.Errorf("cache: hash %s %s: %w", typeURL, name, err)
+		prev, known := old[name]
+		h := prev
+		if !known || prev.res != r {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("cache: encode %s %s: %w", typeURL, name, err)
+			}
+			f := fnv.New64a()
+			_, _ = f.Write(b)
+			h = held{res: r, hash: f.Sum64(), size: len(b)}
 		}
 		next[name] = h
-		if prev, ok := old[name]; !ok || prev != h {
+		bytes += h.size
+		if !known || prev.hash != h.hash {
 			toUpdate[name] = r
 		}
 	}
@@ -218,14 +235,14 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 			toDelete = append(toDelete, name)
 		}
 	}
+	c.held[k] = next
 	if len(toUpdate) == 0 && len(toDelete) == 0 {
-		return 0, 0, nil
+		return 0, 0, bytes, nil
 	}
 	if err := lc.UpdateResources(toUpdate, toDelete); err != nil {
-		return 0, 0, fmt.Errorf("cache: update %s: %w", typeURL, err)
+		return 0, 0, 0, fmt.Errorf("cache: update %s: %w", typeURL, err)
 	}
-	c.hashes[k] = next
-	return len(toUpdate), len(toDelete), nil
+	return len(toUpdate), len(toDelete), bytes, nil
 }
 
 // Touch re-issues every resource of a class under a new version without
@@ -256,14 +273,4 @@ func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
 		return nil
 	}
 	return lc.GetResources()
-}
-
-func hash(r types.Resource) (uint64, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return h.Sum64(), nil
 }

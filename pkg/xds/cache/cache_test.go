@@ -28,7 +28,7 @@ func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
 		{map[string]types.Resource{"x": cl("x", 1)}, 0, 1},
 	}
 	for i, s := range steps {
-		changed, removed, err := c.Update("a", resource.ClusterType, s.res)
+		changed, removed, _, err := c.Update("a", resource.ClusterType, s.res)
 		if err != nil || changed != s.wantChanged || removed != s.wantDel {
 			t.Errorf("step %d: changed %d removed %d (%v), want %d and %d", i, changed, removed, err, s.wantChanged, s.wantDel)
 		}
@@ -36,7 +36,27 @@ func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
 	if got := c.Resources("a", resource.ClusterType); len(got) != 1 {
 		t.Errorf("cache holds %d resources, want 1", len(got))
 	}
-	if _, _, err := c.Update("b", resource.ClusterType, nil); err == nil {
+	if _, _, _, err := c.Update("b", resource.ClusterType, nil); err == nil {
 		t.Error("an unknown class must be an error")
+	}
+}
+
+func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
+	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
+		Classify: func(*core.Node) string { return "a" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &cluster.Cluster{Name: "x"}
+	_, _, first, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": x})
+	if err != nil || first == 0 {
+		t.Fatalf("size %d, err %v", first, err)
+	}
+	// The same object again, and an equal copy: no change, the same size.
+	for _, r := range []types.Resource{x, &cluster.Cluster{Name: "x"}} {
+		changed, _, size, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": r})
+		if err != nil || changed != 0 || size != first {
+			t.Errorf("resubmitted: changed %d size %d (%v), want 0 and %d", changed, size, err, first)
+		}
 	}
 }

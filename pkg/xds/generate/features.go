@@ -30,19 +30,22 @@ func fractional(pct float64) *typev3.FractionalPercent {
 var grpcCodes = func() map[string]uint32 {
 	m := map[string]uint32{}
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		m[strings.ToUpper(strings.ReplaceAll(snake(c.String()), " ", "_"))] = uint32(c)
+		m[snake(c.String())] = uint32(c)
 	}
 	return m
 }()
 
-// snake turns "DeadlineExceeded" into "DEADLINE_EXCEEDED".
+// snake turns "DeadlineExceeded" into "DEADLINE_EXCEEDED" (and "OK" into "OK").
 func snake(s string) string {
 	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && r >= 'A' && r <= 'Z' {
+	prevLower := false
+	for _, r := range s {
+		upper := r >= 'A' && r <= 'Z'
+		if upper && prevLower {
 			b.WriteByte('_')
 		}
 		b.WriteRune(r)
+		prevLower = !upper
 	}
 	return strings.ToUpper(b.String())
 }

@@ -111,16 +111,20 @@ type Election struct {
 }
 
 // led runs run while this process leads the named election (or at once,
-// unelected), pointing term at the store to write through: fenced by the
-// leadership, so a deposed leader's writes are refused.
+// unelected), pointing term, if given, at the store to write through:
+// fenced by the leadership, so a deposed leader's writes are refused.
 func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, log *slog.Logger, term *termStore, run func(context.Context) error) error {
 	if e.ID == "" {
-		term.cur.Store(store.New(etcd))
+		if term != nil {
+			term.cur.Store(store.New(etcd))
+		}
 		return run(ctx)
 	}
 	el := &store.Elector{Client: etcd, Name: name, ID: e.ID, TTL: e.TTL, Log: log}
 	return el.Run(ctx, func(ctx context.Context, fenced *store.Store) error {
-		term.cur.Store(fenced)
+		if term != nil {
+			term.cur.Store(fenced)
+		}
 		return run(ctx)
 	})
 }
@@ -241,7 +245,7 @@ func (r Relay) Run(ctx context.Context) error {
 	}
 	// The relay only reads the store; the election keeps one relay
 	// publishing (a second would double nothing, only waste work).
-	return led(ctx, r.Etcd, r.Election, "relay", r.Log, &termStore{}, rl.Run)
+	return led(ctx, r.Etcd, r.Election, "relay", r.Log, nil, rl.Run)
 }
 
 // openBus opens the bus, retrying while NATS is unreachable.

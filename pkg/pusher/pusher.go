@@ -40,8 +40,6 @@ type Sink interface {
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Classes returns the classes the sink serves.
 	Classes() []string
-	// Touch makes the proxies of a class ask again, to be classified afresh.
-	Touch(class string)
 }
 
 // The classes of proxy the pusher generates for, and the types it serves per
@@ -68,6 +66,10 @@ type Config struct {
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
+	// Reclassify, when set, is called after a generation in which what
+	// decides classes changed (Sidecars, exportTo, Gateways): connected
+	// proxies may belong to another class now.
+	Reclassify func()
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -340,8 +342,8 @@ func (p *Pusher) generate(c change) {
 		if previous != nil && !previous.sameClasses(index, previousMesh, mesh) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
-			for _, class := range p.cfg.Sink.Classes() {
-				p.cfg.Sink.Touch(class)
+			if p.cfg.Reclassify != nil {
+				p.cfg.Reclassify()
 			}
 		}
 	}

@@ -87,7 +87,6 @@ func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resou
 }
 
 func (s *recordingSink) Classes() []string { return Classes }
-func (s *recordingSink) Touch(string)      {}
 
 func (s *recordingSink) clusters() []string {
 	s.mu.Lock()
@@ -199,7 +198,6 @@ func (s *countingSink) Update(class, typeURL string, res map[string]types.Resour
 }
 
 func (s *countingSink) Classes() []string { return Classes }
-func (s *countingSink) Touch(string)      {}
 
 func (s *countingSink) count(typeURL string) int {
 	s.mu.Lock()

@@ -296,6 +296,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	// The cache asks the pusher for a proxy's class, and the pusher hands
 	// the cache its resources: the pusher is set before anything is served.
 	var ps *pusher.Pusher
+	var srv *server.Server
 	c, err := cache.New(cache.Config{
 		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes,
 		Classify: func(n *core.Node) string { return ps.Classify(n) },
@@ -308,6 +309,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	ps, err = pusher.New(pusher.Config{
 		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay,
+		Reclassify: func() { srv.Reclassify() },
 	})
 	if err != nil {
 		return err
@@ -319,8 +321,8 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.cache.Store(c)
 		p.Dump.pusher.Store(ps)
 	}
-	srv, err := server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps,
+	srv, err = server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps, Classify: ps.Classify,
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {
 				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})

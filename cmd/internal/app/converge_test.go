@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -218,5 +219,105 @@ func TestDeltaReconnectToAnotherReplica(t *testing.T) {
 	}
 	if len(resp.Resources) != 0 || len(resp.RemovedResources) != 2 {
 		t.Errorf("after the subsets went: %d resources, %d removed; want 0 and the 2 subset clusters", len(resp.Resources), len(resp.RemovedResources))
+	}
+}
+
+// TestSotWReconnectToAnotherReplica: SotW response versions are content
+// hashes, the same on every replica, so a proxy that moves to another
+// replica and says which versions it holds is sent nothing for the types
+// it already has — only the next real change.
+func TestSotWReconnectToAnotherReplica(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
+	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
+	defer func() { cancel(); <-srcDone; <-relayDone }()
+	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)
+	waitConverged(t, cli, "both replicas serve the mesh", p1, p2)
+
+	node := &core.Node{Id: "sidecar~10.0.0.9~sotw-mover.demo~demo.svc.cluster.local"}
+	type sotw struct {
+		rx *receiver[*discovery.DiscoveryResponse]
+		s  discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	}
+	open := func(addr string) (sotw, func()) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithCancel(ctx)
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sotw{receive(s), s}, func() { scancel(); conn.Close() }
+	}
+	send := func(st sotw, r *discovery.DiscoveryRequest) {
+		t.Helper()
+		r.Node = node
+		if err := st.s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// On replica 1: clusters, then the endpoints of every EDS cluster,
+	// then listeners, each ACKed.
+	st1, close1 := open(p1.ads)
+	held := map[string]*discovery.DiscoveryRequest{} // type → the ACK the proxy last sent
+	var edsNames []string
+	for _, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType} {
+		req := &discovery.DiscoveryRequest{TypeUrl: typ}
+		if typ == resource.EndpointType {
+			req.ResourceNames = edsNames
+		}
+		send(st1, req)
+		resp, err := st1.rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		if typ == resource.ClusterType {
+			for _, r := range resp.Resources {
+				var c clusterv3.Cluster
+				if err := r.UnmarshalTo(&c); err != nil {
+					t.Fatal(err)
+				}
+				if c.GetType() == clusterv3.Cluster_EDS {
+					edsNames = append(edsNames, c.Name)
+				}
+			}
+		}
+		ack := &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: req.ResourceNames}
+		send(st1, ack)
+		held[typ] = ack
+	}
+	close1()
+	if len(edsNames) != 3 {
+		t.Fatalf("replica 1 sent %d EDS clusters, want the greeter's 3", len(edsNames))
+	}
+
+	// On replica 2, a new stream says what the proxy holds.
+	st2, close2 := open(p2.ads)
+	defer close2()
+	for _, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType} {
+		send(st2, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: held[typ].VersionInfo, ResourceNames: held[typ].ResourceNames})
+	}
+	if resp, err := st2.rx.next(700 * time.Millisecond); err == nil {
+		t.Fatalf("replica 2 re-sent %d %s resources the proxy already had (version %s)", len(resp.Resources), resp.TypeUrl, resp.VersionInfo)
+	}
+
+	// The next change arrives: the subsets go, and with them two clusters.
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b)))
+	resp, err := st2.rx.next(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the next change did not arrive: %v", err)
+	}
+	if resp.TypeUrl != resource.ClusterType || len(resp.Resources) != 4 || resp.VersionInfo == held[resource.ClusterType].VersionInfo {
+		t.Errorf("after the subsets went: %s with %d resources at version %s; want the 4 remaining clusters at a new version",
+			resp.TypeUrl, len(resp.Resources), resp.VersionInfo)
 	}
 }

@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -107,8 +110,9 @@ spec:
 	clusters("demo", func(c []string) bool { return slices.Equal(c, []string{greeter, cart}) })
 }
 
-// TestConnectedProxyMovesToItsNewClass: a proxy connected before a Sidecar
-// applies to it is moved to the Sidecar's class when the Sidecar appears.
+// TestConnectedProxyMovesToItsNewClass: when a Sidecar comes to apply to a
+// connected proxy, its stream is ended; it reconnects saying what it holds
+// and is sent only what differs in its new class. Both for SotW and Delta.
 func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 	a := startBackend(t)
 	dir := t.TempDir()
@@ -119,55 +123,138 @@ func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	meta, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "demo"})
+	sotwNode := &core.Node{Id: "sidecar~10.0.0.2~early.demo~demo.svc.cluster.local", Metadata: meta}
+	deltaNode := &core.Node{Id: "sidecar~10.0.0.3~early-delta.demo~demo.svc.cluster.local", Metadata: meta}
+	outbound := func(names []string) []string {
+		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !strings.HasPrefix(n, "outbound|") })
+		slices.Sort(names)
+		return names
+	}
+	names := func(rs []*anypb.Any) []string {
+		var out []string
+		for _, r := range rs {
+			m, _ := r.UnmarshalNew()
+			out = append(out, m.(interface{ GetName() string }).GetName())
+		}
+		return out
+	}
+	greeterOnly := []string{"outbound|50051||greeter.demo.svc.cluster.local"}
+
+	// SotW: ACK until both services are there.
+	sotw, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rx := receive(s)
-	meta, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "demo"})
-	req := &discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar~10.0.0.2~early.demo~demo.svc.cluster.local", Metadata: meta}, TypeUrl: resource.ClusterType}
-	services := func(resp *discovery.DiscoveryResponse) []string {
-		var out []string
-		for _, r := range resp.Resources {
-			m, _ := r.UnmarshalNew()
-			if name := m.(interface{ GetName() string }).GetName(); strings.HasPrefix(name, "outbound|") {
-				out = append(out, name)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	// ACK until both services are there.
+	sotwRx := receive(sotw)
+	req := &discovery.DiscoveryRequest{Node: sotwNode, TypeUrl: resource.ClusterType}
 	for {
-		if err := s.Send(req); err != nil {
+		if err := sotw.Send(req); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := rx.next(10 * time.Second)
+		resp, err := sotwRx.next(10 * time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req = &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
-		if len(services(resp)) == 2 {
+		if len(outbound(names(resp.Resources))) == 2 {
 			break
 		}
 	}
-	if err := s.Send(req); err != nil {
+	if err := sotw.Send(req); err != nil {
 		t.Fatal(err)
 	}
+	// Delta: the whole mesh's clusters, ACKed.
+	delta, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltaRx := receive(delta)
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: deltaNode, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := deltaRx.next(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, r := range first.Resources {
+		held[r.Name] = r.Version
+	}
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: first.Nonce}); err != nil {
+		t.Fatal(err)
+	}
+	if got := outbound(slices.Collect(maps.Keys(held))); len(got) != 2 {
+		t.Fatalf("delta proxy holds %v, want both services", got)
+	}
+
 	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), shopService, demoSidecar))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := rx.next(time.Until(deadline))
-		if err != nil {
-			t.Fatalf("the connected proxy never got its Sidecar's view: %v", err)
-		}
-		if got := services(resp); slices.Equal(got, []string{"outbound|50051||greeter.demo.svc.cluster.local"}) {
-			return
-		}
-		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
-			t.Fatal(err)
+
+	// Both streams end; each proxy reconnects as Envoy would.
+	for what, rx := range map[string]interface{ next(time.Duration) error }{
+		"sotw": drain[*discovery.DiscoveryResponse]{sotwRx}, "delta": drain[*discovery.DeltaDiscoveryResponse]{deltaRx}} {
+		if err := rx.next(10 * time.Second); err == nil {
+			t.Fatalf("%s: the stream of a proxy whose class changed was not ended", what)
 		}
 	}
+	sotw, err = ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sotwRx = receive(sotw)
+	req.Node, req.ResponseNonce = sotwNode, ""
+	if err := sotw.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := sotwRx.next(10 * time.Second)
+	if err != nil {
+		t.Fatalf("sotw: nothing after reconnecting: %v", err)
+	}
+	if got := outbound(names(resp.Resources)); !slices.Equal(got, greeterOnly) {
+		t.Errorf("sotw: after reconnecting the proxy got %v, want the Sidecar's view %v", got, greeterOnly)
+	}
+
+	delta, err = ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltaRx = receive(delta)
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: deltaNode, TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: held}); err != nil {
+		t.Fatal(err)
+	}
+	dresp, err := deltaRx.next(10 * time.Second)
+	if err != nil {
+		t.Fatalf("delta: nothing after reconnecting: %v", err)
+	}
+	if len(dresp.Resources) != 0 || !slices.Equal(outbound(dresp.RemovedResources), []string{"outbound|8080||cart.shop.svc.cluster.local"}) {
+		t.Errorf("delta: after reconnecting: %d resources %v, removed %v; want only the cart cluster removed",
+			len(dresp.Resources), names2(dresp.Resources), dresp.RemovedResources)
+	}
+}
+
+// drain waits for a stream's end, skipping responses.
+type drain[T any] struct{ rx *receiver[T] }
+
+func (d drain[T]) next(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := d.rx.next(time.Until(deadline)); err != nil {
+			if err.Error() == "stream ended" {
+				return errors.New("ended")
+			}
+			return nil
+		}
+	}
+}
+
+func names2(rs []*discovery.Resource) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return out
 }

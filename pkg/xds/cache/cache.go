@@ -3,13 +3,16 @@ package cache
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"log/slog"
+	"maps"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -61,9 +64,12 @@ type Cache struct {
 	cfg    Config
 	prefix string
 
-	mu      sync.Mutex
-	caches  map[string]*gcpcache.LinearCache // cache key → cache
-	held    map[string]map[string]held       // cache key → resource name → what it holds
+	mu     sync.Mutex
+	caches map[string]*gcpcache.LinearCache // cache key → cache
+	held   map[string]map[string]held       // cache key → resource name → what it holds
+	// updates counts each cache's updates: a LinearCache's version is its
+	// prefix and that count, and a resource's is the count when it was set.
+	updates map[string]uint64
 	classes map[string]bool
 	// creating serializes the first watch of a new class with its filling.
 	creating sync.Mutex
@@ -76,12 +82,14 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Versions from another replica must not look like ours: a prefix per
-	// process makes a reconnecting proxy get a full answer.
+	// The LinearCaches' own versions are counters, which mean nothing to
+	// another replica: a prefix per process tells ours apart. Proxies are
+	// sent content versions instead (see ResponseVersion).
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	c := &Cache{cfg: cfg, prefix: hex.EncodeToString(b[:]) + "-",
-		caches: map[string]*gcpcache.LinearCache{}, held: map[string]map[string]held{}, classes: map[string]bool{}}
+		caches: map[string]*gcpcache.LinearCache{}, held: map[string]map[string]held{},
+		updates: map[string]uint64{}, classes: map[string]bool{}}
 	for _, t := range cfg.SharedTypes {
 		c.addLocked(Shared, t)
 	}
@@ -116,29 +124,39 @@ func (c *Cache) Classes() []string {
 	return out
 }
 
-// watched returns the cache serving a node's requests for a type, creating
-// (and having the caller fill) the caches of a class seen for the first time.
-func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache, error) {
+// key returns the cache key of a node's requests for a type.
+func (c *Cache) key(node *core.Node, typeURL string) string {
+	if slices.Contains(c.cfg.SharedTypes, typeURL) {
+		return cacheKey(Shared, typeURL)
+	}
+	return cacheKey(c.cfg.Classify(node), typeURL)
+}
+
+// watched returns the cache serving a node's requests for a type, and its
+// key, creating (and having the caller fill) the caches of a class seen
+// for the first time.
+func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache, string, error) {
 	class := Shared
 	if !slices.Contains(c.cfg.SharedTypes, typeURL) {
 		class = c.cfg.Classify(node)
 	}
+	k := cacheKey(class, typeURL)
 	c.mu.Lock()
-	lc, ok := c.caches[cacheKey(class, typeURL)]
+	lc, ok := c.caches[k]
 	c.mu.Unlock()
 	if ok {
-		return lc, nil
+		return lc, k, nil
 	}
 	if class == Shared || !slices.Contains(c.cfg.Types, typeURL) {
-		return nil, fmt.Errorf("cache: type %s is not served", typeURL)
+		return nil, "", fmt.Errorf("cache: type %s is not served", typeURL)
 	}
 	c.creating.Lock()
 	defer c.creating.Unlock()
 	c.mu.Lock()
-	lc, ok = c.caches[cacheKey(class, typeURL)]
+	lc, ok = c.caches[k]
 	if !ok {
 		c.addClassLocked(class)
-		lc = c.caches[cacheKey(class, typeURL)]
+		lc = c.caches[k]
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -147,37 +165,125 @@ func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache,
 			c.cfg.NewClass(class)
 		}
 	}
-	return lc, nil
+	return lc, k, nil
 }
 
 // Server returns the go-control-plane cache to serve from.
 func (c *Cache) Server() gcpcache.Cache { return server{c} }
 
-// server routes each watch to its class's cache. It also keeps a rejected
-// response from being sent again in a loop: a SotW NACK carries the last
-// version the proxy accepted; when it accepted none from this replica (a
-// first response, or a reconnect from another replica), a LinearCache
-// answers such a request at once, with exactly what was just rejected, and
-// the proxy NACKs again. Such a NACK is marked as holding this replica's
-// versions, so that it is answered only when the resources change. Delta
-// NACKs need no help: a delta subscription knows what it was sent.
+// server routes each watch to its class's cache, and stands between the
+// versions proxies see and the LinearCaches' own.
+//
+// A SotW proxy is sent content versions (ResponseVersion), the same on
+// every replica, and echoes them back. A request on a stream that has been
+// answered before is judged by what the stream was sent (the
+// subscription's returned resources), never by its version: so an ACK
+// waits for the next change, and so does a NACK, which is how a rejected
+// response is kept from being re-sent in a loop (a LinearCache answers a
+// version it does not know at once, with exactly what was just rejected).
+// The first request of a stream that carries a content version (a proxy
+// that moved from another replica, or reconnected) is checked against what
+// this replica holds: if the proxy has exactly that, the subscription is
+// marked as knowing it, and only the next change is sent. Delta needs no
+// help: its resource versions are content hashes, and a delta subscription
+// knows what it was sent.
 type server struct{ c *Cache }
 
+// ResponseVersion is the version a SotW response is sent with, given the
+// request it answers and the LinearCache version it was computed at: a
+// hash of the content of every resource the proxy holds once it has
+// applied the response. When the cache has moved on since the response was
+// computed, the proxy's state is not known exactly and the response keeps
+// the cache's own version, which a reconnect to any replica answers in full.
+func (s server) ResponseVersion(r *gcpcache.Request, version string) string {
+	c := s.c
+	k := c.key(r.GetNode(), r.GetTypeUrl())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if version != c.prefix+strconv.FormatUint(c.updates[k], 10) {
+		return version
+	}
+	names := r.GetResourceNames()
+	wildcard := len(names) == 0 || slices.Contains(names, "*")
+	sum, _ := contentVersion(c.held[k], wildcard, slices.Values(names), false)
+	return sum
+}
+
+// contentVersion sums the content hashes of the resources a subscription
+// holds (all of them when wildcard, else those named that exist), and,
+// when asked, returns each one's cache version too. The sum does not
+// depend on order, so it needs no sorting.
+func contentVersion(holds map[string]held, wildcard bool, names iter.Seq[string], versions bool) (string, map[string]uint64) {
+	var sum uint64
+	var known map[string]uint64
+	if versions {
+		known = map[string]uint64{}
+	}
+	add := func(name string, h held) {
+		sum += h.sum
+		if versions {
+			known[name] = h.updated
+		}
+	}
+	if wildcard {
+		for name, h := range holds {
+			add(name, h)
+		}
+	} else {
+		for name := range names {
+			if h, ok := holds[name]; ok {
+				add(name, h)
+			}
+		}
+	}
+	return fmt.Sprintf("%016x", sum), known
+}
+
 func (s server) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
-	lc, err := s.c.watched(r.GetNode(), r.GetTypeUrl())
+	c := s.c
+	lc, k, err := c.watched(r.GetNode(), r.GetTypeUrl())
 	if err != nil {
 		return nil, err
 	}
-	if r.GetErrorDetail() != nil && !strings.HasPrefix(r.GetVersionInfo(), s.c.prefix) {
-		nacked := proto.Clone(r).(*gcpcache.Request)
-		nacked.VersionInfo = s.c.prefix + "rejected"
-		r = nacked
+	// Any version with this replica's prefix makes the LinearCache judge
+	// by the subscription alone.
+	ours := c.prefix + "known"
+	switch {
+	case len(sub.ReturnedResources()) > 0 || r.GetErrorDetail() != nil:
+		r = withVersion(r, ours)
+	case r.GetVersionInfo() != "":
+		c.mu.Lock()
+		sum, known := contentVersion(c.held[k], sub.IsWildcard(), maps.Keys(sub.SubscribedResources()), true)
+		if sum == r.GetVersionInfo() {
+			returned := make(map[string]string, len(known))
+			for name, v := range known {
+				returned[name] = c.prefix + strconv.FormatUint(v, 10)
+			}
+			sub = knownSubscription{sub, returned}
+			r = withVersion(r, ours)
+		}
+		c.mu.Unlock()
 	}
 	return lc.CreateWatch(r, sub, ch)
 }
 
+func withVersion(r *gcpcache.Request, version string) *gcpcache.Request {
+	r = proto.Clone(r).(*gcpcache.Request)
+	r.VersionInfo = version
+	return r
+}
+
+// knownSubscription is a stream's subscription that already holds what
+// this replica would send it.
+type knownSubscription struct {
+	gcpcache.Subscription
+	returned map[string]string
+}
+
+func (k knownSubscription) ReturnedResources() map[string]string { return k.returned }
+
 func (s server) CreateDeltaWatch(r *gcpcache.DeltaRequest, sub gcpcache.Subscription, ch chan gcpcache.DeltaResponse) (func(), error) {
-	lc, err := s.c.watched(r.GetNode(), r.GetTypeUrl())
+	lc, _, err := s.c.watched(r.GetNode(), r.GetTypeUrl())
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +298,11 @@ func (s server) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, er
 type held struct {
 	res  types.Resource
 	hash uint64
+	// sum is a hash of the name and content, summed into content versions.
+	sum  uint64
 	size int
+	// updated is the cache's update count when the resource was set.
+	updated uint64
 }
 
 // Update makes the cache of a class and type hold exactly resources. It
@@ -221,7 +331,11 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 			}
 			f := fnv.New64a()
 			_, _ = f.Write(b)
-			h = held{res: r, hash: f.Sum64(), size: len(b)}
+			h = held{res: r, hash: f.Sum64(), size: len(b), updated: prev.updated}
+			f.Reset()
+			_, _ = f.Write([]byte(name))
+			_, _ = f.Write(binary.LittleEndian.AppendUint64(nil, h.hash))
+			h.sum = f.Sum64()
 		}
 		next[name] = h
 		bytes += h.size
@@ -235,33 +349,21 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 			toDelete = append(toDelete, name)
 		}
 	}
-	c.held[k] = next
 	if len(toUpdate) == 0 && len(toDelete) == 0 {
+		c.held[k] = next
 		return 0, 0, bytes, nil
 	}
 	if err := lc.UpdateResources(toUpdate, toDelete); err != nil {
 		return 0, 0, 0, fmt.Errorf("cache: update %s: %w", typeURL, err)
 	}
-	return len(toUpdate), len(toDelete), bytes, nil
-}
-
-// Touch re-issues every resource of a class under a new version without
-// changing it, so that each of its SotW proxies receives a response and,
-// asking again, is classified afresh: how a proxy leaves a class when a
-// Sidecar or Gateway that applies to it appears. (A Delta subscription
-// sees no change and stays until its class next changes.)
-func (c *Cache) Touch(class string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.cfg.Types {
-		lc, ok := c.caches[cacheKey(class, t)]
-		if !ok {
-			continue
-		}
-		if res := lc.GetResources(); len(res) > 0 {
-			_ = lc.UpdateResources(res, nil)
-		}
+	c.updates[k]++
+	for name := range toUpdate {
+		h := next[name]
+		h.updated = c.updates[k]
+		next[name] = h
 	}
+	c.held[k] = next
+	return len(toUpdate), len(toDelete), bytes, nil
 }
 
 // Resources returns what the cache of a class and type holds.

@@ -1,11 +1,13 @@
 package cache
 
 import (
+	"strconv"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -59,4 +61,49 @@ func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
 			t.Errorf("resubmitted: changed %d size %d (%v), want 0 and %d", changed, size, err, first)
 		}
 	}
+}
+
+// Two replicas that reach the same content by different histories send it
+// under the same version; the cache's own counters differ.
+func TestResponseVersionsAreContentHashes(t *testing.T) {
+	newCache := func() *Cache {
+		c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
+			Classify: func(*core.Node) string { return "a" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	x, y := &cluster.Cluster{Name: "x"}, &cluster.Cluster{Name: "y"}
+	one, two := newCache(), newCache()
+	mustUpdate := func(c *Cache, res map[string]types.Resource) {
+		if _, _, _, err := c.Update("a", resource.ClusterType, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustUpdate(one, map[string]types.Resource{"x": x, "y": y})
+	mustUpdate(two, map[string]types.Resource{"x": x})
+	mustUpdate(two, map[string]types.Resource{"x": x, "y": &cluster.Cluster{Name: "y", LbPolicy: 1}})
+	mustUpdate(two, map[string]types.Resource{"x": x, "y": y})
+
+	version := func(c *Cache, names ...string) string {
+		k := cacheKey("a", resource.ClusterType)
+		return c.Server().(Versioner).ResponseVersion(&gcpcache.Request{TypeUrl: resource.ClusterType, ResourceNames: names},
+			c.prefix+strconv.FormatUint(c.updates[k], 10))
+	}
+	if v1, v2 := version(one), version(two); v1 != v2 {
+		t.Errorf("equal content, versions %s and %s", v1, v2)
+	}
+	if v1, v2 := version(one, "x"), version(one); v1 == v2 {
+		t.Errorf("a subscription to x alone has the version of the whole set, %s", v1)
+	}
+	// A response computed before the cache moved on keeps the cache's version.
+	stale := one.prefix + "0"
+	if v := one.Server().(Versioner).ResponseVersion(&gcpcache.Request{TypeUrl: resource.ClusterType}, stale); v != stale {
+		t.Errorf("stale response got version %s", v)
+	}
+}
+
+type Versioner interface {
+	ResponseVersion(r *gcpcache.Request, version string) string
 }

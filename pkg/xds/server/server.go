@@ -48,6 +48,10 @@ type Config struct {
 	// Register, when set, registers more services on the xDS gRPC server
 	// (Envoy's client status discovery service, for one).
 	Register func(grpc.ServiceRegistrar)
+	// Classify, when set, returns a proxy's class, so that Reclassify can
+	// tell which proxies belong to another class than the one they are
+	// served from.
+	Classify func(*core.Node) string
 	// StreamRate bounds how many new streams per second the server accepts
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
@@ -83,14 +87,22 @@ type Convergence interface {
 	Confirmed(typeURL string, from, to int64)
 }
 
+// Versioner is a cache that chooses the version each SotW response is
+// sent with, from the request it answers and the version the cache gave it.
+type Versioner interface {
+	ResponseVersion(r *discovery.DiscoveryRequest, version string) string
+}
+
 // Server is an xDS server.
 type Server struct {
-	cfg Config
-	m   metrics
+	cfg     Config
+	m       metrics
+	streams streams
 }
 
 type metrics struct {
 	refused   prometheus.Counter
+	moved     prometheus.Counter
 	streams   prometheus.Gauge
 	responses *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
@@ -104,6 +116,8 @@ func New(cfg Config) (*Server, error) {
 	m := metrics{
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_refused_total",
 			Help: "New xDS streams refused by the stream rate limit."}),
+		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_reclassified_total",
+			Help: "xDS streams ended because their proxy's class changed (the proxy reconnects)."}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_streams",
 			Help: "Open xDS streams."}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_responses_total",
@@ -112,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.streams, m.responses, m.nacks} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.streams, m.responses, m.nacks} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -131,9 +145,18 @@ func shortType(typeURL string) string {
 	return typeURL
 }
 
+// deltaID keeps the ids of Delta streams apart from SotW's: go-control-plane
+// numbers each kind from 1.
+func deltaID(id int64) int64 { return -id }
+
 func (s *Server) callbacks() xds.Callbacks {
 	st := s.cfg.Status
+	opened := func(ctx context.Context, id int64, _ string) error {
+		s.streams.opened(ctx, id)
+		return nil
+	}
 	closed := func(id int64, _ *core.Node) {
+		s.streams.closed(id)
 		if st.close(id) {
 			s.m.streams.Dec()
 		}
@@ -144,29 +167,39 @@ func (s *Server) callbacks() xds.Callbacks {
 			nack = &NACK{Message: detail.GetMessage(), At: time.Now()}
 			s.nack(id, node.GetId(), typeURL, nonce, detail.GetMessage())
 		}
-		if from, to := st.request(id, node, typeURL, nonce, nack); to > 0 && s.cfg.Convergence != nil {
+		if from, to := st.request(id, node, s.cfg.Classify, typeURL, nonce, nack); to > 0 && s.cfg.Convergence != nil {
 			s.cfg.Convergence.Confirmed(typeURL, from, to)
 		}
 	}
 	return xds.CallbackFuncs{
-		StreamOpenFunc:        func(context.Context, int64, string) error { return nil },
+		StreamOpenFunc: opened,
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			return opened(ctx, deltaID(id), typeURL)
+		},
 		StreamClosedFunc:      closed,
-		DeltaStreamClosedFunc: closed,
+		DeltaStreamClosedFunc: func(id int64, node *core.Node) { closed(deltaID(id), node) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
 			s.opened(id, false)
 			request(id, r.GetNode(), r.TypeUrl, r.VersionInfo, r.ResponseNonce, r.ErrorDetail)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			id = deltaID(id)
 			s.opened(id, true)
 			request(id, r.GetNode(), r.TypeUrl, "", r.ResponseNonce, r.ErrorDetail)
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+			// go-control-plane calls this just before it sends r, which
+			// belongs to this one response: the version is set here.
+			if v, ok := s.cfg.Cache.(Versioner); ok {
+				r.VersionInfo = v.ResponseVersion(req, r.VersionInfo)
+			}
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
 			st.response(id, r.TypeUrl, r.VersionInfo, r.Nonce, len(r.Resources), s.epoch())
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+			id = deltaID(id)
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
 			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources), s.epoch())
 		},
@@ -179,6 +212,28 @@ func (s *Server) opened(id int64, delta bool) {
 	if s.cfg.Status.open(id, delta) {
 		s.m.streams.Inc()
 	}
+}
+
+// Reclassify ends the stream of every connected proxy whose class is no
+// longer the one it was served from (a Sidecar or a Gateway that applies to
+// it appeared, changed or went), and returns how many. Each such proxy
+// reconnects, says which versions it holds, and is sent what differs in
+// its new class. Without Config.Classify it does nothing.
+func (s *Server) Reclassify() int {
+	if s.cfg.Classify == nil {
+		return 0
+	}
+	n := 0
+	for _, id := range s.cfg.Status.moved(s.cfg.Classify) {
+		if s.streams.end(id) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.m.moved.Add(float64(n))
+		s.cfg.Log.Info("ended the streams of proxies whose class changed", "streams", n)
+	}
+	return n
 }
 
 func (s *Server) epoch() int64 {
@@ -202,17 +257,22 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	opts := append([]grpc.ServerOption{
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Stopping waits for every handler, so no receive starts after it.
+		grpc.WaitForHandlers(true),
 	}, s.cfg.GRPCOptions...)
+	interceptors := []grpc.StreamServerInterceptor{}
 	if s.cfg.StreamRate > 0 {
 		limiter := rate.NewLimiter(rate.Limit(s.cfg.StreamRate), max(1, int(s.cfg.StreamRate)))
-		opts = append(opts, grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 			if !limiter.Allow() {
 				s.m.refused.Inc()
 				return status.Error(codes.Unavailable, "shardpilot: too many new streams; retry with backoff")
 			}
 			return handler(srv, ss)
-		}))
+		})
 	}
+	interceptors = append(interceptors, s.streams.intercept)
+	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	gs := grpc.NewServer(opts...)
 	xs := xds.NewServer(ctx, s.cfg.Cache, s.callbacks())
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
@@ -241,5 +301,6 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		<-stopped
 	}
 	<-errc
+	s.streams.recvs.Wait()
 	return nil
 }

@@ -21,12 +21,15 @@ type Status struct {
 
 // StreamStatus is one proxy connection.
 type StreamStatus struct {
-	Stream int64                  `json:"stream"`
-	Proxy  string                 `json:"proxy"`
-	Delta  bool                   `json:"delta"`
-	Since  time.Time              `json:"connected"`
-	Types  map[string]*TypeStatus `json:"types"`
-	node   *core.Node
+	// Stream is go-control-plane's stream id, negated for Delta streams.
+	Stream int64  `json:"stream"`
+	Proxy  string `json:"proxy"`
+	Delta  bool   `json:"delta"`
+	// Class is the proxy class the stream is served from.
+	Class string                 `json:"class,omitempty"`
+	Since time.Time              `json:"connected"`
+	Types map[string]*TypeStatus `json:"types"`
+	node  *core.Node
 }
 
 // TypeStatus is one type on one stream.
@@ -97,9 +100,12 @@ func (s *Status) typ(id int64, node *core.Node, typeURL string) *TypeStatus {
 
 // request records an ACK or a NACK of the response with the request's
 // nonce. An ACK returns the epochs it newly confirms, (from, to].
-func (s *Status) request(id int64, node *core.Node, typeURL, nonce string, nack *NACK) (from, to int64) {
+func (s *Status) request(id int64, node *core.Node, classify func(*core.Node) string, typeURL, nonce string, nack *NACK) (from, to int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if st := s.streams[id]; st != nil && st.Class == "" && node != nil && classify != nil {
+		st.Class = classify(node)
+	}
 	t := s.typ(id, node, typeURL)
 	if t == nil || nonce == "" {
 		return 0, 0
@@ -136,6 +142,20 @@ func (s *Status) response(id int64, typeURL, version, nonce string, resources in
 		// A new subscription is not credited with changes made before it.
 		t.credited = epoch - 1
 	}
+}
+
+// moved returns the streams whose proxy's class is no longer the one the
+// stream is served from.
+func (s *Status) moved(classify func(*core.Node) string) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int64
+	for id, st := range s.streams {
+		if st.node != nil && st.Class != "" && classify(st.node) != st.Class {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Node returns the node of a connected proxy, or nil.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -109,10 +111,11 @@ type Pusher struct {
 	lru *lru.Cache[string, any]
 	// index classifies proxies; last is the mesh of the last generation,
 	// for a class seen between generations.
-	index atomic.Pointer[classIndex]
-	last  atomic.Pointer[generate.Mesh]
-	conv  *convergence
-	sizes sizes
+	index  atomic.Pointer[classIndex]
+	last   atomic.Pointer[generate.Mesh]
+	conv   *convergence
+	sizes  sizes
+	routes routeMemo
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -385,8 +388,52 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
 	publish(p, class, resource.ClusterType, clusters)
-	publish(p, class, resource.RouteType, generate.Routes(m, proxy))
+	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
 	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))
+}
+
+// virtualHost returns the virtual hosts for a kind of proxy from the LRU
+// cache, keyed by the versions of their inputs: a VirtualService change
+// regenerates only the virtual hosts of the hosts it names.
+func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
+	return func(m *generate.Mesh, host string, port uint32) *route.VirtualHost {
+		key := "vh|" + proxy.String() + "|" + host + ":" + strconv.FormatUint(uint64(port), 10) + "|" + generate.VirtualHostInputs(m, host, port)
+		if v, ok := p.lru.Get(key); ok {
+			p.m.cache.WithLabelValues("vh", "hit").Inc()
+			return v.(*route.VirtualHost)
+		}
+		p.m.cache.WithLabelValues("vh", "miss").Inc()
+		vh := generate.VirtualHost(m, host, port)
+		p.lru.Add(key, vh)
+		return vh
+	}
+}
+
+// routeMemo keeps each class's last route configurations, so that one
+// made of the same virtual hosts is handed to the cache as the same object
+// and neither encoded nor sent again: only the route configurations a
+// change touched are new.
+type routeMemo struct {
+	mu   sync.Mutex
+	last map[string]map[string]*route.RouteConfiguration // class → name → configuration
+}
+
+func (r *routeMemo) reuse(class string, rcs []*route.RouteConfiguration) []*route.RouteConfiguration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]map[string]*route.RouteConfiguration{}
+	}
+	prev := r.last[class]
+	next := make(map[string]*route.RouteConfiguration, len(rcs))
+	for i, rc := range rcs {
+		if old, ok := prev[rc.Name]; ok && slices.Equal(old.VirtualHosts, rc.VirtualHosts) {
+			rcs[i] = old
+		}
+		next[rc.Name] = rcs[i]
+	}
+	r.last[class] = next
+	return rcs
 }
 
 // generateRouter generates the resources of a class of gateway proxies:
@@ -414,7 +461,12 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class, keys string) {
 // cached returns a service's resources of one kind from the LRU cache, or
 // generates and caches them.
 func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
-	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + s.Version + "|" + strings.Join(m.Owned(s), ",")
+	// Load assignments follow endpoints; clusters only the service and its policy.
+	version := s.ConfigVersion
+	if kind == "eds" {
+		version = s.Version
+	}
+	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + strings.Join(m.Owned(s), ",")
 	if v, ok := p.lru.Get(key); ok {
 		p.m.cache.WithLabelValues(kind, "hit").Inc()
 		return v.([]R)

@@ -15,6 +15,7 @@ import (
 	shtest "github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // scriptedLoader serves loads from a list; an error entry fails that load.
@@ -87,6 +88,12 @@ func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resou
 }
 
 func (s *recordingSink) Classes() []string { return Classes }
+
+func (s *recordingSink) resources(class, typeURL string) map[string]types.Resource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got[class+"|"+typeURL]
+}
 
 func (s *recordingSink) clusters() []string {
 	s.mu.Lock()
@@ -256,6 +263,65 @@ func TestEndpointChangeRegeneratesOnlyWhatChanged(t *testing.T) {
 		// (its endpoints changed) and b from the cache.
 		if miss, hit := testutil.ToFloat64(p.m.cache.WithLabelValues("eds", "miss")), testutil.ToFloat64(p.m.cache.WithLabelValues("eds", "hit")); miss != 3 || hit != 1 {
 			t.Errorf("assignment cache: %v misses and %v hits, want 3 and 1", miss, hit)
+		}
+	})
+}
+
+func routeRule(host string, timeout time.Duration) *meshv1.RouteRule {
+	return &meshv1.RouteRule{Hosts: []string{host}, Http: []*meshv1.HTTPRoute{{
+		Timeout: durationpb.New(timeout),
+		Route:   []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: host}}},
+	}}}
+}
+
+// TestRouteChangeRegeneratesOnlyTheRoutesItTouches: a VirtualService change
+// builds new route configurations only for the ports of the host it names;
+// every other route configuration is handed over as the same object, so the
+// cache neither encodes nor sends it again.
+func TestRouteChangeRegeneratesOnlyTheRoutesItTouches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const aHost = "a.ns.svc.cluster.local"
+		rule := model.Stored{Key: model.Key{Kind: model.KindRouteRule, Namespace: "ns", Name: "a"}, Object: routeRule(aHost, time.Second), ModRevision: 1}
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{stored("a", 8080), stored("b", 9090), rule}, 10, nil
+			},
+		}}
+		v, err := model.Encode(routeRule(aHost, 2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		change := &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: 11, Key: rule.Key.String(), Value: v}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{change}}}}
+		sink := &recordingSink{}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		before := sink.resources("envoy", resource.RouteType)
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		after := sink.resources("envoy", resource.RouteType)
+		cancel()
+		<-done
+		if len(before) != 2 || len(after) != 2 {
+			t.Fatalf("route configurations %d before and %d after, want 2 (ports 8080 and 9090)", len(before), len(after))
+		}
+		if before["8080"] == after["8080"] {
+			t.Error("route configuration 8080 was not rebuilt although its VirtualService changed")
+		}
+		if before["9090"] != after["9090"] {
+			t.Error("route configuration 9090 was rebuilt although nothing it holds changed")
+		}
+		// Virtual hosts: a and b for Envoy and proxyless at load; at the
+		// change, a's two again and b's two from the cache.
+		if miss, hit := testutil.ToFloat64(p.m.cache.WithLabelValues("vh", "miss")), testutil.ToFloat64(p.m.cache.WithLabelValues("vh", "hit")); miss != 6 || hit != 2 {
+			t.Errorf("virtual host cache: %v misses and %v hits, want 6 and 2", miss, hit)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -139,7 +140,7 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 		case *meshv1.Gateway:
 			gateways = append(gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
 		case *meshv1.RouteRule:
-			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o})
+			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.modRev, 10)})
 		}
 	}
 	rev := s.rev
@@ -174,6 +175,7 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 			fmt.Fprintf(&version, "e%d", sh.modRev)
 		}
 		svc.Version = version.String()
+		svc.ConfigVersion = fmt.Sprintf("s%d", serviceRev[id])
 		seen := map[string]bool{}
 		for _, sh := range shards {
 			for _, ep := range sh.eps {
@@ -197,6 +199,7 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 			if svc.Policy == nil {
 				svc.Policy = p.policy
 				svc.Version += fmt.Sprintf("p%d", p.modRev)
+				svc.ConfigVersion += fmt.Sprintf("p%d", p.modRev)
 			}
 		}
 	}

@@ -38,6 +38,9 @@ type Service struct {
 	// Version changes whenever anything above changes (the store revisions
 	// of its inputs); generated resources are cached under it.
 	Version string
+	// ConfigVersion changes whenever the service or its policy changes,
+	// but not with its endpoints: clusters and routes are cached under it.
+	ConfigVersion string
 }
 
 // routable reports whether the service gets clusters and routes: a
@@ -63,6 +66,8 @@ func (m *Mesh) Owned(s *Service) []string {
 type Route struct {
 	Namespace, Name string
 	Rule            *meshv1.RouteRule
+	// Version changes whenever the rule changes (its store revision).
+	Version string
 }
 
 // Mesh is everything a generation reads, indexed for lookups. Build it with

@@ -1,7 +1,9 @@
 package generate
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -18,13 +20,22 @@ const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,ret
 // Envoy sidecars one per HTTP port named after the port, holding a virtual
 // host per service on that port.
 func Routes(m *Mesh, proxy Proxy) []*route.RouteConfiguration {
+	return RoutesFrom(m, proxy, VirtualHost)
+}
+
+// VirtualHostFunc returns the virtual host for traffic to host:port; a
+// caller may hand RoutesFrom a cached VirtualHost.
+type VirtualHostFunc func(m *Mesh, host string, port uint32) *route.VirtualHost
+
+// RoutesFrom is Routes with the virtual hosts from vh.
+func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfiguration {
 	if proxy == Proxyless {
 		var out []*route.RouteConfiguration
 		forEachHTTPPort(m, func(s *Service, host string, p *meshv1.Port) {
 			name := ListenerName(host, p.Number)
 			out = append(out, &route.RouteConfiguration{
 				Name:         name,
-				VirtualHosts: []*route.VirtualHost{virtualHost(m, host, p.Number)},
+				VirtualHosts: []*route.VirtualHost{vh(m, host, p.Number)},
 			})
 		})
 		return out
@@ -38,7 +49,7 @@ func Routes(m *Mesh, proxy Proxy) []*route.RouteConfiguration {
 			byPort[p.Number] = rc
 			out = append(out, rc)
 		}
-		rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(m, host, p.Number))
+		rc.VirtualHosts = append(rc.VirtualHosts, vh(m, host, p.Number))
 	})
 	return out
 }
@@ -60,9 +71,37 @@ func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) 
 	}
 }
 
-// virtualHost routes the traffic for host:port: by the VirtualService that
+// VirtualHostInputs names the versions of everything VirtualHost reads for
+// host:port: the route rule that names the host and the services its
+// destinations resolve to. Equal inputs give an equal virtual host.
+func VirtualHostInputs(m *Mesh, host string, port uint32) string {
+	rr := m.routeByHost[host]
+	if rr == nil {
+		return "default"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%s@%s", rr.Namespace, rr.Name, rr.Version)
+	dest := func(d *meshv1.Destination) {
+		if s := m.Service(d.GetHost()); s != nil {
+			fmt.Fprintf(&b, " %s=%s/%s@%s", d.GetHost(), s.Namespace, s.Name, s.ConfigVersion)
+		} else {
+			fmt.Fprintf(&b, " %s=none", d.GetHost())
+		}
+	}
+	for _, h := range rr.Rule.Http {
+		for _, d := range h.Route {
+			dest(d.GetDestination())
+		}
+		if h.Mirror != nil {
+			dest(h.Mirror.GetDestination())
+		}
+	}
+	return b.String()
+}
+
+// VirtualHost routes the traffic for host:port: by the VirtualService that
 // names the host, else straight to the service.
-func virtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
+func VirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 	name := ListenerName(host, port)
 	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
 	rr := m.routeByHost[host]

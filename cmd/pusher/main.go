@@ -29,6 +29,8 @@ func run(ctx context.Context, args []string) error {
 	var adsAddr string
 	var quiet, maxDelay, maxAge time.Duration
 	var streamRate float64
+	var maxPushes int
+	var sendTimeout time.Duration
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	common.Register(fs, ":15014")
 	remote.Register(fs)
@@ -37,6 +39,8 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
 	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
+	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")
+	fs.DurationVar(&sendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
 	}
@@ -69,7 +73,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay,
-			MaxConnectionAge: maxAge, StreamRate: streamRate,
+			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

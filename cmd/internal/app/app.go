@@ -279,9 +279,12 @@ type Pusher struct {
 	Status *server.Status
 	// Dump, when set, serves the cache's content per proxy (/debug/config_dump).
 	Dump *ConfigDump
-	// MaxConnectionAge and StreamRate configure the xDS server (see server.Config).
-	MaxConnectionAge time.Duration
-	StreamRate       float64
+	// MaxConnectionAge, StreamRate, MaxConcurrentPushes and SendTimeout
+	// configure the xDS server (see server.Config).
+	MaxConnectionAge    time.Duration
+	StreamRate          float64
+	MaxConcurrentPushes int
+	SendTimeout         time.Duration
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -322,7 +325,8 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.pusher.Store(ps)
 	}
 	srv, err = server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, Convergence: ps, Classify: ps.Classify,
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout,
+		Convergence: ps, Classify: ps.Classify,
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {
 				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})

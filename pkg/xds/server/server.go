@@ -48,6 +48,14 @@ type Config struct {
 	// Register, when set, registers more services on the xDS gRPC server
 	// (Envoy's client status discovery service, for one).
 	Register func(grpc.ServiceRegistrar)
+	// MaxConcurrentPushes bounds how many responses are written at once
+	// across all streams; the rest wait (shardpilot_pusher_xds_push_queue_seconds).
+	// Default 100; negative means unlimited.
+	MaxConcurrentPushes int
+	// SendTimeout bounds how long writing one response may take: a proxy
+	// that does not read its stream loses its push slot and its stream
+	// when it passes. Default 10s; negative disables.
+	SendTimeout time.Duration
 	// Classify, when set, returns a proxy's class, so that Reclassify can
 	// tell which proxies belong to another class than the one they are
 	// served from.
@@ -74,6 +82,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnectionAge == 0 {
 		c.MaxConnectionAge = 30 * time.Minute
+	}
+	if c.MaxConcurrentPushes == 0 {
+		c.MaxConcurrentPushes = 100
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 10 * time.Second
 	}
 	if c.StreamRate < 0 {
 		return errors.New("server: the stream rate must not be negative")
@@ -103,6 +117,9 @@ type Server struct {
 type metrics struct {
 	refused   prometheus.Counter
 	moved     prometheus.Counter
+	timeouts  prometheus.Counter
+	queue     prometheus.Histogram
+	send      prometheus.Histogram
 	streams   prometheus.Gauge
 	responses *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
@@ -118,6 +135,14 @@ func New(cfg Config) (*Server, error) {
 			Help: "New xDS streams refused by the stream rate limit."}),
 		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_reclassified_total",
 			Help: "xDS streams ended because their proxy's class changed (the proxy reconnects)."}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
+			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
+		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",
+			Help:    "Time a response waited for a push slot.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		send: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_send_seconds",
+			Help:    "Time writing one response to its stream took.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_streams",
 			Help: "Open xDS streams."}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_responses_total",
@@ -126,13 +151,18 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.streams, m.responses, m.nacks} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
 	}
-	return &Server{cfg: cfg, m: m}, nil
+	srv := &Server{cfg: cfg, m: m}
+	srv.streams.pushes = pushLimit{timeout: max(cfg.SendTimeout, 0), m: &srv.m}
+	if cfg.MaxConcurrentPushes > 0 {
+		srv.streams.pushes.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
+	}
+	return srv, nil
 }
 
 // shortType turns a type URL into a metric label: "type.googleapis.com/envoy.config.cluster.v3.Cluster" → "Cluster".
@@ -257,7 +287,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	opts := append([]grpc.ServerOption{
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Stopping waits for every handler, so no receive starts after it.
+		// Run returns only after every stream handler has.
 		grpc.WaitForHandlers(true),
 	}, s.cfg.GRPCOptions...)
 	interceptors := []grpc.StreamServerInterceptor{}
@@ -301,6 +331,6 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		<-stopped
 	}
 	<-errc
-	s.streams.recvs.Wait()
+	s.streams.recvs.wait()
 	return nil
 }

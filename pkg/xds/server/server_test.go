@@ -2,12 +2,20 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
+	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -64,4 +72,119 @@ func TestStreamRateLimit(t *testing.T) {
 	if err := open(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("second stream at once: %v, want UNAVAILABLE", err)
 	}
+}
+
+// TestSlowProxyDoesNotHoldUpOthers: with one push slot, a proxy that never
+// reads its stream holds the slot only until the send timeout; then its
+// stream is ended and the next proxy is served.
+func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
+	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType, resource.ListenerType},
+		Classify: func(*core.Node) string { return "all" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Responses far larger than a stream's flow-control window: gRPC
+	// takes the first whole, and the next blocks until the proxy reads.
+	big := map[string]types.Resource{}
+	listeners := map[string]types.Resource{}
+	for i := range 64 {
+		name := fmt.Sprintf("cluster-%d", i)
+		big[name] = &clusterv3.Cluster{Name: name, AltStatName: strings.Repeat("x", 64<<10)}
+		listeners[name] = &listenerv3.Listener{Name: name, StatPrefix: strings.Repeat("x", 64<<10)}
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, big); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.Update("all", resource.ListenerType, listeners); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(server.Config{Cache: c.Server(), MaxConcurrentPushes: 1, SendTimeout: 300 * time.Millisecond,
+		Registerer: reg, DrainTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+
+	dial := func() (*grpc.ClientConn, discovery.AggregatedDiscoveryServiceClient) {
+		// Fixed windows (no BDP growth): an unread stream fills up.
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, discovery.NewAggregatedDiscoveryServiceClient(conn)
+	}
+	slowConn, slow := dial()
+	defer slowConn.Close()
+	ss, err := slow.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := ss.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "slow"}, TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The slow proxy never calls Recv. Wait until its second write holds the slot.
+	testutil.Eventually(t, 10*time.Second, "the slow proxy's second write to start", func() (bool, string) {
+		n := histogramCount(t, reg, "shardpilot_pusher_xds_push_queue_seconds")
+		return n >= 2, fmt.Sprintf("%d responses took a slot", n)
+	})
+
+	fastConn, fast := dial()
+	defer fastConn.Close()
+	fs, err := fast.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "fast"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fs.Recv()
+	if err != nil {
+		t.Fatalf("the proxy behind the slow one: %v", err)
+	}
+	if len(resp.Resources) != len(big) {
+		t.Errorf("got %d clusters, want %d", len(resp.Resources), len(big))
+	}
+	if n := counterValue(t, reg, "shardpilot_pusher_xds_send_timeouts_total"); n != 1 {
+		t.Errorf("%v send timeouts, want 1 (the slow proxy's)", n)
+	}
+}
+
+func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f
+		}
+	}
+	return nil
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	if f := family(t, reg, name); f != nil {
+		return f.GetMetric()[0].GetHistogram().GetSampleCount()
+	}
+	return 0
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	if f := family(t, reg, name); f != nil {
+		return f.GetMetric()[0].GetCounter().GetValue()
+	}
+	return 0
 }

@@ -386,6 +386,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 			return generate.ServiceClusters(m, s, proxy)
 		})...)
 	}
+	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
 	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
 	publish(p, class, resource.ClusterType, clusters)
 	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))

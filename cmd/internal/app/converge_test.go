@@ -197,8 +197,8 @@ func TestDeltaReconnectToAnotherReplica(t *testing.T) {
 		known[r.Name] = r.Version
 	}
 	close1()
-	if len(known) != 6 {
-		t.Fatalf("replica 1 sent %d clusters, want the greeter's 3 and the 3 catch-all clusters", len(known))
+	if len(known) != 7 {
+		t.Fatalf("replica 1 sent %d clusters, want the greeter's 3, its inbound one and the 3 catch-all clusters", len(known))
 	}
 
 	rx2, s2, close2 := subscribe(p2.ads, known)
@@ -316,8 +316,8 @@ func TestSotWReconnectToAnotherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the next change did not arrive: %v", err)
 	}
-	if resp.TypeUrl != resource.ClusterType || len(resp.Resources) != 4 || resp.VersionInfo == held[resource.ClusterType].VersionInfo {
-		t.Errorf("after the subsets went: %s with %d resources at version %s; want the 4 remaining clusters at a new version",
+	if resp.TypeUrl != resource.ClusterType || len(resp.Resources) != 5 || resp.VersionInfo == held[resource.ClusterType].VersionInfo {
+		t.Errorf("after the subsets went: %s with %d resources at version %s; want the 5 remaining clusters at a new version",
 			resp.TypeUrl, len(resp.Resources), resp.VersionInfo)
 	}
 }

@@ -23,12 +23,13 @@ func ads() *core.ConfigSource {
 
 // Clusters returns the outbound EDS clusters of every service: one per
 // hostname and port, and one more per subset of its traffic policy; and for
-// sidecars, the passthrough and black hole clusters.
+// sidecars, the inbound clusters and the passthrough and black hole clusters.
 func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, s := range m.Services {
 		out = append(out, ServiceClusters(m, s, proxy)...)
 	}
+	out = append(out, InboundClusters(m, proxy)...)
 	return append(out, CatchAllClusters(proxy)...)
 }
 

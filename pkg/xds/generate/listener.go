@@ -52,7 +52,7 @@ func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 		})
 	}
 	out = append(out, tcpListeners(m)...)
-	return append(out, virtualListeners()...)
+	return append(out, virtualListeners(m)...)
 }
 
 // httpConnectionManager fetches its routes over RDS; its filters are the

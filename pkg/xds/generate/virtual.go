@@ -61,8 +61,9 @@ func tcpProxyFilter(statPrefix, clusterName string) *listener.Filter {
 // virtualListeners are the sidecar's traffic-capture listeners: 15001
 // takes every outbound connection and hands it to the listener of its
 // original destination port, passing through what has none; 15006 takes
-// inbound connections to the workload.
-func virtualListeners() []*listener.Listener {
+// inbound connections to the workload, by their original destination
+// port, passing through what no inbound port matches.
+func virtualListeners(m *Mesh) []*listener.Listener {
 	return []*listener.Listener{
 		{
 			Name:           VirtualOutboundListener,
@@ -74,12 +75,13 @@ func virtualListeners() []*listener.Listener {
 			}},
 		},
 		{
-			Name:    VirtualInboundListener,
-			Address: socketAddress("0.0.0.0", virtualInboundPort),
-			FilterChains: []*listener.FilterChain{{
+			Name:            VirtualInboundListener,
+			Address:         socketAddress("0.0.0.0", virtualInboundPort),
+			ListenerFilters: []*listener.ListenerFilter{originalDstFilter()},
+			FilterChains: append(inboundChains(m), &listener.FilterChain{
 				Name:    InboundPassthroughCluster,
 				Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
-			}},
+			}),
 		},
 	}
 }

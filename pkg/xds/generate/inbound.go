@@ -1,0 +1,136 @@
+package generate
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	originaldst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Inbound traffic reaches the workload through inbound clusters, one per
+// port the workloads listen on, named as Istio names them
+// ("inbound|8080||"). They send each connection on to its original
+// destination, the workload's own address and port, from 127.0.0.6 (so
+// the capture rules let it through), which makes them independent of the
+// workload: a class of proxies shares them. The inbound ports are every
+// target port of the services the class sees, not only a workload's own;
+// a connection to a port the workload does not serve is refused, as it
+// would be without the proxy.
+
+// InboundClusterName returns Istio's name for the inbound cluster of a port.
+func InboundClusterName(port uint32) string {
+	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
+}
+
+// inboundPorts returns the target ports of the services in m whose
+// workloads are in the mesh (static resolution; DNS and NONE name
+// destinations outside it), and whether each carries HTTP: a port that
+// some service uses for plain TCP is TCP, so that no connection is parsed
+// as HTTP that is not.
+func inboundPorts(m *Mesh) map[uint32]bool {
+	http := map[uint32]bool{}
+	for _, s := range m.Services {
+		if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			target := p.TargetPort
+			if target == 0 {
+				target = p.Number
+			}
+			isH, seen := http[target]
+			http[target] = isHTTP(p) && (!seen || isH)
+		}
+	}
+	return http
+}
+
+// InboundClusters returns the inbound clusters of a class of Envoy
+// sidecars; proxyless clients have none.
+func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
+	if proxy != Envoy {
+		return nil
+	}
+	ports := inboundPorts(m)
+	var out []*cluster.Cluster
+	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
+		out = append(out, &cluster.Cluster{
+			Name:                 InboundClusterName(port),
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
+			ConnectTimeout:       durationpb.New(10 * time.Second),
+			UpstreamBindConfig:   &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()},
+		})
+	}
+	return out
+}
+
+// inboundChains returns the virtual inbound listener's filter chains, one
+// per inbound port: HTTP ports through a connection manager whose one
+// route sends everything to the port's inbound cluster (with no timeout,
+// the caller's proxy already applied one), other ports through a TCP proxy.
+func inboundChains(m *Mesh) []*listener.FilterChain {
+	ports := inboundPorts(m)
+	var out []*listener.FilterChain
+	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
+		name := InboundClusterName(port)
+		chain := &listener.FilterChain{
+			Name:             "inbound_0.0.0.0_" + strconv.FormatUint(uint64(port), 10),
+			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
+		}
+		if !ports[port] {
+			chain.Filters = []*listener.Filter{tcpProxyFilter(name, name)}
+			out = append(out, chain)
+			continue
+		}
+		manager := &hcm.HttpConnectionManager{
+			StatPrefix: name,
+			RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+				Name: name,
+				VirtualHosts: []*route.VirtualHost{{
+					Name:    "inbound|http|" + strconv.FormatUint(uint64(port), 10),
+					Domains: []string{"*"},
+					Routes: []*route.Route{{
+						Name:  "default",
+						Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+						Action: &route.Route_Route{Route: &route.RouteAction{
+							ClusterSpecifier: &route.RouteAction_Cluster{Cluster: name},
+							Timeout:          durationpb.New(0),
+						}},
+					}},
+				}},
+			}},
+			HttpFilters: []*hcm.HttpFilter{{
+				Name:       "envoy.filters.http.router",
+				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
+			}},
+		}
+		chain.Filters = []*listener.Filter{{
+			Name:       "envoy.filters.network.http_connection_manager",
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
+		}}
+		out = append(out, chain)
+	}
+	return out
+}
+
+// originalDstFilter restores a redirected connection's original
+// destination, which the inbound chains match on.
+func originalDstFilter() *listener.ListenerFilter {
+	return &listener.ListenerFilter{
+		Name:       "envoy.filters.listener.original_dst",
+		ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&originaldst.OriginalDst{})},
+	}
+}

@@ -186,7 +186,10 @@ func testGateways() []*generate.Gateway {
 		Servers: []*meshv1.GatewayServer{
 			{Port: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"bookinfo/*"}, Tls: &meshv1.GatewayTLS{HttpsRedirect: true}},
 			{Port: 8080, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}},
-			{Port: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"*"}, Tls: &meshv1.GatewayTLS{Mode: "SIMPLE", CredentialName: "cert"}},
+			{Port: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"bookinfo/*"}, Tls: &meshv1.GatewayTLS{Mode: "SIMPLE", CredentialName: "cert"}},
+			{Name: "partners", Port: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"*/api.partners.example.com"}, Tls: &meshv1.GatewayTLS{Mode: "MUTUAL", CredentialName: "partners"}},
+			{Name: "mesh", Port: 15443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"*"}, Tls: &meshv1.GatewayTLS{Mode: "ISTIO_MUTUAL"}},
+			{Name: "passthrough", Port: 8443, Protocol: meshv1.Protocol_PROTOCOL_TLS, Hosts: []string{"*"}, Tls: &meshv1.GatewayTLS{Mode: "PASSTHROUGH"}},
 		},
 	}}}
 }

@@ -29,7 +29,9 @@ func (g *Gateway) Key() string { return g.Namespace + "/" + g.Name }
 func GatewayRouteName(port uint32) string { return "http." + strconv.FormatUint(uint64(port), 10) }
 
 // gatewayHTTPSRouteName names the routes of the TLS-terminating servers on a port.
-func gatewayHTTPSRouteName(port uint32) string { return "https." + strconv.FormatUint(uint64(port), 10) }
+func gatewayHTTPSRouteName(port uint32) string {
+	return "https." + strconv.FormatUint(uint64(port), 10)
+}
 
 // gatewayHTTP reports whether a gateway server serves plain HTTP that the
 // router routes.

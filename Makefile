@@ -22,9 +22,22 @@ run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
 	$(GO) run ./cmd/standalone --mesh-dir examples/mesh
 
 .PHONY: test
-test: check-generate ## Run vet, the generated-code check and every test with the race detector.
+test: check-generate ## Run vet, the generated-code check, every test with the race detector, and the small load test.
 	$(GO) vet ./...
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
+	$(MAKE) loadtest
+
+.PHONY: loadtest
+loadtest: build ## Small load test (about a minute): 500 simulated Envoys, 200 services, 2,000 endpoints, shardpilot then the baseline; fails unless every change reaches every proxy.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(BIN)/loadtest run --bin $(BIN) --proxies 500 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/small
+
+.PHONY: loadtest-large
+loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 services, 10,000 endpoints, 20 endpoint + 1 route changes/s for 2 min; 1 and 2 pushers, the reconnect storm, the baseline.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(BIN)/loadtest run --bin $(BIN) --proxies 5000 --services 1000 --endpoints 10 \
+		--endpoint-rate 20 --route-rate 1 --service-rate 0 --duration 2m --settle 1m --pushers 1,2 --storm --out loadtest/out/large
 
 .PHONY: kube-binaries
 kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd the Kubernetes tests run.

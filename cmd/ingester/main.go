@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID string
-	var leaderTTL time.Duration
+	var leaderTTL, syncMax time.Duration
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
 	common.Register(fs, ":15015")
@@ -80,6 +80,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
+	fs.DurationVar(&syncMax, "sync-max-delay", 500*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 100ms)")
 	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 	if err := cli.Parse(fs, "shardpilot ingester: sources → etcd, and etcd → NATS JetStream.", args); err != nil {
 		return err
@@ -128,14 +129,14 @@ func run(ctx context.Context, args []string) error {
 			ready.Set("mesh directory synced", false)
 		}
 		g.Go(func() error {
-			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Election: election,
+			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Election: election, MaxDelay: syncMax,
 				Log: log, Metrics: ingestMetrics,
 				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
 		})
 	}
 	for _, c := range clusters {
 		g.Go(func() error {
-			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix,
+			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix, MaxDelay: syncMax,
 				NamespaceSelector: selector, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
 		})
 	}

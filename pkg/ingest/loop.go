@@ -16,6 +16,9 @@ type Loop struct {
 	Sync func(ctx context.Context) error
 	// Quiet is how long changes must stop before a sync. Default 100ms.
 	Quiet time.Duration
+	// MaxDelay bounds how long a change waits for the quiet period, so
+	// that a source that never stops changing is still synced. Default 1s.
+	MaxDelay time.Duration
 	// Resync syncs even without changes. Default 5m.
 	Resync time.Duration
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
@@ -29,6 +32,9 @@ type Loop struct {
 func NewLoop(l Loop) *Loop {
 	if l.Quiet == 0 {
 		l.Quiet = 100 * time.Millisecond
+	}
+	if l.MaxDelay == 0 {
+		l.MaxDelay = time.Second
 	}
 	if l.Resync == 0 {
 		l.Resync = 5 * time.Minute
@@ -55,10 +61,12 @@ func (l *Loop) Changed() {
 func (l *Loop) Run(ctx context.Context) error {
 	pending := true // sync at once
 	var quiet <-chan time.Time
+	var first time.Time // the oldest change waiting, zero when none
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
 	for {
 		if pending && quiet == nil {
+			first = time.Time{}
 			if err := l.Sync(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -73,7 +81,11 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-l.changed:
-			pending, quiet = true, time.After(l.Quiet)
+			if first.IsZero() {
+				first = time.Now()
+			}
+			wait := min(l.Quiet, max(l.MaxDelay-time.Since(first), 0))
+			pending, quiet = true, time.After(wait)
 		case <-quiet:
 			quiet = nil
 		case <-resync.C:

@@ -46,3 +46,40 @@ func TestLoop(t *testing.T) {
 		}
 	})
 }
+
+// TestLoopSyncsASourceThatNeverStops: changes closer together than the
+// quiet period still reach a sync once the maximum delay has passed.
+func TestLoopSyncsASourceThatNeverStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var syncs []time.Duration
+		start := time.Now()
+		l := NewLoop(Loop{
+			Quiet: 100 * time.Millisecond, MaxDelay: time.Second, Resync: time.Hour,
+			Sync: func(context.Context) error {
+				syncs = append(syncs, time.Since(start))
+				return nil
+			},
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(time.Millisecond)
+		for range 36 { // a change every 70ms for 2.5s
+			l.Changed()
+			time.Sleep(70 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		cancel()
+		<-done
+		// The initial sync, one at each maximum delay, one after the quiet.
+		want := []time.Duration{0, 1001 * time.Millisecond, 2051 * time.Millisecond, 2551 * time.Millisecond}
+		if len(syncs) != len(want) {
+			t.Fatalf("syncs at %v, want %v", syncs, want)
+		}
+		for i := range want {
+			if syncs[i] != want[i] {
+				t.Errorf("sync %d at %s, want %s", i, syncs[i], want[i])
+			}
+		}
+	})
+}

@@ -214,3 +214,13 @@ func (s *state) mesh() (*generate.Mesh, *classIndex, int64) {
 	m.Gateways = gateways
 	return m, newClassIndex(scopes, restricted), rev
 }
+
+// MeshOf builds the generators' view of a set of stored objects, as a
+// pusher does from its store: for tools that serve a mesh without one
+// (the load test's snapshot-cache baseline).
+func MeshOf(items []model.Stored) *generate.Mesh {
+	s := newState()
+	s.reset(items, 0)
+	m, _, _ := s.mesh()
+	return m
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -113,6 +114,11 @@ func (a *Admin) Handler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
+	// Go's profiles, for a look at a busy process (the load test reads the
+	// heap after a collection from /debug/pprof/heap?gc=1&debug=1).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	for path, h := range a.Debug {
 		mux.Handle(path, h)
 	}

@@ -151,8 +151,11 @@ type Source struct {
 	Etcd         *clientv3.Client
 	MeshDir      string
 	DomainSuffix string
-	Election     Election
-	Log          *slog.Logger
+	// MaxDelay bounds how long a change waits for the directory to be
+	// quiet (see ingest.Loop).
+	MaxDelay time.Duration
+	Election Election
+	Log      *slog.Logger
 	// Metrics may be nil (unregistered).
 	Metrics *ingest.Metrics
 	// OnSynced is called after every sync.
@@ -173,6 +176,7 @@ func (s Source) Run(ctx context.Context) error {
 		Normalize: istio.Options{DomainSuffix: s.DomainSuffix, Shard: name},
 		Log:       s.Log.With("source", name),
 		OnSynced:  s.OnSynced,
+		MaxDelay:  s.MaxDelay,
 	})
 	if err != nil {
 		return err
@@ -184,9 +188,11 @@ func (s Source) Run(ctx context.Context) error {
 type KubeSource struct {
 	Etcd *clientv3.Client
 	// Cluster is the cluster ID; it names the endpoint shard.
-	Cluster           string
-	Kube              *rest.Config
-	DomainSuffix      string
+	Cluster      string
+	Kube         *rest.Config
+	DomainSuffix string
+	// MaxDelay bounds how long a change waits for the cluster to be quiet.
+	MaxDelay          time.Duration
 	NamespaceSelector labels.Selector
 	Election          Election
 	Log               *slog.Logger
@@ -215,7 +221,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 	src, err := kube.New(kube.Config{
 		Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer,
 		DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
-		Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced,
+		Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
 	})
 	if err != nil {
 		return err

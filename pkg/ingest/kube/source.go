@@ -63,6 +63,8 @@ type Config struct {
 	NamespaceSelector labels.Selector
 	// Quiet is how long changes must stop before a sync. Default 100ms.
 	Quiet time.Duration
+	// MaxDelay bounds how long a change waits for the quiet period. Default 1s.
+	MaxDelay time.Duration
 	// Resync syncs even without changes, to repair drift. Default 5m.
 	Resync time.Duration
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
@@ -189,7 +191,7 @@ func (s *Source) Run(ctx context.Context) error {
 
 	var w *watched
 	loop := ingest.NewLoop(ingest.Loop{
-		Quiet: s.cfg.Quiet, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
+		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
 		Sync: func(ctx context.Context) error { return s.sync(ctx, w, recorder) },
 	})
 	w = &watched{

@@ -38,6 +38,8 @@ type Config struct {
 	Log       *slog.Logger
 	// Quiet is how long file events must stop before a reload. Default 100ms.
 	Quiet time.Duration
+	// MaxDelay bounds how long an event waits for the quiet period. Default 1s.
+	MaxDelay time.Duration
 	// Resync reloads even without file events, to repair drift. Default 5m.
 	Resync time.Duration
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
@@ -69,7 +71,8 @@ func (c *Config) Validate() error {
 
 // Source watches a directory.
 type Source struct {
-	cfg Config
+	cfg    Config
+	parsed parsed // owned by the sync loop
 }
 
 // New returns a Source.
@@ -88,7 +91,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	loop := ingest.NewLoop(ingest.Loop{
-		Quiet: s.cfg.Quiet, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
+		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
 		Sync: func(ctx context.Context) error {
 			// New subdirectories join the watch before they are read.
 			if err := s.watchDirs(w); err != nil {
@@ -140,7 +143,7 @@ func (s *Source) watchDirs(w *fsnotify.Watcher) error {
 }
 
 func (s *Source) sync(ctx context.Context) error {
-	inputs, problems, err := Read(s.cfg.Dir, time.Now())
+	inputs, problems, err := s.parsed.read(s.cfg.Dir, time.Now())
 	if err != nil {
 		return err
 	}
@@ -161,6 +164,25 @@ func (s *Source) sync(ctx context.Context) error {
 // resource, or a file that does not parse, is returned as a problem. It
 // fails only when the directory itself cannot be read.
 func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
+	return (&parsed{}).read(dir, now)
+}
+
+// parsed keeps each file's parse under its content hash, so that a sync
+// parses only the files that changed: with thousands of files and a
+// change every few milliseconds, parsing is most of a sync's cost.
+type parsed struct {
+	files map[string]parsedFile // by path
+}
+
+type parsedFile struct {
+	sum      [32]byte
+	inputs   []istio.Input
+	problems []ingest.Problem
+}
+
+func (pc *parsed) read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
+	seen := map[string]parsedFile{}
+	defer func() { pc.files = seen }()
 	var inputs []istio.Input
 	var problems []ingest.Problem
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -180,9 +202,21 @@ func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
 		if d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			return nil
 		}
-		in, ps := readFile(rel(dir, path), path, now)
-		inputs = append(inputs, in...)
-		problems = append(problems, ps...)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			name := rel(dir, path)
+			problems = append(problems, ingest.Problem{Location: name, Reason: err.Error() + "; its objects stay as they were", KeepLocation: name})
+			return nil
+		}
+		sum := sha256.Sum256(data)
+		f, ok := pc.files[path]
+		if !ok || f.sum != sum {
+			f.sum = sum
+			f.inputs, f.problems = parseFile(rel(dir, path), data, hex.EncodeToString(sum[:8]), now)
+		}
+		seen[path] = f
+		inputs = append(inputs, f.inputs...)
+		problems = append(problems, f.problems...)
 		return nil
 	})
 	if err != nil {
@@ -199,18 +233,12 @@ func rel(dir, path string) string {
 	return filepath.ToSlash(r)
 }
 
-// readFile reads the documents of one file. A file that does not parse is
+// parseFile reads the documents of one file. A file that does not parse is
 // one problem that keeps everything the file held before.
-func readFile(name, path string, now time.Time) ([]istio.Input, []ingest.Problem) {
+func parseFile(name string, data []byte, version string, now time.Time) ([]istio.Input, []ingest.Problem) {
 	keepAll := func(reason string) []ingest.Problem {
 		return []ingest.Problem{{Location: name, Reason: reason + "; its objects stay as they were", KeepLocation: name}}
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, keepAll(err.Error())
-	}
-	sum := sha256.Sum256(data)
-	version := hex.EncodeToString(sum[:8])
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var inputs []istio.Input
 	var problems []ingest.Problem

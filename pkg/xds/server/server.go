@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"time"
+	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -209,11 +210,13 @@ func (s *Server) callbacks() xds.Callbacks {
 		StreamClosedFunc:      closed,
 		DeltaStreamClosedFunc: func(id int64, node *core.Node) { closed(deltaID(id), node) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			intern(r.ResourceNames)
 			s.opened(id, false)
 			request(id, r.GetNode(), r.TypeUrl, r.VersionInfo, r.ResponseNonce, r.ErrorDetail)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			intern(r.ResourceNamesSubscribe)
 			id = deltaID(id)
 			s.opened(id, true)
 			request(id, r.GetNode(), r.TypeUrl, "", r.ResponseNonce, r.ErrorDetail)
@@ -233,6 +236,15 @@ func (s *Server) callbacks() xds.Callbacks {
 			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
 			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources), s.epoch())
 		},
+	}
+}
+
+// intern makes the resource names of a request share their bytes with
+// every other stream's: a subscription keeps its names for as long as the
+// stream lives, and thousands of proxies name the same resources.
+func intern(names []string) {
+	for i, n := range names {
+		names[i] = unique.Make(n).Value()
 	}
 }
 

@@ -1,0 +1,236 @@
+// Package report turns a load test's measurements into a JSON report, a
+// Markdown summary and PNG plots, printing each figure for shardpilot and
+// the baseline side by side with their ratio.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Percentiles summarise a distribution, in seconds.
+type Percentiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Summarise computes percentiles of durations (nearest rank).
+func Summarise(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return s[max(i, 0)].Seconds()
+	}
+	return Percentiles{N: len(s), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: s[len(s)-1].Seconds()}
+}
+
+// Point is one change on the convergence-over-time plot.
+type Point struct {
+	At          float64 `json:"at"`          // seconds since the changes began
+	Convergence float64 `json:"convergence"` // seconds
+	Kind        string  `json:"kind"`
+}
+
+// Usage is one sample of the control plane's processes.
+type Usage struct {
+	At  float64 `json:"at"`      // seconds since the phase began
+	CPU float64 `json:"cpu_s"`   // CPU seconds used so far
+	RSS float64 `json:"rss_mib"` // resident memory, MiB
+}
+
+// Storm is the reconnect storm: every proxy's pusher is killed at once.
+type Storm struct {
+	Proxies int `json:"proxies"`
+	// Converged is the time from the kill until every proxy had ACKed a
+	// change made at the kill (on the surviving replica).
+	Converged float64 `json:"converged_s"`
+	// Full is the time until every proxy held a full config again.
+	Full float64 `json:"full_s"`
+	OK   bool    `json:"ok"`
+}
+
+// Phase is one control plane under one run of the scenario.
+type Phase struct {
+	Name    string `json:"name"` // "shardpilot, 1 pusher", "baseline", …
+	Target  string `json:"target"`
+	Pushers int    `json:"pushers,omitempty"`
+	Proxies int    `json:"proxies"`
+	Delta   int    `json:"delta_proxies"`
+
+	Changes     int                    `json:"changes"`
+	Unconverged int                    `json:"unconverged"`
+	Convergence Percentiles            `json:"convergence"`
+	ByKind      map[string]Percentiles `json:"convergence_by_kind"`
+	FirstConfig Percentiles            `json:"first_config"`
+
+	ResponsesPerProxy float64 `json:"responses_per_proxy"`
+	BytesPerProxy     float64 `json:"bytes_per_proxy"`
+	NACKs             int64   `json:"nacks"`
+	Errors            int64   `json:"stream_errors"`
+
+	// CPUPerChange is the serving processes' CPU during the changes
+	// (until they converged) divided by the number of changes.
+	CPUPerChange float64 `json:"cpu_ms_per_change"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	// RSSLoaded and HeapLoaded are before any proxy connected,
+	// RSSConnected and HeapConnected once all held a full config. The heap
+	// is read right after a collection; its growth per proxy is the memory
+	// a proxy costs beyond the shared state.
+	RSSLoaded      float64 `json:"rss_loaded_mib"`
+	RSSConnected   float64 `json:"rss_connected_mib"`
+	RSSMax         float64 `json:"rss_max_mib"`
+	HeapLoaded     float64 `json:"heap_loaded_mib"`
+	HeapConnected  float64 `json:"heap_connected_mib"`
+	MemoryPerProxy float64 `json:"memory_per_proxy_kib"`
+	// IngestCPUSeconds is the ingester's CPU during the changes (shardpilot only).
+	IngestCPUSeconds float64 `json:"ingest_cpu_seconds,omitempty"`
+
+	Timeline []Point  `json:"timeline"`
+	Usage    []Usage  `json:"usage"`
+	Storm    *Storm   `json:"storm,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Scenario any       `json:"scenario"`
+	Started  time.Time `json:"started"`
+	Phases   []Phase   `json:"phases"`
+}
+
+// Write writes report.json, report.md and the plots into dir, and the
+// Markdown summary to w.
+func (r *Report) Write(dir string, w io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	md := r.Markdown()
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := r.plot(dir); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, md)
+	return err
+}
+
+// Markdown renders the summary: one table, a column per phase, and the
+// ratio of each shardpilot phase to the baseline.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# shardpilot load test\n\nStarted %s. Scenario: `%s`.\n\n", r.Started.Format(time.RFC3339), scenarioLine(r.Scenario))
+	var base *Phase
+	for i := range r.Phases {
+		if r.Phases[i].Target == "baseline" {
+			base = &r.Phases[i]
+		}
+	}
+	header := "| figure |"
+	sep := "| --- |"
+	for _, p := range r.Phases {
+		header += " " + p.Name + " |"
+		sep += " ---: |"
+		if base != nil && p.Target != "baseline" {
+			header += " ratio to baseline |"
+			sep += " ---: |"
+		}
+	}
+	b.WriteString(header + "\n" + sep + "\n")
+	row := func(name string, f func(p Phase) float64, unit string) {
+		line := "| " + name + " |"
+		for _, p := range r.Phases {
+			line += " " + format(f(p), unit) + " |"
+			if base != nil && p.Target != "baseline" {
+				line += " " + ratio(f(p), f(*base)) + " |"
+			}
+		}
+		b.WriteString(line + "\n")
+	}
+	row("convergence p50", func(p Phase) float64 { return p.Convergence.P50 }, "s")
+	row("convergence p90", func(p Phase) float64 { return p.Convergence.P90 }, "s")
+	row("convergence p99", func(p Phase) float64 { return p.Convergence.P99 }, "s")
+	row("convergence max", func(p Phase) float64 { return p.Convergence.Max }, "s")
+	row("changes", func(p Phase) float64 { return float64(p.Changes) }, "")
+	row("changes that never converged", func(p Phase) float64 { return float64(p.Unconverged) }, "")
+	row("first full config p99", func(p Phase) float64 { return p.FirstConfig.P99 }, "s")
+	row("CPU per change", func(p Phase) float64 { return p.CPUPerChange }, "ms")
+	row("memory per proxy beyond the shared state", func(p Phase) float64 { return p.MemoryPerProxy }, "KiB")
+	row("heap with the mesh loaded (after GC)", func(p Phase) float64 { return p.HeapLoaded }, "MiB")
+	row("heap with every proxy connected (after GC)", func(p Phase) float64 { return p.HeapConnected }, "MiB")
+	row("RSS with the mesh loaded", func(p Phase) float64 { return p.RSSLoaded }, "MiB")
+	row("RSS max", func(p Phase) float64 { return p.RSSMax }, "MiB")
+	row("responses per proxy", func(p Phase) float64 { return p.ResponsesPerProxy }, "")
+	row("bytes per proxy", func(p Phase) float64 { return p.BytesPerProxy / 1024 }, "KiB")
+	row("NACKs", func(p Phase) float64 { return float64(p.NACKs) }, "")
+	row("stream errors", func(p Phase) float64 { return float64(p.Errors) }, "")
+	b.WriteString("\n")
+	for _, p := range r.Phases {
+		fmt.Fprintf(&b, "- %s: %d proxies (%d Delta), %d changes, %d never converged", p.Name, p.Proxies, p.Delta, p.Changes, p.Unconverged)
+		if p.IngestCPUSeconds > 0 {
+			fmt.Fprintf(&b, "; the ingester used %.2f CPU s", p.IngestCPUSeconds)
+		}
+		b.WriteString(".\n")
+		for kind, pc := range p.ByKind {
+			fmt.Fprintf(&b, "  - %s changes: %d, convergence p50 %s, p99 %s, max %s\n", kind, pc.N, format(pc.P50, "s"), format(pc.P99, "s"), format(pc.Max, "s"))
+		}
+		if s := p.Storm; s != nil {
+			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all held a full config again after %s and had the change made at the kill after %s\n",
+				s.Proxies, format(s.Full, "s"), format(s.Converged, "s"))
+		}
+		for _, pr := range p.Problems {
+			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)
+		}
+	}
+	b.WriteString("\nPlots: convergence-cdf.png, convergence-time.png, cpu.png, rss.png.\n")
+	return b.String()
+}
+
+func scenarioLine(s any) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func format(v float64, unit string) string {
+	switch unit {
+	case "s":
+		if v < 1 {
+			return fmt.Sprintf("%.0f ms", v*1000)
+		}
+		return fmt.Sprintf("%.2f s", v)
+	case "":
+		if v == math.Trunc(v) {
+			return fmt.Sprintf("%.0f", v)
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}

@@ -1,0 +1,670 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"regexp"
+
+	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+	"github.com/shardpilot/shardpilot/loadtest/procstat"
+	"github.com/shardpilot/shardpilot/loadtest/report"
+	"github.com/shardpilot/shardpilot/loadtest/sim"
+	"github.com/shardpilot/shardpilot/loadtest/track"
+)
+
+// Scenario is what a run does; it is printed in the report.
+type Scenario struct {
+	Proxies      int           `json:"proxies"`
+	Services     int           `json:"services"`
+	Endpoints    int           `json:"endpoints_per_service"`
+	Namespaces   int           `json:"namespaces"`
+	Delta        float64       `json:"delta_share"`
+	NACKRate     float64       `json:"nack_rate"`
+	EndpointRate float64       `json:"endpoint_changes_per_s"`
+	RouteRate    float64       `json:"route_changes_per_s"`
+	ServiceRate  float64       `json:"service_changes_per_s"`
+	Duration     time.Duration `json:"duration"`
+	Settle       time.Duration `json:"settle"`
+	Pushers      []int         `json:"pushers"`
+	Baseline     bool          `json:"baseline"`
+	Storm        bool          `json:"storm"`
+	Seed         uint64        `json:"seed"`
+
+	bin, out       string
+	connectTimeout time.Duration
+	check          bool
+}
+
+func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var sc Scenario
+	var pushers string
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&sc.Proxies, "proxies", 500, "simulated Envoys")
+	fs.IntVar(&sc.Services, "services", 200, "services in the mesh")
+	fs.IntVar(&sc.Endpoints, "endpoints", 10, "endpoints per service")
+	fs.IntVar(&sc.Namespaces, "namespaces", 10, "namespaces the services and proxies spread over")
+	fs.Float64Var(&sc.Delta, "delta", 0.5, "share of proxies that speak Delta xDS (the rest SotW)")
+	fs.Float64Var(&sc.NACKRate, "nack-rate", 0, "share of responses the proxies reject (a rejected change converges only with the next one of the same resource)")
+	fs.Float64Var(&sc.EndpointRate, "endpoint-rate", 10, "endpoint changes per second")
+	fs.Float64Var(&sc.RouteRate, "route-rate", 1, "route (VirtualService) changes per second")
+	fs.Float64Var(&sc.ServiceRate, "service-rate", 0.5, "services added or removed per second")
+	fs.DurationVar(&sc.Duration, "duration", 20*time.Second, "how long changes are made")
+	fs.DurationVar(&sc.Settle, "settle", 30*time.Second, "how long to wait, after the last change, for every proxy to converge")
+	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2)")
+	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
+	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
+	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
+	fs.StringVar(&sc.bin, "bin", ".bin", "directory holding the ingester and pusher binaries (make build)")
+	fs.StringVar(&sc.out, "out", "loadtest/out", "directory for report.json, report.md, the plots and the processes' logs")
+	fs.DurationVar(&sc.connectTimeout, "connect-timeout", 5*time.Minute, "how long every proxy may take to get its first full config")
+	fs.BoolVar(&sc.check, "check", true, "fail unless every proxy converged on every change")
+	if err := parse(fs, "Load-test shardpilot with simulated Envoys, side by side with a snapshot-cache baseline.", args); err != nil {
+		return err
+	}
+	for _, p := range strings.Split(pushers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--pushers %q: want counts of at least 1", pushers)
+		}
+		sc.Pushers = append(sc.Pushers, n)
+	}
+	if sc.Proxies < 1 || sc.Services < 1 || sc.Endpoints < 1 {
+		return errors.New("--proxies, --services and --endpoints must each be at least 1")
+	}
+	if sc.EndpointRate < 0 || sc.RouteRate < 0 || sc.ServiceRate < 0 || sc.EndpointRate+sc.RouteRate+sc.ServiceRate == 0 {
+		return errors.New("the change rates must not be negative, and not all zero")
+	}
+	for _, b := range []string{"ingester", "pusher"} {
+		if _, err := os.Stat(filepath.Join(sc.bin, b)); err != nil {
+			return fmt.Errorf("--bin %s: %w (run make build)", sc.bin, err)
+		}
+	}
+	if err := os.MkdirAll(sc.out, 0o755); err != nil {
+		return err
+	}
+	rep := &report.Report{Scenario: sc, Started: time.Now()}
+	for _, n := range sc.Pushers {
+		ph, err := phase(ctx, sc, target{pushers: n}, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if sc.Storm {
+		ph, err := phase(ctx, sc, target{pushers: 2, storm: true}, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if sc.Baseline {
+		ph, err := phase(ctx, sc, target{baseline: true}, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if err := rep.Write(sc.out, stdout); err != nil {
+		return err
+	}
+	if sc.check {
+		var failed []string
+		for _, p := range rep.Phases {
+			for _, pr := range p.Problems {
+				failed = append(failed, p.Name+": "+pr)
+			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("correctness check failed:\n  %s", strings.Join(failed, "\n  "))
+		}
+	}
+	return nil
+}
+
+// progress prints a status line: rewritten in place on a terminal, and
+// at most every few seconds, a line each, in a log.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	every time.Duration
+	last  time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, every: 5 * time.Second}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.tty, p.every = true, 250*time.Millisecond
+		}
+	}
+	return p
+}
+
+func (p *progress) printf(format string, args ...any) {
+	if time.Since(p.last) < p.every {
+		return
+	}
+	p.last = time.Now()
+	if p.tty {
+		fmt.Fprintf(p.w, "\r"+format+"   ", args...)
+	} else {
+		fmt.Fprintf(p.w, format+"\n", args...)
+	}
+}
+
+// done ends the status line with a final message.
+func (p *progress) done(format string, args ...any) {
+	if p.tty {
+		fmt.Fprint(p.w, "\r")
+	}
+	fmt.Fprintf(p.w, format+"\n", args...)
+	p.last = time.Time{}
+}
+
+// target is the control plane of one phase.
+type target struct {
+	baseline bool
+	pushers  int
+	storm    bool
+}
+
+func (t target) name() string {
+	switch {
+	case t.baseline:
+		return "baseline"
+	case t.storm:
+		return "shardpilot, reconnect storm"
+	case t.pushers == 1:
+		return "shardpilot, 1 pusher"
+	}
+	return fmt.Sprintf("shardpilot, %d pushers", t.pushers)
+}
+
+// proc is a control-plane process the phase started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *os.File
+	// ads and admin are its addresses (admin empty for the baseline);
+	// heap serves /debug/pprof/heap.
+	ads, admin, heap string
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func start(out, name, bin string, args ...string) (*proc, error) {
+	f, err := os.Create(filepath.Join(out, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	return &proc{name: name, cmd: cmd, log: f}, nil
+}
+
+// stop ends a process with SIGTERM, then SIGKILL after a grace period.
+func (p *proc) stop() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	}
+	p.log.Close()
+}
+
+// kill ends a process at once, as a crash would.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// waitReady polls /readyz, or for the baseline its ADS port.
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if p.admin != "" {
+			if resp, err := http.Get("http://" + p.admin + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
+			}
+		} else if c, err := net.DialTimeout("tcp", p.ads, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s was not ready within %s (see its log in the output directory)", p.name, timeout)
+}
+
+// phase runs the scenario against one control plane.
+func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report.Phase, error) {
+	ph := report.Phase{Name: t.name(), Target: "shardpilot", Pushers: t.pushers, Proxies: sc.Proxies}
+	if t.baseline {
+		ph.Target, ph.Pushers = "baseline", 0
+	}
+	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", ph.Name, sc.Proxies, sc.Services, sc.Endpoints)
+	began := time.Now()
+	defer func() { fmt.Fprintf(stderr, "== %s: done in %s\n", ph.Name, time.Since(began).Round(time.Second)) }()
+	work, err := os.MkdirTemp("", "shardpilot-loadtest-")
+	if err != nil {
+		return ph, err
+	}
+	defer os.RemoveAll(work)
+	meshDir := filepath.Join(work, "mesh")
+	if err := os.Mkdir(meshDir, 0o755); err != nil {
+		return ph, err
+	}
+	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
+	if err != nil {
+		return ph, err
+	}
+	logName := strings.NewReplacer(", ", "-", " ", "-").Replace(ph.Name)
+
+	// The control plane.
+	var servers []*proc // those that serve proxies
+	var ingester *proc
+	defer func() {
+		for _, p := range servers {
+			p.stop()
+		}
+		if ingester != nil {
+			ingester.stop()
+		}
+	}()
+	if t.baseline {
+		self, err := os.Executable()
+		if err != nil {
+			return ph, err
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return ph, err
+		}
+		admin, err := freeAddr()
+		if err != nil {
+			return ph, err
+		}
+		p, err := start(sc.out, logName, self, "baseline", "--mesh-dir", meshDir, "--ads-addr", addr, "--admin-addr", admin)
+		if err != nil {
+			return ph, err
+		}
+		p.ads, p.heap = addr, admin
+		servers = append(servers, p)
+	} else {
+		etcd, err := embedded.StartEtcd(work)
+		if err != nil {
+			return ph, err
+		}
+		defer etcd.Close()
+		nats, err := embedded.StartNATS(work, 0)
+		if err != nil {
+			return ph, err
+		}
+		defer nats.Close()
+		admin, err := freeAddr()
+		if err != nil {
+			return ph, err
+		}
+		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), "--etcd-endpoints", etcd.Endpoint,
+			"--nats-url", nats.URL, "--mesh-dir", meshDir, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn")
+		if err != nil {
+			return ph, err
+		}
+		ingester.admin = admin
+		if err := ingester.waitReady(ctx, time.Minute); err != nil {
+			return ph, err
+		}
+		for i := range t.pushers {
+			ads, err1 := freeAddr()
+			admin, err2 := freeAddr()
+			if err := errors.Join(err1, err2); err != nil {
+				return ph, err
+			}
+			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), "--etcd-endpoints", etcd.Endpoint,
+				"--nats-url", nats.URL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn")
+			if err != nil {
+				return ph, err
+			}
+			p.ads, p.admin, p.heap = ads, admin, admin
+			servers = append(servers, p)
+		}
+	}
+	for _, p := range servers {
+		if err := p.waitReady(ctx, time.Minute); err != nil {
+			return ph, err
+		}
+	}
+	phaseStart := time.Now()
+	loaded := usage(servers)
+	ph.RSSLoaded = mib(loaded.RSS)
+	heapLoaded := heapLive(servers)
+	ph.HeapLoaded = mib(heapLoaded)
+
+	var sampler procstat.Sampler
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	pids := make([]int, len(servers))
+	for i, p := range servers {
+		pids[i] = p.pid()
+	}
+	go func() { sampler.Run(sctx, 500*time.Millisecond, pids...); close(sampled) }()
+	defer func() { stopSampling(); <-sampled }()
+
+	// The proxies.
+	tracker := track.New(sc.Proxies)
+	addrs := make([]string, len(servers))
+	for i, p := range servers {
+		addrs[i] = p.ads
+	}
+	fleet, err := sim.New(sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate,
+		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm})
+	if err != nil {
+		return ph, err
+	}
+	fctx, stopFleet := context.WithCancel(ctx)
+	fleetDone := make(chan error, 1)
+	go func() { fleetDone <- fleet.Run(fctx) }()
+	defer func() { stopFleet(); <-fleetDone }()
+
+	prog := newProgress(stderr)
+	connectStart := time.Now()
+	for fleet.Full() < sc.Proxies {
+		if time.Since(connectStart) > sc.connectTimeout || ctx.Err() != nil {
+			ph.Problems = append(ph.Problems, fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout))
+			return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
+		}
+		prog.printf("connecting: %d/%d proxies hold a full config (%s)", fleet.Full(), sc.Proxies, time.Since(connectStart).Round(time.Second))
+		time.Sleep(50 * time.Millisecond)
+	}
+	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(connectStart).Round(time.Millisecond))
+	// Let the responses of the connection burst drain from the send
+	// buffers before the heap is read.
+	time.Sleep(2 * time.Second)
+	ph.RSSConnected = mib(usage(servers).RSS)
+	heapConnected := heapLive(servers)
+	ph.HeapConnected = mib(heapConnected)
+	ph.MemoryPerProxy = float64(heapConnected-heapLoaded) / 1024 / float64(sc.Proxies)
+
+	if t.storm {
+		ph.Storm = storm(ctx, sc, servers, mesh, fleet, tracker, prog)
+		if !ph.Storm.OK {
+			ph.Problems = append(ph.Problems, "the reconnect storm did not converge")
+		}
+		return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
+	}
+
+	// The changes.
+	before := usage(servers)
+	var ingestBefore procstat.Sample
+	if ingester != nil {
+		ingestBefore, _ = procstat.Read(ingester.pid())
+	}
+	changesStart := time.Now()
+	if err := makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog); err != nil {
+		return ph, err
+	}
+	settleStart := time.Now()
+	for tracker.Pending() > 0 && time.Since(settleStart) < sc.Settle && ctx.Err() == nil {
+		prog.printf("settling: %d changes not yet at every proxy (%s)", tracker.Pending(), time.Since(settleStart).Round(time.Second))
+		time.Sleep(50 * time.Millisecond)
+	}
+	end := usage(servers)
+	prog.done("settled: %d changes pending after %s", tracker.Pending(), time.Since(settleStart).Round(time.Millisecond))
+	if ingester != nil {
+		if s, err := procstat.Read(ingester.pid()); err == nil {
+			ph.IngestCPUSeconds = (s.CPU - ingestBefore.CPU).Seconds()
+		}
+	}
+	cpu := end.CPU - before.CPU
+	return finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu), nil
+}
+
+// makeChanges edits the mesh at the scenario's rates for its duration,
+// with the same sequence in every phase.
+func makeChanges(ctx context.Context, sc Scenario, mesh *meshgen.Mesh, tracker *track.Tracker, fleet *sim.Fleet, begin time.Time, prog *progress) error {
+	rng := rand.New(rand.NewPCG(sc.Seed, 3))
+	total := sc.EndpointRate + sc.RouteRate + sc.ServiceRate
+	tick := time.NewTicker(time.Duration(float64(time.Second) / total))
+	defer tick.Stop()
+	made := 0
+	added := map[int]time.Time{} // dynamic services by the change that added them
+	for time.Since(begin) < sc.Duration {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		kind := meshgen.Endpoint
+		switch x := rng.Float64() * total; {
+		case x >= sc.EndpointRate+sc.RouteRate:
+			kind = meshgen.AddService
+			if rng.IntN(2) == 0 {
+				kind = meshgen.RemoveService
+			}
+		case x >= sc.EndpointRate:
+			kind = meshgen.Route
+		}
+		pick := rng.IntN(1 << 30)
+		if kind == meshgen.RemoveService {
+			// Remove the oldest dynamic service, once every proxy can have
+			// seen it: a service added and removed within one debounce is
+			// never visible, and its changes could not be told apart from lost ones.
+			dyn := mesh.Dynamic()
+			if len(dyn) == 0 || time.Since(added[dyn[0]]) < 5*time.Second {
+				kind = meshgen.AddService
+			}
+			pick = 0
+		}
+		c, err := mesh.Apply(kind, pick, func(c meshgen.Change) { tracker.Made(c, time.Now()) })
+		if err != nil {
+			return err
+		}
+		if c.Kind == meshgen.AddService {
+			added[c.N] = time.Now()
+		}
+		made++
+		prog.printf("changes: %d made in %s, %d not yet at every proxy, %d/%d proxies hold a full config",
+			made, time.Since(begin).Round(time.Second), tracker.Pending(), fleet.Full(), fleet.Size())
+	}
+	prog.done("changes: %d made in %s", made, time.Since(begin).Round(time.Second))
+	return nil
+}
+
+// storm kills the pusher holding every proxy and makes a change at that
+// moment: the time until every proxy ACKed it, through the surviving
+// pusher, is how long the mesh took to converge again.
+func storm(ctx context.Context, sc Scenario, servers []*proc, mesh *meshgen.Mesh, fleet *sim.Fleet, tracker *track.Tracker, prog *progress) *report.Storm {
+	s := &report.Storm{Proxies: sc.Proxies}
+	killed := time.Now()
+	servers[0].kill()
+	c, err := mesh.Apply(meshgen.Endpoint, 0, func(c meshgen.Change) { tracker.Made(c, time.Now()) })
+	if err != nil {
+		return s
+	}
+	deadline := killed.Add(sc.Settle + sc.connectTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if s.Full == 0 && fleet.Full() == sc.Proxies {
+			s.Full = time.Since(killed).Seconds()
+		}
+		if tracker.Pending() == 0 && s.Full > 0 {
+			break
+		}
+		prog.printf("storm: %d/%d proxies hold a full config again, change %d pending at some", fleet.Full(), sc.Proxies, c.N)
+		time.Sleep(20 * time.Millisecond)
+	}
+	prog.done("storm: all converged again after %.2fs (full config after %.2fs)", time.Since(killed).Seconds(), s.Full)
+	for _, r := range tracker.Results() {
+		if r.Change.N == c.N && r.Done {
+			s.Converged, s.OK = r.Converged.Seconds(), s.Full > 0
+		}
+	}
+	return s
+}
+
+// usage sums the processes' CPU and RSS now.
+func usage(ps []*proc) procstat.Sample {
+	var sum procstat.Sample
+	for _, p := range ps {
+		if p.cmd.ProcessState != nil {
+			continue
+		}
+		if s, err := procstat.Read(p.pid()); err == nil {
+			sum.CPU += s.CPU
+			sum.RSS += s.RSS
+		}
+	}
+	sum.At = time.Now()
+	return sum
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+var heapAllocLine = regexp.MustCompile(`# HeapAlloc = (\d+)`)
+
+// heapLive sums the processes' live heap right after a collection (from
+// /debug/pprof/heap?gc=1): unlike RSS, it leaves out garbage and memory
+// the runtime has not yet returned to the system.
+func heapLive(ps []*proc) int64 {
+	var sum int64
+	for _, p := range ps {
+		// Two collections: the first moves sync.Pool contents (gRPC's
+		// buffers) to its victim cache, the second frees them.
+		if resp, err := http.Get("http://" + p.heap + "/debug/pprof/heap?gc=1&debug=1"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		resp, err := http.Get("http://" + p.heap + "/debug/pprof/heap?gc=1&debug=1")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := heapAllocLine.FindSubmatch(b); m != nil {
+			n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			sum += n
+		}
+	}
+	return sum
+}
+
+// finish fills in a phase's figures from what was measured.
+func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *procstat.Sampler, servers []*proc,
+	phaseStart, changesStart time.Time, cpu *time.Duration) report.Phase {
+	st := fleet.Stats()
+	ph.Delta, ph.NACKs, ph.Errors = st.Delta, st.NACKs, st.Errors
+	var first []time.Duration
+	never := 0
+	for _, d := range st.FirstFull {
+		if d == 0 {
+			never++
+			continue
+		}
+		first = append(first, d)
+	}
+	ph.FirstConfig = report.Summarise(first)
+	if never > 0 {
+		ph.Problems = append(ph.Problems, fmt.Sprintf("%d proxies never got a full config", never))
+	}
+	var responses, bytes int64
+	for i := range st.Responses {
+		responses += st.Responses[i]
+		bytes += st.Bytes[i]
+	}
+	ph.ResponsesPerProxy = float64(responses) / float64(max(st.Proxies, 1))
+	ph.BytesPerProxy = float64(bytes) / float64(max(st.Proxies, 1))
+
+	var all []time.Duration
+	byKind := map[string][]time.Duration{}
+	for _, r := range tracker.Results() {
+		ph.Changes++
+		if !r.Done {
+			ph.Unconverged++
+			if ph.Unconverged <= 5 {
+				ph.Problems = append(ph.Problems, fmt.Sprintf("change %d (%s of service %d) reached %d of %d proxies",
+					r.Change.N, r.Change.Kind, r.Change.Service, r.Proxies, ph.Proxies))
+			}
+			continue
+		}
+		all = append(all, r.Converged)
+		byKind[r.Change.Kind.String()] = append(byKind[r.Change.Kind.String()], r.Converged)
+		ph.Timeline = append(ph.Timeline, report.Point{At: r.Made.Sub(changesStart).Seconds(), Convergence: r.Converged.Seconds(), Kind: r.Change.Kind.String()})
+	}
+	if ph.Unconverged > 5 {
+		ph.Problems = append(ph.Problems, fmt.Sprintf("and %d more changes did not reach every proxy", ph.Unconverged-5))
+	}
+	ph.Convergence = report.Summarise(all)
+	ph.ByKind = map[string]report.Percentiles{}
+	for k, ds := range byKind {
+		ph.ByKind[k] = report.Summarise(ds)
+	}
+	if cpu != nil && ph.Changes > 0 {
+		ph.CPUSeconds = cpu.Seconds()
+		ph.CPUPerChange = cpu.Seconds() * 1000 / float64(ph.Changes)
+	}
+	// Usage over time, summed over the serving processes.
+	type acc struct {
+		cpu time.Duration
+		rss int64
+	}
+	var series []acc
+	var times []time.Time
+	for _, p := range servers {
+		for i, s := range sampler.Samples(p.pid()) {
+			if i >= len(series) {
+				series = append(series, acc{})
+				times = append(times, s.At)
+			}
+			series[i].cpu += s.CPU
+			series[i].rss += s.RSS
+		}
+	}
+	var cpu0 time.Duration
+	if len(series) > 0 {
+		cpu0 = series[0].cpu
+	}
+	for i, a := range series {
+		ph.Usage = append(ph.Usage, report.Usage{At: times[i].Sub(phaseStart).Seconds(), CPU: (a.cpu - cpu0).Seconds(), RSS: mib(a.rss)})
+		ph.RSSMax = max(ph.RSSMax, mib(a.rss))
+	}
+	return ph
+}

@@ -1,0 +1,774 @@
+// Package sim runs simulated Envoy sidecars: thousands of ADS streams from
+// one process, SotW or Delta, each behaving as Envoy does. A proxy
+// subscribes to every cluster and listener, then to the endpoints of every
+// EDS cluster it receives and the routes every listener names; it ACKs each
+// response with its version and nonce (or NACKs a share of them when
+// asked), and on a broken stream reconnects, to the next address when
+// there are several, saying what it already holds.
+//
+// A proxy keeps names and versions, not configurations: each response is
+// read for what the load test looks for (the markers of package meshgen)
+// and dropped. Names and version lists are interned across proxies.
+//
+// Fleet.Run returns after every proxy's goroutines have stopped.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+	"github.com/shardpilot/shardpilot/loadtest/track"
+)
+
+// Observer learns what the proxies hold: proxy p ACKed at a time a
+// response holding key k as of change n.
+type Observer interface {
+	Saw(p int, k track.Key, n int, at time.Time)
+}
+
+// Config configures a Fleet.
+type Config struct {
+	// Addrs are the ADS addresses; proxy i connects to Addrs[i%len] first
+	// (Addrs[0] when Sticky) and moves to the next when its stream breaks.
+	Addrs  []string
+	Sticky bool
+	// Proxies is how many proxies there are across all shards; this
+	// process runs those whose index modulo Shards is Shard.
+	Proxies       int
+	Shard, Shards int
+	// Delta is the share of proxies that speak Delta xDS (0 to 1).
+	Delta float64
+	// NACKRate is the share of responses a proxy rejects (0 to 1).
+	NACKRate float64
+	// Namespaces spreads the proxies over this many namespaces (ns-<i>).
+	Namespaces int
+	// PerConn is how many proxies share one gRPC connection. Default 25.
+	PerConn  int
+	Observer Observer
+	Log      *slog.Logger
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if len(c.Addrs) == 0 {
+		return errors.New("sim: at least one ADS address is required")
+	}
+	if c.Proxies < 1 {
+		return fmt.Errorf("sim: %d proxies: want at least 1", c.Proxies)
+	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	if c.Shard < 0 || c.Shard >= c.Shards {
+		return fmt.Errorf("sim: shard %d/%d: want 0 <= shard < shards", c.Shard, c.Shards)
+	}
+	if c.Delta < 0 || c.Delta > 1 || c.NACKRate < 0 || c.NACKRate > 1 {
+		return fmt.Errorf("sim: delta share %v and NACK rate %v: each must be within [0, 1]", c.Delta, c.NACKRate)
+	}
+	if c.Namespaces == 0 {
+		c.Namespaces = 10
+	}
+	if c.PerConn == 0 {
+		c.PerConn = 25
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Fleet is this process's share of the simulated proxies.
+type Fleet struct {
+	cfg     Config
+	proxies []*proxy
+	// full counts proxies whose current stream has delivered a full config.
+	full   atomic.Int64
+	intern interner
+}
+
+// New returns a Fleet; Run starts it.
+func New(cfg Config) (*Fleet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &Fleet{cfg: cfg}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Proxies), 7))
+	for i := cfg.Shard; i < cfg.Proxies; i += cfg.Shards {
+		ns := "ns-" + strconv.Itoa(i%cfg.Namespaces)
+		name := "proxy-" + strconv.Itoa(i)
+		meta, err := structpb.NewStruct(map[string]any{"NAMESPACE": ns, "LABELS": map[string]any{"app": name}})
+		if err != nil {
+			return nil, err
+		}
+		ip := fmt.Sprintf("10.%d.%d.%d", 200+i>>16&0x1f, i>>8&0xff, i&0xff)
+		f.proxies = append(f.proxies, &proxy{
+			fleet: f, index: i, delta: rng.Float64() < cfg.Delta,
+			node: &core.Node{Id: "sidecar~" + ip + "~" + name + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta},
+		})
+	}
+	return f, nil
+}
+
+// Run connects every proxy and keeps them connected until ctx is done.
+func (f *Fleet) Run(ctx context.Context) error {
+	conns := map[string]*grpc.ClientConn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	conn := func(group int, addr string) (*grpc.ClientConn, error) {
+		key := strconv.Itoa(group) + "|" + addr
+		if c, ok := conns[key]; ok {
+			return c, nil
+		}
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+		if err != nil {
+			return nil, fmt.Errorf("sim: dial %s: %w", addr, err)
+		}
+		conns[key] = c
+		return c, nil
+	}
+	var wg sync.WaitGroup
+	for n, p := range f.proxies {
+		for _, addr := range f.cfg.Addrs {
+			c, err := conn(n/f.cfg.PerConn, addr)
+			if err != nil {
+				return err
+			}
+			p.conns = append(p.conns, c)
+		}
+		wg.Go(func() { p.run(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// Size returns how many proxies this process runs.
+func (f *Fleet) Size() int { return len(f.proxies) }
+
+// Full returns how many proxies hold a full config on their current stream.
+func (f *Fleet) Full() int { return int(f.full.Load()) }
+
+// Stats are a fleet's counters.
+type Stats struct {
+	Proxies, Delta int
+	// FirstFull is each proxy's time from its first connect to a full
+	// config (0 for a proxy that never got one).
+	FirstFull []time.Duration
+	Responses []int64 // per proxy
+	Bytes     []int64 // per proxy: resource bytes received
+	NACKs     int64
+	Errors    int64 // broken streams
+}
+
+// Stats returns the fleet's counters so far.
+func (f *Fleet) Stats() Stats {
+	s := Stats{Proxies: len(f.proxies)}
+	for _, p := range f.proxies {
+		if p.delta {
+			s.Delta++
+		}
+		s.FirstFull = append(s.FirstFull, time.Duration(p.firstFull.Load()))
+		s.Responses = append(s.Responses, p.responses.Load())
+		s.Bytes = append(s.Bytes, p.bytes.Load())
+		s.NACKs += p.nacks.Load()
+		s.Errors += p.errors.Load()
+	}
+	return s
+}
+
+// proxy is one simulated Envoy.
+type proxy struct {
+	fleet *Fleet
+	index int
+	delta bool
+	node  *core.Node
+	conns []*grpc.ClientConn
+
+	firstFull                  atomic.Int64 // nanoseconds from the first connect
+	responses, bytes           atomic.Int64
+	nacks, errors              atomic.Int64
+	started                    time.Time
+	state                      holdings
+	full                       bool // the current stream delivered a full config
+	rng                        *rand.Rand
+	sotwVersion, sotwNonce     map[string]string // type → last ACKed version, last nonce
+	deltaVersions              map[string]map[string]string
+	listenerRoutes             map[string][]string // listener → route names (Delta)
+	acked                      map[string]bool     // type → ACKed on this stream
+	edsRequested, rdsRequested bool
+}
+
+// holdings is what a proxy holds, in names.
+type holdings struct {
+	eds, rds []string // subscribed names, sorted and interned
+	dynamic  []int    // dynamic services among its clusters
+}
+
+func (p *proxy) run(ctx context.Context) {
+	p.started = time.Now()
+	p.rng = rand.New(rand.NewPCG(uint64(p.index), 11))
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		first := p.index
+		if p.fleet.cfg.Sticky {
+			first = 0
+		}
+		conn := p.conns[(first+attempt)%len(p.conns)]
+		var err error
+		if p.delta {
+			err = p.runDelta(ctx, conn)
+		} else {
+			err = p.runSotW(ctx, conn)
+		}
+		if p.full {
+			p.full = false
+			p.fleet.full.Add(-1)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.errors.Add(1)
+		p.fleet.cfg.Log.Debug("stream broke; reconnecting", "proxy", p.index, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(50+p.rng.IntN(200)) * time.Millisecond):
+		}
+	}
+}
+
+// markFull notes a full config once every type has been ACKed.
+func (p *proxy) markFull() {
+	if p.full || !p.acked[resource.ClusterType] || !p.acked[resource.ListenerType] ||
+		(len(p.state.eds) > 0 && !p.acked[resource.EndpointType]) || (len(p.state.rds) > 0 && !p.acked[resource.RouteType]) {
+		return
+	}
+	p.full = true
+	p.fleet.full.Add(1)
+	p.firstFull.CompareAndSwap(0, int64(time.Since(p.started)))
+}
+
+func (p *proxy) reject() bool {
+	return p.fleet.cfg.NACKRate > 0 && p.rng.Float64() < p.fleet.cfg.NACKRate
+}
+
+var nackStatus = &rpcstatus.Status{Code: 3, Message: "rejected by the load test's NACK rate"}
+
+func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	if p.sotwVersion == nil {
+		p.sotwVersion, p.sotwNonce = map[string]string{}, map[string]string{}
+	}
+	p.acked = map[string]bool{}
+	p.edsRequested, p.rdsRequested = false, false
+	request := func(typeURL string, names []string, nonce string, detail *rpcstatus.Status) error {
+		return s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: typeURL, VersionInfo: p.sotwVersion[typeURL],
+			ResourceNames: names, ResponseNonce: nonce, ErrorDetail: detail})
+	}
+	// Like Envoy, say what is held: the versions last ACKed (from any
+	// replica) and the names subscribed.
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := request(typ, nil, "", nil); err != nil {
+			return err
+		}
+	}
+	if len(p.state.eds) > 0 {
+		p.edsRequested = true
+		if err := request(resource.EndpointType, p.state.eds, "", nil); err != nil {
+			return err
+		}
+	}
+	if len(p.state.rds) > 0 {
+		p.rdsRequested = true
+		if err := request(resource.RouteType, p.state.rds, "", nil); err != nil {
+			return err
+		}
+	}
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		typ := resp.TypeUrl
+		p.responses.Add(1)
+		p.bytes.Add(anyBytes(resp.Resources))
+		p.sotwNonce[typ] = resp.Nonce
+		if p.reject() {
+			p.nacks.Add(1)
+			if err := request(typ, p.names(typ), resp.Nonce, nackStatus); err != nil {
+				return err
+			}
+			continue
+		}
+		var follow func() error
+		switch typ {
+		case resource.ClusterType:
+			eds, dynamic := p.readClusters(resp.Resources)
+			follow = p.followClusters(eds, dynamic, func(names []string) error {
+				p.edsRequested = true
+				return request(resource.EndpointType, names, p.sotwNonce[resource.EndpointType], nil)
+			})
+		case resource.ListenerType:
+			var rds []string
+			for _, r := range resp.Resources {
+				rds = append(rds, routeNames(r)...)
+			}
+			rds = p.fleet.intern.list(rds)
+			if !slices.Equal(rds, p.state.rds) {
+				p.state.rds = rds
+				follow = func() error {
+					p.rdsRequested = true
+					return request(resource.RouteType, rds, p.sotwNonce[resource.RouteType], nil)
+				}
+			}
+		}
+		p.sotwVersion[typ] = p.fleet.intern.name(resp.VersionInfo)
+		if err := request(typ, p.names(typ), resp.Nonce, nil); err != nil {
+			return err
+		}
+		p.observe(typ, resp.Resources)
+		if follow != nil {
+			if err := follow(); err != nil {
+				return err
+			}
+		}
+		p.ackedType(typ)
+	}
+}
+
+// ackedType records an ACK; EDS and RDS count once they were asked for.
+func (p *proxy) ackedType(typ string) {
+	if (typ == resource.EndpointType && !p.edsRequested) || (typ == resource.RouteType && !p.rdsRequested) {
+		return
+	}
+	p.acked[typ] = true
+	p.markFull()
+}
+
+// names returns the names a SotW proxy subscribes to for a type.
+func (p *proxy) names(typ string) []string {
+	switch typ {
+	case resource.EndpointType:
+		return p.state.eds
+	case resource.RouteType:
+		return p.state.rds
+	}
+	return nil
+}
+
+// readClusters returns the EDS cluster names and dynamic services in a
+// full set of clusters, reading only each cluster's name and type.
+func (p *proxy) readClusters(rs []*anypb.Any) ([]string, []int) {
+	var eds []string
+	var dynamic []int
+	for _, r := range rs {
+		name, isEDS := clusterNameAndType(r.Value)
+		if isEDS {
+			eds = append(eds, p.fleet.intern.name(name))
+		}
+		if n, ok := dynamicService(name); ok {
+			dynamic = append(dynamic, n)
+		}
+	}
+	return p.fleet.intern.list(eds), dynamic
+}
+
+// followClusters records the new set of clusters: the dynamic services
+// that appeared or went, and a new EDS subscription when it changed.
+func (p *proxy) followClusters(eds []string, dynamic []int, subscribe func([]string) error) func() error {
+	slices.Sort(dynamic)
+	now := time.Now()
+	obs := p.fleet.cfg.Observer
+	if obs != nil {
+		for _, n := range dynamic {
+			if _, had := slices.BinarySearch(p.state.dynamic, n); !had {
+				obs.Saw(p.index, track.Key{Kind: meshgen.AddService, Service: n}, n, now)
+			}
+		}
+		for _, n := range p.state.dynamic {
+			if _, has := slices.BinarySearch(dynamic, n); !has {
+				// The removal's own number is not in the clusters: it is the
+				// latest change of its key.
+				obs.Saw(p.index, track.Key{Kind: meshgen.RemoveService, Service: n}, math.MaxInt, now)
+			}
+		}
+	}
+	p.state.dynamic = dynamic
+	if slices.Equal(eds, p.state.eds) {
+		return nil
+	}
+	p.state.eds = eds
+	return func() error { return subscribe(eds) }
+}
+
+// observe reports the markers in an ACKed response.
+func (p *proxy) observe(typ string, rs []*anypb.Any) {
+	obs := p.fleet.cfg.Observer
+	if obs == nil {
+		return
+	}
+	now := time.Now()
+	switch typ {
+	case resource.EndpointType:
+		for _, r := range rs {
+			var cla endpoint.ClusterLoadAssignment
+			if err := proto.Unmarshal(r.Value, &cla); err != nil {
+				continue
+			}
+			svc, ok := staticService(cla.ClusterName)
+			if !ok {
+				continue
+			}
+			for _, le := range cla.Endpoints {
+				for _, e := range le.LbEndpoints {
+					if n, ok := meshgen.ParseMarkerAddress(e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()); ok {
+						obs.Saw(p.index, track.Key{Kind: meshgen.Endpoint, Service: svc}, n, now)
+					}
+				}
+			}
+		}
+	case resource.RouteType:
+		for _, r := range rs {
+			forEachRouteMarker(r.Value, func(svc, n int) {
+				obs.Saw(p.index, track.Key{Kind: meshgen.Route, Service: svc}, n, now)
+			})
+		}
+	}
+}
+
+func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	if p.deltaVersions == nil {
+		p.deltaVersions = map[string]map[string]string{}
+		p.listenerRoutes = map[string][]string{}
+	}
+	p.acked = map[string]bool{}
+	p.edsRequested, p.rdsRequested = false, false
+	subscribe := func(typ string, add, remove []string) error {
+		known := p.deltaVersions[typ]
+		if len(known) == 0 {
+			known = nil
+		}
+		return s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: typ,
+			ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: remove, InitialResourceVersions: known})
+	}
+	// A new stream says what is held (initial_resource_versions).
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := subscribe(typ, []string{"*"}, nil); err != nil {
+			return err
+		}
+	}
+	if len(p.state.eds) > 0 {
+		p.edsRequested = true
+		if err := subscribe(resource.EndpointType, p.state.eds, nil); err != nil {
+			return err
+		}
+	}
+	if len(p.state.rds) > 0 {
+		p.rdsRequested = true
+		if err := subscribe(resource.RouteType, p.state.rds, nil); err != nil {
+			return err
+		}
+	}
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		typ := resp.TypeUrl
+		p.responses.Add(1)
+		var size int64
+		for _, r := range resp.Resources {
+			size += int64(len(r.GetResource().GetValue()))
+		}
+		p.bytes.Add(size)
+		if p.reject() {
+			p.nacks.Add(1)
+			if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce, ErrorDetail: nackStatus}); err != nil {
+				return err
+			}
+			continue
+		}
+		versions := p.deltaVersions[typ]
+		if versions == nil {
+			versions = map[string]string{}
+			p.deltaVersions[typ] = versions
+		}
+		for _, name := range resp.RemovedResources {
+			delete(versions, name)
+		}
+		anys := make([]*anypb.Any, 0, len(resp.Resources))
+		for _, r := range resp.Resources {
+			versions[p.fleet.intern.name(r.Name)] = p.fleet.intern.name(r.Version)
+			if r.Resource != nil {
+				anys = append(anys, r.Resource)
+			}
+		}
+		var follow func() error
+		switch typ {
+		case resource.ClusterType:
+			// The held set changed by what was added and removed.
+			var eds []string
+			var dynamic []int
+			changed := map[string]bool{}
+			for _, r := range resp.Resources {
+				changed[r.Name] = true
+				if name, isEDS := clusterNameAndType(r.GetResource().GetValue()); isEDS {
+					eds = append(eds, p.fleet.intern.name(name))
+				}
+			}
+			for _, name := range resp.RemovedResources {
+				changed[name] = true
+			}
+			for _, name := range p.state.eds {
+				if !changed[name] {
+					eds = append(eds, name)
+				}
+			}
+			for name := range versions {
+				if n, ok := dynamicService(name); ok {
+					dynamic = append(dynamic, n)
+				}
+			}
+			slices.Sort(eds)
+			eds = p.fleet.intern.list(slices.Compact(eds))
+			old := p.state.eds
+			follow = p.followClusters(eds, dynamic, func(names []string) error {
+				p.edsRequested = true
+				add, remove := diff(old, names)
+				return subscribe(resource.EndpointType, add, remove)
+			})
+		case resource.ListenerType:
+			for _, name := range resp.RemovedResources {
+				delete(p.listenerRoutes, name)
+			}
+			for _, r := range resp.Resources {
+				p.listenerRoutes[r.Name] = routeNames(r.Resource)
+			}
+			var rds []string
+			for _, names := range p.listenerRoutes {
+				rds = append(rds, names...)
+			}
+			rds = p.fleet.intern.list(rds)
+			if !slices.Equal(rds, p.state.rds) {
+				add, remove := diff(p.state.rds, rds)
+				p.state.rds = rds
+				follow = func() error {
+					p.rdsRequested = true
+					return subscribe(resource.RouteType, add, remove)
+				}
+			}
+		}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
+			return err
+		}
+		p.observe(typ, anys)
+		if follow != nil {
+			if err := follow(); err != nil {
+				return err
+			}
+		}
+		p.ackedType(typ)
+	}
+}
+
+// diff returns what is in b and not a, and what is in a and not b (both sorted).
+func diff(a, b []string) (added, removed []string) {
+	for _, n := range b {
+		if _, ok := slices.BinarySearch(a, n); !ok {
+			added = append(added, n)
+		}
+	}
+	for _, n := range a {
+		if _, ok := slices.BinarySearch(b, n); !ok {
+			removed = append(removed, n)
+		}
+	}
+	return added, removed
+}
+
+func anyBytes(rs []*anypb.Any) int64 {
+	var n int64
+	for _, r := range rs {
+		n += int64(len(r.Value))
+	}
+	return n
+}
+
+// clusterNameAndType reads a Cluster's name (field 1) and whether its
+// discovery type (field 2) is EDS, without decoding the rest.
+func clusterNameAndType(b []byte) (string, bool) {
+	var name string
+	var isEDS bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return name, isEDS
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return name, isEDS
+			}
+			name, b = string(v), b[m:]
+			continue
+		case num == 2 && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return name, isEDS
+			}
+			isEDS, b = v == uint64(cluster.Cluster_EDS), b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return name, isEDS
+		}
+		b = b[m:]
+	}
+	return name, isEDS
+}
+
+// routeNames returns the route configurations a listener's connection
+// managers fetch over RDS.
+func routeNames(r *anypb.Any) []string {
+	var l listener.Listener
+	if r == nil || proto.Unmarshal(r.Value, &l) != nil {
+		return nil
+	}
+	var out []string
+	for _, fc := range l.FilterChains {
+		for _, f := range fc.Filters {
+			var m hcm.HttpConnectionManager
+			if f.GetTypedConfig() == nil || f.GetTypedConfig().UnmarshalTo(&m) != nil {
+				continue
+			}
+			if name := m.GetRds().GetRouteConfigName(); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// forEachRouteMarker finds the route names meshgen writes ("chg-<svc>-<n>")
+// in an encoded route configuration, without decoding it.
+func forEachRouteMarker(b []byte, fn func(svc, n int)) {
+	s := string(b)
+	for {
+		i := strings.Index(s, "chg-")
+		if i < 0 {
+			return
+		}
+		s = s[i:]
+		end := 4
+		for end < len(s) && (s[end] == '-' || (s[end] >= '0' && s[end] <= '9')) {
+			end++
+		}
+		if svc, n, ok := meshgen.ParseRouteName(s[:end]); ok {
+			fn(svc, n)
+		}
+		s = s[end:]
+	}
+}
+
+// staticService returns the static service of an outbound cluster name
+// ("outbound|80||svc-<i>.<ns>.svc.cluster.local").
+func staticService(cluster string) (int, bool) {
+	return numbered(cluster, "||svc-")
+}
+
+// dynamicService returns the dynamic service of an outbound cluster name.
+func dynamicService(cluster string) (int, bool) {
+	return numbered(cluster, "||dyn-")
+}
+
+func numbered(cluster, marker string) (int, bool) {
+	i := strings.Index(cluster, marker)
+	if i < 0 {
+		return 0, false
+	}
+	rest := cluster[i+len(marker):]
+	end := strings.IndexByte(rest, '.')
+	if end < 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest[:end])
+	return n, err == nil
+}
+
+// interner shares equal strings and equal name lists across proxies.
+type interner struct {
+	mu    sync.Mutex
+	names map[string]string
+	lists map[string][]string
+}
+
+func (in *interner) name(s string) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.names == nil {
+		in.names = map[string]string{}
+	}
+	if v, ok := in.names[s]; ok {
+		return v
+	}
+	in.names[s] = s
+	return s
+}
+
+// list returns a sorted, de-duplicated, shared copy of names.
+func (in *interner) list(names []string) []string {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	key := strings.Join(names, "\x00")
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.lists == nil {
+		in.lists = map[string][]string{}
+	}
+	if v, ok := in.lists[key]; ok {
+		return v
+	}
+	in.lists[key] = names
+	return names
+}

@@ -1,0 +1,43 @@
+package sim
+
+import (
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestReadingWithoutDecoding(t *testing.T) {
+	eds, _ := proto.Marshal(&cluster.Cluster{Name: "outbound|80||svc-3.ns-3.svc.cluster.local", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS}})
+	orig, _ := proto.Marshal(&cluster.Cluster{Name: "PassthroughCluster", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}})
+	if name, isEDS := clusterNameAndType(eds); name != "outbound|80||svc-3.ns-3.svc.cluster.local" || !isEDS {
+		t.Errorf("EDS cluster read as %q, %v", name, isEDS)
+	}
+	if name, isEDS := clusterNameAndType(orig); name != "PassthroughCluster" || isEDS {
+		t.Errorf("original-destination cluster read as %q, %v", name, isEDS)
+	}
+	rc, _ := proto.Marshal(&route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{
+		{Name: "a", Routes: []*route.Route{{Name: "chg-3-17"}}},
+		{Name: "b", Routes: []*route.Route{{Name: "chg-12-0"}, {Name: "default"}}},
+	}})
+	var got [][2]int
+	forEachRouteMarker(rc, func(svc, n int) { got = append(got, [2]int{svc, n}) })
+	if !slices.Equal(got, [][2]int{{3, 17}, {12, 0}}) {
+		t.Errorf("route markers %v", got)
+	}
+	if n, ok := staticService("outbound|80||svc-42.ns-2.svc.cluster.local"); !ok || n != 42 {
+		t.Errorf("static service %d %v", n, ok)
+	}
+	if n, ok := dynamicService("outbound|80||dyn-9.dyn.svc.cluster.local"); !ok || n != 9 {
+		t.Errorf("dynamic service %d %v", n, ok)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	add, remove := diff([]string{"a", "b", "c"}, []string{"b", "c", "d"})
+	if !slices.Equal(add, []string{"d"}) || !slices.Equal(remove, []string{"a"}) {
+		t.Errorf("diff: +%v -%v", add, remove)
+	}
+}

@@ -1,0 +1,111 @@
+// Package track measures convergence: when each change was made, and when
+// each simulated proxy ACKed a response that contains it (or something
+// newer for the same thing, which includes it).
+//
+// A Tracker is safe for concurrent use.
+package track
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+)
+
+// Key is what a change changes: a service's endpoints or route (Service
+// below the spec's count), or the existence of a dynamic service.
+type Key struct {
+	Kind    meshgen.Kind
+	Service int
+}
+
+// KeyOf returns the key a change changes.
+func KeyOf(c meshgen.Change) Key { return Key{c.Kind, c.Service} }
+
+type record struct {
+	change meshgen.Change
+	made   time.Time
+	seen   []uint64 // a bit per proxy
+	count  int
+	last   time.Duration // the latest proxy's convergence so far
+}
+
+// Tracker records changes and what the proxies saw of them.
+type Tracker struct {
+	mu      sync.Mutex
+	proxies int
+	records map[int]*record
+	byKey   map[Key][]int // change numbers in order
+}
+
+// New returns a Tracker for a number of proxies, every one affected by every change.
+func New(proxies int) *Tracker {
+	return &Tracker{proxies: proxies, records: map[int]*record{}, byKey: map[Key][]int{}}
+}
+
+// Made records a change made at a time.
+func (t *Tracker) Made(c meshgen.Change, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.records[c.N] = &record{change: c, made: at, seen: make([]uint64, (t.proxies+63)/64)}
+	k := KeyOf(c)
+	t.byKey[k] = append(t.byKey[k], c.N)
+}
+
+// Saw records that proxy p ACKed at a time a response holding key k as of
+// change n: that change and every earlier one of the same key reached it.
+func (t *Tracker) Saw(p int, k Key, n int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	list := t.byKey[k]
+	i, found := slices.BinarySearch(list, n)
+	if found {
+		i++
+	}
+	for i--; i >= 0; i-- { // from the newest change up to n
+		r := t.records[list[i]]
+		word, bit := p/64, uint64(1)<<(p%64)
+		if r.seen[word]&bit != 0 {
+			return // so are all earlier ones
+		}
+		r.seen[word] |= bit
+		r.count++
+		r.last = max(r.last, at.Sub(r.made))
+	}
+}
+
+// Result is one change's convergence.
+type Result struct {
+	Change meshgen.Change
+	Made   time.Time
+	// Converged is when the last proxy ACKed it; Proxies how many did.
+	Converged time.Duration
+	Proxies   int
+	Done      bool
+}
+
+// Results returns every change's convergence, in the order made.
+func (t *Tracker) Results() []Result {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Result, 0, len(t.records))
+	for _, r := range t.records {
+		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies})
+	}
+	slices.SortFunc(out, func(a, b Result) int { return a.Change.N - b.Change.N })
+	return out
+}
+
+// Pending returns how many changes some proxy has not yet seen.
+func (t *Tracker) Pending() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.records {
+		if r.count < t.proxies {
+			n++
+		}
+	}
+	return n
+}

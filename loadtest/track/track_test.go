@@ -1,0 +1,42 @@
+package track
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+)
+
+// A proxy that sees a newer change of a key has seen the older ones too;
+// a change converges when every proxy has seen it.
+func TestSupersededChangesCount(t *testing.T) {
+	tr := New(2)
+	t0 := time.Unix(100, 0)
+	k := Key{meshgen.Endpoint, 7}
+	tr.Made(meshgen.Change{N: 1, Kind: meshgen.Endpoint, Service: 7}, t0)
+	tr.Made(meshgen.Change{N: 2, Kind: meshgen.Route, Service: 7}, t0)
+	tr.Made(meshgen.Change{N: 3, Kind: meshgen.Endpoint, Service: 7}, t0.Add(time.Second))
+	tr.Saw(0, k, 3, t0.Add(2*time.Second))
+	tr.Saw(1, k, 1, t0.Add(3*time.Second))
+	if tr.Pending() != 2 {
+		t.Errorf("%d pending, want 2 (the route change, and change 3 at proxy 1)", tr.Pending())
+	}
+	tr.Saw(1, k, 3, t0.Add(4*time.Second))
+	tr.Saw(1, k, 3, t0.Add(9*time.Second)) // seen again: changes nothing
+	res := tr.Results()
+	if !res[0].Done || res[0].Converged != 3*time.Second || !res[2].Done || res[2].Converged != 3*time.Second || res[1].Done {
+		t.Errorf("results %+v", res)
+	}
+}
+
+// A removal is reported as the latest change of its key.
+func TestSawTheLatest(t *testing.T) {
+	tr := New(1)
+	k := Key{meshgen.RemoveService, 4}
+	tr.Made(meshgen.Change{N: 9, Kind: meshgen.RemoveService, Service: 4}, time.Unix(0, 0))
+	tr.Saw(0, k, math.MaxInt, time.Unix(1, 0))
+	if tr.Pending() != 0 {
+		t.Error("the removal did not converge")
+	}
+}

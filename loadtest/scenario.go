@@ -523,19 +523,19 @@ func storm(ctx context.Context, sc Scenario, servers []*proc, mesh *meshgen.Mesh
 	}
 	deadline := killed.Add(sc.Settle + sc.connectTimeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if s.Full == 0 && fleet.Full() == sc.Proxies {
-			s.Full = time.Since(killed).Seconds()
+		if s.Reconnected == 0 && fleet.Full() == sc.Proxies {
+			s.Reconnected = time.Since(killed).Seconds()
 		}
-		if tracker.Pending() == 0 && s.Full > 0 {
+		if tracker.Pending() == 0 && s.Reconnected > 0 {
 			break
 		}
 		prog.printf("storm: %d/%d proxies hold a full config again, change %d pending at some", fleet.Full(), sc.Proxies, c.N)
 		time.Sleep(20 * time.Millisecond)
 	}
-	prog.done("storm: all converged again after %.2fs (full config after %.2fs)", time.Since(killed).Seconds(), s.Full)
+	prog.done("storm: all converged again after %.2fs (reconnected after %.2fs)", time.Since(killed).Seconds(), s.Reconnected)
 	for _, r := range tracker.Results() {
 		if r.Change.N == c.N && r.Done {
-			s.Converged, s.OK = r.Converged.Seconds(), s.Full > 0
+			s.Converged, s.OK = r.Converged.Seconds(), s.Reconnected > 0
 		}
 	}
 	return s

@@ -58,9 +58,10 @@ type Storm struct {
 	// Converged is the time from the kill until every proxy had ACKed a
 	// change made at the kill (on the surviving replica).
 	Converged float64 `json:"converged_s"`
-	// Full is the time until every proxy held a full config again.
-	Full float64 `json:"full_s"`
-	OK   bool    `json:"ok"`
+	// Reconnected is the time until every proxy had re-established a
+	// stream and said what it holds.
+	Reconnected float64 `json:"reconnected_s"`
+	OK          bool    `json:"ok"`
 }
 
 // Phase is one control plane under one run of the scenario.
@@ -196,8 +197,8 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "  - %s changes: %d, convergence p50 %s, p99 %s, max %s\n", kind, pc.N, format(pc.P50, "s"), format(pc.P99, "s"), format(pc.Max, "s"))
 		}
 		if s := p.Storm; s != nil {
-			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all held a full config again after %s and had the change made at the kill after %s\n",
-				s.Proxies, format(s.Full, "s"), format(s.Converged, "s"))
+			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
+				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)

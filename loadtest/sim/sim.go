@@ -275,6 +275,19 @@ func (p *proxy) markFull() {
 	p.firstFull.CompareAndSwap(0, int64(time.Since(p.started)))
 }
 
+// resumed counts a proxy that held a full config before its stream broke
+// as full again once it has said what it holds: like Envoy, it keeps its
+// config, and a control plane that finds it current sends nothing.
+func (p *proxy) resumed() {
+	if p.firstFull.Load() == 0 {
+		return
+	}
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.EndpointType, resource.RouteType} {
+		p.acked[typ] = true
+	}
+	p.markFull()
+}
+
 func (p *proxy) reject() bool {
 	return p.fleet.cfg.NACKRate > 0 && p.rng.Float64() < p.fleet.cfg.NACKRate
 }
@@ -316,6 +329,7 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 			return err
 		}
 	}
+	p.resumed()
 	for {
 		resp, err := s.Recv()
 		if err != nil {
@@ -507,6 +521,7 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 			return err
 		}
 	}
+	p.resumed()
 	for {
 		resp, err := s.Recv()
 		if err != nil {

@@ -159,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	srv := &Server{cfg: cfg, m: m}
-	srv.streams.pushes = pushLimit{timeout: max(cfg.SendTimeout, 0), m: &srv.m}
+	srv.streams.pushes = pushLimit{timeout: max(cfg.SendTimeout, 0), m: &srv.m, log: cfg.Log}
 	if cfg.MaxConcurrentPushes > 0 {
 		srv.streams.pushes.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
 	}

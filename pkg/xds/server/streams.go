@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -90,6 +91,7 @@ type pushLimit struct {
 	slots   chan struct{} // nil: unlimited
 	timeout time.Duration // 0: none
 	m       *metrics
+	log     *slog.Logger
 }
 
 // SendMsg writes a response once a push slot is free.
@@ -119,6 +121,7 @@ func (e *endable) SendMsg(m any) error {
 			release()
 			e.cancel()
 			l.m.timeouts.Inc()
+			l.log.Warn("a response's write outlasted the send timeout; ending the stream", "timeout", l.timeout)
 		})
 	}
 	err := e.ServerStream.SendMsg(m)

@@ -99,6 +99,13 @@ type Phase struct {
 	MemoryPerProxy float64 `json:"memory_per_proxy_kib"`
 	// IngestCPUSeconds is the ingester's CPU during the changes (shardpilot only).
 	IngestCPUSeconds float64 `json:"ingest_cpu_seconds,omitempty"`
+	// ChangeRate is the rate changes were actually made at (the generator
+	// falls behind the asked rate when the machine is saturated), and
+	// HarnessCPUSeconds the load test's own CPU (proxies and generator)
+	// during the changes: on a machine it shares with the control plane,
+	// a saturated harness reads and ACKs late, which convergence includes.
+	ChangeRate        float64 `json:"changes_per_s"`
+	HarnessCPUSeconds float64 `json:"harness_cpu_seconds"`
 
 	Timeline []Point  `json:"timeline"`
 	Usage    []Usage  `json:"usage"`
@@ -174,9 +181,11 @@ func (r *Report) Markdown() string {
 	row("convergence p99", func(p Phase) float64 { return p.Convergence.P99 }, "s")
 	row("convergence max", func(p Phase) float64 { return p.Convergence.Max }, "s")
 	row("changes", func(p Phase) float64 { return float64(p.Changes) }, "")
+	row("changes per second, as made", func(p Phase) float64 { return p.ChangeRate }, "")
 	row("changes that never converged", func(p Phase) float64 { return float64(p.Unconverged) }, "")
 	row("first full config p99", func(p Phase) float64 { return p.FirstConfig.P99 }, "s")
 	row("CPU per change", func(p Phase) float64 { return p.CPUPerChange }, "ms")
+	row("load test's own CPU during the changes", func(p Phase) float64 { return p.HarnessCPUSeconds }, "s")
 	row("memory per proxy beyond the shared state", func(p Phase) float64 { return p.MemoryPerProxy }, "KiB")
 	row("heap with the mesh loaded (after GC)", func(p Phase) float64 { return p.HeapLoaded }, "MiB")
 	row("heap with every proxy connected (after GC)", func(p Phase) float64 { return p.HeapConnected }, "MiB")

@@ -223,7 +223,7 @@ type proxy struct {
 	sotwVersion, sotwNonce     map[string]string // type → last ACKed version, last nonce
 	deltaVersions              map[string]map[string]string
 	listenerRoutes             map[string][]string // listener → route names (Delta)
-	acked                      map[string]bool     // type → ACKed on this stream
+	acked                      map[string]bool     // type → ever ACKed
 	edsRequested, rdsRequested bool
 }
 
@@ -275,18 +275,10 @@ func (p *proxy) markFull() {
 	p.firstFull.CompareAndSwap(0, int64(time.Since(p.started)))
 }
 
-// resumed counts a proxy that held a full config before its stream broke
-// as full again once it has said what it holds: like Envoy, it keeps its
-// config, and a control plane that finds it current sends nothing.
-func (p *proxy) resumed() {
-	if p.firstFull.Load() == 0 {
-		return
-	}
-	for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.EndpointType, resource.RouteType} {
-		p.acked[typ] = true
-	}
-	p.markFull()
-}
+// resumed counts a reconnected proxy that holds a full config as full
+// once it has said what it holds: like Envoy, it keeps what it ACKed on
+// earlier streams, and a control plane that finds it current sends nothing.
+func (p *proxy) resumed() { p.markFull() }
 
 func (p *proxy) reject() bool {
 	return p.fleet.cfg.NACKRate > 0 && p.rng.Float64() < p.fleet.cfg.NACKRate
@@ -303,8 +295,8 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	if p.sotwVersion == nil {
 		p.sotwVersion, p.sotwNonce = map[string]string{}, map[string]string{}
+		p.acked = map[string]bool{}
 	}
-	p.acked = map[string]bool{}
 	p.edsRequested, p.rdsRequested = false, false
 	request := func(typeURL string, names []string, nonce string, detail *rpcstatus.Status) error {
 		return s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: typeURL, VersionInfo: p.sotwVersion[typeURL],
@@ -492,8 +484,8 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 	if p.deltaVersions == nil {
 		p.deltaVersions = map[string]map[string]string{}
 		p.listenerRoutes = map[string][]string{}
+		p.acked = map[string]bool{}
 	}
-	p.acked = map[string]bool{}
 	p.edsRequested, p.rdsRequested = false, false
 	subscribe := func(typ string, add, remove []string) error {
 		known := p.deltaVersions[typ]

@@ -199,13 +199,17 @@ func (s server) ResponseVersion(r *gcpcache.Request, version string) string {
 	c := s.c
 	k := c.key(r.GetNode(), r.GetTypeUrl())
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if version != c.prefix+strconv.FormatUint(c.updates[k], 10) {
+	current := version == c.prefix+strconv.FormatUint(c.updates[k], 10)
+	// A held map is never changed once published (Update builds a new
+	// one), so it is read outside the lock every stream's sends share.
+	holds := c.held[k]
+	c.mu.Unlock()
+	if !current {
 		return version
 	}
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || slices.Contains(names, "*")
-	sum, _ := contentVersion(c.held[k], wildcard, slices.Values(names), false)
+	sum, _ := contentVersion(holds, wildcard, slices.Values(names), false)
 	return sum
 }
 
@@ -267,10 +271,15 @@ func (s server) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch c
 	return lc.CreateWatch(r, sub, ch)
 }
 
+// withVersion returns a request like r with another version. It shares
+// r's fields (a SotW request names every resource it subscribes to, which
+// can be thousands): neither the cache nor the server changes a request.
 func withVersion(r *gcpcache.Request, version string) *gcpcache.Request {
-	r = proto.Clone(r).(*gcpcache.Request)
-	r.VersionInfo = version
-	return r
+	return &gcpcache.Request{
+		VersionInfo: version, Node: r.Node, ResourceNames: r.ResourceNames,
+		ResourceLocators: r.ResourceLocators, TypeUrl: r.TypeUrl,
+		ResponseNonce: r.ResponseNonce, ErrorDetail: r.ErrorDetail,
+	}
 }
 
 // knownSubscription is a stream's subscription that already holds what

@@ -663,14 +663,24 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 	}
 	var series []acc
 	var times []time.Time
-	for _, p := range servers {
-		for i, s := range sampler.Samples(p.pid()) {
-			if i >= len(series) {
-				series = append(series, acc{})
-				times = append(times, s.At)
+	perProc := make([][]procstat.Sample, len(servers))
+	for i, p := range servers {
+		perProc[i] = sampler.Samples(p.pid())
+		for j := len(times); j < len(perProc[i]); j++ {
+			series = append(series, acc{})
+			times = append(times, perProc[i][j].At)
+		}
+	}
+	for _, samples := range perProc {
+		for i := range series {
+			switch {
+			case i < len(samples):
+				series[i].cpu += samples[i].CPU
+				series[i].rss += samples[i].RSS
+			case len(samples) > 0:
+				// A killed process keeps the CPU it used, and holds no memory.
+				series[i].cpu += samples[len(samples)-1].CPU
 			}
-			series[i].cpu += s.CPU
-			series[i].rss += s.RSS
 		}
 	}
 	var cpu0 time.Duration

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"regexp"
+	"runtime/pprof"
 
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
@@ -74,6 +75,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&sc.out, "out", "loadtest/out", "directory for report.json, report.md, the plots and the processes' logs")
 	fs.DurationVar(&sc.connectTimeout, "connect-timeout", 5*time.Minute, "how long every proxy may take to get its first full config")
 	fs.BoolVar(&sc.check, "check", true, "fail unless every proxy converged on every change")
+	cpuProfile := fs.String("cpuprofile", "", "write the load test's own CPU profile to this file")
 	if err := parse(fs, "Load-test shardpilot with simulated Envoys, side by side with a snapshot-cache baseline.", args); err != nil {
 		return err
 	}
@@ -97,6 +99,17 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if err := os.MkdirAll(sc.out, 0o755); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep := &report.Report{Scenario: sc, Started: time.Now()}
 	for _, n := range sc.Pushers {

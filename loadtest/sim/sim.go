@@ -14,6 +14,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,6 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -449,21 +449,9 @@ func (p *proxy) observe(typ string, rs []*anypb.Any) {
 	switch typ {
 	case resource.EndpointType:
 		for _, r := range rs {
-			var cla endpoint.ClusterLoadAssignment
-			if err := proto.Unmarshal(r.Value, &cla); err != nil {
-				continue
-			}
-			svc, ok := staticService(cla.ClusterName)
-			if !ok {
-				continue
-			}
-			for _, le := range cla.Endpoints {
-				for _, e := range le.LbEndpoints {
-					if n, ok := meshgen.ParseMarkerAddress(e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()); ok {
-						obs.Saw(p.index, track.Key{Kind: meshgen.Endpoint, Service: svc}, n, now)
-					}
-				}
-			}
+			forEachEndpointMarker(r.Value, func(svc, n int) {
+				obs.Saw(p.index, track.Key{Kind: meshgen.Endpoint, Service: svc}, n, now)
+			})
 		}
 	case resource.RouteType:
 		for _, r := range rs {
@@ -700,21 +688,73 @@ func routeNames(r *anypb.Any) []string {
 // forEachRouteMarker finds the route names meshgen writes ("chg-<svc>-<n>")
 // in an encoded route configuration, without decoding it.
 func forEachRouteMarker(b []byte, fn func(svc, n int)) {
-	s := string(b)
+	marker := []byte("chg-")
 	for {
-		i := strings.Index(s, "chg-")
+		i := bytes.Index(b, marker)
 		if i < 0 {
 			return
 		}
-		s = s[i:]
-		end := 4
-		for end < len(s) && (s[end] == '-' || (s[end] >= '0' && s[end] <= '9')) {
+		b = b[i:]
+		end := len(marker)
+		for end < len(b) && (b[end] == '-' || (b[end] >= '0' && b[end] <= '9')) {
 			end++
 		}
-		if svc, n, ok := meshgen.ParseRouteName(s[:end]); ok {
+		if svc, n, ok := meshgen.ParseRouteName(string(b[:end])); ok {
 			fn(svc, n)
 		}
-		s = s[end:]
+		b = b[end:]
+	}
+}
+
+// forEachEndpointMarker finds the marker endpoints in an encoded
+// ClusterLoadAssignment of a static service, walking only the fields on
+// the way: cluster_name (1), and endpoints (2) → lb_endpoints (2) →
+// endpoint (1) → address (1) → socket_address (1) → address (2).
+func forEachEndpointMarker(b []byte, fn func(svc, n int)) {
+	var svc int
+	var static bool
+	eachBytes(b, 1, func(v []byte) { svc, static = staticService(string(v)) })
+	if !static {
+		return
+	}
+	path := []protowire.Number{2, 2, 1, 1, 1}
+	var walk func(b []byte, depth int)
+	walk = func(b []byte, depth int) {
+		if depth == len(path) {
+			eachBytes(b, 2, func(addr []byte) {
+				if n, ok := meshgen.ParseMarkerAddress(string(addr)); ok {
+					fn(svc, n)
+				}
+			})
+			return
+		}
+		eachBytes(b, path[depth], func(v []byte) { walk(v, depth+1) })
+	}
+	walk(b, 0)
+}
+
+// eachBytes calls fn with every length-delimited field numbered num.
+func eachBytes(b []byte, num protowire.Number, fn func([]byte)) {
+	for len(b) > 0 {
+		n, typ, m := protowire.ConsumeTag(b)
+		if m < 0 {
+			return
+		}
+		b = b[m:]
+		if n == num && typ == protowire.BytesType {
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 {
+				return
+			}
+			fn(v)
+			b = b[k:]
+			continue
+		}
+		k := protowire.ConsumeFieldValue(n, typ, b)
+		if k < 0 {
+			return
+		}
+		b = b[k:]
 	}
 }
 

@@ -5,8 +5,12 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 )
 
 func TestReadingWithoutDecoding(t *testing.T) {
@@ -27,12 +31,27 @@ func TestReadingWithoutDecoding(t *testing.T) {
 	if !slices.Equal(got, [][2]int{{3, 17}, {12, 0}}) {
 		t.Errorf("route markers %v", got)
 	}
+	cla, _ := proto.Marshal(&endpoint.ClusterLoadAssignment{ClusterName: "outbound|80||svc-5.ns-5.svc.cluster.local",
+		Endpoints: []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{
+			lbEndpoint("10.0.0.1"), lbEndpoint(meshgen.MarkerAddress(77)),
+		}}}})
+	var eps [][2]int
+	forEachEndpointMarker(cla, func(svc, n int) { eps = append(eps, [2]int{svc, n}) })
+	if !slices.Equal(eps, [][2]int{{5, 77}}) {
+		t.Errorf("endpoint markers %v", eps)
+	}
 	if n, ok := staticService("outbound|80||svc-42.ns-2.svc.cluster.local"); !ok || n != 42 {
 		t.Errorf("static service %d %v", n, ok)
 	}
 	if n, ok := dynamicService("outbound|80||dyn-9.dyn.svc.cluster.local"); !ok || n != 9 {
 		t.Errorf("dynamic service %d %v", n, ok)
 	}
+}
+
+func lbEndpoint(addr string) *endpoint.LbEndpoint {
+	return &endpoint.LbEndpoint{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+		Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+			Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}}}}}
 }
 
 func TestDiff(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,6 +34,10 @@ type Config struct {
 	SharedTypes []string
 	// Classify returns the class of a proxy from its node.
 	Classify func(*core.Node) string
+	// Shards splits every cache into this many copies, each serving a share
+	// of the proxies under its own lock, so that pushes to many proxies use
+	// every core. Default GOMAXPROCS.
+	Shards int
 	// NewClass, when set, is called (outside the cache's locks) the first
 	// time a class is seen, before its first watch is served, so the
 	// caller can fill the class's caches.
@@ -53,6 +58,12 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Shards == 0 {
+		c.Shards = runtime.GOMAXPROCS(0)
+	}
+	if c.Shards < 1 {
+		return fmt.Errorf("cache: %d shards: want at least 1", c.Shards)
+	}
 	return nil
 }
 
@@ -64,15 +75,21 @@ type Cache struct {
 	cfg    Config
 	prefix string
 
-	mu     sync.Mutex
-	caches map[string]*gcpcache.LinearCache // cache key → cache
-	held   map[string]map[string]held       // cache key → resource name → what it holds
+	mu sync.Mutex
+	// caches holds each cache key's shards. The shards of a key are
+	// created and updated together, so their LinearCache versions agree.
+	caches map[string][]*gcpcache.LinearCache
+	held   map[string]map[string]held // cache key → resource name → what it holds
 	// updates counts each cache's updates: a LinearCache's version is its
 	// prefix and that count, and a resource's is the count when it was set.
 	updates map[string]uint64
+	// pending is what a cache key holds while its shards are being updated.
+	pending map[string]map[string]held
 	classes map[string]bool
 	// creating serializes the first watch of a new class with its filling.
 	creating sync.Mutex
+	// updating serializes updates, which run outside mu.
+	updating sync.Mutex
 }
 
 func cacheKey(class, typeURL string) string { return class + "|" + typeURL }
@@ -88,8 +105,8 @@ func New(cfg Config) (*Cache, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	c := &Cache{cfg: cfg, prefix: hex.EncodeToString(b[:]) + "-",
-		caches: map[string]*gcpcache.LinearCache{}, held: map[string]map[string]held{},
-		updates: map[string]uint64{}, classes: map[string]bool{}}
+		caches: map[string][]*gcpcache.LinearCache{}, held: map[string]map[string]held{},
+		updates: map[string]uint64{}, pending: map[string]map[string]held{}, classes: map[string]bool{}}
 	for _, t := range cfg.SharedTypes {
 		c.addLocked(Shared, t)
 	}
@@ -101,7 +118,11 @@ func New(cfg Config) (*Cache, error) {
 
 func (c *Cache) addLocked(class, t string) {
 	k := cacheKey(class, t)
-	c.caches[k] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(c.prefix))
+	shards := make([]*gcpcache.LinearCache, c.cfg.Shards)
+	for i := range shards {
+		shards[i] = gcpcache.NewLinearCache(t, gcpcache.WithVersionPrefix(c.prefix))
+	}
+	c.caches[k] = shards
 	c.held[k] = map[string]held{}
 }
 
@@ -141,11 +162,12 @@ func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache,
 		class = c.cfg.Classify(node)
 	}
 	k := cacheKey(class, typeURL)
+	shard := c.shard(node)
 	c.mu.Lock()
-	lc, ok := c.caches[k]
+	shards, ok := c.caches[k]
 	c.mu.Unlock()
 	if ok {
-		return lc, k, nil
+		return shards[shard], k, nil
 	}
 	if class == Shared || !slices.Contains(c.cfg.Types, typeURL) {
 		return nil, "", fmt.Errorf("cache: type %s is not served", typeURL)
@@ -153,10 +175,10 @@ func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache,
 	c.creating.Lock()
 	defer c.creating.Unlock()
 	c.mu.Lock()
-	lc, ok = c.caches[k]
+	shards, ok = c.caches[k]
 	if !ok {
 		c.addClassLocked(class)
-		lc = c.caches[k]
+		shards = c.caches[k]
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -165,7 +187,17 @@ func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache,
 			c.cfg.NewClass(class)
 		}
 	}
-	return lc, k, nil
+	return shards[shard], k, nil
+}
+
+// shard returns the shard that serves a node.
+func (c *Cache) shard(node *core.Node) int {
+	if c.cfg.Shards == 1 {
+		return 0
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(node.GetId()))
+	return int(f.Sum32() % uint32(c.cfg.Shards))
 }
 
 // Server returns the go-control-plane cache to serve from.
@@ -199,12 +231,17 @@ func (s server) ResponseVersion(r *gcpcache.Request, version string) string {
 	c := s.c
 	k := c.key(r.GetNode(), r.GetTypeUrl())
 	c.mu.Lock()
-	current := version == c.prefix+strconv.FormatUint(c.updates[k], 10)
 	// A held map is never changed once published (Update builds a new
 	// one), so it is read outside the lock every stream's sends share.
-	holds := c.held[k]
+	var holds map[string]held
+	switch version {
+	case c.prefix + strconv.FormatUint(c.updates[k], 10):
+		holds = c.held[k]
+	case c.prefix + strconv.FormatUint(c.updates[k]+1, 10):
+		holds = c.pending[k] // computed by a shard already updated
+	}
 	c.mu.Unlock()
-	if !current {
+	if holds == nil {
 		return version
 	}
 	names := r.GetResourceNames()
@@ -321,13 +358,15 @@ type held struct {
 // returns the same objects for unchanged inputs) is not encoded again.
 func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error) {
 	k := cacheKey(class, typeURL)
+	c.updating.Lock()
+	defer c.updating.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	lc, ok := c.caches[k]
+	shards, ok := c.caches[k]
+	old := c.held[k]
+	c.mu.Unlock()
 	if !ok {
 		return 0, 0, 0, fmt.Errorf("cache: no cache for class %q type %s", class, typeURL)
 	}
-	old := c.held[k]
 	next := make(map[string]held, len(resources))
 	toUpdate := map[string]types.Resource{}
 	for name, r := range resources {
@@ -359,18 +398,36 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 		}
 	}
 	if len(toUpdate) == 0 && len(toDelete) == 0 {
+		c.mu.Lock()
 		c.held[k] = next
+		c.mu.Unlock()
 		return 0, 0, bytes, nil
 	}
-	if err := lc.UpdateResources(toUpdate, toDelete); err != nil {
-		return 0, 0, 0, fmt.Errorf("cache: update %s: %w", typeURL, err)
-	}
-	c.updates[k]++
+	// The next version is known before the shards take it: responses the
+	// shards compute at it find their content in pending.
+	c.mu.Lock()
+	nextCount := c.updates[k] + 1
 	for name := range toUpdate {
 		h := next[name]
-		h.updated = c.updates[k]
+		h.updated = nextCount
 		next[name] = h
 	}
+	c.pending[k] = next
+	c.mu.Unlock()
+	// Each shard wakes its own proxies' watches, in parallel.
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, lc := range shards {
+		wg.Go(func() { errs[i] = lc.UpdateResources(toUpdate, toDelete) })
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, k)
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, 0, fmt.Errorf("cache: update %s: %w", typeURL, err)
+	}
+	c.updates[k] = nextCount
 	c.held[k] = next
 	return len(toUpdate), len(toDelete), bytes, nil
 }
@@ -378,10 +435,10 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 // Resources returns what the cache of a class and type holds.
 func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
 	c.mu.Lock()
-	lc, ok := c.caches[cacheKey(class, typeURL)]
+	shards, ok := c.caches[cacheKey(class, typeURL)]
 	c.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return lc.GetResources()
+	return shards[0].GetResources()
 }

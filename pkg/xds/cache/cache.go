@@ -293,8 +293,12 @@ func (s server) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch c
 	case len(sub.ReturnedResources()) > 0 || r.GetErrorDetail() != nil:
 		r = withVersion(r, ours)
 	case r.GetVersionInfo() != "":
+		// Held maps are never changed once published: read outside the
+		// lock, so that a reconnect storm does not queue on it.
 		c.mu.Lock()
-		sum, known := contentVersion(c.held[k], sub.IsWildcard(), maps.Keys(sub.SubscribedResources()), true)
+		holds := c.held[k]
+		c.mu.Unlock()
+		sum, known := contentVersion(holds, sub.IsWildcard(), maps.Keys(sub.SubscribedResources()), true)
 		if sum == r.GetVersionInfo() {
 			returned := make(map[string]string, len(known))
 			for name, v := range known {
@@ -303,7 +307,6 @@ func (s server) CreateWatch(r *gcpcache.Request, sub gcpcache.Subscription, ch c
 			sub = knownSubscription{sub, returned}
 			r = withVersion(r, ours)
 		}
-		c.mu.Unlock()
 	}
 	return lc.CreateWatch(r, sub, ch)
 }

@@ -33,6 +33,12 @@ loadtest: build ## Small load test (about a minute): 500 simulated Envoys, 200 s
 	$(BIN)/loadtest run --bin $(BIN) --proxies 500 --services 200 --endpoints 10 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/small
 
+.PHONY: loadtest-kube
+loadtest-kube: build ## The small load test with the changes made through a real kube-apiserver (Istio resources) instead of the YAML directory.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --source kube --proxies 500 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false --out loadtest/out/kube
+
 .PHONY: loadtest-large
 loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 services, 10,000 endpoints, 20 endpoint + 1 route changes/s for 2 min; 1 and 2 pushers, the reconnect storm, the baseline.
 	$(GO) build -o $(BIN)/loadtest ./loadtest

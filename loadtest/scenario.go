@@ -45,6 +45,10 @@ type Scenario struct {
 	Baseline     bool          `json:"baseline"`
 	Storm        bool          `json:"storm"`
 	Seed         uint64        `json:"seed"`
+	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
+	// "kube" (Istio resources through a kube-apiserver). The baseline
+	// always reads the directory.
+	Source string `json:"source"`
 
 	bin, out       string
 	connectTimeout time.Duration
@@ -70,6 +74,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2)")
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
+	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
 	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
 	fs.StringVar(&sc.bin, "bin", ".bin", "directory holding the ingester and pusher binaries (make build)")
 	fs.StringVar(&sc.out, "out", "loadtest/out", "directory for report.json, report.md, the plots and the processes' logs")
@@ -85,6 +90,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--pushers %q: want counts of at least 1", pushers)
 		}
 		sc.Pushers = append(sc.Pushers, n)
+	}
+	if sc.Source != "yaml" && sc.Source != "kube" {
+		return fmt.Errorf("--source %q: want yaml or kube", sc.Source)
 	}
 	if sc.Proxies < 1 || sc.Services < 1 || sc.Endpoints < 1 {
 		return errors.New("--proxies, --services and --endpoints must each be at least 1")
@@ -310,8 +318,20 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	if err := os.Mkdir(meshDir, 0o755); err != nil {
 		return ph, err
 	}
-	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
-	if err != nil {
+	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces}
+	source := []string{"--mesh-dir", meshDir}
+	var mesh *meshgen.Mesh
+	if sc.Source == "kube" && !t.baseline {
+		kc, kubeconfig, err := startKube(work, spec)
+		if err != nil {
+			return ph, err
+		}
+		defer kc.Stop()
+		source = []string{"--kubeconfig", "loadtest=" + kubeconfig}
+		if mesh, err = meshgen.WriteTo(kubeSink{kc.Dynamic}, spec); err != nil {
+			return ph, err
+		}
+	} else if mesh, err = meshgen.Write(meshDir, spec); err != nil {
 		return ph, err
 	}
 	logName := strings.NewReplacer(", ", "-", " ", "-").Replace(ph.Name)
@@ -361,8 +381,8 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		if err != nil {
 			return ph, err
 		}
-		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), "--etcd-endpoints", etcd.Endpoint,
-			"--nats-url", nats.URL, "--mesh-dir", meshDir, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn")
+		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), append([]string{"--etcd-endpoints", etcd.Endpoint,
+			"--nats-url", nats.URL, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn"}, source...)...)
 		if err != nil {
 			return ph, err
 		}

@@ -279,3 +279,32 @@ func (c *Cluster) stop() {
 		os.RemoveAll(c.dir)
 	})
 }
+
+// Start starts an apiserver with its Istio CRDs for a program that is not
+// a test (the load test's Kubernetes source); Stop stops it.
+func Start() (*Cluster, error) {
+	c, err := start()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.installIstioCRDs(); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop stops the apiserver and its etcd, and removes their files.
+func (c *Cluster) Stop() { c.stop() }
+
+// WriteKubeconfig writes a kubeconfig for the apiserver to path.
+func (c *Cluster) WriteKubeconfig(path string) error {
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: %q}}]
+contexts: [{name: test, context: {cluster: test, user: admin}}]
+current-context: test
+`, c.Config.Host, c.Config.BearerToken)
+	return os.WriteFile(path, []byte(cfg), 0o600)
+}

@@ -76,10 +76,42 @@ type Change struct {
 	Service int
 }
 
-// Mesh is the synthetic mesh in a directory.
+// Sink is where the mesh is written: a directory of YAML (Dir), or the
+// Kubernetes API.
+type Sink interface {
+	// Put creates or replaces what one file of YAML documents holds.
+	Put(name string, yaml []byte) error
+	// Delete removes what Put wrote under name in a namespace.
+	Delete(namespace, name string) error
+}
+
+// Dir writes each file into a directory, atomically.
+type Dir string
+
+// Put writes the file, so that a reader never sees half of it.
+func (d Dir) Put(name string, yaml []byte) error {
+	tmp := filepath.Join(string(d), "."+name+".tmp")
+	if err := os.WriteFile(tmp, yaml, 0o644); err != nil {
+		return fmt.Errorf("meshgen: write %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(string(d), name+".yaml")); err != nil {
+		return fmt.Errorf("meshgen: write %s: %w", name, err)
+	}
+	return nil
+}
+
+// Delete removes the file.
+func (d Dir) Delete(_, name string) error {
+	if err := os.Remove(filepath.Join(string(d), name+".yaml")); err != nil {
+		return fmt.Errorf("meshgen: remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// Mesh is the synthetic mesh in a sink.
 type Mesh struct {
 	spec Spec
-	dir  string
+	sink Sink
 	// marker and route hold each service's current change numbers.
 	marker, route map[int]int
 	// dynamic holds the dynamic services that exist, by the change that added them.
@@ -90,16 +122,21 @@ type Mesh struct {
 // Write writes the initial mesh into dir, replacing what the generator
 // wrote there before.
 func Write(dir string, spec Spec) (*Mesh, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
 	old, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	for _, f := range old {
 		if err := os.Remove(f); err != nil {
 			return nil, fmt.Errorf("meshgen: %w", err)
 		}
 	}
-	m := &Mesh{spec: spec, dir: dir, marker: map[int]int{}, route: map[int]int{}, next: 1}
+	return WriteTo(Dir(dir), spec)
+}
+
+// WriteTo writes the initial mesh into a sink.
+func WriteTo(sink Sink, spec Spec) (*Mesh, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Mesh{spec: spec, sink: sink, marker: map[int]int{}, route: map[int]int{}, next: 1}
 	for i := range spec.Services {
 		if err := m.write(i); err != nil {
 			return nil, err
@@ -147,10 +184,7 @@ func (m *Mesh) Apply(kind Kind, pick int, made func(Change)) (Change, error) {
 	default:
 		i := pick % len(m.dynamic)
 		m.dynamic = append(m.dynamic[:i], m.dynamic[i+1:]...)
-		if err := os.Remove(filepath.Join(m.dir, DynamicName(c.Service)+".yaml")); err != nil {
-			return c, fmt.Errorf("meshgen: remove service %s: %w", DynamicName(c.Service), err)
-		}
-		return c, nil
+		return c, m.sink.Delete(DynamicNamespace, DynamicName(c.Service))
 	}
 }
 
@@ -165,6 +199,18 @@ func (m *Mesh) RouteMarker(i int) int { return m.route[i] }
 
 // ServiceName is the name of static service i.
 func ServiceName(i int) string { return "svc-" + strconv.Itoa(i) }
+
+// DynamicNamespace is the namespace of the services changes add.
+const DynamicNamespace = "dyn"
+
+// AllNamespaces returns every namespace a mesh of this (validated) spec uses.
+func (s Spec) AllNamespaces() []string {
+	out := []string{DynamicNamespace}
+	for i := range s.Namespaces {
+		out = append(out, "ns-"+strconv.Itoa(i))
+	}
+	return out
+}
 
 // DynamicName is the name of the service added by change n.
 func DynamicName(n int) string { return "dyn-" + strconv.Itoa(n) }
@@ -265,22 +311,14 @@ func (m *Mesh) write(i int) error {
 
 func (m *Mesh) writeDynamic(n int) error {
 	name := DynamicName(n)
-	return m.render(name, serviceData{Name: name, Namespace: "dyn", Host: name + ".dyn.svc.cluster.local", Port: m.spec.Port,
+	return m.render(name, serviceData{Name: name, Namespace: DynamicNamespace, Host: name + "." + DynamicNamespace + ".svc.cluster.local", Port: m.spec.Port,
 		Addresses: []string{MarkerAddress(n)}})
 }
 
-// render writes a file atomically, so the source never reads half of it.
 func (m *Mesh) render(name string, d serviceData) error {
 	var b bytes.Buffer
 	if err := serviceTmpl.Execute(&b, d); err != nil {
 		return fmt.Errorf("meshgen: render %s: %w", name, err)
 	}
-	tmp := filepath.Join(m.dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("meshgen: write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(m.dir, name+".yaml")); err != nil {
-		return fmt.Errorf("meshgen: write %s: %w", name, err)
-	}
-	return nil
+	return m.sink.Put(name, b.Bytes())
 }

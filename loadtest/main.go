@@ -18,11 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/shardpilot/shardpilot/internal/cli"
 )
 
 func main() {
@@ -55,41 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // parse parses flags, filling those not given from their environment
-// variables (SHARDPILOT_LOADTEST_<NAME>).
+// twins (SHARDPILOT_LOADTEST_<NAME>).
 func parse(fs *flag.FlagSet, summary string, args []string) error {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "%s\n\nUsage: loadtest %s [flags]\n\nFlags (each also read from its environment variable):\n", summary, fs.Name())
-		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(fs.Output(), "  --%s  $%s (default %q)\n      %s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
-		})
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s (see --help)", strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("$%s: %w", envName(f.Name), e)
-			}
-		}
-	})
-	return err
-}
-
-func envName(flagName string) string {
-	return "SHARDPILOT_LOADTEST_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-func logger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return cli.ParsePrefixed(fs, "SHARDPILOT_LOADTEST_", summary, args)
 }

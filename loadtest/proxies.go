@@ -16,6 +16,7 @@ import (
 	"github.com/shardpilot/shardpilot/loadtest/baseline"
 	"github.com/shardpilot/shardpilot/loadtest/report"
 	"github.com/shardpilot/shardpilot/loadtest/sim"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
 )
 
 // runProxies runs simulated proxies against running control planes until
@@ -45,7 +46,7 @@ func runProxies(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("--shard %q: want i/n", shard)
 	}
 	cfg.Addrs = strings.Split(addrs, ",")
-	log, err := logger(stderr, level)
+	log, err := telemetry.NewLogger(stderr, level, "text")
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func runBaseline(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := parse(fs, "Serve a mesh with go-control-plane's snapshot cache, one snapshot per node.", args); err != nil {
 		return err
 	}
-	log, err := logger(stderr, level)
+	log, err := telemetry.NewLogger(stderr, level, "text")
 	if err != nil {
 		return err
 	}

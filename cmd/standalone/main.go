@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
-	"github.com/shardpilot/shardpilot/cmd/internal/cli"
+	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"

@@ -26,8 +26,10 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -76,9 +78,6 @@ func New(cfg Config) (*Server, error) {
 
 // Run serves ADS on lis and follows the directory until ctx is done.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
-	if err := s.reload(ctx); err != nil {
-		return err
-	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("baseline: watch: %w", err)
@@ -99,35 +98,53 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		},
 	})
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
-	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(lis) }()
 
 	// Like shardpilot's sources: reload once the directory is quiet, or
 	// MaxDelay after the first change at the latest.
-	var timer <-chan time.Time
-	var first time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			gs.Stop()
-			<-errc
-			return nil
-		case err := <-errc:
-			return fmt.Errorf("baseline: serve: %w", err)
-		case err := <-w.Errors:
-			s.cfg.Log.Warn("directory watch", "err", err)
-		case <-w.Events:
-			if first.IsZero() {
-				first = time.Now()
-			}
-			timer = time.After(min(s.cfg.Quiet, max(s.cfg.MaxDelay-time.Since(first), 0)))
-		case <-timer:
-			timer, first = nil, time.Time{}
-			if err := s.reload(ctx); err != nil {
-				s.cfg.Log.Error("reload", "err", err)
+	// ADS is served once the first reload has the mesh.
+	loaded := make(chan struct{})
+	var once sync.Once
+	load := func(ctx context.Context) error {
+		if err := s.reload(ctx); err != nil {
+			return err
+		}
+		once.Do(func() { close(loaded) })
+		return nil
+	}
+	loop := ingest.NewLoop(ingest.Loop{Sync: load, Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Log: s.cfg.Log})
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return loop.Run(ctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-w.Errors:
+				s.cfg.Log.Warn("directory watch", "err", err)
+				loop.Changed()
+			case <-w.Events:
+				loop.Changed()
 			}
 		}
-	}
+	})
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			lis.Close()
+			return nil
+		case <-loaded:
+		}
+		if err := gs.Serve(lis); err != nil {
+			return fmt.Errorf("baseline: serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		gs.Stop()
+		return nil
+	})
+	return g.Wait()
 }
 
 // connected gives a node seen for the first time its snapshot.

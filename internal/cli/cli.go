@@ -17,15 +17,25 @@ import (
 	"syscall"
 )
 
-// EnvName returns the environment twin of a flag.
-func EnvName(flagName string) string {
-	return "SHARDPILOT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// Prefix starts the environment twin of every shardpilot command's flags.
+const Prefix = "SHARDPILOT_"
+
+// EnvName returns the environment twin of a flag under a prefix.
+func EnvName(prefix, flagName string) string {
+	return prefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // Parse parses args, then fills every flag not on the command line from its
 // environment twin. It returns flag.ErrHelp after printing the help for -h.
 func Parse(fs *flag.FlagSet, summary string, args []string) error {
-	fs.Usage = func() { Usage(fs.Output(), fs, summary) }
+	return ParsePrefixed(fs, Prefix, summary, args)
+}
+
+// ParsePrefixed is Parse with twins under another prefix, for a tool whose
+// flags must not be confused with the product's (the load test's are
+// SHARDPILOT_LOADTEST_*).
+func ParsePrefixed(fs *flag.FlagSet, prefix, summary string, args []string) error {
+	fs.Usage = func() { Usage(fs.Output(), fs, prefix, summary) }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,9 +49,9 @@ func Parse(fs *flag.FlagSet, summary string, args []string) error {
 		if set[f.Name] || err != nil {
 			return
 		}
-		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
+		if v, ok := os.LookupEnv(EnvName(prefix, f.Name)); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("$%s (twin of --%s): %w", EnvName(f.Name), f.Name, e)
+				err = fmt.Errorf("$%s (twin of --%s): %w", EnvName(prefix, f.Name), f.Name, e)
 			}
 		}
 	})
@@ -49,14 +59,14 @@ func Parse(fs *flag.FlagSet, summary string, args []string) error {
 }
 
 // Usage prints the summary and every flag with its default and twin.
-func Usage(w io.Writer, fs *flag.FlagSet, summary string) {
+func Usage(w io.Writer, fs *flag.FlagSet, prefix, summary string) {
 	fmt.Fprintf(w, "%s\n\nUsage: %s [flags]\n\nFlags (each also read from its environment variable):\n", summary, fs.Name())
 	fs.VisitAll(func(f *flag.Flag) {
 		def := ""
 		if f.DefValue != "" {
 			def = fmt.Sprintf(" (default %q)", f.DefValue)
 		}
-		fmt.Fprintf(w, "  --%s  $%s%s\n      %s\n", f.Name, EnvName(f.Name), def, f.Usage)
+		fmt.Fprintf(w, "  --%s  $%s%s\n      %s\n", f.Name, EnvName(prefix, f.Name), def, f.Usage)
 	})
 }
 

@@ -145,22 +145,19 @@ func (c *Cache) Classes() []string {
 	return out
 }
 
-// key returns the cache key of a node's requests for a type.
-func (c *Cache) key(node *core.Node, typeURL string) string {
+// class returns the class whose cache serves a node's requests for a type.
+func (c *Cache) class(node *core.Node, typeURL string) string {
 	if slices.Contains(c.cfg.SharedTypes, typeURL) {
-		return cacheKey(Shared, typeURL)
+		return Shared
 	}
-	return cacheKey(c.cfg.Classify(node), typeURL)
+	return c.cfg.Classify(node)
 }
 
 // watched returns the cache serving a node's requests for a type, and its
 // key, creating (and having the caller fill) the caches of a class seen
 // for the first time.
 func (c *Cache) watched(node *core.Node, typeURL string) (*gcpcache.LinearCache, string, error) {
-	class := Shared
-	if !slices.Contains(c.cfg.SharedTypes, typeURL) {
-		class = c.cfg.Classify(node)
-	}
+	class := c.class(node, typeURL)
 	k := cacheKey(class, typeURL)
 	shard := c.shard(node)
 	c.mu.Lock()
@@ -229,7 +226,7 @@ type server struct{ c *Cache }
 // the cache's own version, which a reconnect to any replica answers in full.
 func (s server) ResponseVersion(r *gcpcache.Request, version string) string {
 	c := s.c
-	k := c.key(r.GetNode(), r.GetTypeUrl())
+	k := cacheKey(c.class(r.GetNode(), r.GetTypeUrl()), r.GetTypeUrl())
 	c.mu.Lock()
 	// A held map is never changed once published (Update builds a new
 	// one), so it is read outside the lock every stream's sends share.

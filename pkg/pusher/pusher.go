@@ -68,10 +68,6 @@ type Config struct {
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
-	// Reclassify, when set, is called after a generation in which what
-	// decides classes changed (Sidecars, exportTo, Gateways): connected
-	// proxies may belong to another class now.
-	Reclassify func()
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -116,6 +112,8 @@ type Pusher struct {
 	conv   *convergence
 	sizes  sizes
 	routes routeMemo
+	// classesChanged says that what decides classes changed.
+	classesChanged chan struct{}
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -222,7 +220,8 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence)}, nil
+	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+		classesChanged: make(chan struct{}, 1)}, nil
 }
 
 // GeneratedRevision returns the store revision the served resources
@@ -345,8 +344,9 @@ func (p *Pusher) generate(c change) {
 		if previous != nil && !previous.sameClasses(index, previousMesh, mesh) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
-			if p.cfg.Reclassify != nil {
-				p.cfg.Reclassify()
+			select {
+			case p.classesChanged <- struct{}{}:
+			default:
 			}
 		}
 	}
@@ -363,9 +363,14 @@ func (p *Pusher) generate(c change) {
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
 }
 
-// NewClass generates the resources of a class seen for the first time,
+// ClassesChanged receives after a generation in which what decides
+// classes changed (Sidecars, exportTo, Gateways): connected proxies may
+// belong to another class now.
+func (p *Pusher) ClassesChanged() <-chan struct{} { return p.classesChanged }
+
+// FillClass generates the resources of a class seen for the first time,
 // from the last generation's mesh, before its first proxy is served.
-func (p *Pusher) NewClass(class string) {
+func (p *Pusher) FillClass(class string) {
 	if m := p.last.Load(); m != nil {
 		p.generateClass(m, class)
 	}

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -302,23 +301,17 @@ func (p Pusher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The cache asks the pusher for a proxy's class, and the pusher hands
-	// the cache its resources: the pusher is set before anything is served.
-	var ps *pusher.Pusher
-	var srv *server.Server
+	// One straight line: the pusher fills the cache; the server answers
+	// from the cache and asks the pusher for classes.
 	c, err := cache.New(cache.Config{
-		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes,
-		Classify: func(n *core.Node) string { return ps.Classify(n) },
-		NewClass: func(class string) { ps.NewClass(class) },
-		Log:      p.Log,
+		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes, Log: p.Log,
 	})
 	if err != nil {
 		return err
 	}
-	ps, err = pusher.New(pusher.Config{
+	ps, err := pusher.New(pusher.Config{
 		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay,
-		Reclassify: func() { srv.Reclassify() },
 	})
 	if err != nil {
 		return err
@@ -330,9 +323,9 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.cache.Store(c)
 		p.Dump.pusher.Store(ps)
 	}
-	srv, err = server.New(server.Config{Cache: c.Server(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
+	srv, err := server.New(server.Config{Cache: c, Classes: ps, ClassesChanged: ps.ClassesChanged(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
 		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout,
-		Convergence: ps, Classify: ps.Classify,
+		Convergence: ps,
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {
 				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})

@@ -1,19 +1,15 @@
 package cache
 
 import (
-	"strconv"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
 func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
-	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
-		Classify: func(*core.Node) string { return "a" }})
+	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +40,7 @@ func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
 }
 
 func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
-	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
-		Classify: func(*core.Node) string { return "a" }})
+	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +59,10 @@ func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
 }
 
 // Two replicas that reach the same content by different histories send it
-// under the same version; the cache's own counters differ.
+// under the same version; their table versions differ.
 func TestResponseVersionsAreContentHashes(t *testing.T) {
 	newCache := func() *Cache {
-		c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType},
-			Classify: func(*core.Node) string { return "a" }})
+		c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,9 +81,19 @@ func TestResponseVersionsAreContentHashes(t *testing.T) {
 	mustUpdate(two, map[string]types.Resource{"x": x, "y": y})
 
 	version := func(c *Cache, names ...string) string {
-		k := cacheKey("a", resource.ClusterType)
-		return c.Server().(Versioner).ResponseVersion(&gcpcache.Request{TypeUrl: resource.ClusterType, ResourceNames: names},
-			c.prefix+strconv.FormatUint(c.updates[k], 10))
+		tb, err := c.Table("a", resource.ClusterType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &counter{}
+		s := tb.Subscribe(w, names, len(names) == 0)
+		defer tb.Unsubscribe(w, s)
+		v, _ := s.ContentVersion()
+		r, err := tb.SotW(Request{Set: s, Fresh: true})
+		if err != nil || r.Version != v {
+			t.Fatalf("response version %s (%v), content version %s", r.Version, err, v)
+		}
+		return v
 	}
 	if v1, v2 := version(one), version(two); v1 != v2 {
 		t.Errorf("equal content, versions %s and %s", v1, v2)
@@ -97,13 +101,11 @@ func TestResponseVersionsAreContentHashes(t *testing.T) {
 	if v1, v2 := version(one, "x"), version(one); v1 == v2 {
 		t.Errorf("a subscription to x alone has the version of the whole set, %s", v1)
 	}
-	// A response computed before the cache moved on keeps the cache's version.
-	stale := one.prefix + "0"
-	if v := one.Server().(Versioner).ResponseVersion(&gcpcache.Request{TypeUrl: resource.ClusterType}, stale); v != stale {
-		t.Errorf("stale response got version %s", v)
+	if v1, v2 := version(one, "x", "y"), version(one); v1 != v2 {
+		t.Errorf("naming every resource: version %s, the wildcard's %s", v1, v2)
 	}
 }
 
-type Versioner interface {
-	ResponseVersion(r *gcpcache.Request, version string) string
-}
+type counter struct{ n int }
+
+func (c *counter) Notify() { c.n++ }

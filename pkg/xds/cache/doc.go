@@ -1,16 +1,28 @@
-// Package cache holds the xDS resources the pusher serves, shared by every
-// proxy of a class, on go-control-plane's LinearCache: one cache per class
-// and type, created when the first proxy of a class asks (after the caller
-// has filled it), and one mesh-wide cache for the types every class shares
-// (ClusterLoadAssignments). Update diffs a full set of resources against
-// what the cache holds by content hash, so only changed resources are
-// replaced and only the proxies watching them are woken.
+// Package cache holds the xDS resources the pusher serves, in tables that
+// make a push cost what changed rather than what a proxy subscribes to.
 //
-// Proxies see content versions: a SotW response's version is a hash of
-// what the proxy holds once it applies it, and a Delta resource's is the
-// hash of its content, the same on every replica, so a proxy that moves to
-// another replica is sent only what it lacks. A NACKed response is not
-// re-sent in a loop.
+// A Table holds the resources of one class and type (ClusterLoadAssignments:
+// one mesh-wide table every class shares). Each resource is validated by
+// the caller and marshalled here once, when its content changes, and kept
+// with its content hash and the table version at which it last changed. A
+// ring log records which names changed at each version, so a stream that
+// was sent version v learns what changed since in O(changed); one that fell
+// behind the log's tail does one O(subscribed) scan.
 //
-// A Cache is safe for concurrent use.
+// Streams that ask for the same names share one interned Set (every Envoy
+// of a class asks for the same clusters' endpoints). An Update wakes only
+// the watchers of the wildcard set and of the sets holding a changed name,
+// with a flag and a non-blocking send (Watcher.Notify); it never diffs per
+// stream. Encoded response bodies are cached per set and (from, to)
+// versions, so the streams of a class that move in lockstep share one
+// encoding: a server adds its nonce and writes the bytes.
+//
+// Versions proxies see are content versions: a SotW response's version is
+// the sum of the name-and-content hashes of what the proxy holds once it
+// applies it, and a Delta resource's version is its content hash, the same
+// on every replica, so a proxy that moves to another replica is sent only
+// what it lacks.
+//
+// A Cache and its Tables are safe for concurrent use. Update calls for one
+// table are serialised; responses are computed under a table's read lock.
 package cache

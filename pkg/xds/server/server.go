@@ -6,30 +6,54 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
-	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
-	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
-	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"golang.org/x/time/rate"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
 
+// Tables is the cache the server answers from.
+type Tables interface {
+	// Table returns the table of a class and type, cache.ErrNoClass for
+	// a class not held yet, or cache.ErrNotServed.
+	Table(class, typeURL string) (*cache.Table, error)
+	// AddClass adds a class's tables, filled by fill before they are served.
+	AddClass(class string, fill func(class string)) bool
+}
+
+var _ Tables = (*cache.Cache)(nil)
+
+// Classifier tells the class of a proxy and fills the tables of a class
+// seen for the first time.
+type Classifier interface {
+	Classify(*core.Node) string
+	FillClass(class string)
+}
+
+// OneClass serves every proxy from one class, whose tables are filled by
+// whoever fills the cache.
+type OneClass string
+
+func (c OneClass) Classify(*core.Node) string { return string(c) }
+func (OneClass) FillClass(string)             {}
+
 // Config configures a Server.
 type Config struct {
-	Cache gcpcache.Cache
-	Log   *slog.Logger
+	Cache   Tables
+	Classes Classifier
+	// ClassesChanged, when set, says that what decides classes changed
+	// (Sidecars, exportTo, Gateways): the server ends the stream of every
+	// proxy whose class is no longer the one it is served from.
+	ClassesChanged <-chan struct{}
+	Log            *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// DrainTimeout bounds the graceful stop. Default 10s.
@@ -57,10 +81,6 @@ type Config struct {
 	// that does not read its stream loses its push slot and its stream
 	// when it passes. Default 10s; negative disables.
 	SendTimeout time.Duration
-	// Classify, when set, returns a proxy's class, so that Reclassify can
-	// tell which proxies belong to another class than the one they are
-	// served from.
-	Classify func(*core.Node) string
 	// StreamRate bounds how many new streams per second the server accepts
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
@@ -69,8 +89,8 @@ type Config struct {
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
-	if c.Cache == nil {
-		return errors.New("server: a cache is required")
+	if c.Cache == nil || c.Classes == nil {
+		return errors.New("server: a cache and a classifier are required")
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -102,17 +122,18 @@ type Convergence interface {
 	Confirmed(typeURL string, from, to int64)
 }
 
-// Versioner is a cache that chooses the version each SotW response is
-// sent with, from the request it answers and the version the cache gave it.
-type Versioner interface {
-	ResponseVersion(r *discovery.DiscoveryRequest, version string) string
-}
-
 // Server is an xDS server.
 type Server struct {
-	cfg     Config
-	m       metrics
-	streams streams
+	cfg Config
+	m   metrics
+	// slots bounds the responses written at once (nil: unlimited).
+	slots  chan struct{}
+	nextID atomic.Int64
+	// receivers counts the streams' receiving goroutines: each returns
+	// once gRPC closes its stream, after the stream's handler returned.
+	receivers sync.WaitGroup
+	// adding serialises the creation of classes.
+	adding sync.Mutex
 }
 
 type metrics struct {
@@ -159,9 +180,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	srv := &Server{cfg: cfg, m: m}
-	srv.streams.pushes = pushLimit{timeout: max(cfg.SendTimeout, 0), m: &srv.m, log: cfg.Log}
 	if cfg.MaxConcurrentPushes > 0 {
-		srv.streams.pushes.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
+		srv.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
 	}
 	return srv, nil
 }
@@ -176,98 +196,26 @@ func shortType(typeURL string) string {
 	return typeURL
 }
 
-// deltaID keeps the ids of Delta streams apart from SotW's: go-control-plane
-// numbers each kind from 1.
-func deltaID(id int64) int64 { return -id }
-
-func (s *Server) callbacks() xds.Callbacks {
-	st := s.cfg.Status
-	opened := func(ctx context.Context, id int64, _ string) error {
-		s.streams.opened(ctx, id)
-		return nil
+// table returns the table serving a class and type, adding the class
+// (filled by the classifier) when it is new.
+func (s *Server) table(class, typeURL string) (*cache.Table, error) {
+	t, err := s.cfg.Cache.Table(class, typeURL)
+	if !errors.Is(err, cache.ErrNoClass) {
+		return t, err
 	}
-	closed := func(id int64, _ *core.Node) {
-		s.streams.closed(id)
-		if st.close(id) {
-			s.m.streams.Dec()
-		}
-	}
-	request := func(id int64, node *core.Node, typeURL, version, nonce string, detail *rpcstatus.Status) {
-		var nack *NACK
-		if detail != nil {
-			nack = &NACK{Message: detail.GetMessage(), At: time.Now()}
-			s.nack(id, node.GetId(), typeURL, nonce, detail.GetMessage())
-		}
-		if from, to := st.request(id, node, s.cfg.Classify, typeURL, nonce, nack); to > 0 && s.cfg.Convergence != nil {
-			s.cfg.Convergence.Confirmed(typeURL, from, to)
-		}
-	}
-	return xds.CallbackFuncs{
-		StreamOpenFunc: opened,
-		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			return opened(ctx, deltaID(id), typeURL)
-		},
-		StreamClosedFunc:      closed,
-		DeltaStreamClosedFunc: func(id int64, node *core.Node) { closed(deltaID(id), node) },
-		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
-			intern(r.ResourceNames)
-			s.opened(id, false)
-			request(id, r.GetNode(), r.TypeUrl, r.VersionInfo, r.ResponseNonce, r.ErrorDetail)
-			return nil
-		},
-		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
-			intern(r.ResourceNamesSubscribe)
-			id = deltaID(id)
-			s.opened(id, true)
-			request(id, r.GetNode(), r.TypeUrl, "", r.ResponseNonce, r.ErrorDetail)
-			return nil
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
-			// go-control-plane calls this just before it sends r, which
-			// belongs to this one response: the version is set here.
-			if v, ok := s.cfg.Cache.(Versioner); ok {
-				r.VersionInfo = v.ResponseVersion(req, r.VersionInfo)
-			}
-			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
-			st.response(id, r.TypeUrl, r.VersionInfo, r.Nonce, len(r.Resources), s.epoch())
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
-			id = deltaID(id)
-			s.m.responses.WithLabelValues(shortType(r.TypeUrl)).Inc()
-			st.response(id, r.TypeUrl, "nonce-"+r.Nonce, r.Nonce, len(r.Resources), s.epoch())
-		},
-	}
-}
-
-// intern makes the resource names of a request share their bytes with
-// every other stream's: a subscription keeps its names for as long as the
-// stream lives, and thousands of proxies name the same resources.
-func intern(names []string) {
-	for i, n := range names {
-		names[i] = unique.Make(n).Value()
-	}
-}
-
-// opened counts a stream once, at its first request, when it is known
-// whether it is SotW or Delta.
-func (s *Server) opened(id int64, delta bool) {
-	if s.cfg.Status.open(id, delta) {
-		s.m.streams.Inc()
-	}
+	s.cfg.Cache.AddClass(class, s.cfg.Classes.FillClass)
+	return s.cfg.Cache.Table(class, typeURL)
 }
 
 // Reclassify ends the stream of every connected proxy whose class is no
 // longer the one it was served from (a Sidecar or a Gateway that applies to
 // it appeared, changed or went), and returns how many. Each such proxy
 // reconnects, says which versions it holds, and is sent what differs in
-// its new class. Without Config.Classify it does nothing.
+// its new class.
 func (s *Server) Reclassify() int {
-	if s.cfg.Classify == nil {
-		return 0
-	}
 	n := 0
-	for _, id := range s.cfg.Status.moved(s.cfg.Classify) {
-		if s.streams.end(id) {
+	for _, st := range s.cfg.Status.moved(s.cfg.Classes.Classify) {
+		if st.end(errMoved) {
 			n++
 		}
 	}
@@ -283,11 +231,6 @@ func (s *Server) epoch() int64 {
 		return 1
 	}
 	return s.cfg.Convergence.Epoch()
-}
-
-func (s *Server) nack(stream int64, node, typeURL, nonce, msg string) {
-	s.m.nacks.WithLabelValues(shortType(typeURL)).Inc()
-	s.cfg.Log.Warn("proxy rejected a response", "stream", stream, "proxy", node, "type", shortType(typeURL), "nonce", nonce, "reason", msg)
 }
 
 // Run serves on lis until ctx is done.
@@ -313,36 +256,79 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 			return handler(srv, ss)
 		})
 	}
-	interceptors = append(interceptors, s.streams.intercept)
-	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
+	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...), grpc.ForceServerCodecV2(newCodec()))
 	gs := grpc.NewServer(opts...)
-	xs := xds.NewServer(ctx, s.cfg.Cache, s.callbacks())
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
-	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xs)
-	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
-	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xs)
-	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
+	s.register(gs)
 	if s.cfg.Register != nil {
 		s.cfg.Register(gs)
 	}
 
+	var wg sync.WaitGroup
+	wctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	if s.cfg.SendTimeout > 0 {
+		wg.Go(func() { s.watchdog(wctx) })
+	}
+	if s.cfg.ClassesChanged != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-s.cfg.ClassesChanged:
+					s.Reclassify()
+				}
+			}
+		})
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
+	var err error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("server: serve: %w", err)
+	case err = <-errc:
+		err = fmt.Errorf("server: serve: %w", err)
 	case <-ctx.Done():
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(s.cfg.DrainTimeout):
+			s.cfg.Log.Warn("drain timed out; closing the remaining streams", "timeout", s.cfg.DrainTimeout)
+			gs.Stop()
+			<-stopped
+		}
+		<-errc
 	}
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(s.cfg.DrainTimeout):
-		s.cfg.Log.Warn("drain timed out; closing the remaining streams", "timeout", s.cfg.DrainTimeout)
+	if err != nil {
 		gs.Stop()
-		<-stopped
 	}
-	<-errc
-	s.streams.recvs.wait()
-	return nil
+	stopWatching()
+	wg.Wait()
+	s.receivers.Wait()
+	return err
+}
+
+// watchdog ends the streams whose write outlasts the send timeout: the
+// stream gives up its push slot at once, and ends when the write returns.
+func (s *Server) watchdog(ctx context.Context) {
+	tick := time.NewTicker(max(s.cfg.SendTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			for _, st := range s.cfg.Status.all() {
+				started := st.sending.Load()
+				if started == 0 || now.Sub(time.Unix(0, started)) < s.cfg.SendTimeout {
+					continue
+				}
+				st.releaseSlot()
+				if st.end(errTimedOut) {
+					s.m.timeouts.Inc()
+					s.cfg.Log.Warn("a response's write outlasted the send timeout; ending the stream", "stream", st.id, "timeout", s.cfg.SendTimeout)
+				}
+			}
+		}
+	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"cmp"
-
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -12,16 +11,18 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// Status records, per stream and type, what was sent, what was ACKed and
-// the last NACK, for /debug/syncz. It is safe for concurrent use.
+// Status knows the open streams and reports, per stream and type, what was
+// sent, what was ACKed and the last NACK, for /debug/syncz. Each stream
+// keeps its own record under its own lock, so recording an ACK takes no
+// lock another stream waits on. It is safe for concurrent use.
 type Status struct {
 	mu      sync.Mutex
-	streams map[int64]*StreamStatus
+	streams map[int64]*stream
 }
 
 // StreamStatus is one proxy connection.
 type StreamStatus struct {
-	// Stream is go-control-plane's stream id, negated for Delta streams.
+	// Stream numbers the stream; Delta streams are negative.
 	Stream int64  `json:"stream"`
 	Proxy  string `json:"proxy"`
 	Delta  bool   `json:"delta"`
@@ -29,7 +30,6 @@ type StreamStatus struct {
 	Class string                 `json:"class,omitempty"`
 	Since time.Time              `json:"connected"`
 	Types map[string]*TypeStatus `json:"types"`
-	node  *core.Node
 }
 
 // TypeStatus is one type on one stream.
@@ -41,15 +41,6 @@ type TypeStatus struct {
 	// Acked is the last version (or nonce) the proxy accepted.
 	Acked    string `json:"acked,omitempty"`
 	LastNACK *NACK  `json:"last_nack,omitempty"`
-	// sent remembers the version and epoch of each outstanding nonce.
-	sent map[string]sentResponse
-	// credited is the newest epoch whose ACK has been reported.
-	credited int64
-}
-
-type sentResponse struct {
-	version string
-	epoch   int64
 }
 
 // NACK is a rejected response.
@@ -60,99 +51,41 @@ type NACK struct {
 }
 
 // NewStatus returns an empty Status.
-func NewStatus() *Status { return &Status{streams: map[int64]*StreamStatus{}} }
+func NewStatus() *Status { return &Status{streams: map[int64]*stream{}} }
 
-// open records a stream at its first request and reports whether it is new.
-func (s *Status) open(id int64, delta bool) bool {
+func (s *Status) add(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.streams[id]; ok {
-		return false
-	}
-	s.streams[id] = &StreamStatus{Stream: id, Delta: delta, Since: time.Now(), Types: map[string]*TypeStatus{}}
-	return true
+	s.streams[st.id] = st
 }
 
-// close forgets a stream and reports whether it was known.
-func (s *Status) close(id int64) bool {
+func (s *Status) remove(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.streams[id]
-	delete(s.streams, id)
-	return ok
+	delete(s.streams, st.id)
 }
 
-func (s *Status) typ(id int64, node *core.Node, typeURL string) *TypeStatus {
-	st := s.streams[id]
-	if st == nil {
-		return nil
-	}
-	if node != nil {
-		st.Proxy, st.node = node.GetId(), node
-	}
-	t := st.Types[shortType(typeURL)]
-	if t == nil {
-		t = &TypeStatus{sent: map[string]sentResponse{}}
-		st.Types[shortType(typeURL)] = t
-	}
-	return t
-}
-
-// request records an ACK or a NACK of the response with the request's
-// nonce. An ACK returns the epochs it newly confirms, (from, to].
-func (s *Status) request(id int64, node *core.Node, classify func(*core.Node) string, typeURL, nonce string, nack *NACK) (from, to int64) {
+// all returns the open streams.
+func (s *Status) all() []*stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.streams[id]; st != nil && st.Class == "" && node != nil && classify != nil {
-		st.Class = classify(node)
+	out := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		out = append(out, st)
 	}
-	t := s.typ(id, node, typeURL)
-	if t == nil || nonce == "" {
-		return 0, 0
-	}
-	sent, ok := t.sent[nonce]
-	if !ok {
-		return 0, 0
-	}
-	// Older nonces can no longer be answered.
-	clear(t.sent)
-	if nack != nil {
-		nack.Version = sent.version
-		t.LastNACK = nack
-		return 0, 0
-	}
-	t.Acked = sent.version
-	if sent.epoch <= t.credited {
-		return 0, 0
-	}
-	from, t.credited = t.credited, sent.epoch
-	return from, sent.epoch
-}
-
-func (s *Status) response(id int64, typeURL, version, nonce string, resources int, epoch int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.typ(id, nil, typeURL)
-	if t == nil {
-		return
-	}
-	t.Sent, t.SentNonce, t.Resources = version, nonce, resources
-	t.sent[nonce] = sentResponse{version, epoch}
-	if t.credited == 0 {
-		// A new subscription is not credited with changes made before it.
-		t.credited = epoch - 1
-	}
+	return out
 }
 
 // moved returns the streams whose proxy's class is no longer the one the
 // stream is served from.
-func (s *Status) moved(classify func(*core.Node) string) []int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []int64
-	for id, st := range s.streams {
-		if st.node != nil && st.Class != "" && classify(st.node) != st.Class {
-			out = append(out, id)
+func (s *Status) moved(classify func(*core.Node) string) []*stream {
+	var out []*stream
+	for _, st := range s.all() {
+		st.mu.Lock()
+		node, class := st.node, st.class
+		st.mu.Unlock()
+		if node != nil && class != "" && classify(node) != class {
+			out = append(out, st)
 		}
 	}
 	return out
@@ -160,11 +93,12 @@ func (s *Status) moved(classify func(*core.Node) string) []int64 {
 
 // Node returns the node of a connected proxy, or nil.
 func (s *Status) Node(proxy string) *core.Node {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.streams {
-		if st.Proxy == proxy {
-			return st.node
+	for _, st := range s.all() {
+		st.mu.Lock()
+		node := st.node
+		st.mu.Unlock()
+		if node.GetId() == proxy && node != nil {
+			return node
 		}
 	}
 	return nil
@@ -172,22 +106,23 @@ func (s *Status) Node(proxy string) *core.Node {
 
 // Streams returns a copy of every stream's status, ordered by proxy.
 func (s *Status) Streams() []StreamStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]StreamStatus, 0, len(s.streams))
-	for _, st := range s.streams {
-		c := *st
-		c.Types = make(map[string]*TypeStatus, len(st.Types))
-		for k, v := range st.Types {
-			tc := *v
-			tc.sent = nil
-			if v.LastNACK != nil {
-				n := *v.LastNACK
-				tc.LastNACK = &n
+	var out []StreamStatus
+	for _, st := range s.all() {
+		st.mu.Lock()
+		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Delta: st.delta, Class: st.class, Since: st.since,
+			Types: make(map[string]*TypeStatus, len(st.watches))}
+		for _, w := range st.watches {
+			ts := w.status
+			if ts.LastNACK != nil {
+				n := *ts.LastNACK
+				ts.LastNACK = &n
 			}
-			c.Types[k] = &tc
+			c.Types[w.short] = &ts
 		}
-		out = append(out, c)
+		st.mu.Unlock()
+		if c.Proxy != "" {
+			out = append(out, c)
+		}
 	}
 	slices.SortFunc(out, func(a, b StreamStatus) int {
 		return cmp.Or(cmp.Compare(a.Proxy, b.Proxy), cmp.Compare(a.Stream, b.Stream))

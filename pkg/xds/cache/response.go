@@ -1,0 +1,299 @@
+package cache
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Response is an encoded response a stream is to be sent, without its
+// nonce (the server appends that). A zero Body means there is nothing to
+// send; the stream is then at version To all the same.
+type Response struct {
+	Body []byte
+	// Version is the SotW version_info (a content version), or the Delta
+	// system_version_info.
+	Version string
+	// To is the table version the response brings the stream to.
+	To uint64
+	// Resources is how many resources it carries; Removed, how many it
+	// removes (Delta).
+	Resources, Removed int
+}
+
+// Empty reports whether there is nothing to send.
+func (r Response) Empty() bool { return r.Body == nil }
+
+// Request says what a stream holds and asks for.
+type Request struct {
+	// Set is what the stream subscribes to.
+	Set *Set
+	// From is the table version the stream was last brought to.
+	From uint64
+	// Fresh is set when the stream has not been answered since it
+	// subscribed to Set: its first response, or one after its names changed.
+	Fresh bool
+	// Prev is the set the stream subscribed to before Set, when its names
+	// changed: only what it newly asks for is sent with what changed.
+	Prev *Set
+	// Initial are the Delta resource versions a new stream says it holds.
+	Initial map[string]string
+}
+
+type bodyKind uint8
+
+const (
+	sotwAll bodyKind = iota
+	sotwSince
+	deltaAll
+	deltaSince
+)
+
+// bodyKey names a response body a set caches: its kind and the version it
+// starts from; the version it reaches is the set's bodiesAt.
+type bodyKey struct {
+	kind bodyKind
+	from uint64
+}
+
+// SotW returns the response that brings a SotW stream from r.From to the
+// table's current version. Listeners and clusters are sent whole; other
+// types carry only the resources the stream lacks.
+func (t *Table) SotW(r Request) (Response, error) {
+	s := r.Set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	to := t.version
+	if !r.Fresh && r.From == to {
+		return Response{To: to}, nil
+	}
+	kind, from := sotwAll, uint64(0)
+	var names []string
+	switch {
+	case r.Fresh && r.Prev != nil && !t.full:
+		return t.encodeSotW(s, t.addedLocked(r.Prev, s, r.From))
+	case r.Fresh:
+	default:
+		changed, ok := t.changedLocked(s, r.From)
+		switch {
+		case ok && len(changed) == 0:
+			return Response{To: to}, nil
+		case ok && !t.full:
+			kind, from, names = sotwSince, r.From, changed
+		}
+	}
+	if body, ok := s.bodyLocked(bodyKey{kind, from}); ok {
+		return body, nil
+	}
+	if kind == sotwAll {
+		names = t.namesLocked(s)
+	}
+	resp, err := t.encodeSotW(s, names)
+	if err == nil {
+		s.bodies[bodyKey{kind, from}] = resp
+	}
+	return resp, err
+}
+
+// Delta returns the response that brings a Delta stream from r.From to
+// the table's current version: the resources it lacks, and the names it
+// holds that are gone.
+func (t *Table) Delta(r Request) (Response, error) {
+	s := r.Set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	to := t.version
+	switch {
+	case r.Initial != nil:
+		var names, removed []string
+		for n := range r.Initial {
+			if e := t.entries[n]; e == nil && s.Has(n) {
+				removed = append(removed, n)
+			}
+		}
+		for _, n := range t.namesLocked(s) {
+			if r.Initial[n] != t.entries[n].version {
+				names = append(names, n)
+			}
+		}
+		return t.encodeDelta(s, names, removed)
+	case r.Fresh && r.Prev != nil:
+		held, gone := t.split(t.addedLocked(r.Prev, s, r.From))
+		return t.encodeDelta(s, held, gone)
+	case !r.Fresh && r.From == to:
+		return Response{To: to}, nil
+	}
+	kind, from := deltaAll, uint64(0)
+	var changed []string
+	if !r.Fresh {
+		var ok bool
+		if changed, ok = t.changedLocked(s, r.From); ok {
+			if len(changed) == 0 {
+				return Response{To: to}, nil
+			}
+			kind, from = deltaSince, r.From
+		}
+	}
+	if body, ok := s.bodyLocked(bodyKey{kind, from}); ok {
+		return body, nil
+	}
+	if kind == deltaAll {
+		changed = t.namesLocked(s)
+	}
+	held, gone := t.split(changed)
+	resp, err := t.encodeDelta(s, held, gone)
+	if err == nil {
+		s.bodies[bodyKey{kind, from}] = resp
+	}
+	return resp, err
+}
+
+// bodyLocked returns a cached body for the table's version, forgetting
+// those of older versions.
+func (s *Set) bodyLocked(k bodyKey) (Response, bool) {
+	if s.bodiesAt != s.table.version || s.bodies == nil {
+		s.bodies, s.bodiesAt = map[bodyKey]Response{}, s.table.version
+		return Response{}, false
+	}
+	b, ok := s.bodies[k]
+	return b, ok
+}
+
+// changedLocked returns the names of the set that changed after version
+// from, once each, and whether the log reaches back that far.
+func (t *Table) changedLocked(s *Set, from uint64) ([]string, bool) {
+	i, ok := t.sinceLocked(from)
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	// Update logs a name once per version: only a range of several
+	// versions can name one twice.
+	var seen map[string]struct{}
+	if i < len(t.log) && t.log[i].version != t.version {
+		seen = map[string]struct{}{}
+	}
+	for _, c := range t.log[i:] {
+		if !s.Has(c.name) {
+			continue
+		}
+		if seen != nil {
+			if _, dup := seen[c.name]; dup {
+				continue
+			}
+			seen[c.name] = struct{}{}
+		}
+		out = append(out, c.name)
+	}
+	return out, true
+}
+
+// addedLocked returns the names s holds that prev did not, with the
+// names of s that changed after from (all of s when the log does not
+// reach back that far).
+func (t *Table) addedLocked(prev, s *Set, from uint64) []string {
+	changed, ok := t.changedLocked(s, from)
+	if !ok {
+		return t.namesLocked(s)
+	}
+	seen := map[string]struct{}{}
+	for _, n := range changed {
+		seen[n] = struct{}{}
+	}
+	add := func(n string) {
+		if _, dup := seen[n]; !dup && !prev.Has(n) {
+			seen[n] = struct{}{}
+			changed = append(changed, n)
+		}
+	}
+	if s.wildcard {
+		for n := range t.entries {
+			add(n)
+		}
+	} else {
+		for n := range s.names {
+			add(n)
+		}
+	}
+	return changed
+}
+
+// namesLocked returns the names of what the set holds that exist.
+func (t *Table) namesLocked(s *Set) []string {
+	var out []string
+	if s.wildcard {
+		out = make([]string, 0, len(t.entries))
+		for n := range t.entries {
+			out = append(out, n)
+		}
+		return out
+	}
+	for n := range s.names {
+		if _, ok := t.entries[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// split divides names into those the table holds and those it does not.
+func (t *Table) split(names []string) (held, gone []string) {
+	for _, n := range names {
+		if _, ok := t.entries[n]; ok {
+			held = append(held, n)
+		} else {
+			gone = append(gone, n)
+		}
+	}
+	return held, gone
+}
+
+// encodeSotW encodes a SotW response carrying the named resources that
+// exist, in name order, under the set's content version.
+func (t *Table) encodeSotW(s *Set, names []string) (Response, error) {
+	held, _ := t.split(names)
+	if len(held) == 0 && !t.full {
+		return Response{To: t.version}, nil
+	}
+	slices.Sort(held)
+	msg := &discovery.DiscoveryResponse{TypeUrl: t.typeURL, VersionInfo: contentVersion(s.contentSumLocked())}
+	msg.Resources = make([]*anypb.Any, 0, len(held))
+	for _, n := range held {
+		msg.Resources = append(msg.Resources, t.entries[n].any)
+	}
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
+	}
+	return Response{Body: b, Version: msg.VersionInfo, To: t.version, Resources: len(held)}, nil
+}
+
+// encodeDelta encodes a Delta response carrying the named resources and
+// removing the gone ones, in name order.
+func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
+	if len(held) == 0 && len(gone) == 0 {
+		return Response{To: t.version}, nil
+	}
+	slices.Sort(held)
+	slices.SortFunc(gone, cmp.Compare)
+	msg := &discovery.DeltaDiscoveryResponse{TypeUrl: t.typeURL, SystemVersionInfo: contentVersion(s.contentSumLocked()),
+		RemovedResources: gone}
+	msg.Resources = make([]*discovery.Resource, 0, len(held))
+	for _, n := range held {
+		e := t.entries[n]
+		msg.Resources = append(msg.Resources, &discovery.Resource{Name: n, Version: e.version, Resource: e.any})
+	}
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
+	}
+	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held), Removed: len(gone)}, nil
+}

@@ -1,0 +1,219 @@
+package cache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// entry is one resource a table holds. It is never changed once stored:
+// an update stores a new entry.
+type entry struct {
+	name string
+	res  types.Resource
+	// any is the resource marshalled once, shared by every response.
+	any *anypb.Any
+	// hash is of the encoded content; version is its hex form, the
+	// resource's Delta version.
+	hash    uint64
+	version string
+	// sum is a hash of the name and content, summed into content versions.
+	sum  uint64
+	size int
+	// changed is the table version at which the content last changed.
+	changed uint64
+}
+
+// change is one entry of a table's log: name changed at version (sum is
+// 0 when the name was removed). old is the name's sum before.
+type change struct {
+	version  uint64
+	name     string
+	old, sum uint64
+}
+
+// Table holds the resources of one class and type, the log of what
+// changed at each version, and the subscription sets that watch it.
+type Table struct {
+	typeURL string
+	full    bool
+	logSize int
+
+	// updating serialises Update; entries are written only under both it
+	// and mu, so Update may read them holding updating alone.
+	updating sync.Mutex
+
+	mu      sync.RWMutex
+	version uint64
+	entries map[string]*entry
+	// sum is the sum of every entry's sum: the wildcard content version.
+	sum uint64
+	// log holds the changes after floor, oldest first.
+	log   []change
+	floor uint64
+	// sets are the interned named subscriptions by fingerprint; wild is
+	// the wildcard subscription.
+	sets map[Fingerprint][]*Set
+	wild *Set
+}
+
+func newTable(typeURL string, logSize int) *Table {
+	t := &Table{typeURL: typeURL, full: fullState(typeURL), logSize: logSize,
+		entries: map[string]*entry{}, sets: map[Fingerprint][]*Set{}}
+	t.wild = &Set{table: t, wildcard: true, watchers: map[Watcher]int{}}
+	return t
+}
+
+// TypeURL returns the type of the resources the table holds.
+func (t *Table) TypeURL() string { return t.typeURL }
+
+// Version returns the table's version: the number of updates that changed it.
+func (t *Table) Version() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
+// Resources returns what the table holds.
+func (t *Table) Resources() map[string]types.Resource {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]types.Resource, len(t.entries))
+	for name, e := range t.entries {
+		out[name] = e.res
+	}
+	return out
+}
+
+// Update makes the table hold exactly resources (see Cache.Update). The
+// watchers of every set a changed name belongs to, and of the wildcard
+// set, are notified.
+func (t *Table) Update(resources map[string]types.Resource) (changed, removed, bytes int, err error) {
+	t.updating.Lock()
+	defer t.updating.Unlock()
+	var next, same []*entry
+	for name, r := range resources {
+		prev := t.entries[name]
+		if prev != nil && prev.res == r {
+			bytes += prev.size
+			continue
+		}
+		e, err := newEntry(t.typeURL, name, r)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		bytes += e.size
+		if prev != nil && prev.hash == e.hash {
+			// Equal content in a new object: keep the object, so that
+			// handing it over again is not encoded again; nothing changed.
+			e.changed = prev.changed
+			same = append(same, e)
+			continue
+		}
+		next = append(next, e)
+	}
+	var gone []string
+	if len(resources) < len(t.entries)+len(next) {
+		for name := range t.entries {
+			if _, ok := resources[name]; !ok {
+				gone = append(gone, name)
+			}
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range same {
+		t.entries[e.name] = e
+	}
+	if len(next) == 0 && len(gone) == 0 {
+		return 0, 0, bytes, nil
+	}
+	t.version++
+	names := make([]string, 0, len(next)+len(gone))
+	for _, e := range next {
+		e.changed = t.version
+		var old uint64
+		if prev := t.entries[e.name]; prev != nil {
+			old = prev.sum
+		}
+		t.entries[e.name] = e
+		t.sum += e.sum - old
+		t.log = append(t.log, change{version: t.version, name: e.name, old: old, sum: e.sum})
+		names = append(names, e.name)
+	}
+	for _, name := range gone {
+		old := t.entries[name].sum
+		delete(t.entries, name)
+		t.sum -= old
+		t.log = append(t.log, change{version: t.version, name: name, old: old})
+		names = append(names, name)
+	}
+	t.trimLocked()
+	t.notifyLocked(names)
+	return len(next), len(gone), bytes, nil
+}
+
+// trimLocked keeps the log within its size: it drops the oldest changes,
+// a whole version at a time, once the log is twice the size (so trimming
+// costs O(1) per change).
+func (t *Table) trimLocked() {
+	if len(t.log) <= 2*t.logSize {
+		return
+	}
+	cut := len(t.log) - t.logSize
+	// Keep the changes of one version together: floor says every change
+	// after it is in the log.
+	for cut < len(t.log) && t.log[cut].version == t.log[cut-1].version {
+		cut++
+	}
+	t.floor = t.log[cut-1].version
+	t.log = append(t.log[:0:0], t.log[cut:]...)
+}
+
+// notifyLocked wakes the watchers of the wildcard set and of every set
+// holding one of names.
+func (t *Table) notifyLocked(names []string) {
+	for w := range t.wild.watchers {
+		w.Notify()
+	}
+	for _, list := range t.sets {
+		for _, s := range list {
+			if len(s.watchers) > 0 && s.holdsAny(names) {
+				for w := range s.watchers {
+					w.Notify()
+				}
+			}
+		}
+	}
+}
+
+// since returns the index of the first logged change after version from,
+// and whether the log reaches back that far.
+func (t *Table) sinceLocked(from uint64) (int, bool) {
+	if from < t.floor {
+		return 0, false
+	}
+	return sort.Search(len(t.log), func(i int) bool { return t.log[i].version > from }), true
+}
+
+func newEntry(typeURL, name string, r types.Resource) (*entry, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("cache: encode %s %s: %w", typeURL, name, err)
+	}
+	f := fnv.New64a()
+	_, _ = f.Write(b)
+	h := f.Sum64()
+	f.Reset()
+	_, _ = f.Write([]byte(name))
+	_, _ = f.Write(binary.LittleEndian.AppendUint64(nil, h))
+	return &entry{name: name, res: r, any: &anypb.Any{TypeUrl: typeURL, Value: b},
+		hash: h, version: strconv.FormatUint(h, 16), sum: f.Sum64(), size: len(b)}, nil
+}

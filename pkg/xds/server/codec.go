@@ -1,0 +1,137 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"unique"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// codec is gRPC's proto codec with two exceptions, both on the hot path:
+// a response encoded by the cache is written as it is (its body shared by
+// every stream that is sent it, the stream's nonce appended as one more
+// field), and a SotW request is decoded without allocating, its resource
+// names fingerprinted and kept as bytes until the stream finds they
+// changed. Everything else (Delta requests, CSDS) goes to the proto codec.
+type codec struct{ proto encoding.CodecV2 }
+
+func newCodec() codec { return codec{encoding.GetCodecV2(proto.Name)} }
+
+func (codec) Name() string { return proto.Name }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if o, ok := v.(*outgoing); ok {
+		return mem.BufferSlice{mem.SliceBuffer(o.body), mem.SliceBuffer(o.nonce)}, nil
+	}
+	return c.proto.Marshal(v)
+}
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*sotwRequest); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return r.decode(buf.ReadOnlyData())
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// outgoing is a response as the cache encoded it, and the stream's nonce
+// as an encoded field (DiscoveryResponse and DeltaDiscoveryResponse both
+// number it 5): fields may come in any order on the wire.
+type outgoing struct {
+	body, nonce []byte
+}
+
+const nonceField = 5
+
+func newOutgoing(body []byte, nonce string) *outgoing {
+	f := protowire.AppendTag(make([]byte, 0, len(nonce)+2), nonceField, protowire.BytesType)
+	return &outgoing{body: body, nonce: protowire.AppendString(f, nonce)}
+}
+
+// sotwRequest is a DiscoveryRequest as the server reads it: byte fields
+// copied into buffers it reuses from one request to the next.
+type sotwRequest struct {
+	version, node, typeURL, nonce, errorDetail []byte
+	hasNode, hasError, locators                bool
+	// names holds every resource name back to back; ends[i] is where
+	// name i ends. fp is their fingerprint.
+	names []byte
+	ends  []int
+	fp    cache.Fingerprint
+}
+
+// DiscoveryRequest field numbers.
+const (
+	reqVersion     = 1
+	reqNode        = 2
+	reqNames       = 3
+	reqTypeURL     = 4
+	reqNonce       = 5
+	reqErrorDetail = 6
+	reqLocators    = 7
+)
+
+var errMalformed = errors.New("malformed DiscoveryRequest")
+
+func (r *sotwRequest) decode(b []byte) error {
+	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = r.version[:0], r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
+	r.hasNode, r.hasError, r.locators = false, false, false
+	r.names, r.ends, r.fp = r.names[:0], r.ends[:0], cache.Fingerprint{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch num {
+		case reqVersion:
+			r.version = append(r.version[:0], v...)
+		case reqNode:
+			r.node, r.hasNode = append(r.node, v...), true
+		case reqNames:
+			r.names = append(r.names, v...)
+			r.ends = append(r.ends, len(r.names))
+			r.fp.Add(v)
+		case reqTypeURL:
+			r.typeURL = append(r.typeURL[:0], v...)
+		case reqNonce:
+			r.nonce = append(r.nonce[:0], v...)
+		case reqErrorDetail:
+			r.errorDetail, r.hasError = append(r.errorDetail, v...), true
+		case reqLocators:
+			r.locators = true
+		}
+	}
+	return nil
+}
+
+// nameList returns the request's resource names, interned: a subscription
+// keeps them for as long as the stream lives, and thousands of proxies
+// name the same resources.
+func (r *sotwRequest) nameList() []string {
+	out := make([]string, len(r.ends))
+	start := 0
+	for i, end := range r.ends {
+		out[i] = unique.Make(string(r.names[start:end])).Value()
+		start = end
+	}
+	return out
+}

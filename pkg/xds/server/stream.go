@@ -1,0 +1,544 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unique"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// errMoved ends a stream whose proxy belongs to another class now.
+var errMoved = status.Error(codes.Unavailable, "shardpilot: the proxy's class changed; reconnect to be served its new configuration")
+
+// errTimedOut ends a stream whose proxy stopped reading.
+var errTimedOut = status.Error(codes.Unavailable, "shardpilot: a response's write outlasted the send timeout")
+
+// pushOrder is the order a stream's types are sent in when several are
+// due: clusters before the endpoints and routes that use them, listeners
+// before the routes they name (the xDS protocol's advice).
+var pushOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
+
+func rank(typeURL string) int {
+	if i := slices.Index(pushOrder, typeURL); i >= 0 {
+		return i
+	}
+	return len(pushOrder)
+}
+
+// stream is one xDS stream: aggregated, or of one type. Its handler's
+// goroutine sends; a second receives. Requests change the per-type watches
+// under mu; a table that changes sets a watch's dirty flag and wakes the
+// sender, which computes each due response from the cache and writes it.
+// At most one response per type is in flight: changes made meanwhile are
+// sent together once it is ACKed or NACKed.
+type stream struct {
+	srv    *Server
+	id     int64
+	delta  bool
+	ss     grpc.ServerStream
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wake tells the sender that a watch may be due.
+	wake  chan struct{}
+	since time.Time
+	// ended says why the server ended the stream (nil: it did not).
+	ended atomic.Pointer[error]
+	// sending is when the write in progress started (unix ns; 0: none).
+	sending atomic.Int64
+	// slot is set while the stream holds a push slot.
+	slot atomic.Bool
+
+	mu      sync.Mutex
+	closed  bool
+	node    *core.Node
+	nodeRaw []byte
+	class   string
+	watches []*watch // in push order
+	nonce   uint64
+}
+
+// watch is what a stream holds of one type.
+type watch struct {
+	st      *stream
+	typeURL string
+	short   string
+	table   *cache.Table
+	// set is what the stream subscribes to; for Delta, named holds the
+	// names it subscribed to explicitly and wildcard whether it asked for
+	// every resource.
+	set      *cache.Set
+	named    *cache.Set
+	wildcard bool
+	// legacy is set when a SotW stream's first request named nothing: an
+	// empty list stays the wildcard.
+	legacy bool
+	// reqFP is the fingerprint of the names of the last SotW request.
+	reqFP cache.Fingerprint
+	// version is the table version the stream was last brought to; fresh
+	// is set until the stream is answered after subscribing to set (prev
+	// is what it subscribed to before); initial are the versions a new
+	// Delta stream says it holds.
+	version uint64
+	fresh   bool
+	prev    *cache.Set
+	initial map[string]string
+	dirty   atomic.Bool
+	// inflight is set while a response waits for its ACK or NACK.
+	inflight bool
+	nonce    string
+	status   TypeStatus
+	// epoch is the generation the in-flight response was sent from;
+	// credited the newest whose ACK has been reported.
+	epoch, credited int64
+}
+
+// Notify marks the watch due and wakes its stream's sender.
+func (w *watch) Notify() {
+	w.dirty.Store(true)
+	w.st.wakeUp()
+}
+
+var _ cache.Watcher = (*watch)(nil)
+
+func (st *stream) wakeUp() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// end ends the stream with err as its status; it reports whether the
+// stream was not ended before.
+func (st *stream) end(err error) bool {
+	if !st.ended.CompareAndSwap(nil, &err) {
+		return false
+	}
+	st.cancel()
+	return true
+}
+
+// serve runs a stream until the proxy goes, the server ends it, or a
+// request is refused. receive reads and applies one request.
+func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) error) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	id := s.nextID.Add(1)
+	if delta {
+		id = -id
+	}
+	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), since: time.Now()}
+	s.cfg.Status.add(st)
+	s.m.streams.Inc()
+	defer func() {
+		s.m.streams.Dec()
+		s.cfg.Status.remove(st)
+		st.close()
+	}()
+	received := make(chan error, 1)
+	s.receivers.Add(1)
+	go func() {
+		defer s.receivers.Done()
+		for {
+			if err := receive(st); err != nil {
+				received <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			if e := st.ended.Load(); e != nil {
+				return *e
+			}
+			return ctx.Err()
+		case err := <-received:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-st.wake:
+			if err := st.push(); err != nil {
+				if e := st.ended.Load(); e != nil {
+					return *e
+				}
+				return err
+			}
+		}
+	}
+}
+
+// close releases the stream's subscriptions.
+func (st *stream) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	for _, w := range st.watches {
+		if w.set != nil {
+			w.table.Unsubscribe(w, w.set)
+		}
+		if w.named != nil {
+			w.table.Unsubscribe(w, w.named)
+		}
+	}
+}
+
+// errClosed stops a receive that finds its stream closed.
+var errClosed = errors.New("server: stream closed")
+
+// receiveSotW reads and applies one SotW request. typeURL is the type of
+// a single-type stream ("" for ADS).
+func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
+	if err := st.ss.RecvMsg(r); err != nil {
+		if errors.Is(err, errMalformed) {
+			return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
+		}
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return errClosed
+	}
+	if r.hasNode {
+		if err := st.nodeLocked(r.node); err != nil {
+			return err
+		}
+	}
+	w, err := st.watchLocked(r.typeURL, typeURL)
+	if w == nil || err != nil {
+		return err
+	}
+	first := w.set == nil
+	if len(r.nonce) > 0 {
+		if string(r.nonce) != w.nonce {
+			return nil // a stale nonce: the request is superseded
+		}
+		if w.inflight {
+			var nack *rpcstatus.Status
+			if r.hasError {
+				nack = &rpcstatus.Status{}
+				if err := proto.Unmarshal(r.errorDetail, nack); err != nil {
+					return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
+				}
+			}
+			st.answeredLocked(w, nack)
+		}
+	}
+	if !first && r.fp == w.reqFP {
+		return nil
+	}
+	names := r.nameList()
+	wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
+	if first {
+		w.legacy = len(names) == 0
+	}
+	if wildcard {
+		names = nil
+	}
+	st.subscribeLocked(w, w.table.Subscribe(w, names, wildcard))
+	w.reqFP = r.fp
+	if first && len(r.version) > 0 && len(r.nonce) == 0 {
+		// A proxy that moved from another replica, or reconnected, says
+		// what it holds: if it is what this replica would send, only the
+		// next change is.
+		if v, at := w.set.ContentVersion(); v == string(r.version) {
+			w.version, w.fresh, w.prev = at, false, nil
+			w.status.Sent, w.status.Acked = v, v
+			w.credited = st.srv.epoch()
+			return nil
+		}
+	}
+	w.Notify()
+	return nil
+}
+
+// receiveDelta reads and applies one Delta request.
+func (st *stream) receiveDelta(typeURL string) error {
+	r := &discovery.DeltaDiscoveryRequest{}
+	if err := st.ss.RecvMsg(r); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return errClosed
+	}
+	if r.Node != nil {
+		b, err := proto.Marshal(r.Node)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "shardpilot: node: %v", err)
+		}
+		if err := st.nodeLocked(b); err != nil {
+			return err
+		}
+	}
+	w, err := st.watchLocked([]byte(r.TypeUrl), typeURL)
+	if w == nil || err != nil {
+		return err
+	}
+	first := w.set == nil
+	if r.ResponseNonce != "" && r.ResponseNonce == w.nonce && w.inflight {
+		st.answeredLocked(w, r.ErrorDetail)
+	}
+	intern(r.ResourceNamesSubscribe)
+	wildcard := w.wildcard
+	var add, remove []string
+	for _, n := range r.ResourceNamesSubscribe {
+		if n == "*" {
+			wildcard = true
+		} else {
+			add = append(add, n)
+		}
+	}
+	for _, n := range r.ResourceNamesUnsubscribe {
+		if n == "*" {
+			wildcard = false
+		} else {
+			remove = append(remove, n)
+		}
+	}
+	if first && len(r.ResourceNamesSubscribe) == 0 {
+		wildcard = true // a first request that names nothing asks for everything
+	}
+	if !first && wildcard == w.wildcard && len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	if first || len(add) > 0 || len(remove) > 0 {
+		var names []string
+		if w.named != nil {
+			names = w.named.Names()
+		}
+		names = append(names, add...)
+		names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(remove, n) })
+		named := w.table.Subscribe(w, names, false)
+		if w.named != nil {
+			w.table.Unsubscribe(w, w.named)
+		}
+		w.named = named
+	}
+	w.wildcard = wildcard
+	if wildcard {
+		st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
+	} else {
+		st.subscribeLocked(w, w.table.Ref(w, w.named))
+	}
+	if first && len(r.InitialResourceVersions) > 0 {
+		w.initial = r.InitialResourceVersions
+	}
+	w.Notify()
+	return nil
+}
+
+// subscribeLocked makes set, which w holds a subscription to, what it is
+// answered from: fresh, from what it held of the set before.
+func (st *stream) subscribeLocked(w *watch, set *cache.Set) {
+	if w.set != nil {
+		w.table.Unsubscribe(w, w.set)
+		if w.set == set {
+			return
+		}
+		if !w.fresh {
+			w.prev = w.set
+		}
+	}
+	w.set, w.fresh = set, true
+}
+
+// nodeLocked records the stream's node from its encoding; a node that
+// names another proxy than the stream's first is refused.
+func (st *stream) nodeLocked(b []byte) error {
+	if st.node != nil && bytes.Equal(b, st.nodeRaw) {
+		return nil
+	}
+	n := &core.Node{}
+	if err := proto.Unmarshal(b, n); err != nil {
+		return status.Errorf(codes.InvalidArgument, "shardpilot: node: %v", err)
+	}
+	if st.node != nil && n.GetId() != st.node.GetId() {
+		return status.Errorf(codes.InvalidArgument, "shardpilot: the node changed from %q to %q on one stream", st.node.GetId(), n.GetId())
+	}
+	st.node, st.nodeRaw = n, append(st.nodeRaw[:0], b...)
+	return nil
+}
+
+// watchLocked returns the stream's watch of a type, creating it (and
+// classifying the proxy) at the type's first request. An unserved type
+// is answered with nothing: nil and no error.
+func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
+	if len(requested) == 0 && fixed == "" {
+		return nil, status.Error(codes.InvalidArgument, "shardpilot: a request without type_url on an aggregated stream")
+	}
+	for _, w := range st.watches {
+		if len(requested) == 0 || string(requested) == w.typeURL {
+			return w, nil
+		}
+	}
+	typeURL := fixed
+	if len(requested) > 0 {
+		typeURL = string(requested)
+	}
+	if st.node == nil {
+		return nil, status.Error(codes.InvalidArgument, "shardpilot: the first request of a stream must carry a node")
+	}
+	if st.class == "" {
+		st.class = st.srv.cfg.Classes.Classify(st.node)
+	}
+	t, err := st.srv.table(st.class, typeURL)
+	if errors.Is(err, cache.ErrNotServed) {
+		st.srv.cfg.Log.Debug("request for a type not served; ignored", "proxy", st.node.GetId(), "type", typeURL)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
+	}
+	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
+	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
+	st.watches = slices.Insert(st.watches, i, w)
+	return w, nil
+}
+
+// answeredLocked records the ACK (nack nil) or NACK of the in-flight
+// response of w, and wakes the sender if changes waited for it.
+func (st *stream) answeredLocked(w *watch, nack *rpcstatus.Status) {
+	w.inflight = false
+	s := st.srv
+	if nack != nil {
+		w.status.LastNACK = &NACK{Version: w.status.Sent, Message: nack.GetMessage(), At: time.Now()}
+		s.m.nacks.WithLabelValues(w.short).Inc()
+		s.cfg.Log.Warn("proxy rejected a response", "stream", st.id, "proxy", st.node.GetId(), "type", w.short,
+			"nonce", w.nonce, "reason", nack.GetMessage())
+	} else {
+		w.status.Acked = w.status.Sent
+		if w.epoch > w.credited {
+			from := w.credited
+			w.credited = w.epoch
+			if s.cfg.Convergence != nil {
+				s.cfg.Convergence.Confirmed(w.typeURL, from, w.epoch)
+			}
+		}
+	}
+	if w.dirty.Load() {
+		st.wakeUp()
+	}
+}
+
+// push sends every due response, in push order.
+func (st *stream) push() error {
+	for i := 0; ; i++ {
+		out, err := st.next(i)
+		if err != nil || out == errDone {
+			return err
+		}
+		if out == nil {
+			continue
+		}
+		if err := st.send(out); err != nil {
+			return err
+		}
+	}
+}
+
+var errDone = &outgoing{}
+
+// next computes the response due for the i-th watch: nil when none is,
+// errDone past the last watch.
+func (st *stream) next(i int) (*outgoing, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if i >= len(st.watches) {
+		return errDone, nil
+	}
+	w := st.watches[i]
+	if w.inflight || w.set == nil || !w.dirty.Load() {
+		return nil, nil
+	}
+	w.dirty.Store(false)
+	req := cache.Request{Set: w.set, From: w.version, Fresh: w.fresh, Prev: w.prev, Initial: w.initial}
+	var resp cache.Response
+	var err error
+	if st.delta {
+		resp, err = w.table.Delta(req)
+	} else {
+		resp, err = w.table.SotW(req)
+	}
+	if err != nil {
+		st.srv.cfg.Log.Error("cannot encode a response", "proxy", st.node.GetId(), "type", w.short, "err", err)
+		return nil, nil
+	}
+	w.version, w.fresh, w.prev, w.initial = resp.To, false, nil, nil
+	if resp.Empty() {
+		return nil, nil
+	}
+	st.nonce++
+	w.nonce = strconv.FormatUint(st.nonce, 10)
+	w.inflight = true
+	w.epoch = st.srv.epoch()
+	if w.credited == 0 {
+		// A new subscription is not credited with changes made before it.
+		w.credited = w.epoch - 1
+	}
+	w.status.Sent = resp.Version
+	if st.delta {
+		w.status.Sent = "nonce-" + w.nonce
+	}
+	w.status.SentNonce, w.status.Resources = w.nonce, resp.Resources
+	st.srv.m.responses.WithLabelValues(w.short).Inc()
+	return newOutgoing(resp.Body, w.nonce), nil
+}
+
+// send writes one response once a push slot is free.
+func (st *stream) send(out *outgoing) error {
+	s := st.srv
+	queued := time.Now()
+	if s.slots != nil {
+		select {
+		case s.slots <- struct{}{}:
+			st.slot.Store(true)
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+	start := time.Now()
+	s.m.queue.Observe(start.Sub(queued).Seconds())
+	st.sending.Store(start.UnixNano())
+	err := st.ss.SendMsg(out)
+	st.sending.Store(0)
+	st.releaseSlot()
+	s.m.send.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return fmt.Errorf("server: send: %w", err)
+	}
+	return nil
+}
+
+func (st *stream) releaseSlot() {
+	if st.slot.CompareAndSwap(true, false) {
+		<-st.srv.slots
+	}
+}
+
+// intern makes the resource names of a request share their bytes with
+// every other stream's.
+func intern(names []string) {
+	for i, n := range names {
+		names[i] = unique.Make(n).Value()
+	}
+}

@@ -212,6 +212,12 @@ func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
 		}
 		return err
 	}
+	return st.applySotW(r, typeURL)
+}
+
+// applySotW applies one decoded SotW request. An ACK whose names did not
+// change allocates nothing.
+func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {

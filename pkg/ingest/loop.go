@@ -14,10 +14,13 @@ import (
 type Loop struct {
 	// Sync reads the source and syncs it into the store.
 	Sync func(ctx context.Context) error
-	// Quiet is how long changes must stop before a sync. Default 100ms.
+	// Quiet is how long changes must stop before a sync: long enough to
+	// take the events of one edit together, short enough not to add to
+	// convergence (a sync in progress batches what arrives meanwhile).
+	// Default 10ms.
 	Quiet time.Duration
 	// MaxDelay bounds how long a change waits for the quiet period, so
-	// that a source that never stops changing is still synced. Default 1s.
+	// that a source that never stops changing is still synced. Default 100ms.
 	MaxDelay time.Duration
 	// Resync syncs even without changes. Default 5m.
 	Resync time.Duration
@@ -31,10 +34,10 @@ type Loop struct {
 // NewLoop returns a Loop with the defaults filled in.
 func NewLoop(l Loop) *Loop {
 	if l.Quiet == 0 {
-		l.Quiet = 100 * time.Millisecond
+		l.Quiet = 10 * time.Millisecond
 	}
 	if l.MaxDelay == 0 {
-		l.MaxDelay = time.Second
+		l.MaxDelay = 100 * time.Millisecond
 	}
 	if l.Resync == 0 {
 		l.Resync = 5 * time.Minute

@@ -14,7 +14,7 @@ func TestLoop(t *testing.T) {
 		start := time.Now()
 		fail := true
 		l := NewLoop(Loop{
-			Quiet: 100 * time.Millisecond, Resync: time.Minute, RetryDelay: time.Second,
+			Quiet: 100 * time.Millisecond, MaxDelay: time.Second, Resync: time.Minute, RetryDelay: time.Second,
 			Sync: func(context.Context) error {
 				syncs = append(syncs, time.Since(start))
 				if fail {

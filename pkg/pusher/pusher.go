@@ -60,9 +60,13 @@ type Config struct {
 	Log    *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
-	// Quiet is the debounce quiet period. Default 100ms.
+	// Quiet is the debounce quiet period: it takes the events of one
+	// store transaction or source sync together. Batching beyond that
+	// adapts by itself: a generation in progress batches what arrives
+	// meanwhile, and each stream coalesces what changes while its last
+	// response is in flight. Default 10ms.
 	Quiet time.Duration
-	// MaxDelay bounds how long a change waits for the debounce. Default 1s.
+	// MaxDelay bounds how long a change waits for the debounce. Default 100ms.
 	MaxDelay time.Duration
 	// RetryDelay is the pause before loading again after a failure. Default 1s.
 	RetryDelay time.Duration
@@ -79,10 +83,10 @@ func (c *Config) Validate() error {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Quiet == 0 {
-		c.Quiet = 100 * time.Millisecond
+		c.Quiet = 10 * time.Millisecond
 	}
 	if c.MaxDelay == 0 {
-		c.MaxDelay = time.Second
+		c.MaxDelay = 100 * time.Millisecond
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second

@@ -8,6 +8,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -35,6 +36,7 @@ func TestConvergenceIsMeasured(t *testing.T) {
 	dir := t.TempDir()
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
 	cp := startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
 	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,8 @@ func TestConvergenceIsMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	rx := receive(s)
-	req := &discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar~10.0.0.4~conv.demo~demo.svc.cluster.local"}, TypeUrl: resource.ClusterType}
+	const proxy = "sidecar~10.0.0.4~conv.demo~demo.svc.cluster.local"
+	req := &discovery.DiscoveryRequest{Node: &core.Node{Id: proxy}, TypeUrl: resource.ClusterType}
 	// ACK until the greeter's cluster is there.
 	for {
 		if err := s.Send(req); err != nil {
@@ -65,6 +68,18 @@ func TestConvergenceIsMeasured(t *testing.T) {
 	if err := s.Send(req); err != nil {
 		t.Fatal(err)
 	}
+	// The server has measured that ACK once it shows in the stream's status.
+	testutil.Eventually(t, 10*time.Second, "the ACK to be recorded", func() (bool, string) {
+		for _, st := range cp.status.Streams() {
+			if ts := st.Types["Cluster"]; st.Proxy == proxy && ts != nil {
+				return ts.Acked == req.VersionInfo, "acked " + ts.Acked + ", want " + req.VersionInfo
+			}
+		}
+		return false, "no stream"
+	})
+	// Every change made before this one has been generated, so that the
+	// samples the ACK below adds are this change's alone.
+	cp.settled(t)
 	before, sumBefore := cp.convergence(t)
 
 	changed := time.Now()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +69,7 @@ type controlPlane struct {
 	status *server.Status
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
+	pusher atomic.Pointer[pusher.Pusher]
 	cancel context.CancelFunc
 	g      *errgroup.Group
 }
@@ -105,13 +107,30 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	status := server.NewStatus()
 	dump := &app.ConfigDump{Status: status}
 	reg := prometheus.NewRegistry()
+	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg,
-			Started: func(*pusher.Pusher, *cache.Cache) {}}.Run(ctx)
+			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
-	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
 	t.Cleanup(cp.stop)
 	return cp
+}
+
+// settled waits until the pusher has generated from everything the store
+// holds: no change written before is still on its way.
+func (cp *controlPlane) settled(t *testing.T) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, "the pusher to catch up with the store", func() (bool, string) {
+		resp, err := cp.etcd.Get(context.Background(), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		p := cp.pusher.Load()
+		if p == nil {
+			return false, "no pusher yet"
+		}
+		return resp.Count > 0 && p.GeneratedRevision() >= resp.Header.Revision, fmt.Sprintf("generated %d, store at %d", p.GeneratedRevision(), resp.Header.Revision)
+	})
 }
 
 func (cp *controlPlane) stop() {

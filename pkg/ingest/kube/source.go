@@ -61,9 +61,9 @@ type Config struct {
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
 	// like Istio's discoverySelectors; nil selects all.
 	NamespaceSelector labels.Selector
-	// Quiet is how long changes must stop before a sync. Default 100ms.
+	// Quiet is how long changes must stop before a sync. Default 10ms (see ingest.Loop).
 	Quiet time.Duration
-	// MaxDelay bounds how long a change waits for the quiet period. Default 1s.
+	// MaxDelay bounds how long a change waits for the quiet period. Default 100ms.
 	MaxDelay time.Duration
 	// Resync syncs even without changes, to repair drift. Default 5m.
 	Resync time.Duration

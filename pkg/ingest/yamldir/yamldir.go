@@ -36,9 +36,9 @@ type Config struct {
 	// Normalize configures the normalizer (domain suffix, default namespace, shard).
 	Normalize istio.Options
 	Log       *slog.Logger
-	// Quiet is how long file events must stop before a reload. Default 100ms.
+	// Quiet is how long file events must stop before a reload. Default 10ms (see ingest.Loop).
 	Quiet time.Duration
-	// MaxDelay bounds how long an event waits for the quiet period. Default 1s.
+	// MaxDelay bounds how long an event waits for the quiet period. Default 100ms.
 	MaxDelay time.Duration
 	// Resync reloads even without file events, to repair drift. Default 5m.
 	Resync time.Duration

@@ -100,6 +100,9 @@ type watch struct {
 	prev    *cache.Set
 	initial map[string]string
 	dirty   atomic.Bool
+	// dueEpoch is the generation that made the watch due: the proxy
+	// needed nothing of those before it.
+	dueEpoch atomic.Int64
 	// inflight is set while a response waits for its ACK or NACK.
 	inflight bool
 	nonce    string
@@ -111,7 +114,9 @@ type watch struct {
 
 // Notify marks the watch due and wakes its stream's sender.
 func (w *watch) Notify() {
-	w.dirty.Store(true)
+	if w.dirty.CompareAndSwap(false, true) {
+		w.dueEpoch.Store(w.st.srv.epoch())
+	}
 	w.st.wakeUp()
 }
 
@@ -476,6 +481,7 @@ func (st *stream) next(i int) (*outgoing, error) {
 	if w.inflight || w.set == nil || !w.dirty.Load() {
 		return nil, nil
 	}
+	due := w.dueEpoch.Load()
 	w.dirty.Store(false)
 	req := cache.Request{Set: w.set, From: w.version, Fresh: w.fresh, Prev: w.prev, Initial: w.initial}
 	var resp cache.Response
@@ -490,6 +496,12 @@ func (st *stream) next(i int) (*outgoing, error) {
 		return nil, nil
 	}
 	w.version, w.fresh, w.prev, w.initial = resp.To, false, nil, nil
+	if w.credited > 0 {
+		// Generations that did not touch what the proxy watches are not
+		// its changes: an ACK measures only those from the one that made
+		// the watch due.
+		w.credited = max(w.credited, due-1)
+	}
 	if resp.Empty() {
 		return nil, nil
 	}

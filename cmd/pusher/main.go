@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string) error {
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
-	fs.DurationVar(&maxDelay, "debounce-max", 100*time.Millisecond, "longest a change waits for the quiet period")
+	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits, for the quiet period or while the last generation's pushes are still being written")
 	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")

@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the embedded etcd and NATS data (default a temporary directory, removed on exit)")
 	fs.StringVar(&c.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.DurationVar(&c.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
-	fs.DurationVar(&c.maxDelay, "debounce-max", 100*time.Millisecond, "longest a change waits for the quiet period")
+	fs.DurationVar(&c.maxDelay, "debounce-max", time.Second, "longest a change waits, for the quiet period or while the last generation's pushes are still being written")
 	if err := cli.Parse(fs, "shardpilot standalone: embedded etcd and NATS, the ingester and a pusher in one process.", args); err != nil {
 		return err
 	}

@@ -27,6 +27,9 @@ type Config[T any] struct {
 	MaxDelay time.Duration
 	// Merge folds a newly added value into the pending one.
 	Merge func(pending, added T) T
+	// Hold, when set, keeps a settled value back (until the maximum delay)
+	// while it returns true: the consumer is still busy with the last one.
+	Hold func() bool
 	// Clock defaults to the real clock.
 	Clock Clock
 }
@@ -127,6 +130,10 @@ func (d *Debouncer[T]) due() (time.Duration, bool) {
 	now := d.cfg.Clock.Now()
 	quiet := d.last.Add(d.cfg.Quiet).Sub(now)
 	limit := d.first.Add(d.cfg.MaxDelay).Sub(now)
+	if quiet <= 0 && limit > 0 && d.cfg.Hold != nil && d.cfg.Hold() {
+		// Settled, but held: look again a quiet period later.
+		return min(d.cfg.Quiet, limit), false
+	}
 	wait := min(quiet, limit)
 	return wait, wait <= 0
 }

@@ -3,6 +3,7 @@ package debounce
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -100,4 +101,49 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: want an error", name)
 		}
 	}
+}
+
+// TestHoldWaitsForTheConsumer: a settled value is held while Hold says the
+// consumer is busy, at most until the maximum delay, and goes at once
+// (after the quiet period) when it is not.
+func TestHoldWaitsForTheConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var busy atomic.Bool
+		d, err := New(Config[int]{Quiet: 10 * time.Millisecond, MaxDelay: time.Second,
+			Merge: func(a, b int) int { return a + b }, Hold: busy.Load})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		type got struct {
+			at time.Duration
+			n  int
+		}
+		out := make(chan got, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- d.Run(ctx, func(n int) { out <- got{time.Since(start), n} }) }()
+
+		d.Add(1) // idle: goes after the quiet period
+		if g := <-out; g != (got{10 * time.Millisecond, 1}) {
+			t.Errorf("idle: %+v, want 1 at 10ms", g)
+		}
+		busy.Store(true) // busy: held, merging what comes, until busy ends
+		d.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		d.Add(1)
+		time.Sleep(100 * time.Millisecond)
+		busy.Store(false)
+		if g := <-out; g.n != 2 || g.at < 310*time.Millisecond || g.at > 330*time.Millisecond {
+			t.Errorf("busy until 310ms: %+v, want 2 just after", g)
+		}
+		busy.Store(true) // busy for good: cut at the maximum delay
+		d.Add(1)
+		mark := time.Since(start)
+		if g := <-out; g.n != 1 || g.at-mark != time.Second {
+			t.Errorf("always busy: %+v, want 1 a second after %s", g, mark)
+		}
+		cancel()
+		<-done
+	})
 }

@@ -42,6 +42,10 @@ type Sink interface {
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Classes returns the classes the sink serves.
 	Classes() []string
+	// Backlog returns how many proxy watches still have a change due: while
+	// it is not zero, the last generation is still being written, and the
+	// next one waits (up to MaxDelay) to take more changes together.
+	Backlog() int64
 }
 
 // The classes of proxy the pusher generates for, and the types it serves per
@@ -62,11 +66,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Quiet is the debounce quiet period: it takes the events of one
 	// store transaction or source sync together. Batching beyond that
-	// adapts by itself: a generation in progress batches what arrives
-	// meanwhile, and each stream coalesces what changes while its last
-	// response is in flight. Default 10ms.
+	// adapts to load: a generation waits while the last one's pushes are
+	// still being written (Sink.Backlog), and each stream coalesces what
+	// changes while its last response is in flight. Default 10ms.
 	Quiet time.Duration
-	// MaxDelay bounds how long a change waits for the debounce. Default 100ms.
+	// MaxDelay bounds how long a change waits, for the quiet period or for
+	// the last generation's pushes to be written. Default 1s.
 	MaxDelay time.Duration
 	// RetryDelay is the pause before loading again after a failure. Default 1s.
 	RetryDelay time.Duration
@@ -86,7 +91,7 @@ func (c *Config) Validate() error {
 		c.Quiet = 10 * time.Millisecond
 	}
 	if c.MaxDelay == 0 {
-		c.MaxDelay = 100 * time.Millisecond
+		c.MaxDelay = time.Second
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
@@ -169,7 +174,6 @@ type metrics struct {
 	debounce    prometheus.Histogram
 	resources   *prometheus.GaugeVec
 	configBytes *prometheus.GaugeVec
-	invalid     prometheus.Counter
 }
 
 // New returns a Pusher.
@@ -179,6 +183,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay,
+		Hold: func() bool { return cfg.Sink.Backlog() > 0 },
 		Merge: func(a, b change) change {
 			observed := a.observed
 			if observed.IsZero() || (!b.observed.IsZero() && b.observed.Before(observed)) {
@@ -210,11 +215,9 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
-		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
-			Help: "Generated resources dropped because they failed validation."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.invalid} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.configBytes} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -487,23 +490,12 @@ func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.
 	return out
 }
 
-type validatable interface {
-	types.Resource
-	Validate() error
-}
-
-// publish validates resources and hands the valid ones to the sink: a
+// publish hands resources to the sink, which validates each new one: a
 // proxy must never be sent what it would reject.
-func publish[R validatable](p *Pusher, class, typeURL string, list []R) {
+func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
 	for _, r := range list {
-		name := gcpcache.GetResourceName(r)
-		if err := r.Validate(); err != nil {
-			p.m.invalid.Inc()
-			p.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
-			continue
-		}
-		out[name] = r
+		out[gcpcache.GetResourceName(r)] = r
 	}
 	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
 	if err != nil {

@@ -88,6 +88,7 @@ func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resou
 }
 
 func (s *recordingSink) Classes() []string { return Classes }
+func (s *recordingSink) Backlog() int64    { return 0 }
 
 func (s *recordingSink) resources(class, typeURL string) map[string]types.Resource {
 	s.mu.Lock()
@@ -205,6 +206,7 @@ func (s *countingSink) Update(class, typeURL string, res map[string]types.Resour
 }
 
 func (s *countingSink) Classes() []string { return Classes }
+func (s *countingSink) Backlog() int64    { return 0 }
 
 func (s *countingSink) count(typeURL string) int {
 	s.mu.Lock()

@@ -304,7 +304,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	// One straight line: the pusher fills the cache; the server answers
 	// from the cache and asks the pusher for classes.
 	c, err := cache.New(cache.Config{
-		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes, Log: p.Log,
+		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes, Log: p.Log, Registerer: p.Registerer,
 	})
 	if err != nil {
 		return err

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrNoClass is returned for a class the cache does not hold yet.
@@ -30,6 +32,8 @@ type Config struct {
 	// behind is answered from a scan of its subscription. Default 4096.
 	LogSize int
 	Log     *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -65,7 +69,11 @@ type tableKey struct{ class, typeURL string }
 
 // Cache is the pusher's resource cache: a Table per class and type.
 type Cache struct {
-	cfg Config
+	cfg     Config
+	invalid prometheus.Counter
+	// due counts the watches notified of a change that have not yet been
+	// answered from it (see Table.Due).
+	due atomic.Int64
 
 	mu     sync.RWMutex
 	tables map[tableKey]*Table
@@ -82,17 +90,36 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[string]bool{}}
+	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[string]bool{},
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
+			Help: "Generated resources not served because they failed validation (the last valid version, if any, stays)."})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(c.invalid); err != nil {
+			return nil, fmt.Errorf("cache: register metrics: %w", err)
+		}
+	}
 	for _, t := range cfg.SharedTypes {
-		c.tables[tableKey{Shared, t}] = newTable(t, cfg.LogSize)
+		c.tables[tableKey{Shared, t}] = c.newTable(t)
 	}
 	for _, class := range cfg.Classes {
 		c.classes[class] = true
 		for _, t := range cfg.Types {
-			c.tables[tableKey{class, t}] = newTable(t, cfg.LogSize)
+			c.tables[tableKey{class, t}] = c.newTable(t)
 		}
 	}
 	return c, nil
+}
+
+// Backlog returns how many watches have a change due that they have not
+// been answered from yet: while it is not zero, the last wave of pushes is
+// still being written.
+func (c *Cache) Backlog() int64 { return c.due.Load() }
+
+func (c *Cache) newTable(typeURL string) *Table {
+	return newTable(typeURL, c.cfg.LogSize, &c.due, func(name string, err error) {
+		c.invalid.Inc()
+		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
+	})
 }
 
 // Classes returns every class the cache holds, in order.
@@ -142,7 +169,7 @@ func (c *Cache) AddClass(class string, fill func(class string)) bool {
 		return false
 	}
 	for _, t := range c.cfg.Types {
-		c.filling[tableKey{class, t}] = newTable(t, c.cfg.LogSize)
+		c.filling[tableKey{class, t}] = c.newTable(t)
 	}
 	c.mu.Unlock()
 	c.cfg.Log.Info("new proxy class", "class", class)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/proto"
@@ -45,6 +46,10 @@ type Table struct {
 	typeURL string
 	full    bool
 	logSize int
+	// invalid is told of each resource that fails validation.
+	invalid func(name string, err error)
+	// due is the cache's count of due watches.
+	due *atomic.Int64
 
 	// updating serialises Update; entries are written only under both it
 	// and mu, so Update may read them holding updating alone.
@@ -64,11 +69,28 @@ type Table struct {
 	wild *Set
 }
 
-func newTable(typeURL string, logSize int) *Table {
-	t := &Table{typeURL: typeURL, full: fullState(typeURL), logSize: logSize,
+func newTable(typeURL string, logSize int, due *atomic.Int64, invalid func(name string, err error)) *Table {
+	t := &Table{typeURL: typeURL, full: fullState(typeURL), logSize: logSize, invalid: invalid, due: due,
 		entries: map[string]*entry{}, sets: map[Fingerprint][]*Set{}}
 	t.wild = &Set{table: t, wildcard: true, watchers: map[Watcher]int{}}
 	return t
+}
+
+// Due and Answered bracket a watch's wait for a response: a watcher calls
+// Due when it is notified and was not due already, and Answered when it
+// has been answered (or found nothing to send). The cache's Backlog is
+// their difference.
+func (t *Table) Due() {
+	if t.due != nil {
+		t.due.Add(1)
+	}
+}
+
+// Answered: see Due.
+func (t *Table) Answered() {
+	if t.due != nil {
+		t.due.Add(-1)
+	}
 }
 
 // TypeURL returns the type of the resources the table holds.
@@ -92,7 +114,9 @@ func (t *Table) Resources() map[string]types.Resource {
 	return out
 }
 
-// Update makes the table hold exactly resources (see Cache.Update). The
+// Update makes the table hold exactly resources (see Cache.Update); a new
+// resource that fails its Validate is not served, and the last valid
+// version of its name, if any, stays. The
 // watchers of every set a changed name belongs to, and of the wildcard
 // set, are notified.
 func (t *Table) Update(resources map[string]types.Resource) (changed, removed, bytes int, err error) {
@@ -104,6 +128,19 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 		if prev != nil && prev.res == r {
 			bytes += prev.size
 			continue
+		}
+		if v, ok := r.(interface{ Validate() error }); ok {
+			// Validated once, when the object is new: the generators hand
+			// over the same object for unchanged inputs.
+			if err := v.Validate(); err != nil {
+				if t.invalid != nil {
+					t.invalid(name, err)
+				}
+				if prev != nil {
+					bytes += prev.size // the last valid version stays
+				}
+				continue
+			}
 		}
 		e, err := newEntry(t.typeURL, name, r)
 		if err != nil {
@@ -120,11 +157,9 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 		next = append(next, e)
 	}
 	var gone []string
-	if len(resources) < len(t.entries)+len(next) {
-		for name := range t.entries {
-			if _, ok := resources[name]; !ok {
-				gone = append(gone, name)
-			}
+	for name := range t.entries {
+		if _, ok := resources[name]; !ok {
+			gone = append(gone, name)
 		}
 	}
 	t.mu.Lock()

@@ -116,8 +116,16 @@ type watch struct {
 func (w *watch) Notify() {
 	if w.dirty.CompareAndSwap(false, true) {
 		w.dueEpoch.Store(w.st.srv.epoch())
+		w.table.Due()
 	}
 	w.st.wakeUp()
+}
+
+// answered clears the watch's due flag.
+func (w *watch) answered() {
+	if w.dirty.Swap(false) {
+		w.table.Answered()
+	}
 }
 
 var _ cache.Watcher = (*watch)(nil)
@@ -202,6 +210,7 @@ func (st *stream) close() {
 		if w.named != nil {
 			w.table.Unsubscribe(w, w.named)
 		}
+		w.answered()
 	}
 }
 
@@ -482,7 +491,7 @@ func (st *stream) next(i int) (*outgoing, error) {
 		return nil, nil
 	}
 	due := w.dueEpoch.Load()
-	w.dirty.Store(false)
+	w.answered()
 	req := cache.Request{Set: w.set, From: w.version, Fresh: w.fresh, Prev: w.prev, Initial: w.initial}
 	var resp cache.Response
 	var err error

@@ -1,0 +1,216 @@
+package cache
+
+import (
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func cla(name string, n uint32) types.Resource {
+	return &endpoint.ClusterLoadAssignment{ClusterName: name,
+		Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: n}}}
+}
+
+func edsTable(t *testing.T, logSize int) (*Cache, *Table) {
+	t.Helper()
+	c, err := New(Config{SharedTypes: []string{resource.EndpointType}, LogSize: logSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := c.Table("any class", resource.EndpointType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tb
+}
+
+func update(t *testing.T, tb *Table, res map[string]types.Resource) {
+	t.Helper()
+	if _, _, _, err := tb.Update(res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sotwNames(t *testing.T, r Response) []string {
+	t.Helper()
+	if r.Empty() {
+		return nil
+	}
+	var msg discovery.DiscoveryResponse
+	if err := proto.Unmarshal(r.Body, &msg); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range msg.Resources {
+		var c endpoint.ClusterLoadAssignment
+		if err := a.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c.ClusterName)
+	}
+	return out
+}
+
+func deltaNames(t *testing.T, r Response) (names, removed []string) {
+	t.Helper()
+	if r.Empty() {
+		return nil, nil
+	}
+	var msg discovery.DeltaDiscoveryResponse
+	if err := proto.Unmarshal(r.Body, &msg); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range msg.Resources {
+		names = append(names, res.Name)
+	}
+	return names, msg.RemovedResources
+}
+
+// TestChangesReachOnlyTheSetsThatHoldThem: an update wakes the watchers of
+// the sets holding a changed name (and the wildcard's), and a stream is
+// sent, from the log, only what changed since its version.
+func TestChangesReachOnlyTheSetsThatHoldThem(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	update(t, tb, map[string]types.Resource{"a": cla("a", 0), "b": cla("b", 0), "c": cla("c", 0), "d": cla("d", 0)})
+	abc, dOnly, all := &counter{}, &counter{}, &counter{}
+	set := tb.Subscribe(abc, []string{"a", "b", "c"}, false)
+	other := tb.Subscribe(dOnly, []string{"d"}, false)
+	wild := tb.Subscribe(all, nil, true)
+	defer tb.Unsubscribe(abc, set)
+	defer tb.Unsubscribe(dOnly, other)
+	defer tb.Unsubscribe(all, wild)
+
+	first, err := tb.SotW(Request{Set: set, Fresh: true})
+	if err != nil || !slices.Equal(sotwNames(t, first), []string{"a", "b", "c"}) {
+		t.Fatalf("first response: %v (%v), want a, b, c", sotwNames(t, first), err)
+	}
+	update(t, tb, map[string]types.Resource{"a": cla("a", 0), "b": cla("b", 1), "c": cla("c", 0), "d": cla("d", 0)})
+	if abc.n != 1 || dOnly.n != 0 || all.n != 1 {
+		t.Errorf("b changed: woken abc %d, d %d, wildcard %d times; want 1, 0, 1", abc.n, dOnly.n, all.n)
+	}
+	next, err := tb.SotW(Request{Set: set, From: first.To})
+	if err != nil || !slices.Equal(sotwNames(t, next), []string{"b"}) {
+		t.Errorf("after b changed: %v (%v), want b alone", sotwNames(t, next), err)
+	}
+	if next.Version == first.Version {
+		t.Error("the content version did not change")
+	}
+	// A removal: SotW load assignments cannot say so; Delta can.
+	update(t, tb, map[string]types.Resource{"a": cla("a", 0), "b": cla("b", 1), "d": cla("d", 0)})
+	if r, _ := tb.SotW(Request{Set: set, From: next.To}); !r.Empty() {
+		t.Errorf("SotW after c went: %v, want nothing", sotwNames(t, r))
+	}
+	names, removed := deltaNames(t, must(tb.Delta(Request{Set: set, From: next.To})))
+	if len(names) != 0 || !slices.Equal(removed, []string{"c"}) {
+		t.Errorf("Delta after c went: %v removed %v, want c removed", names, removed)
+	}
+	// Lockstep streams share one encoding.
+	r1, r2 := must(tb.SotW(Request{Set: set, From: first.To})), must(tb.SotW(Request{Set: set, From: first.To}))
+	if &r1.Body[0] != &r2.Body[0] {
+		t.Error("two streams at the same version were encoded twice")
+	}
+}
+
+func must(r Response, err error) Response {
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// TestNewNamesAreSentAlone: a stream that subscribes to more names is sent
+// the new ones (and what changed), not what it holds.
+func TestNewNamesAreSentAlone(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	update(t, tb, map[string]types.Resource{"a": cla("a", 0), "b": cla("b", 0), "c": cla("c", 0)})
+	w := &counter{}
+	ab := tb.Subscribe(w, []string{"a", "b"}, false)
+	first := must(tb.SotW(Request{Set: ab, Fresh: true}))
+	abc := tb.Subscribe(w, []string{"a", "b", "c"}, false)
+	tb.Unsubscribe(w, ab)
+	defer tb.Unsubscribe(w, abc)
+	got := sotwNames(t, must(tb.SotW(Request{Set: abc, From: first.To, Fresh: true, Prev: ab})))
+	if !slices.Equal(got, []string{"c"}) {
+		t.Errorf("after subscribing to c: %v, want c alone", got)
+	}
+	names, _ := deltaNames(t, must(tb.Delta(Request{Set: abc, From: first.To, Fresh: true, Prev: ab})))
+	if !slices.Equal(names, []string{"c"}) {
+		t.Errorf("Delta after subscribing to c: %v, want c alone", names)
+	}
+}
+
+// TestStreamBehindTheLogIsSentWhatItLacks: once the log no longer reaches
+// a stream's version, the stream is answered from a scan.
+func TestStreamBehindTheLogIsSentWhatItLacks(t *testing.T) {
+	_, tb := edsTable(t, 1)
+	w := &counter{}
+	set := tb.Subscribe(w, []string{"a", "b"}, false)
+	defer tb.Unsubscribe(w, set)
+	update(t, tb, map[string]types.Resource{"a": cla("a", 0), "b": cla("b", 0)})
+	first := must(tb.SotW(Request{Set: set, Fresh: true}))
+	for i := range 5 {
+		update(t, tb, map[string]types.Resource{"a": cla("a", uint32(i+1)), "b": cla("b", 0)})
+	}
+	if got := sotwNames(t, must(tb.SotW(Request{Set: set, From: first.To}))); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("behind the log: %v, want a and b", got)
+	}
+	// The content version, kept from the log or summed anew, is the same.
+	v, _ := set.ContentVersion()
+	_, fresh := edsTable(t, 1)
+	update(t, fresh, map[string]types.Resource{"a": cla("a", 5), "b": cla("b", 0)})
+	s2 := fresh.Subscribe(w, []string{"b", "a"}, false)
+	if v2, _ := s2.ContentVersion(); v2 != v {
+		t.Errorf("content version %s, another table with the same content %s", v, v2)
+	}
+}
+
+// TestSetsAreInterned: streams naming the same resources share one set,
+// which is forgotten when the last stream goes.
+func TestSetsAreInterned(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	w1, w2 := &counter{}, &counter{}
+	s1 := tb.Subscribe(w1, []string{"a", "b"}, false)
+	s2 := tb.Subscribe(w2, []string{"b", "a", "a"}, false)
+	if s1 != s2 {
+		t.Fatal("the same names in another order made another set")
+	}
+	tb.Unsubscribe(w1, s1)
+	tb.Unsubscribe(w2, s2)
+	if len(tb.sets) != 0 {
+		t.Errorf("%d sets remain after every stream went", len(tb.sets))
+	}
+}
+
+// TestInvalidResourceKeepsTheLastValid: a resource that fails validation
+// is not served, and its last valid version stays.
+func TestInvalidResourceKeepsTheLastValid(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &cluster.Cluster{Name: "x", ConnectTimeout: durationpb.New(1e9)}
+	bad := &cluster.Cluster{Name: "x", ConnectTimeout: durationpb.New(-1)}
+	if _, _, _, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": good}); err != nil {
+		t.Fatal(err)
+	}
+	changed, removed, _, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": bad, "y": &cluster.Cluster{Name: "y", ConnectTimeout: durationpb.New(-1)}})
+	if err != nil || changed != 0 || removed != 0 {
+		t.Errorf("invalid update: changed %d removed %d (%v), want nothing", changed, removed, err)
+	}
+	if held := c.Resources("a", resource.ClusterType); len(held) != 1 || held["x"] != good {
+		t.Errorf("holds %v, want the last valid x alone", held)
+	}
+	if n := testutil.ToFloat64(c.invalid); n != 2 {
+		t.Errorf("%v invalid resources counted, want 2", n)
+	}
+}

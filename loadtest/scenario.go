@@ -474,6 +474,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 
 	// The changes.
 	before := usage(servers)
+	stagesBefore := scrapeStages(ingester, servers)
 	var ingestBefore procstat.Sample
 	if ingester != nil {
 		ingestBefore, _ = procstat.Read(ingester.pid())
@@ -489,6 +490,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		time.Sleep(50 * time.Millisecond)
 	}
 	end := usage(servers)
+	stagesAfter := scrapeStages(ingester, servers)
 	if now, err := procstat.Read(os.Getpid()); err == nil {
 		ph.HarnessCPUSeconds = (now.CPU - self.CPU).Seconds()
 	}
@@ -500,6 +502,9 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	}
 	cpu := end.CPU - before.CPU
 	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu)
+	if ingester != nil {
+		ph.Stages = stageSummaries(stagesBefore, stagesAfter)
+	}
 	ph.ChangeRate = float64(ph.Changes) / sc.Duration.Seconds()
 	return ph, nil
 }

@@ -107,10 +107,22 @@ type Phase struct {
 	ChangeRate        float64 `json:"changes_per_s"`
 	HarnessCPUSeconds float64 `json:"harness_cpu_seconds"`
 
+	// Stages are the control plane's own measurements of each step of
+	// convergence during the changes (shardpilot only).
+	Stages []Stage `json:"stages,omitempty"`
+
 	Timeline []Point  `json:"timeline"`
 	Usage    []Usage  `json:"usage"`
 	Storm    *Storm   `json:"storm,omitempty"`
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Stage is one step of convergence, as the control plane measured it.
+type Stage struct {
+	Name string  `json:"name"`
+	N    int     `json:"n"`
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
 }
 
 // Report is a whole run.
@@ -204,6 +216,12 @@ func (r *Report) Markdown() string {
 		b.WriteString(".\n")
 		for kind, pc := range p.ByKind {
 			fmt.Fprintf(&b, "  - %s changes: %d, convergence p50 %s, p99 %s, max %s\n", kind, pc.N, format(pc.P50, "s"), format(pc.P99, "s"), format(pc.Max, "s"))
+		}
+		if len(p.Stages) > 0 {
+			b.WriteString("  - where the time goes, as the control plane measured each stage (p50 / p99, samples):\n")
+			for _, s := range p.Stages {
+				fmt.Fprintf(&b, "    - %s: %s / %s (%d)\n", s.Name, format(s.P50, "s"), format(s.P99, "s"), s.N)
+			}
 		}
 		if s := p.Storm; s != nil {
 			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",

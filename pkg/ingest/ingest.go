@@ -101,6 +101,7 @@ type Metrics struct {
 	writes   *prometheus.CounterVec
 	objects  *prometheus.GaugeVec
 	latency  *prometheus.HistogramVec
+	lag      *prometheus.HistogramVec
 }
 
 // NewMetrics creates the ingest metrics and registers them on reg (nil
@@ -115,9 +116,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Objects a source holds in the store, by kind."}, []string{"source", "kind"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardpilot_ingest_store_write_seconds",
 			Help: "Latency of one guarded store write (put or delete), by source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"source"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardpilot_ingest_commit_lag_seconds",
+			Help:    "From when a source observed an object to when its write committed (the first stage of convergence), by source.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"source"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.rejected, m.writes, m.objects, m.latency} {
+		for _, c := range []prometheus.Collector{m.rejected, m.writes, m.objects, m.latency, m.lag} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("ingest: register metrics: %w", err)
 			}
@@ -198,6 +202,9 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			res.Written++
 			res.Revision = rev
 			s.m.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
+			if at := o.Object.GetOrigin().GetObservedAt(); at != nil {
+				s.m.lag.WithLabelValues(s.cfg.Source).Observe(time.Since(at.AsTime()).Seconds())
+			}
 		} else {
 			res.Unchanged++
 		}

@@ -169,6 +169,7 @@ type metrics struct {
 	loads       prometheus.Counter
 	generations *prometheus.CounterVec
 	convergence prometheus.Histogram
+	applyLag    prometheus.Histogram
 	cache       *prometheus.CounterVec
 	genTime     prometheus.Histogram
 	debounce    prometheus.Histogram
@@ -205,6 +206,9 @@ func New(cfg Config) (*Pusher, error) {
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_convergence_seconds",
 			Help:    "From when a source observed a change to when a proxy ACKed a response containing it, per proxy and type.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_apply_lag_seconds",
+			Help:    "From when a source observed a change to when the pusher applied its event (ingest, store, relay and stream together).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_cache_lookups_total",
 			Help: "Per-service generated resources looked up in the cache, by type and result (hit, miss)."}, []string{"type", "result"}),
 		genTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_generation_seconds",
@@ -217,7 +221,7 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.cache, m.genTime, m.debounce, m.resources, m.configBytes} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -318,6 +322,8 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 			p.m.events.WithLabelValues("applied").Inc()
 			if observed.IsZero() {
 				observed = time.Now() // a delete: observed when it arrives
+			} else {
+				p.m.applyLag.Observe(time.Since(observed).Seconds())
 			}
 			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
 			return nil

@@ -8,8 +8,9 @@
 // RESYNC event past R, or a stream error makes it load the store again.
 // While the store or the bus is down it keeps serving what it generated last.
 //
-// Changes are debounced (a quiet period, bounded by a maximum delay) before
-// a generation. Proxies are grouped into classes (see Classify); a
+// Changes are debounced before a generation: a short quiet period takes
+// one sync's events together, and while the last generation's responses
+// are still due (Sink.Backlog) the batch waits, up to a maximum delay. Proxies are grouped into classes (see Classify); a
 // generation builds each class's clusters, routes and listeners once from
 // the part of the mesh the class sees, and the load assignments once for
 // the whole mesh, taking per-service resources from an LRU cache keyed by

@@ -1,8 +1,23 @@
 // Package server serves ADS (aggregated discovery, SotW and Delta) and the
-// per-type discovery services over gRPC from a go-control-plane cache, and
-// reports connected streams, responses and NACKs as metrics.
+// per-type discovery services over gRPC from the tables of package cache,
+// and reports connected streams, responses and NACKs as metrics.
+//
+// Each stream has two goroutines: its handler, which sends, and one that
+// receives. A request changes the stream's per-type watch (its subscription
+// set, its ACKed version) under the stream's lock; a table that changes
+// marks the watch due and wakes the sender, which computes the response
+// from the table's log and writes it. At most one response per type is in
+// flight. Responses go out in the order clusters, endpoints, listeners,
+// routes when several are due. SotW requests are decoded by the server's
+// own codec without allocating; everything else uses the proto codec.
+//
+// The xDS rules follow go-control-plane's: a SotW type is a wildcard
+// subscription when its first request names nothing (or names "*"), and
+// stays one while the requests name nothing; a request with a stale nonce
+// is ignored; listeners and clusters are sent whole, other SotW types only
+// as they change; Delta resource versions are content hashes.
 //
 // Server.Run serves on a listener until its context is done, then stops
 // gracefully (bounded by a drain timeout) and returns after the gRPC server
-// has stopped.
+// and every stream's goroutines have stopped.
 package server

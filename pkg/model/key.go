@@ -7,6 +7,7 @@ import (
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Prefix is the store prefix under which every normalized object lives.
@@ -141,13 +142,19 @@ func SameContent(a, b Object) bool {
 	return proto.Equal(withoutOrigin(a), withoutOrigin(b))
 }
 
+// withoutOrigin returns a shallow copy of o without its origin: its fields
+// share o's values, so no field is copied (a sync compares every object
+// it holds with the store's).
 func withoutOrigin(o Object) proto.Message {
-	c := proto.Clone(o)
-	m := c.ProtoReflect()
-	if f := m.Descriptor().Fields().ByName("origin"); f != nil {
-		m.Clear(f)
-	}
-	return c
+	src := o.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Name() != "origin" {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	return dst.Interface()
 }
 
 // ErrCompacted says a store revision is no longer available: a consumer

@@ -101,6 +101,7 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 		}
 	}
 	waitForCluster(&core.Node{Id: "sidecar~10.0.0.9~probe.demo~demo.svc.cluster.local"})
+	cp.settled(t) // nothing else is on its way: any response now would be a resend
 
 	t.Run("sotw", func(t *testing.T) {
 		s, err := ads.StreamAggregatedResources(ctx)

@@ -111,8 +111,8 @@ func New(cfg Config) (*Cache, error) {
 }
 
 // Backlog returns how many watches have a change due that they have not
-// been answered from yet: while it is not zero, the last wave of pushes is
-// still being written.
+// been answered from yet, or a response that was not yet ACKed: while it
+// is not zero, the last wave of pushes is still being written.
 func (c *Cache) Backlog() int64 { return c.due.Load() }
 
 func (c *Cache) newTable(typeURL string) *Table {

@@ -76,10 +76,11 @@ func newTable(typeURL string, logSize int, due *atomic.Int64, invalid func(name 
 	return t
 }
 
-// Due and Answered bracket a watch's wait for a response: a watcher calls
-// Due when it is notified and was not due already, and Answered when it
-// has been answered (or found nothing to send). The cache's Backlog is
-// their difference.
+// Due and Answered bracket a wait that the last generation is still being
+// written: a watcher calls Due when it is notified and was not due
+// already, or when it sends a response, and Answered when it has computed
+// its response (or found nothing to send), or when that response is ACKed
+// or NACKed. The cache's Backlog is their difference.
 func (t *Table) Due() {
 	if t.due != nil {
 		t.due.Add(1)

@@ -211,6 +211,10 @@ func (st *stream) close() {
 			w.table.Unsubscribe(w, w.named)
 		}
 		w.answered()
+		if w.inflight {
+			w.inflight = false
+			w.table.Answered()
+		}
 	}
 }
 
@@ -439,6 +443,7 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 // response of w, and wakes the sender if changes waited for it.
 func (st *stream) answeredLocked(w *watch, nack *rpcstatus.Status) {
 	w.inflight = false
+	w.table.Answered() // the response counted as due until answered
 	s := st.srv
 	if nack != nil {
 		w.status.LastNACK = &NACK{Version: w.status.Sent, Message: nack.GetMessage(), At: time.Now()}
@@ -517,6 +522,7 @@ func (st *stream) next(i int) (*outgoing, error) {
 	st.nonce++
 	w.nonce = strconv.FormatUint(st.nonce, 10)
 	w.inflight = true
+	w.table.Due()
 	w.epoch = st.srv.epoch()
 	if w.credited == 0 {
 		// A new subscription is not credited with changes made before it.

@@ -325,7 +325,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	}
 	srv, err := server.New(server.Config{Cache: c, Classes: ps, ClassesChanged: ps.ClassesChanged(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
 		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout,
-		Convergence: ps,
+		Convergence: ps, Ready: func() bool { return ps.GeneratedRevision() > 0 },
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {
 				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})

@@ -113,6 +113,12 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)
+	// A pusher refuses proxies (UNAVAILABLE) until it has loaded the mesh;
+	// a proxy retries, and the tests start once it would be served.
+	testutil.Eventually(t, 20*time.Second, "the pusher to load the mesh", func() (bool, string) {
+		p := cp.pusher.Load()
+		return p != nil && p.GeneratedRevision() > 0, "not loaded"
+	})
 	return cp
 }
 

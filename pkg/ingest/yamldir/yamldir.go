@@ -202,6 +202,15 @@ func (pc *parsed) read(dir string, now time.Time) ([]istio.Input, []ingest.Probl
 		if d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			return nil
 		}
+		if !d.Type().IsRegular() {
+			// A FIFO, socket or device would block the read (and the
+			// source with it); a symbolic link may point at one.
+			name := rel(dir, path)
+			if info, err := os.Stat(path); err != nil || !info.Mode().IsRegular() {
+				problems = append(problems, ingest.Problem{Location: name, Reason: "not a regular file; skipped", KeepLocation: name})
+				return nil
+			}
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			name := rel(dir, path)

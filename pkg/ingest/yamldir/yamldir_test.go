@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +260,50 @@ func TestReadReportsNonResources(t *testing.T) {
 	}
 	if len(inputs) != 0 || len(problems) != 1 || problems[0].Location != "list.yaml document 1" {
 		t.Fatalf("inputs %v problems %v; want one problem for list.yaml document 1", inputs, problems)
+	}
+}
+
+// TestSpecialFilesAreSkipped: a FIFO named like a YAML file (which would
+// block a read forever), and a link to one, are each a problem; the other
+// files are read.
+func TestSpecialFilesAreSkipped(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.yaml"), 0o600); err != nil {
+		t.Skipf("no FIFOs here: %v", err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "pipe.yaml"), filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "ok.yaml", `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ok, namespace: demo}
+spec:
+  hosts: [ok.demo.svc.cluster.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+`)
+	done := make(chan struct{})
+	var inputs []istio.Input
+	var problems []ingest.Problem
+	var err error
+	go func() {
+		defer close(done)
+		inputs, problems, err = yamldir.Read(dir, time.Now())
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("reading a directory with a FIFO in it hangs")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var where []string
+	for _, p := range problems {
+		where = append(where, p.Location+": "+p.Reason)
+	}
+	slices.Sort(where)
+	if len(inputs) != 1 || !slices.Equal(where, []string{"link.yaml: not a regular file; skipped", "pipe.yaml: not a regular file; skipped"}) {
+		t.Errorf("inputs %d, problems %q; want ok.yaml read and both special files reported", len(inputs), where)
 	}
 }

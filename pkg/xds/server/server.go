@@ -53,7 +53,11 @@ type Config struct {
 	// (Sidecars, exportTo, Gateways): the server ends the stream of every
 	// proxy whose class is no longer the one it is served from.
 	ClassesChanged <-chan struct{}
-	Log            *slog.Logger
+	// Ready, when set, says whether there is a config to serve (the pusher
+	// has loaded the mesh): until it is, a new subscription is refused with
+	// UNAVAILABLE, never answered with an empty config a proxy would apply.
+	Ready func() bool
+	Log   *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// DrainTimeout bounds the graceful stop. Default 10s.

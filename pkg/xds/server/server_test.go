@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,4 +185,50 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		return f.GetMetric()[0].GetCounter().GetValue()
 	}
 	return 0
+}
+
+// TestNotReadyIsUnavailable: before there is a config to serve, a proxy is
+// told to retry (UNAVAILABLE) rather than sent an empty one it would apply.
+func TestNotReadyIsUnavailable(t *testing.T) {
+	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready atomic.Bool
+	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Ready: ready.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	ask := func() (*discovery.DiscoveryResponse, error) {
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			return nil, err
+		}
+		_ = s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.ClusterType})
+		return s.Recv()
+	}
+	if _, err := ask(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("before the mesh is loaded: %v, want UNAVAILABLE", err)
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, map[string]types.Resource{"x": &clusterv3.Cluster{Name: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	ready.Store(true)
+	if resp, err := ask(); err != nil || len(resp.Resources) != 1 {
+		t.Fatalf("once loaded: %v (%v), want the one cluster", resp, err)
+	}
 }

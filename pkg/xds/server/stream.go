@@ -27,6 +27,9 @@ import (
 // errMoved ends a stream whose proxy belongs to another class now.
 var errMoved = status.Error(codes.Unavailable, "shardpilot: the proxy's class changed; reconnect to be served its new configuration")
 
+// errNotReady refuses a subscription before there is a config to serve.
+var errNotReady = status.Error(codes.Unavailable, "shardpilot: this pusher has not loaded the mesh yet; retry")
+
 // errTimedOut ends a stream whose proxy stopped reading.
 var errTimedOut = status.Error(codes.Unavailable, "shardpilot: a response's write outlasted the send timeout")
 
@@ -421,6 +424,9 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	}
 	if st.node == nil {
 		return nil, status.Error(codes.InvalidArgument, "shardpilot: the first request of a stream must carry a node")
+	}
+	if ready := st.srv.cfg.Ready; ready != nil && !ready() {
+		return nil, errNotReady
 	}
 	if st.class == "" {
 		st.class = st.srv.cfg.Classes.Classify(st.node)

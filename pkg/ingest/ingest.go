@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"golang.org/x/sync/errgroup"
 )
 
 // Object is one normalized object a source holds.
@@ -184,6 +186,7 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 
 	want := make(map[model.Key]bool, len(valid))
 	counts := map[model.Kind]int{}
+	puts := map[model.Kind][]Object{}
 	for _, o := range valid {
 		want[o.Key] = true
 		counts[o.Key.Kind]++
@@ -192,23 +195,9 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			res.Unchanged++
 			continue
 		}
-		start := time.Now()
-		written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
-		s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
-		if err != nil {
-			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
-		}
-		if written {
-			res.Written++
-			res.Revision = rev
-			s.m.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
-			if at := o.Object.GetOrigin().GetObservedAt(); at != nil {
-				s.m.lag.WithLabelValues(s.cfg.Source).Observe(time.Since(at.AsTime()).Seconds())
-			}
-		} else {
-			res.Unchanged++
-		}
+		puts[o.Key.Kind] = append(puts[o.Key.Kind], o)
 	}
+	dels := map[model.Kind][]model.Key{}
 	for _, it := range stored {
 		if it.Object.GetOrigin().GetSource() != s.cfg.Source || want[it.Key] {
 			continue
@@ -217,22 +206,92 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			counts[it.Key.Kind]++
 			continue
 		}
-		start := time.Now()
-		deleted, rev, err := s.cfg.Store.Delete(ctx, it.Key)
-		s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
+		dels[it.Key.Kind] = append(dels[it.Key.Kind], it.Key)
+	}
+	// Writes go out in waves, each wave's guarded transactions in
+	// parallel: puts kind by kind, services and endpoints before what
+	// refers to them, then deletes in the reverse order, so that nothing
+	// is ever stored referring to what is not there yet or any more.
+	var mu sync.Mutex
+	order := slices.Clone(model.Kinds)
+	for k := range puts {
+		if !slices.Contains(order, k) {
+			order = append(order, k) // a kind the order does not know yet: last
+		}
+	}
+	for k := range dels {
+		if !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	for _, kind := range order {
+		err := parallel(ctx, puts[kind], func(ctx context.Context, o Object) error {
+			start := time.Now()
+			written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
+			s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !written {
+				res.Unchanged++
+				return nil
+			}
+			res.Written++
+			res.Revision = max(res.Revision, rev)
+			s.m.writes.WithLabelValues(s.cfg.Source, string(o.Key.Kind), "put").Inc()
+			if at := o.Object.GetOrigin().GetObservedAt(); at != nil {
+				s.m.lag.WithLabelValues(s.cfg.Source).Observe(time.Since(at.AsTime()).Seconds())
+			}
+			return nil
+		})
 		if err != nil {
 			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 		}
-		if deleted {
-			res.Deleted++
-			res.Revision = rev
-			s.m.writes.WithLabelValues(s.cfg.Source, string(it.Key.Kind), "delete").Inc()
+	}
+	for _, kind := range slices.Backward(order) {
+		err := parallel(ctx, dels[kind], func(ctx context.Context, k model.Key) error {
+			start := time.Now()
+			deleted, rev, err := s.cfg.Store.Delete(ctx, k)
+			s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
+			if err != nil {
+				return err
+			}
+			if deleted {
+				mu.Lock()
+				defer mu.Unlock()
+				res.Deleted++
+				res.Revision = max(res.Revision, rev)
+				s.m.writes.WithLabelValues(s.cfg.Source, string(k.Kind), "delete").Inc()
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 		}
 	}
 	for _, k := range model.Kinds {
 		s.m.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
 	}
 	return res, nil
+}
+
+// writeConcurrency bounds the guarded transactions a sync has in flight.
+const writeConcurrency = 16
+
+// parallel calls fn for every item, at most writeConcurrency at once, and
+// returns the first error (the others are cancelled).
+func parallel[T any](ctx context.Context, items []T, fn func(context.Context, T) error) error {
+	if len(items) == 1 {
+		return fn(ctx, items[0])
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(writeConcurrency)
+	for _, it := range items {
+		g.Go(func() error { return fn(ctx, it) })
+	}
+	return g.Wait()
 }
 
 // report logs and counts the problems not reported by the previous sync.

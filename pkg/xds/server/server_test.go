@@ -28,15 +28,17 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
-// TestStreamRateLimit: past the rate, new streams are told to retry with
-// UNAVAILABLE instead of all being served at once; streams already open
-// are not affected.
-func TestStreamRateLimit(t *testing.T) {
+// serve runs a server of one class ("all") on a cache of clusters, and
+// returns the cache, an ADS client of it and a context that lives as long
+// as the test.
+func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedDiscoveryServiceClient, context.Context) {
+	t.Helper()
 	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), StreamRate: 0.001})
+	cfg.Cache, cfg.Classes = c, server.OneClass("all")
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +49,19 @@ func TestStreamRateLimit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, lis) }()
-	defer func() { cancel(); <-done }()
-
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	return c, discovery.NewAggregatedDiscoveryServiceClient(conn), ctx
+}
+
+// TestStreamRateLimit: past the rate, new streams are told to retry with
+// UNAVAILABLE instead of all being served at once; streams already open
+// are not affected.
+func TestStreamRateLimit(t *testing.T) {
+	_, ads, ctx := serve(t, server.Config{StreamRate: 0.001})
 	open := func() error {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
@@ -190,29 +197,8 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestNotReadyIsUnavailable: before there is a config to serve, a proxy is
 // told to retry (UNAVAILABLE) rather than sent an empty one it would apply.
 func TestNotReadyIsUnavailable(t *testing.T) {
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ready atomic.Bool
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Ready: ready.Load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, lis) }()
-	defer func() { cancel(); <-done }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	c, ads, ctx := serve(t, server.Config{Ready: ready.Load})
 	ask := func() (*discovery.DiscoveryResponse, error) {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {

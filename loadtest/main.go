@@ -51,8 +51,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runProxies(ctx, args, stdout, stderr)
 	case "baseline":
 		return runBaseline(ctx, args, stderr)
+	case "store":
+		return runStore(ctx, args, stderr)
 	}
-	return fmt.Errorf("unknown command %q: want run, proxies or baseline", cmd)
+	return fmt.Errorf("unknown command %q: want run, proxies, baseline or store", cmd)
 }
 
 // parse parses flags, filling those not given from their environment

@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"runtime/pprof"
 
-	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/procstat"
 	"github.com/shardpilot/shardpilot/loadtest/report"
@@ -338,13 +337,16 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 
 	// The control plane.
 	var servers []*proc // those that serve proxies
-	var ingester *proc
+	var ingester, store *proc
 	defer func() {
 		for _, p := range servers {
 			p.stop()
 		}
 		if ingester != nil {
 			ingester.stop()
+		}
+		if store != nil {
+			store.stop()
 		}
 	}()
 	if t.baseline {
@@ -367,22 +369,20 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		p.ads, p.heap = addr, admin
 		servers = append(servers, p)
 	} else {
-		etcd, err := embedded.StartEtcd(work)
+		// etcd and NATS run in a process of their own, as beside a real
+		// control plane: in this one, the proxies' CPU would slow them.
+		var etcdURL, natsURL string
+		var err error
+		store, etcdURL, natsURL, err = startStore(ctx, sc.out, logName+"-store", work)
 		if err != nil {
 			return ph, err
 		}
-		defer etcd.Close()
-		nats, err := embedded.StartNATS(work, 0)
-		if err != nil {
-			return ph, err
-		}
-		defer nats.Close()
 		admin, err := freeAddr()
 		if err != nil {
 			return ph, err
 		}
-		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), append([]string{"--etcd-endpoints", etcd.Endpoint,
-			"--nats-url", nats.URL, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn"}, source...)...)
+		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), append([]string{"--etcd-endpoints", etcdURL,
+			"--nats-url", natsURL, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn"}, source...)...)
 		if err != nil {
 			return ph, err
 		}
@@ -399,8 +399,8 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			// The simulated proxies share the machine with the control
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
-			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), "--etcd-endpoints", etcd.Endpoint,
-				"--nats-url", nats.URL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m")
+			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), "--etcd-endpoints", etcdURL,
+				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m")
 			if err != nil {
 				return ph, err
 			}
@@ -475,9 +475,12 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	// The changes.
 	before := usage(servers)
 	stagesBefore := scrapeStages(ingester, servers)
-	var ingestBefore procstat.Sample
+	var ingestBefore, storeBefore procstat.Sample
 	if ingester != nil {
 		ingestBefore, _ = procstat.Read(ingester.pid())
+	}
+	if store != nil {
+		storeBefore, _ = procstat.Read(store.pid())
 	}
 	self, _ := procstat.Read(os.Getpid())
 	changesStart := time.Now()
@@ -498,6 +501,11 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	if ingester != nil {
 		if s, err := procstat.Read(ingester.pid()); err == nil {
 			ph.IngestCPUSeconds = (s.CPU - ingestBefore.CPU).Seconds()
+		}
+	}
+	if store != nil {
+		if s, err := procstat.Read(store.pid()); err == nil {
+			ph.StoreCPUSeconds = (s.CPU - storeBefore.CPU).Seconds()
 		}
 	}
 	cpu := end.CPU - before.CPU

@@ -99,6 +99,9 @@ type Phase struct {
 	MemoryPerProxy float64 `json:"memory_per_proxy_kib"`
 	// IngestCPUSeconds is the ingester's CPU during the changes (shardpilot only).
 	IngestCPUSeconds float64 `json:"ingest_cpu_seconds,omitempty"`
+	// StoreCPUSeconds is etcd's and NATS's CPU during the changes (their
+	// own process; shardpilot only).
+	StoreCPUSeconds float64 `json:"store_cpu_seconds,omitempty"`
 	// ChangeRate is the rate changes were actually made at (the generator
 	// falls behind the asked rate when the machine is saturated), and
 	// HarnessCPUSeconds the load test's own CPU (proxies and generator)
@@ -212,6 +215,9 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "- %s: %d proxies (%d Delta), %d changes, %d never converged", p.Name, p.Proxies, p.Delta, p.Changes, p.Unconverged)
 		if p.IngestCPUSeconds > 0 {
 			fmt.Fprintf(&b, "; the ingester used %.2f CPU s", p.IngestCPUSeconds)
+		}
+		if p.StoreCPUSeconds > 0 {
+			fmt.Fprintf(&b, ", etcd and NATS %.2f CPU s", p.StoreCPUSeconds)
 		}
 		b.WriteString(".\n")
 		for kind, pc := range p.ByKind {

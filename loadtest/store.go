@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/embedded"
+)
+
+// runStore runs etcd and NATS (JetStream) in a process of their own, as
+// they would run beside a real control plane, so that the simulated
+// proxies' CPU does not slow the store down, and writes their addresses
+// to a file once both serve.
+func runStore(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "directory for etcd's and NATS's data")
+	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url>\" to once both serve")
+	if err := parse(fs, "Run etcd and NATS JetStream for a load test, until SIGTERM.", args); err != nil {
+		return err
+	}
+	if *dir == "" || *out == "" {
+		return errors.New("store: --dir and --addresses are required")
+	}
+	etcd, err := embedded.StartEtcd(*dir)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	nats, err := embedded.StartNATS(*dir, 0)
+	if err != nil {
+		return err
+	}
+	defer nats.Close()
+	// Written whole, then renamed: the reader never sees half of it.
+	tmp := *out + ".tmp"
+	if err := os.WriteFile(tmp, []byte(etcd.Endpoint+" "+nats.URL+"\n"), 0o644); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := os.Rename(tmp, *out); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// startStore starts runStore in a child process and returns it with the
+// etcd endpoint and the NATS URL.
+func startStore(ctx context.Context, out, name, work string) (*proc, string, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", "", err
+	}
+	addrs := filepath.Join(work, "store-addresses")
+	p, err := start(out, name, self, "store", "--dir", work, "--addresses", addrs)
+	if err != nil {
+		return nil, "", "", err
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(addrs)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			return p, f[0], f[1], nil
+		}
+	}
+	p.stop()
+	return nil, "", "", fmt.Errorf("etcd and NATS did not serve within a minute (see %s.log in the output directory)", name)
+}

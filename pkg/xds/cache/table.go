@@ -46,8 +46,12 @@ type Table struct {
 	typeURL string
 	full    bool
 	logSize int
-	// invalid is told of each resource that fails validation.
-	invalid func(name string, err error)
+	// invalid is told of each resource that fails validation; rejected
+	// holds the last object rejected under each name (under updating), so
+	// that the same object handed over again is neither validated nor
+	// reported again.
+	invalid  func(name string, err error)
+	rejected map[string]types.Resource
 	// due is the cache's count of due watches.
 	due *atomic.Int64
 
@@ -130,10 +134,20 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 			bytes += prev.size
 			continue
 		}
+		if t.rejected[name] == r {
+			if prev != nil {
+				bytes += prev.size // the last valid version stays
+			}
+			continue
+		}
 		if v, ok := r.(interface{ Validate() error }); ok {
 			// Validated once, when the object is new: the generators hand
 			// over the same object for unchanged inputs.
 			if err := v.Validate(); err != nil {
+				if t.rejected == nil {
+					t.rejected = map[string]types.Resource{}
+				}
+				t.rejected[name] = r
 				if t.invalid != nil {
 					t.invalid(name, err)
 				}
@@ -161,6 +175,11 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 	for name := range t.entries {
 		if _, ok := resources[name]; !ok {
 			gone = append(gone, name)
+		}
+	}
+	for name, r := range t.rejected {
+		if resources[name] != r {
+			delete(t.rejected, name) // replaced or gone: forget the rejection
 		}
 	}
 	t.mu.Lock()

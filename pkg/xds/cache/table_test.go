@@ -213,4 +213,11 @@ func TestInvalidResourceKeepsTheLastValid(t *testing.T) {
 	if n := testutil.ToFloat64(c.invalid); n != 2 {
 		t.Errorf("%v invalid resources counted, want 2", n)
 	}
+	// Handed over again, the same invalid object is not reported again.
+	if _, _, _, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": bad}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(c.invalid); n != 2 {
+		t.Errorf("%v invalid resources counted after the same object again, want still 2", n)
+	}
 }

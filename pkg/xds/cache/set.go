@@ -153,6 +153,31 @@ func (t *Table) subscribe(w Watcher, names map[string]struct{}, wildcard bool) *
 	return s
 }
 
+// SubscribeExisting subscribes w to the interned set whose names have
+// fingerprint fp and are the n names each yields, without building a new
+// set: a reconnecting fleet asks for sets that already exist. It returns
+// nil when there is no such set (then Subscribe builds one).
+func (t *Table) SubscribeExisting(w Watcher, fp Fingerprint, each func(yield func(name []byte) bool)) *Set {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, cand := range t.sets[fp] {
+		if len(cand.names) != fp.N {
+			continue
+		}
+		all := true
+		each(func(name []byte) bool {
+			_, all = cand.names[string(name)]
+			return all
+		})
+		if all {
+			cand.refs++
+			cand.watchers[w]++
+			return cand
+		}
+	}
+	return nil
+}
+
 // Ref subscribes w once more to a set it already holds, to be paired
 // with one more Unsubscribe.
 func (t *Table) Ref(w Watcher, s *Set) *Set {

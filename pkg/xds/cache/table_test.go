@@ -221,3 +221,31 @@ func TestInvalidResourceKeepsTheLastValid(t *testing.T) {
 		t.Errorf("%v invalid resources counted after the same object again, want still 2", n)
 	}
 }
+
+// TestSubscribeExistingFindsOnlyTheSameNames: a set is found from raw
+// names only when they are exactly its names.
+func TestSubscribeExistingFindsOnlyTheSameNames(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	w := &counter{}
+	ab := tb.Subscribe(w, []string{"a", "b"}, false)
+	defer tb.Unsubscribe(w, ab)
+	raw := func(names ...string) func(func([]byte) bool) {
+		return func(yield func([]byte) bool) {
+			for _, n := range names {
+				if !yield([]byte(n)) {
+					return
+				}
+			}
+		}
+	}
+	if s := tb.SubscribeExisting(w, FingerprintOf([]string{"b", "a"}), raw("b", "a")); s != ab {
+		t.Fatalf("the same names in another order: %v, want the interned set", s)
+	} else {
+		tb.Unsubscribe(w, s)
+	}
+	for _, names := range [][]string{{"a"}, {"a", "c"}, {"a", "b", "c"}} {
+		if s := tb.SubscribeExisting(w, FingerprintOf(names), raw(names...)); s != nil {
+			t.Errorf("%v found a set (%v)", names, s)
+		}
+	}
+}

@@ -123,6 +123,18 @@ func (r *sotwRequest) decode(b []byte) error {
 	return nil
 }
 
+// eachName yields the request's resource names as bytes, valid until the
+// next request is decoded.
+func (r *sotwRequest) eachName(yield func([]byte) bool) {
+	start := 0
+	for _, end := range r.ends {
+		if !yield(r.names[start:end]) {
+			return
+		}
+		start = end
+	}
+}
+
 // nameList returns the request's resource names, interned: a subscription
 // keeps them for as long as the stream lives, and thousands of proxies
 // name the same resources.

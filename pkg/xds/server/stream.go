@@ -272,15 +272,26 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	if !first && r.fp == w.reqFP {
 		return nil
 	}
-	names := r.nameList()
-	wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
 	if first {
-		w.legacy = len(names) == 0
+		w.legacy = len(r.ends) == 0
 	}
-	if wildcard {
-		names = nil
+	// Most subscriptions exist already (a class's streams ask for the same
+	// names; a reconnect storm asks again for all of them): found from the
+	// request's bytes, no name is copied. No names at all may mean the
+	// wildcard, which is decided below.
+	var set *cache.Set
+	if len(r.ends) > 0 {
+		set = w.table.SubscribeExisting(w, r.fp, r.eachName)
 	}
-	st.subscribeLocked(w, w.table.Subscribe(w, names, wildcard))
+	if set == nil {
+		names := r.nameList()
+		wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
+		if wildcard {
+			names = nil
+		}
+		set = w.table.Subscribe(w, names, wildcard)
+	}
+	st.subscribeLocked(w, set)
 	w.reqFP = r.fp
 	if first && len(r.version) > 0 && len(r.nonce) == 0 {
 		// A proxy that moved from another replica, or reconnected, says

@@ -32,7 +32,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*sotwRequest); ok {
+	switch r := v.(type) {
+	case *sotwRequest:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return r.decode(buf.ReadOnlyData())
+	case *deltaRequest:
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()
 		return r.decode(buf.ReadOnlyData())
@@ -146,4 +151,103 @@ func (r *sotwRequest) nameList() []string {
 		start = end
 	}
 	return out
+}
+
+// deltaRequest is a DeltaDiscoveryRequest as the server reads it. The
+// first request of a reconnecting Delta stream carries every resource it
+// holds with its version: decoded here into one map, sized once, instead
+// of through protobuf's reflective map decoding.
+type deltaRequest struct {
+	node, typeURL, nonce, errorDetail []byte
+	hasNode, hasError                 bool
+	subscribe, unsubscribe            []string
+	initial                           map[string]string
+}
+
+// DeltaDiscoveryRequest field numbers.
+const (
+	deltaNode        = 1
+	deltaTypeURL     = 2
+	deltaSubscribe   = 3
+	deltaUnsubscribe = 4
+	deltaInitial     = 5
+	deltaNonce       = 6
+	deltaErrorDetail = 7
+)
+
+var errMalformedDelta = errors.New("malformed DeltaDiscoveryRequest")
+
+func (r *deltaRequest) decode(b []byte) error {
+	*r = deltaRequest{}
+	entries := 0
+	err := eachField(b, func(num protowire.Number, v []byte) error {
+		switch num {
+		case deltaNode:
+			r.node, r.hasNode = append(r.node, v...), true
+		case deltaTypeURL:
+			r.typeURL = append(r.typeURL[:0], v...)
+		case deltaSubscribe:
+			r.subscribe = append(r.subscribe, unique.Make(string(v)).Value())
+		case deltaUnsubscribe:
+			r.unsubscribe = append(r.unsubscribe, string(v))
+		case deltaInitial:
+			entries++
+		case deltaNonce:
+			r.nonce = append(r.nonce[:0], v...)
+		case deltaErrorDetail:
+			r.errorDetail, r.hasError = append(r.errorDetail, v...), true
+		}
+		return nil
+	})
+	if err != nil || entries == 0 {
+		return err
+	}
+	r.initial = make(map[string]string, entries)
+	return eachField(b, func(num protowire.Number, v []byte) error {
+		if num != deltaInitial {
+			return nil
+		}
+		var key, value []byte
+		if err := eachField(v, func(num protowire.Number, v []byte) error {
+			switch num {
+			case 1:
+				key = v
+			case 2:
+				value = v
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		r.initial[string(key)] = string(value)
+		return nil
+	})
+}
+
+// eachField calls fn with the number and bytes of every length-delimited
+// field of an encoded message, skipping the others.
+func eachField(b []byte, fn func(protowire.Number, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errMalformedDelta, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return fmt.Errorf("%w: field %d: %v", errMalformedDelta, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return fmt.Errorf("%w: field %d: %v", errMalformedDelta, num, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if err := fn(num, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

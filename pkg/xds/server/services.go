@@ -50,5 +50,6 @@ func (s *Server) serveSotW(ss grpc.ServerStream, typeURL string) error {
 }
 
 func (s *Server) serveDelta(ss grpc.ServerStream, typeURL string) error {
-	return s.serve(ss, true, func(st *stream) error { return st.receiveDelta(typeURL) })
+	r := &deltaRequest{}
+	return s.serve(ss, true, func(st *stream) error { return st.receiveDelta(r, typeURL) })
 }

@@ -11,10 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -309,9 +307,11 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 }
 
 // receiveDelta reads and applies one Delta request.
-func (st *stream) receiveDelta(typeURL string) error {
-	r := &discovery.DeltaDiscoveryRequest{}
+func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	if err := st.ss.RecvMsg(r); err != nil {
+		if errors.Is(err, errMalformedDelta) {
+			return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
+		}
 		return err
 	}
 	st.mu.Lock()
@@ -319,41 +319,43 @@ func (st *stream) receiveDelta(typeURL string) error {
 	if st.closed {
 		return errClosed
 	}
-	if r.Node != nil {
-		b, err := proto.Marshal(r.Node)
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "shardpilot: node: %v", err)
-		}
-		if err := st.nodeLocked(b); err != nil {
+	if r.hasNode {
+		if err := st.nodeLocked(r.node); err != nil {
 			return err
 		}
 	}
-	w, err := st.watchLocked([]byte(r.TypeUrl), typeURL)
+	w, err := st.watchLocked(r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
 	}
 	first := w.set == nil
-	if r.ResponseNonce != "" && r.ResponseNonce == w.nonce && w.inflight {
-		st.answeredLocked(w, r.ErrorDetail)
+	if len(r.nonce) > 0 && string(r.nonce) == w.nonce && w.inflight {
+		var nack *rpcstatus.Status
+		if r.hasError {
+			nack = &rpcstatus.Status{}
+			if err := proto.Unmarshal(r.errorDetail, nack); err != nil {
+				return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
+			}
+		}
+		st.answeredLocked(w, nack)
 	}
-	intern(r.ResourceNamesSubscribe)
 	wildcard := w.wildcard
 	var add, remove []string
-	for _, n := range r.ResourceNamesSubscribe {
+	for _, n := range r.subscribe {
 		if n == "*" {
 			wildcard = true
 		} else {
 			add = append(add, n)
 		}
 	}
-	for _, n := range r.ResourceNamesUnsubscribe {
+	for _, n := range r.unsubscribe {
 		if n == "*" {
 			wildcard = false
 		} else {
 			remove = append(remove, n)
 		}
 	}
-	if first && len(r.ResourceNamesSubscribe) == 0 {
+	if first && len(r.subscribe) == 0 {
 		wildcard = true // a first request that names nothing asks for everything
 	}
 	if !first && wildcard == w.wildcard && len(add) == 0 && len(remove) == 0 {
@@ -378,8 +380,8 @@ func (st *stream) receiveDelta(typeURL string) error {
 	} else {
 		st.subscribeLocked(w, w.table.Ref(w, w.named))
 	}
-	if first && len(r.InitialResourceVersions) > 0 {
-		w.initial = r.InitialResourceVersions
+	if first && len(r.initial) > 0 {
+		w.initial = r.initial
 	}
 	w.Notify()
 	return nil
@@ -582,13 +584,5 @@ func (st *stream) send(out *outgoing) error {
 func (st *stream) releaseSlot() {
 	if st.slot.CompareAndSwap(true, false) {
 		<-st.srv.slots
-	}
-}
-
-// intern makes the resource names of a request share their bytes with
-// every other stream's.
-func intern(names []string) {
-	for i, n := range names {
-		names[i] = unique.Make(n).Value()
 	}
 }

@@ -96,7 +96,7 @@ func (f *fleet) pushAll(tb testing.TB) int {
 		}
 		n++
 		st.mu.Lock()
-		st.answeredLocked(st.watches[0], nil)
+		_ = st.answeredLocked(st.watches[0], false, nil)
 		st.mu.Unlock()
 	}
 	return n

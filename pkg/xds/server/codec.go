@@ -82,30 +82,21 @@ const (
 	reqLocators    = 7
 )
 
-var errMalformed = errors.New("malformed DiscoveryRequest")
+var errMalformed = errors.New("malformed request")
 
 func (r *sotwRequest) decode(b []byte) error {
 	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = r.version[:0], r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
 	r.hasNode, r.hasError, r.locators = false, false, false
 	r.names, r.ends, r.fp = r.names[:0], r.ends[:0], cache.Fingerprint{}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+		num, v, rest, err := nextField(b)
+		if err != nil {
+			return err
 		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
-			}
-			b = b[n:]
+		b = rest
+		if v == nil {
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
-		}
-		b = b[n:]
 		switch num {
 		case reqVersion:
 			r.version = append(r.version[:0], v...)
@@ -175,79 +166,82 @@ const (
 	deltaErrorDetail = 7
 )
 
-var errMalformedDelta = errors.New("malformed DeltaDiscoveryRequest")
-
 func (r *deltaRequest) decode(b []byte) error {
 	*r = deltaRequest{}
 	entries := 0
-	err := eachField(b, func(num protowire.Number, v []byte) error {
-		switch num {
-		case deltaNode:
+	for rest := b; len(rest) > 0; {
+		num, v, next, err := nextField(rest)
+		if err != nil {
+			return err
+		}
+		rest = next
+		switch {
+		case v == nil:
+		case num == deltaNode:
 			r.node, r.hasNode = append(r.node, v...), true
-		case deltaTypeURL:
+		case num == deltaTypeURL:
 			r.typeURL = append(r.typeURL[:0], v...)
-		case deltaSubscribe:
+		case num == deltaSubscribe:
 			r.subscribe = append(r.subscribe, unique.Make(string(v)).Value())
-		case deltaUnsubscribe:
+		case num == deltaUnsubscribe:
 			r.unsubscribe = append(r.unsubscribe, string(v))
-		case deltaInitial:
+		case num == deltaInitial:
 			entries++
-		case deltaNonce:
+		case num == deltaNonce:
 			r.nonce = append(r.nonce[:0], v...)
-		case deltaErrorDetail:
+		case num == deltaErrorDetail:
 			r.errorDetail, r.hasError = append(r.errorDetail, v...), true
 		}
+	}
+	if entries == 0 {
 		return nil
-	})
-	if err != nil || entries == 0 {
-		return err
 	}
 	r.initial = make(map[string]string, entries)
-	return eachField(b, func(num protowire.Number, v []byte) error {
-		if num != deltaInitial {
-			return nil
-		}
-		var key, value []byte
-		if err := eachField(v, func(num protowire.Number, v []byte) error {
-			switch num {
-			case 1:
-				key = v
-			case 2:
-				value = v
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		r.initial[string(key)] = string(value)
-		return nil
-	})
-}
-
-// eachField calls fn with the number and bytes of every length-delimited
-// field of an encoded message, skipping the others.
-func eachField(b []byte, fn func(protowire.Number, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errMalformedDelta, protowire.ParseError(n))
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return fmt.Errorf("%w: field %d: %v", errMalformedDelta, num, protowire.ParseError(n))
-			}
-			b = b[n:]
+	for rest := b; len(rest) > 0; {
+		num, v, next, _ := nextField(rest) // read without error above
+		rest = next
+		if num != deltaInitial || v == nil {
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return fmt.Errorf("%w: field %d: %v", errMalformedDelta, num, protowire.ParseError(n))
+		var key, value []byte
+		for len(v) > 0 {
+			n, f, more, err := nextField(v)
+			if err != nil {
+				return err
+			}
+			v = more
+			switch n {
+			case 1:
+				key = f
+			case 2:
+				value = f
+			}
 		}
-		b = b[n:]
-		if err := fn(num, v); err != nil {
-			return err
-		}
+		r.initial[string(key)] = string(value)
 	}
 	return nil
+}
+
+// nextField reads the first field of an encoded message: its number, its
+// bytes when it is length-delimited (nil otherwise), and what follows it.
+func nextField(b []byte) (protowire.Number, []byte, []byte, error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+	}
+	b = b[n:]
+	if typ != protowire.BytesType {
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return 0, nil, nil, fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+		}
+		return num, nil, b[n:], nil
+	}
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return 0, nil, nil, fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+	}
+	if v == nil {
+		v = []byte{} // present but empty: still a field
+	}
+	return num, v, b[n:], nil
 }

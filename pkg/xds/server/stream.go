@@ -257,14 +257,9 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 			return nil // a stale nonce: the request is superseded
 		}
 		if w.inflight {
-			var nack *rpcstatus.Status
-			if r.hasError {
-				nack = &rpcstatus.Status{}
-				if err := proto.Unmarshal(r.errorDetail, nack); err != nil {
-					return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
-				}
+			if err := st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
+				return err
 			}
-			st.answeredLocked(w, nack)
 		}
 	}
 	if !first && r.fp == w.reqFP {
@@ -309,7 +304,7 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 // receiveDelta reads and applies one Delta request.
 func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	if err := st.ss.RecvMsg(r); err != nil {
-		if errors.Is(err, errMalformedDelta) {
+		if errors.Is(err, errMalformed) {
 			return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
 		}
 		return err
@@ -330,14 +325,9 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	}
 	first := w.set == nil
 	if len(r.nonce) > 0 && string(r.nonce) == w.nonce && w.inflight {
-		var nack *rpcstatus.Status
-		if r.hasError {
-			nack = &rpcstatus.Status{}
-			if err := proto.Unmarshal(r.errorDetail, nack); err != nil {
-				return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
-			}
+		if err := st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
+			return err
 		}
-		st.answeredLocked(w, nack)
 	}
 	wildcard := w.wildcard
 	var add, remove []string
@@ -458,9 +448,16 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	return w, nil
 }
 
-// answeredLocked records the ACK (nack nil) or NACK of the in-flight
-// response of w, and wakes the sender if changes waited for it.
-func (st *stream) answeredLocked(w *watch, nack *rpcstatus.Status) {
+// answeredLocked records the ACK or, with an error detail, the NACK of the
+// in-flight response of w, and wakes the sender if changes waited for it.
+func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) error {
+	var nack *rpcstatus.Status
+	if nacked {
+		nack = &rpcstatus.Status{}
+		if err := proto.Unmarshal(detail, nack); err != nil {
+			return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
+		}
+	}
 	w.inflight = false
 	w.table.Answered() // the response counted as due until answered
 	s := st.srv
@@ -482,6 +479,7 @@ func (st *stream) answeredLocked(w *watch, nack *rpcstatus.Status) {
 	if w.dirty.Load() {
 		st.wakeUp()
 	}
+	return nil
 }
 
 // push sends every due response, in push order.

@@ -134,11 +134,6 @@ func (c *Cache) Classes() []string {
 	return out
 }
 
-// Serves reports whether the cache serves a type.
-func (c *Cache) Serves(typeURL string) bool {
-	return slices.Contains(c.cfg.Types, typeURL) || slices.Contains(c.cfg.SharedTypes, typeURL)
-}
-
 // Table returns the table that serves a class's requests for a type: the
 // shared table for a shared type. It returns ErrNoClass for a class not
 // added yet and ErrNotServed for a type the cache does not serve.

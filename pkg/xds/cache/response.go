@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -20,9 +19,8 @@ type Response struct {
 	Version string
 	// To is the table version the response brings the stream to.
 	To uint64
-	// Resources is how many resources it carries; Removed, how many it
-	// removes (Delta).
-	Resources, Removed int
+	// Resources is how many resources it carries.
+	Resources int
 }
 
 // Empty reports whether there is nothing to send.
@@ -44,116 +42,86 @@ type Request struct {
 	Initial map[string]string
 }
 
-type bodyKind uint8
-
-const (
-	sotwAll bodyKind = iota
-	sotwSince
-	deltaAll
-	deltaSince
-)
-
-// bodyKey names a response body a set caches: its kind and the version it
-// starts from; the version it reaches is the set's bodiesAt.
+// bodyKey names a response body a set caches: SotW or Delta, every
+// resource or those changed since a version; the version it reaches is
+// the set's bodiesAt.
 type bodyKey struct {
-	kind bodyKind
-	from uint64
+	delta, since bool
+	from         uint64
 }
 
 // SotW returns the response that brings a SotW stream from r.From to the
 // table's current version. Listeners and clusters are sent whole; other
 // types carry only the resources the stream lacks.
-func (t *Table) SotW(r Request) (Response, error) {
-	s := r.Set
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	to := t.version
-	if !r.Fresh && r.From == to {
-		return Response{To: to}, nil
-	}
-	kind, from := sotwAll, uint64(0)
-	var names []string
-	switch {
-	case r.Fresh && r.Prev != nil && !t.full:
-		return t.encodeSotW(s, t.addedLocked(r.Prev, s, r.From))
-	case r.Fresh:
-	default:
-		changed, ok := t.changedLocked(s, r.From)
-		switch {
-		case ok && len(changed) == 0:
-			return Response{To: to}, nil
-		case ok && !t.full:
-			kind, from, names = sotwSince, r.From, changed
-		}
-	}
-	if body, ok := s.bodyLocked(bodyKey{kind, from}); ok {
-		return body, nil
-	}
-	if kind == sotwAll {
-		names = t.namesLocked(s)
-	}
-	resp, err := t.encodeSotW(s, names)
-	if err == nil {
-		s.bodies[bodyKey{kind, from}] = resp
-	}
-	return resp, err
-}
+func (t *Table) SotW(r Request) (Response, error) { return t.respond(r, false) }
 
 // Delta returns the response that brings a Delta stream from r.From to
 // the table's current version: the resources it lacks, and the names it
 // holds that are gone.
-func (t *Table) Delta(r Request) (Response, error) {
+func (t *Table) Delta(r Request) (Response, error) { return t.respond(r, true) }
+
+func (t *Table) respond(r Request, delta bool) (Response, error) {
 	s := r.Set
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	to := t.version
 	switch {
-	case r.Initial != nil:
-		var names, removed []string
-		for n := range r.Initial {
-			if e := t.entries[n]; e == nil && s.Has(n) {
-				removed = append(removed, n)
-			}
-		}
-		for _, n := range t.namesLocked(s) {
-			if r.Initial[n] != t.entries[n].version {
-				names = append(names, n)
-			}
-		}
-		return t.encodeDelta(s, names, removed)
-	case r.Fresh && r.Prev != nil:
-		held, gone := t.split(t.addedLocked(r.Prev, s, r.From))
-		return t.encodeDelta(s, held, gone)
-	case !r.Fresh && r.From == to:
-		return Response{To: to}, nil
+	case delta && r.Initial != nil:
+		return t.encode(s, delta, t.initialLocked(s, r.Initial))
+	case r.Fresh && r.Prev != nil && (delta || !t.full):
+		return t.encode(s, delta, t.addedLocked(r.Prev, s, r.From))
+	case !r.Fresh && r.From == t.version:
+		return Response{To: t.version}, nil
 	}
-	kind, from := deltaAll, uint64(0)
-	var changed []string
+	key := bodyKey{delta: delta}
+	var names []string
 	if !r.Fresh {
-		var ok bool
-		if changed, ok = t.changedLocked(s, r.From); ok {
-			if len(changed) == 0 {
-				return Response{To: to}, nil
-			}
-			kind, from = deltaSince, r.From
+		changed, ok := t.changedLocked(s, r.From)
+		switch {
+		case ok && len(changed) == 0:
+			return Response{To: t.version}, nil
+		case ok && (delta || !t.full):
+			key.since, key.from, names = true, r.From, changed
 		}
 	}
-	if body, ok := s.bodyLocked(bodyKey{kind, from}); ok {
+	if body, ok := s.bodyLocked(key); ok {
 		return body, nil
 	}
-	if kind == deltaAll {
-		changed = t.namesLocked(s)
+	if !key.since {
+		names = t.namesLocked(s)
 	}
-	held, gone := t.split(changed)
-	resp, err := t.encodeDelta(s, held, gone)
+	resp, err := t.encode(s, delta, names)
 	if err == nil {
-		s.bodies[bodyKey{kind, from}] = resp
+		s.bodies[key] = resp
 	}
 	return resp, err
+}
+
+// initialLocked returns the names a new Delta stream must be told of: those
+// it holds at another version than the table's, and those it holds that
+// are gone.
+func (t *Table) initialLocked(s *Set, initial map[string]string) []string {
+	var names []string
+	for n := range initial {
+		if t.entries[n] == nil && s.Has(n) {
+			names = append(names, n)
+		}
+	}
+	for _, n := range t.namesLocked(s) {
+		if initial[n] != t.entries[n].version {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func (t *Table) encode(s *Set, delta bool, names []string) (Response, error) {
+	if delta {
+		held, gone := t.split(names)
+		return t.encodeDelta(s, held, gone)
+	}
+	return t.encodeSotW(s, names)
 }
 
 // bodyLocked returns a cached body for the table's version, forgetting
@@ -283,7 +251,7 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 		return Response{To: t.version}, nil
 	}
 	slices.Sort(held)
-	slices.SortFunc(gone, cmp.Compare)
+	slices.Sort(gone)
 	msg := &discovery.DeltaDiscoveryResponse{TypeUrl: t.typeURL, SystemVersionInfo: contentVersion(s.contentSumLocked()),
 		RemovedResources: gone}
 	msg.Resources = make([]*discovery.Resource, 0, len(held))
@@ -295,5 +263,5 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
 	}
-	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held), Removed: len(gone)}, nil
+	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held)}, nil
 }

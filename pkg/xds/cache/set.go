@@ -65,12 +65,6 @@ type Set struct {
 	bodiesAt uint64
 }
 
-// Wildcard reports whether the set is the wildcard subscription.
-func (s *Set) Wildcard() bool { return s.wildcard }
-
-// Len returns how many names the set holds (0 for the wildcard).
-func (s *Set) Len() int { return len(s.names) }
-
 // Has reports whether the set subscribes to a name.
 func (s *Set) Has(name string) bool {
 	if s.wildcard {
@@ -97,13 +91,6 @@ func (s *Set) holdsAny(names []string) bool {
 		}
 	}
 	return false
-}
-
-func (s *Set) String() string {
-	if s.wildcard {
-		return "*"
-	}
-	return fmt.Sprintf("%d names", len(s.names))
 }
 
 // Subscribe returns the interned set of names (or the wildcard set) and

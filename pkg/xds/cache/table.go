@@ -98,16 +98,6 @@ func (t *Table) Answered() {
 	}
 }
 
-// TypeURL returns the type of the resources the table holds.
-func (t *Table) TypeURL() string { return t.typeURL }
-
-// Version returns the table's version: the number of updates that changed it.
-func (t *Table) Version() uint64 {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.version
-}
-
 // Resources returns what the table holds.
 func (t *Table) Resources() map[string]types.Resource {
 	t.mu.RLock()

@@ -63,7 +63,7 @@ func newOutgoing(body []byte, nonce string) *outgoing {
 // copied into buffers it reuses from one request to the next.
 type sotwRequest struct {
 	version, node, typeURL, nonce, errorDetail []byte
-	hasNode, hasError, locators                bool
+	hasNode, hasError                          bool
 	// names holds every resource name back to back; ends[i] is where
 	// name i ends. fp is their fingerprint.
 	names []byte
@@ -79,14 +79,13 @@ const (
 	reqTypeURL     = 4
 	reqNonce       = 5
 	reqErrorDetail = 6
-	reqLocators    = 7
 )
 
 var errMalformed = errors.New("malformed request")
 
 func (r *sotwRequest) decode(b []byte) error {
 	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = r.version[:0], r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
-	r.hasNode, r.hasError, r.locators = false, false, false
+	r.hasNode, r.hasError = false, false
 	r.names, r.ends, r.fp = r.names[:0], r.ends[:0], cache.Fingerprint{}
 	for len(b) > 0 {
 		num, v, rest, err := nextField(b)
@@ -112,8 +111,6 @@ func (r *sotwRequest) decode(b []byte) error {
 			r.nonce = append(r.nonce[:0], v...)
 		case reqErrorDetail:
 			r.errorDetail, r.hasError = append(r.errorDetail, v...), true
-		case reqLocators:
-			r.locators = true
 		}
 	}
 	return nil

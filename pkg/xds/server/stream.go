@@ -225,13 +225,34 @@ var errClosed = errors.New("server: stream closed")
 // receiveSotW reads and applies one SotW request. typeURL is the type of
 // a single-type stream ("" for ADS).
 func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
-	if err := st.ss.RecvMsg(r); err != nil {
-		if errors.Is(err, errMalformed) {
-			return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
-		}
+	if err := st.recv(r); err != nil {
 		return err
 	}
 	return st.applySotW(r, typeURL)
+}
+
+// recv reads one request; one its codec could not decode is refused.
+func (st *stream) recv(r any) error {
+	err := st.ss.RecvMsg(r)
+	if errors.Is(err, errMalformed) {
+		return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
+	}
+	return err
+}
+
+// requestLocked applies what every request may carry, its node, and
+// returns the stream's watch of the request's type (nil for a type not
+// served). fixed is the type of a single-type stream.
+func (st *stream) requestLocked(hasNode bool, node, typeURL []byte, fixed string) (*watch, error) {
+	if st.closed {
+		return nil, errClosed
+	}
+	if hasNode {
+		if err := st.nodeLocked(node); err != nil {
+			return nil, err
+		}
+	}
+	return st.watchLocked(typeURL, fixed)
 }
 
 // applySotW applies one decoded SotW request. An ACK whose names did not
@@ -239,15 +260,7 @@ func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
 func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
-		return errClosed
-	}
-	if r.hasNode {
-		if err := st.nodeLocked(r.node); err != nil {
-			return err
-		}
-	}
-	w, err := st.watchLocked(r.typeURL, typeURL)
+	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
 	}
@@ -303,23 +316,12 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 
 // receiveDelta reads and applies one Delta request.
 func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
-	if err := st.ss.RecvMsg(r); err != nil {
-		if errors.Is(err, errMalformed) {
-			return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
-		}
+	if err := st.recv(r); err != nil {
 		return err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
-		return errClosed
-	}
-	if r.hasNode {
-		if err := st.nodeLocked(r.node); err != nil {
-			return err
-		}
-	}
-	w, err := st.watchLocked(r.typeURL, typeURL)
+	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
 	}
@@ -330,7 +332,8 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		}
 	}
 	wildcard := w.wildcard
-	var add, remove []string
+	var add []string
+	var remove map[string]bool // made only when something is unsubscribed
 	for _, n := range r.subscribe {
 		if n == "*" {
 			wildcard = true
@@ -342,7 +345,10 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		if n == "*" {
 			wildcard = false
 		} else {
-			remove = append(remove, n)
+			if remove == nil {
+				remove = map[string]bool{}
+			}
+			remove[n] = true
 		}
 	}
 	if first && len(r.subscribe) == 0 {
@@ -357,7 +363,7 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 			names = w.named.Names()
 		}
 		names = append(names, add...)
-		names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(remove, n) })
+		names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
 		named := w.table.Subscribe(w, names, false)
 		if w.named != nil {
 			w.table.Unsubscribe(w, w.named)

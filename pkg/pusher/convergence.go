@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +16,10 @@ import (
 type convergence struct {
 	hist prometheus.Histogram
 
-	mu     sync.Mutex
-	epoch  int64
+	mu sync.Mutex
+	// epoch is read on every push and every change notification, so
+	// without the lock; it is written under it, with recent.
+	epoch  atomic.Int64
 	recent []epochRecord // the last maxEpochs epochs, oldest first
 }
 
@@ -29,7 +32,9 @@ type epochRecord struct {
 }
 
 func newConvergence(h prometheus.Histogram) *convergence {
-	return &convergence{hist: h, epoch: 1}
+	c := &convergence{hist: h}
+	c.epoch.Store(1)
+	return c
 }
 
 // begin starts the epoch of a generation, before it hands anything over:
@@ -37,8 +42,8 @@ func newConvergence(h prometheus.Histogram) *convergence {
 func (c *convergence) begin(observed time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.epoch++
-	c.recent = append(c.recent, epochRecord{c.epoch, observed})
+	e := c.epoch.Add(1)
+	c.recent = append(c.recent, epochRecord{e, observed})
 	if len(c.recent) > maxEpochs {
 		c.recent = c.recent[len(c.recent)-maxEpochs:]
 	}
@@ -46,11 +51,7 @@ func (c *convergence) begin(observed time.Time) {
 
 // Epoch returns the current epoch: a response sent now contains every
 // change up to it.
-func (p *Pusher) Epoch() int64 {
-	p.conv.mu.Lock()
-	defer p.conv.mu.Unlock()
-	return p.conv.epoch
-}
+func (p *Pusher) Epoch() int64 { return p.conv.epoch.Load() }
 
 // Confirmed measures the epochs (from, to] that an ACK of a type confirms.
 // A response goes out only when what the proxy watches changed, so an ACK

@@ -104,7 +104,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	// ADS is served once the first reload has the mesh.
 	loaded := make(chan struct{})
 	var once sync.Once
-	load := func(ctx context.Context) error {
+	load := func(ctx context.Context, _ bool) error {
 		if err := s.reload(ctx); err != nil {
 			return err
 		}

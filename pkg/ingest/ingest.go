@@ -64,10 +64,13 @@ func (p Problem) Error() string {
 	return b.String()
 }
 
-// Store is what a Syncer needs of the store.
+// Store is what a Syncer needs of the store. A write names the mod
+// revision the Syncer last saw for the key (0: absent), so that it is one
+// round trip when the store agrees; rev is the key's mod revision after a
+// put and the store revision after a delete.
 type Store interface {
-	Put(ctx context.Context, k model.Key, o model.Object) (written bool, rev int64, err error)
-	Delete(ctx context.Context, k model.Key) (deleted bool, rev int64, err error)
+	PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (written bool, rev int64, err error)
+	DeleteAt(ctx context.Context, k model.Key, modRev int64) (deleted bool, rev int64, err error)
 	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
 }
 
@@ -132,14 +135,37 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Syncer makes the store hold what one source holds.
+// Syncer makes the store hold what one source holds. It remembers what it
+// read and wrote (each object of its source with its mod revision, and the
+// hosts and endpoints of every stored object), so that a sync costs what
+// changed: the store is listed at first, after Forget and after a failed
+// write, not at every sync.
 type Syncer struct {
 	cfg Config
 	m   *Metrics
+
+	// loaded says mine and ix hold the store as of the last list plus
+	// this Syncer's writes since.
+	loaded bool
+	mine   map[model.Key]held
+	ix     *index
+	// problems are the current ones, every location's.
+	problems []Problem
+	// pending holds the objects rejected only for a reference to a host
+	// or subset that does not exist yet: every sync tries them again.
+	pending map[model.Key]Object
 	// reported holds the problems already logged and counted, so that an
 	// input that stays bad is reported once, not at every sync.
 	reported map[string]bool
 }
+
+// held is one stored object of this source and its mod revision.
+type held struct {
+	obj    model.Object
+	modRev int64
+}
+
+func (h held) location() string { return h.obj.GetOrigin().GetLocation() }
 
 // NewSyncer returns a Syncer.
 func NewSyncer(cfg Config) (*Syncer, error) {
@@ -158,60 +184,161 @@ type Result struct {
 	Written, Deleted, Unchanged int
 	// Revision is the store revision of the last write, 0 when nothing was written.
 	Revision int64
+	// Problems are every current problem of the source, not only the
+	// synced part's.
 	Problems []Problem
 }
 
-// Sync makes the store hold objs as this source's content: it writes the
-// valid objects that changed and deletes this source's other objects, except
-// those that problems say to keep. Every problem, the source's and the ones
-// Sync finds, is logged, counted and returned.
+// Sync makes the store hold objs as this source's whole content: it
+// writes the valid objects that changed and deletes this source's other
+// objects, except those that problems say to keep. Every problem, the
+// source's and the ones Sync finds, is logged, counted and returned. It
+// lists the store only when it does not know what the store holds: at
+// first, after Forget and after a failed write.
 func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error) {
+	if !s.loaded {
+		if err := s.load(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	return s.apply(ctx, nil, objs, problems)
+}
+
+// SyncPart is Sync for part of the source: objs and problems are what the
+// locations scope names hold now (an entry names a location and every
+// location it prefixes followed by a space, as KeepLocation does). The
+// rest stays as the last sync left it.
+func (s *Syncer) SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error) {
+	if !s.loaded {
+		if err := s.load(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	if scope == nil {
+		scope = []string{} // nil would mean everything
+	}
+	return s.apply(ctx, scope, objs, problems)
+}
+
+// Forget makes the next sync list the store, to repair any drift (a
+// source calls it at its start and on a resync).
+func (s *Syncer) Forget() { s.loaded = false }
+
+// load reads the store: this source's objects and every object's hosts
+// and endpoints.
+func (s *Syncer) load(ctx context.Context) error {
+	s.loaded = false
 	stored, _, listErrs, err := s.cfg.Store.List(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+		return fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 	}
 	for _, e := range listErrs {
 		s.cfg.Log.Warn("store holds an unreadable value", "err", e)
 	}
-
-	mine := map[model.Key]model.Stored{}
+	s.mine = map[model.Key]held{}
+	s.ix = newIndex()
 	for _, it := range stored {
+		s.ix.add(it.Key, it.Object)
 		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
-			mine[it.Key] = it
+			s.mine[it.Key] = held{it.Object, it.ModRevision}
 		}
 	}
-	valid, problems := s.validate(objs, stored, mine, problems)
-	res := Result{Problems: problems}
+	s.pending = map[model.Key]Object{}
+	s.loaded = true
+	return nil
+}
+
+// inScope reports whether loc lies within scope; a nil scope holds everything.
+func inScope(scope []string, loc string) bool {
+	if scope == nil {
+		return true
+	}
+	for _, k := range scope {
+		if within(loc, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether loc is k or lies within it ("a.yaml" holds
+// "a.yaml document 2").
+func within(loc, k string) bool {
+	return loc == k || strings.HasPrefix(loc, k+" ")
+}
+
+// apply syncs the part of the source that scope names (nil: all of it).
+func (s *Syncer) apply(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error) {
+	// What the part held before: it leaves the index, except what a
+	// problem of the source keeps in effect.
+	var before []model.Key
+	for k, h := range s.mine {
+		if inScope(scope, h.location()) {
+			before = append(before, k)
+			s.ix.remove(k, h.obj)
+		}
+	}
+	for k, o := range s.pending {
+		if inScope(scope, o.Object.GetOrigin().GetLocation()) {
+			delete(s.pending, k)
+		}
+	}
+	for _, k := range before {
+		if keep(k, s.mine[k].obj, problems) {
+			s.ix.add(k, s.mine[k].obj)
+		}
+	}
+
+	valid, unchanged, problems := s.validate(scope, objs, problems)
+	res := Result{Unchanged: unchanged}
+	retried, fixed := s.retry(scope)
+	valid = append(valid, retried...)
+
+	// Problems outside the part stay, but for those of a retried object
+	// that is now valid.
+	for _, p := range s.problems {
+		if !inScope(scope, p.Location) && (p.Keep == nil || !fixed[*p.Keep]) {
+			problems = append(problems, p)
+		}
+	}
+	s.problems = problems
+	res.Problems = problems
 	s.report(problems)
 
-	want := make(map[model.Key]bool, len(valid))
-	counts := map[model.Kind]int{}
+	want := make(map[model.Key]bool, len(objs))
+	for _, o := range objs {
+		want[o.Key] = true
+	}
 	puts := map[model.Kind][]Object{}
 	for _, o := range valid {
-		want[o.Key] = true
-		counts[o.Key.Kind]++
-		if it, ok := mine[o.Key]; ok && model.SameContent(it.Object, o.Object) {
-			// The list just read says the store has it: no round trip.
-			res.Unchanged++
-			continue
-		}
 		puts[o.Key.Kind] = append(puts[o.Key.Kind], o)
 	}
 	dels := map[model.Kind][]model.Key{}
-	for _, it := range stored {
-		if it.Object.GetOrigin().GetSource() != s.cfg.Source || want[it.Key] {
-			continue
+	for _, k := range before {
+		if !want[k] && !keep(k, s.mine[k].obj, problems) {
+			dels[k.Kind] = append(dels[k.Kind], k)
 		}
-		if keep(it, problems) {
-			counts[it.Key.Kind]++
-			continue
-		}
-		dels[it.Key.Kind] = append(dels[it.Key.Kind], it.Key)
 	}
-	// Writes go out in waves, each wave's guarded transactions in
-	// parallel: puts kind by kind, services and endpoints before what
-	// refers to them, then deletes in the reverse order, so that nothing
-	// is ever stored referring to what is not there yet or any more.
+	if err := s.write(ctx, puts, dels, &res); err != nil {
+		// What the store holds is no longer known: the next sync lists it.
+		s.loaded = false
+		return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+	}
+	counts := map[model.Kind]int{}
+	for k := range s.mine {
+		counts[k.Kind]++
+	}
+	for _, k := range model.Kinds {
+		s.m.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
+	}
+	return res, nil
+}
+
+// write makes the writes in waves, each wave's guarded transactions in
+// parallel: puts kind by kind, services and endpoints before what refers
+// to them, then deletes in the reverse order, so that nothing is ever
+// stored referring to what is not there yet or any more.
+func (s *Syncer) write(ctx context.Context, puts map[model.Kind][]Object, dels map[model.Kind][]model.Key, res *Result) error {
 	var mu sync.Mutex
 	order := slices.Clone(model.Kinds)
 	for k := range puts {
@@ -226,14 +353,18 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 	}
 	for _, kind := range order {
 		err := parallel(ctx, puts[kind], func(ctx context.Context, o Object) error {
+			mu.Lock()
+			modRev := s.mine[o.Key].modRev
+			mu.Unlock()
 			start := time.Now()
-			written, rev, err := s.cfg.Store.Put(ctx, o.Key, o.Object)
+			written, rev, err := s.cfg.Store.PutAt(ctx, o.Key, o.Object, modRev)
 			s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
 			if err != nil {
 				return err
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			s.mine[o.Key] = held{o.Object, rev}
 			if !written {
 				res.Unchanged++
 				return nil
@@ -247,20 +378,24 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			return nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+			return err
 		}
 	}
 	for _, kind := range slices.Backward(order) {
 		err := parallel(ctx, dels[kind], func(ctx context.Context, k model.Key) error {
+			mu.Lock()
+			modRev := s.mine[k].modRev
+			mu.Unlock()
 			start := time.Now()
-			deleted, rev, err := s.cfg.Store.Delete(ctx, k)
+			deleted, rev, err := s.cfg.Store.DeleteAt(ctx, k, modRev)
 			s.m.latency.WithLabelValues(s.cfg.Source).Observe(time.Since(start).Seconds())
 			if err != nil {
 				return err
 			}
+			mu.Lock()
+			defer mu.Unlock()
+			delete(s.mine, k)
 			if deleted {
-				mu.Lock()
-				defer mu.Unlock()
 				res.Deleted++
 				res.Revision = max(res.Revision, rev)
 				s.m.writes.WithLabelValues(s.cfg.Source, string(k.Kind), "delete").Inc()
@@ -268,13 +403,10 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 			return nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+			return err
 		}
 	}
-	for _, k := range model.Kinds {
-		s.m.objects.WithLabelValues(s.cfg.Source, string(k)).Set(float64(counts[k]))
-	}
-	return res, nil
+	return nil
 }
 
 // writeConcurrency bounds the guarded transactions a sync has in flight.
@@ -310,52 +442,26 @@ func (s *Syncer) report(problems []Problem) {
 	s.reported = now
 }
 
-func keep(it model.Stored, problems []Problem) bool {
-	loc := it.Object.GetOrigin().GetLocation()
+// keep reports whether a problem keeps the stored object o under k in effect.
+func keep(k model.Key, o model.Object, problems []Problem) bool {
+	loc := o.GetOrigin().GetLocation()
 	for _, p := range problems {
-		if p.Keep != nil && *p.Keep == it.Key {
+		if p.Keep != nil && *p.Keep == k {
 			return true
 		}
-		if k := p.KeepLocation; k != "" && (loc == k || strings.HasPrefix(loc, k+" ")) {
+		if p.KeepLocation != "" && within(loc, p.KeepLocation) {
 			return true
 		}
 	}
 	return false
 }
 
-// validate de-duplicates objects by key, checks each on its own and against
-// the hosts the mesh knows, stamps the source into the valid ones, and
-// returns them with every problem found.
-func (s *Syncer) validate(objs []Object, stored []model.Stored, mine map[model.Key]model.Stored, problems []Problem) ([]Object, []Problem) {
-	ix := newIndex()
-	for _, it := range stored {
-		if _, ok := mine[it.Key]; !ok {
-			ix.add(it.Key, it.Object)
-		}
-	}
-	// A stored object that a problem keeps in effect still counts.
-	for _, it := range mine {
-		if keep(it, problems) {
-			ix.add(it.Key, it.Object)
-		}
-	}
-	objs, problems = s.dedupe(objs, mine, problems)
-
-	var valid []Object
-	reject := func(o Object, err error) {
-		p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: o.resource(), Reason: err.Error()}
-		var fe *model.FieldError
-		if errors.As(err, &fe) {
-			p.Field, p.Reason = fe.Field, fe.Reason
-		}
-		k := o.Key
-		p.Keep = &k
-		problems = append(problems, p)
-		if it, ok := mine[k]; ok {
-			// The last valid version stays in effect, hosts and all.
-			ix.add(it.Key, it.Object)
-		}
-	}
+// validate de-duplicates the part's objects by key, checks the ones that
+// changed on their own and against the hosts the mesh knows, stamps the
+// source into the valid ones, and returns them, how many did not change,
+// and the source's problems with every one found.
+func (s *Syncer) validate(scope []string, objs []Object, problems []Problem) (valid []Object, unchanged int, _ []Problem) {
+	objs, problems = s.dedupe(scope, objs, problems)
 	// Services and endpoints first, so that what refers to them is checked
 	// against the valid ones.
 	ordered := slices.Clone(objs)
@@ -367,43 +473,113 @@ func (s *Syncer) validate(objs []Object, stored []model.Stored, mine map[model.K
 			problems = append(problems, Problem{Location: o.Key.String(), Reason: "internal: object has no origin"})
 			continue
 		}
-		if err := model.Validate(o.Object); err != nil {
-			reject(o, err)
-			continue
-		}
-		if err := model.ValidateRefs(o.Object, ix); err != nil {
-			reject(o, err)
-			continue
-		}
-		ix.add(o.Key, o.Object)
 		o.Object.GetOrigin().Source = s.cfg.Source
+		if h, ok := s.mine[o.Key]; ok && model.SameContent(h.obj, o.Object) {
+			// Stored and checked when it was written: no round trip.
+			s.ix.add(o.Key, h.obj)
+			unchanged++
+			continue
+		}
+		if err := model.Validate(o.Object); err != nil {
+			problems = append(problems, s.reject(o, err))
+			continue
+		}
+		if err := model.ValidateRefs(o.Object, s.ix); err != nil {
+			problems = append(problems, s.reject(o, err))
+			s.pending[o.Key] = o
+			continue
+		}
+		s.ix.add(o.Key, o.Object)
 		valid = append(valid, o)
 	}
-	return valid, problems
+	return valid, unchanged, problems
+}
+
+// reject returns the problem of an invalid object; the last valid version
+// stays in effect, hosts and all.
+func (s *Syncer) reject(o Object, err error) Problem {
+	k := o.Key
+	p := Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: o.resource(), Reason: err.Error(), Keep: &k}
+	var fe *model.FieldError
+	if errors.As(err, &fe) {
+		p.Field, p.Reason = fe.Field, fe.Reason
+	}
+	if h, ok := s.mine[k]; ok {
+		s.ix.add(k, h.obj)
+	}
+	return p
+}
+
+// retry checks again the pending objects outside scope, which a host or
+// endpoint added since may have made valid, and returns those that are
+// now, and their keys.
+func (s *Syncer) retry(scope []string) ([]Object, map[model.Key]bool) {
+	var valid []Object
+	fixed := map[model.Key]bool{}
+	for k, o := range s.pending {
+		if inScope(scope, o.Object.GetOrigin().GetLocation()) || model.ValidateRefs(o.Object, s.ix) != nil {
+			continue
+		}
+		delete(s.pending, k)
+		if h, ok := s.mine[k]; ok {
+			s.ix.remove(k, h.obj)
+		}
+		s.ix.add(k, o.Object)
+		valid = append(valid, o)
+		fixed[k] = true
+	}
+	return valid, fixed
 }
 
 // index is the part of the mesh cross-object validation looks at: which
-// service defines each host, and each service's endpoints.
+// services define each host, and each service's endpoints by the key of
+// the object that holds them.
 type index struct {
-	hosts     map[string][]nsName
-	endpoints map[nsName][]*meshv1.Endpoint
+	hosts     map[string]map[nsName]bool
+	endpoints map[nsName]map[model.Key][]*meshv1.Endpoint
 }
 
 type nsName struct{ namespace, name string }
 
 func newIndex() *index {
-	return &index{hosts: map[string][]nsName{}, endpoints: map[nsName][]*meshv1.Endpoint{}}
+	return &index{hosts: map[string]map[nsName]bool{}, endpoints: map[nsName]map[model.Key][]*meshv1.Endpoint{}}
 }
 
+// add enters o under k; adding the same object twice is harmless.
 func (ix *index) add(k model.Key, o model.Object) {
 	switch o := o.(type) {
 	case *meshv1.Service:
 		for _, h := range o.Hostnames {
-			ix.hosts[h] = append(ix.hosts[h], nsName{k.Namespace, k.Name})
+			if ix.hosts[h] == nil {
+				ix.hosts[h] = map[nsName]bool{}
+			}
+			ix.hosts[h][nsName{k.Namespace, k.Name}] = true
 		}
 	case *meshv1.Endpoints:
 		id := nsName{k.Namespace, o.Service}
-		ix.endpoints[id] = append(ix.endpoints[id], o.Endpoints...)
+		if ix.endpoints[id] == nil {
+			ix.endpoints[id] = map[model.Key][]*meshv1.Endpoint{}
+		}
+		ix.endpoints[id][k] = o.Endpoints
+	}
+}
+
+// remove takes o, entered under k, out.
+func (ix *index) remove(k model.Key, o model.Object) {
+	switch o := o.(type) {
+	case *meshv1.Service:
+		for _, h := range o.Hostnames {
+			delete(ix.hosts[h], nsName{k.Namespace, k.Name})
+			if len(ix.hosts[h]) == 0 {
+				delete(ix.hosts, h)
+			}
+		}
+	case *meshv1.Endpoints:
+		id := nsName{k.Namespace, o.Service}
+		delete(ix.endpoints[id], k)
+		if len(ix.endpoints[id]) == 0 {
+			delete(ix.endpoints, id)
+		}
 	}
 }
 
@@ -416,32 +592,40 @@ func (ix *index) KnownHost(h string) bool {
 // pusher merges them the same way.
 func (ix *index) Endpoints(h string) []*meshv1.Endpoint {
 	var out []*meshv1.Endpoint
-	for _, id := range ix.hosts[h] {
-		out = append(out, ix.endpoints[id]...)
+	for id := range ix.hosts[h] {
+		for _, eps := range ix.endpoints[id] {
+			out = append(out, eps...)
+		}
 	}
 	return out
 }
 
 // dedupe keeps one object per key: the one already in effect (same
-// location as the stored object), else the first. The others are reported;
-// endpoints, which derive from a service, follow their service quietly.
-func (s *Syncer) dedupe(objs []Object, mine map[model.Key]model.Stored, problems []Problem) ([]Object, []Problem) {
-	byKey := map[model.Key][]int{}
+// location as the stored object, or any stored object outside scope),
+// else the first. The others are reported; endpoints, which derive from a
+// service, follow their service quietly.
+func (s *Syncer) dedupe(scope []string, objs []Object, problems []Problem) ([]Object, []Problem) {
+	byKey := make(map[model.Key][]int, len(objs))
 	for i, o := range objs {
 		byKey[o.Key] = append(byKey[o.Key], i)
 	}
 	drop := map[int]bool{}
 	for k, idx := range byKey {
-		if len(idx) < 2 {
+		h, stored := s.mine[k]
+		outside := stored && !inScope(scope, h.location())
+		if len(idx) < 2 && !outside {
 			continue
 		}
-		winner := idx[0]
-		if it, ok := mine[k]; ok {
+		winner, winnerAt := idx[0], objs[idx[0]].Object.GetOrigin().GetLocation()
+		if stored {
 			for _, i := range idx {
-				if objs[i].Object.GetOrigin().GetLocation() == it.Object.GetOrigin().GetLocation() {
-					winner = i
+				if objs[i].Object.GetOrigin().GetLocation() == h.location() {
+					winner, winnerAt = i, h.location()
 					break
 				}
+			}
+			if outside {
+				winner, winnerAt = -1, h.location()
 			}
 		}
 		for _, i := range idx {
@@ -456,7 +640,7 @@ func (s *Syncer) dedupe(objs []Object, mine map[model.Key]model.Stored, problems
 				Location: objs[i].Object.GetOrigin().GetLocation(),
 				Resource: objs[i].resource(),
 				Field:    "metadata.name",
-				Reason:   "another object with this kind, namespace and name is defined at " + objs[winner].Object.GetOrigin().GetLocation() + "; this one is ignored",
+				Reason:   "another object with this kind, namespace and name is defined at " + winnerAt + "; this one is ignored",
 			})
 		}
 	}

@@ -6,18 +6,19 @@ import (
 	"time"
 )
 
-// Loop runs a source's syncs: one at start, one after every burst of
-// changes (once Changed has not been called for the quiet period), one every
-// resync period to repair drift, and retries after a failed sync. Changed
-// never blocks and may be called from any goroutine; Run returns when its
-// context is done.
+// Loop runs a source's syncs: a full one at start, one after every burst
+// of changes (once Changed has not been called for the quiet period), a
+// full one every resync period to repair drift, and full retries after a
+// failed sync. Changed never blocks and may be called from any goroutine;
+// Run returns when its context is done.
 type Loop struct {
-	// Sync reads the source and syncs it into the store.
-	Sync func(ctx context.Context) error
+	// Sync reads the source and syncs it into the store: all of it when
+	// full, else what changed since the last sync.
+	Sync func(ctx context.Context, full bool) error
 	// Quiet is how long changes must stop before a sync: long enough to
 	// take the events of one edit together, short enough not to add to
-	// convergence (a sync in progress batches what arrives meanwhile).
-	// Default 10ms.
+	// convergence. Zero syncs as soon as a change arrives (a sync in
+	// progress batches what arrives meanwhile).
 	Quiet time.Duration
 	// MaxDelay bounds how long a change waits for the quiet period, so
 	// that a source that never stops changing is still synced. Default 100ms.
@@ -33,9 +34,6 @@ type Loop struct {
 
 // NewLoop returns a Loop with the defaults filled in.
 func NewLoop(l Loop) *Loop {
-	if l.Quiet == 0 {
-		l.Quiet = 10 * time.Millisecond
-	}
 	if l.MaxDelay == 0 {
 		l.MaxDelay = 100 * time.Millisecond
 	}
@@ -62,7 +60,7 @@ func (l *Loop) Changed() {
 
 // Run syncs until ctx is done.
 func (l *Loop) Run(ctx context.Context) error {
-	pending := true // sync at once
+	pending, full := true, true // a full sync at once
 	var quiet <-chan time.Time
 	var first time.Time // the oldest change waiting, zero when none
 	resync := time.NewTicker(l.Resync)
@@ -70,14 +68,14 @@ func (l *Loop) Run(ctx context.Context) error {
 	for {
 		if pending && quiet == nil {
 			first = time.Time{}
-			if err := l.Sync(ctx); err != nil {
+			if err := l.Sync(ctx, full); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				l.Log.Warn("sync failed; retrying", "err", err, "retry_in", l.RetryDelay)
-				quiet = time.After(l.RetryDelay)
+				quiet, full = time.After(l.RetryDelay), true
 			} else {
-				pending = false
+				pending, full = false, false
 			}
 		}
 		select {
@@ -87,12 +85,16 @@ func (l *Loop) Run(ctx context.Context) error {
 			if first.IsZero() {
 				first = time.Now()
 			}
+			pending = true
+			if l.Quiet <= 0 {
+				continue // at once, or when the retry is due
+			}
 			wait := min(l.Quiet, max(l.MaxDelay-time.Since(first), 0))
-			pending, quiet = true, time.After(wait)
+			quiet = time.After(wait)
 		case <-quiet:
 			quiet = nil
 		case <-resync.C:
-			pending = true
+			pending, full = true, true
 		}
 	}
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,12 +12,14 @@ import (
 func TestLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var syncs []time.Duration
+		var fulls []bool
 		start := time.Now()
 		fail := true
 		l := NewLoop(Loop{
 			Quiet: 100 * time.Millisecond, MaxDelay: time.Second, Resync: time.Minute, RetryDelay: time.Second,
-			Sync: func(context.Context) error {
+			Sync: func(_ context.Context, full bool) error {
 				syncs = append(syncs, time.Since(start))
+				fulls = append(fulls, full)
 				if fail {
 					fail = false
 					return errors.New("store down")
@@ -39,6 +42,11 @@ func TestLoop(t *testing.T) {
 		if len(syncs) != len(want) {
 			t.Fatalf("syncs at %v, want %v", syncs, want)
 		}
+		// The start, its retry and the resync read everything; the change
+		// only what changed.
+		if wantFull := []bool{true, true, false, true}; !slices.Equal(fulls, wantFull) {
+			t.Errorf("full syncs %v, want %v", fulls, wantFull)
+		}
 		for i := range want {
 			if syncs[i] != want[i] {
 				t.Errorf("sync %d at %s, want %s", i, syncs[i], want[i])
@@ -55,7 +63,7 @@ func TestLoopSyncsASourceThatNeverStops(t *testing.T) {
 		start := time.Now()
 		l := NewLoop(Loop{
 			Quiet: 100 * time.Millisecond, MaxDelay: time.Second, Resync: time.Hour,
-			Sync: func(context.Context) error {
+			Sync: func(context.Context, bool) error {
 				syncs = append(syncs, time.Since(start))
 				return nil
 			},
@@ -80,6 +88,46 @@ func TestLoopSyncsASourceThatNeverStops(t *testing.T) {
 			if syncs[i] != want[i] {
 				t.Errorf("sync %d at %s, want %s", i, syncs[i], want[i])
 			}
+		}
+	})
+}
+
+// TestLoopWithoutQuietSyncsAtOnce: with no quiet period a change is synced
+// at once, changes during a sync are synced together after it, and a
+// failed sync still waits for its retry.
+func TestLoopWithoutQuietSyncsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var syncs []time.Duration
+		start := time.Now()
+		var l *Loop
+		l = NewLoop(Loop{
+			Resync: time.Hour, RetryDelay: time.Second,
+			Sync: func(_ context.Context, full bool) error {
+				syncs = append(syncs, time.Since(start))
+				switch len(syncs) {
+				case 2: // changes arrive while it syncs
+					time.Sleep(10 * time.Millisecond)
+					l.Changed()
+					l.Changed()
+				case 3:
+					return errors.New("store down")
+				}
+				return nil
+			},
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		l.Changed()
+		synctest.Wait()
+		l.Changed() // during the retry's wait: no sync before it
+		time.Sleep(2 * time.Second)
+		cancel()
+		<-done
+		want := []time.Duration{0, 50 * time.Millisecond, 60 * time.Millisecond, 1060 * time.Millisecond}
+		if !slices.Equal(syncs, want) {
+			t.Fatalf("syncs at %v, want %v", syncs, want)
 		}
 	})
 }

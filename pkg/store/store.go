@@ -29,8 +29,20 @@ type Store struct {
 func New(cli *clientv3.Client) *Store { return &Store{cli: cli} }
 
 // Put writes o under k unless the stored object already has the same
-// content. It reports whether it wrote and the store revision after the call.
+// content. It reports whether it wrote and the key's mod revision after
+// the call.
 func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written bool, rev int64, err error) {
+	return s.PutAt(ctx, k, o, unknownRevision)
+}
+
+// unknownRevision is a mod revision no key has: a write that expects it
+// reads the key's current one in the same round trip.
+const unknownRevision = -1
+
+// PutAt is Put for a caller that knows the key's mod revision (0: the key
+// is absent): when the store agrees, the write is one round trip. When it
+// does not, the current value, read in the same round trip, decides.
+func (s *Store) PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (written bool, rev int64, err error) {
 	if model.KindOf(o) != k.Kind {
 		return false, 0, fmt.Errorf("store: put %s: object is a %T", k, o)
 	}
@@ -40,21 +52,10 @@ func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written b
 	}
 	key := k.String()
 	for range maxAttempts {
-		cur, err := s.cli.Get(ctx, key)
-		if err != nil {
-			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
-		}
-		var modRev int64
-		if len(cur.Kvs) == 1 {
-			modRev = cur.Kvs[0].ModRevision
-			old, err := model.Decode(k, cur.Kvs[0].Value)
-			if err == nil && model.SameContent(old, o) {
-				return false, cur.Header.Revision, nil
-			}
-		}
 		resp, err := s.cli.Txn(ctx).
 			If(s.guard(clientv3.Compare(clientv3.ModRevision(key), "=", modRev))...).
 			Then(clientv3.OpPut(key, string(value))).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
@@ -62,38 +63,61 @@ func (s *Store) Put(ctx context.Context, k model.Key, o model.Object) (written b
 		if resp.Succeeded {
 			return true, resp.Header.Revision, nil
 		}
-		if err := s.checkFence(ctx); err != nil {
-			return false, 0, fmt.Errorf("store: put %s: %w", key, err)
+		var cur int64
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			cur = kvs[0].ModRevision
+			old, err := model.Decode(k, kvs[0].Value)
+			if err == nil && model.SameContent(old, o) {
+				return false, cur, nil
+			}
 		}
+		if cur == modRev {
+			// The key is as expected: the fence refused the write.
+			if err := s.checkFence(ctx); err != nil {
+				return false, 0, fmt.Errorf("store: put %s: %w", key, err)
+			}
+		}
+		modRev = cur
 	}
 	return false, 0, fmt.Errorf("store: put %s: %w", key, ErrConflict)
 }
 
 // Delete removes k if it exists. It reports whether it deleted and the
-// store revision after the call.
+// store revision of the deletion.
 func (s *Store) Delete(ctx context.Context, k model.Key) (deleted bool, rev int64, err error) {
+	return s.DeleteAt(ctx, k, unknownRevision)
+}
+
+// DeleteAt is Delete for a caller that knows the key's mod revision: when
+// the store agrees, the deletion is one round trip.
+func (s *Store) DeleteAt(ctx context.Context, k model.Key, modRev int64) (deleted bool, rev int64, err error) {
 	key := k.String()
 	for range maxAttempts {
-		cur, err := s.cli.Get(ctx, key, clientv3.WithKeysOnly())
-		if err != nil {
-			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
-		}
-		if len(cur.Kvs) == 0 {
-			return false, cur.Header.Revision, nil
-		}
 		resp, err := s.cli.Txn(ctx).
-			If(s.guard(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision))...).
+			If(s.guard(clientv3.Compare(clientv3.ModRevision(key), "=", modRev))...).
 			Then(clientv3.OpDelete(key)).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 			Commit()
 		if err != nil {
 			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
 		}
 		if resp.Succeeded {
-			return true, resp.Header.Revision, nil
+			// A key expected absent (0) compares equal and deletes nothing.
+			return resp.Responses[0].GetResponseDeleteRange().GetDeleted() > 0, resp.Header.Revision, nil
 		}
-		if err := s.checkFence(ctx); err != nil {
-			return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
+		var cur int64
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			cur = kvs[0].ModRevision
 		}
+		if cur == 0 {
+			return false, resp.Header.Revision, nil
+		}
+		if cur == modRev {
+			if err := s.checkFence(ctx); err != nil {
+				return false, 0, fmt.Errorf("store: delete %s: %w", key, err)
+			}
+		}
+		modRev = cur
 	}
 	return false, 0, fmt.Errorf("store: delete %s: %w", key, ErrConflict)
 }

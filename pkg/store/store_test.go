@@ -163,3 +163,41 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatalf("watch from a compacted revision: %v, want model.ErrCompacted", err)
 	}
 }
+
+func TestWritesAtAStaleRevisionReadTheCurrentOne(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	ctx := testutil.Context(t)
+	s := store.New(cli)
+	k := model.Key{Kind: model.KindService, Namespace: "ns", Name: "a"}
+
+	// Expected absent, and it is: written.
+	written, rev1, err := s.PutAt(ctx, k, service(time.Unix(1, 0), 80), 0)
+	if err != nil || !written {
+		t.Fatalf("create: written=%v err=%v", written, err)
+	}
+	// Expected absent, but present with the same content: nothing written,
+	// the key's revision returned.
+	written, rev, err := s.PutAt(ctx, k, service(time.Unix(2, 0), 80), 0)
+	if err != nil || written || rev != rev1 {
+		t.Fatalf("same content at a stale revision: written=%v rev=%d err=%v, want no write at %d", written, rev, err, rev1)
+	}
+	// Another writer moved the key: a write at the old revision still lands.
+	if _, _, err := s.Put(ctx, k, service(time.Unix(3, 0), 81)); err != nil {
+		t.Fatal(err)
+	}
+	written, rev, err = s.PutAt(ctx, k, service(time.Unix(4, 0), 82), rev1)
+	if err != nil || !written || rev <= rev1 {
+		t.Fatalf("write at a stale revision: written=%v rev=%d err=%v", written, rev, err)
+	}
+	deleted, _, err := s.DeleteAt(ctx, k, rev1)
+	if err != nil || !deleted {
+		t.Fatalf("delete at a stale revision: deleted=%v err=%v", deleted, err)
+	}
+	deleted, _, err = s.DeleteAt(ctx, k, 0)
+	if err != nil || deleted {
+		t.Fatalf("delete of an absent key: deleted=%v err=%v", deleted, err)
+	}
+	if items, _, _, _ := s.List(ctx); len(items) != 0 {
+		t.Fatalf("store holds %v, want nothing", items)
+	}
+}

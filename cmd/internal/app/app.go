@@ -133,12 +133,12 @@ type termStore struct{ cur atomic.Pointer[store.Store] }
 
 var _ ingest.Store = (*termStore)(nil)
 
-func (t *termStore) Put(ctx context.Context, k model.Key, o model.Object) (bool, int64, error) {
-	return t.cur.Load().Put(ctx, k, o)
+func (t *termStore) PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (bool, int64, error) {
+	return t.cur.Load().PutAt(ctx, k, o, modRev)
 }
 
-func (t *termStore) Delete(ctx context.Context, k model.Key) (bool, int64, error) {
-	return t.cur.Load().Delete(ctx, k)
+func (t *termStore) DeleteAt(ctx context.Context, k model.Key, modRev int64) (bool, int64, error) {
+	return t.cur.Load().DeleteAt(ctx, k, modRev)
 }
 
 func (t *termStore) List(ctx context.Context) ([]model.Stored, int64, []error, error) {

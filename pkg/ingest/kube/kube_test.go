@@ -251,6 +251,46 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.1" && e.Endpoints[0].GetLocality().GetZone() == "us-west1-a", fmt.Sprint(e)
 	})
 
+	// A Pod's labels and a Node's zone reach the endpoints on them.
+	pod, err := kc.Client.CoreV1().Pods(ns).Get(ctx, "reviews-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels["version"] = "v2"
+	if _, err := kc.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Pod's new labels reach its endpoint", func(o model.Object) (bool, string) {
+		ep := o.(*meshv1.Endpoints).Endpoints[0]
+		return ep.Labels["version"] == "v2", fmt.Sprint(ep)
+	})
+	n, err := kc.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["topology.kubernetes.io/zone"] = "eu-west1-c"
+	if _, err := kc.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Node's new zone reaches the endpoints on it", func(o model.Object) (bool, string) {
+		ep := o.(*meshv1.Endpoints).Endpoints[0]
+		return ep.GetLocality().GetZone() == "eu-west1-c", fmt.Sprint(ep)
+	})
+	// A VirtualService naming a Service that does not exist yet is
+	// written once the Service is.
+	apply(t, kc, istioObject("VirtualService", "v1", ns, "ratings", map[string]any{
+		"hosts": []any{"ratings"},
+		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "ratings"}}}}},
+	}))
+	eventFor(t, kc, ns, "VirtualService", "ratings", "destination.host")
+	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "ratings"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/routerules/"+ns+"/ratings", "a VirtualService waiting for its host is written with it", nil)
+
 	// Updates and deletes propagate.
 	slice.Endpoints = slice.Endpoints[:1]
 	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {

@@ -1,11 +1,14 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,9 +36,11 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Syncer is what the source needs to write what it read.
+// Syncer is what the source needs to write what it read (see ingest.Syncer).
 type Syncer interface {
 	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+	SyncPart(ctx context.Context, scope []string, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+	Forget()
 }
 
 // istioResources are the Istio networking resources watched, by kind.
@@ -61,7 +66,9 @@ type Config struct {
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
 	// like Istio's discoverySelectors; nil selects all.
 	NamespaceSelector labels.Selector
-	// Quiet is how long changes must stop before a sync. Default 10ms (see ingest.Loop).
+	// Quiet is how long changes must stop before a sync. Default 0: a
+	// change is synced at once, and what arrives during a sync is synced
+	// together after it (see ingest.Loop).
 	Quiet time.Duration
 	// MaxDelay bounds how long a change waits for the quiet period. Default 100ms.
 	MaxDelay time.Duration
@@ -111,6 +118,45 @@ type Source struct {
 	cfg     Config
 	m       *Metrics
 	emitted map[string]string // location → last problem reported as an Event
+	dirty   dirty
+}
+
+// changes are what changed in the cluster since the last sync began: a
+// sync reads and writes only that.
+type changes struct {
+	services map[cache.ObjectName]bool // Services whose objects may have changed
+	istio    bool                      // any Istio resource
+	all      bool                      // something every object may depend on
+}
+
+// dirty collects changes from the informers' goroutines.
+type dirty struct {
+	mu sync.Mutex
+	c  changes
+}
+
+func (d *dirty) service(ns, name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.c.services == nil {
+		d.c.services = map[cache.ObjectName]bool{}
+	}
+	d.c.services[cache.NewObjectName(ns, name)] = true
+}
+
+func (d *dirty) set(flag func(*changes)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	flag(&d.c)
+}
+
+// take returns the changes and starts over.
+func (d *dirty) take() changes {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.c
+	d.c = changes{}
+	return c
 }
 
 // Metrics are the Kubernetes source's metrics, labelled by cluster.
@@ -156,6 +202,8 @@ type watched struct {
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
 	istio      map[string]cache.GenericLister // by kind
+	// slicesByPod finds the EndpointSlices naming a Pod (index byPod).
+	slicesByPod cache.Indexer
 }
 
 func (w *watched) Pod(ns, name string) *corev1.Pod {
@@ -192,7 +240,7 @@ func (s *Source) Run(ctx context.Context) error {
 	var w *watched
 	loop := ingest.NewLoop(ingest.Loop{
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
-		Sync: func(ctx context.Context) error { return s.sync(ctx, w, recorder) },
+		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
 	})
 	w = &watched{
 		services:   factory.Core().V1().Services().Lister(),
@@ -202,20 +250,25 @@ func (s *Source) Run(ctx context.Context) error {
 		namespaces: factory.Core().V1().Namespaces().Lister(),
 		istio:      map[string]cache.GenericLister{},
 	}
+	slices := factory.Discovery().V1().EndpointSlices().Informer()
+	if err := slices.AddIndexers(cache.Indexers{byPod: slicePods}); err != nil {
+		return fmt.Errorf("kube: %s: index EndpointSlices: %w", s.cfg.Cluster, err)
+	}
+	w.slicesByPod = slices.GetIndexer()
 	for kind, inf := range map[string]cache.SharedIndexInformer{
 		"Service":       factory.Core().V1().Services().Informer(),
-		"EndpointSlice": factory.Discovery().V1().EndpointSlices().Informer(),
+		"EndpointSlice": slices,
 		"Pod":           factory.Core().V1().Pods().Informer(),
 		"Node":          factory.Core().V1().Nodes().Informer(),
 		"Namespace":     factory.Core().V1().Namespaces().Informer(),
 	} {
-		if _, err := inf.AddEventHandler(s.handler(kind, loop.Changed)); err != nil {
+		if _, err := inf.AddEventHandler(s.handler(kind, w, loop.Changed)); err != nil {
 			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
 		}
 	}
 	for kind, resource := range s.istioAvailable() {
 		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.Group, Version: "v1", Resource: resource})
-		if _, err := gi.Informer().AddEventHandler(s.handler(kind, loop.Changed)); err != nil {
+		if _, err := gi.Informer().AddEventHandler(s.handler(kind, w, loop.Changed)); err != nil {
 			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
 		}
 		w.istio[kind] = gi.Lister()
@@ -256,16 +309,116 @@ func (s *Source) istioAvailable() map[string]string {
 	return out
 }
 
-func (s *Source) handler(kind string, changed func()) cache.ResourceEventHandler {
-	poke := func() {
+// handler marks what an event of kind may change and pokes the loop.
+func (s *Source) handler(kind string, w *watched, changed func()) cache.ResourceEventHandler {
+	mark := func(old, cur any) {
 		s.m.events.WithLabelValues(s.cfg.Cluster, kind).Inc()
-		changed()
+		if s.mark(kind, w, unwrap(old), unwrap(cur)) {
+			changed()
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
+		AddFunc:    func(o any) { mark(nil, o) },
+		UpdateFunc: func(old, cur any) { mark(old, cur) },
+		DeleteFunc: func(o any) { mark(o, nil) },
 	}
+}
+
+// unwrap returns the object a deletion's tombstone holds.
+func unwrap(o any) any {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return o
+}
+
+// mark records what the change from old to cur (either nil) of kind may
+// change, and reports whether that is anything.
+func (s *Source) mark(kind string, w *watched, old, cur any) bool {
+	switch kind {
+	case "Service":
+		for _, o := range []any{old, cur} {
+			if svc, ok := o.(*corev1.Service); ok {
+				s.dirty.service(svc.Namespace, svc.Name)
+			}
+		}
+	case "EndpointSlice":
+		for _, o := range []any{old, cur} {
+			if es, ok := o.(*discoveryv1.EndpointSlice); ok && es.Labels[discoveryv1.LabelServiceName] != "" {
+				s.dirty.service(es.Namespace, es.Labels[discoveryv1.LabelServiceName])
+			}
+		}
+	case "Pod":
+		// A Pod gives its endpoints labels, a service account and a node.
+		op, _ := old.(*corev1.Pod)
+		cp, _ := cur.(*corev1.Pod)
+		if op != nil && cp != nil && maps.Equal(op.Labels, cp.Labels) &&
+			op.Spec.ServiceAccountName == cp.Spec.ServiceAccountName && op.Spec.NodeName == cp.Spec.NodeName {
+			return false
+		}
+		p := cmp.Or(cp, op)
+		if p == nil {
+			return false
+		}
+		list, _ := w.slicesByPod.ByIndex(byPod, p.Namespace+"/"+p.Name)
+		if len(list) == 0 {
+			return false
+		}
+		for _, o := range list {
+			if es, ok := o.(*discoveryv1.EndpointSlice); ok && es.Labels[discoveryv1.LabelServiceName] != "" {
+				s.dirty.service(es.Namespace, es.Labels[discoveryv1.LabelServiceName])
+			}
+		}
+	case "Node":
+		// A Node gives the endpoints on it their locality.
+		on, _ := old.(*corev1.Node)
+		cn, _ := cur.(*corev1.Node)
+		if on != nil && cn != nil && sameLabels(on.Labels, cn.Labels, labelRegion, labelZone, labelSubzone) {
+			return false
+		}
+		s.dirty.set(func(c *changes) { c.all = true })
+	case "Namespace":
+		// Namespaces matter only to a selector, by their labels.
+		if s.cfg.NamespaceSelector == nil || s.cfg.NamespaceSelector.Empty() {
+			return false
+		}
+		on, _ := old.(*corev1.Namespace)
+		cn, _ := cur.(*corev1.Namespace)
+		if on != nil && cn != nil && maps.Equal(on.Labels, cn.Labels) {
+			return false
+		}
+		s.dirty.set(func(c *changes) { c.all = true })
+	default: // an Istio kind
+		s.dirty.set(func(c *changes) { c.istio = true })
+	}
+	return true
+}
+
+func sameLabels(a, b map[string]string, keys ...string) bool {
+	for _, k := range keys {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// byPod indexes EndpointSlices by the Pods their endpoints name, so that a
+// Pod's change finds its Services.
+const byPod = "pod"
+
+func slicePods(o any) ([]string, error) {
+	es, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range es.Endpoints {
+		if r := e.TargetRef; r != nil && r.Kind == "Pod" {
+			out = append(out, cmp.Or(r.Namespace, es.Namespace)+"/"+r.Name)
+		}
+	}
+	return out, nil
 }
 
 // stripManagedFields drops what the source never reads from the cached
@@ -277,19 +430,67 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventRecorder) error {
-	objs, problems, refs := s.snapshot(w, time.Now())
-	res, err := s.cfg.Syncer.Sync(ctx, objs, problems)
+// sync syncs the whole cluster when full or when something every object
+// may depend on changed, else only what changed since the last sync.
+func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventRecorder, full bool) error {
+	d := s.dirty.take()
+	if full {
+		s.cfg.Syncer.Forget()
+	}
+	now := time.Now()
+	var (
+		res   ingest.Result
+		err   error
+		objs  []ingest.Object
+		refs  = map[string]runtime.Object{}
+		level = slog.LevelDebug
+	)
+	if full || d.all {
+		var problems []ingest.Problem
+		objs, problems = s.snapshot(w, now, refs)
+		res, err = s.cfg.Syncer.Sync(ctx, objs, problems)
+		level = slog.LevelInfo
+	} else {
+		scope, problems := s.part(w, d, now, refs, &objs)
+		res, err = s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+	}
 	if err != nil {
 		return err
 	}
 	s.report(res.Problems, refs, recorder)
-	s.cfg.Log.Info("cluster synced", "cluster", s.cfg.Cluster, "objects", len(objs),
+	s.cfg.Log.Log(ctx, level, "cluster synced", "cluster", s.cfg.Cluster, "full", full || d.all, "objects", len(objs),
 		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
 	if s.cfg.OnSynced != nil {
 		s.cfg.OnSynced(res)
 	}
 	return nil
+}
+
+// part normalizes what changed into objs, and returns the
+// locations that covers and the problems found.
+func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runtime.Object, objs *[]ingest.Object) ([]string, []ingest.Problem) {
+	selected := s.namespaceFilter(w)
+	var scope []string
+	var problems []ingest.Problem
+	for id := range d.services {
+		scope = append(scope, location("Service", id.Namespace, id.Name))
+		svc, err := w.services.Services(id.Namespace).Get(id.Name)
+		if err != nil || !selected(svc.Namespace) {
+			continue // gone: its objects go
+		}
+		more, p := s.service(w, svc, now, refs)
+		*objs = append(*objs, more...)
+		problems = append(problems, p...)
+	}
+	if d.istio {
+		for kind := range istioResources {
+			scope = append(scope, kind)
+		}
+		more, p := s.istioObjects(w, selected, now, refs)
+		*objs = append(*objs, more...)
+		problems = append(problems, p...)
+	}
+	return scope, problems
 }
 
 // report puts a Warning Event on every object with a new problem.
@@ -316,8 +517,7 @@ func location(kind, ns, name string) string { return kind + " " + ns + "/" + nam
 
 // snapshot normalizes everything the caches hold in the selected
 // namespaces. refs maps each location to its object, for Events.
-func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.Problem, map[string]runtime.Object) {
-	refs := map[string]runtime.Object{}
+func (s *Source) snapshot(w *watched, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
 	selected := s.namespaceFilter(w)
 	var objs []ingest.Object
 	var problems []ingest.Problem
@@ -326,36 +526,50 @@ func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.
 		if !selected(svc.Namespace) {
 			continue
 		}
-		loc := location("Service", svc.Namespace, svc.Name)
-		refs[loc] = svc
-		spec, err := ConvertService(svc, s.cfg.DomainSuffix)
-		// Each cluster's Service is its own object: the same Service in two
-		// clusters is one host whose endpoints the pusher merges.
-		name := ObjectName(svc.Name, s.cfg.Cluster)
-		key := model.Key{Kind: model.KindService, Namespace: svc.Namespace, Name: name}
-		if err != nil {
-			p := ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc}
-			var fe *model.FieldError
-			if errors.As(err, &fe) {
-				p.Field, p.Reason = fe.Field, fe.Reason
-			}
-			problems = append(problems, p)
-			continue
-		}
-		origin := func() *meshv1.Origin {
-			return &meshv1.Origin{SourceVersion: svc.ResourceVersion, ObservedAt: timestamppb.New(now), Location: loc}
-		}
-		spec.Origin = origin()
-		objs = append(objs, ingest.Object{Key: key, Object: spec, Resource: loc})
-		slices, _ := w.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
-		if eps := ConvertEndpoints(svc, slices, w); len(eps) > 0 {
-			objs = append(objs, ingest.Object{
-				Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(name, s.cfg.Cluster)},
-				Object:   &meshv1.Endpoints{Origin: origin(), Service: name, Shard: s.cfg.Cluster, Endpoints: eps},
-				Resource: loc,
-			})
-		}
+		more, p := s.service(w, svc, now, refs)
+		objs = append(objs, more...)
+		problems = append(problems, p...)
 	}
+	more, p := s.istioObjects(w, selected, now, refs)
+	return append(objs, more...), append(problems, p...)
+}
+
+// service normalizes a Service and its endpoints.
+func (s *Source) service(w *watched, svc *corev1.Service, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
+	loc := location("Service", svc.Namespace, svc.Name)
+	refs[loc] = svc
+	spec, err := ConvertService(svc, s.cfg.DomainSuffix)
+	if err != nil {
+		p := ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc}
+		var fe *model.FieldError
+		if errors.As(err, &fe) {
+			p.Field, p.Reason = fe.Field, fe.Reason
+		}
+		return nil, []ingest.Problem{p}
+	}
+	// Each cluster's Service is its own object: the same Service in two
+	// clusters is one host whose endpoints the pusher merges.
+	name := ObjectName(svc.Name, s.cfg.Cluster)
+	key := model.Key{Kind: model.KindService, Namespace: svc.Namespace, Name: name}
+	origin := func() *meshv1.Origin {
+		return &meshv1.Origin{SourceVersion: svc.ResourceVersion, ObservedAt: timestamppb.New(now), Location: loc}
+	}
+	spec.Origin = origin()
+	objs := []ingest.Object{{Key: key, Object: spec, Resource: loc}}
+	slices, _ := w.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	if eps := ConvertEndpoints(svc, slices, w); len(eps) > 0 {
+		objs = append(objs, ingest.Object{
+			Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(name, s.cfg.Cluster)},
+			Object:   &meshv1.Endpoints{Origin: origin(), Service: name, Shard: s.cfg.Cluster, Endpoints: eps},
+			Resource: loc,
+		})
+	}
+	return objs, nil
+}
+
+// istioObjects normalizes the Istio resources in the selected namespaces.
+func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
+	var problems []ingest.Problem
 	var inputs []istio.Input
 	for kind, lister := range w.istio {
 		list, _ := lister.List(labels.Everything())
@@ -379,8 +593,8 @@ func (s *Source) snapshot(w *watched, now time.Time) ([]ingest.Object, []ingest.
 			inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: u.GetResourceVersion(), ObservedAt: now})
 		}
 	}
-	more, moreProblems := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster})
-	return append(objs, more...), append(problems, moreProblems...), refs
+	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster})
+	return objs, append(problems, more...)
 }
 
 // namespaceFilter returns whether a namespace is in the mesh.

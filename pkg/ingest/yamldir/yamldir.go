@@ -26,6 +26,8 @@ import (
 // Syncer is what the source needs to write what it read.
 type Syncer interface {
 	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+	// Forget makes the next sync read the store again.
+	Forget()
 }
 
 // Config configures a Source.
@@ -66,6 +68,9 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Quiet == 0 {
+		c.Quiet = 10 * time.Millisecond
+	}
 	return nil
 }
 
@@ -92,10 +97,13 @@ func (s *Source) Run(ctx context.Context) error {
 	defer w.Close()
 	loop := ingest.NewLoop(ingest.Loop{
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
-		Sync: func(ctx context.Context) error {
+		Sync: func(ctx context.Context, full bool) error {
 			// New subdirectories join the watch before they are read.
 			if err := s.watchDirs(w); err != nil {
 				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
+			}
+			if full {
+				s.cfg.Syncer.Forget()
 			}
 			return s.sync(ctx)
 		},

@@ -1,0 +1,194 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/store"
+)
+
+// countingStore is the real store, counting lists and failing the puts it
+// is told to.
+type countingStore struct {
+	*store.Store
+	lists    int
+	failPuts int
+}
+
+func (c *countingStore) List(ctx context.Context) ([]model.Stored, int64, []error, error) {
+	c.lists++
+	return c.Store.List(ctx)
+}
+
+func (c *countingStore) PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (bool, int64, error) {
+	if c.failPuts > 0 {
+		c.failPuts--
+		return false, 0, errors.New("etcd unavailable")
+	}
+	return c.Store.PutAt(ctx, k, o, modRev)
+}
+
+func svc(name string, port uint32) ingest.Object {
+	loc := "Service ns/" + name
+	return ingest.Object{
+		Key: model.Key{Kind: model.KindService, Namespace: "ns", Name: name},
+		Object: &meshv1.Service{Origin: &meshv1.Origin{Location: loc}, Hostnames: []string{name + ".ns.svc.cluster.local"},
+			Ports: []*meshv1.Port{{Name: "http", Number: port, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}},
+	}
+}
+
+func eps(name string, ips ...string) ingest.Object {
+	o := &meshv1.Endpoints{Origin: &meshv1.Origin{Location: "Service ns/" + name}, Service: name}
+	for _, ip := range ips {
+		o.Endpoints = append(o.Endpoints, &meshv1.Endpoint{Address: ip, Ports: map[string]uint32{"http": 8080}})
+	}
+	return ingest.Object{Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: model.EndpointsName(name, "test")}, Object: o}
+}
+
+func route(name, host string) ingest.Object {
+	return ingest.Object{
+		Key: model.Key{Kind: model.KindRouteRule, Namespace: "ns", Name: name},
+		Object: &meshv1.RouteRule{Origin: &meshv1.Origin{Location: "VirtualService ns/" + name}, Hosts: []string{host},
+			Http: []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: host}}}}}},
+	}
+}
+
+func stored(t *testing.T, s *store.Store) []string {
+	t.Helper()
+	items, _, _, err := s.List(testutil.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, it := range items {
+		desc := it.Key.String()
+		if e, ok := it.Object.(*meshv1.Endpoints); ok {
+			desc += fmt.Sprintf(" (%d)", len(e.Endpoints))
+		}
+		out = append(out, desc)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func newSyncer(t *testing.T) (*ingest.Syncer, *countingStore) {
+	_, cli := testutil.Etcd(t)
+	st := &countingStore{Store: store.New(cli)}
+	s, err := ingest.NewSyncer(ingest.Config{Source: "test", Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
+func want(t *testing.T, st *countingStore, keys ...string) {
+	t.Helper()
+	got := stored(t, st.Store)
+	sort.Strings(keys)
+	if fmt.Sprint(got) != fmt.Sprint(keys) {
+		t.Fatalf("store holds %v, want %v", got, keys)
+	}
+}
+
+// TestSyncPartTouchesOnlyItsPart: a part's sync writes what changed in it
+// and deletes what it no longer holds, leaves the rest alone, and does not
+// list the store.
+func TestSyncPartTouchesOnlyItsPart(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80), eps("a", "10.0.0.1"), svc("b", 80), eps("b", "10.0.1.1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want(t, st, "/mesh/v1/endpoints/ns/a/test (1)", "/mesh/v1/endpoints/ns/b/test (1)", "/mesh/v1/services/ns/a", "/mesh/v1/services/ns/b")
+
+	res, err := s.SyncPart(ctx, []string{"Service ns/a"}, []ingest.Object{svc("a", 80), eps("a", "10.0.0.1", "10.0.0.2")}, nil)
+	if err != nil || res.Written != 1 || res.Unchanged != 1 || res.Deleted != 0 {
+		t.Fatalf("endpoint added: %+v %v, want 1 written and 1 unchanged", res, err)
+	}
+	res, err = s.SyncPart(ctx, []string{"Service ns/b"}, nil, nil)
+	if err != nil || res.Deleted != 2 || res.Written != 0 {
+		t.Fatalf("service b gone: %+v %v, want 2 deleted", res, err)
+	}
+	want(t, st, "/mesh/v1/endpoints/ns/a/test (2)", "/mesh/v1/services/ns/a")
+	if st.lists != 1 {
+		t.Errorf("store listed %d times, want once (by the first sync)", st.lists)
+	}
+}
+
+// TestSyncPartRetriesWhatWaitsForAHost: an object rejected for a host
+// nothing defines yet is written by the sync, of another part, that
+// defines the host; its problem goes with it.
+func TestSyncPartRetriesWhatWaitsForAHost(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	res, err := s.Sync(ctx, []ingest.Object{route("r", "a.ns.svc.cluster.local")}, nil)
+	if err != nil || len(res.Problems) != 1 {
+		t.Fatalf("route to an unknown host: %+v %v, want one problem", res, err)
+	}
+	if p := res.Problems[0]; p.Location != "VirtualService ns/r" || p.Field != "spec.http[0].route[0].destination.host" {
+		t.Errorf("problem %v, want one at VirtualService ns/r naming the host field", p)
+	}
+	want(t, st)
+	res, err = s.SyncPart(ctx, []string{"Service ns/a"}, []ingest.Object{svc("a", 80)}, nil)
+	if err != nil || res.Written != 2 || len(res.Problems) != 0 {
+		t.Fatalf("host defined: %+v %v, want the service and the route written, no problem", res, err)
+	}
+	want(t, st, "/mesh/v1/routerules/ns/r", "/mesh/v1/services/ns/a")
+}
+
+// TestSyncPartKeepsOtherProblems: a part's sync reports the problems of
+// the other parts too, and a problem's KeepLocation keeps its objects.
+func TestSyncPartKeepsOtherProblems(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80), svc("b", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := ingest.Problem{Location: "Service ns/b", Reason: "spec.ports: none left", KeepLocation: "Service ns/b"}
+	res, err := s.SyncPart(ctx, []string{"Service ns/b"}, nil, []ingest.Problem{bad})
+	if err != nil || res.Deleted != 0 || len(res.Problems) != 1 {
+		t.Fatalf("b broken: %+v %v, want b kept and its problem", res, err)
+	}
+	res, err = s.SyncPart(ctx, []string{"Service ns/a"}, []ingest.Object{svc("a", 81)}, nil)
+	if err != nil || res.Written != 1 || len(res.Problems) != 1 || res.Problems[0].Location != "Service ns/b" {
+		t.Fatalf("a changed: %+v %v, want a written and b's problem still reported", res, err)
+	}
+	want(t, st, "/mesh/v1/services/ns/a", "/mesh/v1/services/ns/b")
+}
+
+// TestSyncerListsAgainAfterAFailedWrite: after a failed write the Syncer
+// does not trust what it knows, and Forget repairs drift.
+func TestSyncerListsAgainAfterAFailedWrite(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.failPuts = 1
+	if _, err := s.SyncPart(ctx, []string{"Service ns/a"}, []ingest.Object{svc("a", 81)}, nil); err == nil {
+		t.Fatal("a failed write did not fail the sync")
+	}
+	res, err := s.SyncPart(ctx, []string{"Service ns/a"}, []ingest.Object{svc("a", 81)}, nil)
+	if err != nil || res.Written != 1 || st.lists != 2 {
+		t.Fatalf("retry: %+v %v after %d lists, want a write after a second list", res, err, st.lists)
+	}
+
+	// Someone else deletes the object: the Syncer, trusting what it
+	// wrote, sees nothing to do until it is told to forget.
+	if _, _, err := st.Store.Delete(ctx, svc("a", 0).Key); err != nil {
+		t.Fatal(err)
+	}
+	s.Forget()
+	res, err = s.Sync(ctx, []ingest.Object{svc("a", 81)}, nil)
+	if err != nil || res.Written != 1 {
+		t.Fatalf("resync: %+v %v, want the deleted object written again", res, err)
+	}
+	want(t, st, "/mesh/v1/services/ns/a")
+}

@@ -70,7 +70,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
@@ -131,6 +131,37 @@ func (b *Bus) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bo
 		return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
 	}
 	return ack.Duplicate, nil
+}
+
+// asyncAckTimeout bounds the wait for the answer to a publish that does
+// not wait.
+const asyncAckTimeout = 10 * time.Second
+
+// PublishAfter publishes ev without waiting for the stream to store it, on
+// the condition that the last event the stream holds is after: the stream
+// refuses it otherwise, so that events are stored in order or not at all
+// (when one is lost in flight, every later one fails too). ack waits for
+// the stream's answer and reports whether it already had the event.
+func (b *Bus) PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Context) (duplicate bool, err error), err error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+	}
+	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: Subject(ev), Data: data},
+		jetstream.WithMsgID(MsgID(ev)), jetstream.WithExpectLastMsgID(MsgID(after)))
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+	}
+	return func(ctx context.Context) (bool, error) {
+		select {
+		case a := <-f.Ok():
+			return a.Duplicate, nil
+		case err := <-f.Err():
+			return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}, nil
 }
 
 // Last returns the last event in the stream and its sequence, or nil and 0

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"golang.org/x/sync/errgroup"
 )
 
 // Watcher is the store side: its current revision and its changes after a revision.
@@ -20,7 +21,12 @@ type Watcher interface {
 
 // Publisher is the bus side.
 type Publisher interface {
+	// Publish publishes ev and waits for the bus to store it.
 	Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bool, err error)
+	// PublishAfter publishes ev without waiting, on the condition that the
+	// last event the bus holds is after, so that events are stored in order
+	// or not at all; ack waits for the bus's answer.
+	PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Context) (duplicate bool, err error), err error)
 	Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error)
 }
 
@@ -33,6 +39,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// RetryDelay is the pause after a failure before starting again. Default 1s.
 	RetryDelay time.Duration
+	// Window is how many published events may await the bus's answer.
+	// Default 256.
+	Window int
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -45,6 +54,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
+	}
+	if c.Window == 0 {
+		c.Window = 256
+	}
+	if c.Window < 0 {
+		return fmt.Errorf("relay: window %d: want a positive number of events", c.Window)
 	}
 	return nil
 }
@@ -124,23 +139,57 @@ func (r *Relay) relay(ctx context.Context) error {
 	from, skip := resumePoint(last)
 	r.m.revision.Set(float64(last.Revision))
 	r.cfg.Log.Info("relay resuming", "after_revision", from, "last_event", fmt.Sprintf("%s@%d", last.Key, last.Revision))
-	err = r.cfg.Watcher.Watch(ctx, from, func(evs []*meshv1.ChangeEvent) error {
-		for _, ev := range evs {
-			if ev.Revision == from+1 && ev.Index <= skip {
-				continue
+
+	// Events are published without waiting, each on the condition that the
+	// one before it is stored; a second goroutine takes the answers in
+	// order. The first failure stops both: the next pass resumes from what
+	// the bus holds.
+	type pending struct {
+		ev  *meshv1.ChangeEvent
+		ack func(context.Context) (bool, error)
+	}
+	inFlight := make(chan pending, r.cfg.Window)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case p := <-inFlight:
+				dup, err := p.ack(gctx)
+				if err != nil {
+					return err
+				}
+				if dup {
+					r.m.duplicates.Inc()
+				}
+				r.m.published.Inc()
+				r.m.revision.Set(float64(p.ev.Revision))
 			}
-			dup, err := r.cfg.Publisher.Publish(ctx, ev)
-			if err != nil {
-				return err
-			}
-			if dup {
-				r.m.duplicates.Inc()
-			}
-			r.m.published.Inc()
-			r.m.revision.Set(float64(ev.Revision))
 		}
-		return nil
 	})
+	g.Go(func() error {
+		prev := last
+		return r.cfg.Watcher.Watch(gctx, from, func(evs []*meshv1.ChangeEvent) error {
+			for _, ev := range evs {
+				if ev.Revision == from+1 && ev.Index <= skip {
+					continue
+				}
+				ack, err := r.cfg.Publisher.PublishAfter(ev, prev)
+				if err != nil {
+					return err
+				}
+				select {
+				case inFlight <- pending{ev, ack}:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				prev = ev
+			}
+			return nil
+		})
+	})
+	err = g.Wait()
 	if errors.Is(err, model.ErrCompacted) {
 		return r.resync(ctx, err.Error())
 	}

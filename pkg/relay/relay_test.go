@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,11 +31,15 @@ type crashing struct {
 	n      int
 }
 
-func (c *crashing) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (bool, error) {
+func (c *crashing) count() int {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.n++
-	n := c.n
-	c.mu.Unlock()
+	return c.n
+}
+
+func (c *crashing) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (bool, error) {
+	n := c.count()
 	if n == c.at && c.before {
 		c.cancel()
 		return false, context.Canceled
@@ -44,6 +49,62 @@ func (c *crashing) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (bool, e
 		c.cancel()
 	}
 	return dup, err
+}
+
+func (c *crashing) PublishAfter(ev, after *meshv1.ChangeEvent) (func(context.Context) (bool, error), error) {
+	n := c.count()
+	if n == c.at && c.before {
+		c.cancel()
+		return nil, context.Canceled
+	}
+	ack, err := c.Bus.PublishAfter(ev, after)
+	if n == c.at {
+		c.cancel()
+	}
+	return ack, err
+}
+
+// losing wraps the bus and loses one event in flight: it is never sent,
+// and its answer, an error, comes only once the event after it has been
+// sent and answered (refused, it should be).
+type losing struct {
+	*bus.Bus
+	mu      sync.Mutex
+	lose    string // the event to lose, by id; lost once
+	lost    bool
+	next    chan error // the answer to the event after the lost one
+	nextErr error
+}
+
+func (l *losing) PublishAfter(ev, after *meshv1.ChangeEvent) (func(context.Context) (bool, error), error) {
+	l.mu.Lock()
+	lose, follows := id(ev) == l.lose, l.lost && l.nextErr == nil && l.next != nil
+	if lose {
+		l.lose, l.lost = "", true
+	}
+	next := l.next
+	l.mu.Unlock()
+	if lose {
+		return func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-next:
+				l.mu.Lock()
+				l.nextErr = err
+				l.mu.Unlock()
+			case <-ctx.Done():
+			}
+			return false, errors.New("nats: timeout")
+		}, nil
+	}
+	ack, err := l.Bus.PublishAfter(ev, after)
+	if err == nil && follows {
+		_, aerr := ack(context.Background())
+		next <- aerr
+		l.mu.Lock()
+		l.next = nil
+		l.mu.Unlock()
+	}
+	return ack, err
 }
 
 func runRelay(t *testing.T, ctx context.Context, w relay.Watcher, p relay.Publisher) <-chan error {
@@ -283,4 +344,66 @@ func TestRelayResyncsAfterCompaction(t *testing.T) {
 	})
 	cancel()
 	<-done
+}
+
+// TestRelayLosesNothingWhenAPublishFailsInFlight: when one event of the
+// window is lost, the bus refuses every later one (each is published on
+// the condition that the one before is stored), and the relay starts again
+// from what the bus holds: the stream is the store's history, in order,
+// once.
+func TestRelayLosesNothingWhenAPublishFailsInFlight(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	b, err := bus.New(context.Background(), nc, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(cli)
+	// Changes committed before the relay starts arrive in one burst, so
+	// that the lost event has others in flight behind it.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runRelay(t, ctx, st, b)
+	testutil.Eventually(t, 10*time.Second, "relay starts the stream", func() (bool, string) {
+		seq, err := b.LastSeq(context.Background())
+		return seq > 0, fmt.Sprint(seq, err)
+	})
+	cancel()
+	<-done
+	commit(t, cli, "a", 20)
+	history := etcdHistory(t, cli)
+	lose := history[len(history)-15]
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	l := &losing{Bus: b, lose: id(lose), next: make(chan error, 1)}
+	done = runRelay(t, ctx, st, l)
+	want := history[len(history)-1]
+	testutil.Eventually(t, 10*time.Second, "relay catches up", func() (bool, string) {
+		last, _, err := b.Last(context.Background())
+		if err != nil || last == nil {
+			return false, fmt.Sprint(err)
+		}
+		return id(last) == id(want), id(last)
+	})
+	cancel()
+	<-done
+	l.mu.Lock()
+	if l.nextErr == nil || !strings.Contains(l.nextErr.Error(), "wrong last msg ID") {
+		t.Errorf("the event after the lost one was answered %v, want it refused for the wrong last message", l.nextErr)
+	}
+	l.mu.Unlock()
+	got := streamContent(t, b)[1:]
+	var wantEvents []string
+	for _, ev := range history {
+		if ev.Revision > streamContent(t, b)[0].Revision {
+			wantEvents = append(wantEvents, id(ev))
+		}
+	}
+	var gotEvents []string
+	for _, ev := range got {
+		gotEvents = append(gotEvents, id(ev))
+	}
+	if fmt.Sprint(gotEvents) != fmt.Sprint(wantEvents) {
+		t.Errorf("stream holds\n%v\nwant\n%v", gotEvents, wantEvents)
+	}
 }

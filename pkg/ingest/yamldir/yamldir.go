@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -26,6 +28,7 @@ import (
 // Syncer is what the source needs to write what it read.
 type Syncer interface {
 	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
+	SyncPart(ctx context.Context, scope []string, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
 	// Forget makes the next sync read the store again.
 	Forget()
 }
@@ -78,6 +81,86 @@ func (c *Config) Validate() error {
 type Source struct {
 	cfg    Config
 	parsed parsed // owned by the sync loop
+	events events
+}
+
+// events collects what file events named since the last sync began, so
+// that a sync reads only those files.
+type events struct {
+	mu    sync.Mutex
+	paths map[string]bool
+	// all says an event the paths do not describe came: a directory
+	// created or removed, or a watcher error (events may be lost).
+	all bool
+	// dirs are the directories watched.
+	dirs map[string]bool
+}
+
+// note records an event and reports whether it may change anything.
+func (e *events) note(dir string, ev fsnotify.Event) bool {
+	name := rel(dir, ev.Name)
+	if hidden(name) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case isYAML(ev.Name):
+		if e.paths == nil {
+			e.paths = map[string]bool{}
+		}
+		e.paths[ev.Name] = true
+	case ev.Has(fsnotify.Create):
+		if st, err := os.Stat(ev.Name); err != nil || !st.IsDir() {
+			return false // another file: not read
+		}
+		e.all = true
+	case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
+		if !e.dirs[ev.Name] {
+			return false
+		}
+		e.all = true
+	default:
+		return false
+	}
+	return true
+}
+
+// lost says events may have been lost: the next sync reads everything.
+func (e *events) lost() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = true
+}
+
+// take returns the paths and whether to read everything, and starts over.
+func (e *events) take() (map[string]bool, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	paths, all := e.paths, e.all
+	e.paths, e.all = nil, false
+	return paths, all
+}
+
+func (e *events) watching(dirs map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dirs = dirs
+}
+
+// hidden reports whether a path relative to the directory is skipped: a
+// name in it starts with a dot.
+func hidden(name string) bool {
+	for part := range strings.SplitSeq(name, "/") {
+		if strings.HasPrefix(part, ".") && part != "." && part != ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func isYAML(path string) bool {
+	return strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")
 }
 
 // New returns a Source.
@@ -98,12 +181,16 @@ func (s *Source) Run(ctx context.Context) error {
 	loop := ingest.NewLoop(ingest.Loop{
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
 		Sync: func(ctx context.Context, full bool) error {
+			paths, all := s.events.take()
+			if full {
+				s.cfg.Syncer.Forget()
+			}
+			if !full && !all && s.parsed.files != nil {
+				return s.syncFiles(ctx, paths)
+			}
 			// New subdirectories join the watch before they are read.
 			if err := s.watchDirs(w); err != nil {
 				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
-			}
-			if full {
-				s.cfg.Syncer.Forget()
 			}
 			return s.sync(ctx)
 		},
@@ -120,12 +207,15 @@ func (s *Source) Run(ctx context.Context) error {
 					return errors.New("yamldir: watcher closed")
 				}
 				s.cfg.Log.Debug("file event", "event", ev.String())
-				loop.Changed()
+				if s.events.note(s.cfg.Dir, ev) {
+					loop.Changed()
+				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return errors.New("yamldir: watcher closed")
 				}
 				s.cfg.Log.Warn("file watcher error; reloading", "err", err)
+				s.events.lost()
 				loop.Changed()
 			}
 		}
@@ -136,6 +226,8 @@ func (s *Source) Run(ctx context.Context) error {
 // watchDirs adds the directory and its subdirectories to the watcher;
 // adding a directory twice is harmless.
 func (s *Source) watchDirs(w *fsnotify.Watcher) error {
+	dirs := map[string]bool{}
+	defer s.events.watching(dirs)
 	return filepath.WalkDir(s.cfg.Dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -144,6 +236,7 @@ func (s *Source) watchDirs(w *fsnotify.Watcher) error {
 			if path != s.cfg.Dir && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
 			}
+			dirs[path] = true
 			return w.Add(path)
 		}
 		return nil
@@ -168,6 +261,88 @@ func (s *Source) sync(ctx context.Context) error {
 	return nil
 }
 
+// syncFiles syncs the files that events named: it reads only those, and
+// syncs only what they hold. A change that other files' objects depend on
+// (a WorkloadEntry, which joins the ServiceEntries that select it, or a
+// name another file defines too) reads the whole directory instead.
+func (s *Source) syncFiles(ctx context.Context, paths map[string]bool) error {
+	now := time.Now()
+	type read struct {
+		f        parsedFile
+		problems []ingest.Problem
+		exists   bool
+	}
+	reads := make(map[string]read, len(paths))
+	for path := range paths {
+		var r read
+		r.f, r.problems, r.exists = s.parsed.readFile(s.cfg.Dir, path, now)
+		if entangled(s.parsed.files[path].inputs) || entangled(r.f.inputs) || s.parsed.sharesNames(path, r.f.inputs) {
+			return s.sync(ctx)
+		}
+		reads[path] = r
+	}
+	var scope []string
+	var inputs []istio.Input
+	var problems []ingest.Problem
+	for path, r := range reads {
+		scope = append(scope, rel(s.cfg.Dir, path))
+		problems = append(problems, r.problems...)
+		if !r.exists || len(r.problems) > 0 {
+			delete(s.parsed.files, path)
+			continue
+		}
+		s.parsed.files[path] = r.f
+		inputs = append(inputs, r.f.inputs...)
+		problems = append(problems, r.f.problems...)
+	}
+	// ServiceEntries take their endpoints from the WorkloadEntries they
+	// select, wherever those are.
+	for path, f := range s.parsed.files {
+		if !paths[path] {
+			for _, in := range f.inputs {
+				if in.Resource.Kind == istio.KindWorkloadEntry {
+					inputs = append(inputs, in)
+				}
+			}
+		}
+	}
+	objs, more := istio.Normalize(inputs, s.cfg.Normalize)
+	for _, p := range more {
+		if inScope(scope, p.Location) {
+			problems = append(problems, p)
+		}
+	}
+	res, err := s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+	if err != nil {
+		return err
+	}
+	s.cfg.Log.Debug("mesh files synced", "files", len(paths), "objects", len(objs),
+		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
+	if s.cfg.OnSynced != nil {
+		s.cfg.OnSynced(res)
+	}
+	return nil
+}
+
+// entangled reports whether other files' objects depend on these inputs.
+func entangled(inputs []istio.Input) bool {
+	for _, in := range inputs {
+		if in.Resource.Kind == istio.KindWorkloadEntry {
+			return true
+		}
+	}
+	return false
+}
+
+func inScope(scope []string, loc string) bool {
+	for _, k := range scope {
+		if loc == k || strings.HasPrefix(loc, k+" ") {
+			return true
+		}
+	}
+	return false
+}
+
 // Read reads every YAML document below dir. A document that is not a
 // resource, or a file that does not parse, is returned as a problem. It
 // fails only when the directory itself cannot be read.
@@ -190,7 +365,6 @@ type parsedFile struct {
 
 func (pc *parsed) read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
 	seen := map[string]parsedFile{}
-	defer func() { pc.files = seen }()
 	var inputs []istio.Input
 	var problems []ingest.Problem
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -207,39 +381,81 @@ func (pc *parsed) read(dir string, now time.Time) ([]istio.Input, []ingest.Probl
 			}
 			return nil
 		}
-		if d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+		if d.IsDir() || !isYAML(path) {
 			return nil
 		}
-		if !d.Type().IsRegular() {
-			// A FIFO, socket or device would block the read (and the
-			// source with it); a symbolic link may point at one.
-			name := rel(dir, path)
-			if info, err := os.Stat(path); err != nil || !info.Mode().IsRegular() {
-				problems = append(problems, ingest.Problem{Location: name, Reason: "not a regular file; skipped", KeepLocation: name})
-				return nil
-			}
+		f, more, _ := pc.readFile(dir, path, now)
+		problems = append(problems, more...)
+		if len(more) == 0 {
+			seen[path] = f
+			inputs = append(inputs, f.inputs...)
+			problems = append(problems, f.problems...)
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			name := rel(dir, path)
-			problems = append(problems, ingest.Problem{Location: name, Reason: err.Error() + "; its objects stay as they were", KeepLocation: name})
-			return nil
-		}
-		sum := sha256.Sum256(data)
-		f, ok := pc.files[path]
-		if !ok || f.sum != sum {
-			f.sum = sum
-			f.inputs, f.problems = parseFile(rel(dir, path), data, hex.EncodeToString(sum[:8]), now)
-		}
-		seen[path] = f
-		inputs = append(inputs, f.inputs...)
-		problems = append(problems, f.problems...)
 		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("yamldir: read %s: %w", dir, err)
 	}
+	pc.files = seen
 	return inputs, problems, nil
+}
+
+// readFile reads one file, parsing it only when its content changed. It
+// returns the file's parse, the problems that kept it from being read
+// (which keep what it held before), and whether it exists.
+func (pc *parsed) readFile(dir, path string, now time.Time) (parsedFile, []ingest.Problem, bool) {
+	name := rel(dir, path)
+	info, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return parsedFile{}, nil, false
+	}
+	if err == nil && !info.Mode().IsRegular() {
+		// A FIFO, socket or device would block the read (and the source
+		// with it); a symbolic link may point at one.
+		return parsedFile{}, []ingest.Problem{{Location: name, Reason: "not a regular file; skipped", KeepLocation: name}}, true
+	}
+	var data []byte
+	if err == nil {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return parsedFile{}, []ingest.Problem{{Location: name, Reason: err.Error() + "; its objects stay as they were", KeepLocation: name}}, true
+	}
+	sum := sha256.Sum256(data)
+	f, ok := pc.files[path]
+	if !ok || f.sum != sum {
+		f.sum = sum
+		f.inputs, f.problems = parseFile(name, data, hex.EncodeToString(sum[:8]), now)
+	}
+	return f, nil, true
+}
+
+// sharesNames reports whether a resource of inputs, or of what path held
+// before, has a kind, namespace and name that another file defines too:
+// which of them is in effect is decided over the whole directory.
+func (pc *parsed) sharesNames(path string, inputs []istio.Input) bool {
+	names := map[string]bool{}
+	for _, in := range slices.Concat(inputs, pc.files[path].inputs) {
+		names[identity(in)] = true
+	}
+	for p, f := range pc.files {
+		if p == path {
+			continue
+		}
+		for _, in := range f.inputs {
+			if names[identity(in)] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// identity names a resource by kind and name; the namespace, which a
+// document may leave to the default, is left out, which errs on the side
+// of reading everything.
+func identity(in istio.Input) string {
+	return in.Resource.Kind + "/" + in.Resource.Metadata.Name
 }
 
 func rel(dir, path string) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -306,4 +307,123 @@ spec:
 	if len(inputs) != 1 || !slices.Equal(where, []string{"link.yaml: not a regular file; skipped", "pipe.yaml: not a regular file; skipped"}) {
 		t.Errorf("inputs %d, problems %q; want ok.yaml read and both special files reported", len(inputs), where)
 	}
+}
+
+const workload = `apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: demo}
+spec: {address: 10.9.0.1, labels: {app: vms}}
+`
+
+const vms = `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: demo}
+spec:
+  hosts: [vms.internal]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: vms}}
+`
+
+// TestFileEventsSyncWhatChanged runs the source on a directory and edits
+// it the ways that touch other files too: after every step, the store
+// holds exactly what a sync of the whole directory from scratch holds.
+func TestFileEventsSyncWhatChanged(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	st := store.New(cli)
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: "yaml", Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, oracle := testutil.Etcd(t)
+	dir := t.TempDir()
+	write(t, dir, "greeter.yaml", good)
+	src, err := yamldir.New(yamldir.Config{Dir: dir, Syncer: syncer, Normalize: istio.Options{Shard: "yaml"}, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	steps := []struct {
+		what string
+		do   func()
+	}{
+		{"the directory as it starts", func() {}},
+		{"a file added", func() { write(t, dir, "extra.yaml", extra) }},
+		{"a file edited", func() { write(t, dir, "extra.yaml", strings.Replace(extra, "number: 80", "number: 81", 1)) }},
+		{"a ServiceEntry selecting workloads", func() { write(t, dir, "vms.yaml", vms) }},
+		{"a WorkloadEntry it selects, in another file", func() { write(t, dir, "vm-1.yaml", workload) }},
+		{"the WorkloadEntry moved", func() { write(t, dir, "vm-1.yaml", strings.Replace(workload, "10.9.0.1", "10.9.0.2", 1)) }},
+		{"a second definition of a name, in another file", func() {
+			write(t, dir, "more-extra.yaml", strings.Replace(extra, "extra.example.com", "also.example.com", 1))
+		}},
+		{"the first definition removed", func() { os.Remove(filepath.Join(dir, "extra.yaml")) }},
+		{"a new subdirectory with a file", func() {
+			if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, dir, "sub/greeter.yaml", strings.ReplaceAll(good, "demo", "sub"))
+		}},
+		{"a file edited in the subdirectory", func() {
+			write(t, dir, "sub/greeter.yaml", strings.ReplaceAll(strings.Replace(good, "10.0.0.1", "10.0.0.2", 1), "demo", "sub"))
+		}},
+		{"a broken file added while another is removed", func() {
+			write(t, dir, "broken.yaml", "metadata: {name: [oops\n")
+			os.Remove(filepath.Join(dir, "vms.yaml"))
+		}},
+		{"the subdirectory removed", func() { os.RemoveAll(filepath.Join(dir, "sub")) }},
+	}
+	for _, step := range steps {
+		step.do()
+		want := fromScratch(t, oracle, dir)
+		testutil.Eventually(t, 10*time.Second, step.what+": the store holds what a whole sync would", func() (bool, string) {
+			got := yamlObjects(t, st)
+			var diff []string
+			for k, o := range want {
+				if g, ok := got[k]; !ok || !model.SameContent(g, o) {
+					diff = append(diff, "want "+k)
+				}
+			}
+			for k := range got {
+				if _, ok := want[k]; !ok {
+					diff = append(diff, "extra "+k)
+				}
+			}
+			return len(diff) == 0, strings.Join(diff, ", ")
+		})
+	}
+}
+
+// fromScratch syncs the directory into an emptied store, as a first sync does.
+func fromScratch(t *testing.T, cli *clientv3.Client, dir string) map[string]model.Object {
+	t.Helper()
+	if _, err := cli.Delete(context.Background(), model.Prefix, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(cli)
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: "yaml", Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, syncer, dir)
+	return yamlObjects(t, st)
+}
+
+func yamlObjects(t *testing.T, st *store.Store) map[string]model.Object {
+	t.Helper()
+	out := keys(t, st)
+	for k, o := range out {
+		if o.GetOrigin().GetSource() != "yaml" {
+			delete(out, k)
+		}
+	}
+	return out
 }

@@ -199,7 +199,8 @@ func (r *Report) Markdown() string {
 	row("changes per second, as made", func(p Phase) float64 { return p.ChangeRate }, "")
 	row("changes that never converged", func(p Phase) float64 { return float64(p.Unconverged) }, "")
 	row("first full config p99", func(p Phase) float64 { return p.FirstConfig.P99 }, "s")
-	row("CPU per change", func(p Phase) float64 { return p.CPUPerChange }, "ms")
+	row("CPU per change, serving processes", func(p Phase) float64 { return p.CPUPerChange }, "ms")
+	row("CPU per change, whole control plane", func(p Phase) float64 { return p.ControlPlaneCPUPerChange() }, "ms")
 	row("load test's own CPU during the changes", func(p Phase) float64 { return p.HarnessCPUSeconds }, "s")
 	row("memory per proxy beyond the shared state", func(p Phase) float64 { return p.MemoryPerProxy }, "KiB")
 	row("heap with the mesh loaded (after GC)", func(p Phase) float64 { return p.HeapLoaded }, "MiB")
@@ -267,4 +268,13 @@ func ratio(a, b float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// ControlPlaneCPUPerChange is the CPU of every control-plane process
+// (pushers, ingester, etcd and NATS) during the changes, per change.
+func (p Phase) ControlPlaneCPUPerChange() float64 {
+	if p.Changes == 0 {
+		return 0
+	}
+	return (p.CPUSeconds + p.IngestCPUSeconds + p.StoreCPUSeconds) * 1000 / float64(p.Changes)
 }

@@ -32,8 +32,8 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
+	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -173,7 +173,7 @@ func (s *Server) reload(ctx context.Context) error {
 	for _, o := range objs {
 		items = append(items, model.Stored{Key: o.Key, Object: o.Object, ModRevision: 1})
 	}
-	m := pusher.MeshOf(items)
+	m := meshbuild.MeshOf(items)
 	res := map[string][]types.Resource{}
 	for _, c := range generate.Clusters(m, generate.Envoy) {
 		res[resource.ClusterType] = append(res[resource.ClusterType], c)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
+	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -39,7 +40,10 @@ type Feed interface {
 
 // Sink receives the generated resources of a class and type; the cache.
 type Sink interface {
+	// Update makes a table hold exactly resources.
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
+	// Patch sets some resources of a table and removes some names.
+	Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error)
 	// Classes returns the classes the sink serves.
 	Classes() []string
 	// Backlog returns how many proxy watches still have a change due: while
@@ -123,6 +127,12 @@ type Pusher struct {
 	routes routeMemo
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
+	// eds holds, by service, the names of the load assignments last
+	// handed to the sink, and edsCount how many there are (owned by the
+	// generating goroutine): an endpoint change replaces only its
+	// services' assignments.
+	eds      map[string][]string
+	edsCount int
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -335,21 +345,19 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 }
 
 // generate rebuilds the resources and hands them to the sink. Endpoint
-// changes alone rebuild only the load assignments (the EDS fast path).
-// Per-service resources come from an LRU cache keyed by the versions of
-// their inputs, so a generation costs what changed, not the mesh.
+// changes alone rebuild only the load assignments of the services whose
+// endpoints changed (the EDS fast path). Per-service resources come from
+// an LRU cache keyed by the versions of their inputs, so a generation
+// costs what changed, not the mesh.
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
 	p.conv.begin(c.observed)
-	mesh, index, rev := p.state.mesh()
+	built, index, rev := p.state.mesh()
+	mesh := built.Mesh
 	previous := p.index.Swap(index)
 	previousMesh := p.last.Swap(mesh)
-	var eds []*endpoint.ClusterLoadAssignment
-	for _, s := range mesh.Services {
-		eds = append(eds, cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)...)
-	}
-	publish(p, "", resource.EndpointType, eds)
+	p.generateEndpoints(built)
 	if c.full {
 		for _, class := range p.cfg.Sink.Classes() {
 			p.generateClass(mesh, class)
@@ -362,8 +370,6 @@ func (p *Pusher) generate(c change) {
 			default:
 			}
 		}
-	}
-	if c.full {
 		p.sizes.flush(p.m)
 	}
 	p.generated.Store(rev)
@@ -374,6 +380,54 @@ func (p *Pusher) generate(c change) {
 	p.m.generations.WithLabelValues(kind).Inc()
 	p.m.genTime.Observe(time.Since(start).Seconds())
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// generateEndpoints hands the load assignments to the sink: every
+// service's after a join, only the changed services' after an endpoint
+// change.
+func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
+	mesh := built.Mesh
+	if built.Changed == nil || p.eds == nil {
+		p.eds = make(map[string][]string, len(mesh.Services))
+		var eds []*endpoint.ClusterLoadAssignment
+		for _, s := range mesh.Services {
+			las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
+			p.eds[s.Namespace+"/"+s.Name] = names(las)
+			eds = append(eds, las...)
+		}
+		p.edsCount = len(eds)
+		publish(p, "", resource.EndpointType, eds)
+		return
+	}
+	if len(built.Changed) == 0 {
+		return
+	}
+	set := map[string]types.Resource{}
+	var remove []string
+	for _, s := range built.Changed {
+		id := s.Namespace + "/" + s.Name
+		remove = append(remove, p.eds[id]...)
+		las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
+		for _, la := range las {
+			set[la.ClusterName] = la
+		}
+		p.edsCount += len(las) - len(p.eds[id])
+		p.eds[id] = names(las)
+	}
+	_, _, size, err := p.cfg.Sink.Patch("", resource.EndpointType, set, remove)
+	if err != nil {
+		p.cfg.Log.Error("cache update failed", "class", "", "type", resource.EndpointType, "err", err)
+		return
+	}
+	p.sizes.observe("ClusterLoadAssignment", p.edsCount, size)
+}
+
+func names(las []*endpoint.ClusterLoadAssignment) []string {
+	out := make([]string, len(las))
+	for i, la := range las {
+		out[i] = la.ClusterName
+	}
+	return out
 }
 
 // ClassesChanged receives after a generation in which what decides

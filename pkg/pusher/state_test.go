@@ -82,14 +82,14 @@ func TestStateApply(t *testing.T) {
 					t.Errorf("step %d (%s at %d): changed=%v, want %v", i, st.typ, st.rev, changed, st.wantChanged)
 				}
 			}
-			e, ok := s.objs[k]
+			e, ok := s.b.Get(k)
 			switch {
 			case tc.wantPort == 0 && ok:
-				t.Errorf("key present with port %d, want it absent", e.obj.(*meshv1.Service).Ports[0].Number)
+				t.Errorf("key present with port %d, want it absent", e.Object.(*meshv1.Service).Ports[0].Number)
 			case tc.wantPort != 0 && !ok:
 				t.Errorf("key absent, want port %d", tc.wantPort)
-			case ok && e.obj.(*meshv1.Service).Ports[0].Number != tc.wantPort:
-				t.Errorf("port %d, want %d", e.obj.(*meshv1.Service).Ports[0].Number, tc.wantPort)
+			case ok && e.Object.(*meshv1.Service).Ports[0].Number != tc.wantPort:
+				t.Errorf("port %d, want %d", e.Object.(*meshv1.Service).Ports[0].Number, tc.wantPort)
 			}
 		})
 	}
@@ -104,7 +104,8 @@ func TestStateMergesEndpointShards(t *testing.T) {
 		{Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: "a/k8s"}, Object: &meshv1.Endpoints{Service: "a", Shard: "k8s", Endpoints: []*meshv1.Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}}},
 		{Key: model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: "a/yaml"}, Object: &meshv1.Endpoints{Service: "a", Shard: "yaml", Endpoints: []*meshv1.Endpoint{ep("10.0.0.2"), ep("10.0.0.3")}}},
 	}, 3)
-	m, _, rev := s.mesh()
+	built, _, rev := s.mesh()
+	m := built.Mesh
 	if rev != 3 {
 		t.Errorf("revision %d, want 3", rev)
 	}

@@ -206,6 +206,16 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 	return t.Update(resources)
 }
 
+// Patch sets some resources of the table of a class and type and removes
+// some names, leaving the rest as it is (see Update).
+func (c *Cache) Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error) {
+	t, ok := c.table(class, typeURL)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("cache: no table for class %q type %s", class, typeURL)
+	}
+	return t.Patch(set, remove)
+}
+
 // Resources returns what the table of a class and type holds.
 func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
 	t, err := c.Table(class, typeURL)

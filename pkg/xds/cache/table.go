@@ -55,8 +55,8 @@ type Table struct {
 	// due is the cache's count of due watches.
 	due *atomic.Int64
 
-	// updating serialises Update; entries are written only under both it
-	// and mu, so Update may read them holding updating alone.
+	// updating serialises Update and Patch; entries are written only under
+	// both it and mu, so they may read them holding updating alone.
 	updating sync.Mutex
 
 	mu      sync.RWMutex
@@ -64,6 +64,8 @@ type Table struct {
 	entries map[string]*entry
 	// sum is the sum of every entry's sum: the wildcard content version.
 	sum uint64
+	// size is the encoded size of every entry.
+	size int
 	// log holds the changes after floor, oldest first.
 	log   []change
 	floor uint64
@@ -111,24 +113,58 @@ func (t *Table) Resources() map[string]types.Resource {
 
 // Update makes the table hold exactly resources (see Cache.Update); a new
 // resource that fails its Validate is not served, and the last valid
-// version of its name, if any, stays. The
-// watchers of every set a changed name belongs to, and of the wildcard
-// set, are notified.
+// version of its name, if any, stays. The watchers of every set a changed
+// name belongs to, and of the wildcard set, are notified.
 func (t *Table) Update(resources map[string]types.Resource) (changed, removed, bytes int, err error) {
 	t.updating.Lock()
 	defer t.updating.Unlock()
+	var gone []string
+	for name := range t.entries {
+		if _, ok := resources[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	for name, r := range t.rejected {
+		if resources[name] != r {
+			delete(t.rejected, name) // replaced or gone: forget the rejection
+		}
+	}
+	return t.applyLocked(resources, gone)
+}
+
+// Patch is Update for part of the table: it sets the resources given,
+// removes the names given, and leaves the rest as it is.
+func (t *Table) Patch(set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error) {
+	t.updating.Lock()
+	defer t.updating.Unlock()
+	var gone []string
+	for _, name := range remove {
+		if _, ok := set[name]; ok {
+			continue
+		}
+		if _, ok := t.entries[name]; ok {
+			gone = append(gone, name)
+		}
+		delete(t.rejected, name)
+	}
+	for name, r := range set {
+		if t.rejected[name] != nil && t.rejected[name] != r {
+			delete(t.rejected, name)
+		}
+	}
+	return t.applyLocked(set, gone)
+}
+
+// applyLocked sets resources and removes the names gone (holding updating).
+func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) (changed, removed, bytes int, err error) {
 	var next, same []*entry
 	for name, r := range resources {
 		prev := t.entries[name]
 		if prev != nil && prev.res == r {
-			bytes += prev.size
 			continue
 		}
 		if t.rejected[name] == r {
-			if prev != nil {
-				bytes += prev.size // the last valid version stays
-			}
-			continue
+			continue // the last valid version stays
 		}
 		if v, ok := r.(interface{ Validate() error }); ok {
 			// Validated once, when the object is new: the generators hand
@@ -141,17 +177,13 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 				if t.invalid != nil {
 					t.invalid(name, err)
 				}
-				if prev != nil {
-					bytes += prev.size // the last valid version stays
-				}
-				continue
+				continue // the last valid version stays
 			}
 		}
 		e, err := newEntry(t.typeURL, name, r)
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		bytes += e.size
 		if prev != nil && prev.hash == e.hash {
 			// Equal content in a new object: keep the object, so that
 			// handing it over again is not encoded again; nothing changed.
@@ -161,24 +193,13 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 		}
 		next = append(next, e)
 	}
-	var gone []string
-	for name := range t.entries {
-		if _, ok := resources[name]; !ok {
-			gone = append(gone, name)
-		}
-	}
-	for name, r := range t.rejected {
-		if resources[name] != r {
-			delete(t.rejected, name) // replaced or gone: forget the rejection
-		}
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range same {
 		t.entries[e.name] = e
 	}
 	if len(next) == 0 && len(gone) == 0 {
-		return 0, 0, bytes, nil
+		return 0, 0, t.size, nil
 	}
 	t.version++
 	names := make([]string, 0, len(next)+len(gone))
@@ -187,22 +208,25 @@ func (t *Table) Update(resources map[string]types.Resource) (changed, removed, b
 		var old uint64
 		if prev := t.entries[e.name]; prev != nil {
 			old = prev.sum
+			t.size -= prev.size
 		}
 		t.entries[e.name] = e
 		t.sum += e.sum - old
+		t.size += e.size
 		t.log = append(t.log, change{version: t.version, name: e.name, old: old, sum: e.sum})
 		names = append(names, e.name)
 	}
 	for _, name := range gone {
-		old := t.entries[name].sum
+		old := t.entries[name]
 		delete(t.entries, name)
-		t.sum -= old
-		t.log = append(t.log, change{version: t.version, name: name, old: old})
+		t.sum -= old.sum
+		t.size -= old.size
+		t.log = append(t.log, change{version: t.version, name: name, old: old.sum})
 		names = append(names, name)
 	}
 	t.trimLocked()
 	t.notifyLocked(names)
-	return len(next), len(gone), bytes, nil
+	return len(next), len(gone), t.size, nil
 }
 
 // trimLocked keeps the log within its size: it drops the oldest changes,

@@ -249,3 +249,39 @@ func TestSubscribeExistingFindsOnlyTheSameNames(t *testing.T) {
 		}
 	}
 }
+
+// TestPatchChangesOnlyWhatItNames: a patch sets and removes the names it
+// is given and leaves the others; the table's size and log agree with an
+// Update to the same content.
+func TestPatchChangesOnlyWhatItNames(t *testing.T) {
+	_, tb := edsTable(t, 0)
+	a, b, c := cla("a", 1), cla("b", 1), cla("c", 1)
+	update(t, tb, map[string]types.Resource{"a": a, "b": b, "c": c})
+	before := tb.version
+	b2 := cla("b", 2)
+	changed, removed, size, err := tb.Patch(map[string]types.Resource{"b": b2}, []string{"c", "nothing"})
+	if err != nil || changed != 1 || removed != 1 {
+		t.Fatalf("patch: changed %d removed %d err %v, want 1 and 1", changed, removed, err)
+	}
+	if got := tb.Resources(); len(got) != 2 || got["a"] != a || got["b"] != b2 {
+		t.Fatalf("table holds %v, want a as it was and the new b", got)
+	}
+	var names []string
+	for _, ch := range tb.log {
+		if ch.version > before {
+			names = append(names, ch.name)
+		}
+	}
+	if slices.Sort(names); !slices.Equal(names, []string{"b", "c"}) {
+		t.Errorf("logged %v after the patch, want b and c", names)
+	}
+	_, other := edsTable(t, 0)
+	_, _, want, err := other.Update(map[string]types.Resource{"a": a, "b": b2})
+	if err != nil || size != want {
+		t.Errorf("size after the patch %d, want %d as an Update to the same content reports", size, want)
+	}
+	// Nothing to do: nothing changes.
+	if changed, removed, _, _ := tb.Patch(map[string]types.Resource{"a": a}, []string{"c"}); changed+removed != 0 || tb.version != before+1 {
+		t.Errorf("a patch to the same content changed %d, removed %d, moved the version to %d", changed, removed, tb.version)
+	}
+}

@@ -2,6 +2,7 @@ package generate
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +117,30 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 		}
 	}
 	return m
+}
+
+// WithServices returns a copy of the mesh in which the services of the
+// same namespace and name as the given ones are replaced by them; their
+// host names must be the same. Everything else is shared.
+func (m *Mesh) WithServices(changed []*Service) *Mesh {
+	type id struct{ namespace, name string }
+	by := make(map[id]*Service, len(changed))
+	for _, s := range changed {
+		by[id{s.Namespace, s.Name}] = s
+	}
+	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways,
+		byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
+	for i, s := range out.Services {
+		if n, ok := by[id{s.Namespace, s.Name}]; ok {
+			out.Services[i] = n
+		}
+	}
+	for h, s := range out.byHost {
+		if n, ok := by[id{s.Namespace, s.Name}]; ok {
+			out.byHost[h] = n
+		}
+	}
+	return out
 }
 
 // appliesToMesh reports whether a route rule applies to sidecars and

@@ -1,0 +1,306 @@
+package meshbuild
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// Entry is a stored object and the store revision that last wrote it.
+type Entry struct {
+	Object model.Object
+	ModRev int64
+}
+
+// Scope is one Sidecar, as classification reads it.
+type Scope struct {
+	Namespace, Name string
+	Spec            *meshv1.Scope
+}
+
+// Built is the result of a build.
+type Built struct {
+	Mesh   *generate.Mesh
+	Scopes []Scope
+	// Restricted says some service limits who may see it (exportTo).
+	Restricted bool
+	// Changed lists the services rebuilt when only endpoints changed since
+	// the previous build (empty, not nil, when nothing did); it is nil when
+	// everything was joined again.
+	Changed []*generate.Service
+}
+
+// Builder holds the mesh's objects and what changed since the last
+// build. It is not safe for concurrent use; the views it returns are never
+// modified, and may be read by any goroutine.
+type Builder struct {
+	objs map[model.Key]Entry
+	// shards finds each service's endpoint objects.
+	shards map[id]map[model.Key]bool
+	// Since the last build: the services whose endpoints changed, and
+	// whether anything else did.
+	endpoints map[id]bool
+	rejoin    bool
+	// From the last build.
+	last    *Built
+	joined  map[id]*joined
+	sharing map[string][]id // host → the services that define it
+}
+
+type id struct{ namespace, name string }
+
+// joined is a service of the last build and the revisions of its inputs
+// other than endpoints.
+type joined struct {
+	svc        *generate.Service
+	serviceRev int64
+	policyRev  int64 // 0: no policy
+}
+
+// New returns an empty Builder.
+func New() *Builder {
+	return &Builder{objs: map[model.Key]Entry{}, shards: map[id]map[model.Key]bool{}, rejoin: true}
+}
+
+// Reset replaces every object.
+func (b *Builder) Reset(items []model.Stored) {
+	b.objs = make(map[model.Key]Entry, len(items))
+	b.shards = map[id]map[model.Key]bool{}
+	for _, it := range items {
+		b.Set(it.Key, Entry{it.Object, it.ModRevision})
+	}
+	b.rejoin = true
+}
+
+// Get returns the object under k.
+func (b *Builder) Get(k model.Key) (Entry, bool) {
+	e, ok := b.objs[k]
+	return e, ok
+}
+
+// Len returns how many objects the builder holds.
+func (b *Builder) Len() int { return len(b.objs) }
+
+// Set stores an object under k.
+func (b *Builder) Set(k model.Key, e Entry) {
+	b.forget(k)
+	b.objs[k] = e
+	if eps, ok := e.Object.(*meshv1.Endpoints); ok {
+		svc := id{k.Namespace, eps.Service}
+		if b.shards[svc] == nil {
+			b.shards[svc] = map[model.Key]bool{}
+		}
+		b.shards[svc][k] = true
+		b.touch(svc)
+		return
+	}
+	b.rejoin = true
+}
+
+// Delete removes the object under k.
+func (b *Builder) Delete(k model.Key) {
+	if _, ok := b.objs[k]; !ok {
+		return
+	}
+	b.forget(k)
+	delete(b.objs, k)
+}
+
+// forget takes the object under k out of the indexes, noting the change.
+func (b *Builder) forget(k model.Key) {
+	old, ok := b.objs[k]
+	if !ok {
+		return
+	}
+	eps, ok := old.Object.(*meshv1.Endpoints)
+	if !ok {
+		b.rejoin = true
+		return
+	}
+	svc := id{k.Namespace, eps.Service}
+	delete(b.shards[svc], k)
+	if len(b.shards[svc]) == 0 {
+		delete(b.shards, svc)
+	}
+	b.touch(svc)
+}
+
+func (b *Builder) touch(svc id) {
+	if b.endpoints == nil {
+		b.endpoints = map[id]bool{}
+	}
+	b.endpoints[svc] = true
+}
+
+// Build returns the view of the objects held now: the previous view with
+// the services whose endpoints changed rebuilt (none when nothing changed)
+// when only endpoints changed, else a new join.
+func (b *Builder) Build() *Built {
+	switch {
+	case b.rejoin || b.last == nil:
+		b.join()
+	default:
+		b.update()
+	}
+	b.endpoints, b.rejoin = nil, false
+	return b.last
+}
+
+// join joins everything.
+func (b *Builder) join() {
+	services := map[id]*joined{}
+	type keyedPolicy struct {
+		key    model.Key
+		policy *meshv1.TrafficPolicy
+		modRev int64
+	}
+	var policies []keyedPolicy
+	var routes []*generate.Route
+	var scopes []Scope
+	var gateways []*generate.Gateway
+	for k, e := range b.objs {
+		switch o := e.Object.(type) {
+		case *meshv1.Service:
+			services[id{k.Namespace, k.Name}] = &joined{svc: &generate.Service{Namespace: k.Namespace, Name: k.Name, Spec: o}, serviceRev: e.ModRev}
+		case *meshv1.TrafficPolicy:
+			policies = append(policies, keyedPolicy{k, o, e.ModRev})
+		case *meshv1.Scope:
+			scopes = append(scopes, Scope{Namespace: k.Namespace, Name: k.Name, Spec: o})
+		case *meshv1.Gateway:
+			gateways = append(gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
+		case *meshv1.RouteRule:
+			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)})
+		}
+	}
+	// Services that share a host name (the same Service in several
+	// clusters, a ServiceEntry beside a Service) share their endpoints.
+	sharing := map[string][]id{}
+	for svc, j := range services {
+		for _, h := range j.svc.Spec.Hostnames {
+			sharing[h] = append(sharing[h], svc)
+		}
+	}
+	// Where two policies name one host, the first by namespace and name wins.
+	slices.SortFunc(policies, func(a, b keyedPolicy) int { return cmp.Compare(a.key.String(), b.key.String()) })
+	for _, p := range policies {
+		for _, svc := range sharing[p.policy.Host] {
+			if j := services[svc]; j.svc.Policy == nil {
+				j.svc.Policy, j.policyRev = p.policy, p.modRev
+			}
+		}
+	}
+	b.joined, b.sharing = services, sharing
+	list := make([]*generate.Service, 0, len(services))
+	restricted := false
+	for svc, j := range services {
+		j.svc = b.withEndpoints(svc, j)
+		list = append(list, j.svc)
+		for _, ns := range j.svc.Spec.ExportTo {
+			restricted = restricted || ns != "*"
+		}
+	}
+	slices.SortFunc(gateways, func(a, b *generate.Gateway) int { return cmp.Compare(a.Key(), b.Key()) })
+	m := generate.NewMesh(list, routes)
+	m.Gateways = gateways
+	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted}
+}
+
+// update rebuilds the services whose endpoints changed, and those sharing
+// a host with them.
+func (b *Builder) update() {
+	affected := map[id]bool{}
+	for svc := range b.endpoints {
+		j := b.joined[svc]
+		if j == nil {
+			continue // endpoints of no service: nothing sees them
+		}
+		for _, h := range j.svc.Spec.Hostnames {
+			for _, other := range b.sharing[h] {
+				affected[other] = true
+			}
+		}
+	}
+	changed := make([]*generate.Service, 0, len(affected))
+	for _, svc := range slices.SortedFunc(maps.Keys(affected), func(a, b id) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+	}) {
+		j := b.joined[svc]
+		j.svc = b.withEndpoints(svc, j)
+		changed = append(changed, j.svc)
+	}
+	next := *b.last
+	if len(changed) > 0 {
+		next.Mesh = b.last.Mesh.WithServices(changed)
+	}
+	next.Changed = changed
+	b.last = &next
+}
+
+// withEndpoints returns a copy of a joined service with the endpoints of
+// every service sharing one of its hosts, merged, and its versions.
+func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
+	type shard struct {
+		name   string
+		eps    []*meshv1.Endpoint
+		modRev int64
+	}
+	ids := map[id]bool{svc: true}
+	for _, h := range j.svc.Spec.Hostnames {
+		for _, other := range b.sharing[h] {
+			ids[other] = true
+		}
+	}
+	var shards []shard
+	for other := range ids {
+		for k := range b.shards[other] {
+			e := b.objs[k]
+			eps := e.Object.(*meshv1.Endpoints)
+			shards = append(shards, shard{eps.Shard, eps.Endpoints, e.ModRev})
+		}
+	}
+	slices.SortFunc(shards, func(a, b shard) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.modRev, b.modRev)) })
+	out := &generate.Service{Namespace: j.svc.Namespace, Name: j.svc.Name, Spec: j.svc.Spec, Policy: j.svc.Policy}
+	// The versions name every input by its store revision.
+	var config strings.Builder
+	config.WriteString("s" + strconv.FormatInt(j.serviceRev, 10))
+	if j.policyRev != 0 {
+		config.WriteString("p" + strconv.FormatInt(j.policyRev, 10))
+	}
+	out.ConfigVersion = config.String()
+	var version strings.Builder
+	version.WriteString("s" + strconv.FormatInt(j.serviceRev, 10))
+	for _, sh := range shards {
+		version.WriteString("e" + strconv.FormatInt(sh.modRev, 10))
+	}
+	if j.policyRev != 0 {
+		version.WriteString("p" + strconv.FormatInt(j.policyRev, 10))
+	}
+	out.Version = version.String()
+	seen := map[string]bool{}
+	for _, sh := range shards {
+		for _, ep := range sh.eps {
+			// One workload seen by two shards is one endpoint; grpc-go
+			// rejects an assignment that lists it twice.
+			if key := model.EndpointID(ep); !seen[key] {
+				seen[key] = true
+				out.Endpoints = append(out.Endpoints, ep)
+			}
+		}
+	}
+	return out
+}
+
+// MeshOf builds the view of a set of stored objects at once: for tools
+// that serve a mesh without following the store (the load test's
+// snapshot-cache baseline).
+func MeshOf(items []model.Stored) *generate.Mesh {
+	b := New()
+	b.Reset(items)
+	return b.Build().Mesh
+}

@@ -1,0 +1,133 @@
+package meshbuild
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+func service(name string, hosts ...string) *meshv1.Service {
+	return &meshv1.Service{Hostnames: hosts, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}
+}
+
+func endpoints(service, shard string, addrs ...string) *meshv1.Endpoints {
+	o := &meshv1.Endpoints{Service: service, Shard: shard}
+	for _, a := range addrs {
+		o.Endpoints = append(o.Endpoints, &meshv1.Endpoint{Address: a})
+	}
+	return o
+}
+
+// summary describes a service as the generators see it.
+func summary(s *generate.Service) string {
+	if s == nil {
+		return "none"
+	}
+	var addrs []string
+	for _, e := range s.Endpoints {
+		addrs = append(addrs, e.Address)
+	}
+	return fmt.Sprintf("%s/%s v=%s c=%s policy=%v eps=%v", s.Namespace, s.Name, s.Version, s.ConfigVersion, s.Policy != nil, addrs)
+}
+
+// TestEndpointChangesMatchAWholeJoin makes random changes, mostly to
+// endpoints, and checks after each build that the view equals a join of
+// the same objects from scratch, that an endpoint change rebuilt only the
+// services sharing a host with it, and that the others are the very same
+// objects as before.
+func TestEndpointChangesMatchAWholeJoin(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	b := New()
+	held := map[model.Key]Entry{}
+	rev := int64(0)
+	set := func(k model.Key, o model.Object) {
+		rev++
+		held[k] = Entry{o, rev}
+		b.Set(k, held[k])
+	}
+	// Services a..e; b and c share a host, as the same Service in two
+	// clusters does; d's policy names its host.
+	hosts := map[string][]string{"a": {"a.ns"}, "b": {"shared.ns"}, "c": {"shared.ns", "c.ns"}, "d": {"d.ns"}, "e": {"e.ns"}}
+	for name, hs := range hosts {
+		set(model.Key{Kind: model.KindService, Namespace: "ns", Name: name}, service(name, hs...))
+	}
+	set(model.Key{Kind: model.KindTrafficPolicy, Namespace: "ns", Name: "d"}, &meshv1.TrafficPolicy{Host: "d.ns"})
+	names := []string{"a", "b", "c", "d", "e", "ghost"}
+	var before *generate.Mesh
+	for step := range 300 {
+		endpointsOnly := true
+		switch r := rng.IntN(20); {
+		case r == 0:
+			// Something else: a service gains a host.
+			name := names[rng.IntN(5)]
+			set(model.Key{Kind: model.KindService, Namespace: "ns", Name: name}, service(name, append(hosts[name], fmt.Sprintf("extra%d.ns", step))...))
+			endpointsOnly = false
+		case r == 1:
+			// Or a policy moves to another host.
+			set(model.Key{Kind: model.KindTrafficPolicy, Namespace: "ns", Name: "d"}, &meshv1.TrafficPolicy{Host: hosts[names[rng.IntN(5)]][0]})
+			endpointsOnly = false
+		case r < 4:
+			name, shard := names[rng.IntN(len(names))], []string{"k8s", "yaml"}[rng.IntN(2)]
+			k := model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: model.EndpointsName(name, shard)}
+			if _, ok := held[k]; ok {
+				delete(held, k)
+				b.Delete(k)
+			}
+		default:
+			for range 1 + rng.IntN(3) {
+				name, shard := names[rng.IntN(len(names))], []string{"k8s", "yaml"}[rng.IntN(2)]
+				var addrs []string
+				for range rng.IntN(4) {
+					addrs = append(addrs, fmt.Sprintf("10.0.0.%d", rng.IntN(6)))
+				}
+				set(model.Key{Kind: model.KindEndpoints, Namespace: "ns", Name: model.EndpointsName(name, shard)}, endpoints(name, shard, addrs...))
+			}
+		}
+		got := b.Build()
+		var items []model.Stored
+		for k, e := range held {
+			items = append(items, model.Stored{Key: k, Object: e.Object, ModRevision: e.ModRev})
+		}
+		want := MeshOf(items)
+		if len(got.Mesh.Services) != len(want.Services) {
+			t.Fatalf("step %d: %d services, want %d", step, len(got.Mesh.Services), len(want.Services))
+		}
+		for i, w := range want.Services {
+			if g := got.Mesh.Services[i]; summary(g) != summary(w) {
+				t.Fatalf("step %d: service %s, want %s", step, summary(g), summary(w))
+			}
+			for _, h := range w.Spec.Hostnames {
+				if summary(got.Mesh.Service(h)) != summary(want.Service(h)) {
+					t.Fatalf("step %d: host %s is served by %s, want %s", step, h, summary(got.Mesh.Service(h)), summary(want.Service(h)))
+				}
+			}
+		}
+		if !endpointsOnly || before == nil {
+			before = got.Mesh
+			continue
+		}
+		if got.Changed == nil {
+			t.Fatalf("step %d: an endpoint change joined everything again", step)
+		}
+		rebuilt := map[*generate.Service]bool{}
+		for _, s := range got.Changed {
+			rebuilt[s] = true
+		}
+		for i, s := range got.Mesh.Services {
+			old := before.Services[i]
+			switch {
+			case rebuilt[s] && s == old:
+				t.Fatalf("step %d: %s is listed as changed but is the old object", step, summary(s))
+			case !rebuilt[s] && s != old:
+				t.Fatalf("step %d: %s was rebuilt but is not listed as changed", step, summary(s))
+			case !rebuilt[s] && s.Version != old.Version:
+				t.Fatalf("step %d: %s changed version without being rebuilt", step, summary(s))
+			}
+		}
+		before = got.Mesh
+	}
+}

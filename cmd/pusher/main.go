@@ -27,7 +27,7 @@ func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var adsAddr string
-	var quiet, maxDelay, maxAge time.Duration
+	var quiet, maxDelay, maxHold, maxAge time.Duration
 	var streamRate float64
 	var maxPushes int
 	var sendTimeout time.Duration
@@ -36,7 +36,8 @@ func run(ctx context.Context, args []string) error {
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
-	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits, for the quiet period or while the last generation's pushes are still being written")
+	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
 	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string) error {
 	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold,
 			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

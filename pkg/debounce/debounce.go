@@ -27,9 +27,14 @@ type Config[T any] struct {
 	MaxDelay time.Duration
 	// Merge folds a newly added value into the pending one.
 	Merge func(pending, added T) T
-	// Hold, when set, keeps a settled value back (until the maximum delay)
-	// while it returns true: the consumer is still busy with the last one.
+	// Hold, when set, keeps a settled value back while it returns true:
+	// the consumer is still busy with the last one. The batches then last
+	// as long as the consumer takes, which under load is what keeps it
+	// from falling behind.
 	Hold func() bool
+	// MaxHold bounds how long Hold keeps the first pending value back.
+	// Default MaxDelay.
+	MaxHold time.Duration
 	// Clock defaults to the real clock.
 	Clock Clock
 }
@@ -44,6 +49,12 @@ func (c *Config[T]) Validate() error {
 	}
 	if c.Merge == nil {
 		return errors.New("debounce: a merge function is required")
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = c.MaxDelay
+	}
+	if c.MaxHold < 0 {
+		return errors.New("debounce: the maximum hold must not be negative")
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -130,10 +141,10 @@ func (d *Debouncer[T]) due() (time.Duration, bool) {
 	now := d.cfg.Clock.Now()
 	quiet := d.last.Add(d.cfg.Quiet).Sub(now)
 	limit := d.first.Add(d.cfg.MaxDelay).Sub(now)
-	if quiet <= 0 && limit > 0 && d.cfg.Hold != nil && d.cfg.Hold() {
-		// Settled, but held: look again a quiet period later.
-		return min(d.cfg.Quiet, limit), false
-	}
 	wait := min(quiet, limit)
+	if hold := d.first.Add(d.cfg.MaxHold).Sub(now); wait <= 0 && hold > 0 && d.cfg.Hold != nil && d.cfg.Hold() {
+		// Due, but held: look again a quiet period later.
+		return min(d.cfg.Quiet, hold), false
+	}
 	return wait, wait <= 0
 }

@@ -104,12 +104,12 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestHoldWaitsForTheConsumer: a settled value is held while Hold says the
-// consumer is busy, at most until the maximum delay, and goes at once
+// consumer is busy, at most until the maximum hold, and goes at once
 // (after the quiet period) when it is not.
 func TestHoldWaitsForTheConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var busy atomic.Bool
-		d, err := New(Config[int]{Quiet: 10 * time.Millisecond, MaxDelay: time.Second,
+		d, err := New(Config[int]{Quiet: 10 * time.Millisecond, MaxDelay: time.Second, MaxHold: 3 * time.Second,
 			Merge: func(a, b int) int { return a + b }, Hold: busy.Load})
 		if err != nil {
 			t.Fatal(err)
@@ -137,11 +137,20 @@ func TestHoldWaitsForTheConsumer(t *testing.T) {
 		if g := <-out; g.n != 2 || g.at < 310*time.Millisecond || g.at > 330*time.Millisecond {
 			t.Errorf("busy until 310ms: %+v, want 2 just after", g)
 		}
-		busy.Store(true) // busy for good: cut at the maximum delay
+		busy.Store(true) // busy for good: cut at the maximum hold
 		d.Add(1)
 		mark := time.Since(start)
-		if g := <-out; g.n != 1 || g.at-mark != time.Second {
-			t.Errorf("always busy: %+v, want 1 a second after %s", g, mark)
+		if g := <-out; g.n != 1 || g.at-mark != 3*time.Second {
+			t.Errorf("always busy: %+v, want 1 three seconds after %s", g, mark)
+		}
+		// Changes that never settle, while busy: also held to the maximum hold.
+		mark = time.Since(start)
+		for range 40 {
+			d.Add(1) // at 0, 100ms, ... 2.9s: 30 before the maximum hold
+			time.Sleep(100 * time.Millisecond)
+		}
+		if g := <-out; g.n < 30 || g.n > 31 || g.at-mark != 3*time.Second {
+			t.Errorf("never quiet, always busy: %+v, want 30 three seconds after %s", g, mark)
 		}
 		cancel()
 		<-done

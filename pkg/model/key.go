@@ -26,8 +26,11 @@ const (
 	KindGateway       Kind = "gateways"
 )
 
-// Kinds lists every kind, in the order a consumer should apply a full load.
-var Kinds = []Kind{KindService, KindEndpoints, KindGateway, KindRouteRule, KindTrafficPolicy, KindScope}
+// Kinds lists every kind, in the order a consumer should apply a full load
+// and a writer should write: each kind before the kinds that refer to it
+// (a route rule names hosts, and subsets its traffic policy defines).
+// Deletions go in the reverse order.
+var Kinds = []Kind{KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope}
 
 // ErrBadKey is returned for a key outside the /mesh/v1/ layout.
 var ErrBadKey = errors.New("model: bad key")

@@ -74,9 +74,13 @@ type Config struct {
 	// still being written (Sink.Backlog), and each stream coalesces what
 	// changes while its last response is in flight. Default 10ms.
 	Quiet time.Duration
-	// MaxDelay bounds how long a change waits, for the quiet period or for
-	// the last generation's pushes to be written. Default 1s.
+	// MaxDelay bounds how long a change waits for the quiet period.
+	// Default 1s.
 	MaxDelay time.Duration
+	// MaxHold bounds how long a change waits while the last generation's
+	// pushes are still being written: under load, batches last as long as
+	// a wave of pushes takes, up to this. Default 5s.
+	MaxHold time.Duration
 	// RetryDelay is the pause before loading again after a failure. Default 1s.
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
@@ -97,14 +101,17 @@ func (c *Config) Validate() error {
 	if c.MaxDelay == 0 {
 		c.MaxDelay = time.Second
 	}
+	if c.MaxHold == 0 {
+		c.MaxHold = max(5*time.Second, c.MaxDelay)
+	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 100_000
 	}
-	if c.Quiet < 0 || c.MaxDelay < c.Quiet {
-		return fmt.Errorf("pusher: debounce quiet period %s and maximum delay %s: want 0 < quiet <= max", c.Quiet, c.MaxDelay)
+	if c.Quiet < 0 || c.MaxDelay < c.Quiet || c.MaxHold < c.MaxDelay {
+		return fmt.Errorf("pusher: debounce quiet period %s, maximum delay %s and maximum hold %s: want 0 < quiet <= max delay <= max hold", c.Quiet, c.MaxDelay, c.MaxHold)
 	}
 	return nil
 }
@@ -193,7 +200,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, err
 	}
 	d, err := debounce.New(debounce.Config[change]{
-		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay,
+		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay, MaxHold: cfg.MaxHold,
 		Hold: func() bool { return cfg.Sink.Backlog() > 0 },
 		Merge: func(a, b change) change {
 			observed := a.observed

@@ -10,12 +10,12 @@
 //
 // Changes are debounced before a generation: a short quiet period takes
 // one sync's events together, and while the last generation's responses
-// are still due (Sink.Backlog) the batch waits, up to a maximum delay.
+// are still due (Sink.Backlog) the batch waits, up to a maximum hold.
 // The generators' view of the mesh comes from a meshbuild.Builder, which
 // rebuilds only the services an endpoint change touches. Proxies are
-// grouped into classes (see Classify); a generation builds each class's
-// clusters, routes and listeners once from the part of the mesh the class
-// sees, and the load assignments once for the whole mesh, taking
+// grouped into classes (see package classify); a generation builds each
+// class's clusters, routes and listeners once from the part of the mesh
+// the class sees, and the load assignments once for the whole mesh, taking
 // per-service resources from an LRU cache keyed by their inputs' store
 // revisions; an endpoint-only change rebuilds and hands over only the load
 // assignments of the services it touched. The cache forwards only what

@@ -21,6 +21,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -127,7 +128,7 @@ type Pusher struct {
 	lru *lru.Cache[string, any]
 	// index classifies proxies; last is the mesh of the last generation,
 	// for a class seen between generations.
-	index  atomic.Pointer[classIndex]
+	index  atomic.Pointer[classify.Index]
 	last   atomic.Pointer[generate.Mesh]
 	conv   *convergence
 	sizes  sizes
@@ -363,13 +364,13 @@ func (p *Pusher) generate(c change) {
 	built, index, rev := p.state.mesh()
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
-	previousMesh := p.last.Swap(mesh)
+	p.last.Store(mesh)
 	p.generateEndpoints(built)
 	if c.full {
 		for _, class := range p.cfg.Sink.Classes() {
 			p.generateClass(mesh, class)
 		}
-		if previous != nil && !previous.sameClasses(index, previousMesh, mesh) {
+		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
 			select {
@@ -453,11 +454,11 @@ func (p *Pusher) FillClass(class string) {
 // generateClass generates the clusters, routes and listeners of one class
 // from the part of the mesh its view sees.
 func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
-	if keys, ok := strings.CutPrefix(class, routerKind+"/"); ok {
-		p.generateRouter(mesh, class, keys)
+	if gateways, ok := classify.Gateways(class); ok {
+		p.generateRouter(mesh, class, gateways)
 		return
 	}
-	proxy, view := p.view(class)
+	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
 	var clusters []*cluster.Cluster
 	for _, s := range m.Services {
@@ -518,8 +519,7 @@ func (r *routeMemo) reuse(class string, rcs []*route.RouteConfiguration) []*rout
 
 // generateRouter generates the resources of a class of gateway proxies:
 // every service's clusters, and the listeners and routes of its gateways.
-func (p *Pusher) generateRouter(mesh *generate.Mesh, class, keys string) {
-	selected := strings.Split(keys, ",")
+func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []string) {
 	var gws []*generate.Gateway
 	for _, g := range mesh.Gateways {
 		if slices.Contains(selected, g.Key()) {

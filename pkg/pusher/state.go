@@ -5,6 +5,7 @@ import (
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
 )
@@ -23,7 +24,7 @@ type state struct {
 	// older put does not bring it back.
 	tombstones map[model.Key]int64
 	// index is the classes' index of the last build that joined everything.
-	index *classIndex
+	index *classify.Index
 }
 
 func newState() *state {
@@ -94,16 +95,12 @@ func (s *state) applyObject(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Ob
 // mesh returns the generators' view of the current content (see
 // meshbuild.Builder.Build), the classes' index, and the revision it
 // reflects.
-func (s *state) mesh() (*meshbuild.Built, *classIndex, int64) {
+func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	built := s.b.Build()
 	if built.Changed == nil || s.index == nil {
-		scopes := make([]scopeEntry, 0, len(built.Scopes))
-		for _, sc := range built.Scopes {
-			scopes = append(scopes, scopeEntry{namespace: sc.Namespace, name: sc.Name, scope: sc.Spec})
-		}
-		s.index = newClassIndex(scopes, built.Restricted)
+		s.index = classify.NewIndex(built)
 	}
 	return built, s.index, s.rev
 }

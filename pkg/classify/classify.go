@@ -1,0 +1,190 @@
+// Package classify groups proxies into classes, so that the resources of a
+// class are generated once and shared by its proxies: a class is the kind
+// of proxy and what it may see. It is named "<kind>" when what a proxy
+// sees does not depend on where it runs, "<kind>/<namespace>/<sidecar>"
+// when its namespace (exportTo) or a Sidecar limits its view
+// ("<kind>/<namespace>/" without a Sidecar), and
+// "router/<gateway>,<gateway>..." for a gateway proxy, by the Gateways
+// that select it.
+package classify
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/shardpilot/shardpilot/pkg/meshbuild"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// Router is the kind of gateway proxies ("router~..." node ids).
+const Router = "router"
+
+// Index is what classifying a proxy reads: the Sidecars, whether any
+// service limits who sees it, and the Gateways. It is built from a mesh
+// build and never modified.
+type Index struct {
+	// scopes by namespace, those with a workload selector first.
+	scopes map[string][]meshbuild.Scope
+	// restricted says some service limits who may see it (exportTo).
+	restricted bool
+	gateways   []*generate.Gateway
+}
+
+// NewIndex indexes what decides the classes of a mesh build.
+func NewIndex(b *meshbuild.Built) *Index {
+	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, gateways: b.Mesh.Gateways}
+	for _, s := range b.Scopes {
+		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
+	}
+	for _, list := range ix.scopes {
+		// Sidecars with more selector labels first (the namespace default,
+		// with none, last), then by name.
+		slices.SortFunc(list, func(a, b meshbuild.Scope) int {
+			return cmp.Or(cmp.Compare(len(b.Spec.WorkloadSelector), len(a.Spec.WorkloadSelector)), cmp.Compare(a.Name, b.Name))
+		})
+	}
+	return ix
+}
+
+// scope returns the Sidecar that applies to a workload: the first whose
+// selector matches its labels, else the namespace's default (no selector).
+func (ix *Index) scope(namespace string, labels map[string]string) *meshbuild.Scope {
+	for i, s := range ix.scopes[namespace] {
+		if len(s.Spec.WorkloadSelector) == 0 || model.Selects(s.Spec.WorkloadSelector, labels) {
+			return &ix.scopes[namespace][i]
+		}
+	}
+	return nil
+}
+
+func (ix *Index) find(namespace, name string) *meshbuild.Scope {
+	for i, s := range ix.scopes[namespace] {
+		if s.Name == name {
+			return &ix.scopes[namespace][i]
+		}
+	}
+	return nil
+}
+
+// Same reports whether every proxy keeps its class from ix to next: the
+// same Sidecars (by name and selector), the same exportTo restriction and
+// the same Gateway selectors.
+func (ix *Index) Same(next *Index) bool {
+	if ix.restricted != next.restricted || len(ix.scopes) != len(next.scopes) || len(ix.gateways) != len(next.gateways) {
+		return false
+	}
+	for ns, list := range ix.scopes {
+		other := next.scopes[ns]
+		if len(other) != len(list) {
+			return false
+		}
+		for i := range list {
+			if list[i].Name != other[i].Name || !maps.Equal(list[i].Spec.WorkloadSelector, other[i].Spec.WorkloadSelector) {
+				return false
+			}
+		}
+	}
+	for i, g := range ix.gateways {
+		if g.Key() != next.gateways[i].Key() || !maps.Equal(g.Spec.Selector, next.gateways[i].Spec.Selector) {
+			return false
+		}
+	}
+	return true
+}
+
+// Classify returns the class of a proxy. A nil index (before the first
+// build) gives every proxy its kind's class.
+func (ix *Index) Classify(node *core.Node) string {
+	if strings.HasPrefix(node.GetId(), Router+"~") {
+		var keys []string
+		if ix != nil {
+			labels := nodeLabels(node)
+			for _, g := range ix.gateways {
+				if len(g.Spec.Selector) > 0 && model.Selects(g.Spec.Selector, labels) {
+					keys = append(keys, g.Key())
+				}
+			}
+		}
+		return Router + "/" + strings.Join(keys, ",")
+	}
+	kind := Kind(node).String()
+	ns := nodeNamespace(node)
+	if ix == nil || ns == "" {
+		return kind
+	}
+	if s := ix.scope(ns, nodeLabels(node)); s != nil {
+		return kind + "/" + ns + "/" + s.Name
+	}
+	if ix.restricted {
+		return kind + "/" + ns + "/"
+	}
+	return kind
+}
+
+// Gateways returns the keys of the Gateways of a router class, and whether
+// the class is one.
+func Gateways(class string) ([]string, bool) {
+	keys, ok := strings.CutPrefix(class, Router+"/")
+	if !ok {
+		return nil, false
+	}
+	return strings.Split(keys, ","), true
+}
+
+// View returns the proxy kind and view of a (non-router) class.
+func (ix *Index) View(class string) (generate.Proxy, generate.View) {
+	parts := strings.SplitN(class, "/", 3)
+	kind := generate.Envoy
+	if parts[0] == generate.Proxyless.String() {
+		kind = generate.Proxyless
+	}
+	if len(parts) < 3 {
+		return kind, generate.View{}
+	}
+	v := generate.View{Namespace: parts[1]}
+	if ix != nil && parts[2] != "" {
+		if s := ix.find(parts[1], parts[2]); s != nil {
+			for _, e := range s.Spec.Egress {
+				v.Egress = append(v.Egress, e.Hosts...)
+			}
+		}
+	}
+	return kind, v
+}
+
+// Kind tells proxyless gRPC clients (Istio's GENERATOR=grpc metadata, or
+// grpc-go's user agent) from Envoy.
+func Kind(node *core.Node) generate.Proxy {
+	if node.GetMetadata().GetFields()["GENERATOR"].GetStringValue() == "grpc" ||
+		strings.HasPrefix(node.GetUserAgentName(), "gRPC") {
+		return generate.Proxyless
+	}
+	return generate.Envoy
+}
+
+// nodeNamespace reads the namespace from Istio's NAMESPACE metadata, else
+// from an Istio node id ("sidecar~10.1.2.3~pod.ns~ns.svc.cluster.local").
+func nodeNamespace(node *core.Node) string {
+	if ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "" {
+		return ns
+	}
+	parts := strings.Split(node.GetId(), "~")
+	if len(parts) == 4 {
+		ns, _, _ := strings.Cut(parts[3], ".")
+		return ns
+	}
+	return ""
+}
+
+// nodeLabels reads Istio's LABELS metadata.
+func nodeLabels(node *core.Node) map[string]string {
+	out := map[string]string{}
+	for k, v := range node.GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields() {
+		out[k] = v.GetStringValue()
+	}
+	return out
+}

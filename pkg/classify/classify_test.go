@@ -1,0 +1,68 @@
+package classify
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/meshbuild"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func node(id string, meta map[string]any) *core.Node {
+	s, err := structpb.NewStruct(meta)
+	if err != nil {
+		panic(err)
+	}
+	return &core.Node{Id: id, Metadata: s}
+}
+
+func index(t *testing.T, objs ...model.Stored) *Index {
+	t.Helper()
+	b := meshbuild.New()
+	b.Reset(objs)
+	return NewIndex(b.Build())
+}
+
+func TestClassify(t *testing.T) {
+	sidecar := func(ns, name string, selector map[string]string, hosts ...string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindScope, Namespace: ns, Name: name},
+			Object: &meshv1.Scope{WorkloadSelector: selector, Egress: []*meshv1.EgressListener{{Hosts: hosts}}}}
+	}
+	gateway := model.Stored{Key: model.Key{Kind: model.KindGateway, Namespace: "edge", Name: "public"},
+		Object: &meshv1.Gateway{Selector: map[string]string{"istio": "ingressgateway"}}}
+	ix := index(t, sidecar("shop", "default", nil, "./*"), sidecar("shop", "cart", map[string]string{"app": "cart"}, "shop/*", "pay/*"), gateway)
+	tests := []struct {
+		node *core.Node
+		want string
+	}{
+		{node("sidecar~10.0.0.1~a.other~other.svc.cluster.local", nil), "envoy"},
+		{node("grpc-client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "other"}), "proxyless"},
+		{node("sidecar~10.0.0.2~web.shop~shop.svc.cluster.local", nil), "envoy/shop/default"},
+		{node("x", map[string]any{"NAMESPACE": "shop", "LABELS": map[string]any{"app": "cart"}}), "envoy/shop/cart"},
+		{node("router~10.0.0.3~gw.edge~edge.svc.cluster.local", map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}}), "router/edge/public"},
+		{node("router~10.0.0.4~gw.edge~edge.svc.cluster.local", nil), "router/"},
+	}
+	for _, tc := range tests {
+		if got := ix.Classify(tc.node); got != tc.want {
+			t.Errorf("%s: class %q, want %q", tc.node.Id, got, tc.want)
+		}
+	}
+	if _, v := ix.View("envoy/shop/cart"); v.Namespace != "shop" || len(v.Egress) != 2 {
+		t.Errorf("view of envoy/shop/cart: %+v, want namespace shop and its Sidecar's two hosts", v)
+	}
+	if gws, ok := Gateways("router/edge/public"); !ok || len(gws) != 1 || gws[0] != "edge/public" {
+		t.Errorf("gateways of the router class: %v %v", gws, ok)
+	}
+	var none *Index
+	if got := none.Classify(node("x", map[string]any{"NAMESPACE": "shop"})); got != "envoy" {
+		t.Errorf("before the first build: class %q, want envoy", got)
+	}
+	if !ix.Same(index(t, sidecar("shop", "default", nil, "other/*"), sidecar("shop", "cart", map[string]string{"app": "cart"}), gateway)) {
+		t.Error("an egress change moved proxies to other classes")
+	}
+	if ix.Same(index(t, sidecar("shop", "default", nil, "./*"), gateway)) {
+		t.Error("a Sidecar removed left every proxy in its class")
+	}
+}

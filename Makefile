@@ -49,6 +49,23 @@ loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 ser
 kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd the Kubernetes tests run.
 	hack/kube-binaries.sh
 
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	FuzzParseFile:./pkg/ingest/yamldir \
+	FuzzNormalize:./pkg/ingest/istio \
+	FuzzDecode:./pkg/model \
+	FuzzApplyEvent:./pkg/pusher \
+	FuzzDecodeSotW:./pkg/xds/server \
+	FuzzDecodeDelta:./pkg/xds/server
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s); findings land in the package's testdata/fuzz.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "== $$name ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 .PHONY: bench
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -31,6 +31,8 @@ import (
 // Loader reads the whole mesh from the store at one revision.
 type Loader interface {
 	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
+	// Revision returns the store's current revision.
+	Revision(ctx context.Context) (int64, error)
 }
 
 // Feed is the change stream.
@@ -311,15 +313,31 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
 	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
-		return p.apply(ev)
+		return p.apply(ctx, ev)
 	})
 }
 
-func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
+// revisionJump is how far past the last applied revision an event may be
+// before the store is asked whether it has come that far: a forged event
+// far in the future would otherwise hold its key until the store caught up.
+const revisionJump = 1 << 20
+
+func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 	if ev == nil {
+		// Its change would be lost: read the store again instead.
 		p.m.events.WithLabelValues("invalid").Inc()
-		p.cfg.Log.Warn("undecodable change event skipped")
-		return nil
+		return fmt.Errorf("%w: an undecodable change event", errReload)
+	}
+	if ev.Revision > p.state.revision()+revisionJump {
+		rev, err := p.cfg.Loader.Revision(ctx)
+		if err != nil {
+			return err
+		}
+		if ev.Revision > rev {
+			p.m.events.WithLabelValues("invalid").Inc()
+			p.cfg.Log.Warn("change event beyond the store's revision refused", "key", ev.Key, "revision", ev.Revision, "store_revision", rev)
+			return nil
+		}
 	}
 	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
 		if ev.Revision > p.state.revision() {
@@ -347,9 +365,9 @@ func (p *Pusher) apply(ev *meshv1.ChangeEvent) error {
 			return nil
 		}
 	}
+	// Its change would be lost: read the store again instead.
 	p.m.events.WithLabelValues("invalid").Inc()
-	p.cfg.Log.Warn("invalid change event skipped", "key", ev.Key, "revision", ev.Revision, "err", err)
-	return nil
+	return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
 }
 
 // generate rebuilds the resources and hands them to the sink. Endpoint

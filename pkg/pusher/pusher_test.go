@@ -35,6 +35,13 @@ func (l *scriptedLoader) List(context.Context) ([]model.Stored, int64, []error, 
 	return items, rev, nil, err
 }
 
+func (l *scriptedLoader) Revision(context.Context) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, rev, err := l.loads[max(0, min(l.calls, len(l.loads))-1)]()
+	return rev, err
+}
+
 // scriptedFeed delivers one batch of events per Consume call, then ends the
 // call with the batch's error (or blocks when it has none).
 type scriptedFeed struct {
@@ -137,6 +144,10 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 	tests := map[string]feedBatch{
 		"a gap in the stream":    {end: model.ErrGap},
 		"a resync past the load": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: 20}}},
+		// An event that cannot be applied would lose its change.
+		"an event that does not decode": {events: []*meshv1.ChangeEvent{nil}},
+		"a value that does not decode": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_PUT,
+			Key: "/mesh/v1/services/ns/c", Revision: 15, Value: []byte{0xff}}}},
 	}
 	for name, first := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -169,6 +180,44 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestEventBeyondTheStoreIsRefused: an event whose revision the store has
+// not reached (a forged one) is refused; it does not hold its key, and the
+// events after it apply.
+func TestEventBeyondTheStoreIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+		}}
+		b := stored("b", 80)
+		value, err := model.Encode(b.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed := &scriptedFeed{batches: []feedBatch{{events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/a", Revision: 1 << 62},
+			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: b.Key.String(), Revision: 12, Value: value},
+		}}}}
+		sink := &recordingSink{}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if got := sink.clusters(); len(got) != 2 {
+			t.Errorf("serving clusters %v, want a's and b's", got)
+		}
+		if invalid := testutil.ToFloat64(p.m.events.WithLabelValues("invalid")); invalid != 1 {
+			t.Errorf("%v events refused, want 1", invalid)
+		}
+		cancel()
+		<-done
+	})
 }
 
 func TestPusherKeepsServingWhileTheStoreIsDown(t *testing.T) {

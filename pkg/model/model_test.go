@@ -88,6 +88,12 @@ func TestValidate(t *testing.T) {
 		"bad regex": {&meshv1.RouteRule{Hosts: []string{"a"}, Http: []*meshv1.HTTPRoute{{
 			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Regex{Regex: "(("}}}},
 			Route: []*meshv1.RouteDestination{dest("a", 0)}}}}, "spec.http[0].match[0].uri.regex"},
+		"regex Envoy refuses as too large": {&meshv1.RouteRule{Hosts: []string{"a"}, Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{Headers: map[string]*meshv1.StringMatch{"x-id": {Kind: &meshv1.StringMatch_Regex{Regex: "[0-9a-f]{120}"}}}}},
+			Route: []*meshv1.RouteDestination{dest("a", 0)}}}}, "spec.http[0].match[0].headers.x-id.regex"},
+		"regex within Envoy's limit": {&meshv1.RouteRule{Hosts: []string{"a"}, Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Regex{Regex: "^/api/v[0-9]+/users/.*$"}}}},
+			Route: []*meshv1.RouteDestination{dest("a", 0)}}}}, ""},
 		"empty string match": {&meshv1.RouteRule{Hosts: []string{"a"}, Http: []*meshv1.HTTPRoute{{
 			Match: []*meshv1.HTTPMatch{{Headers: map[string]*meshv1.StringMatch{"x-user": {}}}},
 			Route: []*meshv1.RouteDestination{dest("a", 0)}}}}, "spec.http[0].match[0].headers.x-user"},

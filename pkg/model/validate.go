@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 
@@ -212,8 +213,30 @@ func validateStringMatch(field string, m *meshv1.StringMatch) error {
 		if _, err := regexp.Compile(k.Regex); err != nil {
 			return fieldErr(field+".regex", "%q is not an RE2 regex: %v", k.Regex, err)
 		}
+		if n := programSize(k.Regex); n > MaxRegexProgramSize {
+			return fieldErr(field+".regex", "%q compiles to %d instructions; Envoy refuses regexes above %d (its RE2 program size limit): simplify it", k.Regex, n, MaxRegexProgramSize)
+		}
 	}
 	return nil
+}
+
+// MaxRegexProgramSize is Envoy's default limit on the size of a compiled
+// RE2 program (runtime key re2.max_program_size.error_level); a route
+// with a larger regex is refused, NACKing the whole configuration.
+const MaxRegexProgramSize = 100
+
+// programSize approximates RE2's program size by the instructions of Go's
+// compiled program (the same construction: "a{100}" is 102 in both).
+func programSize(expr string) int {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 func validateTrafficPolicy(p *meshv1.TrafficPolicy) error {

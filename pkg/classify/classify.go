@@ -23,6 +23,12 @@ import (
 // Router is the kind of gateway proxies ("router~..." node ids).
 const Router = "router"
 
+// Elsewhere stands for every namespace that has nothing of its own in the
+// mesh (no service, no Sidecar, not named by any exportTo): they all see
+// the same, so their proxies share one class, however many namespaces
+// clients claim. It is no namespace's name.
+const Elsewhere = "~"
+
 // Index is what classifying a proxy reads: the Sidecars, whether any
 // service limits who sees it, and the Gateways. It is built from a mesh
 // build and never modified.
@@ -31,14 +37,24 @@ type Index struct {
 	scopes map[string][]meshbuild.Scope
 	// restricted says some service limits who may see it (exportTo).
 	restricted bool
-	gateways   []*generate.Gateway
+	// own are the namespaces with something of their own: a service, a
+	// Sidecar, or a mention in an exportTo.
+	own      map[string]bool
+	gateways []*generate.Gateway
 }
 
 // NewIndex indexes what decides the classes of a mesh build.
 func NewIndex(b *meshbuild.Built) *Index {
-	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, gateways: b.Mesh.Gateways}
+	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, own: map[string]bool{}, gateways: b.Mesh.Gateways}
 	for _, s := range b.Scopes {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
+		ix.own[s.Namespace] = true
+	}
+	for _, s := range b.Mesh.Services {
+		ix.own[s.Namespace] = true
+		for _, ns := range s.Spec.ExportTo {
+			ix.own[ns] = true
+		}
 	}
 	for _, list := range ix.scopes {
 		// Sidecars with more selector labels first (the namespace default,
@@ -74,7 +90,8 @@ func (ix *Index) find(namespace, name string) *meshbuild.Scope {
 // same Sidecars (by name and selector), the same exportTo restriction and
 // the same Gateway selectors.
 func (ix *Index) Same(next *Index) bool {
-	if ix.restricted != next.restricted || len(ix.scopes) != len(next.scopes) || len(ix.gateways) != len(next.gateways) {
+	if ix.restricted != next.restricted || len(ix.scopes) != len(next.scopes) || len(ix.gateways) != len(next.gateways) ||
+		(ix.restricted && !maps.Equal(ix.own, next.own)) {
 		return false
 	}
 	for ns, list := range ix.scopes {
@@ -120,6 +137,9 @@ func (ix *Index) Classify(node *core.Node) string {
 		return kind + "/" + ns + "/" + s.Name
 	}
 	if ix.restricted {
+		if !ix.own[ns] {
+			ns = Elsewhere
+		}
 		return kind + "/" + ns + "/"
 	}
 	return kind

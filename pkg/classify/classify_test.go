@@ -59,6 +59,20 @@ func TestClassify(t *testing.T) {
 	if got := none.Classify(node("x", map[string]any{"NAMESPACE": "shop"})); got != "envoy" {
 		t.Errorf("before the first build: class %q, want envoy", got)
 	}
+	// With a service exported to its own namespace only, each namespace
+	// with something of its own is a class, and every other namespace
+	// shares one, however many clients claim.
+	private := model.Stored{Key: model.Key{Kind: model.KindService, Namespace: "pay", Name: "ledger"},
+		Object: &meshv1.Service{Hostnames: []string{"ledger.pay"}, ExportTo: []string{".", "audit"}}}
+	restricted := index(t, private)
+	for ns, want := range map[string]string{"pay": "envoy/pay/", "audit": "envoy/audit/", "made-up-1": "envoy/~/", "made-up-2": "envoy/~/"} {
+		if got := restricted.Classify(node("x", map[string]any{"NAMESPACE": ns})); got != want {
+			t.Errorf("namespace %s: class %q, want %q", ns, got, want)
+		}
+	}
+	if _, v := restricted.View("envoy/~/"); v.Namespace != Elsewhere {
+		t.Errorf("view of the shared class: %+v", v)
+	}
 	if !ix.Same(index(t, sidecar("shop", "default", nil, "other/*"), sidecar("shop", "cart", map[string]string{"app": "cart"}), gateway)) {
 		t.Error("an egress change moved proxies to other classes")
 	}

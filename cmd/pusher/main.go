@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string) error {
 	var quiet, maxDelay, maxHold, maxAge time.Duration
 	var streamRate float64
 	var maxPushes int
-	var sendTimeout time.Duration
+	var sendTimeout, classIdle time.Duration
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	common.Register(fs, ":15014")
 	remote.Register(fs)
@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string) error {
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")
 	fs.DurationVar(&sendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
+	fs.DurationVar(&classIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold,
-			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout,
+			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout, ClassIdle: classIdle,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

@@ -385,9 +385,11 @@ func (p *Pusher) generate(c change) {
 	p.last.Store(mesh)
 	p.generateEndpoints(built)
 	if c.full {
-		for _, class := range p.cfg.Sink.Classes() {
+		classes := p.cfg.Sink.Classes()
+		for _, class := range classes {
 			p.generateClass(mesh, class)
 		}
+		p.routes.keep(classes)
 		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
@@ -533,6 +535,17 @@ func (r *routeMemo) reuse(class string, rcs []*route.RouteConfiguration) []*rout
 	}
 	r.last[class] = next
 	return rcs
+}
+
+// keep forgets the classes not listed (dropped by the sink).
+func (r *routeMemo) keep(classes []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for class := range r.last {
+		if !slices.Contains(classes, class) {
+			delete(r.last, class)
+		}
+	}
 }
 
 // generateRouter generates the resources of a class of gateway proxies:

@@ -290,6 +290,8 @@ type Pusher struct {
 	StreamRate          float64
 	MaxConcurrentPushes int
 	SendTimeout         time.Duration
+	// ClassIdle is how long a class is kept after its last proxy left.
+	ClassIdle time.Duration
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -324,7 +326,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.pusher.Store(ps)
 	}
 	srv, err := server.New(server.Config{Cache: c, Classes: ps, ClassesChanged: ps.ClassesChanged(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout,
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout, ClassIdle: p.ClassIdle,
 		Convergence: ps, Ready: func() bool { return ps.GeneratedRevision() > 0 },
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {

@@ -182,6 +182,28 @@ func (c *Cache) AddClass(class string, fill func(class string)) bool {
 	return true
 }
 
+// RemoveClass drops the tables of a class added by AddClass (the classes
+// the cache was made with stay); the caller makes sure no stream watches
+// them. It reports whether the class was held.
+func (c *Cache) RemoveClass(class string) bool {
+	if slices.Contains(c.cfg.Classes, class) {
+		return false
+	}
+	c.adding.Lock()
+	defer c.adding.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.classes[class] {
+		return false
+	}
+	for _, t := range c.cfg.Types {
+		delete(c.tables, tableKey{class, t})
+	}
+	delete(c.classes, class)
+	c.cfg.Log.Info("proxy class dropped: no proxy left", "class", class)
+	return true
+}
+
 // table returns the table Update writes: a held one or one being filled.
 func (c *Cache) table(class, typeURL string) (*Table, bool) {
 	k := tableKey{class, typeURL}
@@ -198,10 +220,13 @@ func (c *Cache) table(class, typeURL string) (*Table, bool) {
 // encodes only the resources whose content may have changed (a resource
 // handed over again as the same object is not encoded again), and reports
 // how many changed, how many were removed, and the encoded size of them all.
+//
+// A class the cache does not hold (dropped while it was being generated)
+// is nothing to update.
 func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error) {
 	t, ok := c.table(class, typeURL)
 	if !ok {
-		return 0, 0, 0, fmt.Errorf("cache: no table for class %q type %s", class, typeURL)
+		return 0, 0, 0, nil
 	}
 	return t.Update(resources)
 }
@@ -211,7 +236,7 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 func (c *Cache) Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error) {
 	t, ok := c.table(class, typeURL)
 	if !ok {
-		return 0, 0, 0, fmt.Errorf("cache: no table for class %q type %s", class, typeURL)
+		return 0, 0, 0, nil
 	}
 	return t.Patch(set, remove)
 }

@@ -27,6 +27,8 @@ type Tables interface {
 	Table(class, typeURL string) (*cache.Table, error)
 	// AddClass adds a class's tables, filled by fill before they are served.
 	AddClass(class string, fill func(class string)) bool
+	// RemoveClass drops a class's tables.
+	RemoveClass(class string) bool
 }
 
 var _ Tables = (*cache.Cache)(nil)
@@ -89,6 +91,10 @@ type Config struct {
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
 	StreamRate float64
+	// ClassIdle is how long a class added for a proxy is kept after its
+	// last proxy left, so that clients cannot grow the server's state
+	// without bound. Default 5m; negative keeps every class.
+	ClassIdle time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -117,6 +123,9 @@ func (c *Config) Validate() error {
 	if c.StreamRate < 0 {
 		return errors.New("server: the stream rate must not be negative")
 	}
+	if c.ClassIdle == 0 {
+		c.ClassIdle = 5 * time.Minute
+	}
 	return nil
 }
 
@@ -136,8 +145,13 @@ type Server struct {
 	// receivers counts the streams' receiving goroutines: each returns
 	// once gRPC closes its stream, after the stream's handler returned.
 	receivers sync.WaitGroup
-	// adding serialises the creation of classes.
-	adding sync.Mutex
+	// classes counts the streams of each class, and since when a class
+	// has had none.
+	classes struct {
+		sync.Mutex
+		streams map[string]int
+		idle    map[string]time.Time
+	}
 }
 
 type metrics struct {
@@ -184,6 +198,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	srv := &Server{cfg: cfg, m: m}
+	srv.classes.streams, srv.classes.idle = map[string]int{}, map[string]time.Time{}
 	if cfg.MaxConcurrentPushes > 0 {
 		srv.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
 	}
@@ -209,6 +224,38 @@ func (s *Server) table(class, typeURL string) (*cache.Table, error) {
 	}
 	s.cfg.Cache.AddClass(class, s.cfg.Classes.FillClass)
 	return s.cfg.Cache.Table(class, typeURL)
+}
+
+// join counts a stream in its class and returns the class's table of a
+// type; the class is not dropped while the stream counts.
+func (s *Server) join(class, typeURL string) (*cache.Table, error) {
+	s.classes.Lock()
+	defer s.classes.Unlock()
+	s.classes.streams[class]++
+	delete(s.classes.idle, class)
+	return s.table(class, typeURL)
+}
+
+// leave uncounts a stream from its class.
+func (s *Server) leave(class string) {
+	s.classes.Lock()
+	defer s.classes.Unlock()
+	if s.classes.streams[class]--; s.classes.streams[class] <= 0 {
+		delete(s.classes.streams, class)
+		s.classes.idle[class] = time.Now()
+	}
+}
+
+// dropIdleClasses drops the classes without a stream for ClassIdle.
+func (s *Server) dropIdleClasses(now time.Time) {
+	s.classes.Lock()
+	defer s.classes.Unlock()
+	for class, since := range s.classes.idle {
+		if now.Sub(since) >= s.cfg.ClassIdle {
+			delete(s.classes.idle, class)
+			s.cfg.Cache.RemoveClass(class)
+		}
+	}
 }
 
 // Reclassify ends the stream of every connected proxy whose class is no
@@ -272,6 +319,20 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	defer stopWatching()
 	if s.cfg.SendTimeout > 0 {
 		wg.Go(func() { s.watchdog(wctx) })
+	}
+	if s.cfg.ClassIdle > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(max(s.cfg.ClassIdle/4, 10*time.Millisecond))
+			defer tick.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case now := <-tick.C:
+					s.dropIdleClasses(now)
+				}
+			}
+		})
 	}
 	if s.cfg.ClassesChanged != nil {
 		wg.Go(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,4 +218,70 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 	if resp, err := ask(); err != nil || len(resp.Resources) != 1 {
 		t.Fatalf("once loaded: %v (%v), want the one cluster", resp, err)
 	}
+}
+
+// byNode puts every proxy in a class of its own, named by its node id.
+type byNode struct{}
+
+func (byNode) Classify(n *core.Node) string { return n.GetId() }
+func (byNode) FillClass(string)             {}
+
+// TestIdleClassesAreDropped: a class added for a proxy is dropped once no
+// proxy has used it for ClassIdle, and added again when one comes back.
+func TestIdleClassesAreDropped(t *testing.T) {
+	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Cache: c, Classes: byNode{}, ClassIdle: 100 * time.Millisecond, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+
+	open := func(id string) context.CancelFunc {
+		sctx, stop := context.WithCancel(ctx)
+		stream, err := ads.StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return stop
+	}
+	has := func(class string) bool { return slices.Contains(c.Classes(), class) }
+	stopA := open("proxy-a")
+	stopB := open("proxy-b")
+	if !has("proxy-a") || !has("proxy-b") {
+		t.Fatalf("classes %v, want one per proxy", c.Classes())
+	}
+	stopA()
+	testutil.Eventually(t, 10*time.Second, "the class without a proxy is dropped", func() (bool, string) {
+		return !has("proxy-a") && has("proxy-b"), fmt.Sprint(c.Classes())
+	})
+	time.Sleep(300 * time.Millisecond) // several idle periods: b is still used
+	if !has("proxy-b") || !has("all") {
+		t.Fatalf("classes %v, want proxy-b's and the one the cache was made with", c.Classes())
+	}
+	defer open("proxy-a")()
+	if !has("proxy-a") {
+		t.Fatalf("classes %v: a returning proxy's class was not added again", c.Classes())
+	}
+	stopB()
 }

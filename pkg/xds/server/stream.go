@@ -163,7 +163,9 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 	defer func() {
 		s.m.streams.Dec()
 		s.cfg.Status.remove(st)
-		st.close()
+		if class := st.close(); class != "" {
+			s.leave(class)
+		}
 	}()
 	received := make(chan error, 1)
 	s.receivers.Add(1)
@@ -199,8 +201,9 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 	}
 }
 
-// close releases the stream's subscriptions.
-func (st *stream) close() {
+// close releases the stream's subscriptions and returns its class ("" if
+// it was never classified).
+func (st *stream) close() string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
@@ -217,6 +220,7 @@ func (st *stream) close() {
 			w.table.Answered()
 		}
 	}
+	return st.class
 }
 
 // errClosed stops a receive that finds its stream closed.
@@ -437,10 +441,14 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	if ready := st.srv.cfg.Ready; ready != nil && !ready() {
 		return nil, errNotReady
 	}
+	var t *cache.Table
+	var err error
 	if st.class == "" {
 		st.class = st.srv.cfg.Classes.Classify(st.node)
+		t, err = st.srv.join(st.class, typeURL)
+	} else {
+		t, err = st.srv.table(st.class, typeURL)
 	}
-	t, err := st.srv.table(st.class, typeURL)
 	if errors.Is(err, cache.ErrNotServed) {
 		st.srv.cfg.Log.Debug("request for a type not served; ignored", "proxy", st.node.GetId(), "type", typeURL)
 		return nil, nil

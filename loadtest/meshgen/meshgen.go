@@ -231,6 +231,9 @@ func MarkerAddress(n int) string {
 
 // ParseMarkerAddress returns the change number of a marker address.
 func ParseMarkerAddress(addr string) (int, bool) {
+	if !strings.HasPrefix(addr, "100.") {
+		return 0, false // not in 100.64.0.0/10: most addresses, rejected without allocating
+	}
 	parts := strings.Split(addr, ".")
 	if len(parts) != 4 {
 		return 0, false

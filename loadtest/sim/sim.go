@@ -37,6 +37,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -138,6 +139,7 @@ func New(cfg Config) (*Fleet, error) {
 // Run connects every proxy and keeps them connected until ctx is done.
 func (f *Fleet) Run(ctx context.Context) error {
 	conns := map[string]*grpc.ClientConn{}
+	pool := &dirtyPool{}
 	defer func() {
 		for _, c := range conns {
 			c.Close()
@@ -149,7 +151,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return c, nil
 		}
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)), experimental.WithBufferPool(pool))
 		if err != nil {
 			return nil, fmt.Errorf("sim: dial %s: %w", addr, err)
 		}
@@ -225,6 +227,10 @@ type proxy struct {
 	listenerRoutes             map[string][]string // listener → route names (Delta)
 	acked                      map[string]bool     // type → ever ACKed
 	edsRequested, rdsRequested bool
+	// seenRoute and seenEndpoint are the last marker reported per service
+	// (plus one), so that the tracker hears only of new ones: a route
+	// configuration carries every service's marker, and most did not change.
+	seenRoute, seenEndpoint []int32
 }
 
 // holdings is what a proxy holds, in names.
@@ -446,18 +452,27 @@ func (p *proxy) observe(typ string, rs []*anypb.Any) {
 		return
 	}
 	now := time.Now()
+	saw := func(seen *[]int32, kind meshgen.Kind, svc, n int) {
+		if svc < 0 || n < 0 {
+			return
+		}
+		if svc >= len(*seen) {
+			*seen = append(*seen, make([]int32, svc+1-len(*seen))...)
+		}
+		if (*seen)[svc] == int32(n+1) {
+			return
+		}
+		(*seen)[svc] = int32(n + 1)
+		obs.Saw(p.index, track.Key{Kind: kind, Service: svc}, n, now)
+	}
 	switch typ {
 	case resource.EndpointType:
 		for _, r := range rs {
-			forEachEndpointMarker(r.Value, func(svc, n int) {
-				obs.Saw(p.index, track.Key{Kind: meshgen.Endpoint, Service: svc}, n, now)
-			})
+			forEachEndpointMarker(r.Value, func(svc, n int) { saw(&p.seenEndpoint, meshgen.Endpoint, svc, n) })
 		}
 	case resource.RouteType:
 		for _, r := range rs {
-			forEachRouteMarker(r.Value, func(svc, n int) {
-				obs.Saw(p.index, track.Key{Kind: meshgen.Route, Service: svc}, n, now)
-			})
+			forEachRouteMarker(r.Value, func(svc, n int) { saw(&p.seenRoute, meshgen.Route, svc, n) })
 		}
 	}
 }
@@ -722,6 +737,9 @@ func forEachEndpointMarker(b []byte, fn func(svc, n int)) {
 	walk = func(b []byte, depth int) {
 		if depth == len(path) {
 			eachBytes(b, 2, func(addr []byte) {
+				if !bytes.HasPrefix(addr, []byte("100.")) {
+					return // not a marker: no string made
+				}
 				if n, ok := meshgen.ParseMarkerAddress(string(addr)); ok {
 					fn(svc, n)
 				}

@@ -60,3 +60,14 @@ func TestDiff(t *testing.T) {
 		t.Errorf("diff: +%v -%v", add, remove)
 	}
 }
+
+func TestDirtyPoolSizes(t *testing.T) {
+	var p dirtyPool
+	for _, n := range []int{0, 1, 2, 3, 1000, 4096, 4097, 90_000} {
+		b := p.Get(n)
+		if len(*b) != n || cap(*b) < n || (n > 1 && cap(*b) >= 2*n) {
+			t.Errorf("Get(%d): len %d cap %d", n, len(*b), cap(*b))
+		}
+		p.Put(b)
+	}
+}

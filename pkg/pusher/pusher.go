@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -135,6 +136,7 @@ type Pusher struct {
 	conv   *convergence
 	sizes  sizes
 	routes routeMemo
+	prints prints
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
 	// eds holds, by service, the names of the load assignments last
@@ -195,6 +197,7 @@ type metrics struct {
 	debounce    prometheus.Histogram
 	resources   *prometheus.GaugeVec
 	configBytes *prometheus.GaugeVec
+	classes     *prometheus.CounterVec
 }
 
 // New returns a Pusher.
@@ -237,11 +240,13 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
+		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
+			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -390,6 +395,7 @@ func (p *Pusher) generate(c change) {
 			p.generateClass(mesh, class)
 		}
 		p.routes.keep(classes)
+		p.prints.keep(classes)
 		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
@@ -466,6 +472,7 @@ func (p *Pusher) ClassesChanged() <-chan struct{} { return p.classesChanged }
 // FillClass generates the resources of a class seen for the first time,
 // from the last generation's mesh, before its first proxy is served.
 func (p *Pusher) FillClass(class string) {
+	p.prints.forget(class) // its tables are new, whatever it had before
 	if m := p.last.Load(); m != nil {
 		p.generateClass(m, class)
 	}
@@ -480,6 +487,12 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
+	if !p.prints.changed(class, classPrint(m, proxy, view)) {
+		// Nothing this class sees changed: its resources would be the same.
+		p.m.classes.WithLabelValues("unchanged").Inc()
+		return
+	}
+	p.m.classes.WithLabelValues("generated").Inc()
 	var clusters []*cluster.Cluster
 	for _, s := range m.Services {
 		clusters = append(clusters, cached(p, "cds", proxy.String(), m, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
@@ -535,6 +548,65 @@ func (r *routeMemo) reuse(class string, rcs []*route.RouteConfiguration) []*rout
 	}
 	r.last[class] = next
 	return rcs
+}
+
+// prints holds, per class, a hash of everything its last generation read,
+// so that a change the class does not see costs it nothing.
+type prints struct {
+	mu   sync.Mutex
+	last map[string]uint64
+}
+
+// changed records a class's print and reports whether it differs from
+// the last one.
+func (pr *prints) changed(class string, print uint64) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.last == nil {
+		pr.last = map[string]uint64{}
+	}
+	old, ok := pr.last[class]
+	pr.last[class] = print
+	return !ok || old != print
+}
+
+func (pr *prints) forget(class string) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	delete(pr.last, class)
+}
+
+// keep forgets the classes not listed (dropped by the sink).
+func (pr *prints) keep(classes []string) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for class := range pr.last {
+		if !slices.Contains(classes, class) {
+			delete(pr.last, class)
+		}
+	}
+}
+
+// classPrint hashes what a class's clusters, routes and listeners are made
+// of: the kind of proxy, its view, the services it sees with the versions
+// of their configuration (not of their endpoints), and every route rule.
+func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View) uint64 {
+	h := fnv.New64a()
+	write := func(parts ...string) {
+		for _, s := range parts {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+	}
+	write(proxy.String(), view.Namespace)
+	write(view.Egress...)
+	for _, s := range m.Services {
+		write("s", s.Namespace, s.Name, s.ConfigVersion)
+	}
+	for _, r := range m.Routes {
+		write("r", r.Namespace, r.Name, r.Version)
+	}
+	return h.Sum64()
 }
 
 // keep forgets the classes not listed (dropped by the sink).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,6 +391,68 @@ func TestRouteChangeRegeneratesOnlyTheRoutesItTouches(t *testing.T) {
 		// change, a's two again and b's two from the cache.
 		if miss, hit := testutil.ToFloat64(p.m.cache.WithLabelValues("vh", "miss")), testutil.ToFloat64(p.m.cache.WithLabelValues("vh", "hit")); miss != 6 || hit != 2 {
 			t.Errorf("virtual host cache: %v misses and %v hits, want 6 and 2", miss, hit)
+		}
+	})
+}
+
+// scopedSink serves the classes it is given.
+type scopedSink struct {
+	recordingSink
+	classes []string
+}
+
+func (s *scopedSink) Classes() []string { return s.classes }
+
+// TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt: with each namespace's
+// proxies limited to their namespace by a Sidecar, a service change
+// regenerates the class of its namespace and not the other's.
+func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc := func(ns string, port uint32) model.Stored {
+			s := stored("svc", port)
+			s.Key.Namespace = ns
+			s.Object.(*meshv1.Service).Hostnames = []string{"svc." + ns + ".svc.cluster.local"}
+			return s
+		}
+		sidecar := func(ns string) model.Stored {
+			return model.Stored{Key: model.Key{Kind: model.KindScope, Namespace: ns, Name: "default"}, ModRevision: 1,
+				Object: &meshv1.Scope{Egress: []*meshv1.EgressListener{{Hosts: []string{"./*"}}}}}
+		}
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{svc("a", 80), svc("b", 80), sidecar("a"), sidecar("b")}, 10, nil
+			},
+		}}
+		changed := svc("a", 81)
+		value, err := model.Encode(changed.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: changed.Key.String(), Revision: 11, Value: value}}}}}
+		sink := &scopedSink{classes: []string{"envoy/a/default", "envoy/b/default"}}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		cancel()
+		<-done
+		generated := testutil.ToFloat64(p.m.classes.WithLabelValues("generated"))
+		unchanged := testutil.ToFloat64(p.m.classes.WithLabelValues("unchanged"))
+		if generated != 3 || unchanged != 1 {
+			t.Errorf("%v classes generated and %v left unchanged, want 3 (both at the load, a's at the change) and 1 (b's)", generated, unchanged)
+		}
+		var ports []string
+		for name := range sink.resources("envoy/a/default", resource.ClusterType) {
+			ports = append(ports, name)
+		}
+		if !slices.Contains(ports, "outbound|81||svc.a.svc.cluster.local") {
+			t.Errorf("class a serves %v, want the new port", ports)
 		}
 	})
 }

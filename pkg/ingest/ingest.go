@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,8 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Object is one normalized object a source holds.
@@ -84,7 +87,18 @@ type Config struct {
 	// Metrics are shared by every Syncer of a process (they are labelled by
 	// source); nil keeps them unregistered.
 	Metrics *Metrics
+	// MaxObjectSize bounds the encoded size of a stored object. Default
+	// MaxObjectSize.
+	MaxObjectSize int
 }
+
+// MaxObjectSize bounds the encoded size of one stored object: well below
+// etcd's request limit (1.5 MiB by default) and NATS's message limit
+// (1 MiB by default), with room for the change event around it. A larger
+// set of endpoints is split into chunks stored under keys of their own, as
+// Kubernetes splits endpoints into EndpointSlices; any other object that
+// large is rejected.
+const MaxObjectSize = 512 << 10
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
@@ -96,6 +110,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxObjectSize == 0 {
+		c.MaxObjectSize = MaxObjectSize
 	}
 	return nil
 }
@@ -461,6 +478,7 @@ func keep(k model.Key, o model.Object, problems []Problem) bool {
 // source into the valid ones, and returns them, how many did not change,
 // and the source's problems with every one found.
 func (s *Syncer) validate(scope []string, objs []Object, problems []Problem) (valid []Object, unchanged int, _ []Problem) {
+	objs, problems = s.split(objs, problems)
 	objs, problems = s.dedupe(scope, objs, problems)
 	// Services and endpoints first, so that what refers to them is checked
 	// against the valid ones.
@@ -493,6 +511,79 @@ func (s *Syncer) validate(scope []string, objs []Object, problems []Problem) (va
 		valid = append(valid, o)
 	}
 	return valid, unchanged, problems
+}
+
+// split splits the endpoints too large to store into chunks, and rejects
+// every other object too large to store.
+func (s *Syncer) split(objs []Object, problems []Problem) ([]Object, []Problem) {
+	limit := s.cfg.MaxObjectSize
+	var out []Object
+	for i, o := range objs {
+		size := proto.Size(o.Object)
+		if size <= limit {
+			if out != nil {
+				out = append(out, o)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]Object, 0, len(objs)+8), objs[:i]...)
+		}
+		tooLarge := func(what string, n int) {
+			k := o.Key
+			problems = append(problems, Problem{Location: o.Object.GetOrigin().GetLocation(), Resource: o.resource(), Keep: &k,
+				Reason: fmt.Sprintf("%s is %d bytes encoded; the store and the bus take at most %d: split it", what, n, limit)})
+		}
+		eps, ok := o.Object.(*meshv1.Endpoints)
+		if !ok {
+			tooLarge("the object", size)
+			continue
+		}
+		chunks, big := chunkEndpoints(o, eps, limit)
+		if big >= 0 {
+			tooLarge(fmt.Sprintf("endpoint %d (%s)", big, eps.Endpoints[big].GetAddress()), proto.Size(eps.Endpoints[big]))
+			continue
+		}
+		out = append(out, chunks...)
+	}
+	if out == nil {
+		return objs, problems
+	}
+	return out, problems
+}
+
+// chunkEndpoints splits a set of endpoints into objects below limit: the
+// first keeps the key, the others are named "<key name>~<n>". It returns
+// the index of an endpoint too large on its own, or -1.
+func chunkEndpoints(o Object, eps *meshv1.Endpoints, limit int) ([]Object, int) {
+	newChunk := func() *meshv1.Endpoints {
+		return &meshv1.Endpoints{Origin: proto.Clone(eps.Origin).(*meshv1.Origin), Service: eps.Service, Shard: eps.Shard}
+	}
+	var out []Object
+	cur := newChunk()
+	base := proto.Size(cur)
+	size := base
+	flush := func() {
+		k := o.Key
+		if len(out) > 0 {
+			k.Name += "~" + strconv.Itoa(len(out))
+		}
+		out = append(out, Object{Key: k, Object: cur, Resource: o.Resource})
+		cur, size = newChunk(), base
+	}
+	for i, ep := range eps.Endpoints {
+		n := protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(ep))
+		if base+n > limit {
+			return nil, i
+		}
+		if size+n > limit {
+			flush()
+		}
+		cur.Endpoints = append(cur.Endpoints, ep)
+		size += n
+	}
+	flush()
+	return out, -1
 }
 
 // reject returns the problem of an invalid object; the last valid version

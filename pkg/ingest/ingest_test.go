@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
@@ -191,4 +192,71 @@ func TestSyncerListsAgainAfterAFailedWrite(t *testing.T) {
 		t.Fatalf("resync: %+v %v, want the deleted object written again", res, err)
 	}
 	want(t, st, "/mesh/v1/services/ns/a")
+}
+
+// TestLargeObjectsAreSplitOrRejected: endpoints too large to store are
+// split into chunks under keys of their own, which follow the set as it
+// shrinks; any other object that large is rejected with a problem, and
+// its last valid version stays.
+func TestLargeObjectsAreSplitOrRejected(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	st := &countingStore{Store: store.New(cli)}
+	const limit = 2 << 10
+	s, err := ingest.NewSyncer(ingest.Config{Source: "test", Store: st, Log: testutil.Log(t), MaxObjectSize: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testutil.Context(t)
+	addrs := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
+		}
+		return out
+	}
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80), eps("a", addrs(200)...)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	items, _, _, err := st.Store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, total := 0, 0
+	for _, it := range items {
+		if e, ok := it.Object.(*meshv1.Endpoints); ok {
+			chunks++
+			total += len(e.Endpoints)
+			if v, _ := model.Encode(e); len(v) > limit {
+				t.Errorf("%s is %d bytes, over the limit of %d", it.Key, len(v), limit)
+			}
+		}
+	}
+	if chunks < 2 || total != 200 {
+		t.Fatalf("stored %d chunks holding %d endpoints, want several holding all 200", chunks, total)
+	}
+	// The set shrinks: the chunks it no longer needs go.
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80), eps("a", addrs(3)...)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want(t, st, "/mesh/v1/endpoints/ns/a/test (3)", "/mesh/v1/services/ns/a")
+
+	// A service too large: rejected, the stored version stays.
+	big := svc("a", 81)
+	for i := range 200 {
+		big.Object.(*meshv1.Service).Hostnames = append(big.Object.(*meshv1.Service).Hostnames, fmt.Sprintf("alias-%d.example.com", i))
+	}
+	res, err := s.Sync(ctx, []ingest.Object{big, eps("a", addrs(3)...)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Problems) != 1 || !strings.Contains(res.Problems[0].Reason, "bytes encoded") || res.Problems[0].Location != "Service ns/a" {
+		t.Fatalf("problems %v, want one saying the service is too large", res.Problems)
+	}
+	want(t, st, "/mesh/v1/endpoints/ns/a/test (3)", "/mesh/v1/services/ns/a")
+	items, _, _, _ = st.Store.List(ctx)
+	for _, it := range items {
+		if sv, ok := it.Object.(*meshv1.Service); ok && sv.Ports[0].Number != 80 {
+			t.Errorf("stored service has port %d, want the last valid version (80)", sv.Ports[0].Number)
+		}
+	}
 }

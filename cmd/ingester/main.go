@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
@@ -18,6 +19,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
@@ -140,9 +142,11 @@ func run(ctx context.Context, args []string) error {
 				NamespaceSelector: selector, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
 		})
 	}
+	var rl atomic.Pointer[relay.Relay]
+	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
 	g.Go(func() error {
 		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: bus.Config{Stream: remote.Stream}, Election: election,
-			Log: log, Registerer: reg}.Run(ctx)
+			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)

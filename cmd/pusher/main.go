@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string) error {
 	ready := telemetry.NewReadiness()
 	var ps atomic.Pointer[pusher.Pusher]
 	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
+	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold,

@@ -20,6 +20,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -110,6 +111,10 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		return synced.Load() && p != nil && p.GeneratedRevision() > 0 && p.GeneratedRevision() >= syncedRev.Load()
 	})
 
+	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
+	var rl atomic.Pointer[relay.Relay]
+	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
+
 	ingestMetrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
@@ -126,7 +131,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 			}}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Run(ctx)
+		return app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold,

@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 type Bus struct {
 	js     jetstream.JetStream
 	stream string
+	config jetstream.StreamConfig
 }
 
 // New ensures the stream exists with cfg and returns a Bus on it. The caller
@@ -78,7 +79,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
 	if maxMsgs == 0 {
 		maxMsgs = -1
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	b := &Bus{js: js, stream: cfg.Stream, config: jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{SubjectPrefix + ".>"},
 		Retention:  jetstream.LimitsPolicy,
@@ -87,11 +88,20 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
 		Duplicates: cfg.Duplicates,
 		Replicas:   cfg.Replicas,
 		Storage:    jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: create stream %s: %w", cfg.Stream, err)
+	}}
+	if err := b.Ensure(ctx); err != nil {
+		return nil, err
 	}
-	return &Bus{js: js, stream: cfg.Stream}, nil
+	return b, nil
+}
+
+// Ensure creates the stream if it does not exist (someone deleted it), or
+// brings its configuration back.
+func (b *Bus) Ensure(ctx context.Context) error {
+	if _, err := b.js.CreateOrUpdateStream(ctx, b.config); err != nil {
+		return fmt.Errorf("bus: create stream %s: %w", b.stream, err)
+	}
+	return nil
 }
 
 // Subject returns the subject an event is published on.
@@ -186,6 +196,19 @@ func (b *Bus) Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error) {
 	return ev, seq, nil
 }
 
+// streamCheck is how long Consume waits for a message before it checks
+// that its stream is still the one it started on.
+const streamCheck = 2 * time.Second
+
+// created returns when the stream was created.
+func (b *Bus) created(ctx context.Context) (time.Time, error) {
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bus: stream %s: %w", b.stream, err)
+	}
+	return s.CachedInfo().Created, nil
+}
+
 // LastSeq returns the sequence of the last message in the stream (0 when empty).
 func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
 	s, err := b.js.Stream(ctx, b.stream)
@@ -220,14 +243,30 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 		return fmt.Errorf("bus: consume %s from %d: %w", b.stream, fromSeq, err)
 	}
 	defer it.Stop()
+	created, err := b.created(ctx)
+	if err != nil {
+		return err
+	}
 	next := fromSeq
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		wait, cancel := context.WithTimeout(ctx, streamCheck)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, jetstream.ErrOrderedConsumerReset) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrOrderedConsumerReset) {
+				// Quiet for a while, or the consumer was recreated: the
+				// stream may have been deleted (and made again by the
+				// relay), holding none of the sequences expected next.
+				now, err := b.created(ctx)
+				if err != nil {
+					return err
+				}
+				if !now.Equal(created) {
+					return fmt.Errorf("bus: stream %s was recreated: %w", b.stream, model.ErrGap)
+				}
 				continue
 			}
 			return fmt.Errorf("bus: consume %s: %w", b.stream, err)

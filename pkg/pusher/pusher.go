@@ -127,6 +127,7 @@ type Pusher struct {
 	debouncer *debounce.Debouncer[change]
 	m         metrics
 	generated atomic.Int64 // revision of the last generation, 0 before the first
+	following atomic.Bool  // the store is loaded and the stream followed
 	// lru holds per-service generated resources by their inputs' versions.
 	lru *lru.Cache[string, any]
 	// index classifies proxies; last is the mesh of the last generation,
@@ -260,6 +261,11 @@ func New(cfg Config) (*Pusher, error) {
 		classesChanged: make(chan struct{}, 1)}, nil
 }
 
+// Following reports whether the pusher follows the store's changes: it
+// loaded the store and reads the change stream. While it does not, it
+// serves what it generated last.
+func (p *Pusher) Following() bool { return p.following.Load() }
+
 // GeneratedRevision returns the store revision the served resources
 // reflect, 0 before the first generation.
 func (p *Pusher) GeneratedRevision() int64 { return p.generated.Load() }
@@ -317,6 +323,8 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
 	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+	p.following.Store(true)
+	defer p.following.Store(false)
 	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
 		return p.apply(ctx, ev)
 	})

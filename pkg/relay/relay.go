@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,8 @@ type Publisher interface {
 	// or not at all; ack waits for the bus's answer.
 	PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Context) (duplicate bool, err error), err error)
 	Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error)
+	// Ensure makes the bus's stream exist (someone may have deleted it).
+	Ensure(ctx context.Context) error
 }
 
 // Config configures a Relay.
@@ -68,7 +71,13 @@ func (c *Config) Validate() error {
 type Relay struct {
 	cfg Config
 	m   metrics
+	// failing is set from a failure until the relay follows the store again.
+	failing atomic.Bool
 }
+
+// Healthy reports whether the relay is following the store (it has not
+// failed since it last resumed).
+func (r *Relay) Healthy() bool { return !r.failing.Load() }
 
 type metrics struct {
 	published  prometheus.Counter
@@ -116,11 +125,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		r.m.failures.Inc()
+		r.failing.Store(true)
 		r.cfg.Log.Warn("relay stopped; starting again", "err", err, "retry_in", r.cfg.RetryDelay)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(r.cfg.RetryDelay):
+		}
+		// The stream may be gone (deleted by hand): make it again; the
+		// next pass finds it empty and publishes a RESYNC.
+		if err := r.cfg.Publisher.Ensure(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Log.Warn("cannot make the stream", "err", err)
 		}
 	}
 }
@@ -137,6 +152,7 @@ func (r *Relay) relay(ctx context.Context) error {
 		return r.resync(ctx, "empty stream")
 	}
 	from, skip := resumePoint(last)
+	r.failing.Store(false)
 	r.m.revision.Set(float64(last.Revision))
 	r.cfg.Log.Info("relay resuming", "after_revision", from, "last_event", fmt.Sprintf("%s@%d", last.Key, last.Revision))
 
@@ -217,6 +233,7 @@ func (r *Relay) resync(ctx context.Context, why string) error {
 		return err
 	}
 	r.m.resyncs.Inc()
+	r.failing.Store(false)
 	r.cfg.Log.Info("relay published resync", "revision", rev, "reason", why)
 	return errResynced
 }

@@ -236,6 +236,8 @@ type Relay struct {
 	Election   Election
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	// Started, when set, receives the relay once it exists.
+	Started func(*relay.Relay)
 }
 
 // Run relays until ctx is done.
@@ -247,6 +249,9 @@ func (r Relay) Run(ctx context.Context) error {
 	rl, err := relay.New(relay.Config{Watcher: store.New(r.Etcd), Publisher: b, Log: r.Log.With("part", "relay"), Registerer: r.Registerer})
 	if err != nil {
 		return err
+	}
+	if r.Started != nil {
+		r.Started(rl)
 	}
 	// The relay only reads the store; the election keeps one relay
 	// publishing (a second would double nothing, only waste work).

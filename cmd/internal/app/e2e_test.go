@@ -14,12 +14,14 @@ import (
 
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -69,7 +71,9 @@ type controlPlane struct {
 	status *server.Status
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
+	nats   *nats.Conn
 	pusher atomic.Pointer[pusher.Pusher]
+	relay  atomic.Pointer[relay.Relay]
 	cancel context.CancelFunc
 	g      *errgroup.Group
 }
@@ -103,11 +107,13 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	for _, src := range sources {
 		g.Go(func() error { return src(ctx, cli, log) })
 	}
-	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Run(ctx) })
 	status := server.NewStatus()
 	dump := &app.ConfigDump{Status: status}
 	reg := prometheus.NewRegistry()
-	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, cancel: cancel, g: g}
+	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, nats: nc, cancel: cancel, g: g}
+	g.Go(func() error {
+		return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log, Started: func(r *relay.Relay) { cp.relay.Store(r) }}.Run(ctx)
+	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg,
 			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)

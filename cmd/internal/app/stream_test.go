@@ -1,0 +1,45 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+)
+
+// TestDeletedStreamIsMadeAgain: someone deletes the JetStream stream. The
+// relay makes it again and starts it with a RESYNC; the pusher, whose
+// consumer lost its stream, loads the store again; changes reach a grpc-go
+// client as before, and both say they follow the store again.
+func TestDeletedStreamIsMadeAgain(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+	allOn(t, conn, a.addr, "RPCs reach backend a")
+
+	js, err := jetstream.New(cp.nats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, "SHARDPILOT_MESH"); err != nil {
+		t.Fatal(err)
+	}
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b)))
+	allOn(t, conn, b.addr, "RPCs follow the endpoint after the stream was deleted")
+	testutil.Eventually(t, 20*time.Second, "the relay and the pusher follow the store again", func() (bool, string) {
+		p, r := cp.pusher.Load(), cp.relay.Load()
+		return p != nil && r != nil && p.Following() && r.Healthy(), "not yet"
+	})
+	if _, err := js.Stream(ctx, "SHARDPILOT_MESH"); err != nil {
+		t.Errorf("the stream was not made again: %v", err)
+	}
+	// And the next change flows as usual.
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	allOn(t, conn, a.addr, "RPCs follow the next change")
+}

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -80,16 +81,18 @@ func TestGatewayRouterGetsItsGateway(t *testing.T) {
 		}
 		return slices.Equal(names, []string{"0.0.0.0_80"}), ""
 	})
-	resp := fetch(resource.RouteType, "http.80")
-	if len(resp) == 0 || len(resp[0].Resources) != 1 {
-		t.Fatalf("no route configuration http.80: %v", resp)
-	}
-	rc := &route.RouteConfiguration{}
-	if err := resp[0].Resources[0].UnmarshalTo(rc); err != nil {
-		t.Fatal(err)
-	}
-	if len(rc.VirtualHosts) != 1 || rc.VirtualHosts[0].Domains[0] != "greeter.example.com" ||
-		rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() != "outbound|50051||greeter.demo.svc.cluster.local" {
-		t.Errorf("http.80 = %v, want greeter.example.com routed to the greeter", rc)
-	}
+	// The route rule may be written after the Gateway: wait for it too.
+	testutil.Eventually(t, 20*time.Second, "the router's route configuration routes the gateway's host", func() (bool, string) {
+		resp := fetch(resource.RouteType, "http.80")
+		if len(resp) == 0 || len(resp[0].Resources) != 1 {
+			return false, fmt.Sprint("no route configuration http.80: ", resp)
+		}
+		rc := &route.RouteConfiguration{}
+		if err := resp[0].Resources[0].UnmarshalTo(rc); err != nil {
+			return false, err.Error()
+		}
+		ok := len(rc.VirtualHosts) == 1 && rc.VirtualHosts[0].Domains[0] == "greeter.example.com" &&
+			rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() == "outbound|50051||greeter.demo.svc.cluster.local"
+		return ok, fmt.Sprint("http.80 = ", rc)
+	})
 }

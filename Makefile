@@ -22,16 +22,23 @@ run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
 	$(GO) run ./cmd/standalone --mesh-dir examples/mesh
 
 .PHONY: test
-test: check-generate ## Run vet, the generated-code check, every test with the race detector, and the small load test.
+test: check-generate ## Run vet, the generated-code check, every test with the race detector, the small load test and the fault suite.
 	$(GO) vet ./...
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
 	$(MAKE) loadtest
+	$(MAKE) loadtest-faults
 
 .PHONY: loadtest
 loadtest: build ## Small load test (about a minute): 500 simulated Envoys, 200 services, 2,000 endpoints, shardpilot then the baseline; fails unless every change reaches every proxy.
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	$(BIN)/loadtest run --bin $(BIN) --proxies 500 --services 200 --endpoints 10 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/small
+
+.PHONY: loadtest-faults
+loadtest-faults: build ## The fault suite (about 2 minutes): under churn, SIGKILL a pusher, SIGSTOP NATS and etcd for 30 s each, SIGKILL the ingester leader; fails if a change is lost.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(BIN)/loadtest run --bin $(BIN) --proxies 100 --services 50 --endpoints 5 \
+		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --faults --settle 60s --out loadtest/out/faults
 
 .PHONY: loadtest-kube
 loadtest-kube: build ## The small load test with the changes made through a real kube-apiserver (Istio resources) instead of the YAML directory.

@@ -43,6 +43,8 @@ type Scenario struct {
 	Pushers      []int         `json:"pushers"`
 	Baseline     bool          `json:"baseline"`
 	Storm        bool          `json:"storm"`
+	Faults       bool          `json:"faults"`
+	FaultHold    time.Duration `json:"fault_hold"`
 	Seed         uint64        `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
@@ -52,6 +54,11 @@ type Scenario struct {
 	bin, out       string
 	connectTimeout time.Duration
 	check          bool
+	// removeSeen removes a dynamic service only once its addition reached
+	// every proxy: under a fault that outlasts the 5 s wait, an addition
+	// and its removal would otherwise reach the proxies as one no-change,
+	// which counts as two changes that never converged.
+	removeSeen bool
 }
 
 func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,9 +77,11 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&sc.ServiceRate, "service-rate", 0.5, "services added or removed per second")
 	fs.DurationVar(&sc.Duration, "duration", 20*time.Second, "how long changes are made")
 	fs.DurationVar(&sc.Settle, "settle", 30*time.Second, "how long to wait, after the last change, for every proxy to converge")
-	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2)")
+	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2; empty for none)")
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
+	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
+	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
 	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
 	fs.StringVar(&sc.bin, "bin", ".bin", "directory holding the ingester and pusher binaries (make build)")
@@ -84,6 +93,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	for _, p := range strings.Split(pushers, ",") {
+		if strings.TrimSpace(p) == "" && strings.TrimSpace(pushers) == "" {
+			break
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 {
 			return fmt.Errorf("--pushers %q: want counts of at least 1", pushers)
@@ -128,6 +140,13 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if sc.Storm {
 		ph, err := phase(ctx, sc, target{pushers: 2, storm: true}, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if sc.Faults {
+		ph, err := faultPhase(ctx, sc, stderr)
 		if err != nil {
 			return err
 		}
@@ -551,7 +570,7 @@ func makeChanges(ctx context.Context, sc Scenario, mesh *meshgen.Mesh, tracker *
 			// seen it: a service added and removed within one debounce is
 			// never visible, and its changes could not be told apart from lost ones.
 			dyn := mesh.Dynamic()
-			if len(dyn) == 0 || time.Since(added[dyn[0]]) < 5*time.Second {
+			if len(dyn) == 0 || time.Since(added[dyn[0]]) < 5*time.Second || (sc.removeSeen && !tracker.Done(dyn[0])) {
 				kind = meshgen.AddService
 			}
 			pick = 0

@@ -23,25 +23,36 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory for etcd's and NATS's data")
 	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url>\" to once both serve")
+	only := fs.String("only", "", `run only "etcd" or only "nats" (the other address is written as "-")`)
 	if err := parse(fs, "Run etcd and NATS JetStream for a load test, until SIGTERM.", args); err != nil {
 		return err
 	}
 	if *dir == "" || *out == "" {
 		return errors.New("store: --dir and --addresses are required")
 	}
-	etcd, err := embedded.StartEtcd(*dir)
-	if err != nil {
-		return err
+	if *only != "" && *only != "etcd" && *only != "nats" {
+		return fmt.Errorf("store: --only %q: want etcd or nats", *only)
 	}
-	defer etcd.Close()
-	nats, err := embedded.StartNATS(*dir, 0)
-	if err != nil {
-		return err
+	etcdURL, natsURL := "-", "-"
+	if *only != "nats" {
+		etcd, err := embedded.StartEtcd(filepath.Join(*dir, "etcd-store"))
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		etcdURL = etcd.Endpoint
 	}
-	defer nats.Close()
+	if *only != "etcd" {
+		nats, err := embedded.StartNATS(filepath.Join(*dir, "nats-store"), 0)
+		if err != nil {
+			return err
+		}
+		defer nats.Close()
+		natsURL = nats.URL
+	}
 	// Written whole, then renamed: the reader never sees half of it.
 	tmp := *out + ".tmp"
-	if err := os.WriteFile(tmp, []byte(etcd.Endpoint+" "+nats.URL+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(etcdURL+" "+natsURL+"\n"), 0o644); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
 	if err := os.Rename(tmp, *out); err != nil {
@@ -52,14 +63,19 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // startStore starts runStore in a child process and returns it with the
-// etcd endpoint and the NATS URL.
-func startStore(ctx context.Context, out, name, work string) (*proc, string, string, error) {
+// etcd endpoint and the NATS URL ("-" for one not run); only, when set,
+// runs only "etcd" or only "nats".
+func startStore(ctx context.Context, out, name, work string, only ...string) (*proc, string, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", "", err
 	}
-	addrs := filepath.Join(work, "store-addresses")
-	p, err := start(out, name, self, "store", "--dir", work, "--addresses", addrs)
+	addrs := filepath.Join(work, name+"-addresses")
+	args := []string{"store", "--dir", work, "--addresses", addrs}
+	if len(only) > 0 {
+		args = append(args, "--only", only[0])
+	}
+	p, err := start(out, name, self, args...)
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -52,6 +52,19 @@ type Usage struct {
 	RSS float64 `json:"rss_mib"` // resident memory, MiB
 }
 
+// Fault is one fault of the fault suite.
+type Fault struct {
+	Name string `json:"name"`
+	// Lasted is how long the fault was in effect (until the process was
+	// started again or continued).
+	Lasted float64 `json:"lasted_s"`
+	// Recovered is the time from its end until every change made before
+	// its end had reached every proxy; Pending counts those that had not
+	// when the run gave up waiting.
+	Recovered float64 `json:"recovered_s"`
+	Pending   int     `json:"pending"`
+}
+
 // Storm is the reconnect storm: every proxy's pusher is killed at once.
 type Storm struct {
 	Proxies int `json:"proxies"`
@@ -117,6 +130,7 @@ type Phase struct {
 	Timeline []Point  `json:"timeline"`
 	Usage    []Usage  `json:"usage"`
 	Storm    *Storm   `json:"storm,omitempty"`
+	Faults   []Fault  `json:"faults,omitempty"`
 	Problems []string `json:"problems,omitempty"`
 }
 
@@ -233,6 +247,10 @@ func (r *Report) Markdown() string {
 		if s := p.Storm; s != nil {
 			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
 				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
+		}
+		for _, f := range p.Faults {
+			fmt.Fprintf(&b, "  - fault: %s for %s; every change made until its end reached every proxy %s after it (%d pending)\n",
+				f.Name, format(f.Lasted, "s"), format(f.Recovered, "s"), f.Pending)
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)

@@ -75,6 +75,14 @@ func (t *Tracker) Saw(p int, k Key, n int, at time.Time) {
 	}
 }
 
+// Done reports whether change n has reached every proxy.
+func (t *Tracker) Done(n int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.records[n]
+	return ok && r.count == t.proxies
+}
+
 // Result is one change's convergence.
 type Result struct {
 	Change meshgen.Change

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+	"github.com/shardpilot/shardpilot/loadtest/procstat"
+	"github.com/shardpilot/shardpilot/loadtest/report"
+	"github.com/shardpilot/shardpilot/loadtest/sim"
+	"github.com/shardpilot/shardpilot/loadtest/track"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// faultPhase runs the fault suite on real processes: etcd and NATS each
+// in a process of their own, two ingesters taking turns by election, two
+// pushers. Under steady churn it kills a pusher with SIGKILL (and starts
+// it again), stops NATS, stops etcd (SIGSTOP for sc.FaultHold, then
+// SIGCONT), and kills the ingester that leads with SIGKILL; after each, it
+// waits until every change made so far has reached every proxy. A change
+// that never does is lost, and fails the run.
+func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phase, error) {
+	ph := report.Phase{Name: "shardpilot, faults", Target: "shardpilot", Pushers: 2, Proxies: sc.Proxies}
+	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", ph.Name, sc.Proxies, sc.Services, sc.Endpoints)
+	began := time.Now()
+	defer func() { fmt.Fprintf(stderr, "== %s: done in %s\n", ph.Name, time.Since(began).Round(time.Second)) }()
+	work, err := os.MkdirTemp("", "shardpilot-faults-")
+	if err != nil {
+		return ph, err
+	}
+	defer os.RemoveAll(work)
+	meshDir := filepath.Join(work, "mesh")
+	if err := os.Mkdir(meshDir, 0o755); err != nil {
+		return ph, err
+	}
+	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
+	if err != nil {
+		return ph, err
+	}
+
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			if p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot stop
+			}
+			p.stop()
+		}
+	}()
+	etcd, etcdURL, _, err := startStore(ctx, sc.out, "faults-etcd", work, "etcd")
+	if err != nil {
+		return ph, err
+	}
+	procs = append(procs, etcd)
+	nats, _, natsURL, err := startStore(ctx, sc.out, "faults-nats", work, "nats")
+	if err != nil {
+		return ph, err
+	}
+	procs = append(procs, nats)
+
+	startIngester := func(id string) (*proc, error) {
+		admin, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		p, err := start(sc.out, "faults-"+id, filepath.Join(sc.bin, "ingester"), "--etcd-endpoints", etcdURL, "--nats-url", natsURL,
+			"--admin-addr", admin, "--leader-id", id, "--leader-ttl", "3s", "--log-level", "info", "--mesh-dir", meshDir)
+		if err != nil {
+			return nil, err
+		}
+		p.admin = admin
+		procs = append(procs, p)
+		return p, nil
+	}
+	ingesters := map[string]*proc{}
+	for _, id := range []string{"ingester-0", "ingester-1"} {
+		if ingesters[id], err = startIngester(id); err != nil {
+			return ph, err
+		}
+	}
+	servers := make([]*proc, 2)
+	startPusher := func(i int, ads, admin string) (*proc, error) {
+		p, err := start(sc.out, fmt.Sprintf("faults-pusher-%d-%d", i, time.Now().UnixNano()%1e6), filepath.Join(sc.bin, "pusher"),
+			"--etcd-endpoints", etcdURL, "--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "info", "--send-timeout", "1m")
+		if err != nil {
+			return nil, err
+		}
+		p.ads, p.admin, p.heap = ads, admin, admin
+		procs = append(procs, p)
+		return p, nil
+	}
+	for i := range servers {
+		ads, err1 := freeAddr()
+		admin, err2 := freeAddr()
+		if err1 != nil || err2 != nil {
+			return ph, fmt.Errorf("faults: %v %v", err1, err2)
+		}
+		if servers[i], err = startPusher(i, ads, admin); err != nil {
+			return ph, err
+		}
+	}
+	for _, p := range servers {
+		if err := p.waitReady(ctx, time.Minute); err != nil {
+			return ph, err
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return ph, err
+	}
+	defer cli.Close()
+
+	phaseStart := time.Now()
+	var sampler procstat.Sampler
+	tracker := track.New(sc.Proxies)
+	fleet, err := sim.New(sim.Config{Addrs: []string{servers[0].ads, servers[1].ads}, Proxies: sc.Proxies, Delta: sc.Delta,
+		Namespaces: sc.Namespaces, Observer: tracker})
+	if err != nil {
+		return ph, err
+	}
+	fctx, stopFleet := context.WithCancel(ctx)
+	fleetDone := make(chan error, 1)
+	go func() { fleetDone <- fleet.Run(fctx) }()
+	defer func() { stopFleet(); <-fleetDone }()
+	prog := newProgress(stderr)
+	for fleet.Full() < sc.Proxies {
+		if time.Since(phaseStart) > sc.connectTimeout || ctx.Err() != nil {
+			ph.Problems = append(ph.Problems, fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout))
+			return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(phaseStart).Round(time.Millisecond))
+
+	// Steady churn for as long as the faults take.
+	churn := sc
+	churn.Duration, churn.removeSeen = time.Hour, true
+	cctx, stopChurn := context.WithCancel(ctx)
+	churned := make(chan error, 1)
+	changesStart := time.Now()
+	go func() {
+		churned <- makeChanges(cctx, churn, mesh, tracker, fleet, changesStart, &progress{w: io.Discard})
+	}()
+	churning := true
+	defer func() {
+		if churning {
+			stopChurn()
+			<-churned
+		}
+	}()
+
+	leader := func() (*proc, string) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := cli.Get(lctx, store.ElectionPrefix+"source/yaml", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+		if err != nil || len(resp.Kvs) == 0 {
+			return nil, ""
+		}
+		id := string(resp.Kvs[0].Value)
+		return ingesters[id], id
+	}
+	stopFor := func(p *proc) {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(sc.FaultHold)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	faults := []struct {
+		name   string
+		inject func() error
+	}{
+		{"a pusher killed (SIGKILL) and started again", func() error {
+			old := servers[0]
+			old.kill()
+			time.Sleep(5 * time.Second)
+			p, err := startPusher(0, old.ads, old.admin)
+			if err != nil {
+				return err
+			}
+			servers[0] = p
+			return p.waitReady(ctx, time.Minute)
+		}},
+		{fmt.Sprintf("NATS stopped for %s (SIGSTOP)", sc.FaultHold), func() error { stopFor(nats); return nil }},
+		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error { stopFor(etcd); return nil }},
+		{"the ingester leader killed (SIGKILL)", func() error {
+			p, id := leader()
+			if p == nil {
+				return fmt.Errorf("no ingester leads the YAML source")
+			}
+			p.kill()
+			time.Sleep(5 * time.Second)
+			if _, other := leader(); other == id || other == "" {
+				return fmt.Errorf("no other ingester took over from %s", id)
+			}
+			// The killed one comes back as a follower.
+			q, err := startIngester(id)
+			ingesters[id] = q
+			return err
+		}},
+	}
+	time.Sleep(5 * time.Second)
+	for _, f := range faults {
+		faulted := time.Now()
+		if err := f.inject(); err != nil {
+			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %v", f.name, err))
+			break
+		}
+		// Every change made until the fault ended must reach every proxy.
+		upTo := lastMade(tracker)
+		recovered := time.Now()
+		ok := false
+		for time.Since(recovered) < sc.Settle && ctx.Err() == nil {
+			if pending := pendingUpTo(tracker, upTo); pending == 0 {
+				ok = true
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fr := report.Fault{Name: f.name, Lasted: recovered.Sub(faulted).Seconds(), Recovered: time.Since(recovered).Seconds(), Pending: pendingUpTo(tracker, upTo)}
+		ph.Faults = append(ph.Faults, fr)
+		prog.done("fault: %s; changes made until its end reached every proxy %.2fs later (%d pending)", f.name, fr.Recovered, fr.Pending)
+		if !ok {
+			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %d changes made before it ended did not reach every proxy within %s", f.name, fr.Pending, sc.Settle))
+		}
+	}
+	stopChurn()
+	churning = false
+	if err := <-churned; err != nil && ctx.Err() == nil && err != context.Canceled {
+		return ph, err
+	}
+	for settle := time.Now(); tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, nil), nil
+}
+
+// lastMade returns the number of the newest change made.
+func lastMade(t *track.Tracker) int {
+	n := -1
+	for _, r := range t.Results() {
+		n = max(n, r.Change.N)
+	}
+	return n
+}
+
+// pendingUpTo counts the changes up to n not yet at every proxy.
+func pendingUpTo(t *track.Tracker, n int) int {
+	pending := 0
+	for _, r := range t.Results() {
+		if r.Change.N <= n && !r.Done {
+			pending++
+		}
+	}
+	return pending
+}

@@ -91,15 +91,35 @@ var typeURLs = map[string]string{
 type CSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
 	Dump *ConfigDump
+	// MaxUnmatched bounds the proxies a request without node matchers is
+	// answered for (default csdsMaxUnmatched; negative: none): beyond, it
+	// is refused.
+	MaxUnmatched int
 }
 
+// Bounds of a CSDS response: a request without node matchers on a pusher
+// with thousands of proxies would otherwise build a response of gigabytes.
+const (
+	csdsMaxUnmatched = 100      // proxies answered for without node matchers
+	csdsMaxBytes     = 64 << 20 // encoded size of one response
+)
+
 // FetchClientStatus answers one request; node matchers on the exact node id
-// select proxies, and no matcher selects all.
+// select proxies, and no matcher selects all (up to csdsMaxUnmatched).
 func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
 	cch, ps := c.Dump.cache.Load(), c.Dump.pusher.Load()
 	if cch == nil || ps == nil {
 		return nil, status.Error(codes.Unavailable, "csds: the pusher is starting")
 	}
+	limit := c.MaxUnmatched
+	if limit == 0 {
+		limit = csdsMaxUnmatched
+	}
+	if n := len(c.Dump.Status.Streams()); len(req.NodeMatchers) == 0 && n > limit {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"csds: %d proxy streams are connected; name the proxies wanted with node matchers (at most %d are answered for without)", n, limit)
+	}
+	size := 0
 	wanted := func(id string) bool {
 		if len(req.NodeMatchers) == 0 {
 			return true
@@ -136,6 +156,9 @@ func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRe
 				a, err := anypb.New(held[name])
 				if err != nil {
 					continue
+				}
+				if size += len(a.Value) + len(name); size > csdsMaxBytes {
+					return nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", csdsMaxBytes>>20)
 				}
 				cfg.GenericXdsConfigs = append(cfg.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
 					TypeUrl: typeURL, Name: name, VersionInfo: ts.Acked, XdsConfig: a,

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	grpcstatus "google.golang.org/grpc/status"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +160,12 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 		}
 		if len(cs.Config) != 1 || len(cs.Config[0].GenericXdsConfigs) == 0 || cs.Config[0].GenericXdsConfigs[0].ClientStatus != adminv3.ClientResourceStatus_NACKED {
 			t.Errorf("CSDS for %s: %v, want its clusters NACKED", node.Id, cs)
+		}
+		// A request for every proxy is refused past the bound, and says
+		// how to ask instead.
+		if _, err := (&app.CSDS{Dump: cp.dump, MaxUnmatched: -1}).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{}); grpcstatus.Code(err) != codes.FailedPrecondition ||
+			!strings.Contains(err.Error(), "node matchers") {
+			t.Errorf("CSDS for every proxy past the bound: %v, want FailedPrecondition naming node matchers", err)
 		}
 		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b), greeterSplit))
 		next, err := rx.next(10 * time.Second)

@@ -91,6 +91,9 @@ type Config struct {
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
 	StreamRate float64
+	// MaxStreamsPerConnection bounds the concurrent streams of one client
+	// connection (an Envoy opens one ADS stream). Default 100.
+	MaxStreamsPerConnection uint32
 	// ClassIdle is how long a class added for a proxy is kept after its
 	// last proxy left, so that clients cannot grow the server's state
 	// without bound. Default 5m; negative keeps every class.
@@ -125,6 +128,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClassIdle == 0 {
 		c.ClassIdle = 5 * time.Minute
+	}
+	if c.MaxStreamsPerConnection == 0 {
+		c.MaxStreamsPerConnection = 100
 	}
 	return nil
 }
@@ -295,6 +301,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Run returns only after every stream handler has.
 		grpc.WaitForHandlers(true),
+		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 	}, s.cfg.GRPCOptions...)
 	interceptors := []grpc.StreamServerInterceptor{}
 	if s.cfg.StreamRate > 0 {

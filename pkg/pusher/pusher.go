@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"hash/fnv"
 	"log/slog"
 	"slices"
@@ -89,6 +90,12 @@ type Config struct {
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
+	// MaxProxylessResponse bounds the size of the clusters or listeners of
+	// a class of proxyless clients, which every response of theirs holds
+	// whole: grpc-go refuses a message above 4 MiB (and the stream with
+	// it). Past it, the class keeps its last resources of that type and the
+	// generation is reported. Default 4 MiB less 64 KiB for the envelope.
+	MaxProxylessResponse int
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -113,6 +120,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 100_000
+	}
+	if c.MaxProxylessResponse == 0 {
+		c.MaxProxylessResponse = 4<<20 - 64<<10
 	}
 	if c.Quiet < 0 || c.MaxDelay < c.Quiet || c.MaxHold < c.MaxDelay {
 		return fmt.Errorf("pusher: debounce quiet period %s, maximum delay %s and maximum hold %s: want 0 < quiet <= max delay <= max hold", c.Quiet, c.MaxDelay, c.MaxHold)
@@ -199,6 +209,7 @@ type metrics struct {
 	resources   *prometheus.GaugeVec
 	configBytes *prometheus.GaugeVec
 	classes     *prometheus.CounterVec
+	tooLarge    prometheus.Counter
 }
 
 // New returns a Pusher.
@@ -241,13 +252,15 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
+		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_too_large_total",
+			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message (the class kept its last ones)."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -617,6 +630,27 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View) uint
 	return h.Sum64()
 }
 
+// tooLarge reports, and logs and counts, resources a class's proxies could
+// not receive: the clusters or listeners of proxyless clients above what
+// grpc-go takes in one message.
+func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool {
+	if !strings.HasPrefix(class, generate.Proxyless.String()) || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
+		return false
+	}
+	size := 0
+	for _, r := range list {
+		size += proto.Size(r)
+	}
+	if size <= p.cfg.MaxProxylessResponse {
+		return false
+	}
+	p.m.tooLarge.Inc()
+	p.cfg.Log.Error("resources too large for proxyless clients; the class keeps its last ones",
+		"class", class, "type", typeURL, "resources", len(list), "bytes", size, "limit", p.cfg.MaxProxylessResponse,
+		"hint", "limit what these clients see with a Sidecar (egress hosts)")
+	return true
+}
+
 // keep forgets the classes not listed (dropped by the sink).
 func (r *routeMemo) keep(classes []string) {
 	r.mu.Lock()
@@ -674,6 +708,9 @@ func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
 	for _, r := range list {
 		out[gcpcache.GetResourceName(r)] = r
+	}
+	if tooLarge(p, class, typeURL, list) {
+		return
 	}
 	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
 	if err != nil {

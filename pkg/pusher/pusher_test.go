@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -453,6 +454,42 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 		}
 		if !slices.Contains(ports, "outbound|81||svc.a.svc.cluster.local") {
 			t.Errorf("class a serves %v, want the new port", ports)
+		}
+	})
+}
+
+// TestTooLargeForProxylessIsNotServed: clusters a proxyless client could
+// not receive in one message are not handed over (the class keeps what it
+// had), and the generation is counted; Envoy's class gets them.
+func TestTooLargeForProxylessIsNotServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var objs []model.Stored
+		for i := range 20 {
+			objs = append(objs, stored(fmt.Sprintf("svc-%d", i), 80))
+		}
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return objs, 10, nil },
+		}}
+		sink := &recordingSink{}
+		p, err := New(Config{Loader: loader, Feed: &scriptedFeed{}, Sink: sink, MaxProxylessResponse: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		cancel()
+		<-done
+		if got := len(sink.resources("proxyless", resource.ClusterType)); got != 0 {
+			t.Errorf("proxyless class handed %d clusters, want none (too large)", got)
+		}
+		if got := len(sink.clusters()); got != 20 {
+			t.Errorf("envoy class holds %d outbound clusters, want 20", got)
+		}
+		if n := testutil.ToFloat64(p.m.tooLarge); n < 1 {
+			t.Errorf("%v generations counted too large, want at least 1", n)
 		}
 	})
 }

@@ -237,7 +237,25 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	for settle := time.Now(); tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
 		time.Sleep(100 * time.Millisecond)
 	}
-	return finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, nil), nil
+	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, nil)
+
+	// Last, SIGTERM with etcd and NATS both stopped: every process still
+	// ends within its drain timeout.
+	_ = etcd.cmd.Process.Signal(syscall.SIGSTOP)
+	_ = nats.cmd.Process.Signal(syscall.SIGSTOP)
+	stopFleet()
+	for _, p := range procs {
+		if p == etcd || p == nats || p.cmd.ProcessState != nil {
+			continue
+		}
+		start := time.Now()
+		if !p.terminate(20 * time.Second) {
+			ph.Problems = append(ph.Problems, fmt.Sprintf("%s did not end within 20s of SIGTERM with etcd and NATS stopped", p.name))
+			continue
+		}
+		prog.done("SIGTERM with etcd and NATS stopped: %s ended after %s", p.name, time.Since(start).Round(time.Millisecond))
+	}
+	return ph, nil
 }
 
 // lastMade returns the number of the newest change made.

@@ -287,6 +287,22 @@ func (p *proc) stop() {
 	p.log.Close()
 }
 
+// terminate sends SIGTERM and reports whether the process ended within d
+// (it is killed if not).
+func (p *proc) terminate(d time.Duration) bool {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
 // kill ends a process at once, as a crash would.
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()

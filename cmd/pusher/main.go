@@ -27,7 +27,7 @@ func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var adsAddr string
-	var quiet, maxDelay, maxHold, maxAge time.Duration
+	var quiet, maxDelay, maxHold, maxAge, linger time.Duration
 	var streamRate float64
 	var maxPushes int
 	var sendTimeout, classIdle time.Duration
@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
 	fs.DurationVar(&maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
 	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
@@ -75,7 +76,7 @@ func run(ctx context.Context, args []string) error {
 	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout, ClassIdle: classIdle,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -30,7 +30,7 @@ import (
 type config struct {
 	cli.Common
 	meshDir, adsAddr, dataDir, domainSuffix string
-	quiet, maxDelay, maxHold                time.Duration
+	quiet, maxDelay, maxHold, linger        time.Duration
 }
 
 func main() { cli.Main("standalone", run) }
@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.DurationVar(&c.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
 	fs.DurationVar(&c.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&c.linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
 	fs.DurationVar(&c.maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
 	if err := cli.Parse(fs, "shardpilot standalone: embedded etcd and NATS, the ingester and a pusher in one process.", args); err != nil {
 		return err
@@ -134,7 +135,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		return app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold,
+		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

@@ -90,6 +90,10 @@ type Config struct {
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
+	// ClusterLinger is how long a cluster a class no longer has is still
+	// served, so that the routes that stop naming it reach the proxies
+	// first (make before break). Default 5s; negative removes at once.
+	ClusterLinger time.Duration
 	// MaxProxylessResponse bounds the size of the clusters or listeners of
 	// a class of proxyless clients, which every response of theirs holds
 	// whole: grpc-go refuses a message above 4 MiB (and the stream with
@@ -121,6 +125,9 @@ func (c *Config) Validate() error {
 	if c.CacheSize == 0 {
 		c.CacheSize = 100_000
 	}
+	if c.ClusterLinger == 0 {
+		c.ClusterLinger = 5 * time.Second
+	}
 	if c.MaxProxylessResponse == 0 {
 		c.MaxProxylessResponse = 4<<20 - 64<<10
 	}
@@ -148,6 +155,14 @@ type Pusher struct {
 	sizes  sizes
 	routes routeMemo
 	prints prints
+	linger linger
+	// gen numbers the generations; delivered says whether the last wave of
+	// pushes was written and answered when the current one began.
+	gen       atomic.Uint64
+	delivered atomic.Bool
+	// lingerDue is set while a generation is scheduled to drop lingering
+	// clusters at the latest.
+	lingerDue atomic.Bool
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
 	// eds holds, by service, the names of the load assignments last
@@ -271,7 +286,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
 	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
-		classesChanged: make(chan struct{}, 1)}, nil
+		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}, nil
 }
 
 // Following reports whether the pusher follows the store's changes: it
@@ -405,6 +420,8 @@ func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
 	p.conv.begin(c.observed)
+	p.delivered.Store(p.cfg.Sink.Backlog() == 0)
+	p.gen.Add(1)
 	built, index, rev := p.state.mesh()
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
@@ -417,6 +434,7 @@ func (p *Pusher) generate(c change) {
 		}
 		p.routes.keep(classes)
 		p.prints.keep(classes)
+		p.linger.keep(classes)
 		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
@@ -508,7 +526,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
-	if !p.prints.changed(class, classPrint(m, proxy, view)) {
+	if !p.prints.changed(class, classPrint(m, proxy, view)^hashString(p.linger.key(class))) {
 		// Nothing this class sees changed: its resources would be the same.
 		p.m.classes.WithLabelValues("unchanged").Inc()
 		return
@@ -522,7 +540,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
 	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
-	publish(p, class, resource.ClusterType, clusters)
+	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
 	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))
 }
@@ -630,6 +648,32 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View) uint
 	return h.Sum64()
 }
 
+// publishClusters hands over a class's clusters with those it lost less
+// than ClusterLinger ago (make before break), and schedules the generation
+// that drops them.
+func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
+	out, next := p.linger.apply(class, clusters, p.gen.Load(), p.delivered.Load(), time.Now())
+	publish(p, class, resource.ClusterType, out)
+	if next.IsZero() {
+		return
+	}
+	// A generation to drop them: held (up to the maximum hold) until this
+	// one's pushes are written and answered, and one at the latest.
+	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+	if p.lingerDue.CompareAndSwap(false, true) {
+		time.AfterFunc(time.Until(next), func() {
+			p.lingerDue.Store(false)
+			p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+		})
+	}
+}
+
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
 // tooLarge reports, and logs and counts, resources a class's proxies could
 // not receive: the clusters or listeners of proxyless clients above what
 // grpc-go takes in one message.
@@ -678,7 +722,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 		})...)
 	}
 	clusters = append(clusters, generate.CatchAllClusters(generate.Envoy)...)
-	publish(p, class, resource.ClusterType, clusters)
+	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))
 	publish(p, class, resource.ListenerType, generate.GatewayListeners(gws))
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -445,8 +446,8 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 		<-done
 		generated := testutil.ToFloat64(p.m.classes.WithLabelValues("generated"))
 		unchanged := testutil.ToFloat64(p.m.classes.WithLabelValues("unchanged"))
-		if generated != 3 || unchanged != 1 {
-			t.Errorf("%v classes generated and %v left unchanged, want 3 (both at the load, a's at the change) and 1 (b's)", generated, unchanged)
+		if generated != 4 || unchanged != 2 {
+			t.Errorf("%v classes generated and %v left unchanged, want 4 (both at the load, a's at the change, a's when its old cluster goes) and 2 (b's)", generated, unchanged)
 		}
 		var ports []string
 		for name := range sink.resources("envoy/a/default", resource.ClusterType) {
@@ -491,5 +492,55 @@ func TestTooLargeForProxylessIsNotServed(t *testing.T) {
 		if n := testutil.ToFloat64(p.m.tooLarge); n < 1 {
 			t.Errorf("%v generations counted too large, want at least 1", n)
 		}
+	})
+}
+
+// busySink is a recording sink whose backlog the test sets.
+type busySink struct {
+	recordingSink
+	backlog atomic.Int64
+}
+
+func (s *busySink) Backlog() int64 { return s.backlog.Load() }
+
+// TestRemovedClustersLinger: a cluster a class no longer has is still
+// served until the pushes of the generation that removed it (with the
+// routes that stop naming it) are written and answered, then goes without
+// another change; and at the latest after ClusterLinger.
+func TestRemovedClustersLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{stored("a", 80), stored("b", 80), stored("c", 80)}, 10, nil
+			},
+		}}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/b", Revision: 11}}}}}
+		sink := &busySink{}
+		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink, ClusterLinger: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		sink.backlog.Store(1) // the proxies are busy from here on
+		// b is removed at 2s; busy, the generation waits for the maximum
+		// hold (5s).
+		time.Sleep(7 * time.Second)
+		synctest.Wait()
+		if p.GeneratedRevision() != 11 || len(sink.clusters()) != 3 {
+			t.Errorf("after the removal, pushes not yet answered (revision %d): clusters %v, want b's still served", p.GeneratedRevision(), sink.clusters())
+		}
+		sink.backlog.Store(0) // every push answered
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := sink.clusters(); len(got) != 2 || slices.Contains(got, "outbound|80||b.ns.svc.cluster.local") {
+			t.Errorf("once the pushes were answered: clusters %v, want a's and c's", got)
+		}
+		cancel()
+		<-done
 	})
 }

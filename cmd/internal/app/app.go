@@ -281,10 +281,11 @@ type Pusher struct {
 	Bus  bus.Config
 	// ADS is where to serve ADS.
 	ADS net.Listener
-	// Quiet, MaxDelay and MaxHold batch changes (see pusher.Config).
-	Quiet, MaxDelay, MaxHold time.Duration
-	Log                      *slog.Logger
-	Registerer               prometheus.Registerer
+	// Quiet, MaxDelay and MaxHold batch changes; ClusterLinger keeps
+	// removed clusters a while (see pusher.Config).
+	Quiet, MaxDelay, MaxHold, ClusterLinger time.Duration
+	Log                                     *slog.Logger
+	Registerer                              prometheus.Registerer
 	// Status, when set, records every proxy stream's versions (/debug/syncz).
 	Status *server.Status
 	// Dump, when set, serves the cache's content per proxy (/debug/config_dump).
@@ -318,7 +319,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	}
 	ps, err := pusher.New(pusher.Config{
 		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
-		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold,
+		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,111 @@
+package pusher
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+)
+
+// linger keeps serving, per class, the clusters the class no longer has
+// until the routes and listeners that stopped naming them have reached the
+// proxies: make before break. Those go out in the same generation, after
+// the clusters; a client told of the removal first would fail the requests
+// its old routes still send there (grpc-go does, with "resource ... has
+// been removed"). A removed cluster goes at the first later generation
+// that starts with every push of the last wave written and answered, or
+// after period at the latest.
+type linger struct {
+	period time.Duration // zero or less: clusters go at once
+	mu     sync.Mutex
+	last   map[string]map[string]*cluster.Cluster // class → name → cluster
+	gone   map[string]map[string]lingering        // class → name → removed cluster
+}
+
+type lingering struct {
+	c     *cluster.Cluster
+	since time.Time
+	gen   uint64 // the generation that removed it
+}
+
+// apply returns the clusters to hand over for a class in generation gen:
+// list, and the clusters it no longer holds that may still be named by
+// what the proxies hold. delivered says the last wave of pushes had been
+// written and answered when gen began. It also returns when the next
+// lingering cluster goes at the latest (zero: none lingers).
+func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delivered bool, now time.Time) ([]*cluster.Cluster, time.Time) {
+	if l.period <= 0 {
+		return list, time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.gone = map[string]map[string]*cluster.Cluster{}, map[string]map[string]lingering{}
+	}
+	current := make(map[string]*cluster.Cluster, len(list))
+	for _, c := range list {
+		current[c.Name] = c
+	}
+	gone := l.gone[class]
+	for name, c := range l.last[class] {
+		if _, ok := current[name]; !ok {
+			if _, already := gone[name]; !already {
+				if gone == nil {
+					gone = map[string]lingering{}
+				}
+				gone[name] = lingering{c, now, gen}
+			}
+		}
+	}
+	l.last[class] = current
+	var next time.Time
+	out := list
+	for name, g := range gone {
+		switch {
+		case current[name] != nil, delivered && g.gen < gen, now.Sub(g.since) >= l.period:
+			delete(gone, name) // back, or no longer named by what the proxies hold
+		default:
+			if len(out) == len(list) {
+				out = slices.Clone(list)
+			}
+			out = append(out, g.c)
+			if due := g.since.Add(l.period); next.IsZero() || due.Before(next) {
+				next = due
+			}
+		}
+	}
+	if len(gone) == 0 {
+		delete(l.gone, class)
+	} else {
+		l.gone[class] = gone
+	}
+	return out, next
+}
+
+// key names the clusters a class still serves after their removal, for
+// the class's print: when they go the class is generated again.
+func (l *linger) key(class string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.gone[class]))
+	for name := range l.gone[class] {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// keep forgets the classes not listed (dropped by the sink).
+func (l *linger) keep(classes []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for class := range l.last {
+		if !slices.Contains(classes, class) {
+			delete(l.last, class)
+			delete(l.gone, class)
+		}
+	}
+}

@@ -160,15 +160,7 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 					func() ([]model.Stored, int64, error) { return []model.Stored{stored("b", 80)}, 20, nil },
 				}}
 				sink := &recordingSink{}
-				p, err := New(Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{first}}, Sink: sink})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error)
-				go func() { done <- p.Run(ctx) }()
-				time.Sleep(5 * time.Second)
-				synctest.Wait()
+				p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{first}}, Sink: sink}, 5*time.Second)
 				if loader.calls != 2 {
 					t.Errorf("loaded %d times, want 2", loader.calls)
 				}
@@ -178,8 +170,7 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 				if p.GeneratedRevision() != 20 {
 					t.Errorf("generated revision %d, want 20", p.GeneratedRevision())
 				}
-				cancel()
-				<-done
+				stop()
 			})
 		})
 	}
@@ -203,23 +194,14 @@ func TestEventBeyondTheStoreIsRefused(t *testing.T) {
 			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: b.Key.String(), Revision: 12, Value: value},
 		}}}}
 		sink := &recordingSink{}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
 		if got := sink.clusters(); len(got) != 2 {
 			t.Errorf("serving clusters %v, want a's and b's", got)
 		}
 		if invalid := testutil.ToFloat64(p.m.events.WithLabelValues("invalid")); invalid != 1 {
 			t.Errorf("%v events refused, want 1", invalid)
 		}
-		cancel()
-		<-done
+		stop()
 	})
 }
 
@@ -232,23 +214,14 @@ func TestPusherKeepsServingWhileTheStoreIsDown(t *testing.T) {
 		}}
 		sink := &recordingSink{}
 		feed := &scriptedFeed{batches: []feedBatch{{end: errors.New("nats: connection closed")}}}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
+		_, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 10*time.Second)
 		if loader.calls < 3 {
 			t.Errorf("loaded %d times, want retries while the store is down", loader.calls)
 		}
 		if got := sink.clusters(); len(got) != 1 || got[0] != "outbound|80||a.ns.svc.cluster.local" {
 			t.Errorf("serving clusters %v, want a's, the last known config", got)
 		}
-		cancel()
-		<-done
+		stop()
 	})
 }
 
@@ -309,17 +282,8 @@ func TestEndpointChangeRegeneratesOnlyWhatChanged(t *testing.T) {
 		}}
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{endpointsEvent(t, "a", 11, "10.0.0.1")}}}}
 		sink := &countingSink{}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		cancel()
-		<-done
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
+		stop()
 		// The load built clusters once per class; the endpoint change took
 		// the fast path and rebuilt endpoints alone.
 		if got := sink.count(resource.ClusterType); got != 2 {
@@ -365,21 +329,12 @@ func TestRouteChangeRegeneratesOnlyTheRoutesItTouches(t *testing.T) {
 		change := &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: 11, Key: rule.Key.String(), Value: v}
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{change}}}}
 		sink := &recordingSink{}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(time.Second)
-		synctest.Wait()
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, time.Second)
 		before := sink.resources("envoy", resource.RouteType)
 		time.Sleep(4 * time.Second)
 		synctest.Wait()
 		after := sink.resources("envoy", resource.RouteType)
-		cancel()
-		<-done
+		stop()
 		if len(before) != 2 || len(after) != 2 {
 			t.Fatalf("route configurations %d before and %d after, want 2 (ports 8080 and 9090)", len(before), len(after))
 		}
@@ -433,17 +388,8 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: changed.Key.String(), Revision: 11, Value: value}}}}}
 		sink := &scopedSink{classes: []string{"envoy/a/default", "envoy/b/default"}}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		cancel()
-		<-done
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
+		stop()
 		generated := testutil.ToFloat64(p.m.classes.WithLabelValues("generated"))
 		unchanged := testutil.ToFloat64(p.m.classes.WithLabelValues("unchanged"))
 		if generated != 4 || unchanged != 2 {
@@ -472,17 +418,8 @@ func TestTooLargeForProxylessIsNotServed(t *testing.T) {
 			func() ([]model.Stored, int64, error) { return objs, 10, nil },
 		}}
 		sink := &recordingSink{}
-		p, err := New(Config{Loader: loader, Feed: &scriptedFeed{}, Sink: sink, MaxProxylessResponse: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		cancel()
-		<-done
+		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{}, Sink: sink, MaxProxylessResponse: 1000}, 5*time.Second)
+		stop()
 		if got := len(sink.resources("proxyless", resource.ClusterType)); got != 0 {
 			t.Errorf("proxyless class handed %d clusters, want none (too large)", got)
 		}
@@ -517,15 +454,7 @@ func TestRemovedClustersLinger(t *testing.T) {
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/b", Revision: 11}}}}}
 		sink := &busySink{}
-		p, err := New(Config{Loader: loader, Feed: feed, Sink: sink, ClusterLinger: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		time.Sleep(time.Second)
-		synctest.Wait()
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink, ClusterLinger: 30 * time.Second}, time.Second)
 		sink.backlog.Store(1) // the proxies are busy from here on
 		// b is removed at 2s; busy, the generation waits for the maximum
 		// hold (5s).
@@ -540,7 +469,22 @@ func TestRemovedClustersLinger(t *testing.T) {
 		if got := sink.clusters(); len(got) != 2 || slices.Contains(got, "outbound|80||b.ns.svc.cluster.local") {
 			t.Errorf("once the pushes were answered: clusters %v, want a's and c's", got)
 		}
-		cancel()
-		<-done
+		stop()
 	})
+}
+
+// run starts a pusher in the test's bubble, lets it work for d of the
+// bubble's time, and returns it with a function that stops it.
+func run(t *testing.T, cfg Config, d time.Duration) (*Pusher, func()) {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	time.Sleep(d)
+	synctest.Wait()
+	return p, func() { cancel(); <-done }
 }

@@ -10,17 +10,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 )
 
-const greeterSubsets = `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: demo}
-spec:
-  host: greeter
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-`
-
 const greeterByHeader = `
 apiVersion: networking.istio.io/v1
 kind: VirtualService

@@ -250,7 +250,9 @@ spec:
 `, name, b.port, version)
 }
 
-const greeterSplit = `
+// greeterSubsets is the greeter's DestinationRule: subsets v1 and v2 by
+// the version label.
+const greeterSubsets = `
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: greeter, namespace: demo}
@@ -259,7 +261,9 @@ spec:
   subsets:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
----
+`
+
+const greeterSplit = greeterSubsets + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: greeter, namespace: demo}

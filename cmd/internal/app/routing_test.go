@@ -40,16 +40,7 @@ func startFlakyBackend(t *testing.T) (backend, *flakyHealth) {
 	return serveBackend(t, lis, h), h
 }
 
-const routingRules = `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: demo}
-spec:
-  host: greeter
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
----
+const routingRules = greeterSubsets + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: greeter, namespace: demo}

@@ -28,18 +28,13 @@ import (
 // that never does is lost, and fails the run.
 func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phase, error) {
 	ph := report.Phase{Name: "shardpilot, faults", Target: "shardpilot", Pushers: 2, Proxies: sc.Proxies}
-	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", ph.Name, sc.Proxies, sc.Services, sc.Endpoints)
-	began := time.Now()
-	defer func() { fmt.Fprintf(stderr, "== %s: done in %s\n", ph.Name, time.Since(began).Round(time.Second)) }()
-	work, err := os.MkdirTemp("", "shardpilot-faults-")
+	done := announce(stderr, sc, ph.Name)
+	defer done()
+	work, meshDir, err := workDir()
 	if err != nil {
 		return ph, err
 	}
 	defer os.RemoveAll(work)
-	meshDir := filepath.Join(work, "mesh")
-	if err := os.Mkdir(meshDir, 0o755); err != nil {
-		return ph, err
-	}
 	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
 	if err != nil {
 		return ph, err

@@ -334,24 +334,40 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 	return fmt.Errorf("%s was not ready within %s (see its log in the output directory)", p.name, timeout)
 }
 
+// announce prints a phase's start, and returns what prints its end.
+func announce(stderr io.Writer, sc Scenario, name string) func() {
+	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", name, sc.Proxies, sc.Services, sc.Endpoints)
+	began := time.Now()
+	return func() { fmt.Fprintf(stderr, "== %s: done in %s\n", name, time.Since(began).Round(time.Second)) }
+}
+
+// workDir makes a phase's working directory and its mesh directory in it.
+func workDir() (work, meshDir string, err error) {
+	work, err = os.MkdirTemp("", "shardpilot-loadtest-")
+	if err != nil {
+		return "", "", err
+	}
+	meshDir = filepath.Join(work, "mesh")
+	if err := os.Mkdir(meshDir, 0o755); err != nil {
+		os.RemoveAll(work)
+		return "", "", err
+	}
+	return work, meshDir, nil
+}
+
 // phase runs the scenario against one control plane.
 func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report.Phase, error) {
 	ph := report.Phase{Name: t.name(), Target: "shardpilot", Pushers: t.pushers, Proxies: sc.Proxies}
 	if t.baseline {
 		ph.Target, ph.Pushers = "baseline", 0
 	}
-	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", ph.Name, sc.Proxies, sc.Services, sc.Endpoints)
-	began := time.Now()
-	defer func() { fmt.Fprintf(stderr, "== %s: done in %s\n", ph.Name, time.Since(began).Round(time.Second)) }()
-	work, err := os.MkdirTemp("", "shardpilot-loadtest-")
+	done := announce(stderr, sc, ph.Name)
+	defer done()
+	work, meshDir, err := workDir()
 	if err != nil {
 		return ph, err
 	}
 	defer os.RemoveAll(work)
-	meshDir := filepath.Join(work, "mesh")
-	if err := os.Mkdir(meshDir, 0o755); err != nil {
-		return ph, err
-	}
 	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces}
 	source := []string{"--mesh-dir", meshDir}
 	var mesh *meshgen.Mesh

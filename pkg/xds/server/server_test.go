@@ -29,7 +29,8 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
-// serve runs a server of one class ("all") on a cache of clusters, and
+// serve runs a server (of one class, "all", unless cfg has a classifier) on
+// a cache of clusters, and
 // returns the cache, an ADS client of it and a context that lives as long
 // as the test.
 func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedDiscoveryServiceClient, context.Context) {
@@ -38,7 +39,10 @@ func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedD
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Cache, cfg.Classes = c, server.OneClass("all")
+	cfg.Cache = c
+	if cfg.Classes == nil {
+		cfg.Classes = server.OneClass("all")
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -229,27 +233,7 @@ func (byNode) FillClass(string)             {}
 // TestIdleClassesAreDropped: a class added for a proxy is dropped once no
 // proxy has used it for ClassIdle, and added again when one comes back.
 func TestIdleClassesAreDropped(t *testing.T) {
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Cache: c, Classes: byNode{}, ClassIdle: 100 * time.Millisecond, Log: testutil.Log(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	c, ads, ctx := serve(t, server.Config{Classes: byNode{}, ClassIdle: 100 * time.Millisecond, Log: testutil.Log(t)})
 
 	open := func(id string) context.CancelFunc {
 		sctx, stop := context.WithCancel(ctx)

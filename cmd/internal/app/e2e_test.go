@@ -298,10 +298,12 @@ func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
 		workloadEntry("greeter-2", "v2", b), greeterSplit))
 	// The client may fail a few RPCs while it switches clusters (grpc-go
 	// swaps its cluster picker after its route table); once switched, every
-	// RPC succeeds and the split holds.
-	testutil.Eventually(t, 20*time.Second, "client uses both subsets", func() (bool, string) {
+	// RPC succeeds and the split holds. Before the route rule arrives, the
+	// default route already spreads over both endpoints, round robin (25 of
+	// 50 each): only an 80/20 spread shows that the split took effect.
+	testutil.Eventually(t, 20*time.Second, "client splits 80/20 between the subsets", func() (bool, string) {
 		got := spread(conn, 50)
-		return got[a.addr] > 0 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 50, fmt.Sprint(got)
+		return got[a.addr] >= 35 && got[b.addr] > 0 && got[a.addr]+got[b.addr] == 50, fmt.Sprint(got)
 	})
 	got := spread(conn, 500)
 	t.Logf("500 RPCs after the split: %v", got)

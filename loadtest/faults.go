@@ -181,7 +181,20 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			servers[0] = p
 			return p.waitReady(ctx, time.Minute)
 		}},
-		{fmt.Sprintf("NATS stopped for %s (SIGSTOP)", sc.FaultHold), func() error { stopFor(nats); return nil }},
+		{fmt.Sprintf("NATS stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
+			// A pusher that cannot follow the store says so on /readyz,
+			// and is ready again once it follows.
+			_ = nats.cmd.Process.Signal(syscall.SIGSTOP)
+			fell := false
+			for until := time.Now().Add(sc.FaultHold); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
+				fell = fell || !servers[1].ready()
+			}
+			_ = nats.cmd.Process.Signal(syscall.SIGCONT)
+			if !fell {
+				return fmt.Errorf("%s stayed ready while NATS was stopped", servers[1].name)
+			}
+			return servers[1].waitReady(ctx, time.Minute)
+		}},
 		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error { stopFor(etcd); return nil }},
 		{"the ingester leader killed (SIGKILL)", func() error {
 			p, id := leader()

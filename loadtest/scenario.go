@@ -311,6 +311,17 @@ func (p *proc) kill() {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
+// ready reports whether /readyz answers 200.
+func (p *proc) ready() bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + p.admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // waitReady polls /readyz, or for the baseline its ADS port.
 func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -319,11 +330,8 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 			return ctx.Err()
 		}
 		if p.admin != "" {
-			if resp, err := http.Get("http://" + p.admin + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
+			if p.ready() {
+				return nil
 			}
 		} else if c, err := net.DialTimeout("tcp", p.ads, time.Second); err == nil {
 			c.Close()

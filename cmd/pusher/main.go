@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"sync/atomic"
@@ -43,9 +44,13 @@ func run(ctx context.Context, args []string) error {
 	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")
 	fs.DurationVar(&sendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
+	maxStreams := fs.Int("max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
 	fs.DurationVar(&classIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
+	}
+	if *maxStreams < 1 {
+		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", *maxStreams)
 	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
@@ -77,7 +82,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
-			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout, ClassIdle: classIdle,
+			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout, ClassIdle: classIdle, MaxStreamsPerConnection: *maxStreams,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

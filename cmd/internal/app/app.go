@@ -298,6 +298,8 @@ type Pusher struct {
 	SendTimeout         time.Duration
 	// ClassIdle is how long a class is kept after its last proxy left.
 	ClassIdle time.Duration
+	// MaxStreamsPerConnection bounds one connection's concurrent streams.
+	MaxStreamsPerConnection int
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -332,7 +334,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.pusher.Store(ps)
 	}
 	srv, err := server.New(server.Config{Cache: c, Classes: ps, ClassesChanged: ps.ClassesChanged(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout, ClassIdle: p.ClassIdle,
+		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout, ClassIdle: p.ClassIdle, MaxStreamsPerConnection: uint32(max(p.MaxStreamsPerConnection, 0)),
 		Convergence: ps, Ready: func() bool { return ps.GeneratedRevision() > 0 },
 		Register: func(r grpc.ServiceRegistrar) {
 			if p.Dump != nil {

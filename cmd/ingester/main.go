@@ -98,6 +98,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
 	}
+	if err := common.ApplyMemoryLimit(); err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err

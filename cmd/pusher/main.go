@@ -52,6 +52,9 @@ func run(ctx context.Context, args []string) error {
 	if *maxStreams < 1 {
 		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", *maxStreams)
 	}
+	if err := common.ApplyMemoryLimit(); err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err

@@ -50,6 +50,9 @@ func run(ctx context.Context, args []string) error {
 	if err := cli.Parse(fs, "shardpilot standalone: embedded etcd and NATS, the ingester and a pusher in one process.", args); err != nil {
 		return err
 	}
+	if err := c.ApplyMemoryLimit(); err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, c.LogLevel, c.LogFormat)
 	if err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -74,6 +76,7 @@ func Usage(w io.Writer, fs *flag.FlagSet, prefix, summary string) {
 type Common struct {
 	LogLevel, LogFormat string
 	AdminAddr           string
+	MemoryLimit         string
 }
 
 // Register adds the common flags, with the command's admin address default.
@@ -81,6 +84,44 @@ func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz and /metrics on")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the container's memory limit (bytes, or with Ki, Mi, Gi): the garbage collector keeps the heap under 90% of it (empty: GOMEMLIMIT, or no limit)")
+}
+
+// ApplyMemoryLimit sets the Go runtime's soft memory limit to 90% of
+// --memory-limit, when given, so that the collector works harder before a
+// pod reaches its limit rather than after.
+func (c *Common) ApplyMemoryLimit() error {
+	if c.MemoryLimit == "" {
+		return nil
+	}
+	n, err := ParseSize(c.MemoryLimit)
+	if err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	debug.SetMemoryLimit(n / 10 * 9)
+	return nil
+}
+
+// ParseSize reads a size in bytes: a number, optionally followed by Ki,
+// Mi, Gi or Ti (with or without a trailing B), as Kubernetes writes them.
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10}, {"", 0}}
+	t := strings.TrimSuffix(strings.TrimSpace(s), "B")
+	for _, u := range units {
+		num, ok := strings.CutSuffix(t, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n <= 0 || n > (1<<62)>>u.shift {
+			return 0, fmt.Errorf("%q: want a positive number of bytes, optionally followed by Ki, Mi, Gi or Ti", s)
+		}
+		return n << u.shift, nil
+	}
+	return 0, fmt.Errorf("%q: want a positive number of bytes, optionally followed by Ki, Mi, Gi or Ti", s)
 }
 
 // Remote holds the flags of a command that talks to external etcd and NATS.

@@ -265,8 +265,9 @@ func (s *Syncer) load(ctx context.Context) error {
 	return nil
 }
 
-// inScope reports whether loc lies within scope; a nil scope holds everything.
-func inScope(scope []string, loc string) bool {
+// InScope reports whether loc lies within scope (see SyncPart); a nil
+// scope holds everything.
+func InScope(scope []string, loc string) bool {
 	if scope == nil {
 		return true
 	}
@@ -290,13 +291,13 @@ func (s *Syncer) apply(ctx context.Context, scope []string, objs []Object, probl
 	// problem of the source keeps in effect.
 	var before []model.Key
 	for k, h := range s.mine {
-		if inScope(scope, h.location()) {
+		if InScope(scope, h.location()) {
 			before = append(before, k)
 			s.ix.remove(k, h.obj)
 		}
 	}
 	for k, o := range s.pending {
-		if inScope(scope, o.Object.GetOrigin().GetLocation()) {
+		if InScope(scope, o.Object.GetOrigin().GetLocation()) {
 			delete(s.pending, k)
 		}
 	}
@@ -314,7 +315,7 @@ func (s *Syncer) apply(ctx context.Context, scope []string, objs []Object, probl
 	// Problems outside the part stay, but for those of a retried object
 	// that is now valid.
 	for _, p := range s.problems {
-		if !inScope(scope, p.Location) && (p.Keep == nil || !fixed[*p.Keep]) {
+		if !InScope(scope, p.Location) && (p.Keep == nil || !fixed[*p.Keep]) {
 			problems = append(problems, p)
 		}
 	}
@@ -608,7 +609,7 @@ func (s *Syncer) retry(scope []string) ([]Object, map[model.Key]bool) {
 	var valid []Object
 	fixed := map[model.Key]bool{}
 	for k, o := range s.pending {
-		if inScope(scope, o.Object.GetOrigin().GetLocation()) || model.ValidateRefs(o.Object, s.ix) != nil {
+		if InScope(scope, o.Object.GetOrigin().GetLocation()) || model.ValidateRefs(o.Object, s.ix) != nil {
 			continue
 		}
 		delete(s.pending, k)
@@ -703,7 +704,7 @@ func (s *Syncer) dedupe(scope []string, objs []Object, problems []Problem) ([]Ob
 	drop := map[int]bool{}
 	for k, idx := range byKey {
 		h, stored := s.mine[k]
-		outside := stored && !inScope(scope, h.location())
+		outside := stored && !InScope(scope, h.location())
 		if len(idx) < 2 && !outside {
 			continue
 		}

@@ -288,27 +288,23 @@ func (s *Source) syncFiles(ctx context.Context, paths map[string]bool) error {
 		scope = append(scope, rel(s.cfg.Dir, path))
 		problems = append(problems, r.problems...)
 		if !r.exists || len(r.problems) > 0 {
-			delete(s.parsed.files, path)
+			s.parsed.drop(path)
 			continue
 		}
-		s.parsed.files[path] = r.f
+		s.parsed.set(path, r.f)
 		inputs = append(inputs, r.f.inputs...)
 		problems = append(problems, r.f.problems...)
 	}
 	// ServiceEntries take their endpoints from the WorkloadEntries they
 	// select, wherever those are.
-	for path, f := range s.parsed.files {
+	for path, wes := range s.parsed.workloads {
 		if !paths[path] {
-			for _, in := range f.inputs {
-				if in.Resource.Kind == istio.KindWorkloadEntry {
-					inputs = append(inputs, in)
-				}
-			}
+			inputs = append(inputs, wes...)
 		}
 	}
 	objs, more := istio.Normalize(inputs, s.cfg.Normalize)
 	for _, p := range more {
-		if inScope(scope, p.Location) {
+		if ingest.InScope(scope, p.Location) {
 			problems = append(problems, p)
 		}
 	}
@@ -334,15 +330,6 @@ func entangled(inputs []istio.Input) bool {
 	return false
 }
 
-func inScope(scope []string, loc string) bool {
-	for _, k := range scope {
-		if loc == k || strings.HasPrefix(loc, k+" ") {
-			return true
-		}
-	}
-	return false
-}
-
 // Read reads every YAML document below dir. A document that is not a
 // resource, or a file that does not parse, is returned as a problem. It
 // fails only when the directory itself cannot be read.
@@ -355,6 +342,42 @@ func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
 // change every few milliseconds, parsing is most of a sync's cost.
 type parsed struct {
 	files map[string]parsedFile // by path
+	// names counts the resources of every file by identity, and workloads
+	// holds each file's WorkloadEntries: both kept as files change, so
+	// that syncing one file does not look at every other.
+	names     map[string]int
+	workloads map[string][]istio.Input
+}
+
+// set records what a file holds now.
+func (pc *parsed) set(path string, f parsedFile) {
+	pc.drop(path)
+	if pc.files == nil {
+		pc.files, pc.names, pc.workloads = map[string]parsedFile{}, map[string]int{}, map[string][]istio.Input{}
+	}
+	pc.files[path] = f
+	for _, in := range f.inputs {
+		pc.names[identity(in)]++
+		if in.Resource.Kind == istio.KindWorkloadEntry {
+			pc.workloads[path] = append(pc.workloads[path], in)
+		}
+	}
+}
+
+// drop forgets a file.
+func (pc *parsed) drop(path string) {
+	old, ok := pc.files[path]
+	if !ok {
+		return
+	}
+	for _, in := range old.inputs {
+		id := identity(in)
+		if pc.names[id]--; pc.names[id] <= 0 {
+			delete(pc.names, id)
+		}
+	}
+	delete(pc.workloads, path)
+	delete(pc.files, path)
 }
 
 type parsedFile struct {
@@ -396,7 +419,10 @@ func (pc *parsed) read(dir string, now time.Time) ([]istio.Input, []ingest.Probl
 	if err != nil {
 		return nil, nil, fmt.Errorf("yamldir: read %s: %w", dir, err)
 	}
-	pc.files = seen
+	pc.files, pc.names, pc.workloads = nil, nil, nil
+	for path, f := range seen {
+		pc.set(path, f)
+	}
 	return inputs, problems, nil
 }
 
@@ -434,18 +460,13 @@ func (pc *parsed) readFile(dir, path string, now time.Time) (parsedFile, []inges
 // before, has a kind, namespace and name that another file defines too:
 // which of them is in effect is decided over the whole directory.
 func (pc *parsed) sharesNames(path string, inputs []istio.Input) bool {
-	names := map[string]bool{}
-	for _, in := range slices.Concat(inputs, pc.files[path].inputs) {
-		names[identity(in)] = true
+	mine := map[string]int{}
+	for _, in := range pc.files[path].inputs {
+		mine[identity(in)]++
 	}
-	for p, f := range pc.files {
-		if p == path {
-			continue
-		}
-		for _, in := range f.inputs {
-			if names[identity(in)] {
-				return true
-			}
+	for _, in := range slices.Concat(inputs, pc.files[path].inputs) {
+		if pc.names[identity(in)] > mine[identity(in)] {
+			return true
 		}
 	}
 	return false

@@ -10,18 +10,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 )
 
-const greeterByHeader = `
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: greeter, namespace: demo}
-spec:
-  hosts: [greeter.demo.svc.cluster.local]
-  http:
-  - match: [{headers: {x-user: {exact: jason}}}]
-    route: [{destination: {host: greeter, subset: v2}}]
-  - route: [{destination: {host: greeter, subset: v1}}]
-`
-
 // TestClientKeepsWorkingThroughACombinedChange: the routing rules of a
 // proxyless gRPC host are deleted, a file that does not parse is added in
 // the same moment, and then the endpoints move: a real grpc-go client's

@@ -40,7 +40,11 @@ func startFlakyBackend(t *testing.T) (backend, *flakyHealth) {
 	return serveBackend(t, lis, h), h
 }
 
-const routingRules = greeterSubsets + `---
+const routingRules = greeterSubsets + "---" + greeterByHeader
+
+// greeterByHeader routes jason to subset v2 and everyone else, with
+// retries, to v1.
+const greeterByHeader = `
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: greeter, namespace: demo}

@@ -526,7 +526,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
-	if !p.prints.changed(class, classPrint(m, proxy, view)^hashString(p.linger.key(class))) {
+	if !p.prints.changed(class, classPrint(m, proxy, view, p.linger.key(class))) {
 		// Nothing this class sees changed: its resources would be the same.
 		p.m.classes.WithLabelValues("unchanged").Inc()
 		return
@@ -628,8 +628,9 @@ func (pr *prints) keep(classes []string) {
 
 // classPrint hashes what a class's clusters, routes and listeners are made
 // of: the kind of proxy, its view, the services it sees with the versions
-// of their configuration (not of their endpoints), and every route rule.
-func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View) uint64 {
+// of their configuration (not of their endpoints), every route rule, and
+// the removed clusters it still serves (lingering).
+func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering string) uint64 {
 	h := fnv.New64a()
 	write := func(parts ...string) {
 		for _, s := range parts {
@@ -637,7 +638,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View) uint
 			h.Write([]byte{0})
 		}
 	}
-	write(proxy.String(), view.Namespace)
+	write(proxy.String(), view.Namespace, lingering)
 	write(view.Egress...)
 	for _, s := range m.Services {
 		write("s", s.Namespace, s.Name, s.ConfigVersion)
@@ -666,12 +667,6 @@ func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
 			p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 		})
 	}
-}
-
-func hashString(s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return h.Sum64()
 }
 
 // tooLarge reports, and logs and counts, resources a class's proxies could

@@ -203,13 +203,7 @@ func TestRelayLosesAndDoublesNothingWhenKilled(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, cli := testutil.Etcd(t)
-			_, nc := testutil.NATS(t)
-			b, err := bus.New(context.Background(), nc, bus.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st := store.New(cli)
+			cli, st, b := storeAndBus(t)
 			// The stream starts with a RESYNC (publish 1); then come five
 			// single changes (2-6) and a revision of two (7 and 8).
 			ctx, cancel := context.WithCancel(context.Background())
@@ -268,13 +262,7 @@ func TestRelayLosesAndDoublesNothingWhenKilled(t *testing.T) {
 }
 
 func TestTwoRelaysDoubleNothing(t *testing.T) {
-	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
-	b, err := bus.New(context.Background(), nc, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(cli)
+	cli, st, b := storeAndBus(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	d1 := runRelay(t, ctx, st, b)
 	d2 := runRelay(t, ctx, st, b)
@@ -303,13 +291,7 @@ func TestTwoRelaysDoubleNothing(t *testing.T) {
 }
 
 func TestRelayResyncsAfterCompaction(t *testing.T) {
-	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
-	b, err := bus.New(context.Background(), nc, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(cli)
+	cli, st, b := storeAndBus(t)
 	// A stream that stopped at revision 2, then etcd moved on and compacted.
 	if _, err := cli.Put(context.Background(), "/mesh/v1/services/ns/a", "1"); err != nil {
 		t.Fatal(err)
@@ -352,13 +334,7 @@ func TestRelayResyncsAfterCompaction(t *testing.T) {
 // from what the bus holds: the stream is the store's history, in order,
 // once.
 func TestRelayLosesNothingWhenAPublishFailsInFlight(t *testing.T) {
-	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
-	b, err := bus.New(context.Background(), nc, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(cli)
+	cli, st, b := storeAndBus(t)
 	// Changes committed before the relay starts arrive in one burst, so
 	// that the lost event has others in flight behind it.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -406,4 +382,17 @@ func TestRelayLosesNothingWhenAPublishFailsInFlight(t *testing.T) {
 	if fmt.Sprint(gotEvents) != fmt.Sprint(wantEvents) {
 		t.Errorf("stream holds\n%v\nwant\n%v", gotEvents, wantEvents)
 	}
+}
+
+// storeAndBus starts etcd and NATS and returns etcd's client, the store
+// on it and the bus on NATS.
+func storeAndBus(t *testing.T) (*clientv3.Client, *store.Store, *bus.Bus) {
+	t.Helper()
+	_, cli := testutil.Etcd(t)
+	_, nc := testutil.NATS(t)
+	b, err := bus.New(context.Background(), nc, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli, store.New(cli), b
 }

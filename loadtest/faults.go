@@ -125,14 +125,10 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	go func() { fleetDone <- fleet.Run(fctx) }()
 	defer func() { stopFleet(); <-fleetDone }()
 	prog := newProgress(stderr)
-	for fleet.Full() < sc.Proxies {
-		if time.Since(phaseStart) > sc.connectTimeout || ctx.Err() != nil {
-			ph.Problems = append(ph.Problems, fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout))
-			return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if problem := connect(ctx, sc, fleet, prog); problem != "" {
+		ph.Problems = append(ph.Problems, problem)
+		return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
 	}
-	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(phaseStart).Round(time.Millisecond))
 
 	// Steady churn for as long as the faults take.
 	churn := sc

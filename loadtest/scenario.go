@@ -342,6 +342,21 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 	return fmt.Errorf("%s was not ready within %s (see its log in the output directory)", p.name, timeout)
 }
 
+// connect waits until every proxy holds a full config, and says what went
+// wrong when they do not within the connect timeout.
+func connect(ctx context.Context, sc Scenario, fleet *sim.Fleet, prog *progress) string {
+	start := time.Now()
+	for fleet.Full() < sc.Proxies {
+		if time.Since(start) > sc.connectTimeout || ctx.Err() != nil {
+			return fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout)
+		}
+		prog.printf("connecting: %d/%d proxies hold a full config (%s)", fleet.Full(), sc.Proxies, time.Since(start).Round(time.Second))
+		time.Sleep(50 * time.Millisecond)
+	}
+	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(start).Round(time.Millisecond))
+	return ""
+}
+
 // announce prints a phase's start, and returns what prints its end.
 func announce(stderr io.Writer, sc Scenario, name string) func() {
 	fmt.Fprintf(stderr, "== %s: %d proxies, %d services × %d endpoints\n", name, sc.Proxies, sc.Services, sc.Endpoints)
@@ -505,16 +520,10 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	defer func() { stopFleet(); <-fleetDone }()
 
 	prog := newProgress(stderr)
-	connectStart := time.Now()
-	for fleet.Full() < sc.Proxies {
-		if time.Since(connectStart) > sc.connectTimeout || ctx.Err() != nil {
-			ph.Problems = append(ph.Problems, fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout))
-			return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
-		}
-		prog.printf("connecting: %d/%d proxies hold a full config (%s)", fleet.Full(), sc.Proxies, time.Since(connectStart).Round(time.Second))
-		time.Sleep(50 * time.Millisecond)
+	if problem := connect(ctx, sc, fleet, prog); problem != "" {
+		ph.Problems = append(ph.Problems, problem)
+		return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
 	}
-	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(connectStart).Round(time.Millisecond))
 	// Let the responses of the connection burst drain from the send
 	// buffers before the heap is read.
 	time.Sleep(2 * time.Second)

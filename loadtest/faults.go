@@ -115,7 +115,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	phaseStart := time.Now()
 	var sampler procstat.Sampler
 	tracker := track.New(sc.Proxies)
-	fleet, err := sim.New(sim.Config{Addrs: []string{servers[0].ads, servers[1].ads}, Proxies: sc.Proxies, Delta: sc.Delta,
+	fleet, err := sim.New(sim.Config{Addrs: []string{servers[0].ads, servers[1].ads}, Proxies: sc.Proxies, Delta: sc.Delta, PerConn: sc.PerConn,
 		Namespaces: sc.Namespaces, Observer: tracker})
 	if err != nil {
 		return ph, err

@@ -31,6 +31,7 @@ func runProxies(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&cfg.Proxies, "proxies", 1000, "simulated Envoys across all shards")
 	fs.StringVar(&shard, "shard", "0/1", "this process's shard, i/n: it runs the proxies whose index modulo n is i")
 	fs.Float64Var(&cfg.Delta, "delta", 0.5, "share of proxies that speak Delta xDS")
+	fs.IntVar(&cfg.PerConn, "per-conn", 1, "proxies sharing one gRPC connection (1: one connection per proxy, as real Envoys)")
 	fs.Float64Var(&cfg.NACKRate, "nack-rate", 0, "share of responses the proxies reject")
 	fs.IntVar(&cfg.Namespaces, "namespaces", 10, "namespaces the proxies spread over")
 	fs.DurationVar(&duration, "duration", 0, "stop after this long (0: on interrupt)")

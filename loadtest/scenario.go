@@ -29,12 +29,15 @@ import (
 
 // Scenario is what a run does; it is printed in the report.
 type Scenario struct {
-	Proxies      int           `json:"proxies"`
-	Services     int           `json:"services"`
-	Endpoints    int           `json:"endpoints_per_service"`
-	Namespaces   int           `json:"namespaces"`
-	Delta        float64       `json:"delta_share"`
-	NACKRate     float64       `json:"nack_rate"`
+	Proxies    int     `json:"proxies"`
+	Services   int     `json:"services"`
+	Endpoints  int     `json:"endpoints_per_service"`
+	Namespaces int     `json:"namespaces"`
+	Delta      float64 `json:"delta_share"`
+	NACKRate   float64 `json:"nack_rate"`
+	// PerConn is how many proxies share one gRPC connection: 1, as real
+	// Envoys do, counts every connection's cost.
+	PerConn      int           `json:"proxies_per_connection"`
 	EndpointRate float64       `json:"endpoint_changes_per_s"`
 	RouteRate    float64       `json:"route_changes_per_s"`
 	ServiceRate  float64       `json:"service_changes_per_s"`
@@ -71,6 +74,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&sc.Endpoints, "endpoints", 10, "endpoints per service")
 	fs.IntVar(&sc.Namespaces, "namespaces", 10, "namespaces the services and proxies spread over")
 	fs.Float64Var(&sc.Delta, "delta", 0.5, "share of proxies that speak Delta xDS (the rest SotW)")
+	fs.IntVar(&sc.PerConn, "per-conn", 1, "proxies sharing one gRPC connection (1: one connection per proxy, as real Envoys)")
 	fs.Float64Var(&sc.NACKRate, "nack-rate", 0, "share of responses the proxies reject (a rejected change converges only with the next one of the same resource)")
 	fs.Float64Var(&sc.EndpointRate, "endpoint-rate", 10, "endpoint changes per second")
 	fs.Float64Var(&sc.RouteRate, "route-rate", 1, "route (VirtualService) changes per second")
@@ -490,8 +494,8 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	phaseStart := time.Now()
 	loaded := usage(servers)
 	ph.RSSLoaded = mib(loaded.RSS)
-	heapLoaded := heapLive(servers)
-	ph.HeapLoaded = mib(heapLoaded)
+	memLoaded := memoryOf(servers)
+	ph.HeapLoaded = mib(memLoaded.live)
 
 	var sampler procstat.Sampler
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -509,7 +513,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	for i, p := range servers {
 		addrs[i] = p.ads
 	}
-	fleet, err := sim.New(sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate,
+	fleet, err := sim.New(sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate, PerConn: sc.PerConn,
 		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm})
 	if err != nil {
 		return ph, err
@@ -527,10 +531,16 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	// Let the responses of the connection burst drain from the send
 	// buffers before the heap is read.
 	time.Sleep(2 * time.Second)
-	ph.RSSConnected = mib(usage(servers).RSS)
-	heapConnected := heapLive(servers)
-	ph.HeapConnected = mib(heapConnected)
-	ph.MemoryPerProxy = float64(heapConnected-heapLoaded) / 1024 / float64(sc.Proxies)
+	connected := usage(servers)
+	ph.RSSConnected = mib(connected.RSS)
+	memConnected := memoryOf(servers)
+	ph.HeapConnected = mib(memConnected.live)
+	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(sc.Proxies)
+	per := func(a, b int64) float64 { return float64(b-a) / 1024 / float64(sc.Proxies) }
+	ph.PerProxy = &report.Growth{RSS: per(loaded.RSS, connected.RSS), Live: ph.MemoryPerProxy,
+		InUse: per(memLoaded.inUse, memConnected.inUse), Idle: per(memLoaded.idle, memConnected.idle),
+		Stacks: per(memLoaded.stacks, memConnected.stacks), GCGoal: per(memLoaded.goal, memConnected.goal),
+		Goroutines: float64(memConnected.goroutines-memLoaded.goroutines) / float64(sc.Proxies)}
 
 	if t.storm {
 		ph.Storm = storm(ctx, sc, servers, mesh, fleet, tracker, prog)
@@ -688,29 +698,44 @@ func usage(ps []*proc) procstat.Sample {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-var heapAllocLine = regexp.MustCompile(`# HeapAlloc = (\d+)`)
+// memory is what the Go runtime says of processes' memory, summed.
+type memory struct {
+	live, inUse, idle, stacks, goal, goroutines int64
+}
 
-// heapLive sums the processes' live heap right after a collection (from
-// /debug/pprof/heap?gc=1): unlike RSS, it leaves out garbage and memory
-// the runtime has not yet returned to the system.
-func heapLive(ps []*proc) int64 {
-	var sum int64
+var memStatsLine = regexp.MustCompile(`(?m)^# (HeapAlloc|HeapInuse|HeapIdle|HeapReleased|Stack|NextGC) = (\d+)`)
+var goroutinesLine = regexp.MustCompile(`goroutine profile: total (\d+)`)
+
+// memoryOf reads the processes' memory right after a collection (from
+// /debug/pprof/heap?gc=1): the live heap, unlike RSS, leaves out garbage
+// and memory the runtime has not yet returned to the system.
+func memoryOf(ps []*proc) memory {
+	var sum memory
+	get := func(url string) []byte {
+		resp, err := http.Get(url)
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return b
+	}
 	for _, p := range ps {
 		// Two collections: the first moves sync.Pool contents (gRPC's
 		// buffers) to its victim cache, the second frees them.
-		if resp, err := http.Get("http://" + p.heap + "/debug/pprof/heap?gc=1&debug=1"); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+		get("http://" + p.heap + "/debug/pprof/heap?gc=1&debug=1")
+		f := map[string]int64{}
+		for _, m := range memStatsLine.FindAllSubmatch(get("http://"+p.heap+"/debug/pprof/heap?gc=1&debug=1"), -1) {
+			f[string(m[1])], _ = strconv.ParseInt(string(m[2]), 10, 64)
 		}
-		resp, err := http.Get("http://" + p.heap + "/debug/pprof/heap?gc=1&debug=1")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if m := heapAllocLine.FindSubmatch(b); m != nil {
+		sum.live += f["HeapAlloc"]
+		sum.inUse += f["HeapInuse"] - f["HeapAlloc"]
+		sum.idle += f["HeapIdle"] - f["HeapReleased"]
+		sum.stacks += f["Stack"]
+		sum.goal += f["NextGC"]
+		if m := goroutinesLine.FindSubmatch(get("http://" + p.heap + "/debug/pprof/goroutine?debug=1")); m != nil {
 			n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-			sum += n
+			sum.goroutines += n
 		}
 	}
 	return sum

@@ -110,6 +110,10 @@ type Phase struct {
 	HeapLoaded     float64 `json:"heap_loaded_mib"`
 	HeapConnected  float64 `json:"heap_connected_mib"`
 	MemoryPerProxy float64 `json:"memory_per_proxy_kib"`
+	// PerProxy is each figure's growth, divided by the proxies, from the
+	// mesh loaded to every proxy connected: RSS as a pod's limit sees it,
+	// and where it goes.
+	PerProxy *Growth `json:"per_proxy,omitempty"`
 	// IngestCPUSeconds is the ingester's CPU during the changes (shardpilot only).
 	IngestCPUSeconds float64 `json:"ingest_cpu_seconds,omitempty"`
 	// StoreCPUSeconds is etcd's and NATS's CPU during the changes (their
@@ -132,6 +136,22 @@ type Phase struct {
 	Storm    *Storm   `json:"storm,omitempty"`
 	Faults   []Fault  `json:"faults,omitempty"`
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Growth is memory per connected proxy, in KiB (goroutines: a count).
+// RSS is what the operating system holds; of it, the Go runtime accounts
+// for live heap (right after a collection), heap spans in use beyond it
+// (fragmentation, pooled buffers), freed heap it has not yet returned
+// (idle), and goroutine stacks. GCGoal is the growth of the heap size
+// the next collection runs at: the garbage a process may carry.
+type Growth struct {
+	RSS        float64 `json:"rss_kib"`
+	Live       float64 `json:"heap_live_kib"`
+	InUse      float64 `json:"heap_unused_in_spans_kib"`
+	Idle       float64 `json:"heap_idle_kib"`
+	Stacks     float64 `json:"stacks_kib"`
+	GCGoal     float64 `json:"gc_goal_kib"`
+	Goroutines float64 `json:"goroutines"`
 }
 
 // Stage is one step of convergence, as the control plane measured it.
@@ -217,6 +237,21 @@ func (r *Report) Markdown() string {
 	row("CPU per change, whole control plane", func(p Phase) float64 { return p.ControlPlaneCPUPerChange() }, "ms")
 	row("load test's own CPU during the changes", func(p Phase) float64 { return p.HarnessCPUSeconds }, "s")
 	row("memory per proxy beyond the shared state", func(p Phase) float64 { return p.MemoryPerProxy }, "KiB")
+	growth := func(name string, f func(g *Growth) float64, unit string) {
+		row(name, func(p Phase) float64 {
+			if p.PerProxy == nil {
+				return math.NaN()
+			}
+			return f(p.PerProxy)
+		}, unit)
+	}
+	growth("RSS per connected proxy", func(g *Growth) float64 { return g.RSS }, "KiB")
+	growth("· live heap per proxy", func(g *Growth) float64 { return g.Live }, "KiB")
+	growth("· heap spans in use beyond live", func(g *Growth) float64 { return g.InUse }, "KiB")
+	growth("· freed heap not yet returned", func(g *Growth) float64 { return g.Idle }, "KiB")
+	growth("· goroutine stacks per proxy", func(g *Growth) float64 { return g.Stacks }, "KiB")
+	growth("GC goal per proxy", func(g *Growth) float64 { return g.GCGoal }, "KiB")
+	growth("goroutines per proxy", func(g *Growth) float64 { return g.Goroutines }, "")
 	row("heap with the mesh loaded (after GC)", func(p Phase) float64 { return p.HeapLoaded }, "MiB")
 	row("heap with every proxy connected (after GC)", func(p Phase) float64 { return p.HeapConnected }, "MiB")
 	row("RSS with the mesh loaded", func(p Phase) float64 { return p.RSSLoaded }, "MiB")
@@ -266,6 +301,9 @@ func scenarioLine(s any) string {
 }
 
 func format(v float64, unit string) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
 	switch unit {
 	case "s":
 		if v < 1 {
@@ -282,7 +320,7 @@ func format(v float64, unit string) string {
 }
 
 func ratio(a, b float64) string {
-	if b == 0 {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
 		return "—"
 	}
 	return fmt.Sprintf("%.2f", a/b)

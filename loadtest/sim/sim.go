@@ -69,7 +69,8 @@ type Config struct {
 	NACKRate float64
 	// Namespaces spreads the proxies over this many namespaces (ns-<i>).
 	Namespaces int
-	// PerConn is how many proxies share one gRPC connection. Default 25.
+	// PerConn is how many proxies share one gRPC connection. Default 1,
+	// as real Envoys: each brings its connection's cost to the server.
 	PerConn  int
 	Observer Observer
 	Log      *slog.Logger
@@ -89,6 +90,9 @@ func (c *Config) Validate() error {
 	if c.Shard < 0 || c.Shard >= c.Shards {
 		return fmt.Errorf("sim: shard %d/%d: want 0 <= shard < shards", c.Shard, c.Shards)
 	}
+	if c.PerConn < 0 {
+		return fmt.Errorf("sim: %d proxies per connection: want at least 1", c.PerConn)
+	}
 	if c.Delta < 0 || c.Delta > 1 || c.NACKRate < 0 || c.NACKRate > 1 {
 		return fmt.Errorf("sim: delta share %v and NACK rate %v: each must be within [0, 1]", c.Delta, c.NACKRate)
 	}
@@ -96,7 +100,7 @@ func (c *Config) Validate() error {
 		c.Namespaces = 10
 	}
 	if c.PerConn == 0 {
-		c.PerConn = 25
+		c.PerConn = 1
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

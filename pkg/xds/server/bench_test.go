@@ -40,6 +40,7 @@ func lbEndpoint(addr string) *endpoint.LbEndpoint {
 type fleet struct {
 	table   *cache.Table
 	c       *cache.Cache
+	srv     *Server
 	res     map[string]types.Resource
 	streams []*stream
 }
@@ -53,7 +54,7 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fleet{c: c, res: assignments(S)}
+	f := &fleet{c: c, srv: srv, res: assignments(S)}
 	if _, _, _, err := c.Update(cache.Shared, resource.EndpointType, f.res); err != nil {
 		tb.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 	}
 	var set *cache.Set
 	for i := range P {
-		st := &stream{srv: srv, id: int64(i + 1), delta: delta, ctx: context.Background(), wake: make(chan struct{}, 1),
+		st := &stream{srv: srv, id: int64(i + 1), delta: delta, ctx: context.Background(),
 			node: &core.Node{Id: "sidecar~10.0.0.1~p" + strconv.Itoa(i) + ".ns~ns.svc.cluster.local"}}
 		w := &watch{st: st, typeURL: resource.EndpointType, short: "ClusterLoadAssignment", table: f.table}
 		if set == nil {
@@ -88,8 +89,12 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 // sender and receiver would; it returns how many responses there were.
 func (f *fleet) pushAll(tb testing.TB) int {
 	n := 0
+	for st := f.srv.pushq.take(); st != nil; st = f.srv.pushq.take() {
+		st.smu.Lock()
+		st.queued = false
+		st.smu.Unlock()
+	}
 	for _, st := range f.streams {
-		<-st.wake
 		out, err := st.next(0)
 		if err != nil || out == nil || out == errDone {
 			tb.Fatalf("stream %d: no response (%v)", st.id, err)

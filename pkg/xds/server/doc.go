@@ -2,11 +2,11 @@
 // per-type discovery services over gRPC from the tables of package cache,
 // and reports connected streams, responses and NACKs as metrics.
 //
-// Each stream has two goroutines: its handler, which sends, and one that
-// receives. A request changes the stream's per-type watch (its subscription
-// set, its ACKed version) under the stream's lock; a table that changes
-// marks the watch due and wakes the sender, which computes the response
-// from the table's log and writes it. At most one response per type is in
+// Each stream has one goroutine, its handler, which receives. A request
+// changes the stream's per-type watch (its subscription set, its ACKed
+// version) under the stream's lock; a table that changes marks the watch
+// due and queues the stream for the server's senders, a fixed pool, one of
+// which computes the response from the table's log and writes it. At most one response per type is in
 // flight. Responses go out in the order clusters, endpoints, listeners,
 // routes when several are due. SotW requests are decoded by the server's
 // own codec without allocating; everything else uses the proto codec.
@@ -18,6 +18,6 @@
 // as they change; Delta resource versions are content hashes.
 //
 // Server.Run serves on a listener until its context is done, then stops
-// gracefully (bounded by a drain timeout) and returns after the gRPC server
-// and every stream's goroutines have stopped.
+// gracefully (bounded by a drain timeout) and returns after the gRPC server,
+// every stream's handler and the senders have stopped.
 package server

@@ -64,7 +64,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// DrainTimeout bounds the graceful stop. Default 10s.
 	DrainTimeout time.Duration
-	// GRPCOptions are added to the gRPC server's options (TLS credentials, for one).
+	// GRPCOptions are added to the gRPC server's options (TLS credentials,
+	// for one); the server sets the in-tap handle itself.
 	GRPCOptions []grpc.ServerOption
 	// Status, when set, records each stream's sent, ACKed and NACKed versions.
 	Status *Status
@@ -79,9 +80,10 @@ type Config struct {
 	// Register, when set, registers more services on the xDS gRPC server
 	// (Envoy's client status discovery service, for one).
 	Register func(grpc.ServiceRegistrar)
-	// MaxConcurrentPushes bounds how many responses are written at once
-	// across all streams; the rest wait (shardpilot_pusher_xds_push_queue_seconds).
-	// Default 100; negative means unlimited.
+	// MaxConcurrentPushes is how many senders write the streams'
+	// responses, so how many are written at once; the rest wait
+	// (shardpilot_pusher_xds_push_queue_seconds). Default 100; negative
+	// means unlimited (a goroutine per stream writing).
 	MaxConcurrentPushes int
 	// SendTimeout bounds how long writing one response may take: a proxy
 	// that does not read its stream loses its push slot and its stream
@@ -143,14 +145,13 @@ type Convergence interface {
 
 // Server is an xDS server.
 type Server struct {
-	cfg Config
-	m   metrics
-	// slots bounds the responses written at once (nil: unlimited).
-	slots  chan struct{}
+	cfg    Config
+	m      metrics
 	nextID atomic.Int64
-	// receivers counts the streams' receiving goroutines: each returns
-	// once gRPC closes its stream, after the stream's handler returned.
-	receivers sync.WaitGroup
+	// pushq holds the streams waiting for a sender; unpooled counts the
+	// senders of an unlimited server, one per stream writing.
+	pushq    *pushQueue
+	unpooled sync.WaitGroup
 	// classes counts the streams of each class, and since when a class
 	// has had none.
 	classes struct {
@@ -203,11 +204,8 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	srv := &Server{cfg: cfg, m: m}
+	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue()}
 	srv.classes.streams, srv.classes.idle = map[string]int{}, map[string]time.Time{}
-	if cfg.MaxConcurrentPushes > 0 {
-		srv.slots = make(chan struct{}, cfg.MaxConcurrentPushes)
-	}
 	return srv, nil
 }
 
@@ -302,6 +300,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// Run returns only after every stream handler has.
 		grpc.WaitForHandlers(true),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
+		grpc.InTapHandle(tapCancel),
 	}, s.cfg.GRPCOptions...)
 	interceptors := []grpc.StreamServerInterceptor{}
 	if s.cfg.StreamRate > 0 {
@@ -324,6 +323,11 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	var wg sync.WaitGroup
 	wctx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
+	// The senders outlive every stream handler: a handler waits for a
+	// write of its stream in progress.
+	var sending sync.WaitGroup
+	s.senders(&sending, s.cfg.MaxConcurrentPushes)
+	defer func() { s.pushq.stop(); sending.Wait(); s.unpooled.Wait() }()
 	if s.cfg.SendTimeout > 0 {
 		wg.Go(func() { s.watchdog(wctx) })
 	}
@@ -376,12 +380,11 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	}
 	stopWatching()
 	wg.Wait()
-	s.receivers.Wait()
 	return err
 }
 
-// watchdog ends the streams whose write outlasts the send timeout: the
-// stream gives up its push slot at once, and ends when the write returns.
+// watchdog ends the streams whose write outlasts the send timeout: ending
+// a stream makes its write return, which frees its sender.
 func (s *Server) watchdog(ctx context.Context) {
 	tick := time.NewTicker(max(s.cfg.SendTimeout/4, 10*time.Millisecond))
 	defer tick.Stop()
@@ -395,7 +398,6 @@ func (s *Server) watchdog(ctx context.Context) {
 				if started == 0 || now.Sub(time.Unix(0, started)) < s.cfg.SendTimeout {
 					continue
 				}
-				st.releaseSlot()
 				if st.end(errTimedOut) {
 					s.m.timeouts.Inc()
 					s.cfg.Log.Warn("a response's write outlasted the send timeout; ending the stream", "stream", st.id, "timeout", s.cfg.SendTimeout)

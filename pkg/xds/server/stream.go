@@ -44,27 +44,36 @@ func rank(typeURL string) int {
 }
 
 // stream is one xDS stream: aggregated, or of one type. Its handler's
-// goroutine sends; a second receives. Requests change the per-type watches
-// under mu; a table that changes sets a watch's dirty flag and wakes the
-// sender, which computes each due response from the cache and writes it.
-// At most one response per type is in flight: changes made meanwhile are
-// sent together once it is ACKed or NACKed.
+// goroutine receives; the server's senders write its responses (see
+// senders.go). Requests change the per-type watches under mu; a table that
+// changes sets a watch's dirty flag and queues the stream, and a sender
+// computes each due response from the cache and writes it. At most one
+// response per type is in flight: changes made meanwhile are sent
+// together once it is ACKed or NACKed.
 type stream struct {
-	srv    *Server
-	id     int64
-	delta  bool
-	ss     grpc.ServerStream
+	srv   *Server
+	id    int64
+	delta bool
+	ss    grpc.ServerStream
+	// ctx is the stream's gRPC context, which cancel ends.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// wake tells the sender that a watch may be due.
-	wake  chan struct{}
-	since time.Time
+	since  time.Time
 	// ended says why the server ended the stream (nil: it did not).
 	ended atomic.Pointer[error]
 	// sending is when the write in progress started (unix ns; 0: none).
 	sending atomic.Int64
-	// slot is set while the stream holds a push slot.
-	slot atomic.Bool
+
+	// smu guards the stream's place with the senders: queued while it
+	// waits for one (or, while running, to go back to the queue), done
+	// once its handler returns; stopped is closed by the sender running
+	// then.
+	smu      sync.Mutex
+	queued   bool
+	running  bool
+	done     bool
+	stopped  chan struct{}
+	queuedAt time.Time
 
 	mu      sync.Mutex
 	closed  bool
@@ -131,13 +140,6 @@ func (w *watch) answered() {
 
 var _ cache.Watcher = (*watch)(nil)
 
-func (st *stream) wakeUp() {
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
-}
-
 // end ends the stream with err as its status; it reports whether the
 // stream was not ended before.
 func (st *stream) end(err error) bool {
@@ -151,53 +153,39 @@ func (st *stream) end(err error) bool {
 // serve runs a stream until the proxy goes, the server ends it, or a
 // request is refused. receive reads and applies one request.
 func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) error) error {
-	ctx, cancel := context.WithCancel(ss.Context())
-	defer cancel()
+	ctx := ss.Context()
+	cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc)
+	if !ok {
+		return status.Error(codes.Internal, "shardpilot: a stream not served through Server.Run")
+	}
 	id := s.nextID.Add(1)
 	if delta {
 		id = -id
 	}
-	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), since: time.Now()}
+	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now()}
 	s.cfg.Status.add(st)
 	s.m.streams.Inc()
 	defer func() {
+		st.end(nil)
+		st.stopSending()
 		s.m.streams.Dec()
 		s.cfg.Status.remove(st)
 		if class := st.close(); class != "" {
 			s.leave(class)
 		}
 	}()
-	received := make(chan error, 1)
-	s.receivers.Add(1)
-	go func() {
-		defer s.receivers.Done()
-		for {
-			if err := receive(st); err != nil {
-				received <- err
-				return
-			}
-		}
-	}()
 	for {
-		select {
-		case <-ctx.Done():
-			if e := st.ended.Load(); e != nil {
-				return *e
-			}
-			return ctx.Err()
-		case err := <-received:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case <-st.wake:
-			if err := st.push(); err != nil {
-				if e := st.ended.Load(); e != nil {
-					return *e
-				}
-				return err
-			}
+		err := receive(st)
+		if err == nil {
+			continue
 		}
+		if e := st.ended.Load(); e != nil {
+			return *e
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
 	}
 }
 
@@ -568,33 +556,16 @@ func (st *stream) next(i int) (*outgoing, error) {
 	return newOutgoing(resp.Body, w.nonce), nil
 }
 
-// send writes one response once a push slot is free.
+// send writes one response.
 func (st *stream) send(out *outgoing) error {
 	s := st.srv
-	queued := time.Now()
-	if s.slots != nil {
-		select {
-		case s.slots <- struct{}{}:
-			st.slot.Store(true)
-		case <-st.ctx.Done():
-			return st.ctx.Err()
-		}
-	}
 	start := time.Now()
-	s.m.queue.Observe(start.Sub(queued).Seconds())
 	st.sending.Store(start.UnixNano())
 	err := st.ss.SendMsg(out)
 	st.sending.Store(0)
-	st.releaseSlot()
 	s.m.send.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return fmt.Errorf("server: send: %w", err)
 	}
 	return nil
-}
-
-func (st *stream) releaseSlot() {
-	if st.slot.CompareAndSwap(true, false) {
-		<-st.srv.slots
-	}
 }

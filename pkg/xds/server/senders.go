@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/tap"
+)
+
+// A stream's handler goroutine only receives: the responses of every
+// stream are written by the server's senders, a fixed pool of goroutines
+// (MaxConcurrentPushes of them) taking the streams that have something due
+// from one queue, first in first out. A stream is in the queue at most
+// once and worked on by at most one sender; woken while a sender works on
+// it, it goes back to the end of the queue, so a stream whose
+// configuration keeps changing does not hold a sender from the others.
+// Idle proxies so cost the server no sending goroutine and no stack.
+
+// pushQueue is the streams waiting for a sender.
+type pushQueue struct {
+	mu      sync.Mutex
+	ready   sync.Cond
+	items   []*stream
+	stopped bool
+}
+
+func newPushQueue() *pushQueue {
+	q := &pushQueue{}
+	q.ready.L = &q.mu
+	return q
+}
+
+func (q *pushQueue) put(st *stream) {
+	q.mu.Lock()
+	q.items = append(q.items, st)
+	q.mu.Unlock()
+	q.ready.Signal()
+}
+
+// get waits for a stream; nil once the queue is stopped.
+func (q *pushQueue) get() *stream {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.stopped {
+		q.ready.Wait()
+	}
+	if q.stopped {
+		return nil
+	}
+	st := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return st
+}
+
+// take returns a queued stream without waiting (nil: none).
+func (q *pushQueue) take() *stream {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	st := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return st
+}
+
+func (q *pushQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.mu.Unlock()
+	q.ready.Broadcast()
+}
+
+// senders runs the pool until the queue stops.
+func (s *Server) senders(wg *sync.WaitGroup, n int) {
+	for range n {
+		wg.Go(func() {
+			for st := s.pushq.get(); st != nil; st = s.pushq.get() {
+				st.work()
+			}
+		})
+	}
+}
+
+// wakeUp asks for the stream's due responses to be written.
+func (st *stream) wakeUp() {
+	st.smu.Lock()
+	if st.queued || st.done {
+		st.smu.Unlock()
+		return
+	}
+	st.queued = true
+	if st.running {
+		// Its sender puts it back in the queue when it is done.
+		st.smu.Unlock()
+		return
+	}
+	st.queuedAt = time.Now()
+	st.smu.Unlock()
+	st.srv.enqueue(st)
+}
+
+func (s *Server) enqueue(st *stream) {
+	if s.cfg.MaxConcurrentPushes < 0 {
+		// Unlimited: each due stream gets a goroutine for as long as
+		// it writes.
+		s.unpooled.Go(st.work)
+		return
+	}
+	s.pushq.put(st)
+}
+
+// work writes the stream's due responses, as its sender.
+func (st *stream) work() {
+	st.smu.Lock()
+	if st.done || !st.queued {
+		st.smu.Unlock()
+		return
+	}
+	st.queued, st.running = false, true
+	st.srv.m.queue.Observe(time.Since(st.queuedAt).Seconds())
+	st.smu.Unlock()
+
+	err := st.push()
+
+	st.smu.Lock()
+	st.running = false
+	if st.done {
+		close(st.stopped)
+		st.smu.Unlock()
+		return
+	}
+	requeue := st.queued && err == nil
+	if requeue {
+		st.queuedAt = time.Now()
+	}
+	st.smu.Unlock()
+	if err != nil {
+		st.end(err)
+	} else if requeue {
+		st.srv.enqueue(st)
+	}
+}
+
+// stopSending stops the stream's sending, waiting for a write in progress
+// (gRPC forbids writing to a stream whose handler returned). The write
+// returns soon: the stream's context is done by then.
+func (st *stream) stopSending() {
+	st.smu.Lock()
+	st.done = true
+	if !st.running {
+		st.smu.Unlock()
+		return
+	}
+	st.stopped = make(chan struct{})
+	st.smu.Unlock()
+	<-st.stopped
+}
+
+// cancelKey holds, in a stream's context, the function that cancels it.
+type cancelKey struct{}
+
+// tapCancel gives every stream a context the server can cancel: that is
+// what ends a stream whose handler is blocked receiving (gRPC's receive
+// and its wait for flow control both return when the stream's context is
+// done).
+func tapCancel(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	return context.WithValue(ctx, cancelKey{}, cancel), nil
+}

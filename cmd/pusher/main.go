@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"sync/atomic"
@@ -28,10 +29,9 @@ func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var adsAddr string
-	var quiet, maxDelay, maxHold, maxAge, linger time.Duration
-	var streamRate float64
-	var maxPushes int
-	var sendTimeout, classIdle time.Duration
+	var quiet, maxDelay, maxHold, linger time.Duration
+	var xcfg server.Config
+	var maxStreams int
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	common.Register(fs, ":15014")
 	remote.Register(fs)
@@ -40,18 +40,28 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
 	fs.DurationVar(&linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
 	fs.DurationVar(&maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
-	fs.DurationVar(&maxAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
-	fs.Float64Var(&streamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
-	fs.IntVar(&maxPushes, "max-concurrent-pushes", 100, "responses written at once across all proxies; the rest wait (negative: unlimited)")
-	fs.DurationVar(&sendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
-	maxStreams := fs.Int("max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
-	fs.DurationVar(&classIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
+	fs.DurationVar(&xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
+	fs.Float64Var(&xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
+	fs.IntVar(&xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
+	fs.DurationVar(&xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
+	fs.IntVar(&maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
+	fs.DurationVar(&xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
+	fs.IntVar(&xcfg.ReadBufferSize, "grpc-read-buffer", 32<<10, "bytes of each connection's gRPC read buffer (pooled: held only while reading)")
+	fs.IntVar(&xcfg.WriteBufferSize, "grpc-write-buffer", 16<<10, "bytes of each connection's gRPC write buffer (pooled: held only while writing, so by each proxy slow to read while changes flow)")
+	window := fs.Int("grpc-window", 1<<20, "HTTP/2 flow-control window, in bytes, granted to each proxy's requests per stream and per connection (negative: grown by gRPC's estimate)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
 	}
-	if *maxStreams < 1 {
-		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", *maxStreams)
+	if maxStreams < 1 {
+		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", maxStreams)
 	}
+	if xcfg.ReadBufferSize < 1 || xcfg.WriteBufferSize < 1 {
+		return fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want positive sizes", xcfg.ReadBufferSize, xcfg.WriteBufferSize)
+	}
+	if *window >= 0 && *window < 64<<10 || *window > math.MaxInt32 {
+		return fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *window, math.MaxInt32)
+	}
+	xcfg.MaxStreamsPerConnection, xcfg.InitialWindowSize = uint32(maxStreams), int32(*window)
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
@@ -85,7 +95,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
-			MaxConnectionAge: maxAge, StreamRate: streamRate, MaxConcurrentPushes: maxPushes, SendTimeout: sendTimeout, ClassIdle: classIdle, MaxStreamsPerConnection: *maxStreams,
+			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {

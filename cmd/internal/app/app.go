@@ -290,16 +290,10 @@ type Pusher struct {
 	Status *server.Status
 	// Dump, when set, serves the cache's content per proxy (/debug/config_dump).
 	Dump *ConfigDump
-	// MaxConnectionAge, StreamRate, MaxConcurrentPushes and SendTimeout
-	// configure the xDS server (see server.Config).
-	MaxConnectionAge    time.Duration
-	StreamRate          float64
-	MaxConcurrentPushes int
-	SendTimeout         time.Duration
-	// ClassIdle is how long a class is kept after its last proxy left.
-	ClassIdle time.Duration
-	// MaxStreamsPerConnection bounds one connection's concurrent streams.
-	MaxStreamsPerConnection int
+	// XDS tunes the xDS server (connection age, stream rate, senders,
+	// send timeout, class idle time, gRPC buffers): its cache, classifier,
+	// log, registry, status and readiness are the pusher's own.
+	XDS server.Config
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -333,14 +327,16 @@ func (p Pusher) Run(ctx context.Context) error {
 		p.Dump.cache.Store(c)
 		p.Dump.pusher.Store(ps)
 	}
-	srv, err := server.New(server.Config{Cache: c, Classes: ps, ClassesChanged: ps.ClassesChanged(), Log: p.Log.With("part", "xds"), Registerer: p.Registerer, Status: p.Status,
-		MaxConnectionAge: p.MaxConnectionAge, StreamRate: p.StreamRate, MaxConcurrentPushes: p.MaxConcurrentPushes, SendTimeout: p.SendTimeout, ClassIdle: p.ClassIdle, MaxStreamsPerConnection: uint32(max(p.MaxStreamsPerConnection, 0)),
-		Convergence: ps, Ready: func() bool { return ps.GeneratedRevision() > 0 },
-		Register: func(r grpc.ServiceRegistrar) {
-			if p.Dump != nil {
-				statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})
-			}
-		}})
+	xcfg := p.XDS
+	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
+	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
+	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
+	xcfg.Register = func(r grpc.ServiceRegistrar) {
+		if p.Dump != nil {
+			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})
+		}
+	}
+	srv, err := server.New(xcfg)
 	if err != nil {
 		return err
 	}

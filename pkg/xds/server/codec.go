@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unique"
 
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -60,15 +61,38 @@ func newOutgoing(body []byte, nonce string) *outgoing {
 }
 
 // sotwRequest is a DiscoveryRequest as the server reads it: byte fields
-// copied into buffers it reuses from one request to the next.
+// copied into buffers taken from a pool for the request and given back
+// once it is applied (release), so that an idle stream holds none: an
+// ACK of a proxy's endpoints names every cluster it has.
 type sotwRequest struct {
+	*sotwBufs
+	hasNode, hasError bool
+	fp                cache.Fingerprint
+}
+
+type sotwBufs struct {
 	version, node, typeURL, nonce, errorDetail []byte
-	hasNode, hasError                          bool
 	// names holds every resource name back to back; ends[i] is where
 	// name i ends. fp is their fingerprint.
 	names []byte
 	ends  []int
-	fp    cache.Fingerprint
+}
+
+var sotwPool = sync.Pool{New: func() any { return new(sotwBufs) }}
+
+// maxPooled is the largest request buffer kept for the next request.
+const maxPooled = 1 << 20
+
+// release gives the request's buffers back to the pool.
+func (r *sotwRequest) release() {
+	b := r.sotwBufs
+	if b == nil {
+		return
+	}
+	r.sotwBufs = nil
+	if cap(b.names) <= maxPooled && cap(b.node) <= maxPooled && cap(b.errorDetail) <= maxPooled {
+		sotwPool.Put(b)
+	}
 }
 
 // DiscoveryRequest field numbers.
@@ -84,6 +108,9 @@ const (
 var errMalformed = errors.New("malformed request")
 
 func (r *sotwRequest) decode(b []byte) error {
+	if r.sotwBufs == nil {
+		r.sotwBufs = sotwPool.Get().(*sotwBufs)
+	}
 	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = r.version[:0], r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
 	r.hasNode, r.hasError = false, false
 	r.names, r.ends, r.fp = r.names[:0], r.ends[:0], cache.Fingerprint{}
@@ -145,11 +172,33 @@ func (r *sotwRequest) nameList() []string {
 // first request of a reconnecting Delta stream carries every resource it
 // holds with its version: decoded here into one map, sized once, instead
 // of through protobuf's reflective map decoding.
+// Its buffers, as a SotW request's, come from a pool for the request.
 type deltaRequest struct {
+	*deltaBufs
+	hasNode, hasError bool
+	initial           map[string]string
+}
+
+type deltaBufs struct {
 	node, typeURL, nonce, errorDetail []byte
-	hasNode, hasError                 bool
 	subscribe, unsubscribe            []string
-	initial                           map[string]string
+}
+
+var deltaPool = sync.Pool{New: func() any { return new(deltaBufs) }}
+
+// release gives the request's buffers back to the pool and drops what it
+// held.
+func (r *deltaRequest) release() {
+	b := r.deltaBufs
+	r.deltaBufs, r.initial = nil, nil
+	if b == nil {
+		return
+	}
+	clear(b.subscribe)
+	clear(b.unsubscribe)
+	if cap(b.node) <= maxPooled && cap(b.errorDetail) <= maxPooled && cap(b.subscribe) <= maxPooled/16 && cap(b.unsubscribe) <= maxPooled/16 {
+		deltaPool.Put(b)
+	}
 }
 
 // DeltaDiscoveryRequest field numbers.
@@ -164,7 +213,13 @@ const (
 )
 
 func (r *deltaRequest) decode(b []byte) error {
-	*r = deltaRequest{}
+	bufs := r.deltaBufs
+	if bufs == nil {
+		bufs = deltaPool.Get().(*deltaBufs)
+	}
+	*r = deltaRequest{deltaBufs: bufs}
+	r.node, r.typeURL, r.nonce, r.errorDetail = r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
+	r.subscribe, r.unsubscribe = r.subscribe[:0], r.unsubscribe[:0]
 	entries := 0
 	for rest := b; len(rest) > 0; {
 		num, v, next, err := nextField(rest)

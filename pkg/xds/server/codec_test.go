@@ -10,6 +10,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestDecodeRequests: the server's own decoders read what the proto
@@ -62,5 +63,25 @@ func TestDecodeRequests(t *testing.T) {
 		if err := s.decode(bad); err == nil {
 			t.Errorf("SotW: %x decoded", bad)
 		}
+	}
+}
+
+// TestSameID: a node is recognised by its id whatever order its metadata
+// is encoded in.
+func TestSameID(t *testing.T) {
+	meta, err := structpb.NewStruct(map[string]any{"NAMESPACE": "ns", "LABELS": map[string]any{"a": "1", "b": "2", "c": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(&core.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", Metadata: meta, Cluster: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameID(b, "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local") || sameID(b, "other") {
+		t.Error("the id read from the encoded node is wrong")
+	}
+	noID, _ := proto.Marshal(&core.Node{Cluster: "c"})
+	if !sameID(noID, "") || sameID(noID, "x") || sameID([]byte{0xff}, "") {
+		t.Error("a node without id, or an unreadable one")
 	}
 }

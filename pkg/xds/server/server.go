@@ -96,6 +96,21 @@ type Config struct {
 	// MaxStreamsPerConnection bounds the concurrent streams of one client
 	// connection (an Envoy opens one ADS stream). Default 100.
 	MaxStreamsPerConnection uint32
+	// ReadBufferSize and WriteBufferSize are each connection's gRPC
+	// buffers; gRPC takes both from pools shared by every connection for
+	// as long as a read or a write lasts, so an idle connection holds
+	// neither, but a proxy slow to read holds its write buffer while the
+	// changes flow: 16 KiB, one HTTP/2 data frame, costs one write per
+	// frame and half the default's memory. Default 32 KiB to read, 16 KiB
+	// to write.
+	ReadBufferSize, WriteBufferSize int
+	// InitialWindowSize is the HTTP/2 flow-control window the server
+	// grants each stream and each connection for requests. Fixed (not
+	// grown by gRPC's bandwidth estimate), a client cannot make the server
+	// buffer more than it per connection; a reconnecting Delta proxy's
+	// first request, listing every resource it holds, is the largest.
+	// Default 1 MiB; negative lets gRPC size it.
+	InitialWindowSize int32
 	// ClassIdle is how long a class added for a proxy is kept after its
 	// last proxy left, so that clients cannot grow the server's state
 	// without bound. Default 5m; negative keeps every class.
@@ -133,6 +148,21 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStreamsPerConnection == 0 {
 		c.MaxStreamsPerConnection = 100
+	}
+	if c.ReadBufferSize == 0 {
+		c.ReadBufferSize = 32 << 10
+	}
+	if c.WriteBufferSize == 0 {
+		c.WriteBufferSize = 16 << 10
+	}
+	if c.ReadBufferSize < 0 || c.WriteBufferSize < 0 {
+		return fmt.Errorf("server: gRPC buffers of %d and %d bytes: want positive sizes", c.ReadBufferSize, c.WriteBufferSize)
+	}
+	if c.InitialWindowSize == 0 {
+		c.InitialWindowSize = 1 << 20
+	}
+	if c.InitialWindowSize > 0 && c.InitialWindowSize < 64<<10 {
+		return fmt.Errorf("server: an initial window of %d bytes: want at least 64 KiB (HTTP/2's default)", c.InitialWindowSize)
 	}
 	return nil
 }
@@ -294,14 +324,21 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	if s.cfg.MaxConnectionAge > 0 {
 		params.MaxConnectionAge, params.MaxConnectionAgeGrace = s.cfg.MaxConnectionAge, time.Minute
 	}
-	opts := append([]grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Run returns only after every stream handler has.
 		grpc.WaitForHandlers(true),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.InTapHandle(tapCancel),
-	}, s.cfg.GRPCOptions...)
+		grpc.ReadBufferSize(s.cfg.ReadBufferSize),
+		grpc.WriteBufferSize(s.cfg.WriteBufferSize),
+		grpc.SharedWriteBuffer(true),
+	}
+	if w := s.cfg.InitialWindowSize; w > 0 {
+		opts = append(opts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
+	}
+	opts = append(opts, s.cfg.GRPCOptions...)
 	interceptors := []grpc.StreamServerInterceptor{}
 	if s.cfg.StreamRate > 0 {
 		limiter := rate.NewLimiter(rate.Limit(s.cfg.StreamRate), max(1, int(s.cfg.StreamRate)))

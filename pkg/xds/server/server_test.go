@@ -268,3 +268,51 @@ func TestIdleClassesAreDropped(t *testing.T) {
 	}
 	stopB()
 }
+
+// TestSendersServeEveryStream: with one sender, and with a goroutine per
+// stream writing (unlimited), every stream gets its first response and
+// then, after its ACK, each change.
+func TestSendersServeEveryStream(t *testing.T) {
+	for _, senders := range []int{1, -1} {
+		t.Run(fmt.Sprintf("senders=%d", senders), func(t *testing.T) {
+			c, ads, ctx := serve(t, server.Config{MaxConcurrentPushes: senders})
+			update := func(n int) {
+				res := map[string]types.Resource{}
+				for i := range n {
+					name := fmt.Sprintf("cluster-%d", i)
+					res[name] = &clusterv3.Cluster{Name: name}
+				}
+				if _, _, _, err := c.Update("all", resource.ClusterType, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			update(1)
+			var streams []discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+			for i := range 20 {
+				s, err := ads.StreamAggregatedResources(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprintf("p%d", i)}, TypeUrl: resource.ClusterType}); err != nil {
+					t.Fatal(err)
+				}
+				streams = append(streams, s)
+			}
+			for round := 1; round <= 3; round++ {
+				for i, s := range streams {
+					resp, err := s.Recv()
+					if err != nil {
+						t.Fatalf("round %d, stream %d: %v", round, i, err)
+					}
+					if len(resp.Resources) != round {
+						t.Fatalf("round %d, stream %d: %d clusters, want %d", round, i, len(resp.Resources), round)
+					}
+					if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				update(round + 1)
+			}
+		})
+	}
+}

@@ -217,6 +217,7 @@ var errClosed = errors.New("server: stream closed")
 // receiveSotW reads and applies one SotW request. typeURL is the type of
 // a single-type stream ("" for ADS).
 func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
+	defer r.release()
 	if err := st.recv(r); err != nil {
 		return err
 	}
@@ -308,6 +309,7 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 
 // receiveDelta reads and applies one Delta request.
 func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
+	defer r.release()
 	if err := st.recv(r); err != nil {
 		return err
 	}
@@ -393,7 +395,10 @@ func (st *stream) subscribeLocked(w *watch, set *cache.Set) {
 // nodeLocked records the stream's node from its encoding; a node that
 // names another proxy than the stream's first is refused.
 func (st *stream) nodeLocked(b []byte) error {
-	if st.node != nil && bytes.Equal(b, st.nodeRaw) {
+	if st.node != nil && (bytes.Equal(b, st.nodeRaw) || sameID(b, st.node.GetId())) {
+		// Envoy sends its node with every request; its metadata, a
+		// map, may be encoded in another order each time. A stream's
+		// proxy is classified once, from its first node.
 		return nil
 	}
 	n := &core.Node{}
@@ -406,6 +411,25 @@ func (st *stream) nodeLocked(b []byte) error {
 	st.node, st.nodeRaw = n, append(st.nodeRaw[:0], b...)
 	return nil
 }
+
+// sameID reports whether an encoded node's id is id, reading only that
+// field; a node it cannot read is not.
+func sameID(b []byte, id string) bool {
+	for len(b) > 0 {
+		num, v, rest, err := nextField(b)
+		if err != nil {
+			return false
+		}
+		if num == nodeIDField {
+			return v != nil && string(v) == id
+		}
+		b = rest
+	}
+	return id == ""
+}
+
+// nodeIDField is the field number of envoy.config.core.v3.Node's id.
+const nodeIDField = 1
 
 // watchLocked returns the stream's watch of a type, creating it (and
 // classifying the proxy) at the type's first request. An unserved type

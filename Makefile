@@ -29,10 +29,12 @@ test: check-generate ## Run vet, the generated-code check, every test with the r
 	$(MAKE) loadtest-faults
 
 .PHONY: loadtest
-loadtest: build ## Small load test (about a minute): 500 simulated Envoys, 200 services, 2,000 endpoints, shardpilot then the baseline; fails unless every change reaches every proxy.
+loadtest: build ## Small load test (about 3 minutes): 500 simulated Envoys, 200 services, 2,000 endpoints, shardpilot then the baseline; then 2,000 Envoys on shardpilot alone (RSS per proxy); each on its own connection; fails unless every change reaches every proxy.
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	$(BIN)/loadtest run --bin $(BIN) --proxies 500 --services 200 --endpoints 10 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/small
+	$(BIN)/loadtest run --bin $(BIN) --proxies 2000 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false --out loadtest/out/small-2000
 
 .PHONY: loadtest-faults
 loadtest-faults: build ## The fault suite (about 2 minutes): under churn, SIGKILL a pusher, SIGSTOP NATS and etcd for 30 s each, SIGKILL the ingester leader; fails if a change is lost.

@@ -24,7 +24,7 @@ run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
 .PHONY: test
 test: check-generate ## Run vet, the generated-code check, every test with the race detector, the small load test and the fault suite.
 	$(GO) vet ./...
-	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
+	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
 	$(MAKE) loadtest
 	$(MAKE) loadtest-faults
 
@@ -65,7 +65,8 @@ FUZZ_TARGETS := \
 	FuzzDecode:./pkg/model \
 	FuzzApplyEvent:./pkg/pusher \
 	FuzzDecodeSotW:./pkg/xds/server \
-	FuzzDecodeDelta:./pkg/xds/server
+	FuzzDecodeDelta:./pkg/xds/server \
+	FuzzRegistryData:./pkg/ingest/zookeeper
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s); findings land in the package's testdata/fuzz.
@@ -86,6 +87,10 @@ bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in
 .PHONY: bench-ingest
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/
+
+.PHONY: bench-zookeeper
+bench-zookeeper: ## Measure ingesting 1,000 Dubbo interfaces × 10 providers from a real ZooKeeper into etcd, and one provider change.
+	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/
 
 .PHONY: lint
 lint: ## Check formatting and vet.

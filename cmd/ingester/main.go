@@ -1,5 +1,6 @@
-// Command ingester reads the mesh's sources — Kubernetes clusters and a
-// directory of Istio YAML — normalizes them into etcd, and relays every
+// Command ingester reads the mesh's sources — Kubernetes clusters,
+// ZooKeeper registries (Dubbo, Curator) and a directory of Istio YAML —
+// normalizes them into etcd, and relays every
 // committed change to NATS JetStream for the pushers. Run several replicas:
 // each source and the relay have one leader at a time, elected in etcd.
 package main
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"golang.org/x/sync/errgroup"
@@ -68,17 +71,65 @@ func parseKubeconfigs(list string) ([]cluster, error) {
 	return out, nil
 }
 
+// parseEnsembles reads "<id>=<host:port>,<host:port>;<id>=..." entries.
+func parseEnsembles(list string) ([]zookeeper.Config, error) {
+	var out []zookeeper.Config
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(list, ";") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		id, servers, ok := strings.Cut(entry, "=")
+		if !ok || id == "" || servers == "" {
+			return nil, fmt.Errorf("--zookeeper %q: want <id>=<host:port>[,<host:port>...], ensembles separated by ';'", entry)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("--zookeeper: ensemble ID %q is given twice", id)
+		}
+		seen[id] = true
+		var addrs []string
+		for _, a := range strings.Split(servers, ",") {
+			a = strings.TrimSpace(a)
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("--zookeeper %s: server %q: want host:port", id, a)
+			}
+			addrs = append(addrs, a)
+		}
+		out = append(out, zookeeper.Config{Ensemble: id, Servers: addrs})
+	}
+	return out, nil
+}
+
+// paths splits a comma-separated list of ZooKeeper paths ("" is none).
+func paths(list string) []string {
+	out := []string{}
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
 	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID string
-	var leaderTTL, syncMax time.Duration
+	var leaderTTL, syncMax, zkSession time.Duration
+	var ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts string
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
 	common.Register(fs, ":15015")
 	remote.Register(fs)
 	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
 	fs.StringVar(&kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
+	fs.StringVar(&ensembles, "zookeeper", "", `ZooKeeper ensembles to watch for Dubbo and Curator registrations: "<id>=<host:port>[,<host:port>...]", ensembles separated by ';'`)
+	fs.StringVar(&dubboRoots, "zookeeper-dubbo-roots", "/dubbo", "comma-separated paths Dubbo registers under (one per registry group; empty: none)")
+	fs.StringVar(&curatorRoots, "zookeeper-curator-roots", "/services", "comma-separated base paths of Curator service discovery (empty: none)")
+	fs.StringVar(&zkNamespace, "zookeeper-namespace", "default", `namespace of a registered service whose provider names none (a "namespace" URL parameter, or Curator metadata)`)
+	fs.StringVar(&zkHosts, "zookeeper-host-template", "{service}.{namespace}.svc.{domain}", "hostname of a registered service: {service} is the Dubbo interface (lowercased) or the Curator service name, {domain} the domain suffix")
+	fs.DurationVar(&zkSession, "zookeeper-session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
@@ -91,8 +142,19 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if meshDir == "" && len(clusters) == 0 {
-		return errors.New("nothing to ingest: give --mesh-dir, --kubeconfig or both")
+	zks, err := parseEnsembles(ensembles)
+	if err != nil {
+		return err
+	}
+	for i := range zks {
+		zks[i].DubboRoots, zks[i].CuratorRoots, zks[i].SessionTimeout, zks[i].MaxDelay = paths(dubboRoots), paths(curatorRoots), zkSession, syncMax
+		zks[i].Naming = zookeeper.Naming{HostTemplate: zkHosts, Namespace: zkNamespace, DomainSuffix: domainSuffix}
+		if err := zks[i].Validate(); err != nil {
+			return fmt.Errorf("--zookeeper %s: %w", zks[i].Ensemble, err)
+		}
+	}
+	if meshDir == "" && len(clusters) == 0 && len(zks) == 0 {
+		return errors.New("nothing to ingest: give --mesh-dir, --kubeconfig, --zookeeper or several")
 	}
 	selector, err := labels.Parse(nsSelector)
 	if err != nil {
@@ -143,6 +205,11 @@ func run(ctx context.Context, args []string) error {
 		g.Go(func() error {
 			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix, MaxDelay: syncMax,
 				NamespaceSelector: selector, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
+		})
+	}
+	for _, z := range zks {
+		g.Go(func() error {
+			return app.ZooKeeperSource{Etcd: conns.Etcd, Config: z, Election: election, Log: log, Metrics: ingestMetrics}.Run(ctx)
 		})
 	}
 	var rl atomic.Pointer[relay.Relay]

@@ -47,10 +47,33 @@ func TestParseKubeconfigs(t *testing.T) {
 	}
 }
 
+func TestParseEnsembles(t *testing.T) {
+	got, err := parseEnsembles("east=zk1:2181, zk2:2181; west=10.0.0.1:2181")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Ensemble != "east" || len(got[0].Servers) != 2 || got[1].Servers[0] != "10.0.0.1:2181" {
+		t.Errorf("got %+v", got)
+	}
+	for list, want := range map[string]string{
+		"zk1:2181":              "want <id>=<host:port>",
+		"a=zk1:2181;a=zk2:2181": `ensemble ID "a" is given twice`,
+		"a=zk1":                 `server "zk1": want host:port`,
+	} {
+		if _, err := parseEnsembles(list); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want it to say %q", list, err, want)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for args, want := range map[string]string{
 		"": "nothing to ingest",
-		"--mesh-dir x --namespace-selector a==b=c": "--namespace-selector",
+		"--mesh-dir x --namespace-selector a==b=c":                                  "--namespace-selector",
+		"--zookeeper a=zk:2181 --zookeeper-dubbo-roots dubbo":                       `--zookeeper a: zookeeper: root "dubbo"`,
+		"--zookeeper a=zk:2181 --zookeeper-host-template {namespace}.x":             "it must contain {service}",
+		"--zookeeper a=zk:2181 --zookeeper-namespace Bad.NS":                        `namespace "Bad.NS" is not a DNS label`,
+		"--zookeeper a=zk:2181 --zookeeper-dubbo-roots= --zookeeper-curator-roots=": "neither a Dubbo nor a Curator root",
 	} {
 		err := run(context.Background(), strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {

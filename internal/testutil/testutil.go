@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,4 +125,13 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// CPUTime returns the CPU time this process has used (user and system).
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -77,6 +77,20 @@ type Store interface {
 	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
 }
 
+// Sink is what a source writes what it read through: a *Syncer, or a
+// fake in a source's unit tests.
+type Sink interface {
+	Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error)
+	SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error)
+	// Forget makes the next sync read the store again.
+	Forget()
+	// Pending and RetryPending: see Syncer.
+	Pending() bool
+	RetryPending(ctx context.Context) (Result, error)
+}
+
+var _ Sink = (*Syncer)(nil)
+
 // Config configures a Syncer.
 type Config struct {
 	// Source names the source; it is stamped into each object's origin and
@@ -235,6 +249,36 @@ func (s *Syncer) SyncPart(ctx context.Context, scope []string, objs []Object, pr
 		scope = []string{} // nil would mean everything
 	}
 	return s.apply(ctx, scope, objs, problems)
+}
+
+// Pending reports whether objects wait for a host or endpoints that are
+// not in the store yet (a route to a service another source has not
+// written, a subset no endpoint has yet).
+func (s *Syncer) Pending() bool { return len(s.pending) > 0 }
+
+// RetryPending reads the hosts and endpoints of the store again, which
+// other sources write, and writes the pending objects they now make
+// valid. A sync of this source retries them too, but only against what
+// the Syncer saw when it last listed the store.
+func (s *Syncer) RetryPending(ctx context.Context) (Result, error) {
+	if len(s.pending) == 0 || !s.loaded {
+		return Result{}, nil // unloaded, the next sync lists the store
+	}
+	stored, _, _, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+	}
+	ix := newIndex()
+	for _, it := range stored {
+		if it.Object.GetOrigin().GetSource() != s.cfg.Source {
+			ix.add(it.Key, it.Object)
+		}
+	}
+	for k, h := range s.mine {
+		ix.add(k, h.obj)
+	}
+	s.ix = ix
+	return s.apply(ctx, []string{}, nil, nil)
 }
 
 // Forget makes the next sync list the store, to repair any drift (a

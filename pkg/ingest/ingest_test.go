@@ -144,6 +144,29 @@ func TestSyncPartRetriesWhatWaitsForAHost(t *testing.T) {
 	want(t, st, "/mesh/v1/routerules/ns/r", "/mesh/v1/services/ns/a")
 }
 
+// TestRetryPendingSeesOtherSources: a route rejected for a host no source
+// defines yet is written once another source writes the host, by
+// RetryPending, without a sync of its own source.
+func TestRetryPendingSeesOtherSources(t *testing.T) {
+	routes, st := newSyncer(t)
+	services, err := ingest.NewSyncer(ingest.Config{Source: "registry", Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testutil.Context(t)
+	if res, err := routes.Sync(ctx, []ingest.Object{route("r", "a.ns.svc.cluster.local")}, nil); err != nil || len(res.Problems) != 1 || !routes.Pending() {
+		t.Fatalf("route to an unknown host: %+v %v, pending %v; want one problem, pending", res, err, routes.Pending())
+	}
+	if _, err := services.Sync(ctx, []ingest.Object{svc("a", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := routes.RetryPending(ctx)
+	if err != nil || res.Written != 1 || len(res.Problems) != 0 || routes.Pending() {
+		t.Fatalf("after the other source wrote the host: %+v %v, pending %v; want the route written, no problem", res, err, routes.Pending())
+	}
+	want(t, st, "/mesh/v1/routerules/ns/r", "/mesh/v1/services/ns/a")
+}
+
 // TestSyncPartKeepsOtherProblems: a part's sync reports the problems of
 // the other parts too, and a problem's KeepLocation keeps its objects.
 func TestSyncPartKeepsOtherProblems(t *testing.T) {

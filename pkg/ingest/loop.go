@@ -27,7 +27,12 @@ type Loop struct {
 	Resync time.Duration
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
 	RetryDelay time.Duration
-	Log        *slog.Logger
+	// Sink, when set, is what Sync writes through: while a sync left
+	// objects waiting for what other sources write, the Loop retries them
+	// every PendingEvery (default 5s) until none wait.
+	Sink         Sink
+	PendingEvery time.Duration
+	Log          *slog.Logger
 
 	changed chan struct{}
 }
@@ -42,6 +47,9 @@ func NewLoop(l Loop) *Loop {
 	}
 	if l.RetryDelay == 0 {
 		l.RetryDelay = time.Second
+	}
+	if l.PendingEvery == 0 {
+		l.PendingEvery = 5 * time.Second
 	}
 	if l.Log == nil {
 		l.Log = slog.New(slog.DiscardHandler)
@@ -65,6 +73,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	var first time.Time // the oldest change waiting, zero when none
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
+	var retry <-chan time.Time // set while objects are pending
+	armRetry := func() {
+		if retry == nil && l.Sink != nil && l.Sink.Pending() {
+			retry = time.After(l.PendingEvery)
+		}
+	}
 	for {
 		if pending && quiet == nil {
 			first = time.Time{}
@@ -76,6 +90,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				quiet, full = time.After(l.RetryDelay), true
 			} else {
 				pending, full = false, false
+				armRetry()
 			}
 		}
 		select {
@@ -95,6 +110,12 @@ func (l *Loop) Run(ctx context.Context) error {
 			quiet = nil
 		case <-resync.C:
 			pending, full = true, true
+		case <-retry:
+			retry = nil
+			if _, err := l.Sink.RetryPending(ctx); err != nil && ctx.Err() == nil {
+				l.Log.Warn("retrying the objects that wait for other sources failed", "err", err)
+			}
+			armRetry()
 		}
 	}
 }

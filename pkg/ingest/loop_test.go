@@ -131,3 +131,37 @@ func TestLoopWithoutQuietSyncsAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// pendingSink is a Sink whose objects wait until its third retry.
+type pendingSink struct {
+	Sink
+	retries []time.Duration
+	start   time.Time
+}
+
+func (p *pendingSink) Pending() bool { return len(p.retries) < 3 }
+
+func (p *pendingSink) RetryPending(context.Context) (Result, error) {
+	p.retries = append(p.retries, time.Since(p.start))
+	return Result{}, nil
+}
+
+// TestLoopRetriesPendingObjects: while a sync left objects waiting for
+// other sources, the Loop retries them every PendingEvery, and stops once
+// none wait.
+func TestLoopRetriesPendingObjects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &pendingSink{start: time.Now()}
+		l := NewLoop(Loop{Sink: sink, PendingEvery: 5 * time.Second, Resync: time.Hour,
+			Sync: func(context.Context, bool) error { return nil }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(time.Minute)
+		cancel()
+		<-done
+		if want := []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}; !slices.Equal(sink.retries, want) {
+			t.Errorf("retries at %v, want %v", sink.retries, want)
+		}
+	})
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
+	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
@@ -226,6 +227,34 @@ func (k KubeSource) Run(ctx context.Context) error {
 		return err
 	}
 	return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, src.Run)
+}
+
+// ZooKeeperSource runs the ZooKeeper source of one ensemble into the store.
+type ZooKeeperSource struct {
+	Etcd *clientv3.Client
+	// Config is the source's configuration; its Syncer and Log are set here.
+	Config   zookeeper.Config
+	Election Election
+	Log      *slog.Logger
+	// Metrics may be nil (unregistered).
+	Metrics *ingest.Metrics
+}
+
+// Run watches the ensemble until ctx is done.
+func (z ZooKeeperSource) Run(ctx context.Context) error {
+	name := zookeeper.SourceName(z.Config.Ensemble)
+	term := &termStore{}
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: z.Log, Metrics: z.Metrics})
+	if err != nil {
+		return err
+	}
+	cfg := z.Config
+	cfg.Syncer, cfg.Log = syncer, z.Log.With("source", name)
+	src, err := zookeeper.New(cfg)
+	if err != nil {
+		return err
+	}
+	return led(ctx, z.Etcd, z.Election, "source/"+name, z.Log, term, src.Run)
 }
 
 // Relay runs the relay from the store to the bus.

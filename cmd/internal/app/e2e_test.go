@@ -296,6 +296,13 @@ func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
 
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a),
 		workloadEntry("greeter-2", "v2", b), greeterSplit))
+	splits8020(t, conn, a, b)
+}
+
+// splits8020 waits until RPCs split 80/20 between backends a and b, then
+// checks the split over 500 RPCs, every one of which must succeed.
+func splits8020(t *testing.T, conn *grpc.ClientConn, a, b backend) {
+	t.Helper()
 	// The client may fail a few RPCs while it switches clusters (grpc-go
 	// swaps its cluster picker after its route table); once switched, every
 	// RPC succeeds and the split holds. Before the route rule arrives, the

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -128,7 +128,7 @@ func BenchmarkIngestFromKubernetes(b *testing.B) {
 			b.Fatal(err)
 		}
 		es.Endpoints = es.Endpoints[:len(es.Endpoints)-1]
-		changed, cpu := time.Now(), cpuTime()
+		changed, cpu := time.Now(), testutil.CPUTime()
 		if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func BenchmarkIngestFromKubernetes(b *testing.B) {
 				break
 			}
 		}
-		changeTook, changeCPU := time.Since(changed), cpuTime()-cpu
+		changeTook, changeCPU := time.Since(changed), testutil.CPUTime()-cpu
 		cancel()
 		<-stopped
 		b.ReportMetric(changeTook.Seconds(), "s/endpoint-change")
@@ -152,14 +152,4 @@ func BenchmarkIngestFromKubernetes(b *testing.B) {
 			cluster, res.Written, took.Round(time.Millisecond), float64(settled.HeapInuse-before.HeapInuse)/(1<<20),
 			float64(after.TotalAlloc-before.TotalAlloc)/(1<<20))
 	}
-}
-
-// cpuTime returns the CPU time this process has used: the ingester's alone,
-// since the apiserver and its etcd run in processes of their own.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -36,13 +36,6 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Syncer is what the source needs to write what it read (see ingest.Syncer).
-type Syncer interface {
-	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
-	SyncPart(ctx context.Context, scope []string, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
-	Forget()
-}
-
 // istioResources are the Istio networking resources watched, by kind.
 var istioResources = map[string]string{
 	istio.KindServiceEntry:    "serviceentries",
@@ -60,7 +53,7 @@ type Config struct {
 	Cluster string
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
-	Syncer  Syncer
+	Syncer  ingest.Sink
 	// DomainSuffix completes Service host names. Default cluster.local.
 	DomainSuffix string
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
@@ -239,6 +232,7 @@ func (s *Source) Run(ctx context.Context) error {
 
 	var w *watched
 	loop := ingest.NewLoop(ingest.Loop{
+		Sink:  s.cfg.Syncer,
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
 		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
 	})

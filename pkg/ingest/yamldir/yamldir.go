@@ -25,19 +25,11 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Syncer is what the source needs to write what it read.
-type Syncer interface {
-	Sync(ctx context.Context, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
-	SyncPart(ctx context.Context, scope []string, objs []ingest.Object, problems []ingest.Problem) (ingest.Result, error)
-	// Forget makes the next sync read the store again.
-	Forget()
-}
-
 // Config configures a Source.
 type Config struct {
 	// Dir is the directory to read, recursively.
 	Dir    string
-	Syncer Syncer
+	Syncer ingest.Sink
 	// Normalize configures the normalizer (domain suffix, default namespace, shard).
 	Normalize istio.Options
 	Log       *slog.Logger
@@ -179,6 +171,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	loop := ingest.NewLoop(ingest.Loop{
+		Sink:  s.cfg.Syncer,
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
 		Sync: func(ctx context.Context, full bool) error {
 			paths, all := s.events.take()

@@ -1,0 +1,504 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"golang.org/x/sync/errgroup"
+)
+
+// Config configures a Source.
+type Config struct {
+	// Ensemble names the ZooKeeper ensemble: the source is
+	// "zookeeper/<Ensemble>", its endpoint shard "zookeeper-<Ensemble>".
+	Ensemble string
+	// Servers are the ensemble's host:port addresses.
+	Servers []string
+	// SessionTimeout is the ZooKeeper session timeout. Default 10s.
+	SessionTimeout time.Duration
+	// DubboRoots are the paths Dubbo registers under ("/dubbo", or the
+	// registry group); CuratorRoots Curator's base paths ("/services").
+	// nil means the default; empty, none.
+	DubboRoots, CuratorRoots []string
+	// Naming makes hostnames and namespaces; its Shard is set by New.
+	Naming Naming
+	Syncer ingest.Sink
+	Log    *slog.Logger
+	// Quiet, MaxDelay, Resync and RetryDelay pace the syncs (see ingest.Loop).
+	Quiet, MaxDelay, Resync, RetryDelay time.Duration
+	// OnSynced, when set, is called after every successful sync.
+	OnSynced func(ingest.Result)
+	// Readers bounds the reads in flight at once. Default 16.
+	Readers int
+}
+
+// SourceName is the name an ensemble's objects carry as their origin source.
+func SourceName(ensemble string) string { return "zookeeper/" + ensemble }
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Ensemble == "" || strings.ContainsAny(c.Ensemble, "/@ ") {
+		return fmt.Errorf("zookeeper: ensemble ID %q: want a name without '/', '@' or spaces", c.Ensemble)
+	}
+	if len(c.Servers) == 0 {
+		return fmt.Errorf("zookeeper: ensemble %s: no servers", c.Ensemble)
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.DubboRoots == nil {
+		c.DubboRoots = []string{"/dubbo"}
+	}
+	if c.CuratorRoots == nil {
+		c.CuratorRoots = []string{"/services"}
+	}
+	seen := map[string]bool{}
+	for _, r := range slices.Concat(c.DubboRoots, c.CuratorRoots) {
+		if !strings.HasPrefix(r, "/") || r != path.Clean(r) || r == "/" {
+			return fmt.Errorf("zookeeper: root %q: want an absolute path below /, like /dubbo", r)
+		}
+		if seen[r] {
+			return fmt.Errorf("zookeeper: root %q is given twice", r)
+		}
+		seen[r] = true
+	}
+	if len(seen) == 0 {
+		return fmt.Errorf("zookeeper: ensemble %s: neither a Dubbo nor a Curator root to watch", c.Ensemble)
+	}
+	c.Naming.Shard = "zookeeper-" + c.Ensemble
+	if err := c.Naming.defaults(); err != nil {
+		return err
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Readers == 0 {
+		c.Readers = 16
+	}
+	return nil
+}
+
+// Source watches one ensemble and syncs what it holds.
+type Source struct {
+	cfg   Config
+	kinds map[string]string // root → "dubbo" or "curator"
+
+	conn *zk.Conn
+	loop *ingest.Loop
+
+	mu      sync.Mutex
+	session int64
+	// armed holds the paths this session watches ("c" children, "e"
+	// existence, "d" data): the client keeps a channel per watch call
+	// until the watch fires, so a path already watched is read without
+	// one.
+	armed map[string]bool
+	all   bool            // the watches are gone: read everything
+	roots map[string]bool // roots whose children changed
+	dirty map[string]bool // units (root/name) that changed
+	known map[string]map[string]bool
+}
+
+// New returns a Source; Run connects and watches.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Syncer == nil {
+		return nil, errors.New("zookeeper: a syncer is required")
+	}
+	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{}}
+	for _, r := range cfg.DubboRoots {
+		s.kinds[r] = "dubbo"
+	}
+	for _, r := range cfg.CuratorRoots {
+		s.kinds[r] = "curator"
+	}
+	return s, nil
+}
+
+// Run watches the ensemble and syncs until ctx is done.
+func (s *Source) Run(ctx context.Context) error {
+	s.loop = ingest.NewLoop(ingest.Loop{
+		Sink:  s.cfg.Syncer,
+		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay,
+		Log: s.cfg.Log, Sync: s.sync,
+	})
+	conn, _, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(zkLogger{s.cfg.Log}), zk.WithEventCallback(s.event))
+	if err != nil {
+		return fmt.Errorf("zookeeper: ensemble %s: %w", s.cfg.Ensemble, err)
+	}
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
+	defer conn.Close()
+	return s.loop.Run(ctx)
+}
+
+// event notes what a ZooKeeper event changed. It runs on the client's
+// receiving goroutine and never blocks.
+func (s *Source) event(ev zk.Event) {
+	s.mu.Lock()
+	changed := s.noteLocked(ev)
+	s.mu.Unlock()
+	if changed && s.loop != nil {
+		s.loop.Changed()
+	}
+}
+
+func (s *Source) noteLocked(ev zk.Event) bool {
+	if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
+		for _, w := range []string{"c", "e", "d"} {
+			delete(s.armed, w+ev.Path)
+		}
+	}
+	switch ev.Type {
+	case zk.EventSession:
+		switch ev.State {
+		case zk.StateExpired:
+			s.all, s.armed = true, map[string]bool{}
+			return true
+		case zk.StateHasSession:
+			if s.conn == nil {
+				return false
+			}
+			id := s.conn.SessionID()
+			renewed := s.session != 0 && id != s.session
+			s.session = id
+			if renewed {
+				// A new session has none of the old one's watches.
+				s.all, s.armed = true, map[string]bool{}
+			}
+			return renewed
+		}
+		return false
+	case zk.EventNotWatching:
+		s.all, s.armed = true, map[string]bool{}
+		return true
+	case zk.EventNodeChildrenChanged, zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged:
+		if _, ok := s.kinds[ev.Path]; ok {
+			s.roots[ev.Path] = true
+			return true
+		}
+		if u := s.unitOf(ev.Path); u != "" {
+			s.dirty[u] = true
+			return true
+		}
+	}
+	return false
+}
+
+// unitOf returns the unit (root/name) a path lies in, "" if none.
+func (s *Source) unitOf(p string) string {
+	for root, kind := range s.kinds {
+		rest, ok := strings.CutPrefix(p, root+"/")
+		if !ok || rest == "" {
+			continue
+		}
+		name, sub, _ := strings.Cut(rest, "/")
+		if kind == "dubbo" && sub != "" && sub != "providers" && !strings.HasPrefix(sub, "providers/") {
+			return "" // consumers, configurators, routers
+		}
+		return root + "/" + name
+	}
+	return ""
+}
+
+// sync reads what changed, or everything, and syncs it.
+func (s *Source) sync(ctx context.Context, full bool) error {
+	s.mu.Lock()
+	all, roots, dirty := s.all || full, s.roots, s.dirty
+	s.all, s.roots, s.dirty = false, map[string]bool{}, map[string]bool{}
+	s.mu.Unlock()
+	if all {
+		s.cfg.Syncer.Forget()
+		return s.syncAll(ctx)
+	}
+	for root := range roots {
+		names, err := s.list(root)
+		if err != nil {
+			s.redo(roots, dirty)
+			return err
+		}
+		// New units are read; vanished ones are read as empty, which
+		// removes them.
+		for n := range names {
+			if !s.known[root][n] {
+				dirty[root+"/"+n] = true
+			}
+		}
+		for n := range s.known[root] {
+			if !names[n] {
+				dirty[root+"/"+n] = true
+			}
+		}
+		s.known[root] = names
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	units, err := s.readUnits(ctx, slices.Sorted(maps.Keys(dirty)))
+	if err != nil {
+		s.redo(roots, dirty)
+		return err
+	}
+	var scope []string
+	for _, u := range units {
+		scope = append(scope, u.location)
+	}
+	objs, problems := s.normalize(units)
+	res, err := s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+	if err != nil {
+		return err
+	}
+	s.cfg.Log.Debug("zookeeper changes synced", "units", len(units), "objects", len(objs),
+		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
+	if s.cfg.OnSynced != nil {
+		s.cfg.OnSynced(res)
+	}
+	return nil
+}
+
+// redo marks again what a failed sync had taken (the retry reads
+// everything anyway; this keeps the marks right if it does not).
+func (s *Source) redo(roots, dirty map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.Copy(s.roots, roots)
+	maps.Copy(s.dirty, dirty)
+}
+
+func (s *Source) syncAll(ctx context.Context) error {
+	var names []string
+	known := map[string]map[string]bool{}
+	for _, root := range slices.Sorted(maps.Keys(s.kinds)) {
+		children, err := s.list(root)
+		if err != nil {
+			return err
+		}
+		known[root] = children
+		for n := range children {
+			names = append(names, root+"/"+n)
+		}
+	}
+	units, err := s.readUnits(ctx, names)
+	if err != nil {
+		return err
+	}
+	s.known = known
+	objs, problems := s.normalize(units)
+	res, err := s.cfg.Syncer.Sync(ctx, objs, problems)
+	if err != nil {
+		return err
+	}
+	s.cfg.Log.Info("zookeeper synced", "ensemble", s.cfg.Ensemble, "units", len(units), "objects", len(objs),
+		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
+	if s.cfg.OnSynced != nil {
+		s.cfg.OnSynced(res)
+	}
+	return nil
+}
+
+func (s *Source) normalize(units []*unit) ([]ingest.Object, []ingest.Problem) {
+	now := time.Now()
+	var objs []ingest.Object
+	var problems []ingest.Problem
+	for _, u := range units {
+		o, p := u.normalize(&s.cfg.Naming, now)
+		objs = append(objs, o...)
+		problems = append(problems, p...)
+	}
+	return objs, problems
+}
+
+// list returns a root's children and watches them; a root that does not
+// exist yet is watched for its creation.
+func (s *Source) list(root string) (map[string]bool, error) {
+	children, err := s.children(root)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(children))
+	for _, c := range children {
+		out[c] = true
+	}
+	return out, nil
+}
+
+func (s *Source) readErr(p string, err error) error {
+	return fmt.Errorf("zookeeper: ensemble %s: read %s: %w", s.cfg.Ensemble, p, err)
+}
+
+// readUnits reads units (root/name) in parallel.
+func (s *Source) readUnits(ctx context.Context, names []string) ([]*unit, error) {
+	units := make([]*unit, len(names))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Readers)
+	for i, n := range names {
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			root, name := path.Split(n)
+			root = strings.TrimSuffix(root, "/")
+			var err error
+			if s.kinds[root] == "dubbo" {
+				units[i], err = s.readDubbo(root, name)
+			} else {
+				units[i], err = s.readCurator(root, name)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return units, nil
+}
+
+func (s *Source) location(root, name string) string {
+	return s.cfg.Ensemble + ":" + root + "/" + name
+}
+
+// readDubbo reads an interface's providers and watches them.
+func (s *Source) readDubbo(root, iface string) (*unit, error) {
+	u := &unit{service: strings.ToLower(iface), kind: "dubbo", location: s.location(root, iface)}
+	p := root + "/" + iface + "/providers"
+	nodes, err := s.children(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, node := range nodes {
+		where := u.location + " providers/" + node
+		in, err := parseProvider(iface, node, &s.cfg.Naming)
+		if err != nil {
+			u.problems = append(u.problems, ingest.Problem{Location: where, Resource: u.resource(), Reason: err.Error()})
+			continue
+		}
+		in.node = where
+		u.instances = append(u.instances, in)
+	}
+	return u, nil
+}
+
+// readCurator reads a Curator service's instances and watches them.
+func (s *Source) readCurator(root, name string) (*unit, error) {
+	u := &unit{service: strings.ToLower(name), kind: "curator", location: s.location(root, name)}
+	p := root + "/" + name
+	ids, err := s.children(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		where := u.location + " " + id
+		data, err := s.getW(p + "/" + id)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // gone since listed: its parent's watch says so
+		}
+		if err != nil {
+			return nil, s.readErr(p+"/"+id, err)
+		}
+		in, err := parseCurator(data, &s.cfg.Naming)
+		if err != nil {
+			u.problems = append(u.problems, ingest.Problem{Location: where, Resource: u.resource(), Reason: err.Error()})
+			continue
+		}
+		in.node = where
+		u.instances = append(u.instances, in)
+	}
+	return u, nil
+}
+
+// children lists a node's children, sorted, and watches them; a node that
+// does not exist has none, and is watched for its creation.
+func (s *Source) children(p string) ([]string, error) {
+	for {
+		nodes, err := s.childrenW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			exists, err := s.existsW(p)
+			if err != nil {
+				return nil, s.readErr(p, err)
+			}
+			if exists {
+				continue
+			}
+			return nil, nil
+		}
+		if err != nil {
+			return nil, s.readErr(p, err)
+		}
+		slices.Sort(nodes)
+		return nodes, nil
+	}
+}
+
+// arm says whether a watch of kind w on p must be set: it is marked
+// before the call that sets it, so that its event, which clears the mark,
+// cannot come first.
+func (s *Source) arm(w, p string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.armed[w+p] {
+		return false
+	}
+	s.armed[w+p] = true
+	return true
+}
+
+func (s *Source) disarm(w, p string) {
+	s.mu.Lock()
+	delete(s.armed, w+p)
+	s.mu.Unlock()
+}
+
+// watched reads p, setting a watch of kind w unless one is set already.
+func watched[T any](s *Source, w, p string, read func() (T, error), readWatch func() (T, error)) (T, error) {
+	if !s.arm(w, p) {
+		return read()
+	}
+	v, err := readWatch()
+	if err != nil {
+		s.disarm(w, p)
+	}
+	return v, err
+}
+
+func (s *Source) childrenW(p string) ([]string, error) {
+	return watched(s, "c", p,
+		func() ([]string, error) { nodes, _, err := s.conn.Children(p); return nodes, err },
+		func() ([]string, error) { nodes, _, _, err := s.conn.ChildrenW(p); return nodes, err })
+}
+
+func (s *Source) existsW(p string) (bool, error) {
+	return watched(s, "e", p,
+		func() (bool, error) { ok, _, err := s.conn.Exists(p); return ok, err },
+		func() (bool, error) { ok, _, _, err := s.conn.ExistsW(p); return ok, err })
+}
+
+func (s *Source) getW(p string) ([]byte, error) {
+	return watched(s, "d", p,
+		func() ([]byte, error) { data, _, err := s.conn.Get(p); return data, err },
+		func() ([]byte, error) { data, _, _, err := s.conn.GetW(p); return data, err })
+}
+
+// zkLogger sends the ZooKeeper client's messages to the log, at debug
+// level: connection churn is reported by the syncs that fail.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
+}
+
+// ProviderNode returns the node name Dubbo registers a provider URL under.
+func ProviderNode(providerURL string) string { return url.QueryEscape(providerURL) }

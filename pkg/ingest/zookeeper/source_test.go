@@ -1,0 +1,254 @@
+package zookeeper_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/internal/zktest"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/store"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+const iface = "org.apache.dubbo.demo.DemoService"
+
+// mkdirs creates p and its parents, persistent, as Dubbo does.
+func mkdirs(t *testing.T, c *zk.Conn, p string) {
+	t.Helper()
+	cur := ""
+	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur += "/" + part
+		if _, err := c.Create(cur, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			t.Fatalf("create %s: %v", cur, err)
+		}
+	}
+}
+
+// register registers a provider URL as an ephemeral node of c's session.
+func register(t *testing.T, c *zk.Conn, providerURL string) string {
+	t.Helper()
+	p := "/dubbo/" + iface + "/providers/" + zookeeper.ProviderNode(providerURL)
+	if _, err := c.Create(p, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("register %s: %v", providerURL, err)
+	}
+	return p
+}
+
+// proxy forwards TCP connections to addr until closed; closing it cuts
+// every connection and refuses new ones, as a crashed host would.
+type proxy struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newProxy(t *testing.T, addr string) *proxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis}
+	p.wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) close() {
+	p.lis.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// endpoints returns the stored endpoints of a Dubbo interface or Curator
+// service, by address:port, with their version labels.
+func endpoints(t *testing.T, st *store.Store, name string) map[string]string {
+	t.Helper()
+	items, _, _, err := st.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, it := range items {
+		if it.Key.Kind != model.KindEndpoints || !strings.HasPrefix(it.Key.Name, name+"@") {
+			continue
+		}
+		for _, ep := range it.Object.(*meshv1.Endpoints).Endpoints {
+			for _, port := range ep.Ports {
+				out[fmt.Sprintf("%s:%d", ep.Address, port)] = ep.Labels["version"]
+			}
+		}
+	}
+	return out
+}
+
+// TestSourceFollowsZooKeeper runs the source against a real ZooKeeper and
+// a real etcd: Dubbo providers and Curator instances registered as
+// ephemeral nodes become endpoints; bad nodes are problems while the rest
+// flows; one change is synced alone; a provider whose session dies is
+// removed within the session timeout; a ZooKeeper restart loses nothing.
+func TestSourceFollowsZooKeeper(t *testing.T) {
+	zks := zktest.Start(t)
+	_, cli := testutil.Etcd(t)
+	st := store.New(cli)
+	admin := zktest.Connect(t, zks.Addr, 20*time.Second)
+	mkdirs(t, admin, "/dubbo/"+iface+"/providers")
+	mkdirs(t, admin, "/services/orders")
+
+	// p1 reaches ZooKeeper through a proxy that the test cuts; p2 holds a
+	// session long enough to outlive a ZooKeeper restart.
+	const p1Timeout = 2 * time.Second
+	cut := newProxy(t, zks.Addr)
+	p1 := zktest.Connect(t, cut.lis.Addr().String(), p1Timeout)
+	p2 := zktest.Connect(t, zks.Addr, 20*time.Second)
+	register(t, p1, "tri://10.0.0.1:50051/"+iface+"?interface="+iface+"&version=v1&side=provider")
+	register(t, p2, "tri://10.0.0.2:50051/"+iface+"?interface="+iface+"&version=v2&side=provider")
+	if _, err := p2.Create("/dubbo/"+iface+"/providers/tri%3A%2F%2Fbroken%zz", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Create("/services/orders/one", []byte(`{"name":"orders","id":"one","address":"10.1.0.1","port":8080,"payload":{"metadata":{"version":"v1"}}}`),
+		zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Create("/services/orders/two", []byte(`{"name":"orders","id":"two","port":8080}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: zookeeper.SourceName("a"), Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan ingest.Result, 100)
+	src, err := zookeeper.New(zookeeper.Config{Ensemble: "a", Servers: []string{zks.Addr}, Syncer: syncer, Log: testutil.Log(t),
+		RetryDelay: 200 * time.Millisecond, OnSynced: func(r ingest.Result) { results <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	dubbo := "dubbo-" + strings.ToLower(iface)
+	first := <-results
+	if got := endpoints(t, st, dubbo); len(got) != 2 || got["10.0.0.1:50051"] != "v1" || got["10.0.0.2:50051"] != "v2" {
+		t.Fatalf("Dubbo endpoints after the first sync: %v", got)
+	}
+	if got := endpoints(t, st, "curator-orders"); len(got) != 1 || got["10.1.0.1:8080"] != "v1" {
+		t.Fatalf("Curator endpoints after the first sync: %v", got)
+	}
+	var reasons []string
+	for _, p := range first.Problems {
+		reasons = append(reasons, p.Error())
+	}
+	slices.Sort(reasons)
+	if len(reasons) != 2 || !strings.Contains(reasons[0], "a:/dubbo/"+iface+" providers/tri%3A%2F%2Fbroken%zz") ||
+		!strings.Contains(reasons[0], "undecodable provider URL") || !strings.Contains(reasons[1], "a:/services/orders two") ||
+		!strings.Contains(reasons[1], "address: no host") {
+		t.Fatalf("problems: %q", reasons)
+	}
+
+	// One more provider: synced alone, not the whole registry again.
+	register(t, p2, "tri://10.0.0.3:50051/"+iface+"?interface="+iface+"&version=v2&side=provider")
+	testutil.Eventually(t, 10*time.Second, "the third provider in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 3, fmt.Sprint(got)
+	})
+	for r := range results {
+		if r.Written > 0 {
+			if r.Written+r.Unchanged > 2 {
+				t.Errorf("one provider change synced %d objects (%d written): the whole registry was read", r.Written+r.Unchanged, r.Written)
+			}
+			break
+		}
+	}
+
+	// Curator instance data changes are followed too.
+	if _, err := p2.Set("/services/orders/one", []byte(`{"name":"orders","id":"one","address":"10.1.0.1","port":8080,"payload":{"metadata":{"version":"v9"}}}`), -1); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the Curator instance's new version in etcd", func() (bool, string) {
+		got := endpoints(t, st, "curator-orders")
+		return got["10.1.0.1:8080"] == "v9", fmt.Sprint(got)
+	})
+
+	// p1's host dies: its session expires and its provider goes.
+	cut.close()
+	died := time.Now()
+	testutil.Eventually(t, p1Timeout+10*time.Second, "p1's provider removed once its session expired", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		_, alive := got["10.0.0.1:50051"]
+		return !alive && len(got) == 2, fmt.Sprint(got)
+	})
+	t.Logf("a provider whose session died was removed from etcd %s after its connection was cut (session timeout %s)",
+		time.Since(died).Round(10*time.Millisecond), p1Timeout)
+
+	// ZooKeeper restarts: nothing is removed meanwhile, and the watches
+	// still work after.
+	var lowest int
+	watching := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		lowest = 1 << 30
+		for {
+			lowest = min(lowest, len(endpoints(t, st, dubbo)))
+			select {
+			case <-watching:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	zks.Stop()
+	time.Sleep(time.Second)
+	zks.Restart()
+	testutil.Eventually(t, 30*time.Second, "the provider session to come back after the restart", func() (bool, string) {
+		return p2.State() == zk.StateHasSession, p2.State().String()
+	})
+	register(t, p2, "tri://10.0.0.4:50051/"+iface+"?interface="+iface+"&version=v3&side=provider")
+	testutil.Eventually(t, 30*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 3 && got["10.0.0.4:50051"] == "v3", fmt.Sprint(got)
+	})
+	close(watching)
+	<-watched
+	if lowest < 2 {
+		t.Errorf("during the ZooKeeper restart etcd held as few as %d of the 2 endpoints", lowest)
+	}
+}

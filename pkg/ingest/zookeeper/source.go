@@ -179,6 +179,7 @@ func (s *Source) noteLocked(ev zk.Event) bool {
 			if renewed {
 				// A new session has none of the old one's watches.
 				s.all, s.armed = true, map[string]bool{}
+				s.cfg.Log.Warn("new ZooKeeper session (the last one expired); reading the registry again", "ensemble", s.cfg.Ensemble)
 			}
 			return renewed
 		}

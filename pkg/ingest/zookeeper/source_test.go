@@ -48,12 +48,15 @@ func register(t *testing.T, c *zk.Conn, providerURL string) string {
 }
 
 // proxy forwards TCP connections to addr until closed; closing it cuts
-// every connection and refuses new ones, as a crashed host would.
+// every connection and refuses new ones, as a crashed host would. Paused,
+// it cuts every connection and drops new ones until resumed, as a
+// network partition would.
 type proxy struct {
-	lis   net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
+	lis    net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	paused bool
+	wg     sync.WaitGroup
 }
 
 func newProxy(t *testing.T, addr string) *proxy {
@@ -68,6 +71,13 @@ func newProxy(t *testing.T, addr string) *proxy {
 			c, err := lis.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			paused := p.paused
+			p.mu.Unlock()
+			if paused {
+				c.Close()
+				continue
 			}
 			up, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -87,12 +97,24 @@ func newProxy(t *testing.T, addr string) *proxy {
 
 func (p *proxy) close() {
 	p.lis.Close()
+	p.pause()
+	p.wg.Wait()
+}
+
+func (p *proxy) pause() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = true
 	for _, c := range p.conns {
 		c.Close()
 	}
+	p.conns = nil
+}
+
+func (p *proxy) resume() {
+	p.mu.Lock()
+	p.paused = false
 	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // endpoints returns the stored endpoints of a Dubbo interface or Curator
@@ -251,4 +273,64 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 	if lowest < 2 {
 		t.Errorf("during the ZooKeeper restart etcd held as few as %d of the 2 endpoints", lowest)
 	}
+}
+
+// TestSourceSessionExpiry: the source's own session expires while it is
+// cut off from ZooKeeper; meanwhile a provider leaves and another comes.
+// Nothing is removed while the source cannot read; once it reconnects,
+// with a new session and none of its watches, it reads everything again:
+// the provider that left is removed, the new one added, and the watches
+// work again.
+func TestSourceSessionExpiry(t *testing.T) {
+	zks := zktest.Start(t)
+	_, cli := testutil.Etcd(t)
+	st := store.New(cli)
+	p := zktest.Connect(t, zks.Addr, 20*time.Second)
+	mkdirs(t, p, "/dubbo/"+iface+"/providers")
+	register(t, p, "tri://10.0.0.1:50051/"+iface)
+	b := register(t, p, "tri://10.0.0.2:50051/"+iface)
+
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: zookeeper.SourceName("a"), Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := newProxy(t, zks.Addr)
+	src, err := zookeeper.New(zookeeper.Config{Ensemble: "a", Servers: []string{link.lis.Addr().String()}, SessionTimeout: 2 * time.Second,
+		Syncer: syncer, Log: testutil.Log(t), RetryDelay: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	dubbo := "dubbo-" + strings.ToLower(iface)
+	testutil.Eventually(t, 10*time.Second, "both providers in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 2, fmt.Sprint(got)
+	})
+
+	link.pause()
+	if err := p.Delete(b, -1); err != nil {
+		t.Fatal(err)
+	}
+	register(t, p, "tri://10.0.0.3:50051/"+iface)
+	// Well past the source's session timeout (ZooKeeper expires sessions
+	// on its tick): the session is gone by now.
+	time.Sleep(2*time.Second + 3*time.Duration(zktest.TickTime)*time.Millisecond)
+	if got := endpoints(t, st, dubbo); len(got) != 2 {
+		t.Fatalf("while cut off, etcd holds %v; want the 2 providers it last read", got)
+	}
+	link.resume()
+	testutil.Eventually(t, 30*time.Second, "the registry as it is now in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		_, left := got["10.0.0.2:50051"]
+		_, came := got["10.0.0.3:50051"]
+		return len(got) == 2 && !left && came, fmt.Sprint(got)
+	})
+	register(t, p, "tri://10.0.0.4:50051/"+iface)
+	testutil.Eventually(t, 10*time.Second, "a provider registered after the new session in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 3, fmt.Sprint(got)
+	})
 }

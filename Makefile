@@ -88,6 +88,10 @@ bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/
 
+.PHONY: bench-idle
+bench-idle: ## Connect 1,000 idle proxies, each on its own connection, to an xDS server process: RSS, heap, stacks and goroutines per stream.
+	$(GO) test -run '^$$' -bench BenchmarkIdleStreams -benchtime 1x ./pkg/xds/server/
+
 .PHONY: bench-zookeeper
 bench-zookeeper: ## Measure ingesting 1,000 Dubbo interfaces × 10 providers from a real ZooKeeper into etcd, and one provider change.
 	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/

@@ -1,6 +1,8 @@
 # shardpilot — run `make help` for the targets.
 
 GO        ?= go
+HELM_VERSION := v3.22.0
+HELM      := $(shell $(GO) env GOPATH)/bin/helm
 BIN       := $(CURDIR)/.bin
 PROTOC    ?= protoc
 PROTOS    := $(wildcard proto/shardpilot/mesh/v1/*.proto)
@@ -22,9 +24,9 @@ run: ## Run the standalone mode (embedded etcd and NATS) on examples/mesh.
 	$(GO) run ./cmd/standalone --mesh-dir examples/mesh
 
 .PHONY: test
-test: check-generate ## Run vet, the generated-code check, every test with the race detector, the small load test and the fault suite.
+test: check-generate $(HELM) ## Run vet, the generated-code check, every test with the race detector, the small load test and the fault suite.
 	$(GO) vet ./...
-	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
+	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_HELM=$(HELM) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GOTEST) ./...
 	$(MAKE) loadtest
 	$(MAKE) loadtest-faults
 
@@ -88,13 +90,25 @@ bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/
 
+IMAGE ?= ghcr.io/shardpilot/shardpilot:dev
+
+.PHONY: image
+image: ## Build the image (ingester, pusher, standalone) with docker: IMAGE=<name:tag>.
+	docker build -t $(IMAGE) .
+
+$(HELM):
+	$(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## Install helm (from the Go module proxy) if it is missing.
+
 .PHONY: bench-idle
 bench-idle: ## Connect 1,000 idle proxies, each on its own connection, to an xDS server process: RSS, heap, stacks and goroutines per stream.
 	$(GO) test -run '^$$' -bench BenchmarkIdleStreams -benchtime 1x ./pkg/xds/server/
 
 .PHONY: bench-zookeeper
 bench-zookeeper: ## Measure ingesting 1,000 Dubbo interfaces × 10 providers from a real ZooKeeper into etcd, and one provider change.
-	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/
+	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_HELM=$(HELM) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/
 
 .PHONY: lint
 lint: ## Check formatting and vet.

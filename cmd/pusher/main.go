@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
 	fs.DurationVar(&xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
 	fs.IntVar(&maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
+	fs.DurationVar(&xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
 	fs.DurationVar(&xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
 	fs.IntVar(&xcfg.ReadBufferSize, "grpc-read-buffer", 32<<10, "bytes of each connection's gRPC read buffer (pooled: held only while reading)")
 	fs.IntVar(&xcfg.WriteBufferSize, "grpc-write-buffer", 16<<10, "bytes of each connection's gRPC write buffer (pooled: held only while writing, so by each proxy slow to read while changes flow)")

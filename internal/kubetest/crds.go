@@ -3,14 +3,14 @@ package kubetest
 import (
 	"context"
 	"fmt"
-	"strings"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -35,36 +35,30 @@ func (c *Cluster) InstallIstioCRDs(t testing.TB) {
 	}
 }
 
+// CRDFile holds the Istio CRDs the chart ships, relative to the
+// repository root: the tests install the same file.
+const CRDFile = "deploy/helm/shardpilot/crds/istio-networking.yaml"
+
 func (c *Cluster) installIstioCRDs() error {
 	ctx := context.Background()
-	for _, kind := range IstioKinds {
-		plural := strings.ToLower(kind) + "s"
-		if kind == "ServiceEntry" || kind == "WorkloadEntry" {
-			plural = strings.ToLower(strings.TrimSuffix(kind, "y")) + "ies"
-		}
-		var versions []any
-		for _, v := range []string{"v1alpha3", "v1beta1", "v1"} {
-			versions = append(versions, map[string]any{
-				"name": v, "served": true, "storage": v == "v1",
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-				}},
-				"subresources": map[string]any{"status": map[string]any{}},
-			})
-		}
-		crd := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "apiextensions.k8s.io/v1",
-			"kind":       "CustomResourceDefinition",
-			"metadata":   map[string]any{"name": plural + ".networking.istio.io"},
-			"spec": map[string]any{
-				"group":    "networking.istio.io",
-				"scope":    "Namespaced",
-				"names":    map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
-				"versions": versions,
-			},
-		}}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(root, CRDFile))
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	crds, err := Decode(data)
+	if err != nil {
+		return fmt.Errorf("kubetest: %s: %w", CRDFile, err)
+	}
+	if len(crds) != len(IstioKinds) {
+		return fmt.Errorf("kubetest: %s holds %d CRDs, want one per kind of %v", CRDFile, len(crds), IstioKinds)
+	}
+	for _, crd := range crds {
 		if _, err := c.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("kubetest: create CRD %s: %w", kind, err)
+			return fmt.Errorf("kubetest: create CRD %s: %w", crd.GetName(), err)
 		}
 	}
 	// The first create after a CRD install can take a few seconds: wait

@@ -20,3 +20,47 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 - name: SHARDPILOT_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
 {{- end -}}
+
+{{- define "shardpilot.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Pod-level settings every part shares: security and spreading. */}}
+{{- define "shardpilot.podSpec" -}}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- if .root.Values.topologySpread.enabled }}
+topologySpreadConstraints:
+- maxSkew: {{ .root.Values.topologySpread.maxSkew }}
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "shardpilot.selector" . | nindent 6 }}
+- maxSkew: {{ .root.Values.topologySpread.maxSkew }}
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "shardpilot.selector" . | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/* The pusher's memory request in MiB, from the sizing formula in values.yaml. */}}
+{{- define "shardpilot.pusherMemoryMiB" -}}
+{{- $s := .Values.pusher.sizing -}}
+{{- add (int $s.baseMiB) (div (mul (int $s.services) (int $s.perServiceKiB)) 1024) (div (mul (int $s.proxiesPerReplica) (int $s.perProxyKiB)) 1024) -}}
+{{- end -}}
+
+{{- define "shardpilot.pusherResources" -}}
+{{- $r := deepCopy .Values.pusher.resources -}}
+{{- $mib := include "shardpilot.pusherMemoryMiB" . | int -}}
+{{- $req := default dict $r.requests -}}
+{{- $lim := default dict $r.limits -}}
+{{- if not $req.memory }}{{ $_ := set $req "memory" (printf "%dMi" $mib) }}{{ end -}}
+{{- if not $lim.memory }}{{ $_ := set $lim "memory" (printf "%dMi" (mul 2 $mib)) }}{{ end -}}
+{{- $_ := set $r "requests" $req -}}
+{{- $_ := set $r "limits" $lim -}}
+{{- toYaml $r -}}
+{{- end -}}

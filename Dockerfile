@@ -1,0 +1,16 @@
+# One image with every command: /ingester, /pusher and /standalone (the
+# chart picks one with `command`). Static binaries on distroless, run as
+# its non-root user.
+#   make image            # docker build -t ghcr.io/shardpilot/shardpilot:dev .
+FROM golang:1.26.8-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/ingester ./cmd/pusher ./cmd/standalone
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ingester /out/pusher /out/standalone /
+USER 65532:65532
+EXPOSE 15010 15014 15015
+ENTRYPOINT ["/pusher"]

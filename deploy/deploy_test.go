@@ -1,0 +1,317 @@
+// Package deploy_test checks what operators install: the image's
+// Dockerfile, and the Helm chart rendered with its default values and with
+// a large mesh's, linted by helm and applied as a server-side dry run to a
+// real kube-apiserver (the Istio CRDs first).
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// instruction is one Dockerfile instruction, continuation lines joined.
+type instruction struct {
+	line      int
+	cmd, args string
+}
+
+func parseDockerfile(t *testing.T, path string) []instruction {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []instruction
+	var cur strings.Builder
+	start := 0
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
+			continue
+		}
+		if cur.Len() == 0 {
+			start = n
+		}
+		if cont, ok := strings.CutSuffix(line, "\\"); ok {
+			cur.WriteString(cont + " ")
+			continue
+		}
+		cur.WriteString(line)
+		cmd, args, _ := strings.Cut(cur.String(), " ")
+		out = append(out, instruction{line: start, cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args)})
+		cur.Reset()
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Len() > 0 {
+		t.Fatalf("Dockerfile: line %d: a continuation runs off the end", start)
+	}
+	return out
+}
+
+// TestDockerfile lints the image's Dockerfile: known instructions only,
+// base images pinned, static binaries of every command built and copied
+// into a distroless final stage that runs as a non-root user, exec-form
+// entrypoint, no ADD.
+func TestDockerfile(t *testing.T) {
+	known := []string{"FROM", "WORKDIR", "COPY", "RUN", "ARG", "ENV", "USER", "EXPOSE", "ENTRYPOINT", "CMD", "LABEL"}
+	var stages [][]instruction
+	for _, in := range parseDockerfile(t, filepath.Join("..", "Dockerfile")) {
+		where := fmt.Sprintf("Dockerfile:%d: %s", in.line, in.cmd)
+		if !slices.Contains(known, in.cmd) {
+			t.Errorf("%s: not an instruction this image uses (ADD fetches URLs and unpacks archives: use COPY)", where)
+		}
+		if in.cmd == "FROM" {
+			image := strings.Fields(in.args)[0]
+			if _, tag, ok := strings.Cut(image, ":"); !ok || tag == "latest" {
+				t.Errorf("%s %s: pin the base image to a tag", where, image)
+			}
+			stages = append(stages, nil)
+		}
+		if len(stages) == 0 {
+			if in.cmd != "ARG" {
+				t.Errorf("%s: before the first FROM", where)
+			}
+			continue
+		}
+		stages[len(stages)-1] = append(stages[len(stages)-1], in)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("%d stages: want a build stage and a final one", len(stages))
+	}
+	var build string
+	for _, in := range stages[0] {
+		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
+			build = in.args
+		}
+	}
+	if !strings.Contains(build, "CGO_ENABLED=0") {
+		t.Errorf("the build stage's go build (%q) must set CGO_ENABLED=0: the final image has no C library", build)
+	}
+	final := stages[len(stages)-1]
+	if base := strings.Fields(final[0].args)[0]; !strings.HasPrefix(base, "gcr.io/distroless/static") && base != "scratch" {
+		t.Errorf("final stage FROM %s: want distroless static or scratch", base)
+	}
+	var user, entry string
+	var copied []string
+	for _, in := range final {
+		switch in.cmd {
+		case "USER":
+			user = in.args
+		case "ENTRYPOINT":
+			entry = in.args
+		case "COPY":
+			copied = append(copied, strings.Fields(in.args)...)
+		}
+	}
+	for _, cmd := range []string{"ingester", "pusher", "standalone"} {
+		if !strings.Contains(build, "./cmd/"+cmd) || !slices.ContainsFunc(copied, func(s string) bool { return strings.HasSuffix(s, "/"+cmd) }) {
+			t.Errorf("%s: not built in the build stage and copied into the final one", cmd)
+		}
+	}
+	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "0" || u == "root" {
+		t.Errorf("final stage USER %q: want a non-root user", user)
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(entry), &argv); err != nil || len(argv) == 0 {
+		t.Errorf("ENTRYPOINT %s: want the exec form, a JSON array (there is no shell in the image)", entry)
+	}
+}
+
+func helm(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("SHARDPILOT_HELM"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("SHARDPILOT_HELM=%s: %v (make helm installs it)", bin, err)
+		}
+		return bin
+	}
+	bin, err := exec.LookPath("helm")
+	if err != nil {
+		t.Skip("no helm: run make helm, or go install helm.sh/helm/v3/cmd/helm@v3.22.0")
+	}
+	return bin
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// values reads a values file over the chart's defaults, as helm merges
+// them (maps deep, everything else replaced).
+func values(t *testing.T, files ...string) map[string]any {
+	t.Helper()
+	merged := map[string]any{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		merge(merged, v)
+	}
+	return merged
+}
+
+func merge(dst, src map[string]any) {
+	for k, v := range src {
+		if m, ok := v.(map[string]any); ok {
+			if d, ok := dst[k].(map[string]any); ok {
+				merge(d, m)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+func num(m map[string]any, path ...string) int64 {
+	var v any = m
+	for _, p := range path {
+		v = v.(map[string]any)[p]
+	}
+	return int64(v.(float64))
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+var envName = regexp.MustCompile(`\$(SHARDPILOT_[A-Z0-9_]+)`)
+
+// TestChart renders the chart with its default values and with the large
+// mesh's, checks what an operator of a large mesh relies on, and applies
+// every object as a server-side dry run to a real kube-apiserver.
+func TestChart(t *testing.T) {
+	h := helm(t)
+	chart := filepath.Join("helm", "shardpilot")
+	defaults := filepath.Join(chart, "values.yaml")
+
+	// Every pusher flag is in the chart.
+	pusher := filepath.Join(t.TempDir(), "pusher")
+	run(t, "go", "build", "-o", pusher, "../cmd/pusher")
+	help, _ := exec.Command(pusher, "--help").CombinedOutput()
+	flags := envName.FindAllStringSubmatch(string(help), -1)
+	if len(flags) < 10 {
+		t.Fatalf("pusher --help names %d environment variables:\n%s", len(flags), help)
+	}
+
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	ns := kc.Namespace(t, nil)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := kc.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, files := range map[string][]string{
+		"default": nil,
+		"large":   {filepath.Join("helm", "examples", "values-large.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			for _, f := range files {
+				args = append(args, "-f", f)
+			}
+			v := values(t, append([]string{defaults}, files...)...)
+			run(t, h, append([]string{"lint", "--strict", chart}, args...)...)
+			rendered := run(t, h, append([]string{"template", "sp", chart, "--namespace", ns}, args...)...)
+			objs, err := kubetest.Decode([]byte(rendered))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			dep := find(objs, "Deployment", "sp-pusher")
+			if dep == nil {
+				t.Fatal("no pusher Deployment")
+			}
+			if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok {
+				t.Error("the pusher Deployment sets replicas although its autoscaler is on: every upgrade would reset the count")
+			}
+			hpa := find(objs, "HorizontalPodAutoscaler", "sp-pusher")
+			if hpa == nil {
+				t.Fatal("no autoscaler for the pushers")
+			}
+			if pol, _, _ := unstructured.NestedSlice(hpa.Object, "spec", "behavior", "scaleDown", "policies"); len(pol) == 0 {
+				t.Error("the autoscaler scales down without a policy: proxies would move all at once")
+			}
+			for _, part := range []string{"sp-pusher", "sp-ingester"} {
+				if find(objs, "PodDisruptionBudget", part) == nil {
+					t.Errorf("no PodDisruptionBudget for %s", part)
+				}
+				if find(objs, "NetworkPolicy", part) == nil {
+					t.Errorf("no NetworkPolicy for %s", part)
+				}
+			}
+			spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+			grace := num(spec, "terminationGracePeriodSeconds")
+			if drain := num(v, "pusher", "drainTimeoutSeconds") + num(v, "pusher", "preStopSeconds"); grace <= drain {
+				t.Errorf("termination grace %d s, not above preStop + drain %d s", grace, drain)
+			}
+			if run, _, _ := unstructured.NestedBool(spec, "securityContext", "runAsNonRoot"); !run {
+				t.Error("the pusher's pods may run as root")
+			}
+			c := spec["containers"].([]any)[0].(map[string]any)
+			if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
+				t.Error("the pusher's root filesystem is writable")
+			}
+			if _, ok := c["startupProbe"]; !ok {
+				t.Error("the pusher has no startup probe for a cold load of a large mesh")
+			}
+			sizing := v["pusher"].(map[string]any)["sizing"].(map[string]any)
+			mib := num(sizing, "baseMiB") + num(sizing, "services")*num(sizing, "perServiceKiB")/1024 + num(sizing, "proxiesPerReplica")*num(sizing, "perProxyKiB")/1024
+			if got, _, _ := unstructured.NestedString(c, "resources", "requests", "memory"); got != fmt.Sprintf("%dMi", mib) {
+				t.Errorf("pusher memory request %s, want %dMi from the sizing formula", got, mib)
+			}
+			var env []string
+			for _, e := range c["env"].([]any) {
+				env = append(env, e.(map[string]any)["name"].(string))
+			}
+			for _, f := range flags {
+				if !slices.Contains(env, f[1]) {
+					t.Errorf("pusher flag %s is not set by the chart", f[1])
+				}
+			}
+
+			if err := kc.Apply(context.Background(), objs, ns, true); err != nil {
+				t.Fatalf("server-side dry run: %v", err)
+			}
+			out := run(t, h, append([]string{"install", "sp", chart, "--namespace", ns, "--dry-run=server", "--kubeconfig", kubeconfig}, args...)...)
+			if !strings.Contains(out, "Proxies connect to ADS") {
+				t.Errorf("helm install --dry-run=server printed no NOTES:\n%s", out)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,8 +144,9 @@ type Pusher struct {
 	state     *state
 	debouncer *debounce.Debouncer[change]
 	m         metrics
-	generated atomic.Int64 // revision of the last generation, 0 before the first
-	following atomic.Bool  // the store is loaded and the stream followed
+	generated atomic.Int64  // revision of the last generation, 0 before the first
+	following atomic.Bool   // the store is loaded and the stream followed
+	consumed  atomic.Uint64 // the stream sequence of the last event consumed
 	// lru holds per-service generated resources by their inputs' versions.
 	lru *lru.Cache[string, any]
 	// index classifies proxies; last is the mesh of the last generation,
@@ -285,8 +287,29 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	return &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
-		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}, nil
+	p := &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
+	if cfg.Registerer != nil {
+		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
+			Help: "Change events in the stream this pusher has not consumed yet: the stream's last sequence minus the last one consumed (read at each scrape)."},
+			p.busLag)
+		if err := cfg.Registerer.Register(lag); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// busLag is how many stream events the pusher has yet to consume; NaN
+// when the stream cannot be read.
+func (p *Pusher) busLag() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	last, err := p.cfg.Feed.LastSeq(ctx)
+	if err != nil {
+		return math.NaN()
+	}
+	return float64(last - min(last, p.consumed.Load()))
 }
 
 // Following reports whether the pusher follows the store's changes: it
@@ -351,10 +374,15 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
 	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+	p.consumed.Store(seq)
 	p.following.Store(true)
 	defer p.following.Store(false)
-	return p.cfg.Feed.Consume(ctx, seq+1, func(_ uint64, ev *meshv1.ChangeEvent) error {
-		return p.apply(ctx, ev)
+	return p.cfg.Feed.Consume(ctx, seq+1, func(n uint64, ev *meshv1.ChangeEvent) error {
+		if err := p.apply(ctx, ev); err != nil {
+			return err
+		}
+		p.consumed.Store(n)
+		return nil
 	})
 }
 

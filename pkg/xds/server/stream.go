@@ -59,6 +59,8 @@ type stream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	since  time.Time
+	// startEpoch is the generation current when the stream began.
+	startEpoch int64
 	// ended says why the server ended the stream (nil: it did not).
 	ended atomic.Pointer[error]
 	// sending is when the write in progress started (unix ns; 0: none).
@@ -162,7 +164,7 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 	if delta {
 		id = -id
 	}
-	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now()}
+	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now(), startEpoch: s.epoch()}
 	s.cfg.Status.add(st)
 	s.m.streams.Inc()
 	defer func() {
@@ -568,8 +570,10 @@ func (st *stream) next(i int) (*outgoing, error) {
 	w.table.Due()
 	w.epoch = st.srv.epoch()
 	if w.credited == 0 {
-		// A new subscription is not credited with changes made before it.
-		w.credited = w.epoch - 1
+		// A new subscription is not credited with changes made before it,
+		// nor, on a new stream, with those made before the stream: a
+		// proxy that connects late did not converge late.
+		w.credited = max(w.epoch-1, st.startEpoch)
 	}
 	w.status.Sent = resp.Version
 	if st.delta {

@@ -1,0 +1,230 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
+	"github.com/shardpilot/shardpilot/loadtest/sim"
+	"github.com/shardpilot/shardpilot/loadtest/track"
+	"sigs.k8s.io/yaml"
+)
+
+// prometheus returns Debian's prometheus and promtool, skipping the test
+// without them unless SHARDPILOT_REQUIRE_PROMETHEUS is set (make test).
+func prometheus(t *testing.T) (server, promtool string) {
+	t.Helper()
+	server, err1 := exec.LookPath("prometheus")
+	promtool, err2 := exec.LookPath("promtool")
+	if err1 != nil || err2 != nil {
+		if os.Getenv("SHARDPILOT_REQUIRE_PROMETHEUS") != "" {
+			t.Fatal("no prometheus or promtool on PATH (apt-get install prometheus)")
+		}
+		t.Skip("no prometheus or promtool on PATH: install Debian's prometheus package to run this test")
+	}
+	return server, promtool
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func start(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s's log:\n%s", name, b)
+		}
+	})
+}
+
+// query asks Prometheus for an instant vector and returns its samples.
+func query(t *testing.T, prom, expr string) []map[string]any {
+	t.Helper()
+	resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []map[string]any `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Status != "success" {
+		t.Fatalf("query %s: %s", expr, body.Error)
+	}
+	return body.Data.Result
+}
+
+// threshold is the comparison that ends every alert expression.
+var threshold = regexp.MustCompile(`\s*(>|<|==|>=|<=|!=)\s*[0-9.e+-]+\s*$`)
+
+// TestDashboardsQueryARunningControlPlane runs the standalone control
+// plane with simulated proxies and changes, scraped by a real Prometheus,
+// and evaluates every dashboard query and every alert's value: each must
+// return data. The alert rules pass promtool.
+func TestDashboardsQueryARunningControlPlane(t *testing.T) {
+	server, promtool := prometheus(t)
+	rules := filepath.Join("dashboards", "alerts.yaml")
+	run(t, promtool, "check", "rules", rules)
+
+	bin := filepath.Join(t.TempDir(), "standalone")
+	run(t, "go", "build", "-o", bin, "../cmd/standalone")
+	mesh := t.TempDir()
+	m, err := meshgen.Write(mesh, meshgen.Spec{Services: 20, Endpoints: 3, Namespaces: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ads, admin := freeAddr(t), freeAddr(t)
+	start(t, bin, "--mesh-dir", mesh, "--ads-addr", ads, "--admin-addr", admin, "--data-dir", t.TempDir(), "--log-level", "warn")
+	testutil.Eventually(t, 60*time.Second, "the standalone to be ready", func() (bool, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+
+	prom := freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "prometheus.yml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n- job_name: shardpilot\n  static_configs: [{targets: [%q]}]\n", admin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, server, "--config.file", cfg, "--storage.tsdb.path", t.TempDir(), "--web.listen-address", prom)
+	testutil.Eventually(t, 60*time.Second, "Prometheus to scrape the standalone", func() (bool, string) {
+		resp, err := http.Get("http://" + prom + "/-/ready")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && len(query(t, prom, `up{job="shardpilot"} == 1`)) == 1, resp.Status
+	})
+
+	const proxies = 20
+	tracker := track.New(proxies)
+	fleet, err := sim.New(sim.Config{Addrs: []string{ads}, Proxies: proxies, Delta: 0.5, Namespaces: 2, Observer: tracker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fleet.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 60*time.Second, "every proxy's first full config", func() (bool, string) {
+		return fleet.Full() == proxies, fmt.Sprintf("%d/%d", fleet.Full(), proxies)
+	})
+	for i := range 60 {
+		kind := meshgen.Endpoint
+		if i%10 == 9 {
+			kind = meshgen.Route
+		}
+		if _, err := m.Apply(kind, i, func(c meshgen.Change) { tracker.Made(c, time.Now()) }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	testutil.Eventually(t, 30*time.Second, "every change at every proxy", func() (bool, string) {
+		return tracker.Pending() == 0, fmt.Sprintf("%d pending", tracker.Pending())
+	})
+	time.Sleep(3 * time.Second) // the last scrapes
+
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	b, err := os.ReadFile(filepath.Join("dashboards", "shardpilot-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			expr := strings.ReplaceAll(tg.Expr, "$__rate_interval", "1m")
+			if len(query(t, prom, expr)) == 0 {
+				t.Errorf("dashboard panel %q: %s returns nothing", p.Title, expr)
+			}
+			n++
+		}
+	}
+	var alerts struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	b, err = os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &alerts); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range alerts.Groups {
+		for _, r := range g.Rules {
+			value := threshold.ReplaceAllString(r.Expr, "")
+			if value == r.Expr {
+				t.Errorf("alert %s: %s does not end with a threshold", r.Alert, r.Expr)
+			}
+			if len(query(t, prom, value)) == 0 {
+				t.Errorf("alert %s: its value %s returns nothing", r.Alert, value)
+			}
+			n++
+		}
+	}
+	p99 := query(t, prom, `histogram_quantile(0.99, sum by (le) (rate(shardpilot_pusher_convergence_seconds_bucket[1m])))`)
+	var each []time.Duration
+	for _, r := range tracker.Results() {
+		each = append(each, r.Converged)
+	}
+	slices.Sort(each)
+	t.Logf("%d queries return data; convergence p99 as Prometheus computes it (per proxy and type, buckets 10, 20, 40 ms...): %v s; as the proxies saw it (per change, its last proxy): %s",
+		n, p99[0]["value"].([]any)[1], each[len(each)*99/100].Round(time.Millisecond))
+}

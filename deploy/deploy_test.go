@@ -239,6 +239,7 @@ func TestChart(t *testing.T) {
 	for name, files := range map[string][]string{
 		"default": nil,
 		"large":   {filepath.Join("helm", "examples", "values-large.yaml")},
+		"trial":   {filepath.Join("helm", "examples", "values-trial.yaml")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
@@ -257,15 +258,21 @@ func TestChart(t *testing.T) {
 			if dep == nil {
 				t.Fatal("no pusher Deployment")
 			}
-			if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok {
-				t.Error("the pusher Deployment sets replicas although its autoscaler is on: every upgrade would reset the count")
+			autoscaled := v["pusher"].(map[string]any)["autoscaling"].(map[string]any)["enabled"].(bool)
+			if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok == autoscaled {
+				t.Errorf("the pusher Deployment sets replicas: %v, its autoscaler is on: %v (with it on, every upgrade would reset the count)", ok, autoscaled)
 			}
 			hpa := find(objs, "HorizontalPodAutoscaler", "sp-pusher")
-			if hpa == nil {
-				t.Fatal("no autoscaler for the pushers")
+			if (hpa != nil) != autoscaled {
+				t.Fatalf("autoscaler rendered: %v, enabled: %v", hpa != nil, autoscaled)
 			}
-			if pol, _, _ := unstructured.NestedSlice(hpa.Object, "spec", "behavior", "scaleDown", "policies"); len(pol) == 0 {
-				t.Error("the autoscaler scales down without a policy: proxies would move all at once")
+			if hpa != nil {
+				if pol, _, _ := unstructured.NestedSlice(hpa.Object, "spec", "behavior", "scaleDown", "policies"); len(pol) == 0 {
+					t.Error("the autoscaler scales down without a policy: proxies would move all at once")
+				}
+			}
+			if trial, _ := v["trial"].(map[string]any)["enabled"].(bool); trial != (find(objs, "StatefulSet", "sp-etcd") != nil && find(objs, "StatefulSet", "sp-nats") != nil) {
+				t.Errorf("trial.enabled %v, but etcd and NATS StatefulSets rendered: %v", trial, !trial)
 			}
 			for _, part := range []string{"sp-pusher", "sp-ingester"} {
 				if find(objs, "PodDisruptionBudget", part) == nil {

@@ -9,10 +9,17 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 
 {{- define "shardpilot.env" -}}
+{{- if .Values.trial.enabled }}
+- name: SHARDPILOT_ETCD_ENDPOINTS
+  value: {{ printf "http://%s-etcd:2379" .Release.Name | quote }}
+- name: SHARDPILOT_NATS_URL
+  value: {{ printf "nats://%s-nats:4222" .Release.Name | quote }}
+{{- else }}
 - name: SHARDPILOT_ETCD_ENDPOINTS
   value: {{ .Values.etcd.endpoints | quote }}
 - name: SHARDPILOT_NATS_URL
   value: {{ .Values.nats.url | quote }}
+{{- end }}
 - name: SHARDPILOT_STREAM
   value: {{ .Values.nats.stream | quote }}
 - name: SHARDPILOT_LOG_LEVEL

@@ -163,6 +163,10 @@ func run(ctx context.Context, args []string) error {
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
+	adminToken, err := common.AdminToken()
+	if err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err
@@ -219,7 +223,7 @@ func run(ctx context.Context, args []string) error {
 			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log}).Run(ctx)
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken}).Run(ctx)
 	})
 	return g.Wait()
 }

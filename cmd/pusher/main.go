@@ -66,6 +66,10 @@ func run(ctx context.Context, args []string) error {
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
+	adminToken, err := common.AdminToken()
+	if err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err
@@ -100,7 +104,7 @@ func run(ctx context.Context, args []string) error {
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()

@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, c config, log *slog.Logger) error {
+	adminToken, err := c.AdminToken()
+	if err != nil {
+		return err
+	}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "shardpilot-")
 		if err != nil {
@@ -142,7 +146,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log,
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	err = g.Wait()

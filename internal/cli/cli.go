@@ -76,15 +76,33 @@ func Usage(w io.Writer, fs *flag.FlagSet, prefix, summary string) {
 type Common struct {
 	LogLevel, LogFormat string
 	AdminAddr           string
+	AdminTokenFile      string
 	MemoryLimit         string
 }
 
 // Register adds the common flags, with the command's admin address default.
 func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
-	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz and /metrics on")
+	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz, /metrics and /debug/ on")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding a bearer token that opens the admin port's /debug/ (profiles, config dumps, proxy status) to other hosts; without it /debug/ answers loopback only")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the container's memory limit (bytes, or with Ki, Mi, Gi): the garbage collector keeps the heap under 90% of it (empty: GOMEMLIMIT, or no limit)")
+}
+
+// AdminToken reads --admin-token-file ("" when not given).
+func (c *Common) AdminToken() (string, error) {
+	if c.AdminTokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.AdminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("--admin-token-file %s: the token has %d characters; want at least 16", c.AdminTokenFile, len(tok))
+	}
+	return tok, nil
 }
 
 // ApplyMemoryLimit sets the Go runtime's soft memory limit to 90% of

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -95,7 +96,11 @@ type Admin struct {
 	Ready    *Readiness
 	// Debug adds handlers under their paths, for example "/debug/syncz".
 	Debug map[string]http.Handler
-	Log   *slog.Logger
+	// DebugToken, when set, opens /debug/ to requests from other hosts
+	// that carry it as a bearer token; /debug/ always answers loopback.
+	// The rest (health, readiness, metrics) answers anyone.
+	DebugToken string
+	Log        *slog.Logger
 }
 
 // Handler returns the admin HTTP handler.
@@ -116,13 +121,37 @@ func (a *Admin) Handler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
 	// Go's profiles, for a look at a busy process (the load test reads the
 	// heap after a collection from /debug/pprof/heap?gc=1&debug=1).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	debug := http.NewServeMux()
+	debug.HandleFunc("/debug/pprof/", pprof.Index)
+	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	for path, h := range a.Debug {
-		mux.Handle(path, h)
+		debug.Handle(path, h)
 	}
+	mux.Handle("/debug/", a.guard(debug))
 	return mux
+}
+
+// guard lets through requests from loopback, and from elsewhere those that
+// carry the debug token.
+func (a *Admin) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		if a.DebugToken != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.DebugToken)) == 1 {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		http.Error(w, "/debug/ answers loopback, or a bearer token (--admin-token-file)", http.StatusUnauthorized)
+	})
 }
 
 // Run serves until ctx is done, then shuts the server down gracefully.

@@ -5,9 +5,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestAdminEndpoints(t *testing.T) {
@@ -59,5 +62,37 @@ func TestNewLoggerRejectsBadSettings(t *testing.T) {
 	}
 	if _, err := NewLogger(io.Discard, "info", "xml"); err == nil {
 		t.Error("bad format accepted")
+	}
+}
+
+// TestDebugIsGuarded: /debug/ answers loopback, and other hosts only with
+// the bearer token; health, readiness and metrics answer anyone.
+func TestDebugIsGuarded(t *testing.T) {
+	a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: "0123456789abcdef-token",
+		Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })}}
+	h := a.Handler()
+	for _, c := range []struct {
+		path, from, token string
+		want              int
+	}{
+		{"/debug/syncz", "127.0.0.1:5000", "", http.StatusOK},
+		{"/debug/syncz", "[::1]:5000", "", http.StatusOK},
+		{"/debug/syncz", "10.1.2.3:5000", "", http.StatusUnauthorized},
+		{"/debug/syncz", "10.1.2.3:5000", "wrong-token-0123456789", http.StatusUnauthorized},
+		{"/debug/syncz", "10.1.2.3:5000", "0123456789abcdef-token", http.StatusOK},
+		{"/debug/pprof/", "10.1.2.3:5000", "", http.StatusUnauthorized},
+		{"/metrics", "10.1.2.3:5000", "", http.StatusOK},
+		{"/healthz", "10.1.2.3:5000", "", http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, c.path, nil)
+		r.RemoteAddr = c.from
+		if c.token != "" {
+			r.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("%s from %s (token %q): %d, want %d", c.path, c.from, c.token, w.Code, c.want)
+		}
 	}
 }

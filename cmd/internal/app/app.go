@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -92,12 +94,31 @@ func dialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", RedactURLs(c.ConnectedUrl())) }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("app: nats %s: %w", url, err)
+		return nil, fmt.Errorf("app: nats %s: %w", RedactURLs(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURLs returns a comma-separated list of URLs with their user
+// information (a NATS token, a user and password) replaced, for logs and
+// errors.
+func RedactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(unparsable URL)"
+			continue
+		}
+		if u.User != nil {
+			u.User = url.User("REDACTED")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // Election makes a part run only while this process leads the part's

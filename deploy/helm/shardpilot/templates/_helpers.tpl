@@ -26,6 +26,10 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
   value: {{ .Values.log.level | quote }}
 - name: SHARDPILOT_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
+{{- if .Values.adminToken.secretName }}
+- name: SHARDPILOT_ADMIN_TOKEN_FILE
+  value: /etc/shardpilot/admin/token
+{{- end }}
 {{- end -}}
 
 {{- define "shardpilot.selector" -}}
@@ -70,4 +74,18 @@ topologySpreadConstraints:
 {{- $_ := set $r "requests" $req -}}
 {{- $_ := set $r "limits" $lim -}}
 {{- toYaml $r -}}
+{{- end -}}
+
+
+{{/* The admin token's volume and mount, when a Secret is named. */}}
+{{- define "shardpilot.adminTokenVolume" -}}
+{{- if .Values.adminToken.secretName }}
+- name: admin-token
+  secret: {secretName: {{ .Values.adminToken.secretName }}, items: [{key: token, path: token}]}
+{{- end }}
+{{- end -}}
+{{- define "shardpilot.adminTokenMount" -}}
+{{- if .Values.adminToken.secretName }}
+- {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
+{{- end }}
 {{- end -}}

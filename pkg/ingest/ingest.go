@@ -75,10 +75,11 @@ type Store interface {
 	PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (written bool, rev int64, err error)
 	DeleteAt(ctx context.Context, k model.Key, modRev int64) (deleted bool, rev int64, err error)
 	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
+	// Revision is the store's current revision.
+	Revision(ctx context.Context) (int64, error)
 }
 
-// Sink is what a source writes what it read through: a *Syncer, or a
-// fake in a source's unit tests.
+// Sink is what a source writes what it read through: a *Syncer.
 type Sink interface {
 	Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error)
 	SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error)
@@ -178,6 +179,9 @@ type Syncer struct {
 	// loaded says mine and ix hold the store as of the last list plus
 	// this Syncer's writes since.
 	loaded bool
+	// listed is the store revision of the last list: RetryPending lists
+	// again only once the store moved past it.
+	listed int64
 	mine   map[model.Key]held
 	ix     *index
 	// problems are the current ones, every location's.
@@ -264,10 +268,20 @@ func (s *Syncer) RetryPending(ctx context.Context) (Result, error) {
 	if len(s.pending) == 0 || !s.loaded {
 		return Result{}, nil // unloaded, the next sync lists the store
 	}
-	stored, _, _, err := s.cfg.Store.List(ctx)
+	// Waiting on a store nobody wrote since costs one small read, not a
+	// list: an object that names a host no source will ever define may
+	// wait for good.
+	if rev, err := s.cfg.Store.Revision(ctx); err != nil || rev == s.listed {
+		if err != nil {
+			return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+		}
+		return Result{}, nil
+	}
+	stored, rev, _, err := s.cfg.Store.List(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 	}
+	s.listed = rev
 	ix := newIndex()
 	for _, it := range stored {
 		if it.Object.GetOrigin().GetSource() != s.cfg.Source {
@@ -289,7 +303,7 @@ func (s *Syncer) Forget() { s.loaded = false }
 // and endpoints.
 func (s *Syncer) load(ctx context.Context) error {
 	s.loaded = false
-	stored, _, listErrs, err := s.cfg.Store.List(ctx)
+	stored, rev, listErrs, err := s.cfg.Store.List(ctx)
 	if err != nil {
 		return fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 	}
@@ -305,7 +319,7 @@ func (s *Syncer) load(ctx context.Context) error {
 		}
 	}
 	s.pending = map[model.Key]Object{}
-	s.loaded = true
+	s.loaded, s.listed = true, rev
 	return nil
 }
 

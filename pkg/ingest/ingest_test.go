@@ -146,7 +146,8 @@ func TestSyncPartRetriesWhatWaitsForAHost(t *testing.T) {
 
 // TestRetryPendingSeesOtherSources: a route rejected for a host no source
 // defines yet is written once another source writes the host, by
-// RetryPending, without a sync of its own source.
+// RetryPending, without a sync of its own source; until the store moves,
+// a retry does not list it.
 func TestRetryPendingSeesOtherSources(t *testing.T) {
 	routes, st := newSyncer(t)
 	services, err := ingest.NewSyncer(ingest.Config{Source: "registry", Store: st, Log: testutil.Log(t)})
@@ -157,10 +158,20 @@ func TestRetryPendingSeesOtherSources(t *testing.T) {
 	if res, err := routes.Sync(ctx, []ingest.Object{route("r", "a.ns.svc.cluster.local")}, nil); err != nil || len(res.Problems) != 1 || !routes.Pending() {
 		t.Fatalf("route to an unknown host: %+v %v, pending %v; want one problem, pending", res, err, routes.Pending())
 	}
+	// Nothing written since the route's sync listed the store: the retry
+	// does not list it again.
+	lists := st.lists
+	if res, err := routes.RetryPending(ctx); err != nil || res.Written != 0 || st.lists != lists {
+		t.Fatalf("retry of an unchanged store: %+v %v, %d lists, want none written and no list", res, err, st.lists-lists)
+	}
 	if _, err := services.Sync(ctx, []ingest.Object{svc("a", 80)}, nil); err != nil {
 		t.Fatal(err)
 	}
+	lists = st.lists
 	res, err := routes.RetryPending(ctx)
+	if st.lists != lists+1 {
+		t.Errorf("retry after another source wrote: %d lists, want 1", st.lists-lists)
+	}
 	if err != nil || res.Written != 1 || len(res.Problems) != 0 || routes.Pending() {
 		t.Fatalf("after the other source wrote the host: %+v %v, pending %v; want the route written, no problem", res, err, routes.Pending())
 	}

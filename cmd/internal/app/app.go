@@ -167,6 +167,10 @@ func (t *termStore) List(ctx context.Context) ([]model.Stored, int64, []error, e
 	return t.cur.Load().List(ctx)
 }
 
+func (t *termStore) Revision(ctx context.Context) (int64, error) {
+	return t.cur.Load().Revision(ctx)
+}
+
 // Source runs the YAML-directory source into the store.
 type Source struct {
 	Etcd         *clientv3.Client

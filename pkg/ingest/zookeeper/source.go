@@ -97,17 +97,16 @@ type Source struct {
 	conn *zk.Conn
 	loop *ingest.Loop
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// session is the ZooKeeper session the watches belong to; armed holds
+	// the paths it watches ("c" children, "e" existence, "d" data): the
+	// client keeps a channel per watch call until the watch fires, so a
+	// path already watched is read without one.
 	session int64
-	// armed holds the paths this session watches ("c" children, "e"
-	// existence, "d" data): the client keeps a channel per watch call
-	// until the watch fires, so a path already watched is read without
-	// one.
-	armed map[string]bool
-	all   bool            // the watches are gone: read everything
-	roots map[string]bool // roots whose children changed
-	dirty map[string]bool // units (root/name) that changed
-	known map[string]map[string]bool
+	armed   map[string]bool
+	roots   map[string]bool // roots whose children changed
+	dirty   map[string]bool // units (root/name) that changed
+	known   map[string]map[string]bool
 }
 
 // New returns a Source; Run connects and watches.
@@ -139,9 +138,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("zookeeper: ensemble %s: %w", s.cfg.Ensemble, err)
 	}
-	s.mu.Lock()
-	s.conn = conn
-	s.mu.Unlock()
+	s.conn = conn // before the loop's first sync; the events never read it
 	defer conn.Close()
 	return s.loop.Run(ctx)
 }
@@ -158,36 +155,14 @@ func (s *Source) event(ev zk.Event) {
 }
 
 func (s *Source) noteLocked(ev zk.Event) bool {
-	if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
+	switch ev.Type {
+	case zk.EventSession:
+		// A sync compares the session with the one its watches belong to.
+		return ev.State == zk.StateHasSession
+	case zk.EventNodeChildrenChanged, zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged:
 		for _, w := range []string{"c", "e", "d"} {
 			delete(s.armed, w+ev.Path)
 		}
-	}
-	switch ev.Type {
-	case zk.EventSession:
-		switch ev.State {
-		case zk.StateExpired:
-			s.all, s.armed = true, map[string]bool{}
-			return true
-		case zk.StateHasSession:
-			if s.conn == nil {
-				return false
-			}
-			id := s.conn.SessionID()
-			renewed := s.session != 0 && id != s.session
-			s.session = id
-			if renewed {
-				// A new session has none of the old one's watches.
-				s.all, s.armed = true, map[string]bool{}
-				s.cfg.Log.Warn("new ZooKeeper session (the last one expired); reading the registry again", "ensemble", s.cfg.Ensemble)
-			}
-			return renewed
-		}
-		return false
-	case zk.EventNotWatching:
-		s.all, s.armed = true, map[string]bool{}
-		return true
-	case zk.EventNodeChildrenChanged, zk.EventNodeCreated, zk.EventNodeDeleted, zk.EventNodeDataChanged:
 		if _, ok := s.kinds[ev.Path]; ok {
 			s.roots[ev.Path] = true
 			return true
@@ -216,21 +191,32 @@ func (s *Source) unitOf(p string) string {
 	return ""
 }
 
-// sync reads what changed, or everything, and syncs it.
+// sync reads what changed, or everything, and syncs it. Watches belong
+// to a session: under a new one (the last expired) there are none, and
+// everything is read again.
 func (s *Source) sync(ctx context.Context, full bool) error {
+	id := s.conn.SessionID() // 0 while the client has none
 	s.mu.Lock()
-	all, roots, dirty := s.all || full, s.roots, s.dirty
-	s.all, s.roots, s.dirty = false, map[string]bool{}, map[string]bool{}
+	if id != 0 && id != s.session {
+		// The first session is recorded: the loop's first sync read
+		// everything under it (its reads wait for one).
+		if s.session != 0 {
+			s.cfg.Log.Warn("new ZooKeeper session (the last one expired); reading the registry again", "ensemble", s.cfg.Ensemble)
+			s.armed, full = map[string]bool{}, true
+		}
+		s.session = id
+	}
+	roots, dirty := s.roots, s.dirty
+	s.roots, s.dirty = map[string]bool{}, map[string]bool{}
 	s.mu.Unlock()
-	if all {
+	if full {
 		s.cfg.Syncer.Forget()
 		return s.syncAll(ctx)
 	}
 	for root := range roots {
 		names, err := s.list(root)
 		if err != nil {
-			s.redo(roots, dirty)
-			return err
+			return err // the retry reads everything
 		}
 		// New units are read; vanished ones are read as empty, which
 		// removes them.
@@ -251,8 +237,7 @@ func (s *Source) sync(ctx context.Context, full bool) error {
 	}
 	units, err := s.readUnits(ctx, slices.Sorted(maps.Keys(dirty)))
 	if err != nil {
-		s.redo(roots, dirty)
-		return err
+		return err // the retry reads everything
 	}
 	var scope []string
 	for _, u := range units {
@@ -269,15 +254,6 @@ func (s *Source) sync(ctx context.Context, full bool) error {
 		s.cfg.OnSynced(res)
 	}
 	return nil
-}
-
-// redo marks again what a failed sync had taken (the retry reads
-// everything anyway; this keeps the marks right if it does not).
-func (s *Source) redo(roots, dirty map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	maps.Copy(s.roots, roots)
-	maps.Copy(s.dirty, dirty)
 }
 
 func (s *Source) syncAll(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -171,20 +172,8 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: zookeeper.SourceName("a"), Store: st, Log: testutil.Log(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	results := make(chan ingest.Result, 100)
-	src, err := zookeeper.New(zookeeper.Config{Ensemble: "a", Servers: []string{zks.Addr}, Syncer: syncer, Log: testutil.Log(t),
-		RetryDelay: 200 * time.Millisecond, OnSynced: func(r ingest.Result) { results <- r }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	startSource(t, st, zookeeper.Config{Servers: []string{zks.Addr}, OnSynced: func(r ingest.Result) { results <- r }})
 
 	dubbo := "dubbo-" + strings.ToLower(iface)
 	first := <-results
@@ -290,34 +279,36 @@ func TestSourceSessionExpiry(t *testing.T) {
 	register(t, p, "tri://10.0.0.1:50051/"+iface)
 	b := register(t, p, "tri://10.0.0.2:50051/"+iface)
 
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: zookeeper.SourceName("a"), Store: st, Log: testutil.Log(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	link := newProxy(t, zks.Addr)
-	src, err := zookeeper.New(zookeeper.Config{Ensemble: "a", Servers: []string{link.lis.Addr().String()}, SessionTimeout: 2 * time.Second,
-		Syncer: syncer, Log: testutil.Log(t), RetryDelay: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	logs := &logBuffer{t: t}
+	startSource(t, st, zookeeper.Config{Servers: []string{link.lis.Addr().String()}, SessionTimeout: 2 * time.Second,
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
 	dubbo := "dubbo-" + strings.ToLower(iface)
 	testutil.Eventually(t, 10*time.Second, "both providers in etcd", func() (bool, string) {
 		got := endpoints(t, st, dubbo)
 		return len(got) == 2, fmt.Sprint(got)
 	})
-
+	// A probe session through the same link, with the same timeout and
+	// an ephemeral node, touched last before the cut: ZooKeeper expires
+	// a session at its last touch plus its timeout (rounded up to a
+	// tick), so the source's session has expired once the probe's node
+	// is gone.
+	probe := zktest.Connect(t, link.lis.Addr().String(), 2*time.Second)
+	if _, err := probe.Create("/probe", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := probe.Exists("/probe"); err != nil {
+		t.Fatal(err)
+	}
 	link.pause()
 	if err := p.Delete(b, -1); err != nil {
 		t.Fatal(err)
 	}
 	register(t, p, "tri://10.0.0.3:50051/"+iface)
-	// Well past the source's session timeout (ZooKeeper expires sessions
-	// on its tick): the session is gone by now.
-	time.Sleep(2*time.Second + 3*time.Duration(zktest.TickTime)*time.Millisecond)
+	testutil.Eventually(t, 30*time.Second, "ZooKeeper to expire the sessions cut off", func() (bool, string) {
+		there, _, err := p.Exists("/probe")
+		return err == nil && !there, fmt.Sprint(there, err)
+	})
 	if got := endpoints(t, st, dubbo); len(got) != 2 {
 		t.Fatalf("while cut off, etcd holds %v; want the 2 providers it last read", got)
 	}
@@ -328,9 +319,54 @@ func TestSourceSessionExpiry(t *testing.T) {
 		_, came := got["10.0.0.3:50051"]
 		return len(got) == 2 && !left && came, fmt.Sprint(got)
 	})
+	if !strings.Contains(logs.String(), "new ZooKeeper session") {
+		t.Errorf("no warning of a new session in the source's log:\n%s", logs)
+	}
 	register(t, p, "tri://10.0.0.4:50051/"+iface)
 	testutil.Eventually(t, 10*time.Second, "a provider registered after the new session in etcd", func() (bool, string) {
 		got := endpoints(t, st, dubbo)
 		return len(got) == 3, fmt.Sprint(got)
 	})
+}
+
+// startSource runs a source of ensemble "a" writing to st until the test
+// ends.
+func startSource(t *testing.T, st *store.Store, cfg zookeeper.Config) {
+	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = testutil.Log(t)
+	}
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: zookeeper.SourceName("a"), Store: st, Log: cfg.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Ensemble, cfg.Syncer, cfg.RetryDelay = "a", syncer, 200*time.Millisecond
+	src, err := zookeeper.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// logBuffer keeps what a logger writes and passes it to the test's log.
+type logBuffer struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

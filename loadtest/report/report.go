@@ -89,6 +89,10 @@ type Phase struct {
 	Unconverged int                    `json:"unconverged"`
 	Convergence Percentiles            `json:"convergence"`
 	ByKind      map[string]Percentiles `json:"convergence_by_kind"`
+	// EachProxy is each proxy's convergence of each change (Convergence
+	// is a change's last proxy's): what the control plane's convergence
+	// histogram, and so its dashboard, measures.
+	EachProxy Percentiles `json:"convergence_each_proxy"`
 	FirstConfig Percentiles            `json:"first_config"`
 
 	ResponsesPerProxy float64 `json:"responses_per_proxy"`
@@ -229,6 +233,8 @@ func (r *Report) Markdown() string {
 	row("convergence p90", func(p Phase) float64 { return p.Convergence.P90 }, "s")
 	row("convergence p99", func(p Phase) float64 { return p.Convergence.P99 }, "s")
 	row("convergence max", func(p Phase) float64 { return p.Convergence.Max }, "s")
+	row("each proxy's convergence p50", func(p Phase) float64 { return p.EachProxy.P50 }, "s")
+	row("each proxy's convergence p99", func(p Phase) float64 { return p.EachProxy.P99 }, "s")
 	row("changes", func(p Phase) float64 { return float64(p.Changes) }, "")
 	row("changes per second, as made", func(p Phase) float64 { return p.ChangeRate }, "")
 	row("changes that never converged", func(p Phase) float64 { return float64(p.Unconverged) }, "")

@@ -6,6 +6,7 @@
 package track
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type record struct {
 	seen   []uint64 // a bit per proxy
 	count  int
 	last   time.Duration // the latest proxy's convergence so far
+	each   []uint16      // each proxy's convergence so far, coded (see code)
 }
 
 // Tracker records changes and what the proxies saw of them.
@@ -72,6 +74,7 @@ func (t *Tracker) Saw(p int, k Key, n int, at time.Time) {
 		r.seen[word] |= bit
 		r.count++
 		r.last = max(r.last, at.Sub(r.made))
+		r.each = append(r.each, code(at.Sub(r.made)))
 	}
 }
 
@@ -91,6 +94,7 @@ type Result struct {
 	Converged time.Duration
 	Proxies   int
 	Done      bool
+	each      []uint16
 }
 
 // Results returns every change's convergence, in the order made.
@@ -99,7 +103,8 @@ func (t *Tracker) Results() []Result {
 	defer t.mu.Unlock()
 	out := make([]Result, 0, len(t.records))
 	for _, r := range t.records {
-		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies})
+		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies,
+			each: slices.Clone(r.each)})
 	}
 	slices.SortFunc(out, func(a, b Result) int { return a.Change.N - b.Change.N })
 	return out
@@ -116,4 +121,49 @@ func (t *Tracker) Pending() int {
 		}
 	}
 	return n
+}
+
+// A proxy's convergence of a change is kept in two bytes: the logarithm
+// of the duration in microseconds, in steps of 0.05 %, from 1 µs to
+// beyond any run.
+const step = 1.0005
+
+func code(d time.Duration) uint16 {
+	us := max(float64(d)/float64(time.Microsecond), 1)
+	return uint16(min(math.Round(math.Log(us)/math.Log(step)), math.MaxUint16))
+}
+
+func decode(c uint16) time.Duration {
+	return time.Duration(math.Pow(step, float64(c)) * float64(time.Microsecond))
+}
+
+// EachProxy returns quantiles (0 to 1) of each proxy's convergence of
+// each change in rs: from when the change was made to when that proxy
+// ACKed it, which is what the control plane's histogram
+// shardpilot_pusher_convergence_seconds measures (from when a source
+// observed it), where a change's convergence is its last proxy's. It
+// also returns how many there are.
+func EachProxy(rs []Result, qs ...float64) (n int, at []time.Duration) {
+	counts := make([]int, math.MaxUint16+1)
+	for _, r := range rs {
+		for _, c := range r.each {
+			counts[c]++
+		}
+		n += len(r.each)
+	}
+	at = make([]time.Duration, len(qs))
+	if n == 0 {
+		return 0, at
+	}
+	for i, q := range qs {
+		rank := max(int(math.Ceil(q*float64(n))), 1) // nearest rank
+		seen := 0
+		for c, k := range counts {
+			if seen += k; seen >= rank {
+				at[i] = decode(uint16(c))
+				break
+			}
+		}
+	}
+	return n, at
 }

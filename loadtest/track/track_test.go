@@ -40,3 +40,24 @@ func TestSawTheLatest(t *testing.T) {
 		t.Error("the removal did not converge")
 	}
 }
+
+// Each proxy's convergence of each change is kept to 0.05 %.
+func TestEachProxy(t *testing.T) {
+	tr := New(4)
+	t0 := time.Unix(100, 0)
+	k := Key{meshgen.Endpoint, 1}
+	tr.Made(meshgen.Change{N: 1, Kind: meshgen.Endpoint, Service: 1}, t0)
+	for p, d := range []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond, 2 * time.Second} {
+		tr.Saw(p, k, 1, t0.Add(d))
+	}
+	n, at := EachProxy(tr.Results(), 0.5, 0.75, 1)
+	want := []time.Duration{20 * time.Millisecond, 30 * time.Millisecond, 2 * time.Second}
+	if n != 4 {
+		t.Fatalf("n = %d, want 4", n)
+	}
+	for i := range want {
+		if d := at[i] - want[i]; d < -want[i]/1000 || d > want[i]/1000 {
+			t.Errorf("quantile %d: %v, want %v", i, at[i], want[i])
+		}
+	}
+}

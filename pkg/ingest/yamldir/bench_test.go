@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
@@ -54,7 +55,7 @@ func BenchmarkSyncAfterOneChange(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if err := src.sync(ctx); err != nil {
+			if err := src.sync(ctx, time.Time{}); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -65,9 +66,9 @@ func BenchmarkSyncAfterOneChange(b *testing.B) {
 				}
 				b.StartTimer()
 				if c.whole {
-					err = src.sync(ctx)
+					err = src.sync(ctx, time.Time{})
 				} else {
-					err = src.syncFiles(ctx, map[string]bool{sink.last: true})
+					err = src.syncFiles(ctx, map[string]time.Time{sink.last: time.Now()})
 				}
 				if err != nil {
 					b.Fatal(err)

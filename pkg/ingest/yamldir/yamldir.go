@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,10 +78,12 @@ type Source struct {
 }
 
 // events collects what file events named since the last sync began, so
-// that a sync reads only those files.
+// that a sync reads only those files, and when: a change counts as
+// observed when its first event came, not after the quiet period.
 type events struct {
 	mu    sync.Mutex
-	paths map[string]bool
+	paths map[string]time.Time // the first event's time, by path
+	first time.Time            // the first event's, of any
 	// all says an event the paths do not describe came: a directory
 	// created or removed, or a watcher error (events may be lost).
 	all bool
@@ -94,14 +97,17 @@ func (e *events) note(dir string, ev fsnotify.Event) bool {
 	if hidden(name) {
 		return false
 	}
+	at := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
 	case isYAML(ev.Name):
 		if e.paths == nil {
-			e.paths = map[string]bool{}
+			e.paths = map[string]time.Time{}
 		}
-		e.paths[ev.Name] = true
+		if _, ok := e.paths[ev.Name]; !ok {
+			e.paths[ev.Name] = at
+		}
 	case ev.Has(fsnotify.Create):
 		if st, err := os.Stat(ev.Name); err != nil || !st.IsDir() {
 			return false // another file: not read
@@ -115,6 +121,9 @@ func (e *events) note(dir string, ev fsnotify.Event) bool {
 	default:
 		return false
 	}
+	if e.first.IsZero() {
+		e.first = at
+	}
 	return true
 }
 
@@ -123,15 +132,19 @@ func (e *events) lost() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.all = true
+	if e.first.IsZero() {
+		e.first = time.Now()
+	}
 }
 
-// take returns the paths and whether to read everything, and starts over.
-func (e *events) take() (map[string]bool, bool) {
+// take returns the paths, whether to read everything, and when the first
+// event came (zero: none), and starts over.
+func (e *events) take() (map[string]time.Time, bool, time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	paths, all := e.paths, e.all
-	e.paths, e.all = nil, false
-	return paths, all
+	paths, all, first := e.paths, e.all, e.first
+	e.paths, e.all, e.first = nil, false, time.Time{}
+	return paths, all, first
 }
 
 func (e *events) watching(dirs map[string]bool) {
@@ -174,9 +187,10 @@ func (s *Source) Run(ctx context.Context) error {
 		Sink:  s.cfg.Syncer,
 		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
 		Sync: func(ctx context.Context, full bool) error {
-			paths, all := s.events.take()
+			paths, all, first := s.events.take()
 			if full {
 				s.cfg.Syncer.Forget()
+				first = time.Time{}
 			}
 			if !full && !all && s.parsed.files != nil {
 				return s.syncFiles(ctx, paths)
@@ -185,7 +199,7 @@ func (s *Source) Run(ctx context.Context) error {
 			if err := s.watchDirs(w); err != nil {
 				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
 			}
-			return s.sync(ctx)
+			return s.sync(ctx, first)
 		},
 	})
 	g, ctx := errgroup.WithContext(ctx)
@@ -236,8 +250,13 @@ func (s *Source) watchDirs(w *fsnotify.Watcher) error {
 	})
 }
 
-func (s *Source) sync(ctx context.Context) error {
-	inputs, problems, err := s.parsed.read(s.cfg.Dir, time.Now())
+// sync reads the whole directory; what changed counts as observed at
+// observed (zero: now).
+func (s *Source) sync(ctx context.Context, observed time.Time) error {
+	if observed.IsZero() {
+		observed = time.Now()
+	}
+	inputs, problems, err := s.parsed.read(s.cfg.Dir, observed)
 	if err != nil {
 		return err
 	}
@@ -258,19 +277,18 @@ func (s *Source) sync(ctx context.Context) error {
 // syncs only what they hold. A change that other files' objects depend on
 // (a WorkloadEntry, which joins the ServiceEntries that select it, or a
 // name another file defines too) reads the whole directory instead.
-func (s *Source) syncFiles(ctx context.Context, paths map[string]bool) error {
-	now := time.Now()
+func (s *Source) syncFiles(ctx context.Context, paths map[string]time.Time) error {
 	type read struct {
 		f        parsedFile
 		problems []ingest.Problem
 		exists   bool
 	}
 	reads := make(map[string]read, len(paths))
-	for path := range paths {
+	for path, at := range paths {
 		var r read
-		r.f, r.problems, r.exists = s.parsed.readFile(s.cfg.Dir, path, now)
+		r.f, r.problems, r.exists = s.parsed.readFile(s.cfg.Dir, path, at)
 		if entangled(s.parsed.files[path].inputs) || entangled(r.f.inputs) || s.parsed.sharesNames(path, r.f.inputs) {
-			return s.sync(ctx)
+			return s.sync(ctx, slices.MinFunc(slices.Collect(maps.Values(paths)), time.Time.Compare))
 		}
 		reads[path] = r
 	}
@@ -291,7 +309,7 @@ func (s *Source) syncFiles(ctx context.Context, paths map[string]bool) error {
 	// ServiceEntries take their endpoints from the WorkloadEntries they
 	// select, wherever those are.
 	for path, wes := range s.parsed.workloads {
-		if !paths[path] {
+		if _, ok := paths[path]; !ok {
 			inputs = append(inputs, wes...)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/internal/zktest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,14 +35,14 @@ func TestProxylessGRPCFollowsZooKeeper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	register := func(version string, be backend) {
+	register := func(session *zk.Conn, version string, be backend) {
 		u := fmt.Sprintf("tri://127.0.0.1:%d/%s?interface=%s&application=greeter&version=%s&namespace=demo&side=provider", be.port, iface, iface, version)
-		if _, err := provider.Create("/dubbo/"+iface+"/providers/"+zookeeper.ProviderNode(u), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		if _, err := session.Create("/dubbo/"+iface+"/providers/"+zookeeper.ProviderNode(u), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	register("v1", a)
-	register("v2", b)
+	register(provider, "v1", a)
+	register(provider, "v2", b)
 
 	// The service port is the one most providers listen on; with a tie,
 	// the lowest.
@@ -75,4 +76,23 @@ spec:
 	cp := startControlPlane(t, yamlSource(dir), zookeeperSource("zk1", zks.Addr))
 	conn := dialXDS(t, cp.ads, fmt.Sprintf("xds:///%s:%d", host, port))
 	splits8020(t, conn, a, b)
+
+	// A third v1 provider, with a session of its own, joins subset v1;
+	// when it leaves (its session closes, as a Dubbo provider's does when
+	// it stops), the client stops calling it and no RPC fails.
+	c := startBackend(t)
+	third := zktest.Connect(t, zks.Addr, 10*time.Second)
+	register(third, "v1", c)
+	testutil.Eventually(t, 20*time.Second, "the third provider to serve RPCs", func() (bool, string) {
+		got := spread(conn, 50)
+		return got[c.addr] > 0, fmt.Sprint(got)
+	})
+	third.Close()
+	testutil.Eventually(t, 20*time.Second, "the client to stop calling the provider that left", func() (bool, string) {
+		got := spread(conn, 50)
+		return got[c.addr] == 0, fmt.Sprint(got)
+	})
+	if got := spread(conn, 200); got[a.addr]+got[b.addr] != 200 {
+		t.Errorf("200 RPCs after the third provider left: %v; want all served by the other two", got)
+	}
 }

@@ -260,7 +260,9 @@ type unit struct {
 }
 
 // normalize turns a unit into a Service and its Endpoints per namespace.
-func (u *unit) normalize(n *Naming, now time.Time) ([]ingest.Object, []ingest.Problem) {
+// ports holds the port each service was given last, and gets the ports
+// given now (nil: none kept).
+func (u *unit) normalize(n *Naming, now time.Time, ports map[model.Key]uint32) ([]ingest.Object, []ingest.Problem) {
 	problems := slices.Clone(u.problems)
 	byNS := map[string][]instance{}
 	for _, in := range u.instances {
@@ -285,8 +287,18 @@ func (u *unit) normalize(n *Naming, now time.Time) ([]ingest.Object, []ingest.Pr
 			}
 			served = append(served, in)
 		}
-		port := mostCommon(served, func(in instance) uint32 { return in.port })
+		// A service keeps its port while a provider still listens on it:
+		// clients address host:port, and a provider joining on another
+		// port (one of several on a host) must not move them.
 		name := u.kind + "-" + u.service + "@" + n.Shard
+		key := model.Key{Kind: model.KindService, Namespace: ns, Name: name}
+		port := mostCommon(served, func(in instance) uint32 { return in.port })
+		if last, ok := ports[key]; ok && slices.ContainsFunc(served, func(in instance) bool { return in.port == last }) {
+			port = last
+		}
+		if ports != nil {
+			ports[key] = port
+		}
 		origin := func() *meshv1.Origin {
 			return &meshv1.Origin{ObservedAt: timestamppb.New(now), Location: u.location}
 		}
@@ -305,7 +317,7 @@ func (u *unit) normalize(n *Naming, now time.Time) ([]ingest.Object, []ingest.Pr
 			eps.Endpoints = append(eps.Endpoints, in.ep)
 		}
 		objs = append(objs,
-			ingest.Object{Key: model.Key{Kind: model.KindService, Namespace: ns, Name: name}, Object: svc, Resource: u.resource()},
+			ingest.Object{Key: key, Object: svc, Resource: u.resource()},
 			ingest.Object{Key: model.Key{Kind: model.KindEndpoints, Namespace: ns, Name: model.EndpointsName(name, n.Shard)}, Object: eps, Resource: u.resource()})
 	}
 	return objs, problems

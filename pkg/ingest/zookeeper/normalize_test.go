@@ -110,7 +110,7 @@ func TestNormalizeUnit(t *testing.T) {
 		in.node = u.location + " providers/" + p
 		u.instances = append(u.instances, in)
 	}
-	objs, problems := u.normalize(n, time.Now())
+	objs, problems := u.normalize(n, time.Now(), nil)
 	if len(objs) != 2 {
 		t.Fatalf("%d objects, want a service and its endpoints", len(objs))
 	}
@@ -134,6 +134,40 @@ func TestNormalizeUnit(t *testing.T) {
 	}
 }
 
+// A service keeps its port while a provider listens on it: providers
+// joining on other ports (several on one host) do not move its clients;
+// once none is left on it, the most common port wins.
+func TestServicePortSticks(t *testing.T) {
+	n := &Naming{Shard: "zookeeper-a"}
+	if err := n.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	ports := map[model.Key]uint32{}
+	portOf := func(urls ...string) uint32 {
+		t.Helper()
+		u := &unit{service: strings.ToLower(demoIface), kind: "dubbo", location: "a:/dubbo/" + demoIface}
+		for _, p := range urls {
+			in, err := parseProvider(demoIface, provider(p), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.instances = append(u.instances, in)
+		}
+		objs, _ := u.normalize(n, time.Now(), ports)
+		return objs[0].Object.(*meshv1.Service).Ports[0].Number
+	}
+	a, b, c := "tri://10.0.0.1:50052/"+demoIface, "tri://10.0.0.1:50053/"+demoIface, "tri://10.0.0.1:50051/"+demoIface
+	if got := portOf(a, b); got != 50052 {
+		t.Fatalf("port %d, want 50052 (a tie goes to the lowest)", got)
+	}
+	if got := portOf(a, b, c); got != 50052 {
+		t.Errorf("a provider on a lower port moved the service to %d", got)
+	}
+	if got := portOf(b, c, "tri://10.0.0.2:50051/"+demoIface); got != 50051 {
+		t.Errorf("with no provider left on 50052, port %d, want the most common, 50051", got)
+	}
+}
+
 // FuzzRegistryData: whatever a provider node's name or an instance's data
 // holds, reading it returns an instance or an error, never a panic, and
 // what it returns normalizes into objects that validate.
@@ -152,7 +186,7 @@ func FuzzRegistryData(f *testing.F) {
 		if in, err := parseCurator(data, n); err == nil {
 			u.instances = append(u.instances, in)
 		}
-		objs, _ := u.normalize(n, time.Now())
+		objs, _ := u.normalize(n, time.Now(), nil)
 		for _, o := range objs {
 			if err := model.Validate(o.Object); err != nil {
 				t.Fatalf("%s from %q and %q: %v", o.Key, node, data, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -96,6 +97,8 @@ type Source struct {
 
 	conn *zk.Conn
 	loop *ingest.Loop
+	// ports is each service's port as last given (owned by the sync loop).
+	ports map[model.Key]uint32
 
 	mu sync.Mutex
 	// session is the ZooKeeper session the watches belong to; armed holds
@@ -117,7 +120,8 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Syncer == nil {
 		return nil, errors.New("zookeeper: a syncer is required")
 	}
-	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{}}
+	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{},
+		ports: map[model.Key]uint32{}}
 	for _, r := range cfg.DubboRoots {
 		s.kinds[r] = "dubbo"
 	}
@@ -292,7 +296,7 @@ func (s *Source) normalize(units []*unit) ([]ingest.Object, []ingest.Problem) {
 	var objs []ingest.Object
 	var problems []ingest.Problem
 	for _, u := range units {
-		o, p := u.normalize(&s.cfg.Naming, now)
+		o, p := u.normalize(&s.cfg.Naming, now, s.ports)
 		objs = append(objs, o...)
 		problems = append(problems, p...)
 	}

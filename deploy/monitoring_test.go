@@ -157,6 +157,7 @@ func TestDashboardsQueryARunningControlPlane(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "every change at every proxy", func() (bool, string) {
 		return tracker.Pending() == 0, fmt.Sprintf("%d pending", tracker.Pending())
 	})
+	statusPage(t, admin, proxies)
 	window := time.Since(began) + 10*time.Second
 	// Every proxy's every ACK has been counted (the sim ACKs before it
 	// reports what it saw); Prometheus has scraped them all.
@@ -278,4 +279,44 @@ func metric(t *testing.T, admin, name string) string {
 	}
 	t.Fatalf("no %s in %s/metrics", name, admin)
 	return ""
+}
+
+// statusPage loads the standalone's status page in headless Chromium,
+// while the proxies are connected, and finds every proxy and the
+// convergence chart in what it rendered. With SHARDPILOT_SCREENSHOT set
+// to a path, it also saves a screenshot there (docs/status-page.png is
+// one).
+func statusPage(t *testing.T, admin string, proxies int) {
+	t.Helper()
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("SHARDPILOT_REQUIRE_CHROMIUM") != "" {
+			t.Fatal("no chromium on PATH (apt-get install chromium)")
+		}
+		t.Log("no chromium on PATH: the status page is not checked in a browser")
+		return
+	}
+	url := "http://" + admin + "/"
+	headless := []string{"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + t.TempDir()}
+	var dom string
+	testutil.Eventually(t, 60*time.Second, "the status page to show every proxy and a convergence line", func() (bool, string) {
+		out, err := exec.Command(browser, append(headless, "--dump-dom", url)...).Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		dom = string(out)
+		listed := strings.Count(dom, `<tr class="proxy">`)
+		line := regexp.MustCompile(`<polyline class="s1" data-series="p99" points="[0-9., ]+"`).MatchString(dom)
+		return listed == proxies && line, fmt.Sprintf("%d of %d proxies listed, a p99 line: %v", listed, proxies, line)
+	})
+	if !strings.Contains(dom, `<svg id="convergence"`) || !strings.Contains(dom, "sidecar~") {
+		t.Errorf("the status page lacks the convergence chart or the proxies' ids")
+	}
+	if shot := os.Getenv("SHARDPILOT_SCREENSHOT"); shot != "" {
+		abs, err := filepath.Abs(shot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, browser, append(headless, "--hide-scrollbars", "--window-size=1280,1400", "--screenshot="+abs, url)...)
+	}
 }

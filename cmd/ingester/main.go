@@ -24,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -222,8 +223,10 @@ func run(ctx context.Context, args []string) error {
 		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: bus.Config{Stream: remote.Stream}, Election: election,
 			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
+	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestMetrics)})
+	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken}).Run(ctx)
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page}).Run(ctx)
 	})
 	return g.Wait()
 }

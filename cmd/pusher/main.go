@@ -18,6 +18,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
@@ -103,8 +104,10 @@ func run(ctx context.Context, args []string) error {
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
+	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
+	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()

@@ -22,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
@@ -145,8 +146,11 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
+	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
+	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Rejected: app.Rejections(ingestMetrics)})
+	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	err = g.Wait()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,6 +140,26 @@ type Metrics struct {
 	objects  *prometheus.GaugeVec
 	latency  *prometheus.HistogramVec
 	lag      *prometheus.HistogramVec
+
+	mu      sync.Mutex
+	current map[string][]Problem // by source
+}
+
+// Problems returns every source's current problems, as of its last sync
+// (for the status page).
+func (m *Metrics) Problems() map[string][]Problem {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.current)
+}
+
+func (m *Metrics) setProblems(source string, problems []Problem) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.current == nil {
+		m.current = map[string][]Problem{}
+	}
+	m.current[source] = slices.Clone(problems)
 }
 
 // NewMetrics creates the ingest metrics and registers them on reg (nil
@@ -516,6 +537,7 @@ func (s *Syncer) report(problems []Problem) {
 			"resource", p.Resource, "field", p.Field, "reason", p.Reason)
 	}
 	s.reported = now
+	s.m.setProblems(s.cfg.Source, problems)
 }
 
 // keep reports whether a problem keeps the stored object o under k in effect.

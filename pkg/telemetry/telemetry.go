@@ -100,7 +100,9 @@ type Admin struct {
 	// that carry it as a bearer token; /debug/ always answers loopback.
 	// The rest (health, readiness, metrics) answers anyone.
 	DebugToken string
-	Log        *slog.Logger
+	// Page, when set, is the status page at "/", guarded as /debug/ is.
+	Page http.Handler
+	Log  *slog.Logger
 }
 
 // Handler returns the admin HTTP handler.
@@ -129,11 +131,14 @@ func (a *Admin) Handler() http.Handler {
 		debug.Handle(path, h)
 	}
 	mux.Handle("/debug/", a.guard(debug))
+	if a.Page != nil {
+		mux.Handle("/{$}", a.guard(a.Page))
+	}
 	return mux
 }
 
 // guard lets through requests from loopback, and from elsewhere those that
-// carry the debug token.
+// carry the debug token (for /debug/ and the status page).
 func (a *Admin) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
@@ -150,7 +155,7 @@ func (a *Admin) guard(h http.Handler) http.Handler {
 			}
 		}
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		http.Error(w, "/debug/ answers loopback, or a bearer token (--admin-token-file)", http.StatusUnauthorized)
+		http.Error(w, "the status page and /debug/ answer loopback, or a bearer token (--admin-token-file)", http.StatusUnauthorized)
 	})
 }
 

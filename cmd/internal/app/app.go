@@ -28,6 +28,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/store"
+	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -398,4 +399,24 @@ func (p Pusher) Run(ctx context.Context) error {
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
 	return g.Wait()
+}
+
+// Rejections lists the sources' current problems for the status page.
+func Rejections(m *ingest.Metrics) func() []statuspage.Rejected {
+	return func() []statuspage.Rejected {
+		var out []statuspage.Rejected
+		for source, problems := range m.Problems() {
+			for _, p := range problems {
+				where, why := p.Location, p.Reason
+				if p.Resource != "" {
+					where += " (" + p.Resource + ")"
+				}
+				if p.Field != "" {
+					why = p.Field + ": " + why
+				}
+				out = append(out, statuspage.Rejected{Source: source, Location: where, Reason: why})
+			}
+		}
+		return out
+	}
 }

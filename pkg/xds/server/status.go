@@ -142,3 +142,19 @@ func (s *Status) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(streams)
 }
+
+// State says where a type stands on a stream, as istioctl's proxy-status
+// does: SYNCED (the proxy ACKed the last response), NACKED (it rejected
+// the last response), STALE (the last response awaits its answer) or
+// NOT SENT.
+func (t *TypeStatus) State() string {
+	switch {
+	case t.Sent == "":
+		return "NOT SENT"
+	case t.Acked == t.Sent:
+		return "SYNCED"
+	case t.LastNACK != nil && t.LastNACK.Version == t.Sent:
+		return "NACKED"
+	}
+	return "STALE"
+}

@@ -92,8 +92,8 @@ type Phase struct {
 	// EachProxy is each proxy's convergence of each change (Convergence
 	// is a change's last proxy's): what the control plane's convergence
 	// histogram, and so its dashboard, measures.
-	EachProxy Percentiles `json:"convergence_each_proxy"`
-	FirstConfig Percentiles            `json:"first_config"`
+	EachProxy   Percentiles `json:"convergence_each_proxy"`
+	FirstConfig Percentiles `json:"first_config"`
 
 	ResponsesPerProxy float64 `json:"responses_per_proxy"`
 	BytesPerProxy     float64 `json:"bytes_per_proxy"`

@@ -86,9 +86,10 @@ type Sink interface {
 	SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error)
 	// Forget makes the next sync read the store again.
 	Forget()
-	// Pending and RetryPending: see Syncer.
+	// Pending, RetryPending and Stored: see Syncer.
 	Pending() bool
 	RetryPending(ctx context.Context) (Result, error)
+	Stored(ctx context.Context, k model.Key) (model.Object, error)
 }
 
 var _ Sink = (*Syncer)(nil)
@@ -314,6 +315,19 @@ func (s *Syncer) RetryPending(ctx context.Context) (Result, error) {
 	}
 	s.ix = ix
 	return s.apply(ctx, []string{}, nil, nil)
+}
+
+// Stored returns the object this source holds in the store under k (nil:
+// none), as of its last list and its writes since; it lists the store
+// first if it has not (after Forget, the sync that follows uses that
+// list).
+func (s *Syncer) Stored(ctx context.Context, k model.Key) (model.Object, error) {
+	if !s.loaded {
+		if err := s.load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.mine[k].obj, nil
 }
 
 // Forget makes the next sync list the store, to repair any drift (a

@@ -294,3 +294,51 @@ func TestLargeObjectsAreSplitOrRejected(t *testing.T) {
 		}
 	}
 }
+
+// Stored answers what this source holds in the store: after a sync, after
+// Forget (from a list the next sync then uses), and for a new Syncer of
+// the same source (a restart); never another source's objects.
+func TestStored(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	k := svc("a", 80).Key
+	if o, err := s.Stored(ctx, k); err != nil || o != nil {
+		t.Fatalf("before any sync: %v, %v; want none", o, err)
+	}
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	port := func(s *ingest.Syncer) uint32 {
+		t.Helper()
+		o, err := s.Stored(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.(*meshv1.Service).GetPorts()[0].GetNumber()
+	}
+	if got := port(s); got != 80 {
+		t.Errorf("after a sync: port %d, want 80", got)
+	}
+	s.Forget()
+	lists := st.lists
+	if got := port(s); got != 80 {
+		t.Errorf("after Forget: port %d, want 80", got)
+	}
+	if _, err := s.Sync(ctx, []ingest.Object{svc("a", 80)}, nil); err != nil || st.lists != lists+1 {
+		t.Errorf("Stored and the sync after it listed the store %d times, want once (%v)", st.lists-lists, err)
+	}
+	again, err := ingest.NewSyncer(ingest.Config{Source: "test", Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := port(again); got != 80 {
+		t.Errorf("a new Syncer of the source: port %d, want 80", got)
+	}
+	other, err := ingest.NewSyncer(ingest.Config{Source: "other", Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := other.Stored(ctx, k); err != nil || o != nil {
+		t.Errorf("another source's Stored: %v, %v; want none", o, err)
+	}
+}

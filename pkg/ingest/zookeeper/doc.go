@@ -17,10 +17,10 @@
 //
 // Dubbo protocols map to service ports: tri (triple) and grpc are gRPC,
 // dubbo is TCP, http and rest are HTTP; the port is the one most providers
-// of the interface listen on (a service keeps its port while a provider
-// listens on it, so that one joining on another port does not move the
-// clients; after an ingester restart the most common port is chosen
-// again), and each endpoint keeps its own. Providers of
+// of the interface listen on (a service keeps the port it has in the
+// store while a provider listens on it, across restarts, so that one
+// joining on another port does not move the clients), and each endpoint
+// keeps its own. Providers of
 // one interface that speak another protocol than most of them are
 // reported, not served: one service port cannot reach them. A provider
 // with enabled=false or disabled=true stays an endpoint, unhealthy; its

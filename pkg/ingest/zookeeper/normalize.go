@@ -260,9 +260,8 @@ type unit struct {
 }
 
 // normalize turns a unit into a Service and its Endpoints per namespace.
-// ports holds the port each service was given last, and gets the ports
-// given now (nil: none kept).
-func (u *unit) normalize(n *Naming, now time.Time, ports map[model.Key]uint32) ([]ingest.Object, []ingest.Problem) {
+// last returns the port a service has in the store (0: none).
+func (u *unit) normalize(n *Naming, now time.Time, last func(model.Key) uint32) ([]ingest.Object, []ingest.Problem) {
 	problems := slices.Clone(u.problems)
 	byNS := map[string][]instance{}
 	for _, in := range u.instances {
@@ -293,11 +292,8 @@ func (u *unit) normalize(n *Naming, now time.Time, ports map[model.Key]uint32) (
 		name := u.kind + "-" + u.service + "@" + n.Shard
 		key := model.Key{Kind: model.KindService, Namespace: ns, Name: name}
 		port := mostCommon(served, func(in instance) uint32 { return in.port })
-		if last, ok := ports[key]; ok && slices.ContainsFunc(served, func(in instance) bool { return in.port == last }) {
-			port = last
-		}
-		if ports != nil {
-			ports[key] = port
+		if had := last(key); had != 0 && slices.ContainsFunc(served, func(in instance) bool { return in.port == had }) {
+			port = had
 		}
 		origin := func() *meshv1.Origin {
 			return &meshv1.Origin{ObservedAt: timestamppb.New(now), Location: u.location}

@@ -110,7 +110,7 @@ func TestNormalizeUnit(t *testing.T) {
 		in.node = u.location + " providers/" + p
 		u.instances = append(u.instances, in)
 	}
-	objs, problems := u.normalize(n, time.Now(), nil)
+	objs, problems := u.normalize(n, time.Now(), none)
 	if len(objs) != 2 {
 		t.Fatalf("%d objects, want a service and its endpoints", len(objs))
 	}
@@ -134,6 +134,9 @@ func TestNormalizeUnit(t *testing.T) {
 	}
 }
 
+// none is a store that holds no service.
+func none(model.Key) uint32 { return 0 }
+
 // A service keeps its port while a provider listens on it: providers
 // joining on other ports (several on one host) do not move its clients;
 // once none is left on it, the most common port wins.
@@ -142,7 +145,7 @@ func TestServicePortSticks(t *testing.T) {
 	if err := n.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	ports := map[model.Key]uint32{}
+	stored := map[model.Key]uint32{} // the port the store holds
 	portOf := func(urls ...string) uint32 {
 		t.Helper()
 		u := &unit{service: strings.ToLower(demoIface), kind: "dubbo", location: "a:/dubbo/" + demoIface}
@@ -153,8 +156,10 @@ func TestServicePortSticks(t *testing.T) {
 			}
 			u.instances = append(u.instances, in)
 		}
-		objs, _ := u.normalize(n, time.Now(), ports)
-		return objs[0].Object.(*meshv1.Service).Ports[0].Number
+		objs, _ := u.normalize(n, time.Now(), func(k model.Key) uint32 { return stored[k] })
+		port := objs[0].Object.(*meshv1.Service).Ports[0].Number
+		stored[objs[0].Key] = port
+		return port
 	}
 	a, b, c := "tri://10.0.0.1:50052/"+demoIface, "tri://10.0.0.1:50053/"+demoIface, "tri://10.0.0.1:50051/"+demoIface
 	if got := portOf(a, b); got != 50052 {
@@ -186,7 +191,7 @@ func FuzzRegistryData(f *testing.F) {
 		if in, err := parseCurator(data, n); err == nil {
 			u.instances = append(u.instances, in)
 		}
-		objs, _ := u.normalize(n, time.Now(), nil)
+		objs, _ := u.normalize(n, time.Now(), none)
 		for _, o := range objs {
 			if err := model.Validate(o.Object); err != nil {
 				t.Fatalf("%s from %q and %q: %v", o.Key, node, data, err)

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"golang.org/x/sync/errgroup"
@@ -97,10 +99,7 @@ type Source struct {
 
 	conn *zk.Conn
 	loop *ingest.Loop
-	// ports is each service's port as last given (owned by the sync loop).
-	ports map[model.Key]uint32
-
-	mu sync.Mutex
+	mu   sync.Mutex
 	// session is the ZooKeeper session the watches belong to; armed holds
 	// the paths it watches ("c" children, "e" existence, "d" data): the
 	// client keeps a channel per watch call until the watch fires, so a
@@ -120,8 +119,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Syncer == nil {
 		return nil, errors.New("zookeeper: a syncer is required")
 	}
-	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{},
-		ports: map[model.Key]uint32{}}
+	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{}}
 	for _, r := range cfg.DubboRoots {
 		s.kinds[r] = "dubbo"
 	}
@@ -247,7 +245,10 @@ func (s *Source) sync(ctx context.Context, full bool) error {
 	for _, u := range units {
 		scope = append(scope, u.location)
 	}
-	objs, problems := s.normalize(units)
+	objs, problems, err := s.normalize(ctx, units)
+	if err != nil {
+		return err
+	}
 	res, err := s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
 	if err != nil {
 		return err
@@ -278,7 +279,10 @@ func (s *Source) syncAll(ctx context.Context) error {
 		return err
 	}
 	s.known = known
-	objs, problems := s.normalize(units)
+	objs, problems, err := s.normalize(ctx, units)
+	if err != nil {
+		return err
+	}
 	res, err := s.cfg.Syncer.Sync(ctx, objs, problems)
 	if err != nil {
 		return err
@@ -291,16 +295,26 @@ func (s *Source) syncAll(ctx context.Context) error {
 	return nil
 }
 
-func (s *Source) normalize(units []*unit) ([]ingest.Object, []ingest.Problem) {
+func (s *Source) normalize(ctx context.Context, units []*unit) ([]ingest.Object, []ingest.Problem, error) {
 	now := time.Now()
+	var storeErr error
+	// A service keeps the port it has in the store (see unit.normalize).
+	last := func(k model.Key) uint32 {
+		o, err := s.cfg.Syncer.Stored(ctx, k)
+		storeErr = cmp.Or(storeErr, err)
+		if svc, ok := o.(*meshv1.Service); ok && len(svc.GetPorts()) > 0 {
+			return svc.GetPorts()[0].GetNumber()
+		}
+		return 0
+	}
 	var objs []ingest.Object
 	var problems []ingest.Problem
 	for _, u := range units {
-		o, p := u.normalize(&s.cfg.Naming, now, s.ports)
+		o, p := u.normalize(&s.cfg.Naming, now, last)
 		objs = append(objs, o...)
 		problems = append(problems, p...)
 	}
-	return objs, problems
+	return objs, problems, storeErr
 }
 
 // list returns a root's children and watches them; a root that does not

@@ -330,8 +330,8 @@ func TestSourceSessionExpiry(t *testing.T) {
 }
 
 // startSource runs a source of ensemble "a" writing to st until the test
-// ends.
-func startSource(t *testing.T, st *store.Store, cfg zookeeper.Config) {
+// ends or stop is called.
+func startSource(t *testing.T, st *store.Store, cfg zookeeper.Config) (stop func()) {
 	t.Helper()
 	if cfg.Log == nil {
 		cfg.Log = testutil.Log(t)
@@ -348,7 +348,53 @@ func startSource(t *testing.T, st *store.Store, cfg zookeeper.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestSourceKeepsPortsOverRestart: a service keeps the port it has in the
+// store when the source starts again and a provider has joined on a lower
+// port meanwhile (one of several on a host): its clients address host:port.
+func TestSourceKeepsPortsOverRestart(t *testing.T) {
+	zks := zktest.Start(t)
+	_, cli := testutil.Etcd(t)
+	st := store.New(cli)
+	p := zktest.Connect(t, zks.Addr, 20*time.Second)
+	mkdirs(t, p, "/dubbo/"+iface+"/providers")
+	register(t, p, "tri://10.0.0.1:50052/"+iface)
+	register(t, p, "tri://10.0.0.2:50053/"+iface)
+	dubbo := "dubbo-" + strings.ToLower(iface)
+	stop := startSource(t, st, zookeeper.Config{Servers: []string{zks.Addr}})
+	testutil.Eventually(t, 10*time.Second, "the service on 50052 (a tie goes to the lowest port)", func() (bool, string) {
+		port := servicePort(t, st, dubbo)
+		return port == 50052, fmt.Sprint(port)
+	})
+	stop()
+	register(t, p, "tri://10.0.0.3:50051/"+iface)
+	startSource(t, st, zookeeper.Config{Servers: []string{zks.Addr}})
+	testutil.Eventually(t, 10*time.Second, "the third provider in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 3, fmt.Sprint(got)
+	})
+	if port := servicePort(t, st, dubbo); port != 50052 {
+		t.Errorf("after a restart the service moved to port %d, want 50052", port)
+	}
+}
+
+// servicePort returns the stored port of a service (0: none).
+func servicePort(t *testing.T, st *store.Store, name string) uint32 {
+	t.Helper()
+	items, _, _, err := st.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Key.Kind == model.KindService && strings.HasPrefix(it.Key.Name, name+"@") {
+			return it.Object.(*meshv1.Service).GetPorts()[0].GetNumber()
+		}
+	}
+	return 0
 }
 
 // logBuffer keeps what a logger writes and passes it to the test's log.

@@ -246,11 +246,10 @@ func TestDashboardsQueryARunningControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := tracker.Results()
-	samples, at := track.EachProxy(results, 0.99)
+	samples, at := tracker.EachProxy(0.99)
 	saw := at[0].Seconds()
 	var last []time.Duration
-	for _, r := range results {
+	for _, r := range tracker.Results() {
 		last = append(last, r.Converged)
 	}
 	lastP99 := report.Summarise(last).P99

@@ -769,10 +769,9 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 
 	var all []time.Duration
 	byKind := map[string][]time.Duration{}
-	results := tracker.Results()
-	n, each := track.EachProxy(results, 0.5, 0.9, 0.99, 1)
+	n, each := tracker.EachProxy(0.5, 0.9, 0.99, 1)
 	ph.EachProxy = report.Percentiles{N: n, P50: each[0].Seconds(), P90: each[1].Seconds(), P99: each[2].Seconds(), Max: each[3].Seconds()}
-	for _, r := range results {
+	for _, r := range tracker.Results() {
 		ph.Changes++
 		if !r.Done {
 			ph.Unconverged++

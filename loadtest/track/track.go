@@ -30,7 +30,6 @@ type record struct {
 	seen   []uint64 // a bit per proxy
 	count  int
 	last   time.Duration // the latest proxy's convergence so far
-	each   []uint16      // each proxy's convergence so far, coded (see code)
 }
 
 // Tracker records changes and what the proxies saw of them.
@@ -39,11 +38,14 @@ type Tracker struct {
 	proxies int
 	records map[int]*record
 	byKey   map[Key][]int // change numbers in order
+	// each counts each proxy's convergence of each change, by code.
+	each []int
+	samples int
 }
 
 // New returns a Tracker for a number of proxies, every one affected by every change.
 func New(proxies int) *Tracker {
-	return &Tracker{proxies: proxies, records: map[int]*record{}, byKey: map[Key][]int{}}
+	return &Tracker{proxies: proxies, records: map[int]*record{}, byKey: map[Key][]int{}, each: make([]int, math.MaxUint16+1)}
 }
 
 // Made records a change made at a time.
@@ -74,7 +76,8 @@ func (t *Tracker) Saw(p int, k Key, n int, at time.Time) {
 		r.seen[word] |= bit
 		r.count++
 		r.last = max(r.last, at.Sub(r.made))
-		r.each = append(r.each, code(at.Sub(r.made)))
+		t.each[code(at.Sub(r.made))]++
+		t.samples++
 	}
 }
 
@@ -94,7 +97,6 @@ type Result struct {
 	Converged time.Duration
 	Proxies   int
 	Done      bool
-	each      []uint16
 }
 
 // Results returns every change's convergence, in the order made.
@@ -103,8 +105,7 @@ func (t *Tracker) Results() []Result {
 	defer t.mu.Unlock()
 	out := make([]Result, 0, len(t.records))
 	for _, r := range t.records {
-		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies,
-			each: slices.Clone(r.each)})
+		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies})
 	}
 	slices.SortFunc(out, func(a, b Result) int { return a.Change.N - b.Change.N })
 	return out
@@ -138,32 +139,27 @@ func decode(c uint16) time.Duration {
 }
 
 // EachProxy returns quantiles (0 to 1) of each proxy's convergence of
-// each change in rs: from when the change was made to when that proxy
-// ACKed it, which is what the control plane's histogram
+// each change: from when the change was made to when that proxy ACKed
+// it, which is what the control plane's histogram
 // shardpilot_pusher_convergence_seconds measures (from when a source
 // observed it), where a change's convergence is its last proxy's. It
 // also returns how many there are.
-func EachProxy(rs []Result, qs ...float64) (n int, at []time.Duration) {
-	counts := make([]int, math.MaxUint16+1)
-	for _, r := range rs {
-		for _, c := range r.each {
-			counts[c]++
-		}
-		n += len(r.each)
-	}
+func (t *Tracker) EachProxy(qs ...float64) (n int, at []time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	at = make([]time.Duration, len(qs))
-	if n == 0 {
+	if t.samples == 0 {
 		return 0, at
 	}
 	for i, q := range qs {
-		rank := max(int(math.Ceil(q*float64(n))), 1) // nearest rank
+		rank := max(int(math.Ceil(q*float64(t.samples))), 1) // nearest rank
 		seen := 0
-		for c, k := range counts {
+		for c, k := range t.each {
 			if seen += k; seen >= rank {
 				at[i] = decode(uint16(c))
 				break
 			}
 		}
 	}
-	return n, at
+	return t.samples, at
 }

@@ -50,7 +50,7 @@ func TestEachProxy(t *testing.T) {
 	for p, d := range []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond, 2 * time.Second} {
 		tr.Saw(p, k, 1, t0.Add(d))
 	}
-	n, at := EachProxy(tr.Results(), 0.5, 0.75, 1)
+	n, at := tr.EachProxy(0.5, 0.75, 1)
 	want := []time.Duration{20 * time.Millisecond, 30 * time.Millisecond, 2 * time.Second}
 	if n != 4 {
 		t.Fatalf("n = %d, want 4", n)

@@ -39,7 +39,7 @@ type Tracker struct {
 	records map[int]*record
 	byKey   map[Key][]int // change numbers in order
 	// each counts each proxy's convergence of each change, by code.
-	each []int
+	each    []int
 	samples int
 }
 

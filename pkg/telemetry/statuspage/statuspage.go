@@ -18,6 +18,7 @@ import (
 	_ "embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -114,7 +115,9 @@ func (p *Page) Sample() {
 			switch name {
 			case convergenceMetric:
 				for _, b := range m.GetHistogram().GetBucket() {
-					les[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+					if !math.IsInf(b.GetUpperBound(), 1) { // +Inf is the sample count
+						les[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+					}
 				}
 				les[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
 			case busLagMetric:
@@ -162,7 +165,7 @@ func (p *Page) Convergence() []Point {
 			continue
 		}
 		delta := increase(p.samples[j].buckets, s.buckets)
-		out = append(out, Point{At: s.at, Values: []float64{Quantile(0.5, delta), Quantile(0.99, delta)}})
+		out = append(out, Point{At: s.at, Values: []float64{quantile(0.5, delta), quantile(0.99, delta)}})
 	}
 	return out
 }
@@ -193,10 +196,10 @@ func increase(from, to []bucket) []bucket {
 	return out
 }
 
-// Quantile estimates a quantile from cumulative buckets sorted by upper
+// quantile estimates a quantile from cumulative buckets sorted by upper
 // bound, the last +Inf, as Prometheus's histogram_quantile does: linear
 // within the bucket it falls in. NaN when there are no observations.
-func Quantile(q float64, bs []bucket) float64 {
+func quantile(q float64, bs []bucket) float64 {
 	if len(bs) < 2 || bs[len(bs)-1].count == 0 {
 		return math.NaN()
 	}
@@ -214,16 +217,6 @@ func Quantile(q float64, bs []bucket) float64 {
 		return bs[i].le
 	}
 	return lo + (bs[i].le-lo)*(rank-below)/in
-}
-
-// Buckets makes cumulative buckets (for tests and callers with their own
-// counts): les are upper bounds, the last +Inf.
-func Buckets(les, counts []float64) []bucket {
-	out := make([]bucket, len(les))
-	for i := range les {
-		out[i] = bucket{les[i], counts[i]}
-	}
-	return out
 }
 
 //go:embed page.html
@@ -251,6 +244,7 @@ type view struct {
 type proxyRow struct {
 	Proxy, Class, Kind, Since string
 	States                    []state
+	worst                     int // the least in sync of its types, by rank
 }
 
 type state struct{ Name, Class, Title string }
@@ -297,7 +291,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// proxies lists the proxies with the worst state first, at most
+// proxies lists the proxies with the least in sync first, at most
 // cfg.Proxies of them, and counts the states per type.
 func (p *Page) proxies() ([]proxyRow, int, []string, map[string]int) {
 	streams := p.cfg.Streams()
@@ -307,52 +301,33 @@ func (p *Page) proxies() ([]proxyRow, int, []string, map[string]int) {
 			typeSet[t] = true
 		}
 	}
-	types := slices.Sorted(func(yield func(string) bool) {
-		for t := range typeSet {
-			if !yield(t) {
-				return
-			}
-		}
-	})
-	rank := map[string]int{"NACKED": 0, "STALE": 1, "NOT SENT": 2, "SYNCED": 3}
+	types := slices.Sorted(maps.Keys(typeSet))
+	rank := map[string]int{"NACKED": 0, "STALE": 1, "NOT SENT": 2, "SYNCED": 3, "-": 4}
 	counts := map[string]int{}
 	rows := make([]proxyRow, 0, len(streams))
-	worst := make([]int, 0, len(streams))
 	for _, s := range streams {
 		kind := "SotW"
 		if s.Delta {
 			kind = "Delta"
 		}
-		row := proxyRow{Proxy: s.Proxy, Class: s.Class, Kind: kind, Since: time.Since(s.Since).Round(time.Second).String()}
-		w := 4
+		row := proxyRow{Proxy: s.Proxy, Class: s.Class, Kind: kind, Since: time.Since(s.Since).Round(time.Second).String(), worst: rank["-"]}
 		for _, t := range types {
-			ts, ok := s.Types[t]
-			if !ok {
-				row.States = append(row.States, state{Name: "-", Class: "none"})
-				continue
+			st := state{Name: "-", Class: "none"}
+			if ts, ok := s.Types[t]; ok {
+				st = state{Name: ts.State(), Class: strings.ToLower(strings.ReplaceAll(ts.State(), " ", "-"))}
+				if ts.LastNACK != nil {
+					st.Title = "last NACK: " + ts.LastNACK.Message
+				}
+				counts[st.Name]++
 			}
-			st := ts.State()
-			counts[st]++
-			w = min(w, rank[st])
-			title := ""
-			if ts.LastNACK != nil {
-				title = "last NACK: " + ts.LastNACK.Message
-			}
-			row.States = append(row.States, state{Name: st, Class: strings.ToLower(strings.ReplaceAll(st, " ", "-")), Title: title})
+			row.States = append(row.States, st)
+			row.worst = min(row.worst, rank[st.Name])
 		}
 		rows = append(rows, row)
-		worst = append(worst, w)
 	}
-	idx := make([]int, len(rows))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(worst[a], worst[b]) })
-	out := make([]proxyRow, 0, min(len(rows), p.cfg.Proxies))
-	for _, i := range idx[:min(len(idx), p.cfg.Proxies)] {
-		out = append(out, rows[i])
-	}
-	return out, len(rows) - len(out), types, counts
+	slices.SortStableFunc(rows, func(a, b proxyRow) int { return cmp.Compare(a.worst, b.worst) })
+	shown := min(len(rows), p.cfg.Proxies)
+	return rows[:shown], len(rows) - shown, types, counts
 }
 
 func fmtMS(v float64) string {

@@ -1,7 +1,6 @@
 package statuspage_test
 
 import (
-	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,20 +10,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
-
-// Quantiles are interpolated within their bucket, as histogram_quantile
-// does.
-func TestQuantile(t *testing.T) {
-	bs := statuspage.Buckets([]float64{0.1, 0.2, 0.4, math.Inf(1)}, []float64{10, 60, 100, 100})
-	for _, c := range []struct{ q, want float64 }{{0.1, 0.1}, {0.5, 0.18}, {0.99, 0.395}} {
-		if got := statuspage.Quantile(c.q, bs); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("q%.2f = %v, want %v", c.q, got, c.want)
-		}
-	}
-	if got := statuspage.Quantile(0.5, statuspage.Buckets([]float64{0.1, math.Inf(1)}, []float64{0, 0})); !math.IsNaN(got) {
-		t.Errorf("no observations: %v, want NaN", got)
-	}
-}
 
 // The page shows the convergence of the minute before each sample, the
 // proxies with the one that NACKed first, and the rejected objects.

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/shardpilot/shardpilot/loadtest/report"
 	"github.com/shardpilot/shardpilot/loadtest/sim"
 	"github.com/shardpilot/shardpilot/loadtest/track"
+	xdsserver "github.com/shardpilot/shardpilot/pkg/xds/server"
 	"sigs.k8s.io/yaml"
 )
 
@@ -159,8 +162,27 @@ func TestDashboardsQueryARunningControlPlane(t *testing.T) {
 	})
 	statusPage(t, admin, proxies)
 	window := time.Since(began) + 10*time.Second
-	// Every proxy's every ACK has been counted (the sim ACKs before it
-	// reports what it saw); Prometheus has scraped them all.
+	// The proxies report a change once they sent its ACK; the pusher
+	// counts it once it read it, when the stream's status says SYNCED.
+	testutil.Eventually(t, 30*time.Second, "the pusher to read every proxy's last ACK", func() (bool, string) {
+		resp, err := http.Get("http://" + admin + "/debug/syncz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var streams []xdsserver.StreamStatus
+		if err := json.NewDecoder(resp.Body).Decode(&streams); err != nil {
+			return false, err.Error()
+		}
+		synced := 0
+		for _, st := range streams {
+			if !slices.ContainsFunc(slices.Collect(maps.Values(st.Types)), func(ts *xdsserver.TypeStatus) bool { return ts.State() != "SYNCED" }) {
+				synced++
+			}
+		}
+		return synced == proxies && len(streams) == proxies, fmt.Sprintf("%d of %d streams synced", synced, len(streams))
+	})
+	// Prometheus has scraped every one counted.
 	served := metric(t, admin, "shardpilot_pusher_convergence_seconds_count")
 	testutil.Eventually(t, 30*time.Second, "Prometheus to scrape the last convergence", func() (bool, string) {
 		r := query(t, prom, "sum(shardpilot_pusher_convergence_seconds_count)")

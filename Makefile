@@ -108,7 +108,7 @@ bench-idle: ## Connect 1,000 idle proxies, each on its own connection, to an xDS
 
 .PHONY: bench-zookeeper
 bench-zookeeper: ## Measure ingesting 1,000 Dubbo interfaces × 10 providers from a real ZooKeeper into etcd, and one provider change.
-	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_REQUIRE_PROMETHEUS=1 SHARDPILOT_REQUIRE_CHROMIUM=1 SHARDPILOT_HELM=$(HELM) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/
+	SHARDPILOT_REQUIRE_ZOOKEEPER=1 SHARDPILOT_REQUIRE_PROMETHEUS=1 SHARDPILOT_HELM=$(HELM) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromZooKeeper -benchtime 1x -timeout 30m ./pkg/ingest/zookeeper/
 
 .PHONY: lint
 lint: ## Check formatting and vet.

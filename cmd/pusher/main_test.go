@@ -82,4 +82,10 @@ func TestSeparateProcesses(t *testing.T) {
 		want := `shardpilot_pusher_resources{type="ClusterLoadAssignment"} 4`
 		return strings.Contains(body, want), want + " not in /metrics"
 	})
+	if code, body := get("http://" + admin + "/"); code != http.StatusOK || !strings.Contains(body, "shardpilot pusher") || !strings.Contains(body, `<svg id="convergence"`) {
+		t.Errorf("status page: %d %.200s", code, body)
+	}
+	if code, body := get("http://" + ingesterAdmin + "/"); code != http.StatusOK || !strings.Contains(body, "shardpilot ingester") || !strings.Contains(body, "Rejected objects") {
+		t.Errorf("ingester's status page: %d %.200s", code, body)
+	}
 }

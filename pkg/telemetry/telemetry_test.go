@@ -65,11 +65,13 @@ func TestNewLoggerRejectsBadSettings(t *testing.T) {
 	}
 }
 
-// TestDebugIsGuarded: /debug/ answers loopback, and other hosts only with
-// the bearer token; health, readiness and metrics answer anyone.
+// TestDebugIsGuarded: /debug/ and the status page answer loopback, and
+// other hosts only with the bearer token; health, readiness and metrics
+// answer anyone.
 func TestDebugIsGuarded(t *testing.T) {
 	a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: "0123456789abcdef-token",
-		Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })}}
+		Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })},
+		Page:  http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "status") })}
 	h := a.Handler()
 	for _, c := range []struct {
 		path, from, token string
@@ -81,6 +83,10 @@ func TestDebugIsGuarded(t *testing.T) {
 		{"/debug/syncz", "10.1.2.3:5000", "wrong-token-0123456789", http.StatusUnauthorized},
 		{"/debug/syncz", "10.1.2.3:5000", "0123456789abcdef-token", http.StatusOK},
 		{"/debug/pprof/", "10.1.2.3:5000", "", http.StatusUnauthorized},
+		{"/", "127.0.0.1:5000", "", http.StatusOK},
+		{"/", "10.1.2.3:5000", "", http.StatusUnauthorized},
+		{"/", "10.1.2.3:5000", "0123456789abcdef-token", http.StatusOK},
+		{"/nothing", "127.0.0.1:5000", "", http.StatusNotFound},
 		{"/metrics", "10.1.2.3:5000", "", http.StatusOK},
 		{"/healthz", "10.1.2.3:5000", "", http.StatusOK},
 	} {

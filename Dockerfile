@@ -1,5 +1,5 @@
-# One image with every command: /ingester, /pusher and /standalone (the
-# chart picks one with `command`). Static binaries on distroless, run as
+# One image with every command: /ingester, /pusher, /standalone and the
+# /shardctl CLI (the chart picks one with `command`). Static binaries on distroless, run as
 # its non-root user.
 #   make image            # docker build -t ghcr.io/shardpilot/shardpilot:dev .
 FROM golang:1.26.8-bookworm AS build
@@ -7,10 +7,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/ingester ./cmd/pusher ./cmd/standalone
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/ingester ./cmd/pusher ./cmd/standalone ./cmd/shardctl
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/ingester /out/pusher /out/standalone /
+COPY --from=build /out/ingester /out/pusher /out/standalone /out/shardctl /
 USER 65532:65532
 EXPOSE 15010 15014 15015
 ENTRYPOINT ["/pusher"]

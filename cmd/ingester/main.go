@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/relay"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"golang.org/x/sync/errgroup"
@@ -223,10 +225,17 @@ func run(ctx context.Context, args []string) error {
 		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: bus.Config{Stream: remote.Stream}, Election: election,
 			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
+	name := leaderID
+	if name == "" {
+		name = host
+	}
+	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis), Started: time.Now()}
+	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
 	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestMetrics)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page}).Run(ctx)
+		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	return g.Wait()
 }

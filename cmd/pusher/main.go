@@ -17,6 +17,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -33,10 +34,13 @@ func run(ctx context.Context, args []string) error {
 	var quiet, maxDelay, maxHold, linger time.Duration
 	var xcfg server.Config
 	var maxStreams int
+	host, _ := os.Hostname()
+	var name string
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	common.Register(fs, ":15014")
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
 	fs.DurationVar(&linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
@@ -104,6 +108,9 @@ func run(ctx context.Context, args []string) error {
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
+	me := store.Member{Role: "pusher", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis),
+		ADS: cli.Advertised(common.AdvertiseHost, adsLis), Started: time.Now()}
+	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {

@@ -21,6 +21,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -146,12 +147,19 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
+	host, _ := os.Hostname()
+	for _, m := range []store.Member{
+		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now()},
+		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), Started: time.Now()},
+	} {
+		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
+	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
 	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Rejected: app.Rejections(ingestMetrics)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump, "/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	err = g.Wait()
 	log.Info("stopped")

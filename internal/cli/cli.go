@@ -44,11 +44,41 @@ func ParsePrefixed(fs *flag.FlagSet, prefix, summary string, args []string) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s (see --help)", strings.Join(fs.Args(), " "))
 	}
+	return fromEnv(fs, prefix)
+}
+
+// ParseArgs is Parse for a command that takes arguments, as kubectl does:
+// flags may come before, between and after them. It returns the arguments.
+func ParseArgs(fs *flag.FlagSet, summary string, args []string) ([]string, error) {
+	if fs.Usage == nil {
+		fs.Usage = func() { Usage(fs.Output(), fs, Prefix, summary) }
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		// "--" ends the flags; the rest are arguments.
+		if n := len(args) - fs.NArg(); n > 0 && args[n-1] == "--" {
+			positional = append(positional, fs.Args()...)
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return positional, fromEnv(fs, Prefix)
+}
+
+// fromEnv fills every flag not on the command line from its twin.
+func fromEnv(fs *flag.FlagSet, prefix string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if set[f.Name] || err != nil || len(f.Name) == 1 {
 			return
 		}
 		if v, ok := os.LookupEnv(EnvName(prefix, f.Name)); ok {
@@ -68,6 +98,11 @@ func Usage(w io.Writer, fs *flag.FlagSet, prefix, summary string) {
 		if f.DefValue != "" {
 			def = fmt.Sprintf(" (default %q)", f.DefValue)
 		}
+		if len(f.Name) == 1 {
+			// A short flag has no twin: its long form has.
+			fmt.Fprintf(w, "  -%s%s\n      %s\n", f.Name, def, f.Usage)
+			return
+		}
 		fmt.Fprintf(w, "  --%s  $%s%s\n      %s\n", f.Name, EnvName(prefix, f.Name), def, f.Usage)
 	})
 }
@@ -78,12 +113,14 @@ type Common struct {
 	AdminAddr           string
 	AdminTokenFile      string
 	MemoryLimit         string
+	AdvertiseHost       string
 }
 
 // Register adds the common flags, with the command's admin address default.
 func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz, /metrics and /debug/ on")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding a bearer token that opens the admin port's /debug/ (profiles, config dumps, proxy status) to other hosts; without it /debug/ answers loopback only")
+	fs.StringVar(&c.AdvertiseHost, "advertise-host", "", "host or IP other hosts (the shardctl CLI) reach this replica's ports at, as announced in etcd (the pod IP; default: the address listened on, or the host name)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the container's memory limit (bytes, or with Ki, Mi, Gi): the garbage collector keeps the heap under 90% of it (empty: GOMEMLIMIT, or no limit)")
@@ -177,6 +214,26 @@ func Main(name string, run func(ctx context.Context, args []string) error) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// Advertised returns the host:port other hosts reach a listener at: on
+// host when given, else on the IP the listener is bound to, else (bound to
+// every interface) on this machine's host name.
+func Advertised(host string, lis net.Listener) string {
+	ip, port, err := net.SplitHostPort(lis.Addr().String())
+	if err != nil {
+		return lis.Addr().String()
+	}
+	if host == "" {
+		if addr := net.ParseIP(ip); addr != nil && !addr.IsUnspecified() {
+			host = ip
+		} else if name, err := os.Hostname(); err == nil {
+			host = name
+		} else {
+			host = "localhost"
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // Listen listens on the address a flag gave and logs where, so an operator

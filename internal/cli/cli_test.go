@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"flag"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -41,5 +45,50 @@ func TestAdminToken(t *testing.T) {
 		if _, err := (&Common{AdminTokenFile: f}).AdminToken(); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
 			t.Errorf("%s: %v, want an error naming the flag", f, err)
 		}
+	}
+}
+
+// TestAdvertised: the flag wins; a listener bound to an IP advertises it;
+// one bound to every interface advertises the host name.
+func TestAdvertised(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	if got := Advertised("", lis); got != "127.0.0.1:"+port {
+		t.Errorf("bound to loopback: %s", got)
+	}
+	if got := Advertised("10.1.2.3", lis); got != "10.1.2.3:"+port {
+		t.Errorf("--advertise-host: %s", got)
+	}
+	all, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	host, _ := os.Hostname()
+	_, port, _ = net.SplitHostPort(all.Addr().String())
+	if got := Advertised("", all); got != net.JoinHostPort(host, port) {
+		t.Errorf("bound to every interface: %s, want the host name %s", got, host)
+	}
+}
+
+// TestParseArgs: flags before, between and after the arguments; "--" ends
+// the flags; twins fill what the command line left out.
+func TestParseArgs(t *testing.T) {
+	t.Setenv("SHARDPILOT_TIMEOUT", "7s")
+	fs := flag.NewFlagSet("shardctl", flag.ContinueOnError)
+	out := fs.String("output", "table", "")
+	timeout := fs.Duration("timeout", time.Second, "")
+	args, err := ParseArgs(fs, "", []string{"proxy-config", "--output", "json", "p1", "clusters", "--", "-x"})
+	if err != nil || strings.Join(args, " ") != "proxy-config p1 clusters -x" || *out != "json" || *timeout != 7*time.Second {
+		t.Errorf("ParseArgs: %q %v, output %s, timeout %s", args, err, *out, *timeout)
+	}
+	fs = flag.NewFlagSet("shardctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if _, err := ParseArgs(fs, "", []string{"a", "--nope"}); err == nil {
+		t.Error("an unknown flag after an argument was accepted")
 	}
 }

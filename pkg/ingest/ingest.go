@@ -154,6 +154,18 @@ func (m *Metrics) Problems() map[string][]Problem {
 	return maps.Clone(m.current)
 }
 
+// Forget drops a source's problems, when this process stops syncing it
+// (it lost the source's leadership): the new leader reports them. A nil
+// Metrics forgets nothing.
+func (m *Metrics) Forget(source string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.current, source)
+}
+
 func (m *Metrics) setProblems(source string, problems []Problem) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

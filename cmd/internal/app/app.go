@@ -5,12 +5,16 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -151,6 +155,16 @@ func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, lo
 	})
 }
 
+// forgetting runs a source for one leadership term, and forgets its
+// problems when the term ends: a replica that no longer syncs a source
+// does not list its problems (the leader does).
+func forgetting(m *ingest.Metrics, source string, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		defer m.Forget(source)
+		return run(ctx)
+	}
+}
+
 // termStore is the store of the current leadership term.
 type termStore struct{ cur atomic.Pointer[store.Store] }
 
@@ -207,7 +221,7 @@ func (s Source) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return led(ctx, s.Etcd, s.Election, "source/"+name, s.Log, term, src.Run)
+	return led(ctx, s.Etcd, s.Election, "source/"+name, s.Log, term, forgetting(s.Metrics, name, src.Run))
 }
 
 // KubeSource runs the Kubernetes source of one cluster into the store.
@@ -252,7 +266,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, src.Run)
+	return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, forgetting(k.Metrics, name, src.Run))
 }
 
 // ZooKeeperSource runs the ZooKeeper source of one ensemble into the store.
@@ -280,7 +294,7 @@ func (z ZooKeeperSource) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return led(ctx, z.Etcd, z.Election, "source/"+name, z.Log, term, src.Run)
+	return led(ctx, z.Etcd, z.Election, "source/"+name, z.Log, term, forgetting(z.Metrics, name, src.Run))
 }
 
 // Relay runs the relay from the store to the bus.
@@ -401,21 +415,53 @@ func (p Pusher) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// Problem is one rejected input, as /debug/problems serves it.
+type Problem struct {
+	Source   string `json:"source"`
+	Location string `json:"location"`
+	Resource string `json:"resource,omitempty"`
+	Field    string `json:"field,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+// Problems lists the current problems of the sources this process syncs,
+// ordered by source and location.
+func Problems(m *ingest.Metrics) []Problem {
+	out := []Problem{}
+	for source, problems := range m.Problems() {
+		for _, p := range problems {
+			out = append(out, Problem{Source: source, Location: p.Location, Resource: p.Resource, Field: p.Field, Reason: p.Reason})
+		}
+	}
+	slices.SortFunc(out, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Location, b.Location), cmp.Compare(a.Resource, b.Resource))
+	})
+	return out
+}
+
+// ProblemsHandler serves /debug/problems: the current problems as JSON.
+func ProblemsHandler(m *ingest.Metrics) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(Problems(m))
+	})
+}
+
 // Rejections lists the sources' current problems for the status page.
 func Rejections(m *ingest.Metrics) func() []statuspage.Rejected {
 	return func() []statuspage.Rejected {
 		var out []statuspage.Rejected
-		for source, problems := range m.Problems() {
-			for _, p := range problems {
-				where, why := p.Location, p.Reason
-				if p.Resource != "" {
-					where += " (" + p.Resource + ")"
-				}
-				if p.Field != "" {
-					why = p.Field + ": " + why
-				}
-				out = append(out, statuspage.Rejected{Source: source, Location: where, Reason: why})
+		for _, p := range Problems(m) {
+			where, why := p.Location, p.Reason
+			if p.Resource != "" {
+				where += " (" + p.Resource + ")"
 			}
+			if p.Field != "" {
+				why = p.Field + ": " + why
+			}
+			out = append(out, statuspage.Rejected{Source: p.Source, Location: where, Reason: why})
 		}
 		return out
 	}

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -72,11 +74,39 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, t := range pusher.SharedTypes {
 		add(cache.Shared, t)
 	}
+	// Of the endpoints, shared by the whole mesh, those the proxy's
+	// clusters name.
+	named := edsNames(c, class)
+	short := resource.EndpointType[strings.LastIndex(resource.EndpointType, ".")+1:]
+	resources[short] = slices.DeleteFunc(resources[short], func(b json.RawMessage) bool {
+		var cla struct {
+			ClusterName string `json:"clusterName"`
+		}
+		return json.Unmarshal(b, &cla) != nil || !named[cla.ClusterName]
+	})
 	dump["resources"] = resources
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(dump)
+}
+
+// edsNames returns the names of the load assignments a class's clusters
+// take from EDS.
+func edsNames(c *cache.Cache, class string) map[string]bool {
+	out := map[string]bool{}
+	for name, r := range c.Resources(class, resource.ClusterType) {
+		cl, ok := r.(*clusterv3.Cluster)
+		if !ok || cl.GetType() != clusterv3.Cluster_EDS {
+			continue
+		}
+		if sn := cl.GetEdsClusterConfig().GetServiceName(); sn != "" {
+			out[sn] = true
+		} else {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // typeURLs maps the short type names of the status to type URLs.
@@ -143,7 +173,9 @@ func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRe
 			ts, typeURL := st.Types[short], typeURLs[short]
 			held := cch.Resources(class, typeURL)
 			if typeURL == resource.EndpointType {
-				held = cch.Resources(cache.Shared, typeURL)
+				held = maps.Clone(cch.Resources(cache.Shared, typeURL))
+				named := edsNames(cch, class)
+				maps.DeleteFunc(held, func(name string, _ types.Resource) bool { return !named[name] })
 			}
 			clientStatus, configStatus := adminv3.ClientResourceStatus_ACKED, statusv3.ConfigStatus_SYNCED
 			switch {

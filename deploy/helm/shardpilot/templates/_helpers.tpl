@@ -26,6 +26,9 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
   value: {{ .Values.log.level | quote }}
 - name: SHARDPILOT_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
+# Announced in etcd with the admin port, where shardctl finds every replica.
+- name: SHARDPILOT_ADVERTISE_HOST
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
 {{- if .Values.adminToken.secretName }}
 - name: SHARDPILOT_ADMIN_TOKEN_FILE
   value: /etc/shardpilot/admin/token

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/cli"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// errNotServed is an admin port's 404: it is not of the role asked (with
+// --admin-addrs, every address is asked for every role).
+var errNotServed = errors.New("not served here")
+
+// find returns the members of a role: those announced in etcd, or one per
+// --admin-addrs address.
+func (o *options) find(ctx context.Context, role string) ([]store.Member, error) {
+	if o.admin != "" {
+		var out []store.Member
+		for _, a := range strings.Split(o.admin, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				out = append(out, store.Member{Role: role, Name: a, Admin: a})
+			}
+		}
+		return out, nil
+	}
+	r := cli.Remote{EtcdEndpoints: o.etcd}
+	endpoints := r.Endpoints()
+	if len(endpoints) == 0 {
+		return nil, errors.New("--etcd-endpoints is empty")
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: o.timeout, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", o.etcd, err)
+	}
+	defer etcd.Close()
+	ms, err := store.Members(ctx, etcd, role)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", o.etcd, err)
+	}
+	if len(ms) == 0 && role != "" {
+		return nil, fmt.Errorf("no %s is announced in etcd at %s (are they running, against this etcd?)", role, o.etcd)
+	}
+	return ms, nil
+}
+
+// get asks one member's admin port for path and decodes its JSON answer.
+func (o *options) get(ctx context.Context, m store.Member, path string, into any) error {
+	u := url.URL{Scheme: "http", Host: m.Admin, Path: path}
+	if p, q, ok := strings.Cut(path, "?"); ok {
+		u.Path, u.RawQuery = p, q
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	if o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		if resp.StatusCode == http.StatusNotFound && o.admin != "" {
+			return errNotServed
+		}
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// askEach calls ask for every member at once. It reports on stderr each
+// member that could not be asked, and returns an error counting them
+// after every member has answered or failed.
+func askEach(ctx context.Context, o *options, ms []store.Member, ask func(context.Context, store.Member) error) error {
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, m := range ms {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = ask(ctx, m)
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		if err == nil || errors.Is(err, errNotServed) {
+			continue
+		}
+		failed++
+		fmt.Fprintf(o.stderr, "warning: %s %s (%s) could not be asked: %v\n", ms[i].Role, ms[i].Name, ms[i].Admin, err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d could not be asked; the rest is shown", failed, len(ms))
+	}
+	return nil
+}
+
+// members lists the announced pushers and ingesters.
+func members(ctx context.Context, o *options, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected arguments %q", args)
+	}
+	if o.admin != "" {
+		return errors.New("members lists what etcd holds: drop --admin-addrs")
+	}
+	ms, err := o.find(ctx, "")
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		return writeJSON(o.stdout, ms)
+	}
+	t := newTable(o.stdout, "NAME", "ROLE", "ADMIN", "ADS", "AGE")
+	for _, m := range ms {
+		t.row(m.Name, m.Role, m.Admin, m.ADS, age(m.Started))
+	}
+	return t.flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// since is how long ago t was, for a NACK.
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return age(t) + " ago"
+}

@@ -1,0 +1,142 @@
+// Command shardctl inspects a running mesh, as istioctl does for Istio:
+// which proxies are connected to which pusher and whether they are in
+// sync, what one proxy is served, and what the ingesters rejected. It finds
+// the pushers and ingesters where they announce themselves in etcd and asks
+// each one's admin port.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/cli"
+)
+
+func main() {
+	cli.Main("shardctl", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout, os.Stderr) })
+}
+
+const summary = `shardctl: inspect a running shardpilot mesh.
+
+Commands:
+  proxy-status [<proxy>]             every connected proxy once, with its pusher and sync state per type
+                                     (SYNCED, NACKED, STALE, NOT SENT); one proxy in detail, with its last NACK
+  proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners or endpoints
+  analyze                            the objects the ingesters rejected, where they are and why
+  members                            the pushers and ingesters announced in etcd
+
+Pushers and ingesters announce themselves in etcd; shardctl asks each one's admin port,
+which answers loopback, or a bearer token (--admin-token-file, the token the pushers and
+ingesters were given). Exit status 1 when a pusher or ingester could not be asked: what the
+others answered is still printed.`
+
+// command is one subcommand.
+type command struct {
+	usage string
+	run   func(ctx context.Context, o *options, args []string) error
+}
+
+var commands = map[string]command{
+	"proxy-status": {"proxy-status [<proxy>]", proxyStatus},
+	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints", proxyConfig},
+	"analyze":      {"analyze", analyze},
+	"members":      {"members", members},
+}
+
+// options are the flags every command takes.
+type options struct {
+	etcd      string
+	admin     string
+	tokenFile string
+	output    string
+	timeout   time.Duration
+
+	token          string
+	stdout, stderr io.Writer
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := &options{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("shardctl <command> [<arguments>]", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.etcd, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd client URLs, where the pushers and ingesters announce themselves")
+	fs.StringVar(&o.admin, "admin-addrs", "", "comma-separated host:port admin addresses to ask instead of those announced in etcd (a port-forward, the standalone)")
+	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token the admin ports were given (needed unless they are on this host)")
+	fs.StringVar(&o.output, "output", "table", "output format: table or json")
+	fs.StringVar(&o.output, "o", "table", "short for --output")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
+	fs.Usage = func() { cli.Usage(fs.Output(), fs, cli.Prefix, summary) }
+	args, err := cli.ParseArgs(fs, summary, args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		fs.Usage()
+		return errors.New("no command given")
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze or members (see --help)", args[0])
+	}
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("--output %q: want table or json", o.output)
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want a positive duration", o.timeout)
+	}
+	if o.tokenFile != "" {
+		common := cli.Common{AdminTokenFile: o.tokenFile}
+		if o.token, err = common.AdminToken(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := cmd.run(ctx, o, args[1:]); err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
+	}
+	return nil
+}
+
+// table writes aligned columns.
+type table struct{ w *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{w: tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+	}
+	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.w.Flush() }
+
+// age prints how long ago t was, as kubectl does.
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case t.IsZero():
+		return ""
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/xds"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// shardctl runs the CLI in this process and returns what it printed.
+func shardctl(etcd string, args ...string) (stdout, stderr string, err error) {
+	var out, errb bytes.Buffer
+	err = run(context.Background(), append([]string{"--etcd-endpoints", etcd}, args...), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+// process is a pusher or ingester binary running for one test.
+type process struct {
+	cmd   *exec.Cmd
+	admin string
+	ads   string
+}
+
+func start(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{admin: testutil.FreeAddr(t)}
+	args = append(args, "--admin-addr", p.admin, "--log-level", "warn")
+	if filepath.Base(bin) == "pusher" {
+		p.ads = testutil.FreeAddr(t)
+		args = append(args, "--ads-addr", p.ads, "--drain-timeout", "500ms")
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = io.Discard
+	if testing.Verbose() {
+		p.cmd.Stderr = os.Stderr
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.stop)
+	testutil.Eventually(t, 60*time.Second, bin+" is ready", func() (bool, string) {
+		resp, err := http.Get("http://" + p.admin + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK, string(b)
+	})
+	return p
+}
+
+// stop ends the process gracefully, as Kubernetes does, and waits for it.
+func (p *process) stop() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	_ = p.cmd.Wait()
+}
+
+// dialXDS starts a proxyless grpc-go client of namespace demo, named id,
+// on one pusher: it subscribes to the listener, route, cluster and
+// endpoints of the greeter, and ACKs what it accepts.
+func dialXDS(t *testing.T, ads, id string) {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": %q, "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}
+	}`, ads, id)
+	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///greeter.demo.svc.cluster.local:50051",
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.Connect()
+}
+
+// nackClusters connects a proxy that rejects the clusters it is sent.
+func nackClusters(t *testing.T, ads, id string) {
+	t.Helper()
+	conn, err := grpc.NewClient(ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); conn.Close() })
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce,
+		ErrorDetail: &status.Status{Code: int32(codes.InvalidArgument), Message: "rejected by test"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const brokenRoute = `apiVersion: networking.istio.io/v1beta1
+kind: VirtualService
+metadata:
+  name: broken
+  namespace: demo
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  http:
+  - route:
+    - destination: {}
+`
+
+// TestAgainstTwoPushers runs an ingester and two pusher processes on the
+// example mesh plus one broken file, with proxyless grpc-go clients and one
+// proxy that NACKs, and checks what every command prints.
+func TestAgainstTwoPushers(t *testing.T) {
+	etcd, etcdCli := testutil.Etcd(t)
+	nats, _ := testutil.NATS(t)
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "../pusher", "../ingester")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	mesh := t.TempDir()
+	for _, f := range []string{"greeter.yaml", "reviews.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../examples/mesh", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(mesh, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(mesh, "broken.yaml"), []byte(brokenRoute), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"SHARDPILOT_ETCD_ENDPOINTS=" + etcd.Endpoint, "SHARDPILOT_NATS_URL=" + nats.URL}
+	start(t, filepath.Join(bin, "ingester"), env, "--mesh-dir", mesh, "--leader-id", "ingester-0")
+	a := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-a")
+	b := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-b")
+
+	const (
+		grpcA   = "sidecar~127.0.0.1~grpc-a.demo~demo.svc.cluster.local"
+		grpcB1  = "sidecar~127.0.0.2~grpc-b1.demo~demo.svc.cluster.local"
+		grpcB2  = "sidecar~127.0.0.3~grpc-b2.demo~demo.svc.cluster.local"
+		nacking = "sidecar~192.168.0.9~nacker.demo~demo.svc.cluster.local"
+	)
+	dialXDS(t, a.ads, grpcA)
+	dialXDS(t, b.ads, grpcB1)
+	dialXDS(t, b.ads, grpcB2)
+	nackClusters(t, a.ads, nacking)
+
+	t.Run("members", func(t *testing.T) {
+		out, _, err := shardctl(etcd.Endpoint, "members")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"pusher-a  ", "pusher-b  ", "ingester-0", a.admin, b.ads} {
+			if !strings.Contains(out, want) {
+				t.Errorf("members: no %q in\n%s", want, out)
+			}
+		}
+	})
+
+	var rows []proxyRow
+	testutil.Eventually(t, 30*time.Second, "every proxy is listed once, in its final state", func() (bool, string) {
+		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status", "-o", "json")
+		if err != nil {
+			return false, fmt.Sprint(err, errOut)
+		}
+		rows = nil
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			return false, err.Error()
+		}
+		if len(rows) != 4 {
+			return false, out
+		}
+		for _, r := range rows[:3] {
+			for _, typ := range []string{"CDS", "LDS", "EDS", "RDS"} {
+				if r.Types[typ].State != "SYNCED" {
+					return false, out
+				}
+			}
+		}
+		return rows[3].Types["CDS"].State == "NACKED", out
+	})
+	want := []struct{ proxy, pusher string }{{grpcA, "pusher-a"}, {grpcB1, "pusher-b"}, {grpcB2, "pusher-b"}, {nacking, "pusher-a"}}
+	for i, w := range want {
+		if r := rows[i]; r.Proxy != w.proxy || r.Pusher != w.pusher || r.Streams != 1 {
+			t.Errorf("row %d: proxy %s on %s with %d streams, want %s on %s with 1", i, r.Proxy, r.Pusher, r.Streams, w.proxy, w.pusher)
+		}
+	}
+	if n := rows[3].Types["CDS"].LastNACK; n == nil || n.Message != "rejected by test" || n.Version != rows[3].Types["CDS"].Sent {
+		t.Errorf("the NACK: %+v, want the message of the version sent", n)
+	}
+
+	t.Run("table", func(t *testing.T) {
+		out, _, err := shardctl(etcd.Endpoint, "proxy-status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("shardctl proxy-status\n%s", out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PUSHER CDS LDS EDS RDS API CLASS AGE" {
+			t.Fatalf("proxy-status:\n%s", out)
+		}
+		for i, w := range want {
+			f := strings.Fields(lines[i+1])
+			state := "SYNCED SYNCED SYNCED SYNCED"
+			if w.proxy == nacking {
+				state = "NACKED - - -"
+			}
+			if f[0] != w.proxy || f[1] != w.pusher || strings.Join(f[2:6], " ") != state || f[6] != "SotW" {
+				t.Errorf("line %q: want %s on %s, %s", lines[i+1], w.proxy, w.pusher, state)
+			}
+		}
+		out, _, err = shardctl(etcd.Endpoint, "proxy-status", nacking)
+		t.Logf("shardctl proxy-status %s\n%s", nacking, out)
+		if err != nil || !strings.Contains(out, "pusher-a ("+a.admin+")") || !strings.Contains(out, "rejected by test") {
+			t.Errorf("proxy-status %s: %v\n%s", nacking, err, out)
+		}
+		if _, _, err := shardctl(etcd.Endpoint, "proxy-status", "nobody"); err == nil || !strings.Contains(err.Error(), `"nobody" is connected to no pusher`) {
+			t.Errorf("an unknown proxy: %v", err)
+		}
+	})
+
+	t.Run("proxy-config", func(t *testing.T) {
+		for what, wants := range map[string][]string{
+			"clusters":  {"greeter.demo.svc.cluster.local", "50051", "outbound", "EDS"},
+			"listeners": {"greeter.demo.svc.cluster.local:50051", "(API listener)", "Route:"},
+			"routes":    {"greeter.demo.svc.cluster.local"},
+			"endpoints": {"127.0.0.1:50061", "127.0.0.2:50061", "outbound|50051||greeter.demo.svc.cluster.local"},
+		} {
+			out, _, err := shardctl(etcd.Endpoint, "proxy-config", grpcB1, what)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			t.Logf("shardctl proxy-config %s %s\n%s", grpcB1, what, out)
+			for _, w := range wants {
+				if !strings.Contains(out, w) {
+					t.Errorf("proxy-config %s: no %q in\n%s", what, w, out)
+				}
+			}
+		}
+		// JSON is the resources themselves; the endpoints are exactly
+		// those the proxy's clusters take from EDS, not the whole mesh's.
+		decodeAll := func(what string, into func(json.RawMessage) (string, error)) []string {
+			t.Helper()
+			out, _, err := shardctl(etcd.Endpoint, "proxy-config", what, grpcA, "-o", "json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw []json.RawMessage
+			if err := json.Unmarshal([]byte(out), &raw); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, r := range raw {
+				n, err := into(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n != "" {
+					names = append(names, n)
+				}
+			}
+			slices.Sort(names)
+			return names
+		}
+		assignments := decodeAll("endpoints", func(r json.RawMessage) (string, error) {
+			var cla endpoint.ClusterLoadAssignment
+			err := protojson.Unmarshal(r, &cla)
+			return cla.GetClusterName(), err
+		})
+		eds := decodeAll("clusters", func(r json.RawMessage) (string, error) {
+			var c cluster.Cluster
+			err := protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(r, &c)
+			if c.GetType() != cluster.Cluster_EDS {
+				return "", err
+			}
+			return cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()), err
+		})
+		if !slices.Contains(assignments, "outbound|50051||greeter.demo.svc.cluster.local") || !slices.Equal(assignments, eds) {
+			t.Errorf("endpoints of %s: %v, want those its EDS clusters name: %v", grpcA, assignments, eds)
+		}
+		if _, _, err := shardctl(etcd.Endpoint, "proxy-config", grpcA, "secrets"); err == nil || !strings.Contains(err.Error(), "want clusters, routes, listeners or endpoints") {
+			t.Errorf("an unknown type: %v", err)
+		}
+	})
+
+	t.Run("analyze", func(t *testing.T) {
+		out, _, err := shardctl(etcd.Endpoint, "analyze")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("shardctl analyze\n%s", out)
+		for _, w := range []string{"SOURCE", "yaml", "broken.yaml", "VirtualService demo/broken", "destination.host"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("analyze: no %q in\n%s", w, out)
+			}
+		}
+		out, _, err = shardctl(etcd.Endpoint, "analyze", "-o", "json")
+		var problems []map[string]string
+		if err != nil || json.Unmarshal([]byte(out), &problems) != nil || len(problems) != 1 || problems[0]["source"] != "yaml" {
+			t.Errorf("analyze -o json: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("unreachable pusher", func(t *testing.T) {
+		// A pusher that is announced but does not answer: the others'
+		// proxies are still listed, with a warning naming it.
+		ctx := testutil.Context(t)
+		dead := store.Member{Role: "pusher", Name: "pusher-gone", Admin: testutil.FreeAddr(t)}
+		v, _ := json.Marshal(dead)
+		key := store.MemberPrefix + "pusher/gone"
+		if _, err := etcdCli.Put(ctx, key, string(v)); err != nil {
+			t.Fatal(err)
+		}
+		defer etcdCli.Delete(ctx, key)
+		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status")
+		if err == nil || !strings.Contains(err.Error(), "1 of 3 could not be asked") ||
+			!strings.Contains(errOut, "pusher pusher-gone ("+dead.Admin+")") || strings.Count(out, "\n") != 5 {
+			t.Errorf("with an unreachable pusher: %v\nstderr: %s\nstdout: %s", err, errOut, out)
+		}
+	})
+
+	t.Run("pusher stops", func(t *testing.T) {
+		b.stop()
+		// It withdrew its announcement on the way out: no warning, and
+		// only the proxies of the other pusher.
+		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status")
+		if err != nil || errOut != "" || strings.Contains(out, "pusher-b") || !strings.Contains(out, grpcA) {
+			t.Errorf("after pusher-b stopped: %v %s\n%s", err, errOut, out)
+		}
+	})
+}
+
+// TestFlags: bad flags and commands are refused with what is wrong.
+func TestFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "no command given"},
+		{[]string{"proxy-stats"}, `unknown command "proxy-stats"`},
+		{[]string{"proxy-status", "-o", "yaml"}, `--output "yaml"`},
+		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints"},
+		{[]string{"members", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
+		{[]string{"analyze", "--admin-token-file", "/nonexistent"}, "--admin-token-file"},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), c.args, &out, &out); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("shardctl %q: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestToken: the admin token is sent as a bearer token.
+func TestToken(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer 0123456789abcdef-token" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, `[{"source":"yaml","location":"a.yaml","reason":"bad"}]`)
+	})}
+	lis, addr := listen(t)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"analyze", "--admin-addrs", addr, "--admin-token-file", tok}, &out, &errOut); err != nil || !strings.Contains(out.String(), "a.yaml") {
+		t.Errorf("with the token: %v %s %s", err, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := run(context.Background(), []string{"analyze", "--admin-addrs", addr}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "401") {
+		t.Errorf("without the token: %v %s", err, errOut.String())
+	}
+}
+
+func listen(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis, lis.Addr().String()
+}

@@ -228,6 +228,26 @@ func TestChart(t *testing.T) {
 		t.Fatalf("pusher --help names %d environment variables:\n%s", len(flags), help)
 	}
 
+	b, err := os.ReadFile(filepath.Join(chart, "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers := string(b)
+
+	// Values that cannot work are refused with what to change.
+	for set, want := range map[string]string{
+		"etcd.tls.secretName=etcd-tls":                   "etcd.endpoints must be https://",
+		"nats.auth.type=creds":                           "nats.auth.secretName",
+		"etcd.auth.username=root":                        "etcd.auth.secretName",
+		"nats.auth.type=password,nats.auth.secretName=s": "nats.auth.user",
+		"nats.auth.type=token":                           "/nats/auth/type",
+	} {
+		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("helm template --set %s: %v, want an error naming %s:\n%.500s", set, err, want, out)
+		}
+	}
+
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
 	ns := kc.Namespace(t, nil)
@@ -240,6 +260,7 @@ func TestChart(t *testing.T) {
 		"default": nil,
 		"large":   {filepath.Join("helm", "examples", "values-large.yaml")},
 		"trial":   {filepath.Join("helm", "examples", "values-trial.yaml")},
+		"secured": {filepath.Join("helm", "examples", "values-secured.yaml")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
@@ -306,13 +327,43 @@ func TestChart(t *testing.T) {
 			for _, e := range c["env"].([]any) {
 				env = append(env, e.(map[string]any)["name"].(string))
 			}
-			tokenSecret, _ := v["adminToken"].(map[string]any)["secretName"].(string)
 			for _, f := range flags {
-				if f[1] == "SHARDPILOT_ADMIN_TOKEN_FILE" && tokenSecret == "" {
-					continue // set only when a token Secret is named
+				// A file of a Secret (TLS, credentials, the admin token)
+				// is set only when its Secret is named; the chart must
+				// still be able to set it.
+				if slices.Contains(env, f[1]) {
+					continue
 				}
-				if !slices.Contains(env, f[1]) {
+				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER"
+				if !optional || !strings.Contains(helpers, f[1]) {
 					t.Errorf("pusher flag %s is not set by the chart", f[1])
+				}
+			}
+			// Every file the commands are pointed at lies in a mounted volume.
+			for _, d := range []*unstructured.Unstructured{dep, find(objs, "Deployment", "sp-ingester")} {
+				ctr := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+				mounts, _, _ := unstructured.NestedSlice(ctr, "volumeMounts")
+				envs, _, _ := unstructured.NestedSlice(ctr, "env")
+				for _, e := range envs {
+					name, value := e.(map[string]any)["name"].(string), fmt.Sprint(e.(map[string]any)["value"])
+					if !strings.HasSuffix(name, "_FILE") {
+						continue
+					}
+					if !slices.ContainsFunc(mounts, func(m any) bool { return strings.HasPrefix(value, m.(map[string]any)["mountPath"].(string)+"/") }) {
+						t.Errorf("%s: %s=%s lies in no mounted volume", d.GetName(), name, value)
+					}
+				}
+			}
+			if name == "secured" {
+				// Pushers sign in to NATS with credentials of their own.
+				for part, secret := range map[string]string{"sp-pusher": "shardpilot-nats-pusher", "sp-ingester": "shardpilot-nats-ingester"} {
+					vols, _, _ := unstructured.NestedSlice(find(objs, "Deployment", part).Object, "spec", "template", "spec", "volumes")
+					if !slices.ContainsFunc(vols, func(v any) bool {
+						got, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+						return v.(map[string]any)["name"] == "nats-auth" && got == secret
+					}) {
+						t.Errorf("%s does not sign in to NATS with %s: %v", part, secret, vols)
+					}
 				}
 			}
 

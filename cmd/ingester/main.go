@@ -174,7 +174,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	conns, err := app.Connect(remote.Endpoints(), remote.NATSURL, "shardpilot-ingester", log)
+	conns, err := app.Connect(remote, "shardpilot-ingester", log)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	conns, err := app.Connect(remote.Endpoints(), remote.NATSURL, "shardpilot-pusher", log)
+	conns, err := app.Connect(remote, "shardpilot-pusher", log)
 	if err != nil {
 		return err
 	}

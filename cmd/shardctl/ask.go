@@ -12,10 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // errNotServed is an admin port's 404: it is not of the role asked (with
@@ -34,22 +32,21 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 		}
 		return out, nil
 	}
-	r := cli.Remote{EtcdEndpoints: o.etcd}
-	endpoints := r.Endpoints()
-	if len(endpoints) == 0 {
-		return nil, errors.New("--etcd-endpoints is empty")
-	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: o.timeout, Logger: zap.NewNop()})
+	cfg, err := o.etcd.Config(o.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", o.etcd, err)
+		return nil, err
+	}
+	etcd, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
 	}
 	defer etcd.Close()
 	ms, err := store.Members(ctx, etcd, role)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", o.etcd, err)
+		return nil, fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
 	}
 	if len(ms) == 0 && role != "" {
-		return nil, fmt.Errorf("no %s is announced in etcd at %s (are they running, against this etcd?)", role, o.etcd)
+		return nil, fmt.Errorf("no %s is announced in etcd at %s (are they running, against this etcd?)", role, o.etcd.Endpoints)
 	}
 	return ms, nil
 }

@@ -52,7 +52,7 @@ var commands = map[string]command{
 
 // options are the flags every command takes.
 type options struct {
-	etcd      string
+	etcd      cli.Etcd
 	admin     string
 	tokenFile string
 	output    string
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := &options{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("shardctl <command> [<arguments>]", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.etcd, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd client URLs, where the pushers and ingesters announce themselves")
+	o.etcd.Register(fs)
 	fs.StringVar(&o.admin, "admin-addrs", "", "comma-separated host:port admin addresses to ask instead of those announced in etcd (a port-forward, the standalone)")
 	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token the admin ports were given (needed unless they are on this host)")
 	fs.StringVar(&o.output, "output", "table", "output format: table or json")

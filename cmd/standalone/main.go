@@ -90,7 +90,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	defer nats.Close()
 	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir)
 
-	conns, err := app.Connect([]string{etcd.Endpoint}, nats.URL, "shardpilot-standalone", log)
+	conns, err := app.Connect(cli.Remote{Etcd: cli.Etcd{Endpoints: etcd.Endpoint}, NATS: cli.NATS{URL: nats.URL}}, "shardpilot-standalone", log)
 	if err != nil {
 		return err
 	}

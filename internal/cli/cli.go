@@ -179,31 +179,6 @@ func ParseSize(s string) (int64, error) {
 	return 0, fmt.Errorf("%q: want a positive number of bytes, optionally followed by Ki, Mi, Gi or Ti", s)
 }
 
-// Remote holds the flags of a command that talks to external etcd and NATS.
-type Remote struct {
-	EtcdEndpoints string
-	NATSURL       string
-	Stream        string
-}
-
-// Register adds the flags for reaching etcd and NATS.
-func (r *Remote) Register(fs *flag.FlagSet) {
-	fs.StringVar(&r.EtcdEndpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd client URLs")
-	fs.StringVar(&r.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL (comma-separated for a cluster)")
-	fs.StringVar(&r.Stream, "stream", "SHARDPILOT_MESH", "JetStream stream that carries mesh changes")
-}
-
-// Endpoints returns the etcd endpoints as a list.
-func (r *Remote) Endpoints() []string {
-	var out []string
-	for _, e := range strings.Split(r.EtcdEndpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // Main runs a command: run gets a context cancelled on SIGINT or SIGTERM,
 // and an error other than a request for help exits with status 1.
 func Main(name string, run func(ctx context.Context, args []string) error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -32,9 +33,31 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// TLS makes a server speak TLS with a certificate and, when ClientCAFile is
+// given, require client certificates that CA signed.
+type TLS struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
+// EtcdOptions secure an embedded etcd.
+type EtcdOptions struct {
+	// TLS, when set, serves clients over https.
+	TLS *TLS
+}
+
 // StartEtcd starts a single-member etcd with its data in dir.
-func StartEtcd(dir string) (*Etcd, error) {
+func StartEtcd(dir string) (*Etcd, error) { return StartEtcdWith(dir, EtcdOptions{}) }
+
+// StartEtcdWith starts a single-member etcd with its data in dir, secured
+// as opts say.
+func StartEtcdWith(dir string, opts EtcdOptions) (*Etcd, error) {
 	cfg := embed.NewConfig()
+	scheme := "http"
+	if t := opts.TLS; t != nil {
+		scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile,
+			TrustedCAFile: t.ClientCAFile, ClientCertAuth: t.ClientCAFile != ""}
+	}
 	cfg.Dir = filepath.Join(dir, "etcd")
 	// etcd logs its own orderly shutdown at error level; what matters
 	// reaches shardpilot through the client.
@@ -51,7 +74,7 @@ func StartEtcd(dir string) (*Etcd, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded: etcd port: %w", err)
 		}
-		curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)}
+		curl := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", cp)}
 		purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
@@ -87,8 +110,20 @@ type NATS struct {
 	URL string
 }
 
+// NATSOptions secure an embedded NATS server.
+type NATSOptions struct {
+	// TLS, when set, makes the server require TLS.
+	TLS *TLS
+	// Users, when set, are the only ones who may connect, each with their
+	// permissions.
+	Users []*natsserver.User
+}
+
 // StartNATS starts NATS with JetStream storing into dir, on port (0 picks one).
-func StartNATS(dir string, port int) (*NATS, error) {
+func StartNATS(dir string, port int) (*NATS, error) { return StartNATSWith(dir, port, NATSOptions{}) }
+
+// StartNATSWith starts NATS as StartNATS does, secured as secure says.
+func StartNATSWith(dir string, port int, secure NATSOptions) (*NATS, error) {
 	if port == 0 {
 		port = -1 // nats-server: a random port
 	}
@@ -99,6 +134,15 @@ func StartNATS(dir string, port int) (*NATS, error) {
 		StoreDir:  filepath.Join(dir, "nats"),
 		NoLog:     true,
 		NoSigs:    true,
+		Users:     secure.Users,
+	}
+	if t := secure.TLS; t != nil {
+		tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile,
+			CaFile: t.ClientCAFile, Verify: t.ClientCAFile != ""})
+		if err != nil {
+			return nil, fmt.Errorf("embedded: nats TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, t.ClientCAFile != ""
 	}
 	s, err := natsserver.NewServer(opts)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +21,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
@@ -36,7 +36,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,13 +50,22 @@ type Conns struct {
 	NATS *nats.Conn
 }
 
-// Connect connects to etcd and to NATS; name identifies the process to NATS.
-func Connect(endpoints []string, natsURL, name string, log *slog.Logger) (*Conns, error) {
-	etcd, err := dialEtcd(endpoints)
+// Connect connects to etcd and to NATS as the flags of r say (TLS and
+// credentials included); name identifies the process to NATS.
+func Connect(r cli.Remote, name string, log *slog.Logger) (*Conns, error) {
+	ecfg, err := r.Etcd.Config(5 * time.Second)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := dialNATS(natsURL, name, log)
+	nopts, err := r.NATS.Options()
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := clientv3.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("app: etcd %v: %w", ecfg.Endpoints, err)
+	}
+	nc, err := dialNATS(r.NATS.URL, name, log, nopts...)
 	if err != nil {
 		etcd.Close()
 		return nil, err
@@ -71,28 +79,13 @@ func (c *Conns) Close() {
 	c.Etcd.Close()
 }
 
-func dialEtcd(endpoints []string) (*clientv3.Client, error) {
-	if len(endpoints) == 0 {
-		return nil, errors.New("app: no etcd endpoints")
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("app: etcd %v: %w", endpoints, err)
-	}
-	return cli, nil
-}
-
 // dialNATS connects to NATS and keeps reconnecting for as long as the
 // connection is open.
-func dialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+func dialNATS(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -100,7 +93,11 @@ func dialNATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", RedactURLs(c.ConnectedUrl())) }),
-	)
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			// A permissions violation, a slow consumer: said, not fatal.
+			log.Warn("nats error", "err", err)
+		}),
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("app: nats %s: %w", RedactURLs(url), err)
 	}

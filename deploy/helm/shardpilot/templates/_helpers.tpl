@@ -20,6 +20,7 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 - name: SHARDPILOT_NATS_URL
   value: {{ .Values.nats.url | quote }}
 {{- end }}
+{{- include "shardpilot.secretEnv" . }}
 - name: SHARDPILOT_STREAM
   value: {{ .Values.nats.stream | quote }}
 - name: SHARDPILOT_LOG_LEVEL
@@ -80,15 +81,109 @@ topologySpreadConstraints:
 {{- end -}}
 
 
-{{/* The admin token's volume and mount, when a Secret is named. */}}
-{{- define "shardpilot.adminTokenVolume" -}}
-{{- if .Values.adminToken.secretName }}
+{{/* Secrets as files: the admin token, and etcd's and NATS's TLS and
+credentials. Takes (dict "root" . "component" "pusher"|"ingester"); pushers
+may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). */}}
+{{- define "shardpilot.secretVolumes" -}}
+{{- $v := .root.Values -}}
+{{- if $v.adminToken.secretName }}
 - name: admin-token
-  secret: {secretName: {{ .Values.adminToken.secretName }}, items: [{key: token, path: token}]}
+  secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
+{{- end }}
+{{- if not $v.trial.enabled }}
+{{- if $v.etcd.tls.secretName }}
+- name: etcd-tls
+  secret: {secretName: {{ $v.etcd.tls.secretName }}}
+{{- end }}
+{{- if $v.etcd.auth.username }}
+- name: etcd-auth
+  secret: {secretName: {{ required "etcd.auth.secretName: name the Secret holding etcd.auth.username's password" $v.etcd.auth.secretName }}, items: [{key: password, path: password}]}
+{{- end }}
+{{- if $v.nats.tls.secretName }}
+- name: nats-tls
+  secret: {secretName: {{ $v.nats.tls.secretName }}}
+{{- end }}
+{{- with $v.nats.auth }}
+{{- if .type }}
+{{- $secret := required "nats.auth.secretName: name the Secret holding the NATS credentials" .secretName }}
+{{- if and (eq $.component "pusher") .pusherSecretName }}{{ $secret = .pusherSecretName }}{{ end }}
+- name: nats-auth
+  secret: {secretName: {{ $secret }}, items: [{key: {{ get (dict "creds" "nats.creds" "nkey" "nkey.seed" "password" "password") .type }}, path: {{ get (dict "creds" "nats.creds" "nkey" "nkey.seed" "password" "password") .type }}}]}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}
-{{- define "shardpilot.adminTokenMount" -}}
-{{- if .Values.adminToken.secretName }}
+
+{{- define "shardpilot.secretMounts" -}}
+{{- $v := .root.Values -}}
+{{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
+{{- end }}
+{{- if not $v.trial.enabled }}
+{{- if $v.etcd.tls.secretName }}
+- {name: etcd-tls, mountPath: /etc/shardpilot/etcd-tls, readOnly: true}
+{{- end }}
+{{- if $v.etcd.auth.username }}
+- {name: etcd-auth, mountPath: /etc/shardpilot/etcd-auth, readOnly: true}
+{{- end }}
+{{- if $v.nats.tls.secretName }}
+- {name: nats-tls, mountPath: /etc/shardpilot/nats-tls, readOnly: true}
+{{- end }}
+{{- if $v.nats.auth.type }}
+- {name: nats-auth, mountPath: /etc/shardpilot/nats-auth, readOnly: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The environment that points the commands at the mounted secrets. */}}
+{{- define "shardpilot.secretEnv" -}}
+{{- if not .Values.trial.enabled }}
+{{- with .Values.etcd.tls }}
+{{- if .secretName }}
+{{- if contains "http://" $.Values.etcd.endpoints }}
+{{- fail "etcd.tls.secretName is set: etcd.endpoints must be https:// URLs" }}
+{{- end }}
+- name: SHARDPILOT_ETCD_CA_FILE
+  value: /etc/shardpilot/etcd-tls/ca.crt
+{{- if .clientCertificate }}
+- name: SHARDPILOT_ETCD_CERT_FILE
+  value: /etc/shardpilot/etcd-tls/tls.crt
+- name: SHARDPILOT_ETCD_KEY_FILE
+  value: /etc/shardpilot/etcd-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.etcd.auth.username }}
+- name: SHARDPILOT_ETCD_USERNAME
+  value: {{ .Values.etcd.auth.username | quote }}
+- name: SHARDPILOT_ETCD_PASSWORD_FILE
+  value: /etc/shardpilot/etcd-auth/password
+{{- end }}
+{{- with .Values.nats.tls }}
+{{- if .secretName }}
+- name: SHARDPILOT_NATS_CA_FILE
+  value: /etc/shardpilot/nats-tls/ca.crt
+{{- if .clientCertificate }}
+- name: SHARDPILOT_NATS_CERT_FILE
+  value: /etc/shardpilot/nats-tls/tls.crt
+- name: SHARDPILOT_NATS_KEY_FILE
+  value: /etc/shardpilot/nats-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.nats.auth }}
+{{- if eq .type "creds" }}
+- name: SHARDPILOT_NATS_CREDS_FILE
+  value: /etc/shardpilot/nats-auth/nats.creds
+{{- else if eq .type "nkey" }}
+- name: SHARDPILOT_NATS_NKEY_FILE
+  value: /etc/shardpilot/nats-auth/nkey.seed
+{{- else if eq .type "password" }}
+- name: SHARDPILOT_NATS_USER
+  value: {{ required "nats.auth.user: the NATS user whose password the Secret holds" .user | quote }}
+- name: SHARDPILOT_NATS_PASSWORD_FILE
+  value: /etc/shardpilot/nats-auth/password
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}

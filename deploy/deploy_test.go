@@ -228,11 +228,19 @@ func TestChart(t *testing.T) {
 		t.Fatalf("pusher --help names %d environment variables:\n%s", len(flags), help)
 	}
 
-	b, err := os.ReadFile(filepath.Join(chart, "templates", "_helpers.tpl"))
+	// The templates' text, where a flag set only on request is named.
+	var helpers string
+	templates, err := filepath.Glob(filepath.Join(chart, "templates", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	helpers := string(b)
+	for _, f := range templates {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		helpers += string(b)
+	}
 
 	// Values that cannot work are refused with what to change.
 	for set, want := range map[string]string{

@@ -83,7 +83,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	servers := make([]*proc, 2)
 	startPusher := func(i int, ads, admin string) (*proc, error) {
 		p, err := start(sc.out, fmt.Sprintf("faults-pusher-%d-%d", i, time.Now().UnixNano()%1e6), filepath.Join(sc.bin, "pusher"),
-			"--etcd-endpoints", etcdURL, "--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "info", "--send-timeout", "1m")
+			"--etcd-endpoints", etcdURL, "--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "info", "--send-timeout", "1m")
 		if err != nil {
 			return nil, err
 		}

@@ -478,7 +478,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
 			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), "--etcd-endpoints", etcdURL,
-				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m")
+				"--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m")
 			if err != nil {
 				return ph, err
 			}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -21,8 +22,11 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 func main() { cli.Main("pusher", run) }
@@ -40,6 +44,13 @@ func run(ctx context.Context, args []string) error {
 	common.Register(fs, ":15014")
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	var adsCert, adsKey, adsClientCA, trustDomain string
+	var plaintext bool
+	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
+	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
+	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
+	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
+	fs.BoolVar(&plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
 	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
@@ -68,6 +79,12 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *window, math.MaxInt32)
 	}
 	xcfg.MaxStreamsPerConnection, xcfg.InitialWindowSize = uint32(maxStreams), int32(*window)
+	switch {
+	case plaintext && (adsCert != "" || adsKey != "" || adsClientCA != ""):
+		return errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
+	case !plaintext && (adsCert == "" || adsKey == ""):
+		return errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
+	}
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
@@ -78,6 +95,18 @@ func run(ctx context.Context, args []string) error {
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err
+	}
+	if !plaintext {
+		tc, err := identity.ServerTLS(adsCert, adsKey, adsClientCA, log)
+		if err != nil {
+			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-client-ca-file: %w", err)
+		}
+		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
+		if adsClientCA != "" {
+			xcfg.Authorize = identity.Policy{TrustDomain: trustDomain, Required: true}.Authorize
+		} else {
+			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
+		}
 	}
 	conns, err := app.Connect(remote, "shardpilot-pusher", log)
 	if err != nil {

@@ -62,7 +62,7 @@ func TestSeparateProcesses(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
-			"--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
+			"--ads-plaintext", "--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
 	}()
 	defer func() {
 		cancel()
@@ -87,5 +87,24 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	if code, body := get("http://" + ingesterAdmin + "/"); code != http.StatusOK || !strings.Contains(body, "shardpilot ingester") || !strings.Contains(body, "Rejected objects") {
 		t.Errorf("ingester's status page: %d %.200s", code, body)
+	}
+}
+
+// TestADSNeedsTLSOrConsent: ADS is TLS unless plaintext is asked for, and
+// the flags that contradict each other are refused before anything starts.
+func TestADSNeedsTLSOrConsent(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --ads-cert-file and --ads-key-file"},
+		{[]string{"--ads-cert-file", "c.pem"}, "give --ads-cert-file and --ads-key-file"},
+		{[]string{"--ads-plaintext", "--ads-client-ca-file", "ca.pem"}, "alternatives"},
+		{[]string{"--ads-cert-file", "/nonexistent.pem", "--ads-key-file", "/nonexistent-key.pem"}, "--ads-cert-file"},
+	} {
+		err := run(context.Background(), append(c.args, "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("pusher %q: %v, want an error saying %q", c.args, err, c.want)
+		}
 	}
 }

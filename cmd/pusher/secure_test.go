@@ -100,7 +100,7 @@ func TestSecuredStore(t *testing.T) {
 		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--etcd-ca-file", ca.CertFile,
 			"--etcd-cert-file", pushCert, "--etcd-key-file", pushKey,
 			"--nats-url", ns.URL, "--nats-ca-file", ca.CertFile, "--nats-user", "pusher", "--nats-password-file", secret("pusher-nats", "pusher-secret"),
-			"--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
+			"--ads-plaintext", "--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
 	}()
 	defer func() {
 		cancel()

@@ -54,7 +54,7 @@ func start(t *testing.T, bin string, env []string, args ...string) *process {
 	args = append(args, "--admin-addr", p.admin, "--log-level", "warn")
 	if filepath.Base(bin) == "pusher" {
 		p.ads = testutil.FreeAddr(t)
-		args = append(args, "--ads-addr", p.ads, "--drain-timeout", "500ms")
+		args = append(args, "--ads-plaintext", "--ads-addr", p.ads, "--drain-timeout", "500ms")
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)

@@ -113,6 +113,11 @@ func LeakOptions() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
+		// grpc-go's xDS client builds its "tls" channel credentials and
+		// drops their cleanup (internal/xds/xdsclient/clientimpl.go,
+		// populateGRPCTransportConfigsFromServerConfig, v1.85.0), so each
+		// client with a certificate leaves its file watcher running.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/credentials/tls/certprovider/pemfile.(*watcher).run"),
 	}
 }
 

@@ -129,7 +129,7 @@ func (ix *Index) Classify(node *core.Node) string {
 		return Router + "/" + strings.Join(keys, ",")
 	}
 	kind := Kind(node).String()
-	ns := nodeNamespace(node)
+	ns := Namespace(node)
 	if ix == nil || ns == "" {
 		return kind
 	}
@@ -186,9 +186,9 @@ func Kind(node *core.Node) generate.Proxy {
 	return generate.Envoy
 }
 
-// nodeNamespace reads the namespace from Istio's NAMESPACE metadata, else
+// Namespace reads a node's namespace from Istio's NAMESPACE metadata, else
 // from an Istio node id ("sidecar~10.1.2.3~pod.ns~ns.svc.cluster.local").
-func nodeNamespace(node *core.Node) string {
+func Namespace(node *core.Node) string {
 	if ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "" {
 		return ns
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -135,8 +136,9 @@ const (
 )
 
 // FetchClientStatus answers one request; node matchers on the exact node id
-// select proxies, and no matcher selects all (up to csdsMaxUnmatched).
-func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+// select proxies, and no matcher selects all (up to csdsMaxUnmatched). A
+// caller with a SPIFFE identity is answered for its namespace's proxies.
+func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
 	cch, ps := c.Dump.cache.Load(), c.Dump.pusher.Load()
 	if cch == nil || ps == nil {
 		return nil, status.Error(codes.Unavailable, "csds: the pusher is starting")
@@ -145,7 +147,15 @@ func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRe
 	if limit == 0 {
 		limit = csdsMaxUnmatched
 	}
-	if n := len(c.Dump.Status.Streams()); len(req.NodeMatchers) == 0 && n > limit {
+	// A caller with an identity (a client certificate on the ADS port)
+	// sees the proxies of its namespace only.
+	var streams []server.StreamStatus
+	for _, st := range c.Dump.Status.Streams() {
+		if node := c.Dump.Status.Node(st.Proxy); node != nil && identity.Sees(ctx, node) {
+			streams = append(streams, st)
+		}
+	}
+	if n := len(streams); len(req.NodeMatchers) == 0 && n > limit {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"csds: %d proxy streams are connected; name the proxies wanted with node matchers (at most %d are answered for without)", n, limit)
 	}
@@ -162,7 +172,7 @@ func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRe
 		return false
 	}
 	resp := &statusv3.ClientStatusResponse{}
-	for _, st := range c.Dump.Status.Streams() {
+	for _, st := range streams {
 		node := c.Dump.Status.Node(st.Proxy)
 		if node == nil || !wanted(st.Proxy) {
 			continue

@@ -95,6 +95,13 @@ func kubeSource(cluster string, cfg *rest.Config) source {
 
 func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	t.Helper()
+	return startControlPlaneXDS(t, server.Config{}, sources...)
+}
+
+// startControlPlaneXDS is startControlPlane with the xDS server tuned (TLS
+// credentials, an authorizer).
+func startControlPlaneXDS(t *testing.T, xcfg server.Config, sources ...source) *controlPlane {
+	t.Helper()
 	_, cli := testutil.Etcd(t)
 	_, nc := testutil.NATS(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -115,7 +122,7 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 		return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log, Started: func(r *relay.Relay) { cp.relay.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg,
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg,
 			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)

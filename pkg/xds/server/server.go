@@ -69,6 +69,10 @@ type Config struct {
 	GRPCOptions []grpc.ServerOption
 	// Status, when set, records each stream's sent, ACKed and NACKed versions.
 	Status *Status
+	// Authorize, when set, checks a stream's node against the stream's
+	// context (its peer's certificate) when the node first arrives, and
+	// returns the node to serve it as; an error ends the stream with it.
+	Authorize func(context.Context, *core.Node) (*core.Node, error)
 	// MaxConnectionAge closes a proxy's connection after this long (with a
 	// grace period for the stream to move), so that load rebalances across
 	// replicas as they scale. Default 30m; negative disables.

@@ -410,6 +410,14 @@ func (st *stream) nodeLocked(b []byte) error {
 	if st.node != nil && n.GetId() != st.node.GetId() {
 		return status.Errorf(codes.InvalidArgument, "shardpilot: the node changed from %q to %q on one stream", st.node.GetId(), n.GetId())
 	}
+	if auth := st.srv.cfg.Authorize; auth != nil {
+		authorized, err := auth(st.ctx, n)
+		if err != nil {
+			st.srv.cfg.Log.Warn("proxy refused", "proxy", n.GetId(), "err", err)
+			return err
+		}
+		n = authorized
+	}
 	st.node, st.nodeRaw = n, append(st.nodeRaw[:0], b...)
 	return nil
 }

@@ -86,6 +86,10 @@ credentials. Takes (dict "root" . "component" "pusher"|"ingester"); pushers
 may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). */}}
 {{- define "shardpilot.secretVolumes" -}}
 {{- $v := .root.Values -}}
+{{- if and (eq .component "pusher") $v.pusher.ads.tls.secretName }}
+- name: ads-tls
+  secret: {secretName: {{ $v.pusher.ads.tls.secretName }}}
+{{- end }}
 {{- if $v.adminToken.secretName }}
 - name: admin-token
   secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
@@ -116,6 +120,9 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 
 {{- define "shardpilot.secretMounts" -}}
 {{- $v := .root.Values -}}
+{{- if and (eq .component "pusher") $v.pusher.ads.tls.secretName }}
+- {name: ads-tls, mountPath: /etc/shardpilot/ads-tls, readOnly: true}
+{{- end }}
 {{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
 {{- end }}

@@ -1,0 +1,236 @@
+// Package identity tells who is at the other end of an xDS stream — the
+// SPIFFE ID of its client certificate,
+// spiffe://<trust domain>/ns/<namespace>/sa/<service account> — and holds
+// each proxy to the namespace that identity names: a node that claims
+// another is refused, one that claims none is given its own.
+package identity
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/shardpilot/shardpilot/pkg/classify"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// ID is a workload's SPIFFE identity, as Istio issues them.
+type ID struct {
+	TrustDomain    string
+	Namespace      string
+	ServiceAccount string
+}
+
+func (id ID) String() string {
+	return "spiffe://" + id.TrustDomain + "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount
+}
+
+// Parse reads an ID from a SPIFFE URI of Istio's form.
+func Parse(u *url.URL) (ID, error) {
+	if u.Scheme != "spiffe" || u.Host == "" {
+		return ID{}, fmt.Errorf("%q is not a SPIFFE ID (spiffe://<trust domain>/...)", u.String())
+	}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	if len(parts) != 4 || parts[0] != "ns" || parts[2] != "sa" || parts[1] == "" || parts[3] == "" {
+		return ID{}, fmt.Errorf("SPIFFE ID %q: want spiffe://<trust domain>/ns/<namespace>/sa/<service account>", u.String())
+	}
+	return ID{TrustDomain: u.Host, Namespace: parts[1], ServiceAccount: parts[3]}, nil
+}
+
+// FromContext returns the identity of a gRPC call's peer: the SPIFFE ID of
+// its verified client certificate. ok is false when the peer presented no
+// verified certificate (plaintext, or TLS without client certificates);
+// an error says why a certificate names no usable identity.
+func FromContext(ctx context.Context) (id ID, ok bool, err error) {
+	p, found := peer.FromContext(ctx)
+	if !found {
+		return ID{}, false, nil
+	}
+	info, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return ID{}, false, nil
+	}
+	leaf := info.State.VerifiedChains[0][0]
+	var ids []ID
+	for _, u := range leaf.URIs {
+		if u.Scheme != "spiffe" {
+			continue
+		}
+		id, err := Parse(u)
+		if err != nil {
+			return ID{}, true, err
+		}
+		ids = append(ids, id)
+	}
+	switch len(ids) {
+	case 0:
+		return ID{}, true, fmt.Errorf("the client certificate %q carries no SPIFFE ID", leaf.Subject.CommonName)
+	case 1:
+		return ids[0], true, nil
+	}
+	return ID{}, true, fmt.Errorf("the client certificate %q carries %d SPIFFE IDs; want one", leaf.Subject.CommonName, len(ids))
+}
+
+// Policy holds proxies to their identities.
+type Policy struct {
+	// TrustDomain is the mesh's trust domain: identities of another are
+	// refused.
+	TrustDomain string
+	// Required refuses a stream whose peer has no identity.
+	Required bool
+}
+
+// Authorize checks a stream's node against its peer's identity and
+// returns the node to serve: the same node, or, for a node that claims no
+// namespace, a copy that claims its identity's. A node that claims another
+// namespace, or an identity of another trust domain, is PermissionDenied.
+func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, error) {
+	id, ok, err := FromContext(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
+	}
+	if !ok {
+		if p.Required {
+			return nil, status.Error(codes.Unauthenticated, "shardpilot: a client certificate with a SPIFFE ID is required")
+		}
+		return node, nil
+	}
+	if p.TrustDomain != "" && id.TrustDomain != p.TrustDomain {
+		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: %s is of trust domain %q; this mesh's is %q", id, id.TrustDomain, p.TrustDomain)
+	}
+	switch ns := classify.Namespace(node); ns {
+	case id.Namespace:
+		return node, nil
+	case "":
+		n := proto.Clone(node).(*core.Node)
+		if n.Metadata == nil {
+			n.Metadata = &structpb.Struct{}
+		}
+		if n.Metadata.Fields == nil {
+			n.Metadata.Fields = map[string]*structpb.Value{}
+		}
+		n.Metadata.Fields["NAMESPACE"] = structpb.NewStringValue(id.Namespace)
+		return n, nil
+	default:
+		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q claims namespace %q, but its certificate is %s", node.GetId(), ns, id)
+	}
+}
+
+// Sees reports whether the caller of ctx may see a proxy's node: any
+// caller without an identity (plaintext, or an operator's port-forward),
+// else a caller of the node's namespace.
+func Sees(ctx context.Context, node *core.Node) bool {
+	id, ok, err := FromContext(ctx)
+	if !ok {
+		return true
+	}
+	return err == nil && classify.Namespace(node) == id.Namespace
+}
+
+// ServerTLS returns a TLS configuration serving certFile and keyFile and,
+// when clientCAFile is given, requiring client certificates that CA
+// signed. The files are read again when they change (checked at most every
+// few seconds, on new connections), so rotated certificates are picked up
+// without a restart; files that do not load keep the last good ones.
+func ServerTLS(certFile, keyFile, clientCAFile string, log *slog.Logger) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("identity: a certificate and its key are required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, log: log}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"h2"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
+	}, nil
+}
+
+// recheck is how often the files are looked at again.
+var recheck = 5 * time.Second
+
+type reloader struct {
+	certFile, keyFile, caFile string
+	log                       *slog.Logger
+
+	mu      sync.Mutex
+	cfg     *tls.Config
+	stamp   string
+	checked time.Time
+}
+
+func (r *reloader) config() *tls.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.checked) > recheck {
+		r.checked = time.Now()
+		if r.fileStamp() != r.stamp {
+			if err := r.loadLocked(); err != nil {
+				r.log.Warn("cannot reload the ADS certificate; serving the last one", "err", err)
+			} else {
+				r.log.Info("ADS certificate reloaded", "cert", r.certFile)
+			}
+		}
+	}
+	return r.cfg
+}
+
+// fileStamp summarizes the files' sizes and modification times.
+func (r *reloader) fileStamp() string {
+	var b strings.Builder
+	for _, f := range []string{r.certFile, r.keyFile, r.caFile} {
+		if f == "" {
+			continue
+		}
+		if st, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}
+
+func (r *reloader) load() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loadLocked()
+}
+
+func (r *reloader) loadLocked() error {
+	stamp := r.fileStamp()
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return fmt.Errorf("identity: %s, %s: %w", r.certFile, r.keyFile, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}, Certificates: []tls.Certificate{cert}}
+	if r.caFile != "" {
+		pem, err := os.ReadFile(r.caFile)
+		if err != nil {
+			return fmt.Errorf("identity: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("identity: %s holds no PEM certificate", r.caFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	r.cfg, r.stamp = cfg, stamp
+	return nil
+}

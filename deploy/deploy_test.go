@@ -248,6 +248,7 @@ func TestChart(t *testing.T) {
 		"nats.auth.type=creds":                           "nats.auth.secretName",
 		"etcd.auth.username=root":                        "etcd.auth.secretName",
 		"nats.auth.type=password,nats.auth.secretName=s": "nats.auth.user",
+		"pusher.ads.ca.secretName=ca":                    "pusher.ads.tls.secretName",
 		"nats.auth.type=token":                           "/nats/auth/type",
 	} {
 		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()

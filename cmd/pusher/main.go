@@ -17,12 +17,14 @@ import (
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -50,6 +52,11 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
+	var caCert, caKey string
+	var certTTL time.Duration
+	fs.StringVar(&caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file (default: a root created on the first start and kept in etcd)")
+	fs.StringVar(&caKey, "ca-key-file", "", "PEM key of --ca-cert-file")
+	fs.DurationVar(&certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it)")
 	fs.BoolVar(&plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
@@ -96,6 +103,15 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if (caCert == "") != (caKey == "") {
+		return errors.New("--ca-cert-file and --ca-key-file go together")
+	}
+	if caCert != "" && adsClientCA == "" {
+		return errors.New("--ca-cert-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
+	if certTTL < time.Minute {
+		return fmt.Errorf("--workload-cert-ttl %s: want at least a minute", certTTL)
+	}
 	if !plaintext {
 		tc, err := identity.ServerTLS(adsCert, adsKey, adsClientCA, log)
 		if err != nil {
@@ -125,6 +141,23 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	reg := telemetry.NewRegistry()
+	var secrets *sds.Secrets
+	if adsClientCA != "" {
+		// Authenticated proxies are served their workload certificates.
+		var root *ca.CA
+		if caCert != "" {
+			root, err = ca.FromFiles(caCert, caKey)
+		} else {
+			root, err = ca.FromEtcd(ctx, etcd, trustDomain)
+		}
+		if err != nil {
+			return err
+		}
+		if secrets, err = sds.New(sds.Config{CA: root, TTL: certTTL, Log: log.With("part", "sds"), Registerer: reg}); err != nil {
+			return err
+		}
+		xcfg.Secrets = secrets
+	}
 	status := server.NewStatus()
 	dump := &app.ConfigDump{Status: status}
 	ready := telemetry.NewReadiness()
@@ -140,6 +173,9 @@ func run(ctx context.Context, args []string) error {
 	me := store.Member{Role: "pusher", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis),
 		ADS: cli.Advertised(common.AdvertiseHost, adsLis), Started: time.Now()}
 	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
+	if secrets != nil {
+		g.Go(func() error { return secrets.Run(ctx) })
+	}
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {

@@ -22,8 +22,8 @@ type CA struct {
 	dir  string
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
-	// CertFile is the root certificate.
-	CertFile string
+	// CertFile is the root certificate, KeyFile its key.
+	CertFile, KeyFile string
 }
 
 // NewCA creates a root for one test.
@@ -52,6 +52,11 @@ func NewCA(t testing.TB) *CA {
 	}
 	ca := &CA{dir: t.TempDir(), cert: cert, key: key}
 	ca.CertFile = ca.write(t, "ca.pem", "CERTIFICATE", der)
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.KeyFile = ca.write(t, "ca-key.pem", "EC PRIVATE KEY", kb)
 	return ca
 }
 

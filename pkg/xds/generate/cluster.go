@@ -120,9 +120,7 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 		}
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(httpOpts)}
 	}
-	if proxy == Envoy {
-		c.TransportSocket = upstreamTLS(policy.GetTls())
-	}
+	c.TransportSocket = upstreamTLS(policy.GetTls(), proxy)
 	return c
 }
 
@@ -134,16 +132,32 @@ func positive(v uint32) *wrapperspb.UInt32Value {
 	return wrapperspb.UInt32(v)
 }
 
-// upstreamTLS originates TLS to the service. Certificates come over SDS on
-// the ADS stream: "default" for the proxy's own (mutual modes) and
-// "ROOTCA" to validate the server, as in Istio; MUTUAL with a credential
-// name uses that secret instead.
-func upstreamTLS(t *meshv1.ClientTLS) *core.TransportSocket {
+// upstreamTLS originates TLS to the service. An Envoy's certificates come
+// over SDS on the ADS stream: "default" for the proxy's own (mutual modes)
+// and "ROOTCA" to validate the server, as in Istio; MUTUAL with a
+// credential name uses that secret instead. A proxyless gRPC client reads
+// them from its bootstrap's certificate provider "default" (files an agent
+// keeps current), for ISTIO_MUTUAL only, as Istio generates for it: grpc-go
+// takes certificates from providers alone.
+func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 	switch t.GetMode() {
 	case meshv1.ClientTLS_MODE_UNSPECIFIED, meshv1.ClientTLS_MODE_DISABLE:
 		return nil
 	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+	if proxy == Proxyless {
+		if t.Mode != meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
+			return nil
+		}
+		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
+			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
+		}
+		ctx.CommonTlsContext.TlsCertificateProviderInstance = provider("default")
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider("ROOTCA")}}}
+		return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+	}
 	sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
 	switch t.Mode {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:

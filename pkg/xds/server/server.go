@@ -69,6 +69,8 @@ type Config struct {
 	GRPCOptions []grpc.ServerOption
 	// Status, when set, records each stream's sent, ACKed and NACKed versions.
 	Status *Status
+	// Secrets, when set, serves SDS from a table per proxy identity.
+	Secrets SecretSource
 	// Authorize, when set, checks a stream's node against the stream's
 	// context (its peer's certificate) when the node first arrives, and
 	// returns the node to serve it as; an error ends the stream with it.
@@ -186,13 +188,78 @@ type Server struct {
 	// senders of an unlimited server, one per stream writing.
 	pushq    *pushQueue
 	unpooled sync.WaitGroup
-	// classes counts the streams of each class, and since when a class
-	// has had none.
-	classes struct {
-		sync.Mutex
-		streams map[string]int
-		idle    map[string]time.Time
+	// classes counts the streams of each proxy class; secrets, of each
+	// identity's secrets (nil without Config.Secrets).
+	classes, secrets *classSet
+}
+
+// classSet counts the streams of each class of one cache, and since when
+// a class has had none, so that idle classes are dropped.
+type classSet struct {
+	tables Tables
+	fill   func(class string)
+	sync.Mutex
+	streams map[string]int
+	idle    map[string]time.Time
+}
+
+func newClassSet(tables Tables, fill func(string)) *classSet {
+	return &classSet{tables: tables, fill: fill, streams: map[string]int{}, idle: map[string]time.Time{}}
+}
+
+// table returns a class's table of a type, adding (and filling) the class
+// if it is not held yet.
+func (c *classSet) table(class, typeURL string) (*cache.Table, error) {
+	t, err := c.tables.Table(class, typeURL)
+	if !errors.Is(err, cache.ErrNoClass) {
+		return t, err
 	}
+	c.tables.AddClass(class, c.fill)
+	return c.tables.Table(class, typeURL)
+}
+
+// join counts a stream in its class and returns the class's table of a
+// type; the class is not dropped while the stream counts.
+func (c *classSet) join(class, typeURL string) (*cache.Table, error) {
+	c.Lock()
+	defer c.Unlock()
+	c.streams[class]++
+	delete(c.idle, class)
+	return c.table(class, typeURL)
+}
+
+// leave uncounts a stream from its class.
+func (c *classSet) leave(class string) {
+	c.Lock()
+	defer c.Unlock()
+	if c.streams[class]--; c.streams[class] <= 0 {
+		delete(c.streams, class)
+		c.idle[class] = time.Now()
+	}
+}
+
+// dropIdle drops the classes without a stream for idle.
+func (c *classSet) dropIdle(now time.Time, idle time.Duration) {
+	c.Lock()
+	defer c.Unlock()
+	for class, since := range c.idle {
+		if now.Sub(since) >= idle {
+			delete(c.idle, class)
+			c.tables.RemoveClass(class)
+		}
+	}
+}
+
+// SecretSource serves SDS: Envoy's Secret type, from tables of its own
+// with a class per proxy identity (the workload certificate "default" and
+// the mesh's root "ROOTCA", say).
+type SecretSource interface {
+	Tables
+	// Class names the secrets class of a stream from its context (its
+	// peer's identity); "" when it has none, and is served no secrets.
+	Class(ctx context.Context) string
+	// Fill fills a class's tables before they are first served.
+	Fill(class string)
 }
 
 type metrics struct {
@@ -239,7 +306,10 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue()}
-	srv.classes.streams, srv.classes.idle = map[string]int{}, map[string]time.Time{}
+	srv.classes = newClassSet(cfg.Cache, cfg.Classes.FillClass)
+	if cfg.Secrets != nil {
+		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)
+	}
 	return srv, nil
 }
 
@@ -256,43 +326,24 @@ func shortType(typeURL string) string {
 // table returns the table serving a class and type, adding the class
 // (filled by the classifier) when it is new.
 func (s *Server) table(class, typeURL string) (*cache.Table, error) {
-	t, err := s.cfg.Cache.Table(class, typeURL)
-	if !errors.Is(err, cache.ErrNoClass) {
-		return t, err
-	}
-	s.cfg.Cache.AddClass(class, s.cfg.Classes.FillClass)
-	return s.cfg.Cache.Table(class, typeURL)
+	return s.classes.table(class, typeURL)
 }
 
 // join counts a stream in its class and returns the class's table of a
-// type; the class is not dropped while the stream counts.
+// type.
 func (s *Server) join(class, typeURL string) (*cache.Table, error) {
-	s.classes.Lock()
-	defer s.classes.Unlock()
-	s.classes.streams[class]++
-	delete(s.classes.idle, class)
-	return s.table(class, typeURL)
+	return s.classes.join(class, typeURL)
 }
 
 // leave uncounts a stream from its class.
-func (s *Server) leave(class string) {
-	s.classes.Lock()
-	defer s.classes.Unlock()
-	if s.classes.streams[class]--; s.classes.streams[class] <= 0 {
-		delete(s.classes.streams, class)
-		s.classes.idle[class] = time.Now()
-	}
-}
+func (s *Server) leave(class string) { s.classes.leave(class) }
 
-// dropIdleClasses drops the classes without a stream for ClassIdle.
+// dropIdleClasses drops the classes, and the identities' secrets, without a
+// stream for ClassIdle.
 func (s *Server) dropIdleClasses(now time.Time) {
-	s.classes.Lock()
-	defer s.classes.Unlock()
-	for class, since := range s.classes.idle {
-		if now.Sub(since) >= s.cfg.ClassIdle {
-			delete(s.classes.idle, class)
-			s.cfg.Cache.RemoveClass(class)
-		}
+	s.classes.dropIdle(now, s.cfg.ClassIdle)
+	if s.secrets != nil {
+		s.secrets.dropIdle(now, s.cfg.ClassIdle)
 	}
 }
 

@@ -32,9 +32,10 @@ var errNotReady = status.Error(codes.Unavailable, "shardpilot: this pusher has n
 var errTimedOut = status.Error(codes.Unavailable, "shardpilot: a response's write outlasted the send timeout")
 
 // pushOrder is the order a stream's types are sent in when several are
-// due: clusters before the endpoints and routes that use them, listeners
+// due: secrets before the clusters and listeners whose TLS uses them,
+// clusters before the endpoints and routes that use them, listeners
 // before the routes they name (the xDS protocol's advice).
-var pushOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
+var pushOrder = []string{resource.SecretType, resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
 
 func rank(typeURL string) int {
 	if i := slices.Index(pushOrder, typeURL); i >= 0 {
@@ -82,8 +83,12 @@ type stream struct {
 	node    *core.Node
 	nodeRaw []byte
 	class   string
-	watches []*watch // in push order
-	nonce   uint64
+	// secrets is the class of the proxy's identity in Config.Secrets;
+	// noSecrets records that it has none (said once).
+	secrets   string
+	noSecrets bool
+	watches   []*watch // in push order
+	nonce     uint64
 }
 
 // watch is what a stream holds of one type.
@@ -172,8 +177,12 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		st.stopSending()
 		s.m.streams.Dec()
 		s.cfg.Status.remove(st)
-		if class := st.close(); class != "" {
+		class, secrets := st.close()
+		if class != "" {
 			s.leave(class)
+		}
+		if secrets != "" {
+			s.secrets.leave(secrets)
 		}
 	}()
 	for {
@@ -192,8 +201,8 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 }
 
 // close releases the stream's subscriptions and returns its class ("" if
-// it was never classified).
-func (st *stream) close() string {
+// it was never classified) and its secrets class ("" if it had none).
+func (st *stream) close() (class, secrets string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
@@ -210,7 +219,7 @@ func (st *stream) close() string {
 			w.table.Answered()
 		}
 	}
-	return st.class
+	return st.class, st.secrets
 }
 
 // errClosed stops a receive that finds its stream closed.
@@ -460,6 +469,9 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	if st.node == nil {
 		return nil, status.Error(codes.InvalidArgument, "shardpilot: the first request of a stream must carry a node")
 	}
+	if typeURL == resource.SecretType && st.srv.secrets != nil {
+		return st.secretWatchLocked(typeURL)
+	}
 	if ready := st.srv.cfg.Ready; ready != nil && !ready() {
 		return nil, errNotReady
 	}
@@ -478,6 +490,28 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 	}
+	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
+	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
+	st.watches = slices.Insert(st.watches, i, w)
+	return w, nil
+}
+
+// secretWatchLocked creates the stream's watch of its identity's secrets;
+// a stream without an identity is served none.
+func (st *stream) secretWatchLocked(typeURL string) (*watch, error) {
+	class := st.srv.cfg.Secrets.Class(st.ctx)
+	if class == "" {
+		if !st.noSecrets {
+			st.noSecrets = true
+			st.srv.cfg.Log.Warn("secrets requested by a proxy without an identity (no client certificate); none served", "proxy", st.node.GetId())
+		}
+		return nil, nil
+	}
+	t, err := st.srv.secrets.join(class, typeURL)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
+	}
+	st.secrets = class
 	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
 	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
 	st.watches = slices.Insert(st.watches, i, w)

@@ -90,6 +90,10 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: ads-tls
   secret: {secretName: {{ $v.pusher.ads.tls.secretName }}}
 {{- end }}
+{{- if and (eq .component "pusher") $v.pusher.ads.ca.secretName }}
+- name: ca
+  secret: {secretName: {{ $v.pusher.ads.ca.secretName }}}
+{{- end }}
 {{- if $v.adminToken.secretName }}
 - name: admin-token
   secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
@@ -122,6 +126,9 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- $v := .root.Values -}}
 {{- if and (eq .component "pusher") $v.pusher.ads.tls.secretName }}
 - {name: ads-tls, mountPath: /etc/shardpilot/ads-tls, readOnly: true}
+{{- end }}
+{{- if and (eq .component "pusher") $v.pusher.ads.ca.secretName }}
+- {name: ca, mountPath: /etc/shardpilot/ca, readOnly: true}
 {{- end }}
 {{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}

@@ -1,0 +1,219 @@
+// Package ca is the mesh's certificate authority: a root, either supplied
+// by the operator or created on the first start and kept in etcd so that
+// every pusher signs with the same one, which issues short-lived workload
+// certificates for SPIFFE identities.
+package ca
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// RootKey is where the root created on first start is kept, outside
+// /mesh/v1/ (the relay does not publish it). Protect etcd accordingly: TLS,
+// client certificates and authentication.
+const RootKey = "/shardpilot/ca/root"
+
+// RootValidity is how long a root created on first start is valid.
+const RootValidity = 10 * 365 * 24 * time.Hour
+
+// CA signs workload certificates.
+type CA struct {
+	root    *x509.Certificate
+	rootPEM []byte
+	key     crypto.Signer
+}
+
+// stored is the root as RootKey holds it.
+type stored struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+// FromFiles loads an operator's root (or intermediate) certificate and key.
+func FromFiles(certFile, keyFile string) (*CA, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("ca: %s, %s: %w", certFile, keyFile, err)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	return fromPair(pair, certPEM)
+}
+
+func fromPair(pair tls.Certificate, certPEM []byte) (*CA, error) {
+	root, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	if !root.IsCA || root.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, fmt.Errorf("ca: %q is not a CA certificate allowed to sign certificates", root.Subject.CommonName)
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("ca: the key cannot sign")
+	}
+	return &CA{root: root, rootPEM: certPEM, key: signer}, nil
+}
+
+// FromEtcd returns the root kept at RootKey, creating it on the first
+// start: of replicas starting at once, one creates it and the others read
+// it.
+func FromEtcd(ctx context.Context, cli *clientv3.Client, trustDomain string) (*CA, error) {
+	for range 3 {
+		resp, err := cli.Get(ctx, RootKey)
+		if err != nil {
+			return nil, fmt.Errorf("ca: read %s: %w", RootKey, err)
+		}
+		if len(resp.Kvs) == 1 {
+			return decode(resp.Kvs[0].Value)
+		}
+		value, err := newRoot(trustDomain)
+		if err != nil {
+			return nil, err
+		}
+		txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(RootKey), "=", 0)).
+			Then(clientv3.OpPut(RootKey, string(value))).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("ca: create %s: %w", RootKey, err)
+		}
+		if txn.Succeeded {
+			return decode(value)
+		}
+		// Another replica created it first: read theirs.
+	}
+	return nil, fmt.Errorf("ca: %s keeps changing", RootKey)
+}
+
+func decode(value []byte) (*CA, error) {
+	var s stored
+	if err := json.Unmarshal(value, &s); err != nil {
+		return nil, fmt.Errorf("ca: %s: %w", RootKey, err)
+	}
+	pair, err := tls.X509KeyPair([]byte(s.Cert), []byte(s.Key))
+	if err != nil {
+		return nil, fmt.Errorf("ca: %s: %w", RootKey, err)
+	}
+	return fromPair(pair, []byte(s.Cert))
+}
+
+// newRoot creates a self-signed root for a trust domain, encoded as
+// RootKey holds it.
+func newRoot(trustDomain string) ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{Organization: []string{trustDomain}, CommonName: "shardpilot root CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(RootValidity),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("ca: create the root: %w", err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(stored{
+		Cert: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		Key:  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})),
+	})
+}
+
+func serialNumber() (*big.Int, error) {
+	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+}
+
+// RootPEM returns the root certificate, PEM encoded: what proxies trust.
+func (c *CA) RootPEM() []byte { return c.rootPEM }
+
+// Root returns the root certificate.
+func (c *CA) Root() *x509.Certificate { return c.root }
+
+// Workload is a certificate issued for an identity, with its key.
+type Workload struct {
+	// CertPEM is the certificate followed by the chain up to the root.
+	CertPEM, KeyPEM []byte
+	NotAfter        time.Time
+	Serial          *big.Int
+}
+
+// Issue creates a key and a certificate for an identity, valid for ttl
+// (never past the root's own expiry).
+func (c *CA) Issue(id identity.ID, ttl time.Duration) (*Workload, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, err
+	}
+	uri, err := url.Parse(id.String())
+	if err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	now := time.Now()
+	notAfter := now.Add(ttl)
+	if notAfter.After(c.root.NotAfter) {
+		notAfter = c.root.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{Organization: []string{id.TrustDomain}},
+		NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:         []*url.URL{uri},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, &key.PublicKey, c.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca: issue for %s: %w", id, err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	chain := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if !isSelfSigned(c.root) {
+		// An operator's intermediate: proxies are sent the chain to it.
+		chain = append(chain, c.rootPEM...)
+	}
+	return &Workload{CertPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), NotAfter: notAfter, Serial: serial}, nil
+}
+
+func isSelfSigned(c *x509.Certificate) bool {
+	return c.CheckSignatureFrom(c) == nil
+}

@@ -301,8 +301,15 @@ func (p *proc) terminate(d time.Duration) bool {
 	case <-done:
 		return true
 	case <-time.After(d):
-		_ = p.cmd.Process.Kill()
-		<-done
+		// SIGQUIT first: the Go runtime writes every goroutine's stack to
+		// the process's log, which says where it was stuck.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
 		return false
 	}
 }

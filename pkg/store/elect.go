@@ -73,8 +73,19 @@ func (e *Elector) term(ctx context.Context, ttl time.Duration, log *slog.Logger,
 	}
 	defer sess.Close()
 	el := concurrency.NewElection(sess, ElectionPrefix+e.Name)
-	if err := el.Campaign(ctx, e.ID); err != nil {
-		return fmt.Errorf("store: election %s: campaign: %w", e.Name, err)
+	// A campaign cancelled while it waits resigns with the client's own
+	// context, which blocks for as long as etcd does not answer: on
+	// shutdown with etcd unreachable, the process must not wait for it
+	// (it ends when the client is closed).
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- el.Campaign(ctx, e.ID) }()
+	select {
+	case err := <-campaigned:
+		if err != nil {
+			return fmt.Errorf("store: election %s: campaign: %w", e.Name, err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	log.Info("elected leader")
 	lctx, cancel := context.WithCancel(ctx)

@@ -3,6 +3,9 @@ package store_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,4 +85,128 @@ func TestFailover(t *testing.T) {
 	if _, _, err := bStore.Put(context.Background(), k, service(time.Now(), 82)); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("a former leader's put: %v, want ErrNotLeader", err)
 	}
+}
+
+// freezer forwards TCP connections to target until frozen, then holds
+// them open without forwarding a byte: a server that stopped (SIGSTOP).
+type freezer struct {
+	lis    net.Listener
+	frozen atomic.Bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{lis: lis}
+	f.wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, up)
+			f.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					for f.frozen.Load() {
+						time.Sleep(10 * time.Millisecond)
+						if f.closed() {
+							return
+						}
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			f.wg.Go(func() { pipe(up, c) })
+			f.wg.Go(func() { pipe(c, up) })
+		}
+	})
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *freezer) closed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns == nil
+}
+
+func (f *freezer) close() {
+	f.lis.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// TestFollowerStopsWhileEtcdIsFrozen: a follower waiting in its campaign
+// stops as soon as its context is cancelled, even though etcd answers
+// nothing (etcd's own campaign cleanup would wait for it).
+func TestFollowerStopsWhileEtcdIsFrozen(t *testing.T) {
+	e, _ := testutil.Etcd(t)
+	u, err := url.Parse(e.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderCli := client(t, e.Endpoint)
+	defer leaderCli.Close()
+	lctx, stopLeader := context.WithCancel(context.Background())
+	led := make(chan struct{})
+	leaderDone := make(chan error, 1)
+	go func() {
+		leaderDone <- (&store.Elector{Client: leaderCli, Name: "frozen", ID: "leader", TTL: 5 * time.Second}).Run(lctx,
+			func(ctx context.Context, _ *store.Store) error { close(led); <-ctx.Done(); return nil })
+	}()
+	<-led
+
+	f := newFreezer(t, u.Host)
+	followerCli := client(t, "http://"+f.lis.Addr().String())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&store.Elector{Client: followerCli, Name: "frozen", ID: "follower", TTL: 5 * time.Second}).Run(ctx,
+			func(context.Context, *store.Store) error { t.Error("the follower led"); return nil })
+	}()
+	// The follower campaigns: its key is written, then it waits.
+	testutil.Eventually(t, 10*time.Second, "the follower campaigns", func() (bool, string) {
+		resp, err := leaderCli.Get(context.Background(), store.ElectionPrefix+"frozen", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2, "one candidate"
+	})
+	f.frozen.Store(true)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("follower: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower did not stop within 5s of its cancel while etcd answered nothing")
+	}
+	// Its campaign's cleanup ends with its client.
+	f.frozen.Store(false)
+	followerCli.Close()
+	stopLeader()
+	<-leaderDone
 }

@@ -24,13 +24,17 @@ const (
 	KindTrafficPolicy Kind = "trafficpolicies"
 	KindScope         Kind = "scopes"
 	KindGateway       Kind = "gateways"
+	KindAuthorization Kind = "authorizationpolicies"
+	KindPeerAuth      Kind = "peerauthentications"
+	KindRequestAuth   Kind = "requestauthentications"
 )
 
 // Kinds lists every kind, in the order a consumer should apply a full load
 // and a writer should write: each kind before the kinds that refer to it
 // (a route rule names hosts, and subsets its traffic policy defines).
 // Deletions go in the reverse order.
-var Kinds = []Kind{KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope}
+var Kinds = []Kind{KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope,
+	KindAuthorization, KindPeerAuth, KindRequestAuth}
 
 // ErrBadKey is returned for a key outside the /mesh/v1/ layout.
 var ErrBadKey = errors.New("model: bad key")
@@ -57,6 +61,12 @@ func New(k Kind) Object {
 		return &meshv1.Scope{}
 	case KindGateway:
 		return &meshv1.Gateway{}
+	case KindAuthorization:
+		return &meshv1.AuthorizationPolicy{}
+	case KindPeerAuth:
+		return &meshv1.PeerAuthentication{}
+	case KindRequestAuth:
+		return &meshv1.RequestAuthentication{}
 	}
 	return nil
 }
@@ -76,6 +86,12 @@ func KindOf(o Object) Kind {
 		return KindScope
 	case *meshv1.Gateway:
 		return KindGateway
+	case *meshv1.AuthorizationPolicy:
+		return KindAuthorization
+	case *meshv1.PeerAuthentication:
+		return KindPeerAuth
+	case *meshv1.RequestAuthentication:
+		return KindRequestAuth
 	}
 	return ""
 }

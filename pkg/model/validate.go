@@ -1,12 +1,15 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"strconv"
 	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -43,6 +46,12 @@ func Validate(o Object) error {
 		return validateScope(o)
 	case *meshv1.Gateway:
 		return validateGateway(o)
+	case *meshv1.AuthorizationPolicy:
+		return validateAuthorization(o)
+	case *meshv1.PeerAuthentication:
+		return validatePeerAuth(o)
+	case *meshv1.RequestAuthentication:
+		return validateRequestAuth(o)
 	}
 	return fmt.Errorf("model: validate: unknown object type %T", o)
 }
@@ -370,4 +379,158 @@ func knownHost(host string, known func(string) bool) bool {
 		}
 		rest = after
 	}
+}
+
+// AuthorizationKeys are the "when" keys an AuthorizationPolicy may use:
+// exact keys, and those taking a [<name>].
+var (
+	AuthorizationKeys      = []string{"source.ip", "source.namespace", "source.principal", "destination.port", "request.auth.principal", "request.auth.audiences", "request.auth.presenter"}
+	AuthorizationNamedKeys = []string{"request.headers", "request.auth.claims"}
+	httpMethod             = regexp.MustCompile(`^[A-Z]+$`)
+)
+
+// ValidAuthorizationKey reports whether a "when" key is supported.
+func ValidAuthorizationKey(key string) bool {
+	if slices.Contains(AuthorizationKeys, key) {
+		return true
+	}
+	for _, k := range AuthorizationNamedKeys {
+		if name, ok := strings.CutPrefix(key, k+"["); ok && strings.HasSuffix(name, "]") && len(name) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// wildcard reports whether an Istio string match is exact or has "*" at
+// one end only (or is "*" alone).
+func wildcard(v string) bool {
+	if v == "*" {
+		return true
+	}
+	inner := strings.TrimSuffix(strings.TrimPrefix(v, "*"), "*")
+	return inner != "" && !strings.Contains(inner, "*") && !(strings.HasPrefix(v, "*") && strings.HasSuffix(v, "*"))
+}
+
+func validIPBlock(b string) bool {
+	if _, err := netip.ParsePrefix(b); err == nil {
+		return true
+	}
+	_, err := netip.ParseAddr(b)
+	return err == nil
+}
+
+func validateAuthorization(p *meshv1.AuthorizationPolicy) error {
+	for i, r := range p.Rules {
+		f := fmt.Sprintf("spec.rules[%d]", i)
+		for j, src := range r.From {
+			sf := fmt.Sprintf("%s.from[%d].source", f, j)
+			for name, list := range map[string][]string{"principals": src.Principals, "notPrincipals": src.NotPrincipals,
+				"namespaces": src.Namespaces, "notNamespaces": src.NotNamespaces,
+				"requestPrincipals": src.RequestPrincipals, "notRequestPrincipals": src.NotRequestPrincipals} {
+				for k, v := range list {
+					if !wildcard(v) {
+						return fieldErr(fmt.Sprintf("%s.%s[%d]", sf, name, k), "%q: a value may have one \"*\" at its start or its end", v)
+					}
+				}
+			}
+			for name, list := range map[string][]string{"ipBlocks": src.IpBlocks, "notIpBlocks": src.NotIpBlocks} {
+				for k, v := range list {
+					if !validIPBlock(v) {
+						return fieldErr(fmt.Sprintf("%s.%s[%d]", sf, name, k), "%q is neither an IP address nor a CIDR block", v)
+					}
+				}
+			}
+		}
+		for j, op := range r.To {
+			of := fmt.Sprintf("%s.to[%d].operation", f, j)
+			for name, list := range map[string][]uint32{"ports": op.Ports, "notPorts": op.NotPorts} {
+				for k, v := range list {
+					if v == 0 || v > 65535 {
+						return fieldErr(fmt.Sprintf("%s.%s[%d]", of, name, k), "%d is not a port number", v)
+					}
+				}
+			}
+			for name, list := range map[string][]string{"methods": op.Methods, "notMethods": op.NotMethods} {
+				for k, v := range list {
+					if !httpMethod.MatchString(v) {
+						return fieldErr(fmt.Sprintf("%s.%s[%d]", of, name, k), "%q is not an HTTP method (GET, POST...)", v)
+					}
+				}
+			}
+			for name, list := range map[string][]string{"paths": op.Paths, "notPaths": op.NotPaths, "hosts": op.Hosts, "notHosts": op.NotHosts} {
+				for k, v := range list {
+					if !wildcard(v) {
+						return fieldErr(fmt.Sprintf("%s.%s[%d]", of, name, k), "%q: a value may have one \"*\" at its start or its end", v)
+					}
+				}
+			}
+		}
+		for j, c := range r.When {
+			cf := fmt.Sprintf("%s.when[%d]", f, j)
+			if !ValidAuthorizationKey(c.Key) {
+				return fieldErr(cf+".key", "%q is not supported: want one of %s, or %s[<name>]", c.Key,
+					strings.Join(AuthorizationKeys, ", "), strings.Join(AuthorizationNamedKeys, "[<name>], "))
+			}
+			if len(c.Values) == 0 && len(c.NotValues) == 0 {
+				return fieldErr(cf, "values or notValues is required")
+			}
+			for k, v := range append(slices.Clone(c.Values), c.NotValues...) {
+				switch c.Key {
+				case "source.ip":
+					if !validIPBlock(v) {
+						return fieldErr(fmt.Sprintf("%s.values[%d]", cf, k), "%q is neither an IP address nor a CIDR block", v)
+					}
+				case "destination.port":
+					if n, err := strconv.ParseUint(v, 10, 16); err != nil || n == 0 {
+						return fieldErr(fmt.Sprintf("%s.values[%d]", cf, k), "%q is not a port number", v)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func validatePeerAuth(p *meshv1.PeerAuthentication) error {
+	for port := range p.PortModes {
+		if port == 0 || port > 65535 {
+			return fieldErr("spec.portLevelMtls", "%d is not a port number", port)
+		}
+		if len(p.Selector) == 0 {
+			return fieldErr("spec.portLevelMtls", "port-level modes need a selector (as in Istio)")
+		}
+	}
+	return nil
+}
+
+func validateRequestAuth(r *meshv1.RequestAuthentication) error {
+	issuers := map[string]bool{}
+	for i, j := range r.JwtRules {
+		f := fmt.Sprintf("spec.jwtRules[%d]", i)
+		if j.Issuer == "" {
+			return fieldErr(f+".issuer", "an issuer is required")
+		}
+		if issuers[j.Issuer] {
+			return fieldErr(f+".issuer", "issuer %q is given twice", j.Issuer)
+		}
+		issuers[j.Issuer] = true
+		if j.Jwks != "" && j.JwksUri != "" {
+			return fieldErr(f, "jwks and jwksUri are alternatives: give one")
+		}
+		if j.JwksUri != "" {
+			if u, err := url.Parse(j.JwksUri); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return fieldErr(f+".jwksUri", "%q is not an http(s) URL", j.JwksUri)
+			}
+		}
+		if j.Jwks != "" && !json.Valid([]byte(j.Jwks)) {
+			return fieldErr(f+".jwks", "not JSON (a JSON Web Key Set)")
+		}
+		for k, h := range j.FromHeaders {
+			if h.Name == "" {
+				return fieldErr(fmt.Sprintf("%s.fromHeaders[%d].name", f, k), "a header name is required")
+			}
+		}
+	}
+	return nil
 }

@@ -18,11 +18,24 @@ import (
 	kjson "sigs.k8s.io/json"
 )
 
-// Group is the API group of the resources this package reads.
-const Group = "networking.istio.io"
+// Group is the API group of the networking resources this package reads;
+// SecurityGroup, of the security resources.
+const (
+	Group         = "networking.istio.io"
+	SecurityGroup = "security.istio.io"
+)
 
 // Versions are the API versions this package reads.
 var Versions = []string{"v1", "v1beta1", "v1alpha3"}
+
+// GroupOf returns the API group of a kind.
+func GroupOf(kind string) string {
+	switch kind {
+	case KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication:
+		return SecurityGroup
+	}
+	return Group
+}
 
 // The kinds this package reads.
 const (
@@ -32,9 +45,14 @@ const (
 	KindDestinationRule = "DestinationRule"
 	KindSidecar         = "Sidecar"
 	KindGateway         = "Gateway"
+
+	KindAuthorizationPolicy   = "AuthorizationPolicy"
+	KindPeerAuthentication    = "PeerAuthentication"
+	KindRequestAuthentication = "RequestAuthentication"
 )
 
-var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway}
+var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway,
+	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication}
 
 // Options configure normalization.
 type Options struct {
@@ -122,6 +140,21 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 			if n.decode(in, &spec) {
 				n.gateway(in, &spec)
 			}
+		case KindAuthorizationPolicy:
+			var spec authorizationPolicy
+			if n.decode(in, &spec) {
+				n.authorizationPolicy(in, &spec)
+			}
+		case KindPeerAuthentication:
+			var spec peerAuthentication
+			if n.decode(in, &spec) {
+				n.peerAuthentication(in, &spec)
+			}
+		case KindRequestAuthentication:
+			var spec requestAuthentication
+			if n.decode(in, &spec) {
+				n.requestAuthentication(in, &spec)
+			}
 		}
 	}
 	for _, s := range services {
@@ -176,6 +209,12 @@ func keyOf(r Resource) (model.Key, bool) {
 		kind = model.KindScope
 	case KindGateway:
 		kind = model.KindGateway
+	case KindAuthorizationPolicy:
+		kind = model.KindAuthorization
+	case KindPeerAuthentication:
+		kind = model.KindPeerAuth
+	case KindRequestAuthentication:
+		kind = model.KindRequestAuth
 	default:
 		return model.Key{}, false
 	}
@@ -195,8 +234,8 @@ func (n *normalizer) admit(in Input) bool {
 		n.problem(in, "kind", "the kind is missing")
 	case !slices.Contains(kinds, r.Kind):
 		n.problem(in, "kind", "unknown kind %q: want one of %s", r.Kind, strings.Join(kinds, ", "))
-	case group != Group || !slices.Contains(Versions, version):
-		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, Group, strings.Join(Versions, ","))
+	case group != GroupOf(r.Kind) || !slices.Contains(Versions, version):
+		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, GroupOf(r.Kind), strings.Join(Versions, ","))
 	case r.Metadata.Name == "":
 		n.problem(in, "metadata.name", "a name is required")
 	case !model.ValidHostname(r.Metadata.Name) || strings.Contains(r.Metadata.Name, "."):

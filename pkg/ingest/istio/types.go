@@ -314,3 +314,96 @@ type clientTLS struct {
 	InsecureSkipVerify json.RawMessage `json:"insecureSkipVerify"`
 	CaCrl              string          `json:"caCrl"`
 }
+
+// The security API (security.istio.io).
+
+type matchSelector struct {
+	MatchLabels map[string]string `json:"matchLabels"`
+}
+
+type authorizationPolicy struct {
+	Selector   *matchSelector      `json:"selector"`
+	TargetRef  json.RawMessage     `json:"targetRef"`
+	TargetRefs json.RawMessage     `json:"targetRefs"`
+	Action     string              `json:"action"`
+	Provider   json.RawMessage     `json:"provider"`
+	Rules      []authorizationRule `json:"rules"`
+}
+
+type authorizationRule struct {
+	From []struct {
+		Source *authorizationSource `json:"source"`
+	} `json:"from"`
+	To []struct {
+		Operation *authorizationOperation `json:"operation"`
+	} `json:"to"`
+	When []authorizationCondition `json:"when"`
+}
+
+type authorizationSource struct {
+	Principals           []string `json:"principals"`
+	NotPrincipals        []string `json:"notPrincipals"`
+	RequestPrincipals    []string `json:"requestPrincipals"`
+	NotRequestPrincipals []string `json:"notRequestPrincipals"`
+	Namespaces           []string `json:"namespaces"`
+	NotNamespaces        []string `json:"notNamespaces"`
+	IPBlocks             []string `json:"ipBlocks"`
+	NotIPBlocks          []string `json:"notIpBlocks"`
+	RemoteIPBlocks       []string `json:"remoteIpBlocks"`
+	NotRemoteIPBlocks    []string `json:"notRemoteIpBlocks"`
+	ServiceAccounts      []string `json:"serviceAccounts"`
+	NotServiceAccounts   []string `json:"notServiceAccounts"`
+}
+
+type authorizationOperation struct {
+	Hosts      []string `json:"hosts"`
+	NotHosts   []string `json:"notHosts"`
+	Ports      []string `json:"ports"`
+	NotPorts   []string `json:"notPorts"`
+	Methods    []string `json:"methods"`
+	NotMethods []string `json:"notMethods"`
+	Paths      []string `json:"paths"`
+	NotPaths   []string `json:"notPaths"`
+}
+
+type authorizationCondition struct {
+	Key       string   `json:"key"`
+	Values    []string `json:"values"`
+	NotValues []string `json:"notValues"`
+}
+
+type peerAuthentication struct {
+	Selector      *matchSelector          `json:"selector"`
+	Mtls          *mtlsSetting            `json:"mtls"`
+	PortLevelMtls map[string]*mtlsSetting `json:"portLevelMtls"`
+}
+
+type mtlsSetting struct {
+	Mode string `json:"mode"`
+}
+
+type requestAuthentication struct {
+	Selector   *matchSelector  `json:"selector"`
+	TargetRef  json.RawMessage `json:"targetRef"`
+	TargetRefs json.RawMessage `json:"targetRefs"`
+	JwtRules   []jwtRule       `json:"jwtRules"`
+}
+
+type jwtRule struct {
+	Issuer                string          `json:"issuer"`
+	Audiences             []string        `json:"audiences"`
+	JwksURI               string          `json:"jwksUri"`
+	Jwks                  string          `json:"jwks"`
+	FromHeaders           []jwtHeader     `json:"fromHeaders"`
+	FromParams            []string        `json:"fromParams"`
+	FromCookies           json.RawMessage `json:"fromCookies"`
+	OutputPayloadToHeader string          `json:"outputPayloadToHeader"`
+	OutputClaimToHeaders  json.RawMessage `json:"outputClaimToHeaders"`
+	ForwardOriginalToken  bool            `json:"forwardOriginalToken"`
+	Timeout               json.RawMessage `json:"timeout"`
+}
+
+type jwtHeader struct {
+	Name   string `json:"name"`
+	Prefix string `json:"prefix"`
+}

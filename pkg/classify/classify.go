@@ -2,8 +2,10 @@
 // class are generated once and shared by its proxies: a class is the kind
 // of proxy and what it may see. It is named "<kind>" when what a proxy
 // sees does not depend on where it runs, "<kind>/<namespace>/<sidecar>"
-// when its namespace (exportTo) or a Sidecar limits its view
-// ("<kind>/<namespace>/" without a Sidecar), and
+// when its namespace (exportTo), a Sidecar or the namespace's security
+// policies shape its config ("<kind>/<namespace>/" without a Sidecar),
+// followed by "/<tag>,<tag>..." when security policies with a selector
+// select it (see generate.Policy.Tag), and
 // "router/<gateway>,<gateway>..." for a gateway proxy, by the Gateways
 // that select it.
 package classify
@@ -41,11 +43,20 @@ type Index struct {
 	// Sidecar, or a mention in an exportTo.
 	own      map[string]bool
 	gateways []*generate.Gateway
+	// policies are the security policies by namespace: a namespace with
+	// any has classes of its own, and a workload's class lists the
+	// policies that select it.
+	policies map[string][]*generate.Policy
 }
 
 // NewIndex indexes what decides the classes of a mesh build.
 func NewIndex(b *meshbuild.Built) *Index {
-	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, own: map[string]bool{}, gateways: b.Mesh.Gateways}
+	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, own: map[string]bool{}, gateways: b.Mesh.Gateways,
+		policies: map[string][]*generate.Policy{}}
+	for _, p := range b.Mesh.Policies {
+		ix.policies[p.Namespace] = append(ix.policies[p.Namespace], p)
+		ix.own[p.Namespace] = true
+	}
 	for _, s := range b.Scopes {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
 		ix.own[s.Namespace] = true
@@ -110,6 +121,20 @@ func (ix *Index) Same(next *Index) bool {
 			return false
 		}
 	}
+	if len(ix.policies) != len(next.policies) {
+		return false
+	}
+	for ns, list := range ix.policies {
+		other := next.policies[ns]
+		if len(other) != len(list) {
+			return false
+		}
+		for i := range list {
+			if list[i].Tag() != other[i].Tag() || !maps.Equal(list[i].Spec.GetSelector(), other[i].Spec.GetSelector()) {
+				return false
+			}
+		}
+	}
 	return true
 }
 
@@ -133,16 +158,33 @@ func (ix *Index) Classify(node *core.Node) string {
 	if ix == nil || ns == "" {
 		return kind
 	}
-	if s := ix.scope(ns, nodeLabels(node)); s != nil {
-		return kind + "/" + ns + "/" + s.Name
+	labels := nodeLabels(node)
+	selected := ix.selected(ns, labels)
+	if s := ix.scope(ns, labels); s != nil {
+		return kind + "/" + ns + "/" + s.Name + selected
 	}
-	if ix.restricted {
+	if ix.restricted || len(ix.policies[ns]) > 0 {
 		if !ix.own[ns] {
 			ns = Elsewhere
 		}
-		return kind + "/" + ns + "/"
+		return kind + "/" + ns + "/" + selected
 	}
 	return kind
+}
+
+// selected returns "/<tag>,<tag>..." for the security policies with a
+// selector that select a workload, or "" for none.
+func (ix *Index) selected(namespace string, labels map[string]string) string {
+	var tags []string
+	for _, p := range ix.policies[namespace] {
+		if sel := p.Spec.GetSelector(); len(sel) > 0 && model.Selects(sel, labels) {
+			tags = append(tags, p.Tag())
+		}
+	}
+	if len(tags) == 0 {
+		return ""
+	}
+	return "/" + strings.Join(tags, ",")
 }
 
 // Gateways returns the keys of the Gateways of a router class, and whether
@@ -157,7 +199,7 @@ func Gateways(class string) ([]string, bool) {
 
 // View returns the proxy kind and view of a (non-router) class.
 func (ix *Index) View(class string) (generate.Proxy, generate.View) {
-	parts := strings.SplitN(class, "/", 3)
+	parts := strings.SplitN(class, "/", 4)
 	kind := generate.Envoy
 	if parts[0] == generate.Proxyless.String() {
 		kind = generate.Proxyless
@@ -166,6 +208,9 @@ func (ix *Index) View(class string) (generate.Proxy, generate.View) {
 		return kind, generate.View{}
 	}
 	v := generate.View{Namespace: parts[1]}
+	if len(parts) == 4 {
+		v.Policies = strings.Split(parts[3], ",")
+	}
 	if ix != nil && parts[2] != "" {
 		if s := ix.find(parts[1], parts[2]); s != nil {
 			for _, e := range s.Spec.Egress {

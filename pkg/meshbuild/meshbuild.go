@@ -164,6 +164,7 @@ func (b *Builder) join() {
 	var routes []*generate.Route
 	var scopes []Scope
 	var gateways []*generate.Gateway
+	var security []*generate.Policy
 	for k, e := range b.objs {
 		switch o := e.Object.(type) {
 		case *meshv1.Service:
@@ -176,6 +177,8 @@ func (b *Builder) join() {
 			gateways = append(gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)})
+		case *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication, *meshv1.RequestAuthentication:
+			security = append(security, &generate.Policy{Namespace: k.Namespace, Name: k.Name, Spec: o.(generate.PolicySpec), Version: strconv.FormatInt(e.ModRev, 10)})
 		}
 	}
 	// Services that share a host name (the same Service in several
@@ -208,6 +211,10 @@ func (b *Builder) join() {
 	slices.SortFunc(gateways, func(a, b *generate.Gateway) int { return cmp.Compare(a.Key(), b.Key()) })
 	m := generate.NewMesh(list, routes)
 	m.Gateways = gateways
+	slices.SortFunc(security, func(a, b *generate.Policy) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
+	})
+	m.Policies = security
 	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted}
 }
 

@@ -151,13 +151,14 @@ type Pusher struct {
 	lru *lru.Cache[string, any]
 	// index classifies proxies; last is the mesh of the last generation,
 	// for a class seen between generations.
-	index  atomic.Pointer[classify.Index]
-	last   atomic.Pointer[generate.Mesh]
-	conv   *convergence
-	sizes  sizes
-	routes routeMemo
-	prints prints
-	linger linger
+	index       atomic.Pointer[classify.Index]
+	last        atomic.Pointer[generate.Mesh]
+	conv        *convergence
+	sizes       sizes
+	routes      routeMemo
+	prints      prints
+	serverPorts serverPorts
+	linger      linger
 	// gen numbers the generations; delivered says whether the last wave of
 	// pushes was written and answered when the current one began.
 	gen       atomic.Uint64
@@ -457,6 +458,12 @@ func (p *Pusher) generate(c change) {
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
+	if !c.full && len(built.Changed) > 0 && p.serverPorts.changed(built.Changed) {
+		c.full = true
+	}
+	if c.full {
+		p.serverPorts.record(mesh)
+	}
 	p.generateEndpoints(built)
 	if c.full {
 		classes := p.cfg.Sink.Classes()
@@ -557,7 +564,23 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
-	if !p.prints.changed(class, classPrint(m, proxy, view, p.linger.key(class))) {
+	// A proxyless class holds its servers' listeners: they depend on the
+	// security policies and on the ports its namespace serves.
+	var security generate.Security
+	var servers string
+	if proxy == generate.Proxyless {
+		security = mesh.PoliciesFor(view.Namespace, view.Policies)
+		for _, s := range mesh.Services {
+			if view.Namespace == "" || s.Namespace == view.Namespace {
+				servers += s.Namespace + "/" + s.Name + ":" + generate.ServicePortsPrint(s) + "|"
+			}
+		}
+		for _, pol := range mesh.Policies {
+			// The namespaces with policies have classes of their own.
+			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
+		}
+	}
+	if !p.prints.changed(class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
 		// Nothing this class sees changed: its resources would be the same.
 		p.m.classes.WithLabelValues("unchanged").Inc()
 		return
@@ -573,7 +596,41 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
-	publish(p, class, resource.ListenerType, generate.Listeners(m, proxy))
+	listeners := generate.Listeners(m, proxy)
+	if proxy == generate.Proxyless {
+		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
+	}
+	publish(p, class, resource.ListenerType, listeners)
+}
+
+// serverPorts remembers the ports each service's proxyless servers got
+// listeners for at the last full generation.
+type serverPorts struct {
+	mu    sync.Mutex
+	print map[string]string
+}
+
+func (s *serverPorts) record(mesh *generate.Mesh) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.print = make(map[string]string, len(mesh.Services))
+	for _, svc := range mesh.Services {
+		s.print[svc.Namespace+"/"+svc.Name] = generate.ServicePortsPrint(svc)
+	}
+}
+
+// changed reports whether endpoint changes gave a service another set of
+// served ports: the listeners of proxyless servers must be generated
+// again, not only the load assignments.
+func (s *serverPorts) changed(services []*generate.Service) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, svc := range services {
+		if s.print[svc.Namespace+"/"+svc.Name] != generate.ServicePortsPrint(svc) {
+			return true
+		}
+	}
+	return false
 }
 
 // virtualHost returns the virtual hosts for a kind of proxy from the LRU
@@ -661,7 +718,7 @@ func (pr *prints) keep(classes []string) {
 // of: the kind of proxy, its view, the services it sees with the versions
 // of their configuration (not of their endpoints), every route rule, and
 // the removed clusters it still serves (lingering).
-func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering string) uint64 {
+func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering, servers string) uint64 {
 	h := fnv.New64a()
 	write := func(parts ...string) {
 		for _, s := range parts {
@@ -669,7 +726,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 			h.Write([]byte{0})
 		}
 	}
-	write(proxy.String(), view.Namespace, lingering)
+	write(proxy.String(), view.Namespace, lingering, servers)
 	write(view.Egress...)
 	for _, s := range m.Services {
 		write("s", s.Namespace, s.Name, s.ConfigVersion)

@@ -78,6 +78,8 @@ type Mesh struct {
 	Routes   []*Route
 	// Gateways are the mesh's gateways, for router proxies.
 	Gateways []*Gateway
+	// Policies are the mesh's security policies, by namespace and name.
+	Policies []*Policy
 	byHost   map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
@@ -128,7 +130,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 	for _, s := range changed {
 		by[id{s.Namespace, s.Name}] = s
 	}
-	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways,
+	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies,
 		byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
@@ -200,6 +202,9 @@ type View struct {
 	// ("./*", "*/api.example.com", "shop/*"); nil sees everything exported
 	// to the namespace.
 	Egress []string
+	// Policies are the tags of the security policies with a selector that
+	// select the class's workloads (those without apply to the namespace).
+	Policies []string
 }
 
 // For returns the part of the mesh a view sees: the services exported to
@@ -215,7 +220,9 @@ func (m *Mesh) For(v View) *Mesh {
 			svcs = append(svcs, s)
 		}
 	}
-	return NewMesh(svcs, m.Routes)
+	out := NewMesh(svcs, m.Routes)
+	out.Policies = m.Policies
+	return out
 }
 
 func (v View) sees(s *Service) bool {

@@ -1,0 +1,512 @@
+package generate
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacconfig "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Policy is one security policy of a namespace as the generators see it;
+// Spec is a *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication or
+// *meshv1.RequestAuthentication.
+type Policy struct {
+	Namespace, Name string
+	Spec            PolicySpec
+	Version         string
+}
+
+// PolicySpec is one of the security policy messages.
+type PolicySpec interface {
+	GetSelector() map[string]string
+}
+
+// Tag names a policy within its namespace by kind ("a:", "p:" or "r:"),
+// as class names list the policies that select a workload.
+func (p *Policy) Tag() string {
+	switch p.Spec.(type) {
+	case *meshv1.AuthorizationPolicy:
+		return "a:" + p.Name
+	case *meshv1.PeerAuthentication:
+		return "p:" + p.Name
+	}
+	return "r:" + p.Name
+}
+
+// Security is the policies that apply to one class of proxies, in
+// namespace and name order.
+type Security []*Policy
+
+// PoliciesFor returns the policies of a namespace that apply to a class:
+// those without a selector and those whose tags the class lists.
+func (m *Mesh) PoliciesFor(namespace string, tags []string) Security {
+	var out Security
+	for _, p := range m.Policies {
+		if p.Namespace != namespace {
+			continue
+		}
+		if len(p.Spec.GetSelector()) == 0 || slices.Contains(tags, p.Tag()) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mtlsMode is the mode of a port: a selecting PeerAuthentication's port
+// mode, then its mode, then the namespace's (no selector); the first by
+// name where several select.
+func (s Security) mtlsMode(port uint32) meshv1.MTLSMode {
+	var ns, selected meshv1.MTLSMode
+	var selectedPort meshv1.MTLSMode
+	for _, p := range s {
+		pa, ok := p.Spec.(*meshv1.PeerAuthentication)
+		if !ok {
+			continue
+		}
+		if len(pa.Selector) == 0 {
+			ns = cmp.Or(ns, pa.Mode)
+			continue
+		}
+		selectedPort = cmp.Or(selectedPort, pa.PortModes[port])
+		selected = cmp.Or(selected, pa.Mode)
+	}
+	return cmp.Or(selectedPort, selected, ns)
+}
+
+// ServerListenerName is the listener a proxyless gRPC server listening on
+// addr ("0.0.0.0:50051", "[::]:50051") asks for: grpc-go's default name.
+func ServerListenerName(addr string) string {
+	return "grpc/server?xds.resource.listening_address=" + addr
+}
+
+// servicePorts returns the ports a service's workloads serve gRPC or HTTP
+// on: the target ports of its HTTP ports and the ports its endpoints give
+// them; none for a service outside the mesh (not static).
+func servicePorts(s *Service, into map[uint32]bool) {
+	if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
+		return
+	}
+	for _, p := range s.Spec.Ports {
+		if !isHTTP(p) {
+			continue
+		}
+		into[cmp.Or(p.TargetPort, p.Number)] = true
+		for _, ep := range s.Endpoints {
+			if n := ep.Ports[p.Name]; n != 0 {
+				into[n] = true
+			}
+		}
+	}
+}
+
+// ServicePortsPrint names the ports a service's proxyless servers get
+// listeners for, so that a change of its endpoints that changes them
+// regenerates those listeners.
+func ServicePortsPrint(s *Service) string {
+	ports := map[uint32]bool{}
+	servicePorts(s, ports)
+	var b strings.Builder
+	for _, p := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
+		b.WriteString(strconv.FormatUint(uint64(p), 10) + ",")
+	}
+	return b.String()
+}
+
+// serverPorts returns the ports a namespace's workloads serve on; for
+// namespace "", those of every namespace without security policies (whose
+// proxies share one class).
+func serverPorts(m *Mesh, namespace string) []uint32 {
+	secured := map[string]bool{}
+	for _, p := range m.Policies {
+		secured[p.Namespace] = true
+	}
+	ports := map[uint32]bool{}
+	for _, s := range m.Services {
+		if namespace == "" && !secured[s.Namespace] || s.Namespace == namespace {
+			servicePorts(s, ports)
+		}
+	}
+	return slices.SortedFunc(maps.Keys(ports), cmp.Compare)
+}
+
+// ServerListeners returns the listeners of a class of proxyless gRPC
+// servers of a namespace ("": of the namespaces without security
+// policies): for every port its workloads serve on, one per
+// wildcard address (servers listen on every interface), whose one filter
+// chain takes mutual TLS when the port's PeerAuthentication mode is STRICT
+// (certificates from the bootstrap's provider "default"; PERMISSIVE is
+// plaintext: grpc-go cannot tell TLS from plaintext on one port) and
+// applies the class's AuthorizationPolicies as RBAC filters.
+func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listener {
+	filters := append(RBACFilters(sec), &hcm.HttpFilter{
+		Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})}})
+	var out []*listener.Listener
+	for _, port := range serverPorts(m, namespace) {
+		num := strconv.FormatUint(uint64(port), 10)
+		manager := &hcm.HttpConnectionManager{
+			StatPrefix: "inbound_" + num,
+			RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+				Name: "inbound|" + num,
+				VirtualHosts: []*route.VirtualHost{{
+					Name:    "inbound|" + num,
+					Domains: []string{"*"},
+					Routes: []*route.Route{{
+						Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+						Action: &route.Route_NonForwardingAction{NonForwardingAction: &route.NonForwardingAction{}},
+					}},
+				}},
+			}},
+			HttpFilters: filters,
+		}
+		chain := &listener.FilterChain{
+			Name: "inbound|" + num,
+			Filters: []*listener.Filter{{Name: "envoy.filters.network.http_connection_manager",
+				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)}}},
+		}
+		if sec.mtlsMode(port) == meshv1.MTLSMode_MTLS_MODE_STRICT {
+			chain.TransportSocket = downstreamMutualTLS(Proxyless)
+		}
+		for _, host := range []string{"0.0.0.0", "::"} {
+			addr := netip.AddrPortFrom(netip.MustParseAddr(host), uint16(port)).String()
+			out = append(out, &listener.Listener{
+				Name:         ServerListenerName(addr),
+				Address:      socketAddress(host, port),
+				FilterChains: []*listener.FilterChain{chain},
+			})
+		}
+	}
+	return out
+}
+
+// downstreamMutualTLS requires a client certificate of the mesh's root:
+// for an Envoy from SDS ("default" and "ROOTCA"), for a proxyless server
+// from its bootstrap's certificate provider "default", as Istio's.
+func downstreamMutualTLS(proxy Proxy) *core.TransportSocket {
+	common := &tlsv3.CommonTlsContext{}
+	if proxy == Proxyless {
+		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
+			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
+		}
+		common.TlsCertificateProviderInstance = provider("default")
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{
+			ValidationContext: &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider("ROOTCA")}}
+	} else {
+		sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds("default")}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds("ROOTCA")}
+	}
+	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(true)}
+	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+}
+
+// RBACFilters returns the RBAC HTTP filters of a class's
+// AuthorizationPolicies, as Istio evaluates them: a request matching a
+// DENY rule is denied; then, when any ALLOW policy applies, a request
+// matching none of their rules is denied. No policy: no filter.
+func RBACFilters(sec Security) []*hcm.HttpFilter {
+	deny := map[string]*rbacconfig.Policy{}
+	allow := map[string]*rbacconfig.Policy{}
+	anyAllow := false
+	for _, p := range sec {
+		ap, ok := p.Spec.(*meshv1.AuthorizationPolicy)
+		if !ok {
+			continue
+		}
+		isDeny := ap.Action == meshv1.AuthorizationPolicy_ACTION_DENY
+		anyAllow = anyAllow || !isDeny
+		for i, r := range ap.Rules {
+			policy, ok := rbacPolicy(r, isDeny)
+			if !ok {
+				continue
+			}
+			name := fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]", p.Namespace, p.Name, i)
+			if isDeny {
+				deny[name] = policy
+			} else {
+				allow[name] = policy
+			}
+		}
+	}
+	var out []*hcm.HttpFilter
+	if len(deny) > 0 {
+		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
+	}
+	if anyAllow {
+		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
+	}
+	return out
+}
+
+func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy) *hcm.HttpFilter {
+	return &hcm.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcm.HttpFilter_TypedConfig{
+		TypedConfig: mustAny(&rbac.RBAC{Rules: &rbacconfig.RBAC{Action: action, Policies: policies}})}}
+}
+
+// rbacPolicy translates one rule. What is not checked yet (a JWT's
+// principal or claims: request authentication is to come) fails closed:
+// an ALLOW rule naming it matches nothing (ok false: left out), a DENY
+// rule matches regardless of it.
+func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool) (*rbacconfig.Policy, bool) {
+	var principals []*rbacconfig.Principal
+	var perms []*rbacconfig.Permission
+	if len(r.From) > 0 {
+		var alts []*rbacconfig.Principal
+		for _, src := range r.From {
+			if (len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0) && !isDeny {
+				continue // this source can never be proven
+			}
+			alts = append(alts, sourcePrincipal(src))
+		}
+		if len(alts) == 0 {
+			return nil, false
+		}
+		principals = append(principals, orIDs(alts))
+	}
+	if len(r.To) > 0 {
+		var alts []*rbacconfig.Permission
+		for _, op := range r.To {
+			alts = append(alts, operationPermission(op))
+		}
+		perms = append(perms, orPermissions(alts))
+	}
+	for _, c := range r.When {
+		switch {
+		case c.Key == "destination.port":
+			perms = append(perms, valuesPermission(c, func(v string) *rbacconfig.Permission {
+				n, _ := strconv.ParseUint(v, 10, 32)
+				return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
+			}))
+		case strings.HasPrefix(c.Key, "request.auth."):
+			if !isDeny {
+				return nil, false
+			}
+			continue
+		default:
+			principals = append(principals, conditionPrincipal(c))
+		}
+	}
+	p := &rbacconfig.Policy{
+		Permissions: []*rbacconfig.Permission{andPermissions(perms)},
+		Principals:  []*rbacconfig.Principal{andIDs(principals)},
+	}
+	return p, true
+}
+
+var anyID = &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Any{Any: true}}
+var anyPermission = &rbacconfig.Permission{Rule: &rbacconfig.Permission_Any{Any: true}}
+
+func andIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
+	switch len(ids) {
+	case 0:
+		return anyID
+	case 1:
+		return ids[0]
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_AndIds{AndIds: &rbacconfig.Principal_Set{Ids: ids}}}
+}
+
+func orIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_OrIds{OrIds: &rbacconfig.Principal_Set{Ids: ids}}}
+}
+
+func notID(id *rbacconfig.Principal) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_NotId{NotId: id}}
+}
+
+func andPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
+	switch len(ps) {
+	case 0:
+		return anyPermission
+	case 1:
+		return ps[0]
+	}
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_AndRules{AndRules: &rbacconfig.Permission_Set{Rules: ps}}}
+}
+
+func orPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
+	if len(ps) == 1 {
+		return ps[0]
+	}
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_OrRules{OrRules: &rbacconfig.Permission_Set{Rules: ps}}}
+}
+
+func notPermission(p *rbacconfig.Permission) *rbacconfig.Permission {
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_NotRule{NotRule: p}}
+}
+
+// stringMatch is Istio's string match: exact, "*" for any value, a prefix
+// ("abc*") or a suffix ("*abc").
+func stringMatch(v string, ignoreCase bool) *matcher.StringMatcher {
+	switch {
+	case v == "*":
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: ".+"}}}
+	case strings.HasSuffix(v, "*"):
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: strings.TrimSuffix(v, "*")}, IgnoreCase: ignoreCase}
+	case strings.HasPrefix(v, "*"):
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Suffix{Suffix: strings.TrimPrefix(v, "*")}, IgnoreCase: ignoreCase}
+	}
+	return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: v}, IgnoreCase: ignoreCase}
+}
+
+// principalName matches the SPIFFE ID of the peer's certificate.
+func principalName(m *matcher.StringMatcher) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Authenticated_{Authenticated: &rbacconfig.Principal_Authenticated{PrincipalName: m}}}
+}
+
+func principalMatch(v string) *rbacconfig.Principal {
+	if v == "*" {
+		return principalName(stringMatch("*", false))
+	}
+	// Istio's principals leave out "spiffe://".
+	if strings.HasPrefix(v, "*") {
+		return principalName(stringMatch(v, false))
+	}
+	return principalName(stringMatch("spiffe://"+v, false))
+}
+
+func namespaceMatch(ns string) *rbacconfig.Principal {
+	return principalName(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{
+		SafeRegex: &matcher.RegexMatcher{Regex: ".*/ns/" + regexp.QuoteMeta(ns) + "/.*"}}})
+}
+
+func ipMatch(v string) *rbacconfig.Principal {
+	prefix, err := netip.ParsePrefix(v)
+	if err != nil {
+		addr, _ := netip.ParseAddr(v)
+		prefix = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_DirectRemoteIp{DirectRemoteIp: &core.CidrRange{
+		AddressPrefix: prefix.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(prefix.Bits()))}}}
+}
+
+func headerID(name string, m *matcher.StringMatcher) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Header{Header: &route.HeaderMatcher{
+		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
+}
+
+// field adds the match of one list of a source: any of its values.
+func field(ids *[]*rbacconfig.Principal, values []string, not bool, match func(string) *rbacconfig.Principal) {
+	if len(values) == 0 {
+		return
+	}
+	var alts []*rbacconfig.Principal
+	for _, v := range values {
+		alts = append(alts, match(v))
+	}
+	id := orIDs(alts)
+	if not {
+		id = notID(id)
+	}
+	*ids = append(*ids, id)
+}
+
+func sourcePrincipal(src *meshv1.AuthorizationSource) *rbacconfig.Principal {
+	var ids []*rbacconfig.Principal
+	field(&ids, src.Principals, false, principalMatch)
+	field(&ids, src.NotPrincipals, true, principalMatch)
+	field(&ids, src.Namespaces, false, namespaceMatch)
+	field(&ids, src.NotNamespaces, true, namespaceMatch)
+	field(&ids, src.IpBlocks, false, ipMatch)
+	field(&ids, src.NotIpBlocks, true, ipMatch)
+	// Request principals are not checked yet: a DENY rule matches
+	// regardless of them, an ALLOW one was left out.
+	return andIDs(ids)
+}
+
+func permissionField(perms *[]*rbacconfig.Permission, values []string, not bool, match func(string) *rbacconfig.Permission) {
+	if len(values) == 0 {
+		return
+	}
+	var alts []*rbacconfig.Permission
+	for _, v := range values {
+		alts = append(alts, match(v))
+	}
+	p := orPermissions(alts)
+	if not {
+		p = notPermission(p)
+	}
+	*perms = append(*perms, p)
+}
+
+func headerPermission(name string, m *matcher.StringMatcher) *rbacconfig.Permission {
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_Header{Header: &route.HeaderMatcher{
+		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
+}
+
+func operationPermission(op *meshv1.AuthorizationOperation) *rbacconfig.Permission {
+	var perms []*rbacconfig.Permission
+	path := func(v string) *rbacconfig.Permission {
+		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_UrlPath{UrlPath: &matcher.PathMatcher{
+			Rule: &matcher.PathMatcher_Path{Path: stringMatch(v, false)}}}}
+	}
+	method := func(v string) *rbacconfig.Permission { return headerPermission(":method", stringMatch(v, false)) }
+	host := func(v string) *rbacconfig.Permission { return headerPermission(":authority", stringMatch(v, true)) }
+	permissionField(&perms, op.Paths, false, path)
+	permissionField(&perms, op.NotPaths, true, path)
+	permissionField(&perms, op.Methods, false, method)
+	permissionField(&perms, op.NotMethods, true, method)
+	permissionField(&perms, op.Hosts, false, host)
+	permissionField(&perms, op.NotHosts, true, host)
+	port := func(v string) *rbacconfig.Permission {
+		n, _ := strconv.ParseUint(v, 10, 32)
+		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
+	}
+	permissionField(&perms, portStrings(op.Ports), false, port)
+	permissionField(&perms, portStrings(op.NotPorts), true, port)
+	return andPermissions(perms)
+}
+
+func portStrings(ports []uint32) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = strconv.FormatUint(uint64(p), 10)
+	}
+	return out
+}
+
+func valuesPermission(c *meshv1.AuthorizationCondition, match func(string) *rbacconfig.Permission) *rbacconfig.Permission {
+	var perms []*rbacconfig.Permission
+	permissionField(&perms, c.Values, false, match)
+	permissionField(&perms, c.NotValues, true, match)
+	return andPermissions(perms)
+}
+
+// conditionPrincipal translates a "when" condition on the source or the
+// request's headers.
+func conditionPrincipal(c *meshv1.AuthorizationCondition) *rbacconfig.Principal {
+	var match func(string) *rbacconfig.Principal
+	switch c.Key {
+	case "source.ip":
+		match = ipMatch
+	case "source.namespace":
+		match = namespaceMatch
+	case "source.principal":
+		match = principalMatch
+	default: // request.headers[<name>]
+		name := strings.TrimSuffix(strings.TrimPrefix(c.Key, "request.headers["), "]")
+		match = func(v string) *rbacconfig.Principal { return headerID(strings.ToLower(name), stringMatch(v, false)) }
+	}
+	var ids []*rbacconfig.Principal
+	field(&ids, c.Values, false, match)
+	field(&ids, c.NotValues, true, match)
+	return andIDs(ids)
+}

@@ -16,8 +16,12 @@ import (
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// IstioKinds are the networking.istio.io kinds InstallIstioCRDs installs.
-var IstioKinds = []string{"ServiceEntry", "WorkloadEntry", "VirtualService", "DestinationRule", "Sidecar", "Gateway"}
+// IstioKinds are the networking.istio.io kinds InstallIstioCRDs installs;
+// SecurityKinds, the security.istio.io kinds.
+var (
+	IstioKinds    = []string{"ServiceEntry", "WorkloadEntry", "VirtualService", "DestinationRule", "Sidecar", "Gateway"}
+	SecurityKinds = []string{"AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"}
+)
 
 var (
 	crdOnce sync.Once
@@ -35,9 +39,12 @@ func (c *Cluster) InstallIstioCRDs(t testing.TB) {
 	}
 }
 
-// CRDFile holds the Istio CRDs the chart ships, relative to the
-// repository root: the tests install the same file.
-const CRDFile = "deploy/helm/shardpilot/crds/istio-networking.yaml"
+// CRDFiles hold the Istio CRDs the chart ships, by group, relative to the
+// repository root: the tests install the same files.
+var CRDFiles = map[string]string{
+	"networking.istio.io": "deploy/helm/shardpilot/crds/istio-networking.yaml",
+	"security.istio.io":   "deploy/helm/shardpilot/crds/istio-security.yaml",
+}
 
 func (c *Cluster) installIstioCRDs() error {
 	ctx := context.Background()
@@ -45,34 +52,45 @@ func (c *Cluster) installIstioCRDs() error {
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(root, CRDFile))
-	if err != nil {
-		return fmt.Errorf("kubetest: %w", err)
-	}
-	crds, err := Decode(data)
-	if err != nil {
-		return fmt.Errorf("kubetest: %s: %w", CRDFile, err)
-	}
-	if len(crds) != len(IstioKinds) {
-		return fmt.Errorf("kubetest: %s holds %d CRDs, want one per kind of %v", CRDFile, len(crds), IstioKinds)
-	}
-	for _, crd := range crds {
-		if _, err := c.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("kubetest: create CRD %s: %w", crd.GetName(), err)
+	for group, file := range CRDFiles {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			return fmt.Errorf("kubetest: %w", err)
+		}
+		crds, err := Decode(data)
+		if err != nil {
+			return fmt.Errorf("kubetest: %s: %w", file, err)
+		}
+		if want := kindsOf(group); len(crds) != len(want) {
+			return fmt.Errorf("kubetest: %s holds %d CRDs, want one per kind of %v", file, len(crds), want)
+		}
+		for _, crd := range crds {
+			if _, err := c.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("kubetest: create CRD %s: %w", crd.GetName(), err)
+			}
 		}
 	}
 	// The first create after a CRD install can take a few seconds: wait
 	// until every kind is listed by discovery and can be listed.
 	deadline := time.Now().Add(60 * time.Second)
-	for {
-		list, err := c.Client.Discovery().ServerResourcesForGroupVersion("networking.istio.io/v1")
-		if err == nil && len(list.APIResources) >= 2*len(IstioKinds) { // each kind and its status
-			break
+	for group := range CRDFiles {
+		for {
+			list, err := c.Client.Discovery().ServerResourcesForGroupVersion(group + "/v1")
+			if err == nil && len(list.APIResources) >= 2*len(kindsOf(group)) { // each kind and its status
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kubetest: Istio %s CRDs not served within 60s: %v", group, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kubetest: Istio CRDs not served within 60s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
+}
+
+func kindsOf(group string) []string {
+	if group == "security.istio.io" {
+		return SecurityKinds
+	}
+	return IstioKinds
 }

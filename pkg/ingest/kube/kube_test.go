@@ -108,7 +108,7 @@ func (r *running) absent(t *testing.T, key string, what string) {
 
 func istioObject(kind, version, ns, name string, spec map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "networking.istio.io/" + version,
+		"apiVersion": istio.GroupOf(kind) + "/" + version,
 		"kind":       kind,
 		"metadata":   map[string]any{"name": name, "namespace": ns},
 		"spec":       spec,
@@ -117,16 +117,16 @@ func istioObject(kind, version, ns, name string, spec map[string]any) *unstructu
 
 func gvr(kind string) schema.GroupVersionResource {
 	plural := strings.ToLower(kind) + "s"
-	if strings.HasSuffix(kind, "Entry") {
+	if strings.HasSuffix(kind, "Entry") || strings.HasSuffix(kind, "Policy") {
 		plural = strings.ToLower(strings.TrimSuffix(kind, "y")) + "ies"
 	}
-	return schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: plural}
+	return schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: "v1", Resource: plural}
 }
 
 func apply(t *testing.T, kc *kubetest.Cluster, u *unstructured.Unstructured) {
 	t.Helper()
 	g := gvr(u.GetKind())
-	g.Version = strings.TrimPrefix(u.GetAPIVersion(), "networking.istio.io/")
+	g.Version = strings.TrimPrefix(u.GetAPIVersion(), istio.GroupOf(u.GetKind())+"/")
 	_, err := kc.Dynamic.Resource(g).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
@@ -506,4 +506,40 @@ spec:
 	if !model.SameContent(objs[0].Object, fromKube) {
 		t.Errorf("from Kubernetes:\n%v\nfrom YAML:\n%v", fromKube, objs[0].Object)
 	}
+}
+
+// TestSecurityPolicies: AuthorizationPolicies, PeerAuthentications and
+// RequestAuthentications from the API server reach the store; one with a
+// field no proxy acts on yet gets a Warning Event naming it and is not
+// written.
+func TestSecurityPolicies(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	_, cli := testutil.Etcd(t)
+	ns := kc.Namespace(t, nil)
+	apply(t, kc, istioObject("AuthorizationPolicy", "v1", ns, "deny-list", map[string]any{
+		"selector": map[string]any{"matchLabels": map[string]any{"app": "greeter"}},
+		"action":   "DENY",
+		"rules":    []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/grpc.health.v1.Health/List"}, "ports": []any{"50051"}}}}}},
+	}))
+	apply(t, kc, istioObject("PeerAuthentication", "v1beta1", ns, "default", map[string]any{"mtls": map[string]any{"mode": "STRICT"}}))
+	apply(t, kc, istioObject("RequestAuthentication", "v1", ns, "jwt", map[string]any{
+		"jwtRules": []any{map[string]any{"issuer": "https://issuer.example.com", "jwksUri": "https://issuer.example.com/jwks"}},
+	}))
+	apply(t, kc, istioObject("AuthorizationPolicy", "v1", ns, "ext", map[string]any{
+		"action": "CUSTOM", "provider": map[string]any{"name": "opa"}, "rules": []any{map[string]any{}},
+	}))
+	r := startSource(t, kc, cli, "c1", nil)
+	r.object(t, "/mesh/v1/authorizationpolicies/"+ns+"/deny-list", "the AuthorizationPolicy", func(o model.Object) (bool, string) {
+		p := o.(*meshv1.AuthorizationPolicy)
+		ok := p.Action == meshv1.AuthorizationPolicy_ACTION_DENY && p.Selector["app"] == "greeter" &&
+			len(p.Rules) == 1 && p.Rules[0].To[0].Paths[0] == "/grpc.health.v1.Health/List" && p.Rules[0].To[0].Ports[0] == 50051
+		return ok, p.String()
+	})
+	r.object(t, "/mesh/v1/peerauthentications/"+ns+"/default", "the PeerAuthentication", func(o model.Object) (bool, string) {
+		return o.(*meshv1.PeerAuthentication).Mode == meshv1.MTLSMode_MTLS_MODE_STRICT, "not STRICT"
+	})
+	r.object(t, "/mesh/v1/requestauthentications/"+ns+"/jwt", "the RequestAuthentication", nil)
+	eventFor(t, kc, ns, "AuthorizationPolicy", "ext", "spec.provider")
+	r.absent(t, "/mesh/v1/authorizationpolicies/"+ns+"/ext", "a CUSTOM policy is not written")
 }

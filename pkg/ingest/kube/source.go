@@ -36,14 +36,18 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// istioResources are the Istio networking resources watched, by kind.
+// istioResources are the Istio networking and security resources watched,
+// by kind (their group is istio.GroupOf the kind).
 var istioResources = map[string]string{
-	istio.KindServiceEntry:    "serviceentries",
-	istio.KindWorkloadEntry:   "workloadentries",
-	istio.KindVirtualService:  "virtualservices",
-	istio.KindDestinationRule: "destinationrules",
-	istio.KindSidecar:         "sidecars",
-	istio.KindGateway:         "gateways",
+	istio.KindServiceEntry:          "serviceentries",
+	istio.KindWorkloadEntry:         "workloadentries",
+	istio.KindVirtualService:        "virtualservices",
+	istio.KindDestinationRule:       "destinationrules",
+	istio.KindSidecar:               "sidecars",
+	istio.KindGateway:               "gateways",
+	istio.KindAuthorizationPolicy:   "authorizationpolicies",
+	istio.KindPeerAuthentication:    "peerauthentications",
+	istio.KindRequestAuthentication: "requestauthentications",
 }
 
 // Config configures a Source.
@@ -261,7 +265,7 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	for kind, resource := range s.istioAvailable() {
-		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.Group, Version: "v1", Resource: resource})
+		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: "v1", Resource: resource})
 		if _, err := gi.Informer().AddEventHandler(s.handler(kind, w, loop.Changed)); err != nil {
 			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
 		}
@@ -287,16 +291,18 @@ func (s *Source) Run(ctx context.Context) error {
 // istioAvailable returns the Istio resources the cluster serves at v1; a
 // cluster without Istio's CRDs has only its Services.
 func (s *Source) istioAvailable() map[string]string {
-	list, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(istio.Group + "/v1")
-	if err != nil {
-		s.cfg.Log.Warn("Istio networking CRDs not served; watching Kubernetes Services only", "cluster", s.cfg.Cluster, "err", err)
-		return nil
-	}
 	out := map[string]string{}
-	for _, r := range list.APIResources {
-		for kind, resource := range istioResources {
-			if r.Name == resource {
-				out[kind] = resource
+	for _, group := range []string{istio.Group, istio.SecurityGroup} {
+		list, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(group + "/v1")
+		if err != nil {
+			s.cfg.Log.Warn("Istio CRDs not served; not watching them", "cluster", s.cfg.Cluster, "group", group, "err", err)
+			continue
+		}
+		for _, r := range list.APIResources {
+			for kind, resource := range istioResources {
+				if r.Name == resource && istio.GroupOf(kind) == group {
+					out[kind] = resource
+				}
 			}
 		}
 	}

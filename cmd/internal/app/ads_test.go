@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,8 +72,12 @@ func TestEnvoySidecarGetsOutboundConfig(t *testing.T) {
 	if got := sotw(sidecar, resource.ListenerType, "0.0.0.0_50051"); !slices.Equal(sorted(got), []string{"0.0.0.0_50051", "virtualInbound", "virtualOutbound"}) {
 		t.Errorf("sidecar listeners %v, want the outbound 0.0.0.0_50051 and the two virtual listeners", got)
 	}
-	if got := sotw(proxyless, resource.ListenerType, "greeter.demo.svc.cluster.local:50051"); len(got) != 1 {
-		t.Errorf("proxyless listeners %v, want only the API listener", got)
+	// A proxyless class holds its clients' API listeners and its servers'
+	// listeners, one per served port and wildcard address.
+	got := sotw(proxyless, resource.ListenerType, "greeter.demo.svc.cluster.local:50051")
+	api := slices.DeleteFunc(slices.Clone(got), func(n string) bool { return strings.HasPrefix(n, "grpc/server?xds.resource.listening_address=") })
+	if !slices.Equal(api, []string{"greeter.demo.svc.cluster.local:50051"}) || !slices.Contains(got, "grpc/server?xds.resource.listening_address=[::]:50051") {
+		t.Errorf("proxyless listeners %v, want the API listener and the servers' listeners", got)
 	}
 
 	// Delta: a wildcard cluster subscription.

@@ -3,6 +3,8 @@ package generate
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -144,31 +146,50 @@ func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 	case meshv1.ClientTLS_MODE_UNSPECIFIED, meshv1.ClientTLS_MODE_DISABLE:
 		return nil
 	}
-	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
-	if proxy == Proxyless {
-		if t.Mode != meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
-			return nil
-		}
-		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
-			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
-		}
-		ctx.CommonTlsContext.TlsCertificateProviderInstance = provider("default")
-		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{
-			ValidationContext: &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider("ROOTCA")}}
-		return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+	if proxy == Proxyless && t.Mode != meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
+		return nil
 	}
-	sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
+	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	switch t.Mode {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
-		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds("default")}
-		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds("ROOTCA")}
+		ctx.CommonTlsContext = meshCertificates(proxy)
 	case meshv1.ClientTLS_MODE_MUTUAL:
 		name := t.CredentialName
 		if name == "" {
 			name = "default"
 		}
-		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds(name)}
+		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(name)}
 	}
+	return tlsSocket(ctx)
+}
+
+// sdsSecret is a secret an Envoy fetches over SDS on its ADS stream.
+func sdsSecret(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()}
+}
+
+// meshCertificates is a proxy's own workload certificate and the mesh's
+// root it validates peers with, under Istio's names: for an Envoy the SDS
+// secrets "default" and "ROOTCA", for a proxyless gRPC client or server its
+// bootstrap's certificate provider "default".
+func meshCertificates(proxy Proxy) *tlsv3.CommonTlsContext {
+	if proxy == Proxyless {
+		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
+			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
+		}
+		return &tlsv3.CommonTlsContext{
+			TlsCertificateProviderInstance: provider("default"),
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
+				ValidationContext: &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider("ROOTCA")}},
+		}
+	}
+	return &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("default")},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")},
+	}
+}
+
+func tlsSocket(ctx proto.Message) *core.TransportSocket {
 	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 

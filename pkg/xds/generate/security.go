@@ -198,21 +198,7 @@ func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listen
 // for an Envoy from SDS ("default" and "ROOTCA"), for a proxyless server
 // from its bootstrap's certificate provider "default", as Istio's.
 func downstreamMutualTLS(proxy Proxy) *core.TransportSocket {
-	common := &tlsv3.CommonTlsContext{}
-	if proxy == Proxyless {
-		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
-			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
-		}
-		common.TlsCertificateProviderInstance = provider("default")
-		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{
-			ValidationContext: &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider("ROOTCA")}}
-	} else {
-		sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sds("default")}
-		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds("ROOTCA")}
-	}
-	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(true)}
-	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: meshCertificates(proxy), RequireClientCertificate: wrapperspb.Bool(true)})
 }
 
 // RBACFilters returns the RBAC HTTP filters of a class's

@@ -181,7 +181,7 @@ func (s *Server) reload(ctx context.Context) error {
 	for _, c := range generate.LoadAssignments(m) {
 		res[resource.EndpointType] = append(res[resource.EndpointType], c)
 	}
-	for _, l := range generate.Listeners(m, generate.Envoy) {
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
 		res[resource.ListenerType] = append(res[resource.ListenerType], l)
 	}
 	for _, r := range generate.Routes(m, generate.Envoy) {

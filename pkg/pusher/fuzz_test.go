@@ -54,7 +54,7 @@ func FuzzApplyEvent(f *testing.F) {
 		m := built.Mesh
 		for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
 			generate.Clusters(m, proxy)
-			generate.Listeners(m, proxy)
+			generate.Listeners(m, proxy, nil)
 			generate.Routes(m, proxy)
 		}
 		generate.LoadAssignments(m)

@@ -564,12 +564,15 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	m := mesh.For(view)
-	// A proxyless class holds its servers' listeners: they depend on the
-	// security policies and on the ports its namespace serves.
-	var security generate.Security
+	// Its inbound security (an Envoy's virtual inbound listener, a
+	// proxyless class's servers' listeners) follows the policies that
+	// apply; a proxyless class also follows the ports its namespace serves.
+	security := mesh.PoliciesFor(view.Namespace, view.Policies)
 	var servers string
+	for _, pol := range security {
+		servers += "|" + pol.Tag() + "@" + pol.Version
+	}
 	if proxy == generate.Proxyless {
-		security = mesh.PoliciesFor(view.Namespace, view.Policies)
 		for _, s := range mesh.Services {
 			if view.Namespace == "" || s.Namespace == view.Namespace {
 				servers += s.Namespace + "/" + s.Name + ":" + generate.ServicePortsPrint(s) + "|"
@@ -593,10 +596,13 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 		})...)
 	}
 	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
+	if proxy == generate.Envoy {
+		clusters = append(clusters, generate.JWKSClusters(security)...)
+	}
 	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
-	listeners := generate.Listeners(m, proxy)
+	listeners := generate.Listeners(m, proxy, security)
 	if proxy == generate.Proxyless {
 		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
 	}

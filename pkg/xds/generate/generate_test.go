@@ -201,7 +201,7 @@ func TestGenerate(t *testing.T) {
 	check(t, "endpoints.json", generate.LoadAssignments(m))
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
 		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))
-		check(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy))
+		check(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy, nil))
 		check(t, "routes-"+proxy.String()+".json", generate.Routes(m, proxy))
 	}
 }

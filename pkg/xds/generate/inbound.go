@@ -81,7 +81,7 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 // per inbound port: HTTP ports through a connection manager whose one
 // route sends everything to the port's inbound cluster (with no timeout,
 // the caller's proxy already applied one), other ports through a TCP proxy.
-func inboundChains(m *Mesh) []*listener.FilterChain {
+func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 	ports := inboundPorts(m)
 	var out []*listener.FilterChain
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
@@ -91,8 +91,8 @@ func inboundChains(m *Mesh) []*listener.FilterChain {
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
 		}
 		if !ports[port] {
-			chain.Filters = []*listener.Filter{tcpProxyFilter(name, name)}
-			out = append(out, chain)
+			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
+			out = append(out, inboundTLS(chain, sec.mtlsMode(port))...)
 			continue
 		}
 		manager := &hcm.HttpConnectionManager{
@@ -112,16 +112,16 @@ func inboundChains(m *Mesh) []*listener.FilterChain {
 					}},
 				}},
 			}},
-			HttpFilters: []*hcm.HttpFilter{{
+			HttpFilters: append(inboundHTTPFilters(sec), &hcm.HttpFilter{
 				Name:       "envoy.filters.http.router",
 				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
-			}},
+			}),
 		}
 		chain.Filters = []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
 		}}
-		out = append(out, chain)
+		out = append(out, inboundTLS(chain, sec.mtlsMode(port))...)
 	}
 	return out
 }

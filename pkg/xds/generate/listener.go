@@ -20,8 +20,9 @@ import (
 // clients an API listener per HTTP service port, named "<host>:<port>"; for
 // Envoy sidecars an outbound listener per HTTP or TCP port,
 // "0.0.0.0_<port>", behind the virtual outbound (15001) and inbound (15006)
-// listeners.
-func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
+// listeners, whose inbound chains apply the class's security policies
+// (see ServerListeners for a proxyless class's).
+func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 	var out []*listener.Listener
 	if proxy == Proxyless {
 		forEachHTTPPort(m, func(_ *Service, host string, p *meshv1.Port) {
@@ -52,7 +53,7 @@ func Listeners(m *Mesh, proxy Proxy) []*listener.Listener {
 		})
 	}
 	out = append(out, tcpListeners(m)...)
-	return append(out, virtualListeners(m)...)
+	return append(out, virtualListeners(m, sec)...)
 }
 
 // httpConnectionManager fetches its routes over RDS; its filters are the

@@ -5,21 +5,30 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfig "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	jwt "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	rbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	netrbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -201,14 +210,36 @@ func downstreamMutualTLS(proxy Proxy) *core.TransportSocket {
 	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: meshCertificates(proxy), RequireClientCertificate: wrapperspb.Bool(true)})
 }
 
+// rbacOptions say what a proxy can check: a JWT's claims (jwt: an Envoy
+// with a JWT filter), and whether the traffic is HTTP at all (tcp: no
+// paths, methods, hosts or headers).
+type rbacOptions struct {
+	jwt, tcp bool
+}
+
 // RBACFilters returns the RBAC HTTP filters of a class's
-// AuthorizationPolicies, as Istio evaluates them: a request matching a
-// DENY rule is denied; then, when any ALLOW policy applies, a request
-// matching none of their rules is denied. No policy: no filter.
+// AuthorizationPolicies for a proxyless gRPC server (no JWT), as Istio
+// evaluates them: a request matching a DENY rule is denied; then, when
+// any ALLOW policy applies, a request matching none of their rules is
+// denied. No policy: no filter.
 func RBACFilters(sec Security) []*hcm.HttpFilter {
-	deny := map[string]*rbacconfig.Policy{}
-	allow := map[string]*rbacconfig.Policy{}
-	anyAllow := false
+	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{})
+	var out []*hcm.HttpFilter
+	if len(deny) > 0 {
+		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
+	}
+	if anyAllow {
+		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
+	}
+	return out
+}
+
+// rbacPolicies translates the AuthorizationPolicies of a class into the
+// policies of a DENY and an ALLOW RBAC filter, and says whether any ALLOW
+// policy applies (an ALLOW filter is needed even with no rule: it denies
+// everything).
+func rbacPolicies(sec Security, opts rbacOptions) (deny, allow map[string]*rbacconfig.Policy, anyAllow bool) {
+	deny, allow = map[string]*rbacconfig.Policy{}, map[string]*rbacconfig.Policy{}
 	for _, p := range sec {
 		ap, ok := p.Spec.(*meshv1.AuthorizationPolicy)
 		if !ok {
@@ -217,7 +248,7 @@ func RBACFilters(sec Security) []*hcm.HttpFilter {
 		isDeny := ap.Action == meshv1.AuthorizationPolicy_ACTION_DENY
 		anyAllow = anyAllow || !isDeny
 		for i, r := range ap.Rules {
-			policy, ok := rbacPolicy(r, isDeny)
+			policy, ok := rbacPolicy(r, isDeny, opts)
 			if !ok {
 				continue
 			}
@@ -229,14 +260,7 @@ func RBACFilters(sec Security) []*hcm.HttpFilter {
 			}
 		}
 	}
-	var out []*hcm.HttpFilter
-	if len(deny) > 0 {
-		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
-	}
-	if anyAllow {
-		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
-	}
-	return out
+	return deny, allow, anyAllow
 }
 
 func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy) *hcm.HttpFilter {
@@ -244,20 +268,21 @@ func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.P
 		TypedConfig: mustAny(&rbac.RBAC{Rules: &rbacconfig.RBAC{Action: action, Policies: policies}})}}
 }
 
-// rbacPolicy translates one rule. What is not checked yet (a JWT's
-// principal or claims: request authentication is to come) fails closed:
-// an ALLOW rule naming it matches nothing (ok false: left out), a DENY
-// rule matches regardless of it.
-func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool) (*rbacconfig.Policy, bool) {
+// rbacPolicy translates one rule. What the proxy cannot check (a JWT's
+// principal or claims without a JWT filter; paths, methods, hosts and
+// headers of TCP traffic) fails closed: an ALLOW rule naming it matches
+// nothing (ok false: left out), a DENY rule matches regardless of it.
+func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool, opts rbacOptions) (*rbacconfig.Policy, bool) {
 	var principals []*rbacconfig.Principal
 	var perms []*rbacconfig.Permission
 	if len(r.From) > 0 {
 		var alts []*rbacconfig.Principal
 		for _, src := range r.From {
-			if (len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0) && !isDeny {
+			id, checked := sourcePrincipal(src, opts)
+			if !checked && !isDeny {
 				continue // this source can never be proven
 			}
-			alts = append(alts, sourcePrincipal(src))
+			alts = append(alts, id)
 		}
 		if len(alts) == 0 {
 			return nil, false
@@ -267,7 +292,14 @@ func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool) (*rbacconfig.Policy, b
 	if len(r.To) > 0 {
 		var alts []*rbacconfig.Permission
 		for _, op := range r.To {
-			alts = append(alts, operationPermission(op))
+			perm, checked := operationPermission(op, opts)
+			if !checked && !isDeny {
+				continue
+			}
+			alts = append(alts, perm)
+		}
+		if len(alts) == 0 {
+			return nil, false
 		}
 		perms = append(perms, orPermissions(alts))
 	}
@@ -279,10 +311,18 @@ func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool) (*rbacconfig.Policy, b
 				return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
 			}))
 		case strings.HasPrefix(c.Key, "request.auth."):
+			id, checked := claimCondition(c, opts)
+			if !checked {
+				if !isDeny {
+					return nil, false
+				}
+				continue
+			}
+			principals = append(principals, id)
+		case strings.HasPrefix(c.Key, "request.headers[") && opts.tcp:
 			if !isDeny {
 				return nil, false
 			}
-			continue
 		default:
 			principals = append(principals, conditionPrincipal(c))
 		}
@@ -405,7 +445,9 @@ func field(ids *[]*rbacconfig.Principal, values []string, not bool, match func(s
 	*ids = append(*ids, id)
 }
 
-func sourcePrincipal(src *meshv1.AuthorizationSource) *rbacconfig.Principal {
+// sourcePrincipal translates a source; checked is false when it names
+// request principals the proxy cannot check (they are left out).
+func sourcePrincipal(src *meshv1.AuthorizationSource, opts rbacOptions) (id *rbacconfig.Principal, checked bool) {
 	var ids []*rbacconfig.Principal
 	field(&ids, src.Principals, false, principalMatch)
 	field(&ids, src.NotPrincipals, true, principalMatch)
@@ -413,9 +455,93 @@ func sourcePrincipal(src *meshv1.AuthorizationSource) *rbacconfig.Principal {
 	field(&ids, src.NotNamespaces, true, namespaceMatch)
 	field(&ids, src.IpBlocks, false, ipMatch)
 	field(&ids, src.NotIpBlocks, true, ipMatch)
-	// Request principals are not checked yet: a DENY rule matches
-	// regardless of them, an ALLOW one was left out.
-	return andIDs(ids)
+	checked = true
+	if len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0 {
+		if opts.jwt && !opts.tcp && requestPrincipalsSupported(src.RequestPrincipals) && requestPrincipalsSupported(src.NotRequestPrincipals) {
+			field(&ids, src.RequestPrincipals, false, requestPrincipal)
+			field(&ids, src.NotRequestPrincipals, true, requestPrincipal)
+		} else {
+			checked = false
+		}
+	}
+	return andIDs(ids), checked
+}
+
+// The JWT filter puts a validated token's payload in its metadata under
+// this key, where the RBAC filter reads the claims.
+const jwtPayloadKey = "payload"
+
+// claim matches a claim of the request's validated JWT.
+func claim(name string, m *matcher.StringMatcher) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Metadata{Metadata: &matcher.MetadataMatcher{
+		Filter: "envoy.filters.http.jwt_authn",
+		Path:   []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: jwtPayloadKey}}, {Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: name}}},
+		Value:  &matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: m}},
+	}}}
+}
+
+// requestPrincipalsSupported reports whether request principals are of
+// the forms checked: "*", "<iss>/<sub>", "<iss>/*" and "*/<sub>".
+func requestPrincipalsSupported(values []string) bool {
+	for _, v := range values {
+		if v == "*" {
+			continue
+		}
+		iss, sub := splitPrincipal(v)
+		if iss == "" || sub == "" {
+			return false
+		}
+		for _, part := range []string{iss, sub} {
+			if part != "*" && strings.Contains(part, "*") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// splitPrincipal splits "<iss>/<sub>" at its last slash (issuers are URLs).
+func splitPrincipal(v string) (iss, sub string) {
+	i := strings.LastIndex(v, "/")
+	if i < 0 {
+		return "", ""
+	}
+	return v[:i], v[i+1:]
+}
+
+func requestPrincipal(v string) *rbacconfig.Principal {
+	if v == "*" {
+		return claim("iss", stringMatch("*", false))
+	}
+	iss, sub := splitPrincipal(v)
+	return andIDs([]*rbacconfig.Principal{claim("iss", stringMatch(iss, false)), claim("sub", stringMatch(sub, false))})
+}
+
+// claimCondition translates a "when" on request.auth.*; checked is false
+// where the proxy has no JWT filter.
+func claimCondition(c *meshv1.AuthorizationCondition, opts rbacOptions) (*rbacconfig.Principal, bool) {
+	if !opts.jwt || opts.tcp {
+		return nil, false
+	}
+	var match func(string) *rbacconfig.Principal
+	switch {
+	case c.Key == "request.auth.principal":
+		if !requestPrincipalsSupported(c.Values) || !requestPrincipalsSupported(c.NotValues) {
+			return nil, false
+		}
+		match = requestPrincipal
+	case c.Key == "request.auth.audiences":
+		match = func(v string) *rbacconfig.Principal { return claim("aud", stringMatch(v, false)) }
+	case c.Key == "request.auth.presenter":
+		match = func(v string) *rbacconfig.Principal { return claim("azp", stringMatch(v, false)) }
+	default: // request.auth.claims[<name>]
+		name := strings.TrimSuffix(strings.TrimPrefix(c.Key, "request.auth.claims["), "]")
+		match = func(v string) *rbacconfig.Principal { return claim(name, stringMatch(v, false)) }
+	}
+	var ids []*rbacconfig.Principal
+	field(&ids, c.Values, false, match)
+	field(&ids, c.NotValues, true, match)
+	return andIDs(ids), true
 }
 
 func permissionField(perms *[]*rbacconfig.Permission, values []string, not bool, match func(string) *rbacconfig.Permission) {
@@ -438,27 +564,35 @@ func headerPermission(name string, m *matcher.StringMatcher) *rbacconfig.Permiss
 		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
 }
 
-func operationPermission(op *meshv1.AuthorizationOperation) *rbacconfig.Permission {
+// operationPermission translates an operation; checked is false for a
+// TCP port when it names HTTP fields (paths, methods, hosts), which are
+// then left out.
+func operationPermission(op *meshv1.AuthorizationOperation, opts rbacOptions) (perm *rbacconfig.Permission, checked bool) {
 	var perms []*rbacconfig.Permission
-	path := func(v string) *rbacconfig.Permission {
-		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_UrlPath{UrlPath: &matcher.PathMatcher{
-			Rule: &matcher.PathMatcher_Path{Path: stringMatch(v, false)}}}}
+	checked = true
+	if opts.tcp {
+		checked = len(op.Paths)+len(op.NotPaths)+len(op.Methods)+len(op.NotMethods)+len(op.Hosts)+len(op.NotHosts) == 0
+	} else {
+		path := func(v string) *rbacconfig.Permission {
+			return &rbacconfig.Permission{Rule: &rbacconfig.Permission_UrlPath{UrlPath: &matcher.PathMatcher{
+				Rule: &matcher.PathMatcher_Path{Path: stringMatch(v, false)}}}}
+		}
+		method := func(v string) *rbacconfig.Permission { return headerPermission(":method", stringMatch(v, false)) }
+		host := func(v string) *rbacconfig.Permission { return headerPermission(":authority", stringMatch(v, true)) }
+		permissionField(&perms, op.Paths, false, path)
+		permissionField(&perms, op.NotPaths, true, path)
+		permissionField(&perms, op.Methods, false, method)
+		permissionField(&perms, op.NotMethods, true, method)
+		permissionField(&perms, op.Hosts, false, host)
+		permissionField(&perms, op.NotHosts, true, host)
 	}
-	method := func(v string) *rbacconfig.Permission { return headerPermission(":method", stringMatch(v, false)) }
-	host := func(v string) *rbacconfig.Permission { return headerPermission(":authority", stringMatch(v, true)) }
-	permissionField(&perms, op.Paths, false, path)
-	permissionField(&perms, op.NotPaths, true, path)
-	permissionField(&perms, op.Methods, false, method)
-	permissionField(&perms, op.NotMethods, true, method)
-	permissionField(&perms, op.Hosts, false, host)
-	permissionField(&perms, op.NotHosts, true, host)
 	port := func(v string) *rbacconfig.Permission {
 		n, _ := strconv.ParseUint(v, 10, 32)
 		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
 	}
 	permissionField(&perms, portStrings(op.Ports), false, port)
 	permissionField(&perms, portStrings(op.NotPorts), true, port)
-	return andPermissions(perms)
+	return andPermissions(perms), checked
 }
 
 func portStrings(ports []uint32) []string {
@@ -495,4 +629,191 @@ func conditionPrincipal(c *meshv1.AuthorizationCondition) *rbacconfig.Principal 
 	field(&ids, c.Values, false, match)
 	field(&ids, c.NotValues, true, match)
 	return andIDs(ids)
+}
+
+// JWTFilter returns the JWT filter of a class's RequestAuthentications for
+// an Envoy, as Istio's: a request with a token none of their issuers
+// validates is refused, one without a token passes (for an
+// AuthorizationPolicy to decide); a validated token's payload is in the
+// filter's metadata for the RBAC filters. Nil without a
+// RequestAuthentication.
+func JWTFilter(sec Security) *hcm.HttpFilter {
+	providers := map[string]*jwt.JwtProvider{}
+	var names []string
+	for _, p := range sec {
+		ra, ok := p.Spec.(*meshv1.RequestAuthentication)
+		if !ok {
+			continue
+		}
+		for _, r := range ra.JwtRules {
+			name := fmt.Sprintf("%s/%s/%s", p.Namespace, p.Name, r.Issuer)
+			provider := &jwt.JwtProvider{
+				Issuer: r.Issuer, Audiences: r.Audiences, Forward: r.ForwardOriginalToken,
+				FromParams: r.FromParams, ForwardPayloadHeader: r.OutputPayloadToHeader, PayloadInMetadata: jwtPayloadKey,
+			}
+			for _, h := range r.FromHeaders {
+				provider.FromHeaders = append(provider.FromHeaders, &jwt.JwtHeader{Name: h.Name, ValuePrefix: h.Prefix})
+			}
+			if r.Jwks != "" {
+				provider.JwksSourceSpecifier = &jwt.JwtProvider_LocalJwks{LocalJwks: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: r.Jwks}}}
+			} else {
+				provider.JwksSourceSpecifier = &jwt.JwtProvider_RemoteJwks{RemoteJwks: &jwt.RemoteJwks{
+					HttpUri: &core.HttpUri{Uri: r.JwksUri, HttpUpstreamType: &core.HttpUri_Cluster{Cluster: JWKSClusterName(r.JwksUri)},
+						Timeout: durationpb.New(5 * time.Second)},
+					CacheDuration: durationpb.New(5 * time.Minute),
+					AsyncFetch:    &jwt.JwksAsyncFetch{},
+				}}
+			}
+			providers[name] = provider
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	var alternatives []*jwt.JwtRequirement
+	for _, n := range names {
+		alternatives = append(alternatives, &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_ProviderName{ProviderName: n}})
+	}
+	alternatives = append(alternatives, &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}}})
+	config := &jwt.JwtAuthentication{
+		Providers: providers,
+		Rules: []*jwt.RequirementRule{{
+			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			RequirementType: &jwt.RequirementRule_Requires{Requires: &jwt.JwtRequirement{
+				RequiresType: &jwt.JwtRequirement_RequiresAny{RequiresAny: &jwt.JwtRequirementOrList{Requirements: alternatives}}}},
+		}},
+	}
+	return &hcm.HttpFilter{Name: "envoy.filters.http.jwt_authn", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(config)}}
+}
+
+// JWKSClusterName names the cluster an Envoy fetches a JWKS URI's keys
+// through.
+func JWKSClusterName(uri string) string {
+	host, port := jwksHost(uri)
+	return "jwks|" + host + "|" + strconv.FormatUint(uint64(port), 10)
+}
+
+func jwksHost(uri string) (string, uint32) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", 0
+	}
+	port := uint32(443)
+	if u.Scheme == "http" {
+		port = 80
+	}
+	if p, err := strconv.ParseUint(u.Port(), 10, 16); err == nil {
+		port = uint32(p)
+	}
+	return u.Hostname(), port
+}
+
+// JWKSClusters returns the clusters an Envoy class fetches its remote JWKS
+// through: DNS, over TLS (validated with the system's roots) for https.
+func JWKSClusters(sec Security) []*cluster.Cluster {
+	seen := map[string]bool{}
+	var out []*cluster.Cluster
+	for _, p := range sec {
+		ra, ok := p.Spec.(*meshv1.RequestAuthentication)
+		if !ok {
+			continue
+		}
+		for _, r := range ra.JwtRules {
+			if r.JwksUri == "" || seen[JWKSClusterName(r.JwksUri)] {
+				continue
+			}
+			name := JWKSClusterName(r.JwksUri)
+			seen[name] = true
+			host, port := jwksHost(r.JwksUri)
+			c := &cluster.Cluster{
+				Name:                 name,
+				ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_LOGICAL_DNS},
+				ConnectTimeout:       durationpb.New(5 * time.Second),
+				LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+					LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, port)}}}},
+				}}},
+			}
+			if strings.HasPrefix(r.JwksUri, "https://") {
+				c.TransportSocket = tlsSocket(&tlsv3.UpstreamTlsContext{Sni: host, CommonTlsContext: &tlsv3.CommonTlsContext{
+					ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+						TrustedCa: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: SystemRoots}}}}}})
+			}
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *cluster.Cluster) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// SystemRoots is where an Envoy's image keeps the public roots (Istio's
+// proxy image: Debian's bundle).
+const SystemRoots = "/etc/ssl/certs/ca-certificates.crt"
+
+// inboundHTTPFilters are an Envoy's inbound HTTP filters before the
+// router: the JWT filter, then the RBAC filters (which read its metadata).
+func inboundHTTPFilters(sec Security) []*hcm.HttpFilter {
+	var out []*hcm.HttpFilter
+	jwtFilter := JWTFilter(sec)
+	if jwtFilter != nil {
+		out = append(out, jwtFilter)
+	}
+	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{jwt: jwtFilter != nil})
+	if len(deny) > 0 {
+		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
+	}
+	if anyAllow {
+		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
+	}
+	return out
+}
+
+// inboundTCPFilters are an Envoy's network RBAC filters for a TCP port.
+func inboundTCPFilters(sec Security, port uint32) []*listener.Filter {
+	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{tcp: true})
+	var out []*listener.Filter
+	add := func(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy, what string) {
+		out = append(out, &listener.Filter{Name: "envoy.filters.network.rbac", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&netrbac.RBAC{
+			StatPrefix: "tcp." + what + "." + strconv.FormatUint(uint64(port), 10) + ".",
+			Rules:      &rbacconfig.RBAC{Action: action, Policies: policies},
+		})}})
+	}
+	if len(deny) > 0 {
+		add(rbacconfig.RBAC_DENY, deny, "deny")
+	}
+	if anyAllow {
+		add(rbacconfig.RBAC_ALLOW, allow, "allow")
+	}
+	return out
+}
+
+// inboundTLS returns the chains of one inbound port for its mTLS mode: the
+// plaintext chain as it is (no PeerAuthentication, or DISABLE); one chain
+// requiring mutual TLS (STRICT: a plaintext connection fails its
+// handshake, never reaching the passthrough); a TLS and a plaintext chain
+// told apart by the TLS inspector (PERMISSIVE).
+func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode) []*listener.FilterChain {
+	switch mode {
+	case meshv1.MTLSMode_MTLS_MODE_STRICT:
+		chain.TransportSocket = downstreamMutualTLS(Envoy)
+		return []*listener.FilterChain{chain}
+	case meshv1.MTLSMode_MTLS_MODE_PERMISSIVE:
+		tlsChain := proto.Clone(chain).(*listener.FilterChain)
+		tlsChain.Name += "_tls"
+		tlsChain.FilterChainMatch.TransportProtocol = "tls"
+		tlsChain.TransportSocket = downstreamMutualTLS(Envoy)
+		chain.FilterChainMatch.TransportProtocol = "raw_buffer"
+		return []*listener.FilterChain{tlsChain, chain}
+	}
+	return []*listener.FilterChain{chain}
+}
+
+// needsTLSInspector reports whether some inbound port is PERMISSIVE.
+func needsTLSInspector(m *Mesh, sec Security) bool {
+	for port := range inboundPorts(m) {
+		if sec.mtlsMode(port) == meshv1.MTLSMode_MTLS_MODE_PERMISSIVE {
+			return true
+		}
+	}
+	return false
 }

@@ -4,8 +4,10 @@ import (
 	"testing"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	jwt "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	rbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	netrbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
@@ -99,7 +101,20 @@ func validateInside(t *testing.T, ls []*listener.Listener) {
 				}
 			}
 			for _, f := range fc.Filters {
+				var nr netrbac.RBAC
+				if f.GetTypedConfig().MessageIs(&nr) {
+					if err := f.GetTypedConfig().UnmarshalTo(&nr); err != nil {
+						t.Fatal(err)
+					}
+					if err := nr.ValidateAll(); err != nil {
+						t.Errorf("%s: network RBAC: %v", l.Name, err)
+					}
+					continue
+				}
 				var m hcm.HttpConnectionManager
+				if !f.GetTypedConfig().MessageIs(&m) {
+					continue
+				}
 				if err := f.GetTypedConfig().UnmarshalTo(&m); err != nil {
 					t.Fatal(err)
 				}
@@ -107,6 +122,15 @@ func validateInside(t *testing.T, ls []*listener.Listener) {
 					t.Errorf("%s: connection manager: %v", l.Name, err)
 				}
 				for _, hf := range m.HttpFilters {
+					var j jwt.JwtAuthentication
+					if hf.GetTypedConfig().MessageIs(&j) {
+						if err := hf.GetTypedConfig().UnmarshalTo(&j); err != nil {
+							t.Fatal(err)
+						}
+						if err := j.ValidateAll(); err != nil {
+							t.Errorf("%s: JWT: %v", l.Name, err)
+						}
+					}
 					var r rbac.RBAC
 					if hf.GetTypedConfig().MessageIs(&r) {
 						if err := hf.GetTypedConfig().UnmarshalTo(&r); err != nil {
@@ -146,5 +170,56 @@ func TestUpstreamTLSValidates(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no cluster with TLS in the test mesh")
+	}
+}
+
+// TestEnvoyInbound: an Envoy class's virtual inbound listener with the
+// class's policies: the JWT filter of its RequestAuthentication (request
+// principals then checked from its metadata), RBAC filters on HTTP ports,
+// network RBAC on TCP ports, mutual TLS as PeerAuthentication says (a TLS
+// and a plaintext chain, told apart by the TLS inspector, for PERMISSIVE),
+// and the cluster its remote JWKS is fetched through; golden and validated.
+func TestEnvoyInbound(t *testing.T) {
+	m := testMesh()
+	policies := append(testPolicies(), &generate.Policy{Namespace: "demo", Name: "jwt", Version: "6", Spec: &meshv1.RequestAuthentication{
+		JwtRules: []*meshv1.JWTRule{
+			{Issuer: "https://issuer.example.com", JwksUri: "https://issuer.example.com/keys.json", Audiences: []string{"demo"},
+				FromHeaders: []*meshv1.JWTHeader{{Name: "x-jwt", Prefix: "Bearer "}}, ForwardOriginalToken: true},
+			{Issuer: "local", Jwks: `{"keys":[]}`},
+		}}})
+	m.Policies = policies
+	sec := m.PoliciesFor("demo", []string{"a:deny"}) // not the STRICT one: demo's PERMISSIVE applies
+	var inbound []*listener.Listener
+	for _, l := range generate.Listeners(m, generate.Envoy, sec) {
+		if l.Name == generate.VirtualInboundListener {
+			inbound = append(inbound, l)
+		}
+	}
+	check(t, "inbound-envoy.json", inbound)
+	validateInside(t, inbound)
+	check(t, "jwks-clusters.json", generate.JWKSClusters(sec))
+
+	l := inbound[0]
+	if len(l.ListenerFilters) != 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector" {
+		t.Errorf("listener filters %v: PERMISSIVE needs the TLS inspector", l.ListenerFilters)
+	}
+	// A port's TLS and plaintext chains, then the passthrough.
+	var tls, plain int
+	for _, fc := range l.FilterChains {
+		switch fc.GetFilterChainMatch().GetTransportProtocol() {
+		case "tls":
+			tls++
+		case "raw_buffer":
+			plain++
+		}
+	}
+	if tls == 0 || tls != plain {
+		t.Errorf("%d TLS and %d plaintext chains, want one of each per port", tls, plain)
+	}
+	// Without policies, the inbound listener is as before.
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if l.Name == generate.VirtualInboundListener && len(l.ListenerFilters) != 1 {
+			t.Error("a TLS inspector without PeerAuthentication")
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -63,7 +65,12 @@ func tcpProxyFilter(statPrefix, clusterName string) *listener.Filter {
 // original destination port, passing through what has none; 15006 takes
 // inbound connections to the workload, by their original destination
 // port, passing through what no inbound port matches.
-func virtualListeners(m *Mesh) []*listener.Listener {
+func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
+	inboundFilters := []*listener.ListenerFilter{originalDstFilter()}
+	if needsTLSInspector(m, sec) {
+		inboundFilters = append(inboundFilters, &listener.ListenerFilter{Name: "envoy.filters.listener.tls_inspector",
+			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})}})
+	}
 	return []*listener.Listener{
 		{
 			Name:           VirtualOutboundListener,
@@ -77,8 +84,8 @@ func virtualListeners(m *Mesh) []*listener.Listener {
 		{
 			Name:            VirtualInboundListener,
 			Address:         socketAddress("0.0.0.0", virtualInboundPort),
-			ListenerFilters: []*listener.ListenerFilter{originalDstFilter()},
-			FilterChains: append(inboundChains(m), &listener.FilterChain{
+			ListenerFilters: inboundFilters,
+			FilterChains: append(inboundChains(m, sec), &listener.FilterChain{
 				Name:    InboundPassthroughCluster,
 				Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
 			}),

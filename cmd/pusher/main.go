@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
+	var rootNamespace string
+	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
 	var caCert, caKey string
 	var certTTL time.Duration
@@ -166,7 +168,7 @@ func run(ctx context.Context, args []string) error {
 	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -47,6 +47,8 @@ type Index struct {
 	// any has classes of its own, and a workload's class lists the
 	// policies that select it.
 	policies map[string][]*generate.Policy
+	// root are the root namespace's policies, which apply everywhere.
+	root []*generate.Policy
 }
 
 // NewIndex indexes what decides the classes of a mesh build.
@@ -56,6 +58,9 @@ func NewIndex(b *meshbuild.Built) *Index {
 	for _, p := range b.Mesh.Policies {
 		ix.policies[p.Namespace] = append(ix.policies[p.Namespace], p)
 		ix.own[p.Namespace] = true
+		if p.Root {
+			ix.root = append(ix.root, p)
+		}
 	}
 	for _, s := range b.Scopes {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
@@ -163,7 +168,7 @@ func (ix *Index) Classify(node *core.Node) string {
 	if s := ix.scope(ns, labels); s != nil {
 		return kind + "/" + ns + "/" + s.Name + selected
 	}
-	if ix.restricted || len(ix.policies[ns]) > 0 {
+	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 {
 		if !ix.own[ns] {
 			ns = Elsewhere
 		}
@@ -176,9 +181,11 @@ func (ix *Index) Classify(node *core.Node) string {
 // selector that select a workload, or "" for none.
 func (ix *Index) selected(namespace string, labels map[string]string) string {
 	var tags []string
-	for _, p := range ix.policies[namespace] {
-		if sel := p.Spec.GetSelector(); len(sel) > 0 && model.Selects(sel, labels) {
-			tags = append(tags, p.Tag())
+	for _, list := range [][]*generate.Policy{ix.policies[namespace], ix.root} {
+		for _, p := range list {
+			if sel := p.Spec.GetSelector(); len(sel) > 0 && p.AppliesTo(namespace) && model.Selects(sel, labels) && !slices.Contains(tags, p.Tag()) {
+				tags = append(tags, p.Tag())
+			}
 		}
 	}
 	if len(tags) == 0 {

@@ -80,3 +80,45 @@ func TestClassify(t *testing.T) {
 		t.Error("a Sidecar removed left every proxy in its class")
 	}
 }
+
+// TestClassifyBySecurityPolicies: a namespace with policies has classes of
+// its own, listing the selector policies that select a workload (its own
+// namespace's and the root namespace's); a change of selectors changes
+// the index.
+func TestClassifyBySecurityPolicies(t *testing.T) {
+	authz := func(ns, name string, selector map[string]string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindAuthorization, Namespace: ns, Name: name},
+			Object: &meshv1.AuthorizationPolicy{Selector: selector}}
+	}
+	peer := func(ns, name string, selector map[string]string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindPeerAuth, Namespace: ns, Name: name},
+			Object: &meshv1.PeerAuthentication{Selector: selector, Mode: meshv1.MTLSMode_MTLS_MODE_STRICT}}
+	}
+	greeter := map[string]string{"app": "greeter"}
+	ix := index(t, authz("demo", "no-list", greeter), peer("demo", "default", nil))
+	grpcServer := node("server", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "greeter"}})
+	for n, want := range map[*core.Node]string{
+		grpcServer: "proxyless/demo//a:no-list",
+		node("client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "demo"}):  "proxyless/demo/",
+		node("client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "other"}): "proxyless",
+	} {
+		if got := ix.Classify(n); got != want {
+			t.Errorf("%s: class %q, want %q", n.Id, got, want)
+		}
+	}
+	if _, v := ix.View("proxyless/demo//a:no-list"); v.Namespace != "demo" || len(v.Policies) != 1 || v.Policies[0] != "a:no-list" {
+		t.Errorf("view %+v", v)
+	}
+	// The root namespace's policies apply everywhere: every namespace has
+	// classes of its own, and its selector policies select in each.
+	withRoot := index(t, authz("demo", "no-list", greeter), authz("istio-system", "deny-debug", greeter), peer("istio-system", "gw", map[string]string{"istio": "gw"}))
+	if got := withRoot.Classify(grpcServer); got != "proxyless/demo//a:no-list,a:~deny-debug" {
+		t.Errorf("with a root policy: %q", got)
+	}
+	if got := withRoot.Classify(node("client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "other", "LABELS": map[string]any{"istio": "gw"}})); got != "proxyless/~/" {
+		t.Errorf("a namespace with nothing of its own: %q (a root PeerAuthentication's selector selects the root namespace only)", got)
+	}
+	if ix.Same(index(t, authz("demo", "no-list", map[string]string{"app": "other"}), peer("demo", "default", nil))) {
+		t.Error("a changed selector left the index the same")
+	}
+}

@@ -40,7 +40,10 @@ type Built struct {
 // build. It is not safe for concurrent use; the views it returns are never
 // modified, and may be read by any goroutine.
 type Builder struct {
-	objs map[model.Key]Entry
+	// RootNamespace is the mesh's root namespace, whose security policies
+	// apply to every namespace (generate.DefaultRootNamespace by default).
+	RootNamespace string
+	objs          map[model.Key]Entry
 	// shards finds each service's endpoint objects.
 	shards map[id]map[model.Key]bool
 	// Since the last build: the services whose endpoints changed, and
@@ -65,7 +68,7 @@ type joined struct {
 
 // New returns an empty Builder.
 func New() *Builder {
-	return &Builder{objs: map[model.Key]Entry{}, shards: map[id]map[model.Key]bool{}, rejoin: true}
+	return &Builder{RootNamespace: generate.DefaultRootNamespace, objs: map[model.Key]Entry{}, shards: map[id]map[model.Key]bool{}, rejoin: true}
 }
 
 // Reset replaces every object.
@@ -178,7 +181,8 @@ func (b *Builder) join() {
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)})
 		case *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication, *meshv1.RequestAuthentication:
-			security = append(security, &generate.Policy{Namespace: k.Namespace, Name: k.Name, Spec: o.(generate.PolicySpec), Version: strconv.FormatInt(e.ModRev, 10)})
+			security = append(security, &generate.Policy{Namespace: k.Namespace, Name: k.Name, Spec: o.(generate.PolicySpec),
+				Version: strconv.FormatInt(e.ModRev, 10), Root: k.Namespace == b.RootNamespace})
 		}
 	}
 	// Services that share a host name (the same Service in several

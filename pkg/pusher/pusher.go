@@ -68,10 +68,13 @@ var (
 
 // Config configures a Pusher.
 type Config struct {
-	Loader Loader
-	Feed   Feed
-	Sink   Sink
-	Log    *slog.Logger
+	// RootNamespace is the mesh's root namespace, whose security policies
+	// apply to every namespace. Default generate.DefaultRootNamespace.
+	RootNamespace string
+	Loader        Loader
+	Feed          Feed
+	Sink          Sink
+	Log           *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Quiet is the debounce quiet period: it takes the events of one
@@ -291,7 +294,7 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	p := &Pusher{cfg: cfg, state: newState(), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
 	if cfg.Registerer != nil {
 		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",

@@ -27,8 +27,14 @@ type state struct {
 	index *classify.Index
 }
 
-func newState() *state {
-	return &state{b: meshbuild.New(), tombstones: map[model.Key]int64{}}
+// newState returns an empty state; root, when set, is the mesh's root
+// namespace.
+func newState(root string) *state {
+	b := meshbuild.New()
+	if root != "" {
+		b.RootNamespace = root
+	}
+	return &state{b: b, tombstones: map[model.Key]int64{}}
 }
 
 // reset replaces the content with a full load at rev.

@@ -360,6 +360,9 @@ type Pusher struct {
 	// send timeout, class idle time, gRPC buffers): its cache, classifier,
 	// log, registry, status and readiness are the pusher's own.
 	XDS server.Config
+	// RootNamespace is the mesh's root namespace, whose security policies
+	// apply everywhere (default istio-system).
+	RootNamespace string
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -380,7 +383,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		return err
 	}
 	ps, err := pusher.New(pusher.Config{
-		Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {

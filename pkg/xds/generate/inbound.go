@@ -92,7 +92,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 		}
 		if !ports[port] {
 			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
-			out = append(out, inboundTLS(chain, sec.mtlsMode(port))...)
+			out = append(out, inboundTLS(chain, sec.MTLSMode(port))...)
 			continue
 		}
 		manager := &hcm.HttpConnectionManager{
@@ -121,7 +121,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
 		}}
-		out = append(out, inboundTLS(chain, sec.mtlsMode(port))...)
+		out = append(out, inboundTLS(chain, sec.MTLSMode(port))...)
 	}
 	return out
 }

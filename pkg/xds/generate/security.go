@@ -39,35 +39,65 @@ type Policy struct {
 	Namespace, Name string
 	Spec            PolicySpec
 	Version         string
+	// Root says the policy is in the mesh's root namespace: it applies to
+	// every namespace (a PeerAuthentication there only without selector,
+	// as the mesh's default).
+	Root bool
 }
+
+// DefaultRootNamespace is Istio's root namespace.
+const DefaultRootNamespace = "istio-system"
 
 // PolicySpec is one of the security policy messages.
 type PolicySpec interface {
 	GetSelector() map[string]string
 }
 
-// Tag names a policy within its namespace by kind ("a:", "p:" or "r:"),
-// as class names list the policies that select a workload.
+// Tag names a policy by kind ("a:", "p:" or "r:") and name ("~<name>" in
+// the root namespace), as class names list the policies that select a
+// workload.
 func (p *Policy) Tag() string {
+	name := p.Name
+	if p.Root {
+		name = "~" + name
+	}
 	switch p.Spec.(type) {
 	case *meshv1.AuthorizationPolicy:
-		return "a:" + p.Name
+		return "a:" + name
 	case *meshv1.PeerAuthentication:
-		return "p:" + p.Name
+		return "p:" + name
 	}
-	return "r:" + p.Name
+	return "r:" + name
+}
+
+// AppliesTo reports whether a policy may apply to workloads of a
+// namespace: its own, or any for a root namespace policy (but a
+// PeerAuthentication with a selector there only selects the root's own).
+func (p *Policy) AppliesTo(namespace string) bool {
+	if p.Namespace == namespace {
+		return true
+	}
+	if !p.Root {
+		return false
+	}
+	_, peer := p.Spec.(*meshv1.PeerAuthentication)
+	return !peer || len(p.Spec.GetSelector()) == 0
 }
 
 // Security is the policies that apply to one class of proxies, in
 // namespace and name order.
 type Security []*Policy
 
-// PoliciesFor returns the policies of a namespace that apply to a class:
-// those without a selector and those whose tags the class lists.
+// PoliciesFor returns the policies that apply to a class of a namespace:
+// those of the namespace and the root namespace without a selector, and
+// those whose tags the class lists.
 func (m *Mesh) PoliciesFor(namespace string, tags []string) Security {
+	if namespace == "" {
+		return nil
+	}
 	var out Security
 	for _, p := range m.Policies {
-		if p.Namespace != namespace {
+		if !p.AppliesTo(namespace) {
 			continue
 		}
 		if len(p.Spec.GetSelector()) == 0 || slices.Contains(tags, p.Tag()) {
@@ -77,25 +107,28 @@ func (m *Mesh) PoliciesFor(namespace string, tags []string) Security {
 	return out
 }
 
-// mtlsMode is the mode of a port: a selecting PeerAuthentication's port
-// mode, then its mode, then the namespace's (no selector); the first by
-// name where several select.
-func (s Security) mtlsMode(port uint32) meshv1.MTLSMode {
-	var ns, selected meshv1.MTLSMode
-	var selectedPort meshv1.MTLSMode
+// MTLSMode is the mode of a port: a selecting PeerAuthentication's port
+// mode, then its mode, then the namespace's (no selector), then the root
+// namespace's (the mesh's default); the first by name where several
+// select.
+func (s Security) MTLSMode(port uint32) meshv1.MTLSMode {
+	var mesh, ns, selected, selectedPort meshv1.MTLSMode
 	for _, p := range s {
 		pa, ok := p.Spec.(*meshv1.PeerAuthentication)
 		if !ok {
 			continue
 		}
-		if len(pa.Selector) == 0 {
+		switch {
+		case len(pa.Selector) > 0:
+			selectedPort = cmp.Or(selectedPort, pa.PortModes[port])
+			selected = cmp.Or(selected, pa.Mode)
+		case p.Root:
+			mesh = cmp.Or(mesh, pa.Mode)
+		default:
 			ns = cmp.Or(ns, pa.Mode)
-			continue
 		}
-		selectedPort = cmp.Or(selectedPort, pa.PortModes[port])
-		selected = cmp.Or(selected, pa.Mode)
 	}
-	return cmp.Or(selectedPort, selected, ns)
+	return cmp.Or(selectedPort, selected, ns, mesh)
 }
 
 // ServerListenerName is the listener a proxyless gRPC server listening on
@@ -144,6 +177,9 @@ func serverPorts(m *Mesh, namespace string) []uint32 {
 	secured := map[string]bool{}
 	for _, p := range m.Policies {
 		secured[p.Namespace] = true
+		if p.Root {
+			return nil // every namespace has classes of its own
+		}
 	}
 	ports := map[uint32]bool{}
 	for _, s := range m.Services {
@@ -188,7 +224,7 @@ func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listen
 			Filters: []*listener.Filter{{Name: "envoy.filters.network.http_connection_manager",
 				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)}}},
 		}
-		if sec.mtlsMode(port) == meshv1.MTLSMode_MTLS_MODE_STRICT {
+		if sec.MTLSMode(port) == meshv1.MTLSMode_MTLS_MODE_STRICT {
 			chain.TransportSocket = downstreamMutualTLS(Proxyless)
 		}
 		for _, host := range []string{"0.0.0.0", "::"} {
@@ -811,7 +847,7 @@ func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode) []*listener.F
 // needsTLSInspector reports whether some inbound port is PERMISSIVE.
 func needsTLSInspector(m *Mesh, sec Security) bool {
 	for port := range inboundPorts(m) {
-		if sec.mtlsMode(port) == meshv1.MTLSMode_MTLS_MODE_PERMISSIVE {
+		if sec.MTLSMode(port) == meshv1.MTLSMode_MTLS_MODE_PERMISSIVE {
 			return true
 		}
 	}

@@ -223,3 +223,31 @@ func TestEnvoyInbound(t *testing.T) {
 		}
 	}
 }
+
+// TestRootNamespace: the root namespace's policies apply to every
+// namespace; its PeerAuthentication without selector is the mesh's
+// default, below a namespace's own; one with a selector selects only the
+// root namespace's workloads.
+func TestRootNamespace(t *testing.T) {
+	m := testMesh()
+	root := func(name string, spec generate.PolicySpec) *generate.Policy {
+		return &generate.Policy{Namespace: "istio-system", Name: name, Version: "1", Spec: spec, Root: true}
+	}
+	m.Policies = []*generate.Policy{
+		root("mesh-strict", &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_STRICT}),
+		root("gateway-only", &meshv1.PeerAuthentication{Selector: map[string]string{"istio": "ingressgateway"}, Mode: meshv1.MTLSMode_MTLS_MODE_DISABLE}),
+		root("deny-debug", &meshv1.AuthorizationPolicy{Selector: map[string]string{"app": "greeter"}, Action: meshv1.AuthorizationPolicy_ACTION_DENY,
+			Rules: []*meshv1.AuthorizationRule{{To: []*meshv1.AuthorizationOperation{{Paths: []string{"/debug/*"}}}}}}),
+		{Namespace: "shop", Name: "default", Version: "2", Spec: &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_PERMISSIVE}},
+	}
+	demo := m.PoliciesFor("demo", []string{"a:~deny-debug"})
+	if len(demo) != 2 || demo.MTLSMode(50051) != meshv1.MTLSMode_MTLS_MODE_STRICT {
+		t.Errorf("demo: %d policies, mode %s; want the mesh's STRICT and the selected DENY", len(demo), demo.MTLSMode(50051))
+	}
+	if shop := m.PoliciesFor("shop", nil); shop.MTLSMode(80) != meshv1.MTLSMode_MTLS_MODE_PERMISSIVE {
+		t.Errorf("shop: mode %s, want its own PERMISSIVE over the mesh's STRICT", shop.MTLSMode(80))
+	}
+	if m.Policies[1].AppliesTo("demo") || !m.Policies[1].AppliesTo("istio-system") || !m.Policies[2].AppliesTo("demo") {
+		t.Error("a root PeerAuthentication with a selector selects the root namespace's workloads only; a root AuthorizationPolicy every namespace's")
+	}
+}

@@ -29,6 +29,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func main() { cli.Main("pusher", run) }
@@ -51,7 +54,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
-	var rootNamespace string
+	var rootNamespace, kubeconfig string
+	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace): a kubeconfig path, or "in-cluster" (empty: none)`)
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
 	var caCert, caKey string
@@ -108,6 +112,9 @@ func run(ctx context.Context, args []string) error {
 	if (caCert == "") != (caKey == "") {
 		return errors.New("--ca-cert-file and --ca-key-file go together")
 	}
+	if kubeconfig != "" && adsClientCA == "" {
+		return errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
 	if caCert != "" && adsClientCA == "" {
 		return errors.New("--ca-cert-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
@@ -143,7 +150,9 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	reg := telemetry.NewRegistry()
+	ready := telemetry.NewReadiness()
 	var secrets *sds.Secrets
+	var credentials func(context.Context) error
 	if adsClientCA != "" {
 		// Authenticated proxies are served their workload certificates.
 		var root *ca.CA
@@ -155,14 +164,33 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if secrets, err = sds.New(sds.Config{CA: root, TTL: certTTL, Log: log.With("part", "sds"), Registerer: reg}); err != nil {
+		var creds *sds.KubeCredentials
+		scfg := sds.Config{CA: root, TTL: certTTL, Log: log.With("part", "sds"), Registerer: reg}
+		if kubeconfig != "" {
+			kc, err := kubeConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			client, err := kubernetes.NewForConfig(kc)
+			if err != nil {
+				return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+			}
+			creds = sds.NewKubeCredentials(client, log.With("part", "credentials"))
+			scfg.Credentials = creds
+		}
+		if secrets, err = sds.New(scfg); err != nil {
 			return err
 		}
 		xcfg.Secrets = secrets
+		if creds != nil {
+			creds.Changed = secrets.CredentialsChanged
+			read := &atomic.Bool{}
+			ready.Check("gateway credentials read", read.Load)
+			credentials = func(ctx context.Context) error { return creds.Run(ctx, func() { read.Store(true) }) }
+		}
 	}
 	status := server.NewStatus()
 	dump := &app.ConfigDump{Status: status}
-	ready := telemetry.NewReadiness()
 	var ps atomic.Pointer[pusher.Pusher]
 	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
 	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
@@ -178,6 +206,9 @@ func run(ctx context.Context, args []string) error {
 	if secrets != nil {
 		g.Go(func() error { return secrets.Run(ctx) })
 	}
+	if credentials != nil {
+		g.Go(func() error { return credentials(ctx) })
+	}
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
@@ -185,4 +216,20 @@ func run(ctx context.Context, args []string) error {
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// kubeConfig reads a kubeconfig path, or the pod's own service account for
+// "in-cluster".
+func kubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path == "in-cluster" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
 }

@@ -101,6 +101,7 @@ func TestADSNeedsTLSOrConsent(t *testing.T) {
 		{[]string{"--ads-cert-file", "c.pem"}, "give --ads-cert-file and --ads-key-file"},
 		{[]string{"--ads-plaintext", "--ads-client-ca-file", "ca.pem"}, "alternatives"},
 		{[]string{"--ads-cert-file", "/nonexistent.pem", "--ads-key-file", "/nonexistent-key.pem"}, "--ads-cert-file"},
+		{[]string{"--ads-plaintext", "--kubeconfig", "in-cluster"}, "--kubeconfig: gateway credentials are served to authenticated proxies only"},
 	} {
 		err := run(context.Background(), append(c.args, "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -39,9 +39,18 @@ type Config struct {
 	// Identify returns the identity of a stream's peer; default
 	// identity.FromContext (its client certificate).
 	Identify func(context.Context) (identity.ID, bool, error)
-	Log      *slog.Logger
+	// Credentials, when set, are TLS secrets an identity is also served,
+	// those of its own namespace (a Gateway's credentialName).
+	Credentials Credentials
+	Log         *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+}
+
+// Credentials are TLS secrets by namespace.
+type Credentials interface {
+	// Namespace returns the secrets of a namespace, by resource name.
+	Namespace(namespace string) map[string]types.Resource
 }
 
 // Secrets issues and serves the secrets of each identity.
@@ -149,12 +158,11 @@ func (s *Secrets) tryIssue(class string) error {
 	if err != nil {
 		return err
 	}
-	secrets := map[string]types.Resource{
-		WorkloadSecret: &tlsv3.Secret{Name: WorkloadSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: inline(w.CertPEM), PrivateKey: inline(w.KeyPEM)}}},
-		RootSecret: &tlsv3.Secret{Name: RootSecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: inline(s.cfg.CA.RootPEM())}}},
-	}
+	secrets := s.credentials(id.Namespace)
+	secrets[WorkloadSecret] = &tlsv3.Secret{Name: WorkloadSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: inline(w.CertPEM), PrivateKey: inline(w.KeyPEM)}}}
+	secrets[RootSecret] = &tlsv3.Secret{Name: RootSecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		TrustedCa: inline(s.cfg.CA.RootPEM())}}}
 	if _, _, _, err := s.Update(class, resource.SecretType, secrets); err != nil {
 		return err
 	}
@@ -162,6 +170,44 @@ func (s *Secrets) tryIssue(class string) error {
 	s.renewal(class, time.Now(), w.NotAfter)
 	s.cfg.Log.Debug("workload certificate issued", "identity", class, "expires", w.NotAfter)
 	return nil
+}
+
+// credentials returns a namespace's credentials (a new map).
+func (s *Secrets) credentials(namespace string) map[string]types.Resource {
+	out := map[string]types.Resource{}
+	if s.cfg.Credentials != nil {
+		for name, r := range s.cfg.Credentials.Namespace(namespace) {
+			if name != WorkloadSecret && name != RootSecret {
+				out[name] = r
+			}
+		}
+	}
+	return out
+}
+
+// CredentialsChanged serves a namespace's changed credentials to the
+// identities of that namespace that are held.
+func (s *Secrets) CredentialsChanged(namespace string) {
+	for _, class := range s.Classes() {
+		u, err := url.Parse(class)
+		if err != nil {
+			continue
+		}
+		id, err := identity.Parse(u)
+		if err != nil || id.Namespace != namespace {
+			continue
+		}
+		now := s.credentials(namespace)
+		var gone []string
+		for name := range s.Resources(class, resource.SecretType) {
+			if _, ok := now[name]; !ok && name != WorkloadSecret && name != RootSecret {
+				gone = append(gone, name)
+			}
+		}
+		if _, _, _, err := s.Patch(class, resource.SecretType, now, gone); err != nil {
+			s.cfg.Log.Error("cannot update credentials", "identity", class, "err", err)
+		}
+	}
 }
 
 // RemoveClass drops an identity's secrets, with its last proxy.

@@ -1,0 +1,108 @@
+package sds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// KubeCredentials serves the TLS Secrets (type kubernetes.io/tls) of a
+// cluster as credentials, as Istio serves a Gateway's credentialName: a
+// Secret "<name>" is the secret "<name>" (tls.crt and tls.key) and, when
+// it holds a ca.crt, "<name>-cacert" (the CA that verifies clients).
+type KubeCredentials struct {
+	client  kubernetes.Interface
+	log     *slog.Logger
+	secrets corelisters.SecretLister
+	// Changed is called with the namespace of every Secret added, updated
+	// or deleted once the cache has synced.
+	Changed func(namespace string)
+}
+
+// NewKubeCredentials returns credentials read from a cluster.
+func NewKubeCredentials(client kubernetes.Interface, log *slog.Logger) *KubeCredentials {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &KubeCredentials{client: client, log: log}
+}
+
+// Run watches the cluster's TLS Secrets until ctx is done; started is
+// called once they are all read.
+func (k *KubeCredentials) Run(ctx context.Context, started func()) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)).String()
+		}))
+	inf := factory.Core().V1().Secrets()
+	k.secrets = inf.Lister()
+	var synced atomic.Bool
+	changed := func(o any) {
+		if s, ok := o.(*corev1.Secret); ok && synced.Load() && k.Changed != nil {
+			k.Changed(s.Namespace)
+		} else if t, ok := o.(cache.DeletedFinalStateUnknown); ok && synced.Load() && k.Changed != nil {
+			if s, ok := t.Obj.(*corev1.Secret); ok {
+				k.Changed(s.Namespace)
+			}
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, o any) { changed(o) },
+		DeleteFunc: changed,
+	}); err != nil {
+		return fmt.Errorf("sds: watch Secrets: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("sds: %v never synced: %w", typ, ctx.Err())
+		}
+	}
+	synced.Store(true)
+	k.log.Info("TLS Secrets read for gateway credentials")
+	if started != nil {
+		started()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Namespace returns the credentials of a namespace's TLS Secrets.
+func (k *KubeCredentials) Namespace(namespace string) map[string]types.Resource {
+	out := map[string]types.Resource{}
+	if k.secrets == nil {
+		return out
+	}
+	list, err := k.secrets.Secrets(namespace).List(labels.Everything())
+	if err != nil {
+		return out
+	}
+	for _, s := range list {
+		cert, key := s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+		if len(cert) == 0 || len(key) == 0 {
+			k.log.Warn("TLS Secret without a certificate or key; not served", "namespace", namespace, "secret", s.Name)
+			continue
+		}
+		out[s.Name] = &tlsv3.Secret{Name: s.Name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inline(cert), PrivateKey: inline(key)}}}
+		if ca := s.Data["ca.crt"]; len(ca) > 0 {
+			out[s.Name+"-cacert"] = &tlsv3.Secret{Name: s.Name + "-cacert", Type: &tlsv3.Secret_ValidationContext{
+				ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: inline(ca)}}}
+		}
+	}
+	return out
+}

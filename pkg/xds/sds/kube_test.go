@@ -1,0 +1,115 @@
+package sds_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/xds/sds"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// TestGatewayCredentials: a namespace's TLS Secrets are served to the
+// identities of that namespace, under the Secret's name and, with a CA,
+// "<name>-cacert"; an update is pushed, a deletion removes them; another
+// namespace's identity is not served them.
+func TestGatewayCredentials(t *testing.T) {
+	kc := kubetest.Get(t)
+	ns := kc.Namespace(t, nil)
+	test := testutil.NewCA(t)
+	root, err := ca.FromFiles(test.CertFile, test.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := test.Issue(t, "public.example.com")
+	read := func(f string) []byte {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ctx := testutil.Context(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "public-cert"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": read(certFile), "tls.key": read(keyFile), "ca.crt": read(test.CertFile)}}
+	if _, err := kc.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Not TLS: not served.
+	if _, err := kc.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "password"},
+		StringData: map[string]string{"password": "x"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	creds := sds.NewKubeCredentials(kc.Client, testutil.Log(t))
+	s, err := sds.New(sds.Config{CA: root, TTL: time.Hour, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds.Changed = s.CredentialsChanged
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	go func() { done <- creds.Run(rctx, func() { close(started) }) }()
+	defer func() { cancel(); <-done }()
+	<-started
+
+	gateway := "spiffe://cluster.local/ns/" + ns + "/sa/ingressgateway"
+	other := "spiffe://cluster.local/ns/other/sa/ingressgateway"
+	s.AddClass(gateway, s.Fill)
+	s.AddClass(other, s.Fill)
+	held := func(class string) map[string]string {
+		out := map[string]string{}
+		for name, r := range s.Resources(class, resource.SecretType) {
+			sec := r.(*tlsv3.Secret)
+			out[name] = string(sec.GetTlsCertificate().GetCertificateChain().GetInlineBytes()) + string(sec.GetValidationContext().GetTrustedCa().GetInlineBytes())
+		}
+		return out
+	}
+	got := held(gateway)
+	if got["public-cert"] != string(read(certFile)) || got["public-cert-cacert"] != string(read(test.CertFile)) || got["default"] == "" || len(got) != 4 {
+		t.Fatalf("the gateway's identity holds %d secrets: %v", len(got), keys(got))
+	}
+	if got := held(other); len(got) != 2 {
+		t.Errorf("another namespace's identity holds %v, want its certificate and the root only", keys(got))
+	}
+
+	// A renewed certificate reaches the table; a deleted Secret leaves it.
+	renewed, _ := test.Issue(t, "public.example.com")
+	secret.Data["tls.crt"] = read(renewed)
+	if _, err := kc.Client.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the renewed certificate is served", func() (bool, string) {
+		return held(gateway)["public-cert"] == string(read(renewed)), "the old one"
+	})
+	if err := kc.Client.CoreV1().Secrets(ns).Delete(ctx, "public-cert", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the deleted Secret is no longer served", func() (bool, string) {
+		got := held(gateway)
+		_, a := got["public-cert"]
+		_, b := got["public-cert-cacert"]
+		return !a && !b && len(got) == 2, fmtKeys(got)
+	})
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func fmtKeys(m map[string]string) string { return fmt.Sprint(keys(m)) }

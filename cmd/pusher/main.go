@@ -54,8 +54,11 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
-	var rootNamespace, kubeconfig string
-	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace): a kubeconfig path, or "in-cluster" (empty: none)`)
+	var rootNamespace, kubeconfig, tokenAudience string
+	var tokens bool
+	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
+	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
 	var caCert, caKey string
@@ -112,6 +115,9 @@ func run(ctx context.Context, args []string) error {
 	if (caCert == "") != (caKey == "") {
 		return errors.New("--ca-cert-file and --ca-key-file go together")
 	}
+	if tokens && (kubeconfig == "" || adsClientCA == "") {
+		return errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
+	}
 	if kubeconfig != "" && adsClientCA == "" {
 		return errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
@@ -121,14 +127,35 @@ func run(ctx context.Context, args []string) error {
 	if certTTL < time.Minute {
 		return fmt.Errorf("--workload-cert-ttl %s: want at least a minute", certTTL)
 	}
+	var kube kubernetes.Interface
+	if kubeconfig != "" {
+		kc, err := kubeConfig(kubeconfig)
+		if err != nil {
+			return err
+		}
+		if kube, err = kubernetes.NewForConfig(kc); err != nil {
+			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+	}
+	policy := identity.Policy{TrustDomain: trustDomain, Required: true}
+	if tokens {
+		policy.Tokens = &identity.Tokens{Client: kube, TrustDomain: trustDomain}
+		if tokenAudience != "" {
+			policy.Tokens.Audiences = []string{tokenAudience}
+		}
+	}
 	if !plaintext {
-		tc, err := identity.ServerTLS(adsCert, adsKey, adsClientCA, log)
+		serverTLS := identity.ServerTLS
+		if tokens {
+			serverTLS = identity.ServerTLSOptionalCert
+		}
+		tc, err := serverTLS(adsCert, adsKey, adsClientCA, log)
 		if err != nil {
 			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-client-ca-file: %w", err)
 		}
 		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
 		if adsClientCA != "" {
-			xcfg.Authorize = identity.Policy{TrustDomain: trustDomain, Required: true}.Authorize
+			xcfg.Authorize = policy.Authorize
 		} else {
 			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 		}
@@ -165,17 +192,9 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		var creds *sds.KubeCredentials
-		scfg := sds.Config{CA: root, TTL: certTTL, Log: log.With("part", "sds"), Registerer: reg}
-		if kubeconfig != "" {
-			kc, err := kubeConfig(kubeconfig)
-			if err != nil {
-				return err
-			}
-			client, err := kubernetes.NewForConfig(kc)
-			if err != nil {
-				return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-			}
-			creds = sds.NewKubeCredentials(client, log.With("part", "credentials"))
+		scfg := sds.Config{CA: root, TTL: certTTL, Identify: policy.Identify, Log: log.With("part", "sds"), Registerer: reg}
+		if kube != nil {
+			creds = sds.NewKubeCredentials(kube, log.With("part", "credentials"))
 			scfg.Credentials = creds
 		}
 		if secrets, err = sds.New(scfg); err != nil {

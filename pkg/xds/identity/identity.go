@@ -92,6 +92,19 @@ type Policy struct {
 	TrustDomain string
 	// Required refuses a stream whose peer has no identity.
 	Required bool
+	// Tokens, when set, identifies a peer without a client certificate by
+	// its service account token.
+	Tokens *Tokens
+}
+
+// Identify returns a stream's identity: its client certificate's, else
+// its service account token's (with Tokens).
+func (p Policy) Identify(ctx context.Context) (ID, bool, error) {
+	id, ok, err := FromContext(ctx)
+	if ok || p.Tokens == nil {
+		return id, ok, err
+	}
+	return p.Tokens.Identify(ctx)
 }
 
 // Authorize checks a stream's node against its peer's identity and
@@ -99,13 +112,17 @@ type Policy struct {
 // namespace, a copy that claims its identity's. A node that claims another
 // namespace, or an identity of another trust domain, is PermissionDenied.
 func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, error) {
-	id, ok, err := FromContext(ctx)
+	id, ok, err := p.Identify(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
 	}
 	if !ok {
 		if p.Required {
-			return nil, status.Error(codes.Unauthenticated, "shardpilot: a client certificate with a SPIFFE ID is required")
+			what := "a client certificate with a SPIFFE ID is required"
+			if p.Tokens != nil {
+				what = "a client certificate with a SPIFFE ID, or a service account token, is required"
+			}
+			return nil, status.Error(codes.Unauthenticated, "shardpilot: "+what)
 		}
 		return node, nil
 	}
@@ -147,13 +164,23 @@ func Sees(ctx context.Context, node *core.Node) bool {
 // few seconds, on new connections), so rotated certificates are picked up
 // without a restart; files that do not load keep the last good ones.
 func ServerTLS(certFile, keyFile, clientCAFile string, log *slog.Logger) (*tls.Config, error) {
+	return serverTLS(certFile, keyFile, clientCAFile, tls.RequireAndVerifyClientCert, log)
+}
+
+// ServerTLSOptionalCert is ServerTLS for proxies that may authenticate
+// with a token instead: a client certificate, when presented, must verify.
+func ServerTLSOptionalCert(certFile, keyFile, clientCAFile string, log *slog.Logger) (*tls.Config, error) {
+	return serverTLS(certFile, keyFile, clientCAFile, tls.VerifyClientCertIfGiven, log)
+}
+
+func serverTLS(certFile, keyFile, clientCAFile string, auth tls.ClientAuthType, log *slog.Logger) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("identity: a certificate and its key are required")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, log: log}
+	r := &reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, auth: auth, log: log}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -169,6 +196,7 @@ var recheck = 5 * time.Second
 
 type reloader struct {
 	certFile, keyFile, caFile string
+	auth                      tls.ClientAuthType
 	log                       *slog.Logger
 
 	mu      sync.Mutex
@@ -229,7 +257,7 @@ func (r *reloader) loadLocked() error {
 		if !pool.AppendCertsFromPEM(pem) {
 			return fmt.Errorf("identity: %s holds no PEM certificate", r.caFile)
 		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		cfg.ClientCAs, cfg.ClientAuth = pool, r.auth
 	}
 	r.cfg, r.stamp = cfg, stamp
 	return nil

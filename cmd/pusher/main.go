@@ -215,7 +215,11 @@ func run(ctx context.Context, args []string) error {
 	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		var authenticated *identity.Policy
+		if adsClientCA != "" {
+			authenticated = &policy
+		}
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

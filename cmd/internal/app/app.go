@@ -34,6 +34,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -360,6 +361,9 @@ type Pusher struct {
 	// send timeout, class idle time, gRPC buffers): its cache, classifier,
 	// log, registry, status and readiness are the pusher's own.
 	XDS server.Config
+	// Policy, when set, is how proxies are identified; CSDS callers are
+	// identified and scoped the same way.
+	Policy *identity.Policy
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply everywhere (default istio-system).
 	RootNamespace string
@@ -402,7 +406,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if p.Dump != nil {
-			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump})
+			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump, Policy: p.Policy})
 		}
 	}
 	srv, err := server.New(xcfg)

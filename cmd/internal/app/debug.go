@@ -15,6 +15,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
@@ -122,6 +123,11 @@ var typeURLs = map[string]string{
 type CSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
 	Dump *ConfigDump
+	// Policy, when set, identifies callers as proxies are: a caller with
+	// an identity sees its namespace's proxies only, and one without is
+	// refused where the policy requires one. Unset: identity.Policy{}
+	// (a client certificate's identity, none required).
+	Policy *identity.Policy
 	// MaxUnmatched bounds the proxies a request without node matchers is
 	// answered for (default csdsMaxUnmatched; negative: none): beyond, it
 	// is refused.
@@ -147,11 +153,22 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	if limit == 0 {
 		limit = csdsMaxUnmatched
 	}
-	// A caller with an identity (a client certificate on the ADS port)
-	// sees the proxies of its namespace only.
+	// A caller with an identity (a client certificate or a token on the
+	// ADS port) sees the proxies of its namespace only.
+	policy := identity.Policy{}
+	if c.Policy != nil {
+		policy = *c.Policy
+	}
+	id, identified, err := policy.Identify(ctx)
+	switch {
+	case err != nil:
+		return nil, status.Errorf(codes.PermissionDenied, "csds: %v", err)
+	case !identified && policy.Required:
+		return nil, status.Error(codes.Unauthenticated, "csds: a client certificate or a service account token is required")
+	}
 	var streams []server.StreamStatus
 	for _, st := range c.Dump.Status.Streams() {
-		if node := c.Dump.Status.Node(st.Proxy); node != nil && identity.Sees(ctx, node) {
+		if node := c.Dump.Status.Node(st.Proxy); node != nil && (!identified || classify.Namespace(node) == id.Namespace) {
 			streams = append(streams, st)
 		}
 	}

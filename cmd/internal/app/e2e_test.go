@@ -23,6 +23,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -95,12 +96,13 @@ func kubeSource(cluster string, cfg *rest.Config) source {
 
 func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 	t.Helper()
-	return startControlPlaneXDS(t, server.Config{}, sources...)
+	return startControlPlaneXDS(t, server.Config{}, nil, sources...)
 }
 
 // startControlPlaneXDS is startControlPlane with the xDS server tuned (TLS
-// credentials, an authorizer).
-func startControlPlaneXDS(t *testing.T, xcfg server.Config, sources ...source) *controlPlane {
+// credentials, an authorizer) and, when set, the policy CSDS callers are
+// identified by.
+func startControlPlaneXDS(t *testing.T, xcfg server.Config, policy *identity.Policy, sources ...source) *controlPlane {
 	t.Helper()
 	_, cli := testutil.Etcd(t)
 	_, nc := testutil.NATS(t)
@@ -122,7 +124,7 @@ func startControlPlaneXDS(t *testing.T, xcfg server.Config, sources ...source) *
 		return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log, Started: func(r *relay.Relay) { cp.relay.Store(r) }}.Run(ctx)
 	})
 	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg,
+		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg, Policy: policy,
 			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)

@@ -73,7 +73,7 @@ func TestMutualTLS(t *testing.T) {
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 		Authorize:   identity.Policy{TrustDomain: "cluster.local", Required: true}.Authorize,
-	}, yamlSource(dir))
+	}, nil, yamlSource(dir))
 	const target = "xds:///greeter.demo.svc.cluster.local:50051"
 
 	t.Run("served its namespace", func(t *testing.T) {

@@ -149,7 +149,7 @@ func securedControlPlane(t *testing.T, ttl time.Duration, sources ...source) (*c
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 		Authorize:   identity.Policy{TrustDomain: "cluster.local", Required: true}.Authorize,
 		Secrets:     sec,
-	}, sources...)
+	}, nil, sources...)
 	return cp, boot
 }
 

@@ -11,6 +11,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
@@ -79,7 +80,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 		Authorize:   policy.Authorize, Secrets: sec,
-	}, yamlSource(t.TempDir()))
+	}, &policy, yamlSource(t.TempDir()))
 
 	// fetch asks for the workload certificate with a token (none: "").
 	fetch := func(tok, nodeNamespace string) (*x509.Certificate, error) {
@@ -128,6 +129,32 @@ func TestServiceAccountTokens(t *testing.T) {
 	}
 	if leaf == nil || len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/client" {
 		t.Fatalf("workload certificate %v, want the service account's identity", leaf)
+	}
+	// CSDS on the ADS port identifies its callers as the proxies: one
+	// without a token or certificate is refused, one with a token sees its
+	// namespace's proxies only.
+	csds := func(tok string) (int, error) {
+		c, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile}).ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
+		if tok != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+		}
+		conn, err := grpc.NewClient(cp.ads, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{})
+		return len(resp.GetConfig()), err
+	}
+	if _, err := csds(""); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("CSDS without a credential: %v, want Unauthenticated", err)
+	}
+	if _, err := csds(token("istio-ca")); err != nil {
+		t.Errorf("CSDS with a token: %v", err)
 	}
 	for name, c := range map[string]struct {
 		token, namespace string

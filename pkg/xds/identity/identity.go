@@ -147,17 +147,6 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 	}
 }
 
-// Sees reports whether the caller of ctx may see a proxy's node: any
-// caller without an identity (plaintext, or an operator's port-forward),
-// else a caller of the node's namespace.
-func Sees(ctx context.Context, node *core.Node) bool {
-	id, ok, err := FromContext(ctx)
-	if !ok {
-		return true
-	}
-	return err == nil && classify.Namespace(node) == id.Namespace
-}
-
 // ServerTLS returns a TLS configuration serving certFile and keyFile and,
 // when clientCAFile is given, requiring client certificates that CA
 // signed. The files are read again when they change (checked at most every

@@ -94,9 +94,6 @@ func TestAuthorize(t *testing.T) {
 	if _, err := (Policy{}).Authorize(peerWith(t, ""), node("x")); err != nil {
 		t.Errorf("not required, no certificate: %v", err)
 	}
-	if !Sees(peerWith(t, demo), node("demo")) || Sees(peerWith(t, demo), node("other")) || !Sees(peerWith(t, ""), node("other")) {
-		t.Error("Sees: a caller sees its own namespace's proxies, a caller without identity every proxy")
-	}
 }
 
 // TestServerTLSReloads: a rotated certificate is served without a restart;

@@ -6,17 +6,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/internal/pki"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
@@ -33,6 +38,7 @@ type config struct {
 	cli.Common
 	meshDir, adsAddr, dataDir, domainSuffix string
 	quiet, maxDelay, maxHold, linger        time.Duration
+	secure                                  bool
 }
 
 func main() { cli.Main("standalone", run) }
@@ -43,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.meshDir, "mesh-dir", "examples/mesh", "directory of Istio YAML (ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Sidecar) to serve")
 	fs.StringVar(&c.adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	c.Register(fs, ":15014")
+	fs.BoolVar(&c.secure, "secure", false, "the embedded etcd requires client certificates and the embedded NATS TLS and a password, as a production install would (a private CA and the credentials are made in the data directory; the standalone's own clients use them)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the embedded etcd and NATS data (default a temporary directory, removed on exit)")
 	fs.StringVar(&c.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.DurationVar(&c.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
@@ -78,19 +85,28 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		defer os.RemoveAll(dir)
 		c.dataDir = dir
 	}
-	etcd, err := embedded.StartEtcd(c.dataDir)
+	var etcdOpts embedded.EtcdOptions
+	var natsOpts embedded.NATSOptions
+	var remote cli.Remote
+	if c.secure {
+		if remote, etcdOpts, natsOpts, err = secureEmbedded(c.dataDir); err != nil {
+			return err
+		}
+	}
+	etcd, err := embedded.StartEtcdWith(c.dataDir, etcdOpts)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-	nats, err := embedded.StartNATS(c.dataDir, 0)
+	nats, err := embedded.StartNATSWith(c.dataDir, 0, natsOpts)
 	if err != nil {
 		return err
 	}
 	defer nats.Close()
-	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir)
+	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir, "secure", c.secure)
+	remote.Etcd.Endpoints, remote.NATS.URL = etcd.Endpoint, nats.URL
 
-	conns, err := app.Connect(cli.Remote{Etcd: cli.Etcd{Endpoints: etcd.Endpoint}, NATS: cli.NATS{URL: nats.URL}}, "shardpilot-standalone", log)
+	conns, err := app.Connect(remote, "shardpilot-standalone", log)
 	if err != nil {
 		return err
 	}
@@ -164,4 +180,42 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// secureEmbedded makes a private CA in the data directory, certificates
+// for the embedded etcd and NATS and for the standalone's own clients, and
+// a NATS password; it returns how the servers require them and how the
+// clients present them.
+func secureEmbedded(dataDir string) (cli.Remote, embedded.EtcdOptions, embedded.NATSOptions, error) {
+	var remote cli.Remote
+	dir := filepath.Join(dataDir, "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return remote, embedded.EtcdOptions{}, embedded.NATSOptions{}, err
+	}
+	authority, err := pki.NewCA(dir, "shardpilot standalone", 10*365*24*time.Hour)
+	if err != nil {
+		return remote, embedded.EtcdOptions{}, embedded.NATSOptions{}, err
+	}
+	var files [6]string
+	for i, name := range []string{"etcd", "nats", "standalone"} {
+		if files[2*i], files[2*i+1], err = authority.Issue(name); err != nil {
+			return remote, embedded.EtcdOptions{}, embedded.NATSOptions{}, err
+		}
+	}
+	secret := make([]byte, 24)
+	if _, err := rand.Read(secret); err != nil {
+		return remote, embedded.EtcdOptions{}, embedded.NATSOptions{}, err
+	}
+	password := hex.EncodeToString(secret)
+	passwordFile := filepath.Join(dir, "nats-password")
+	if err := os.WriteFile(passwordFile, []byte(password), 0o600); err != nil {
+		return remote, embedded.EtcdOptions{}, embedded.NATSOptions{}, err
+	}
+	remote.Etcd = cli.Etcd{CAFile: authority.CertFile, CertFile: files[4], KeyFile: files[5]}
+	remote.NATS = cli.NATS{CAFile: authority.CertFile, User: "shardpilot", PasswordFile: passwordFile}
+	return remote,
+		embedded.EtcdOptions{TLS: &embedded.TLS{CertFile: files[0], KeyFile: files[1], ClientCAFile: authority.CertFile}},
+		embedded.NATSOptions{TLS: &embedded.TLS{CertFile: files[2], KeyFile: files[3]},
+			Users: []*natsserver.User{{Username: "shardpilot", Password: password}}},
+		nil
 }

@@ -3,18 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -123,5 +128,58 @@ func TestFlags(t *testing.T) {
 				t.Fatal("want flag.ErrHelp")
 			}
 		})
+	}
+}
+
+// TestServeSecured: with --secure the embedded etcd takes client
+// certificates only and the embedded NATS TLS and a password only; the
+// standalone itself serves the example mesh through them, and a client
+// without them is refused by each.
+func TestServeSecured(t *testing.T) {
+	var logs syncBuffer
+	log, err := telemetry.NewLogger(&logs, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := testutil.FreeAddr(t)
+	c := config{meshDir: "../../examples/mesh", adsAddr: "127.0.0.1:0", dataDir: t.TempDir(), secure: true,
+		quiet: 100 * time.Millisecond, maxDelay: time.Second, domainSuffix: "cluster.local"}
+	c.AdminAddr = admin
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, log) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, "/readyz answers 200 over the secured servers", func() (bool, string) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
+	m := regexp.MustCompile(`etcd=(https://\S+) nats=(tls://\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("the log names no https etcd and nats endpoints:\n%s", logs.String())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m[1]}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{InsecureSkipVerify: true}})
+	if err == nil {
+		gctx, gcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = cli.Get(gctx, "/mesh/v1/", clientv3.WithCountOnly())
+		gcancel()
+		cli.Close()
+	}
+	if err == nil {
+		t.Error("the embedded etcd answered a client without a certificate")
+	}
+	if nc, err := nats.Connect(m[2], nats.Secure(&tls.Config{InsecureSkipVerify: true})); err == nil {
+		nc.Close()
+		t.Error("the embedded NATS took a client without a password")
 	}
 }

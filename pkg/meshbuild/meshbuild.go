@@ -293,6 +293,10 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 		version.WriteString("p" + strconv.FormatInt(j.policyRev, 10))
 	}
 	out.Version = version.String()
+	if out.DNS() {
+		// Its clusters hold its endpoints.
+		out.ConfigVersion = out.Version
+	}
 	seen := map[string]bool{}
 	for _, sh := range shards {
 		for _, ep := range sh.eps {

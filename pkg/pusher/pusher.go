@@ -461,7 +461,9 @@ func (p *Pusher) generate(c change) {
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
-	if !c.full && len(built.Changed) > 0 && p.serverPorts.changed(built.Changed) {
+	if !c.full && len(built.Changed) > 0 && (p.serverPorts.changed(built.Changed) || slices.ContainsFunc(built.Changed, (*generate.Service).DNS)) {
+		// Listeners of the ports servers serve, or the clusters of a DNS
+		// service, follow endpoints too: generate the classes again.
 		c.full = true
 	}
 	if c.full {

@@ -341,7 +341,7 @@ var protocols = map[string]meshv1.Protocol{
 var resolutions = map[string]meshv1.Resolution{
 	"": meshv1.Resolution_RESOLUTION_NONE, "NONE": meshv1.Resolution_RESOLUTION_NONE,
 	"STATIC": meshv1.Resolution_RESOLUTION_STATIC, "DNS": meshv1.Resolution_RESOLUTION_DNS,
-	"DNS_ROUND_ROBIN": meshv1.Resolution_RESOLUTION_DNS,
+	"DNS_ROUND_ROBIN": meshv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN,
 }
 
 func (n *normalizer) serviceEntry(in Input, spec *serviceEntry) *decodedService {
@@ -353,7 +353,7 @@ func (n *normalizer) serviceEntry(in Input, spec *serviceEntry) *decodedService 
 	}
 	res, ok := resolutions[strings.ToUpper(spec.Resolution)]
 	if !ok {
-		n.problem(in, "spec.resolution", "unknown resolution %q: want NONE, STATIC or DNS", spec.Resolution)
+		n.problem(in, "spec.resolution", "unknown resolution %q: want NONE, STATIC, DNS or DNS_ROUND_ROBIN", spec.Resolution)
 		return nil
 	}
 	svc.Resolution = res

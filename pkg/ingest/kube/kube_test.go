@@ -543,3 +543,26 @@ func TestSecurityPolicies(t *testing.T) {
 	eventFor(t, kc, ns, "AuthorizationPolicy", "ext", "spec.provider")
 	r.absent(t, "/mesh/v1/authorizationpolicies/"+ns+"/ext", "a CUSTOM policy is not written")
 }
+
+// TestExternalNameService: an ExternalName Service is a DNS service whose
+// endpoint is its external name, which its clusters resolve.
+func TestExternalNameService(t *testing.T) {
+	kc := kubetest.Get(t)
+	_, cli := testutil.Etcd(t)
+	ns := kc.Namespace(t, nil)
+	if _, err := kc.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "payments"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "api.payments.example.com",
+			Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := startSource(t, kc, cli, "c1", nil)
+	r.object(t, "/mesh/v1/services/"+ns+"/"+kube.ObjectName("payments", "c1"), "the DNS service", func(o model.Object) (bool, string) {
+		return o.(*meshv1.Service).Resolution == meshv1.Resolution_RESOLUTION_DNS, "not DNS"
+	})
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/"+model.EndpointsName(kube.ObjectName("payments", "c1"), "c1"), "its endpoint, the external name", func(o model.Object) (bool, string) {
+		eps := o.(*meshv1.Endpoints).Endpoints
+		return len(eps) == 1 && eps[0].Address == "api.payments.example.com", fmt.Sprint(eps)
+	})
+}

@@ -557,7 +557,12 @@ func (s *Source) service(w *watched, svc *corev1.Service, now time.Time, refs ma
 	spec.Origin = origin()
 	objs := []ingest.Object{{Key: key, Object: spec, Resource: loc}}
 	slices, _ := w.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
-	if eps := ConvertEndpoints(svc, slices, w); len(eps) > 0 {
+	eps := ConvertEndpoints(svc, slices, w)
+	if svc.Spec.Type == corev1.ServiceTypeExternalName && svc.Spec.ExternalName != "" {
+		// A DNS service: its clusters resolve the external name.
+		eps = []*meshv1.Endpoint{{Address: svc.Spec.ExternalName}}
+	}
+	if len(eps) > 0 {
 		objs = append(objs, ingest.Object{
 			Key:      model.Key{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: model.EndpointsName(name, s.cfg.Cluster)},
 			Object:   &meshv1.Endpoints{Origin: origin(), Service: name, Shard: s.cfg.Cluster, Endpoints: eps},

@@ -7,6 +7,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -53,17 +54,52 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, h := range m.Owned(s) {
 		for _, p := range s.Spec.Ports {
-			out = append(out, outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy))
+			c := outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy)
+			out = append(out, dnsCluster(c, s, h, p, nil, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
 				lb := sub.LoadBalancer
 				if lb == meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
 					lb = s.Policy.GetLoadBalancer()
 				}
-				out = append(out, outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy))
+				c := outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy)
+				out = append(out, dnsCluster(c, s, h, p, sub.Labels, proxy))
 			}
 		}
 	}
 	return out
+}
+
+// dnsCluster makes the cluster of a DNS service resolve names itself
+// instead of taking addresses over EDS (which never carries a hostname):
+// STRICT_DNS over every endpoint for Istio's DNS, LOGICAL_DNS over the
+// first for DNS_ROUND_ROBIN, as Istio generates them; the service's host
+// itself on the port when it lists no endpoint. A proxyless gRPC client
+// gets LOGICAL_DNS for both (grpc-go resolves one name). Clusters of other
+// services are returned as they are.
+func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, subset map[string]string, proxy Proxy) *cluster.Cluster {
+	res := s.Spec.Resolution
+	if res != meshv1.Resolution_RESOLUTION_DNS && res != meshv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN {
+		return c
+	}
+	cla := loadAssignment(c.Name, s, p, subset)
+	if len(s.Endpoints) == 0 {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, p.Number)}}}}}}
+	}
+	kind := cluster.Cluster_STRICT_DNS
+	if res == meshv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN || proxy == Proxyless {
+		kind = cluster.Cluster_LOGICAL_DNS
+		// One name: the first endpoint of the first locality.
+		if len(cla.Endpoints) > 0 && len(cla.Endpoints[0].LbEndpoints) > 0 {
+			first := cla.Endpoints[0]
+			cla.Endpoints = []*endpoint.LocalityLbEndpoints{{Locality: first.Locality, LbEndpoints: first.LbEndpoints[:1]}}
+		}
+	}
+	c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: kind}
+	c.EdsClusterConfig = nil
+	c.LoadAssignment = cla
+	c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+	return c
 }
 
 func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, proxy Proxy) *cluster.Cluster {

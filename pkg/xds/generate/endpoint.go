@@ -24,8 +24,8 @@ func LoadAssignments(m *Mesh) []*endpoint.ClusterLoadAssignment {
 // ServiceLoadAssignments returns the assignments of one service's clusters;
 // they depend on the service alone (and which of its hosts it owns).
 func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignment {
-	if !s.routable() {
-		return nil
+	if !s.routable() || s.dns() {
+		return nil // a DNS service's clusters hold their endpoints
 	}
 	var out []*endpoint.ClusterLoadAssignment
 	for _, h := range m.Owned(s) {

@@ -89,8 +89,13 @@ type Resolution int32
 const (
 	Resolution_RESOLUTION_UNSPECIFIED Resolution = 0
 	Resolution_RESOLUTION_STATIC      Resolution = 1
-	Resolution_RESOLUTION_DNS         Resolution = 2
-	Resolution_RESOLUTION_NONE        Resolution = 3
+	// RESOLUTION_DNS resolves every endpoint's name and balances over all
+	// the addresses (Istio's DNS: Envoy's STRICT_DNS).
+	Resolution_RESOLUTION_DNS  Resolution = 2
+	Resolution_RESOLUTION_NONE Resolution = 3
+	// RESOLUTION_DNS_ROUND_ROBIN connects to the addresses of one name in
+	// turn (Istio's DNS_ROUND_ROBIN: Envoy's LOGICAL_DNS).
+	Resolution_RESOLUTION_DNS_ROUND_ROBIN Resolution = 4
 )
 
 // Enum value maps for Resolution.
@@ -100,12 +105,14 @@ var (
 		1: "RESOLUTION_STATIC",
 		2: "RESOLUTION_DNS",
 		3: "RESOLUTION_NONE",
+		4: "RESOLUTION_DNS_ROUND_ROBIN",
 	}
 	Resolution_value = map[string]int32{
-		"RESOLUTION_UNSPECIFIED": 0,
-		"RESOLUTION_STATIC":      1,
-		"RESOLUTION_DNS":         2,
-		"RESOLUTION_NONE":        3,
+		"RESOLUTION_UNSPECIFIED":     0,
+		"RESOLUTION_STATIC":          1,
+		"RESOLUTION_DNS":             2,
+		"RESOLUTION_NONE":            3,
+		"RESOLUTION_DNS_ROUND_ROBIN": 4,
 	}
 )
 
@@ -338,13 +345,14 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\rPROTOCOL_GRPC\x10\x03\x12\x10\n" +
 	"\fPROTOCOL_TCP\x10\x04\x12\x10\n" +
 	"\fPROTOCOL_TLS\x10\x05\x12\x12\n" +
-	"\x0ePROTOCOL_HTTPS\x10\x06*h\n" +
+	"\x0ePROTOCOL_HTTPS\x10\x06*\x88\x01\n" +
 	"\n" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RESOLUTION_STATIC\x10\x01\x12\x12\n" +
 	"\x0eRESOLUTION_DNS\x10\x02\x12\x13\n" +
-	"\x0fRESOLUTION_NONE\x10\x03B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
+	"\x0fRESOLUTION_NONE\x10\x03\x12\x1e\n" +
+	"\x1aRESOLUTION_DNS_ROUND_ROBIN\x10\x04B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
 
 var (
 	file_shardpilot_mesh_v1_service_proto_rawDescOnce sync.Once

@@ -11,8 +11,8 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/store"
 )
 
-// analyze prints what the ingesters rejected: each source's problems, as
-// its leader reports them.
+// analyze prints what the ingesters rejected, and the fields they applied
+// without (warnings): each source's problems, as its leader reports them.
 func analyze(ctx context.Context, o *options, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("unexpected arguments %q", args)
@@ -37,7 +37,7 @@ func analyze(ctx context.Context, o *options, args []string) error {
 	// may list the same problem once each.
 	slices.SortFunc(problems, func(a, b app.Problem) int {
 		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Location, b.Location),
-			cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Reason, b.Reason))
+			cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Reason, b.Reason), cmpBool(a.Warning, b.Warning))
 	})
 	problems = slices.Compact(problems)
 	if o.output == "json" {
@@ -47,9 +47,23 @@ func analyze(ctx context.Context, o *options, args []string) error {
 		fmt.Fprintf(o.stdout, "No rejected objects (%d ingesters asked).\n", len(ms))
 		return askErr
 	}
-	t := newTable(o.stdout, "SOURCE", "LOCATION", "RESOURCE", "FIELD", "REASON")
+	t := newTable(o.stdout, "SOURCE", "LOCATION", "RESOURCE", "SEVERITY", "FIELD", "REASON")
 	for _, p := range problems {
-		t.row(p.Source, p.Location, p.Resource, p.Field, p.Reason)
+		severity := "rejected"
+		if p.Warning {
+			severity = "warning"
+		}
+		t.row(p.Source, p.Location, p.Resource, severity, p.Field, p.Reason)
 	}
 	return cmp.Or(t.flush(), askErr)
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }

@@ -52,6 +52,9 @@ type Problem struct {
 	// lies within it ("a.yaml" holds "a.yaml document 2"): the source could
 	// not tell what that location holds now.
 	KeepLocation string
+	// Warning says the input is applied all the same: a field that has no
+	// effect yet, said rather than dropped in silence.
+	Warning bool
 }
 
 func (p Problem) Error() string {
@@ -61,6 +64,9 @@ func (p Problem) Error() string {
 		b.WriteString(" (" + p.Resource + ")")
 	}
 	b.WriteString(": ")
+	if p.Warning {
+		b.WriteString("warning: ")
+	}
 	if p.Field != "" {
 		b.WriteString(p.Field + ": ")
 	}
@@ -137,6 +143,7 @@ func (c *Config) Validate() error {
 // Metrics are the ingest metrics, labelled by source.
 type Metrics struct {
 	rejected *prometheus.CounterVec
+	warnings *prometheus.CounterVec
 	writes   *prometheus.CounterVec
 	objects  *prometheus.GaugeVec
 	latency  *prometheus.HistogramVec
@@ -181,6 +188,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_rejected_objects_total",
 			Help: "Inputs rejected as invalid (normalization and validation errors), by source."}, []string{"source"}),
+		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_ignored_fields_total",
+			Help: "Inputs applied with a field that has no effect yet (said, never dropped in silence), by source."}, []string{"source"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_store_writes_total",
 			Help: "Store writes by source, kind and operation (put, delete)."}, []string{"source", "kind", "op"}),
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_ingest_objects",
@@ -192,7 +201,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"source"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.rejected, m.writes, m.objects, m.latency, m.lag} {
+		for _, c := range []prometheus.Collector{m.rejected, m.warnings, m.writes, m.objects, m.latency, m.lag} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("ingest: register metrics: %w", err)
 			}
@@ -556,6 +565,12 @@ func (s *Syncer) report(problems []Problem) {
 		id := p.Error()
 		now[id] = true
 		if s.reported[id] {
+			continue
+		}
+		if p.Warning {
+			s.m.warnings.WithLabelValues(s.cfg.Source).Inc()
+			s.cfg.Log.Warn("input field not acted on; the rest applies", "source", s.cfg.Source, "location", p.Location,
+				"resource", p.Resource, "field", p.Field, "reason", p.Reason)
 			continue
 		}
 		s.m.rejected.WithLabelValues(s.cfg.Source).Inc()

@@ -426,6 +426,9 @@ type Problem struct {
 	Resource string `json:"resource,omitempty"`
 	Field    string `json:"field,omitempty"`
 	Reason   string `json:"reason"`
+	// Warning says the object applies all the same (a field that has no
+	// effect yet); otherwise it is rejected.
+	Warning bool `json:"warning,omitempty"`
 }
 
 // Problems lists the current problems of the sources this process syncs,
@@ -434,7 +437,7 @@ func Problems(m *ingest.Metrics) []Problem {
 	out := []Problem{}
 	for source, problems := range m.Problems() {
 		for _, p := range problems {
-			out = append(out, Problem{Source: source, Location: p.Location, Resource: p.Resource, Field: p.Field, Reason: p.Reason})
+			out = append(out, Problem{Source: source, Location: p.Location, Resource: p.Resource, Field: p.Field, Reason: p.Reason, Warning: p.Warning})
 		}
 	}
 	slices.SortFunc(out, func(a, b Problem) int {
@@ -464,6 +467,9 @@ func Rejections(m *ingest.Metrics) func() []statuspage.Rejected {
 			}
 			if p.Field != "" {
 				why = p.Field + ": " + why
+			}
+			if p.Warning {
+				why = "warning (applied): " + why
 			}
 			out = append(out, statuspage.Rejected{Source: p.Source, Location: where, Reason: why})
 		}

@@ -109,6 +109,7 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 		case KindServiceEntry:
 			var spec serviceEntry
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				if svc := n.serviceEntry(in, &spec); svc != nil {
 					services = append(services, svc)
 				}
@@ -116,6 +117,7 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 		case KindWorkloadEntry:
 			var spec workloadEntry
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				if ep, ok := n.endpoint(in, "spec", &spec); ok {
 					entries = append(entries, &decodedEntry{ns: in.Resource.Metadata.Namespace, ep: ep})
 				}
@@ -123,21 +125,25 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 		case KindVirtualService:
 			var spec virtualService
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				n.virtualService(in, &spec)
 			}
 		case KindDestinationRule:
 			var spec destinationRule
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				n.destinationRule(in, &spec)
 			}
 		case KindSidecar:
 			var spec sidecar
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				n.sidecar(in, &spec)
 			}
 		case KindGateway:
 			var spec gateway
 			if n.decode(in, &spec) {
+				n.ignoredFields(in, &spec)
 				n.gateway(in, &spec)
 			}
 		case KindAuthorizationPolicy:

@@ -3,9 +3,9 @@ package istio
 import "encoding/json"
 
 // These types mirror the specs of Istio's networking API as written in YAML
-// (camelCase JSON names). Fields shardpilot does not use yet are kept as
-// json.RawMessage so that valid Istio resources decode, strictly, without
-// shardpilot acting on them.
+// (camelCase JSON names). Fields shardpilot does not act on yet are kept as
+// json.RawMessage so that valid Istio resources decode, strictly; each one
+// set is a warning naming it (see ignoredFields), never dropped in silence.
 
 // Resource is one Kubernetes-style resource document.
 type Resource struct {
@@ -25,15 +25,17 @@ type Metadata struct {
 }
 
 type serviceEntry struct {
-	Hosts            []string        `json:"hosts"`
-	Addresses        []string        `json:"addresses"`
-	Ports            []servicePort   `json:"ports"`
+	Hosts     []string        `json:"hosts"`
+	Addresses json.RawMessage `json:"addresses"`
+	Ports     []servicePort   `json:"ports"`
+	// Location changes nothing here: no traffic is given mutual TLS
+	// unasked, inside the mesh or out.
 	Location         string          `json:"location"`
 	Resolution       string          `json:"resolution"`
 	Endpoints        []workloadEntry `json:"endpoints"`
 	WorkloadSelector *workloadSelect `json:"workloadSelector"`
 	ExportTo         []string        `json:"exportTo"`
-	SubjectAltNames  []string        `json:"subjectAltNames"`
+	SubjectAltNames  json.RawMessage `json:"subjectAltNames"`
 }
 
 type servicePort struct {
@@ -51,7 +53,7 @@ type workloadEntry struct {
 	Address        string            `json:"address"`
 	Ports          map[string]uint32 `json:"ports"`
 	Labels         map[string]string `json:"labels"`
-	Network        string            `json:"network"`
+	Network        json.RawMessage   `json:"network"`
 	Locality       string            `json:"locality"`
 	Weight         uint32            `json:"weight"`
 	ServiceAccount string            `json:"serviceAccount"`

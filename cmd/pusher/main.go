@@ -54,7 +54,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
-	var rootNamespace, kubeconfig, tokenAudience string
+	var rootNamespace, kubeconfig, tokenAudience, outbound string
+	fs.StringVar(&outbound, "outbound-traffic-policy", "ALLOW_ANY", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502), as Istio's meshConfig.outboundTrafficPolicy")
 	var tokens bool
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
 	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
@@ -114,6 +115,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if (caCert == "") != (caKey == "") {
 		return errors.New("--ca-cert-file and --ca-key-file go together")
+	}
+	if outbound != "ALLOW_ANY" && outbound != "REGISTRY_ONLY" {
+		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY or REGISTRY_ONLY", outbound)
 	}
 	if tokens && (kubeconfig == "" || adsClientCA == "") {
 		return errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
@@ -219,7 +223,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -102,6 +102,7 @@ func TestADSNeedsTLSOrConsent(t *testing.T) {
 		{[]string{"--ads-plaintext", "--ads-client-ca-file", "ca.pem"}, "alternatives"},
 		{[]string{"--ads-cert-file", "/nonexistent.pem", "--ads-key-file", "/nonexistent-key.pem"}, "--ads-cert-file"},
 		{[]string{"--ads-plaintext", "--kubeconfig", "in-cluster"}, "--kubeconfig: gateway credentials are served to authenticated proxies only"},
+		{[]string{"--ads-plaintext", "--outbound-traffic-policy", "DENY"}, `--outbound-traffic-policy "DENY"`},
 		{[]string{"--ads-plaintext", "--ads-tokens"}, "--ads-tokens: tokens are reviewed by the API server of --kubeconfig"},
 	} {
 		err := run(context.Background(), append(c.args, "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))

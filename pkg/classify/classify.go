@@ -223,6 +223,7 @@ func (ix *Index) View(class string) (generate.Proxy, generate.View) {
 			for _, e := range s.Spec.Egress {
 				v.Egress = append(v.Egress, e.Hosts...)
 			}
+			v.Outbound = s.Spec.OutboundPolicy
 		}
 	}
 	return kind, v

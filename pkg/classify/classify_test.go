@@ -122,3 +122,15 @@ func TestClassifyBySecurityPolicies(t *testing.T) {
 		t.Error("a changed selector left the index the same")
 	}
 }
+
+// TestViewOutboundPolicy: a Sidecar's outbound traffic policy is its
+// class's.
+func TestViewOutboundPolicy(t *testing.T) {
+	ix := index(t, model.Stored{Key: model.Key{Kind: model.KindScope, Namespace: "shop", Name: "default"},
+		Object: &meshv1.Scope{OutboundPolicy: meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY,
+			Egress: []*meshv1.EgressListener{{Hosts: []string{"./*"}}}}})
+	class := ix.Classify(node("sidecar~10.0.0.2~web.shop~shop.svc.cluster.local", nil))
+	if _, v := ix.View(class); v.Outbound != meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY {
+		t.Errorf("class %s: outbound %s, want its Sidecar's REGISTRY_ONLY", class, v.Outbound)
+	}
+}

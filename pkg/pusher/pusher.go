@@ -71,10 +71,14 @@ type Config struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply to every namespace. Default generate.DefaultRootNamespace.
 	RootNamespace string
-	Loader        Loader
-	Feed          Feed
-	Sink          Sink
-	Log           *slog.Logger
+	// RegistryOnly is the mesh's outbound traffic policy (a Sidecar's
+	// overrides it): traffic to destinations no service names is refused
+	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
+	RegistryOnly bool
+	Loader       Loader
+	Feed         Feed
+	Sink         Sink
+	Log          *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Quiet is the debounce quiet period: it takes the events of one
@@ -568,6 +572,8 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 		return
 	}
 	proxy, view := p.index.Load().View(class)
+	view.RegistryOnly = view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY ||
+		view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_UNSET && p.cfg.RegistryOnly
 	m := mesh.For(view)
 	// Its inbound security (an Envoy's virtual inbound listener, a
 	// proxyless class's servers' listeners) follows the policies that
@@ -737,7 +743,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 			h.Write([]byte{0})
 		}
 	}
-	write(proxy.String(), view.Namespace, lingering, servers)
+	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly))
 	write(view.Egress...)
 	for _, s := range m.Services {
 		write("s", s.Namespace, s.Name, s.ConfigVersion)

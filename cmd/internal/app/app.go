@@ -367,6 +367,9 @@ type Pusher struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply everywhere (default istio-system).
 	RootNamespace string
+	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
+	// when set, else ALLOW_ANY (a Sidecar's overrides it).
+	RegistryOnly bool
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -387,7 +390,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		return err
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {

@@ -566,6 +566,18 @@ func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
 
 func (n *normalizer) sidecar(in Input, spec *sidecar) {
 	sc := &meshv1.Scope{Origin: n.origin(in)}
+	if p := spec.OutboundTrafficPolicy; p != nil {
+		switch strings.ToUpper(p.Mode) {
+		case "":
+		case "ALLOW_ANY":
+			sc.OutboundPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_ALLOW_ANY
+		case "REGISTRY_ONLY":
+			sc.OutboundPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
+		default:
+			n.problem(in, "spec.outboundTrafficPolicy.mode", "%q is not ALLOW_ANY or REGISTRY_ONLY", p.Mode)
+			return
+		}
+	}
 	if spec.WorkloadSelector != nil {
 		sc.WorkloadSelector = spec.WorkloadSelector.Labels
 	}

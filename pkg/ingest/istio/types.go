@@ -217,7 +217,7 @@ type sidecar struct {
 	WorkloadSelector      *workloadSelect  `json:"workloadSelector"`
 	Ingress               json.RawMessage  `json:"ingress"`
 	Egress                []egressListener `json:"egress"`
-	OutboundTrafficPolicy json.RawMessage  `json:"outboundTrafficPolicy"`
+	OutboundTrafficPolicy *outboundPolicy  `json:"outboundTrafficPolicy"`
 	InboundConnectionPool json.RawMessage  `json:"inboundConnectionPool"`
 }
 
@@ -408,4 +408,9 @@ type jwtRule struct {
 type jwtHeader struct {
 	Name   string `json:"name"`
 	Prefix string `json:"prefix"`
+}
+
+type outboundPolicy struct {
+	Mode        string          `json:"mode"`
+	EgressProxy json.RawMessage `json:"egressProxy"`
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -47,5 +48,35 @@ func TestDNSClusters(t *testing.T) {
 	}
 	if las := generate.LoadAssignments(m); len(las) != 0 {
 		t.Errorf("%d load assignments for DNS services, want none (hostnames never go over EDS)", len(las))
+	}
+}
+
+// TestRegistryOnly: with REGISTRY_ONLY an Envoy's traffic to destinations
+// no service names goes into the black hole (TCP) and is answered 502
+// (HTTP), as Istio's; with ALLOW_ANY it passes through.
+func TestRegistryOnly(t *testing.T) {
+	m := testMesh().For(generate.View{RegistryOnly: true})
+	var outbound []*listener.Listener
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if l.Name == generate.VirtualOutboundListener {
+			outbound = append(outbound, l)
+		}
+	}
+	check(t, "registry-only-listeners.json", outbound)
+	routes := generate.Routes(m, generate.Envoy)
+	check(t, "registry-only-routes.json", routes)
+	if got := outbound[0].FilterChains[0].Name; got != generate.BlackHoleCluster {
+		t.Errorf("virtual outbound default %s, want the black hole", got)
+	}
+	for _, rc := range routes {
+		last := rc.VirtualHosts[len(rc.VirtualHosts)-1]
+		if last.Name != "block_all" || last.Routes[0].GetDirectResponse().GetStatus() != 502 {
+			t.Errorf("route %s ends with %s, want block_all answering 502", rc.Name, last.Name)
+		}
+	}
+	for _, rc := range generate.Routes(testMesh(), generate.Envoy) {
+		if last := rc.VirtualHosts[len(rc.VirtualHosts)-1]; last.Name != "allow_any" {
+			t.Errorf("ALLOW_ANY: route %s ends with %s", rc.Name, last.Name)
+		}
 	}
 }

@@ -90,7 +90,10 @@ type Mesh struct {
 	Gateways []*Gateway
 	// Policies are the mesh's security policies, by namespace and name.
 	Policies []*Policy
-	byHost   map[string]*Service
+	// RegistryOnly refuses an Envoy's traffic to destinations no service
+	// names (a view's, see View.RegistryOnly).
+	RegistryOnly bool
+	byHost       map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
 	routeByHost map[string]*Route
@@ -140,7 +143,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 	for _, s := range changed {
 		by[id{s.Namespace, s.Name}] = s
 	}
-	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies,
+	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
 		byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
@@ -215,6 +218,12 @@ type View struct {
 	// Policies are the tags of the security policies with a selector that
 	// select the class's workloads (those without apply to the namespace).
 	Policies []string
+	// Outbound is the class's Sidecar's outbound traffic policy (unset:
+	// the mesh's default); RegistryOnly is the policy in effect, refusing
+	// traffic to destinations no service names (Istio's REGISTRY_ONLY)
+	// rather than passing it through (ALLOW_ANY).
+	Outbound     meshv1.OutboundPolicy
+	RegistryOnly bool
 }
 
 // For returns the part of the mesh a view sees: the services exported to
@@ -222,7 +231,12 @@ type View struct {
 // sees the whole mesh.
 func (m *Mesh) For(v View) *Mesh {
 	if v.Namespace == "" {
-		return m
+		if v.RegistryOnly == m.RegistryOnly {
+			return m
+		}
+		out := *m
+		out.RegistryOnly = v.RegistryOnly
+		return &out
 	}
 	var svcs []*Service
 	for _, s := range m.Services {
@@ -231,7 +245,7 @@ func (m *Mesh) For(v View) *Mesh {
 		}
 	}
 	out := NewMesh(svcs, m.Routes)
-	out.Policies = m.Policies
+	out.Policies, out.RegistryOnly = m.Policies, v.RegistryOnly
 	return out
 }
 

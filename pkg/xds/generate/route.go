@@ -51,6 +51,9 @@ func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfigur
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, vh(m, host, p.Number))
 	})
+	for _, rc := range out {
+		rc.VirtualHosts = append(rc.VirtualHosts, catchAllHost(m))
+	}
 	return out
 }
 

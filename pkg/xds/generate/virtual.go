@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -77,8 +78,8 @@ func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
 			Address:        socketAddress("0.0.0.0", virtualOutboundPort),
 			UseOriginalDst: wrapperspb.Bool(true),
 			FilterChains: []*listener.FilterChain{{
-				Name:    PassthroughCluster,
-				Filters: []*listener.Filter{tcpProxyFilter(PassthroughCluster, PassthroughCluster)},
+				Name:    outboundDefault(m),
+				Filters: []*listener.Filter{tcpProxyFilter(outboundDefault(m), outboundDefault(m))},
 			}},
 		},
 		{
@@ -130,4 +131,39 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 		})
 	}
 	return out
+}
+
+// outboundDefault is where an Envoy sends traffic to a destination no
+// service names: passed through (ALLOW_ANY) or into the black hole
+// (REGISTRY_ONLY).
+func outboundDefault(m *Mesh) string {
+	if m.RegistryOnly {
+		return BlackHoleCluster
+	}
+	return PassthroughCluster
+}
+
+// The virtual host an Envoy's route configuration ends with, for HTTP to
+// hosts no service names, as Istio's: sent on where it was going
+// (ALLOW_ANY) or answered 502 (REGISTRY_ONLY). One object each, shared by
+// every route configuration.
+var (
+	allowAnyHost = &route.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*route.Route{{
+		Name:  "allow_any",
+		Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: PassthroughCluster},
+			Timeout: durationpb.New(0)}},
+	}}}
+	blockAllHost = &route.VirtualHost{Name: "block_all", Domains: []string{"*"}, Routes: []*route.Route{{
+		Name:   "block_all",
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 502}},
+	}}}
+)
+
+func catchAllHost(m *Mesh) *route.VirtualHost {
+	if m.RegistryOnly {
+		return blockAllHost
+	}
+	return allowAnyHost
 }

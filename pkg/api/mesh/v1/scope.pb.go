@@ -21,6 +21,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OutboundPolicy is what a sidecar does with traffic to a destination no
+// service of the mesh names.
+type OutboundPolicy int32
+
+const (
+	OutboundPolicy_OUTBOUND_POLICY_UNSET         OutboundPolicy = 0 // the mesh's default
+	OutboundPolicy_OUTBOUND_POLICY_ALLOW_ANY     OutboundPolicy = 1 // passed through to where it was going
+	OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY OutboundPolicy = 2 // refused (black hole, 502 for HTTP)
+)
+
+// Enum value maps for OutboundPolicy.
+var (
+	OutboundPolicy_name = map[int32]string{
+		0: "OUTBOUND_POLICY_UNSET",
+		1: "OUTBOUND_POLICY_ALLOW_ANY",
+		2: "OUTBOUND_POLICY_REGISTRY_ONLY",
+	}
+	OutboundPolicy_value = map[string]int32{
+		"OUTBOUND_POLICY_UNSET":         0,
+		"OUTBOUND_POLICY_ALLOW_ANY":     1,
+		"OUTBOUND_POLICY_REGISTRY_ONLY": 2,
+	}
+)
+
+func (x OutboundPolicy) Enum() *OutboundPolicy {
+	p := new(OutboundPolicy)
+	*p = x
+	return p
+}
+
+func (x OutboundPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OutboundPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardpilot_mesh_v1_scope_proto_enumTypes[0].Descriptor()
+}
+
+func (OutboundPolicy) Type() protoreflect.EnumType {
+	return &file_shardpilot_mesh_v1_scope_proto_enumTypes[0]
+}
+
+func (x OutboundPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OutboundPolicy.Descriptor instead.
+func (OutboundPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_scope_proto_rawDescGZIP(), []int{0}
+}
+
 // EgressListener lists the hosts a workload may reach, optionally on one port.
 type EgressListener struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -82,6 +133,7 @@ type Scope struct {
 	// workload_selector selects the workloads; empty means the whole namespace.
 	WorkloadSelector map[string]string `protobuf:"bytes,2,rep,name=workload_selector,json=workloadSelector,proto3" json:"workload_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Egress           []*EgressListener `protobuf:"bytes,3,rep,name=egress,proto3" json:"egress,omitempty"`
+	OutboundPolicy   OutboundPolicy    `protobuf:"varint,4,opt,name=outbound_policy,json=outboundPolicy,proto3,enum=shardpilot.mesh.v1.OutboundPolicy" json:"outbound_policy,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -137,6 +189,13 @@ func (x *Scope) GetEgress() []*EgressListener {
 	return nil
 }
 
+func (x *Scope) GetOutboundPolicy() OutboundPolicy {
+	if x != nil {
+		return x.OutboundPolicy
+	}
+	return OutboundPolicy_OUTBOUND_POLICY_UNSET
+}
+
 var File_shardpilot_mesh_v1_scope_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_scope_proto_rawDesc = "" +
@@ -144,14 +203,19 @@ const file_shardpilot_mesh_v1_scope_proto_rawDesc = "" +
 	"\x1eshardpilot/mesh/v1/scope.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\":\n" +
 	"\x0eEgressListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x14\n" +
-	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\x9a\x02\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xe7\x02\n" +
 	"\x05Scope\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\\\n" +
 	"\x11workload_selector\x18\x02 \x03(\v2/.shardpilot.mesh.v1.Scope.WorkloadSelectorEntryR\x10workloadSelector\x12:\n" +
-	"\x06egress\x18\x03 \x03(\v2\".shardpilot.mesh.v1.EgressListenerR\x06egress\x1aC\n" +
+	"\x06egress\x18\x03 \x03(\v2\".shardpilot.mesh.v1.EgressListenerR\x06egress\x12K\n" +
+	"\x0foutbound_policy\x18\x04 \x01(\x0e2\".shardpilot.mesh.v1.OutboundPolicyR\x0eoutboundPolicy\x1aC\n" +
 	"\x15WorkloadSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*m\n" +
+	"\x0eOutboundPolicy\x12\x19\n" +
+	"\x15OUTBOUND_POLICY_UNSET\x10\x00\x12\x1d\n" +
+	"\x19OUTBOUND_POLICY_ALLOW_ANY\x10\x01\x12!\n" +
+	"\x1dOUTBOUND_POLICY_REGISTRY_ONLY\x10\x02B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
 
 var (
 	file_shardpilot_mesh_v1_scope_proto_rawDescOnce sync.Once
@@ -165,22 +229,25 @@ func file_shardpilot_mesh_v1_scope_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_scope_proto_rawDescData
 }
 
+var file_shardpilot_mesh_v1_scope_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_shardpilot_mesh_v1_scope_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_shardpilot_mesh_v1_scope_proto_goTypes = []any{
-	(*EgressListener)(nil), // 0: shardpilot.mesh.v1.EgressListener
-	(*Scope)(nil),          // 1: shardpilot.mesh.v1.Scope
-	nil,                    // 2: shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
-	(*Origin)(nil),         // 3: shardpilot.mesh.v1.Origin
+	(OutboundPolicy)(0),    // 0: shardpilot.mesh.v1.OutboundPolicy
+	(*EgressListener)(nil), // 1: shardpilot.mesh.v1.EgressListener
+	(*Scope)(nil),          // 2: shardpilot.mesh.v1.Scope
+	nil,                    // 3: shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
+	(*Origin)(nil),         // 4: shardpilot.mesh.v1.Origin
 }
 var file_shardpilot_mesh_v1_scope_proto_depIdxs = []int32{
-	3, // 0: shardpilot.mesh.v1.Scope.origin:type_name -> shardpilot.mesh.v1.Origin
-	2, // 1: shardpilot.mesh.v1.Scope.workload_selector:type_name -> shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
-	0, // 2: shardpilot.mesh.v1.Scope.egress:type_name -> shardpilot.mesh.v1.EgressListener
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 0: shardpilot.mesh.v1.Scope.origin:type_name -> shardpilot.mesh.v1.Origin
+	3, // 1: shardpilot.mesh.v1.Scope.workload_selector:type_name -> shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
+	1, // 2: shardpilot.mesh.v1.Scope.egress:type_name -> shardpilot.mesh.v1.EgressListener
+	0, // 3: shardpilot.mesh.v1.Scope.outbound_policy:type_name -> shardpilot.mesh.v1.OutboundPolicy
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_scope_proto_init() }
@@ -194,13 +261,14 @@ func file_shardpilot_mesh_v1_scope_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_scope_proto_rawDesc), len(file_shardpilot_mesh_v1_scope_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_shardpilot_mesh_v1_scope_proto_goTypes,
 		DependencyIndexes: file_shardpilot_mesh_v1_scope_proto_depIdxs,
+		EnumInfos:         file_shardpilot_mesh_v1_scope_proto_enumTypes,
 		MessageInfos:      file_shardpilot_mesh_v1_scope_proto_msgTypes,
 	}.Build()
 	File_shardpilot_mesh_v1_scope_proto = out.File

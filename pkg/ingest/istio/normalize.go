@@ -1,6 +1,7 @@
 package istio
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -459,14 +460,34 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 	for i, h := range spec.HTTP {
 		f := fmt.Sprintf("spec.http[%d]", i)
 		route := &meshv1.HTTPRoute{Name: h.Name}
-		for _, m := range h.Match {
-			route.Match = append(route.Match, &meshv1.HTTPMatch{
-				Name:    m.Name,
-				Uri:     m.URI.model(),
-				Method:  m.Method.model(),
-				Headers: headerMatches(m.Headers),
-				Port:    m.Port,
-			})
+		for j, m := range h.Match {
+			if cond := unsupportedMatch(m); len(cond) > 0 {
+				// A condition that cannot be checked: the alternative
+				// never matches, rather than matching every request.
+				n.problems = append(n.problems, ingest.Problem{Location: in.Location, Resource: in.name(),
+					Field: fmt.Sprintf("%s.match[%d]", f, j), Warning: true,
+					Reason: "never matches: it names " + strings.Join(cond, ", ") + ", not acted on yet"})
+				continue
+			}
+			hm := &meshv1.HTTPMatch{
+				Name:          m.Name,
+				Uri:           m.URI.model(),
+				Method:        m.Method.model(),
+				Headers:       headerMatches(m.Headers),
+				Port:          m.Port,
+				IgnoreUriCase: m.IgnoreURICase,
+			}
+			// The authority and the scheme are pseudo-headers, as Istio
+			// matches them.
+			for name, sm := range map[string]*stringMatch{":authority": m.Authority, ":scheme": m.Scheme} {
+				if sm != nil {
+					if hm.Headers == nil {
+						hm.Headers = map[string]*meshv1.StringMatch{}
+					}
+					hm.Headers[name] = sm.model()
+				}
+			}
+			route.Match = append(route.Match, hm)
 		}
 		for j, d := range h.Route {
 			if d.Weight < 0 {
@@ -495,6 +516,9 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		}
 		if !n.httpExtras(in, f, &h, route) {
 			return
+		}
+		if len(h.Match) > 0 && len(route.Match) == 0 {
+			continue // no alternative left: the route never applies
 		}
 		rr.Http = append(rr.Http, route)
 	}
@@ -788,4 +812,18 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 		out.Tls = &meshv1.ClientTLS{Mode: mode, Sni: t.Sni, SubjectAltNames: t.SubjectAltNames, CredentialName: t.CredentialName}
 	}
 	return true
+}
+
+// unsupportedMatch names the conditions of a match that are not acted on
+// yet.
+func unsupportedMatch(m httpMatchRequest) []string {
+	var out []string
+	for name, raw := range map[string]json.RawMessage{"sourceLabels": m.SourceLabels, "sourceNamespace": m.SourceNamespace,
+		"queryParams": m.QueryParams, "withoutHeaders": m.WithoutHeaders} {
+		if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

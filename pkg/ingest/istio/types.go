@@ -140,13 +140,13 @@ type httpMatchRequest struct {
 	Authority       *stringMatch           `json:"authority"`
 	Headers         map[string]stringMatch `json:"headers"`
 	Port            uint32                 `json:"port"`
-	SourceLabels    map[string]string      `json:"sourceLabels"`
+	SourceLabels    json.RawMessage        `json:"sourceLabels"`
 	Gateways        []string               `json:"gateways"`
 	QueryParams     json.RawMessage        `json:"queryParams"`
 	IgnoreURICase   bool                   `json:"ignoreUriCase"`
 	WithoutHeaders  json.RawMessage        `json:"withoutHeaders"`
-	SourceNamespace string                 `json:"sourceNamespace"`
-	StatPrefix      string                 `json:"statPrefix"`
+	SourceNamespace json.RawMessage        `json:"sourceNamespace"`
+	StatPrefix      json.RawMessage        `json:"statPrefix"`
 }
 
 type stringMatch struct {
@@ -222,10 +222,10 @@ type sidecar struct {
 }
 
 type egressListener struct {
-	Port        *servicePort `json:"port"`
-	Bind        string       `json:"bind"`
-	CaptureMode string       `json:"captureMode"`
-	Hosts       []string     `json:"hosts"`
+	Port        *servicePort    `json:"port"`
+	Bind        json.RawMessage `json:"bind"`
+	CaptureMode json.RawMessage `json:"captureMode"`
+	Hosts       []string        `json:"hosts"`
 }
 
 type gateway struct {
@@ -234,37 +234,37 @@ type gateway struct {
 }
 
 type gatewayServer struct {
-	Port            *servicePort `json:"port"`
-	Bind            string       `json:"bind"`
-	Hosts           []string     `json:"hosts"`
-	TLS             *serverTLS   `json:"tls"`
-	DefaultEndpoint string       `json:"defaultEndpoint"`
-	Name            string       `json:"name"`
+	Port            *servicePort    `json:"port"`
+	Bind            json.RawMessage `json:"bind"`
+	Hosts           []string        `json:"hosts"`
+	TLS             *serverTLS      `json:"tls"`
+	DefaultEndpoint json.RawMessage `json:"defaultEndpoint"`
+	Name            string          `json:"name"`
 }
 
 type serverTLS struct {
 	HTTPSRedirect         bool            `json:"httpsRedirect"`
 	Mode                  string          `json:"mode"`
-	ServerCertificate     string          `json:"serverCertificate"`
-	PrivateKey            string          `json:"privateKey"`
-	CaCertificates        string          `json:"caCertificates"`
-	CaCrl                 string          `json:"caCrl"`
+	ServerCertificate     json.RawMessage `json:"serverCertificate"`
+	PrivateKey            json.RawMessage `json:"privateKey"`
+	CaCertificates        json.RawMessage `json:"caCertificates"`
+	CaCrl                 json.RawMessage `json:"caCrl"`
 	CredentialName        string          `json:"credentialName"`
 	CredentialNames       json.RawMessage `json:"credentialNames"`
 	SubjectAltNames       json.RawMessage `json:"subjectAltNames"`
 	VerifyCertificateSpki json.RawMessage `json:"verifyCertificateSpki"`
 	VerifyCertificateHash json.RawMessage `json:"verifyCertificateHash"`
-	MinProtocolVersion    string          `json:"minProtocolVersion"`
-	MaxProtocolVersion    string          `json:"maxProtocolVersion"`
+	MinProtocolVersion    json.RawMessage `json:"minProtocolVersion"`
+	MaxProtocolVersion    json.RawMessage `json:"maxProtocolVersion"`
 	CipherSuites          json.RawMessage `json:"cipherSuites"`
 }
 
 type consistentHash struct {
 	HTTPHeaderName string `json:"httpHeaderName"`
 	HTTPCookie     *struct {
-		Name string `json:"name"`
-		Path string `json:"path"`
-		TTL  string `json:"ttl"`
+		Name string          `json:"name"`
+		Path json.RawMessage `json:"path"`
+		TTL  string          `json:"ttl"`
 	} `json:"httpCookie"`
 	UseSourceIP            bool            `json:"useSourceIp"`
 	HTTPQueryParameterName string          `json:"httpQueryParameterName"`
@@ -288,7 +288,7 @@ type connectionPool struct {
 		MaxRetries               int32           `json:"maxRetries"`
 		IdleTimeout              json.RawMessage `json:"idleTimeout"`
 		H2UpgradePolicy          json.RawMessage `json:"h2UpgradePolicy"`
-		UseClientProtocol        bool            `json:"useClientProtocol"`
+		UseClientProtocol        json.RawMessage `json:"useClientProtocol"`
 		MaxConcurrentStreams     json.RawMessage `json:"maxConcurrentStreams"`
 	} `json:"http"`
 }
@@ -307,14 +307,14 @@ type outlierDetection struct {
 
 type clientTLS struct {
 	Mode               string          `json:"mode"`
-	ClientCertificate  string          `json:"clientCertificate"`
-	PrivateKey         string          `json:"privateKey"`
-	CaCertificates     string          `json:"caCertificates"`
+	ClientCertificate  json.RawMessage `json:"clientCertificate"`
+	PrivateKey         json.RawMessage `json:"privateKey"`
+	CaCertificates     json.RawMessage `json:"caCertificates"`
 	CredentialName     string          `json:"credentialName"`
 	SubjectAltNames    []string        `json:"subjectAltNames"`
 	Sni                string          `json:"sni"`
 	InsecureSkipVerify json.RawMessage `json:"insecureSkipVerify"`
-	CaCrl              string          `json:"caCrl"`
+	CaCrl              json.RawMessage `json:"caCrl"`
 }
 
 // The security API (security.istio.io).

@@ -80,3 +80,27 @@ func TestRegistryOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchAuthorityAndCase: a match's authority and scheme are
+// pseudo-header matches, and ignoreUriCase makes the path match
+// case-insensitive, as Istio generates them.
+func TestMatchAuthorityAndCase(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "legacy", Spec: &meshv1.Service{
+		Hostnames: []string{"legacy.example.com"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+		Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	rule := &generate.Route{Namespace: "shop", Name: "legacy", Version: "1", Rule: &meshv1.RouteRule{Hosts: []string{"legacy.example.com"},
+		Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/Legacy"}}, IgnoreUriCase: true,
+				Headers: map[string]*meshv1.StringMatch{":authority": {Kind: &meshv1.StringMatch_Exact{Exact: "legacy.example.com"}}}}},
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "legacy.example.com"}}},
+		}}}}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{rule})
+	vh := generate.VirtualHost(m, "legacy.example.com", 80)
+	match := vh.Routes[0].Match
+	if match.GetCaseSensitive() == nil || match.GetCaseSensitive().GetValue() || len(match.Headers) != 1 || match.Headers[0].Name != ":authority" {
+		t.Errorf("match %v", match)
+	}
+	if err := vh.Validate(); err != nil {
+		t.Error(err)
+	}
+}

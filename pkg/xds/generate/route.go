@@ -163,6 +163,9 @@ func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
 	case *meshv1.StringMatch_Regex:
 		rm.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
 	}
+	if hm.IgnoreUriCase {
+		rm.CaseSensitive = wrapperspb.Bool(false)
+	}
 	if hm.Method != nil {
 		rm.Headers = append(rm.Headers, headerMatcher(":method", hm.Method))
 	}

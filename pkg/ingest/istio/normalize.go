@@ -578,14 +578,54 @@ func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
 	if !n.policyExtras(in, "spec.trafficPolicy", spec.TrafficPolicy, tp) {
 		return
 	}
+	if tp.PortLevelSettings, ok = n.portPolicies(in, "spec.trafficPolicy", spec.TrafficPolicy); !ok {
+		return
+	}
 	for i, s := range spec.Subsets {
+		f := fmt.Sprintf("spec.subsets[%d].trafficPolicy", i)
 		sub := &meshv1.Subset{Name: s.Name, Labels: s.Labels}
-		if sub.LoadBalancer, ok = n.loadBalancer(in, fmt.Sprintf("spec.subsets[%d].trafficPolicy", i), s.TrafficPolicy); !ok {
+		level := &meshv1.TrafficPolicy{}
+		if level.LoadBalancer, ok = n.loadBalancer(in, f, s.TrafficPolicy); !ok || !n.policyExtras(in, f, s.TrafficPolicy, level) {
+			return
+		}
+		sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls =
+			level.LoadBalancer, level.ConsistentHash, level.ConnectionPool, level.OutlierDetection, level.Tls
+		if sub.PortLevelSettings, ok = n.portPolicies(in, f, s.TrafficPolicy); !ok {
 			return
 		}
 		tp.Subsets = append(tp.Subsets, sub)
 	}
 	n.emit(in, tp)
+}
+
+// portPolicies reads a traffic policy's portLevelSettings.
+func (n *normalizer) portPolicies(in Input, f string, tp *trafficPolicy) ([]*meshv1.PortPolicy, bool) {
+	if tp == nil {
+		return nil, true
+	}
+	var out []*meshv1.PortPolicy
+	seen := map[uint32]bool{}
+	for i, ps := range tp.PortLevelSettings {
+		pf := fmt.Sprintf("%s.portLevelSettings[%d]", f, i)
+		if ps.Port == nil || ps.Port.Number == 0 {
+			n.problem(in, pf+".port.number", "a port number is required")
+			return nil, false
+		}
+		if seen[ps.Port.Number] {
+			n.problem(in, pf+".port.number", "port %d has settings twice", ps.Port.Number)
+			return nil, false
+		}
+		seen[ps.Port.Number] = true
+		level := &meshv1.TrafficPolicy{}
+		as := &trafficPolicy{LoadBalancer: ps.LoadBalancer, ConnectionPool: ps.ConnectionPool, OutlierDetection: ps.OutlierDetection, TLS: ps.TLS}
+		var ok bool
+		if level.LoadBalancer, ok = n.loadBalancer(in, pf, as); !ok || !n.policyExtras(in, pf, as, level) {
+			return nil, false
+		}
+		out = append(out, &meshv1.PortPolicy{Port: ps.Port.Number, LoadBalancer: level.LoadBalancer, ConsistentHash: level.ConsistentHash,
+			ConnectionPool: level.ConnectionPool, OutlierDetection: level.OutlierDetection, Tls: level.Tls})
+	}
+	return out, true
 }
 
 func (n *normalizer) sidecar(in Input, spec *sidecar) {

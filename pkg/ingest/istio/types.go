@@ -189,14 +189,14 @@ type destinationRule struct {
 }
 
 type trafficPolicy struct {
-	LoadBalancer      *loadBalancer     `json:"loadBalancer"`
-	ConnectionPool    *connectionPool   `json:"connectionPool"`
-	OutlierDetection  *outlierDetection `json:"outlierDetection"`
-	TLS               *clientTLS        `json:"tls"`
-	PortLevelSettings json.RawMessage   `json:"portLevelSettings"`
-	Tunnel            json.RawMessage   `json:"tunnel"`
-	ProxyProtocol     json.RawMessage   `json:"proxyProtocol"`
-	RetryBudget       json.RawMessage   `json:"retryBudget"`
+	LoadBalancer      *loadBalancer       `json:"loadBalancer"`
+	ConnectionPool    *connectionPool     `json:"connectionPool"`
+	OutlierDetection  *outlierDetection   `json:"outlierDetection"`
+	TLS               *clientTLS          `json:"tls"`
+	PortLevelSettings []portTrafficPolicy `json:"portLevelSettings"`
+	Tunnel            json.RawMessage     `json:"tunnel"`
+	ProxyProtocol     json.RawMessage     `json:"proxyProtocol"`
+	RetryBudget       json.RawMessage     `json:"retryBudget"`
 }
 
 type loadBalancer struct {
@@ -413,4 +413,12 @@ type jwtHeader struct {
 type outboundPolicy struct {
 	Mode        string          `json:"mode"`
 	EgressProxy json.RawMessage `json:"egressProxy"`
+}
+
+type portTrafficPolicy struct {
+	Port             *portSelector     `json:"port"`
+	LoadBalancer     *loadBalancer     `json:"loadBalancer"`
+	ConnectionPool   *connectionPool   `json:"connectionPool"`
+	OutlierDetection *outlierDetection `json:"outlierDetection"`
+	TLS              *clientTLS        `json:"tls"`
 }

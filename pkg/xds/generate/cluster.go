@@ -54,19 +54,60 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, h := range m.Owned(s) {
 		for _, p := range s.Spec.Ports {
-			c := outboundCluster(ClusterName(p.Number, "", h), p, s.Policy, s.Policy.GetLoadBalancer(), proxy)
+			policy := effectivePolicy(s.Policy, nil, p.Number)
+			c := outboundCluster(ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
 			out = append(out, dnsCluster(c, s, h, p, nil, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
-				lb := sub.LoadBalancer
-				if lb == meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
-					lb = s.Policy.GetLoadBalancer()
-				}
-				c := outboundCluster(ClusterName(p.Number, sub.Name, h), p, s.Policy, lb, proxy)
+				policy := effectivePolicy(s.Policy, sub, p.Number)
+				c := outboundCluster(ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
 				out = append(out, dnsCluster(c, s, h, p, sub.Labels, proxy))
 			}
 		}
 	}
 	return out
+}
+
+// effectivePolicy is the traffic policy of a service's port (and subset),
+// as Istio merges them: the destination's, its settings for the port, the
+// subset's, the subset's settings for the port; each field set overrides.
+func effectivePolicy(tp *meshv1.TrafficPolicy, sub *meshv1.Subset, port uint32) *meshv1.TrafficPolicy {
+	if tp == nil {
+		return nil
+	}
+	out := &meshv1.TrafficPolicy{Host: tp.Host, LoadBalancer: tp.LoadBalancer, ConsistentHash: tp.ConsistentHash,
+		ConnectionPool: tp.ConnectionPool, OutlierDetection: tp.OutlierDetection, Tls: tp.Tls}
+	apply := func(ps []*meshv1.PortPolicy) {
+		for _, pp := range ps {
+			if pp.Port == port {
+				override(out, pp.LoadBalancer, pp.ConsistentHash, pp.ConnectionPool, pp.OutlierDetection, pp.Tls)
+			}
+		}
+	}
+	apply(tp.PortLevelSettings)
+	if sub != nil {
+		override(out, sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls)
+		apply(sub.PortLevelSettings)
+	}
+	return out
+}
+
+func override(out *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, ch *meshv1.ConsistentHash, cp *meshv1.ConnectionPool,
+	od *meshv1.OutlierDetection, tls *meshv1.ClientTLS) {
+	if lb != meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
+		out.LoadBalancer, out.ConsistentHash = lb, nil // a simple balancer replaces a hash
+	}
+	if ch != nil {
+		out.ConsistentHash = ch
+	}
+	if cp != nil {
+		out.ConnectionPool = cp
+	}
+	if od != nil {
+		out.OutlierDetection = od
+	}
+	if tls != nil {
+		out.Tls = tls
+	}
 }
 
 // dnsCluster makes the cluster of a DNS service resolve names itself

@@ -104,3 +104,47 @@ func TestMatchAuthorityAndCase(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestPortAndSubsetPolicies: a DestinationRule's portLevelSettings and a
+// subset's own traffic policy override the destination's, field by field,
+// as Istio merges them.
+func TestPortAndSubsetPolicies(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{
+		Hostnames: []string{"cart.shop.svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+		Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}, {Name: "admin", Number: 9090, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}},
+		Policy: &meshv1.TrafficPolicy{Host: "cart.shop.svc.cluster.local",
+			LoadBalancer:   meshv1.LoadBalancer_LOAD_BALANCER_LEAST_REQUEST,
+			ConnectionPool: &meshv1.ConnectionPool{MaxConnections: 10},
+			PortLevelSettings: []*meshv1.PortPolicy{{Port: 9090, LoadBalancer: meshv1.LoadBalancer_LOAD_BALANCER_RANDOM,
+				Tls: &meshv1.ClientTLS{Mode: meshv1.ClientTLS_MODE_SIMPLE, Sni: "admin.cart"}}},
+			Subsets: []*meshv1.Subset{{Name: "v2", Labels: map[string]string{"version": "v2"},
+				OutlierDetection:  &meshv1.OutlierDetection{Consecutive_5XxErrors: 3},
+				PortLevelSettings: []*meshv1.PortPolicy{{Port: 9090, ConnectionPool: &meshv1.ConnectionPool{MaxConnections: 99}}}}},
+		}}
+	m := generate.NewMesh([]*generate.Service{svc}, nil)
+	cs := generate.ServiceClusters(m, svc, generate.Envoy)
+	check(t, "port-subset-clusters.json", cs)
+	by := map[string]*cluster.Cluster{}
+	for _, c := range cs {
+		by[c.Name] = c
+	}
+	maxConns := func(c *cluster.Cluster) uint32 {
+		return c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue()
+	}
+	for name, want := range map[string]struct {
+		lb       cluster.Cluster_LbPolicy
+		conns    uint32
+		tls      bool
+		outliers bool
+	}{
+		"outbound|80||cart.shop.svc.cluster.local":     {cluster.Cluster_LEAST_REQUEST, 10, false, false},
+		"outbound|9090||cart.shop.svc.cluster.local":   {cluster.Cluster_RANDOM, 10, true, false},
+		"outbound|80|v2|cart.shop.svc.cluster.local":   {cluster.Cluster_LEAST_REQUEST, 10, false, true},
+		"outbound|9090|v2|cart.shop.svc.cluster.local": {cluster.Cluster_RANDOM, 99, true, true},
+	} {
+		c := by[name]
+		if c == nil || c.LbPolicy != want.lb || maxConns(c) != want.conns || (c.TransportSocket != nil) != want.tls || (c.OutlierDetection != nil) != want.outliers {
+			t.Errorf("%s: lb %v, %d connections, TLS %v, outlier detection %v; want %+v", name, c.GetLbPolicy(), maxConns(c), c.GetTransportSocket() != nil, c.GetOutlierDetection() != nil, want)
+		}
+	}
+}

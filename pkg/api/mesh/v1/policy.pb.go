@@ -130,17 +130,24 @@ func (x ClientTLS_Mode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClientTLS_Mode.Descriptor instead.
 func (ClientTLS_Mode) EnumDescriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{4, 0}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{5, 0}
 }
 
 // Subset is a named group of a service's endpoints, selected by labels.
 type Subset struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	LoadBalancer  LoadBalancer           `protobuf:"varint,3,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Labels map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The subset's own traffic policy: each field set overrides the
+	// destination's.
+	LoadBalancer      LoadBalancer      `protobuf:"varint,3,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
+	ConsistentHash    *ConsistentHash   `protobuf:"bytes,4,opt,name=consistent_hash,json=consistentHash,proto3" json:"consistent_hash,omitempty"`
+	ConnectionPool    *ConnectionPool   `protobuf:"bytes,5,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
+	OutlierDetection  *OutlierDetection `protobuf:"bytes,6,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
+	Tls               *ClientTLS        `protobuf:"bytes,7,opt,name=tls,proto3" json:"tls,omitempty"`
+	PortLevelSettings []*PortPolicy     `protobuf:"bytes,8,rep,name=port_level_settings,json=portLevelSettings,proto3" json:"port_level_settings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Subset) Reset() {
@@ -194,6 +201,127 @@ func (x *Subset) GetLoadBalancer() LoadBalancer {
 	return LoadBalancer_LOAD_BALANCER_UNSPECIFIED
 }
 
+func (x *Subset) GetConsistentHash() *ConsistentHash {
+	if x != nil {
+		return x.ConsistentHash
+	}
+	return nil
+}
+
+func (x *Subset) GetConnectionPool() *ConnectionPool {
+	if x != nil {
+		return x.ConnectionPool
+	}
+	return nil
+}
+
+func (x *Subset) GetOutlierDetection() *OutlierDetection {
+	if x != nil {
+		return x.OutlierDetection
+	}
+	return nil
+}
+
+func (x *Subset) GetTls() *ClientTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+func (x *Subset) GetPortLevelSettings() []*PortPolicy {
+	if x != nil {
+		return x.PortLevelSettings
+	}
+	return nil
+}
+
+// PortPolicy is a traffic policy for one port: each field set overrides
+// the policy of its level (the destination's or a subset's).
+type PortPolicy struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Port             uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	LoadBalancer     LoadBalancer           `protobuf:"varint,2,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
+	ConsistentHash   *ConsistentHash        `protobuf:"bytes,3,opt,name=consistent_hash,json=consistentHash,proto3" json:"consistent_hash,omitempty"`
+	ConnectionPool   *ConnectionPool        `protobuf:"bytes,4,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
+	OutlierDetection *OutlierDetection      `protobuf:"bytes,5,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
+	Tls              *ClientTLS             `protobuf:"bytes,6,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PortPolicy) Reset() {
+	*x = PortPolicy{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortPolicy) ProtoMessage() {}
+
+func (x *PortPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortPolicy.ProtoReflect.Descriptor instead.
+func (*PortPolicy) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PortPolicy) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortPolicy) GetLoadBalancer() LoadBalancer {
+	if x != nil {
+		return x.LoadBalancer
+	}
+	return LoadBalancer_LOAD_BALANCER_UNSPECIFIED
+}
+
+func (x *PortPolicy) GetConsistentHash() *ConsistentHash {
+	if x != nil {
+		return x.ConsistentHash
+	}
+	return nil
+}
+
+func (x *PortPolicy) GetConnectionPool() *ConnectionPool {
+	if x != nil {
+		return x.ConnectionPool
+	}
+	return nil
+}
+
+func (x *PortPolicy) GetOutlierDetection() *OutlierDetection {
+	if x != nil {
+		return x.OutlierDetection
+	}
+	return nil
+}
+
+func (x *PortPolicy) GetTls() *ClientTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
 // ConsistentHash balances by a hash of the request, for affinity.
 type ConsistentHash struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -212,7 +340,7 @@ type ConsistentHash struct {
 
 func (x *ConsistentHash) Reset() {
 	*x = ConsistentHash{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +352,7 @@ func (x *ConsistentHash) String() string {
 func (*ConsistentHash) ProtoMessage() {}
 
 func (x *ConsistentHash) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +365,7 @@ func (x *ConsistentHash) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsistentHash.ProtoReflect.Descriptor instead.
 func (*ConsistentHash) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConsistentHash) GetKey() isConsistentHash_Key {
@@ -341,7 +469,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +481,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[2]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +494,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConnectionPool) GetMaxConnections() uint32 {
@@ -425,7 +553,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +565,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[3]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +578,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OutlierDetection) GetConsecutive_5XxErrors() uint32 {
@@ -501,7 +629,7 @@ type ClientTLS struct {
 
 func (x *ClientTLS) Reset() {
 	*x = ClientTLS{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +641,7 @@ func (x *ClientTLS) String() string {
 func (*ClientTLS) ProtoMessage() {}
 
 func (x *ClientTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[4]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +654,7 @@ func (x *ClientTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTLS.ProtoReflect.Descriptor instead.
 func (*ClientTLS) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClientTLS) GetMode() ClientTLS_Mode {
@@ -559,23 +687,24 @@ func (x *ClientTLS) GetCredentialName() string {
 
 // TrafficPolicy is the normalized form of a DestinationRule.
 type TrafficPolicy struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Origin           *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	Host             string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Subsets          []*Subset              `protobuf:"bytes,3,rep,name=subsets,proto3" json:"subsets,omitempty"`
-	LoadBalancer     LoadBalancer           `protobuf:"varint,4,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
-	ExportTo         []string               `protobuf:"bytes,5,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
-	ConsistentHash   *ConsistentHash        `protobuf:"bytes,6,opt,name=consistent_hash,json=consistentHash,proto3" json:"consistent_hash,omitempty"`
-	ConnectionPool   *ConnectionPool        `protobuf:"bytes,7,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
-	OutlierDetection *OutlierDetection      `protobuf:"bytes,8,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
-	Tls              *ClientTLS             `protobuf:"bytes,9,opt,name=tls,proto3" json:"tls,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Origin            *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Host              string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Subsets           []*Subset              `protobuf:"bytes,3,rep,name=subsets,proto3" json:"subsets,omitempty"`
+	LoadBalancer      LoadBalancer           `protobuf:"varint,4,opt,name=load_balancer,json=loadBalancer,proto3,enum=shardpilot.mesh.v1.LoadBalancer" json:"load_balancer,omitempty"`
+	ExportTo          []string               `protobuf:"bytes,5,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
+	ConsistentHash    *ConsistentHash        `protobuf:"bytes,6,opt,name=consistent_hash,json=consistentHash,proto3" json:"consistent_hash,omitempty"`
+	ConnectionPool    *ConnectionPool        `protobuf:"bytes,7,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
+	OutlierDetection  *OutlierDetection      `protobuf:"bytes,8,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
+	Tls               *ClientTLS             `protobuf:"bytes,9,opt,name=tls,proto3" json:"tls,omitempty"`
+	PortLevelSettings []*PortPolicy          `protobuf:"bytes,10,rep,name=port_level_settings,json=portLevelSettings,proto3" json:"port_level_settings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TrafficPolicy) Reset() {
 	*x = TrafficPolicy{}
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +716,7 @@ func (x *TrafficPolicy) String() string {
 func (*TrafficPolicy) ProtoMessage() {}
 
 func (x *TrafficPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[5]
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +729,7 @@ func (x *TrafficPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficPolicy.ProtoReflect.Descriptor instead.
 func (*TrafficPolicy) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TrafficPolicy) GetOrigin() *Origin {
@@ -666,18 +795,38 @@ func (x *TrafficPolicy) GetTls() *ClientTLS {
 	return nil
 }
 
+func (x *TrafficPolicy) GetPortLevelSettings() []*PortPolicy {
+	if x != nil {
+		return x.PortLevelSettings
+	}
+	return nil
+}
+
 var File_shardpilot_mesh_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xde\x01\n" +
+	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xcc\x04\n" +
 	"\x06Subset\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12>\n" +
 	"\x06labels\x18\x02 \x03(\v2&.shardpilot.mesh.v1.Subset.LabelsEntryR\x06labels\x12E\n" +
-	"\rload_balancer\x18\x03 \x01(\x0e2 .shardpilot.mesh.v1.LoadBalancerR\floadBalancer\x1a9\n" +
+	"\rload_balancer\x18\x03 \x01(\x0e2 .shardpilot.mesh.v1.LoadBalancerR\floadBalancer\x12K\n" +
+	"\x0fconsistent_hash\x18\x04 \x01(\v2\".shardpilot.mesh.v1.ConsistentHashR\x0econsistentHash\x12K\n" +
+	"\x0fconnection_pool\x18\x05 \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
+	"\x11outlier_detection\x18\x06 \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
+	"\x03tls\x18\a \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\x12N\n" +
+	"\x13port_level_settings\x18\b \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x03\n" +
+	"\n" +
+	"PortPolicy\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12E\n" +
+	"\rload_balancer\x18\x02 \x01(\x0e2 .shardpilot.mesh.v1.LoadBalancerR\floadBalancer\x12K\n" +
+	"\x0fconsistent_hash\x18\x03 \x01(\v2\".shardpilot.mesh.v1.ConsistentHashR\x0econsistentHash\x12K\n" +
+	"\x0fconnection_pool\x18\x04 \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
+	"\x11outlier_detection\x18\x05 \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
+	"\x03tls\x18\x06 \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\"\xc1\x02\n" +
 	"\x0eConsistentHash\x12*\n" +
 	"\x10http_header_name\x18\x01 \x01(\tH\x00R\x0ehttpHeaderName\x12*\n" +
 	"\x10http_cookie_name\x18\x02 \x01(\tH\x00R\x0ehttpCookieName\x12$\n" +
@@ -710,7 +859,7 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\fMODE_DISABLE\x10\x01\x12\x0f\n" +
 	"\vMODE_SIMPLE\x10\x02\x12\x0f\n" +
 	"\vMODE_MUTUAL\x10\x03\x12\x15\n" +
-	"\x11MODE_ISTIO_MUTUAL\x10\x04\"\x8f\x04\n" +
+	"\x11MODE_ISTIO_MUTUAL\x10\x04\"\xdf\x04\n" +
 	"\rTrafficPolicy\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x124\n" +
@@ -720,7 +869,9 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\x0fconsistent_hash\x18\x06 \x01(\v2\".shardpilot.mesh.v1.ConsistentHashR\x0econsistentHash\x12K\n" +
 	"\x0fconnection_pool\x18\a \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
 	"\x11outlier_detection\x18\b \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
-	"\x03tls\x18\t \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls*\xa6\x01\n" +
+	"\x03tls\x18\t \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\x12N\n" +
+	"\x13port_level_settings\x18\n" +
+	" \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings*\xa6\x01\n" +
 	"\fLoadBalancer\x12\x1d\n" +
 	"\x19LOAD_BALANCER_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LOAD_BALANCER_ROUND_ROBIN\x10\x01\x12\x1f\n" +
@@ -741,40 +892,52 @@ func file_shardpilot_mesh_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_shardpilot_mesh_v1_policy_proto_goTypes = []any{
 	(LoadBalancer)(0),           // 0: shardpilot.mesh.v1.LoadBalancer
 	(ClientTLS_Mode)(0),         // 1: shardpilot.mesh.v1.ClientTLS.Mode
 	(*Subset)(nil),              // 2: shardpilot.mesh.v1.Subset
-	(*ConsistentHash)(nil),      // 3: shardpilot.mesh.v1.ConsistentHash
-	(*ConnectionPool)(nil),      // 4: shardpilot.mesh.v1.ConnectionPool
-	(*OutlierDetection)(nil),    // 5: shardpilot.mesh.v1.OutlierDetection
-	(*ClientTLS)(nil),           // 6: shardpilot.mesh.v1.ClientTLS
-	(*TrafficPolicy)(nil),       // 7: shardpilot.mesh.v1.TrafficPolicy
-	nil,                         // 8: shardpilot.mesh.v1.Subset.LabelsEntry
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
-	(*Origin)(nil),              // 10: shardpilot.mesh.v1.Origin
+	(*PortPolicy)(nil),          // 3: shardpilot.mesh.v1.PortPolicy
+	(*ConsistentHash)(nil),      // 4: shardpilot.mesh.v1.ConsistentHash
+	(*ConnectionPool)(nil),      // 5: shardpilot.mesh.v1.ConnectionPool
+	(*OutlierDetection)(nil),    // 6: shardpilot.mesh.v1.OutlierDetection
+	(*ClientTLS)(nil),           // 7: shardpilot.mesh.v1.ClientTLS
+	(*TrafficPolicy)(nil),       // 8: shardpilot.mesh.v1.TrafficPolicy
+	nil,                         // 9: shardpilot.mesh.v1.Subset.LabelsEntry
+	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
+	(*Origin)(nil),              // 11: shardpilot.mesh.v1.Origin
 }
 var file_shardpilot_mesh_v1_policy_proto_depIdxs = []int32{
-	8,  // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
+	9,  // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
 	0,  // 1: shardpilot.mesh.v1.Subset.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	9,  // 2: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
-	9,  // 3: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
-	9,  // 4: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
-	9,  // 5: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	1,  // 6: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
-	10, // 7: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
-	2,  // 8: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
-	0,  // 9: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	3,  // 10: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	4,  // 11: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	5,  // 12: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	6,  // 13: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 2: shardpilot.mesh.v1.Subset.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	5,  // 3: shardpilot.mesh.v1.Subset.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	6,  // 4: shardpilot.mesh.v1.Subset.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	7,  // 5: shardpilot.mesh.v1.Subset.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	3,  // 6: shardpilot.mesh.v1.Subset.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
+	0,  // 7: shardpilot.mesh.v1.PortPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	4,  // 8: shardpilot.mesh.v1.PortPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	5,  // 9: shardpilot.mesh.v1.PortPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	6,  // 10: shardpilot.mesh.v1.PortPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	7,  // 11: shardpilot.mesh.v1.PortPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	10, // 12: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
+	10, // 13: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
+	10, // 14: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
+	10, // 15: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	1,  // 16: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
+	11, // 17: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
+	2,  // 18: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
+	0,  // 19: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	4,  // 20: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	5,  // 21: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	6,  // 22: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	7,  // 23: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	3,  // 24: shardpilot.mesh.v1.TrafficPolicy.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_policy_proto_init() }
@@ -783,7 +946,7 @@ func file_shardpilot_mesh_v1_policy_proto_init() {
 		return
 	}
 	file_shardpilot_mesh_v1_origin_proto_init()
-	file_shardpilot_mesh_v1_policy_proto_msgTypes[1].OneofWrappers = []any{
+	file_shardpilot_mesh_v1_policy_proto_msgTypes[2].OneofWrappers = []any{
 		(*ConsistentHash_HttpHeaderName)(nil),
 		(*ConsistentHash_HttpCookieName)(nil),
 		(*ConsistentHash_UseSourceIp)(nil),
@@ -795,7 +958,7 @@ func file_shardpilot_mesh_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_policy_proto_rawDesc), len(file_shardpilot_mesh_v1_policy_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

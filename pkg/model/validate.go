@@ -175,11 +175,20 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 				}
 			}
 		}
-		if len(h.Route) == 0 && h.Redirect == nil {
-			return fieldErr(f+".route", "at least one destination (or a redirect) is required")
+		actions := 0
+		for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil} {
+			if set {
+				actions++
+			}
 		}
-		if len(h.Route) > 0 && h.Redirect != nil {
-			return fieldErr(f+".redirect", "a route either redirects or routes to destinations, not both")
+		if actions == 0 {
+			return fieldErr(f+".route", "at least one destination (or a redirect, or a direct response) is required")
+		}
+		if actions > 1 {
+			return fieldErr(f, "a route either routes to destinations, redirects or responds directly: one of them")
+		}
+		if dr := h.DirectResponse; dr != nil && (dr.Status < 200 || dr.Status > 599) {
+			return fieldErr(f+".directResponse.status", "%d is not an HTTP status (200 to 599)", dr.Status)
 		}
 		if m := h.Mirror; m != nil && !ValidHostname(m.GetDestination().GetHost()) {
 			return fieldErr(f+".mirror.host", "%q is not a DNS name", m.GetDestination().GetHost())

@@ -720,6 +720,16 @@ func (n *normalizer) httpExtras(in Input, f string, h *httpRoute, route *meshv1.
 	if rd := h.Redirect; rd != nil {
 		route.Redirect = &meshv1.Redirect{Uri: rd.URI, Authority: rd.Authority, RedirectCode: rd.RedirectCode, Scheme: rd.Scheme, Port: rd.Port}
 	}
+	if dr := h.DirectResponse; dr != nil {
+		route.DirectResponse = &meshv1.DirectResponse{Status: dr.Status}
+		if b := dr.Body; b != nil {
+			if b.String != nil {
+				route.DirectResponse.Body = *b.String
+			} else {
+				route.DirectResponse.Body = string(b.Bytes)
+			}
+		}
+	}
 	if m := h.Mirror; m != nil {
 		dst := &meshv1.Destination{Host: n.fqdn(m.Host, ns), Subset: m.Subset}
 		if m.Port != nil {

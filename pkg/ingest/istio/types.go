@@ -73,7 +73,7 @@ type httpRoute struct {
 	Match            []httpMatchRequest `json:"match"`
 	Route            []routeDestination `json:"route"`
 	Redirect         *httpRedirect      `json:"redirect"`
-	DirectResponse   json.RawMessage    `json:"directResponse"`
+	DirectResponse   *directResponse    `json:"directResponse"`
 	Delegate         json.RawMessage    `json:"delegate"`
 	Rewrite          *httpRewrite       `json:"rewrite"`
 	Timeout          string             `json:"timeout"`
@@ -421,4 +421,12 @@ type portTrafficPolicy struct {
 	ConnectionPool   *connectionPool   `json:"connectionPool"`
 	OutlierDetection *outlierDetection `json:"outlierDetection"`
 	TLS              *clientTLS        `json:"tls"`
+}
+
+type directResponse struct {
+	Status uint32 `json:"status"`
+	Body   *struct {
+		String *string `json:"string"`
+		Bytes  []byte  `json:"bytes"`
+	} `json:"body"`
 }

@@ -6,6 +6,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -146,5 +147,31 @@ func TestPortAndSubsetPolicies(t *testing.T) {
 		if c == nil || c.LbPolicy != want.lb || maxConns(c) != want.conns || (c.TransportSocket != nil) != want.tls || (c.OutlierDetection != nil) != want.outliers {
 			t.Errorf("%s: lb %v, %d connections, TLS %v, outlier detection %v; want %+v", name, c.GetLbPolicy(), maxConns(c), c.GetTransportSocket() != nil, c.GetOutlierDetection() != nil, want)
 		}
+	}
+}
+
+// TestDirectResponse: a VirtualService's directResponse answers matching
+// requests itself.
+func TestDirectResponse(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "legacy", Spec: &meshv1.Service{
+		Hostnames: []string{"legacy.example.com"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+		Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	rule := &generate.Route{Namespace: "shop", Name: "maintenance", Version: "1", Rule: &meshv1.RouteRule{Hosts: []string{"legacy.example.com"},
+		Http: []*meshv1.HTTPRoute{{DirectResponse: &meshv1.DirectResponse{Status: 410, Body: "gone"}}}}}
+	if err := model.Validate(rule.Rule); err != nil {
+		t.Fatal(err)
+	}
+	vh := generate.VirtualHost(generate.NewMesh([]*generate.Service{svc}, []*generate.Route{rule}), "legacy.example.com", 80)
+	dr := vh.Routes[0].GetDirectResponse()
+	if dr.GetStatus() != 410 || dr.GetBody().GetInlineString() != "gone" {
+		t.Errorf("route %v, want a direct 410 gone", vh.Routes[0])
+	}
+	if err := vh.Validate(); err != nil {
+		t.Error(err)
+	}
+	both := &meshv1.RouteRule{Hosts: []string{"legacy.example.com"}, Http: []*meshv1.HTTPRoute{{DirectResponse: &meshv1.DirectResponse{Status: 200},
+		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "legacy.example.com"}}}}}}
+	if err := model.Validate(both); err == nil {
+		t.Error("a route with destinations and a direct response was valid")
 	}
 }

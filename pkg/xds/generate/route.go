@@ -129,6 +129,12 @@ func httpRoutes(m *Mesh, rule *meshv1.RouteRule, port uint32) []*route.Route {
 		var shared route.Route
 		if h.Redirect != nil {
 			shared.Action = redirectAction(h.Redirect)
+		} else if dr := h.DirectResponse; dr != nil {
+			action := &route.DirectResponseAction{Status: dr.Status}
+			if dr.Body != "" {
+				action.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: dr.Body}}
+			}
+			shared.Action = &route.Route_DirectResponse{DirectResponse: action}
 		} else if ra := routeAction(m, h, port); ra != nil {
 			shared.Action = &route.Route_Route{Route: ra}
 		} else {

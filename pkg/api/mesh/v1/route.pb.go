@@ -472,11 +472,13 @@ type HTTPRoute struct {
 	Fault   *Fault               `protobuf:"bytes,6,opt,name=fault,proto3" json:"fault,omitempty"`
 	Rewrite *Rewrite             `protobuf:"bytes,7,opt,name=rewrite,proto3" json:"rewrite,omitempty"`
 	// redirect answers matching requests with a redirect instead of routing them.
-	Redirect      *Redirect `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
-	Mirror        *Mirror   `protobuf:"bytes,9,opt,name=mirror,proto3" json:"mirror,omitempty"`
-	Headers       *Headers  `protobuf:"bytes,10,opt,name=headers,proto3" json:"headers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Redirect *Redirect `protobuf:"bytes,8,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Mirror   *Mirror   `protobuf:"bytes,9,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Headers  *Headers  `protobuf:"bytes,10,opt,name=headers,proto3" json:"headers,omitempty"`
+	// direct_response answers matching requests itself.
+	DirectResponse *DirectResponse `protobuf:"bytes,11,opt,name=direct_response,json=directResponse,proto3" json:"direct_response,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HTTPRoute) Reset() {
@@ -579,6 +581,66 @@ func (x *HTTPRoute) GetHeaders() *Headers {
 	return nil
 }
 
+func (x *HTTPRoute) GetDirectResponse() *DirectResponse {
+	if x != nil {
+		return x.DirectResponse
+	}
+	return nil
+}
+
+// DirectResponse is a fixed answer.
+type DirectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        uint32                 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Body          string                 `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectResponse) Reset() {
+	*x = DirectResponse{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectResponse) ProtoMessage() {}
+
+func (x *DirectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectResponse.ProtoReflect.Descriptor instead.
+func (*DirectResponse) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DirectResponse) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *DirectResponse) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
 // Fault injects delays and aborts into a share of the requests.
 type Fault struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -590,7 +652,7 @@ type Fault struct {
 
 func (x *Fault) Reset() {
 	*x = Fault{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +664,7 @@ func (x *Fault) String() string {
 func (*Fault) ProtoMessage() {}
 
 func (x *Fault) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +677,7 @@ func (x *Fault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault.ProtoReflect.Descriptor instead.
 func (*Fault) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Fault) GetDelay() *Fault_Delay {
@@ -643,7 +705,7 @@ type Rewrite struct {
 
 func (x *Rewrite) Reset() {
 	*x = Rewrite{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +717,7 @@ func (x *Rewrite) String() string {
 func (*Rewrite) ProtoMessage() {}
 
 func (x *Rewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +730,7 @@ func (x *Rewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rewrite.ProtoReflect.Descriptor instead.
 func (*Rewrite) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Rewrite) GetUri() string {
@@ -700,7 +762,7 @@ type Redirect struct {
 
 func (x *Redirect) Reset() {
 	*x = Redirect{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +774,7 @@ func (x *Redirect) String() string {
 func (*Redirect) ProtoMessage() {}
 
 func (x *Redirect) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +787,7 @@ func (x *Redirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
 func (*Redirect) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{9}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Redirect) GetUri() string {
@@ -775,7 +837,7 @@ type Mirror struct {
 
 func (x *Mirror) Reset() {
 	*x = Mirror{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +849,7 @@ func (x *Mirror) String() string {
 func (*Mirror) ProtoMessage() {}
 
 func (x *Mirror) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +862,7 @@ func (x *Mirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mirror.ProtoReflect.Descriptor instead.
 func (*Mirror) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Mirror) GetDestination() *Destination {
@@ -829,7 +891,7 @@ type HeaderOperations struct {
 
 func (x *HeaderOperations) Reset() {
 	*x = HeaderOperations{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +903,7 @@ func (x *HeaderOperations) String() string {
 func (*HeaderOperations) ProtoMessage() {}
 
 func (x *HeaderOperations) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +916,7 @@ func (x *HeaderOperations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderOperations.ProtoReflect.Descriptor instead.
 func (*HeaderOperations) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{11}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeaderOperations) GetSet() map[string]string {
@@ -889,7 +951,7 @@ type Headers struct {
 
 func (x *Headers) Reset() {
 	*x = Headers{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +963,7 @@ func (x *Headers) String() string {
 func (*Headers) ProtoMessage() {}
 
 func (x *Headers) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +976,7 @@ func (x *Headers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Headers.ProtoReflect.Descriptor instead.
 func (*Headers) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{12}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Headers) GetRequest() *HeaderOperations {
@@ -942,7 +1004,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1016,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1029,7 @@ func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault_Delay.ProtoReflect.Descriptor instead.
 func (*Fault_Delay) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7, 0}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8, 0}
 }
 
 func (x *Fault_Delay) GetFixedDelay() *durationpb.Duration {
@@ -996,7 +1058,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1070,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1083,7 @@ func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault_Abort.ProtoReflect.Descriptor instead.
 func (*Fault_Abort) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7, 1}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8, 1}
 }
 
 func (x *Fault_Abort) GetHttpStatus() uint32 {
@@ -1081,7 +1143,7 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\rR\battempts\x12A\n" +
 	"\x0fper_try_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rperTryTimeout\x12\x19\n" +
-	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\x8d\x04\n" +
+	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\xda\x04\n" +
 	"\tHTTPRoute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x05match\x18\x02 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPMatchR\x05match\x12:\n" +
@@ -1093,7 +1155,11 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\bredirect\x18\b \x01(\v2\x1c.shardpilot.mesh.v1.RedirectR\bredirect\x122\n" +
 	"\x06mirror\x18\t \x01(\v2\x1a.shardpilot.mesh.v1.MirrorR\x06mirror\x125\n" +
 	"\aheaders\x18\n" +
-	" \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\"\xc5\x02\n" +
+	" \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\x12K\n" +
+	"\x0fdirect_response\x18\v \x01(\v2\".shardpilot.mesh.v1.DirectResponseR\x0edirectResponse\"<\n" +
+	"\x0eDirectResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\tR\x04body\"\xc5\x02\n" +
 	"\x05Fault\x125\n" +
 	"\x05delay\x18\x01 \x01(\v2\x1f.shardpilot.mesh.v1.Fault.DelayR\x05delay\x125\n" +
 	"\x05abort\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.Fault.AbortR\x05abort\x1ac\n" +
@@ -1151,7 +1217,7 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_route_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteRule)(nil),           // 0: shardpilot.mesh.v1.RouteRule
 	(*StringMatch)(nil),         // 1: shardpilot.mesh.v1.StringMatch
@@ -1160,51 +1226,53 @@ var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteDestination)(nil),    // 4: shardpilot.mesh.v1.RouteDestination
 	(*RetryPolicy)(nil),         // 5: shardpilot.mesh.v1.RetryPolicy
 	(*HTTPRoute)(nil),           // 6: shardpilot.mesh.v1.HTTPRoute
-	(*Fault)(nil),               // 7: shardpilot.mesh.v1.Fault
-	(*Rewrite)(nil),             // 8: shardpilot.mesh.v1.Rewrite
-	(*Redirect)(nil),            // 9: shardpilot.mesh.v1.Redirect
-	(*Mirror)(nil),              // 10: shardpilot.mesh.v1.Mirror
-	(*HeaderOperations)(nil),    // 11: shardpilot.mesh.v1.HeaderOperations
-	(*Headers)(nil),             // 12: shardpilot.mesh.v1.Headers
-	nil,                         // 13: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	(*Fault_Delay)(nil),         // 14: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 15: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 16: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 17: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 18: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
+	(*DirectResponse)(nil),      // 7: shardpilot.mesh.v1.DirectResponse
+	(*Fault)(nil),               // 8: shardpilot.mesh.v1.Fault
+	(*Rewrite)(nil),             // 9: shardpilot.mesh.v1.Rewrite
+	(*Redirect)(nil),            // 10: shardpilot.mesh.v1.Redirect
+	(*Mirror)(nil),              // 11: shardpilot.mesh.v1.Mirror
+	(*HeaderOperations)(nil),    // 12: shardpilot.mesh.v1.HeaderOperations
+	(*Headers)(nil),             // 13: shardpilot.mesh.v1.Headers
+	nil,                         // 14: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	(*Fault_Delay)(nil),         // 15: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 16: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 17: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 18: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 19: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 20: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	18, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	19, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
 	6,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
 	1,  // 2: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	13, // 3: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	14, // 3: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
 	1,  // 4: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
 	3,  // 5: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	19, // 6: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	20, // 6: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
 	2,  // 7: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
 	4,  // 8: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	19, // 9: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	20, // 9: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
 	5,  // 10: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	7,  // 11: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	8,  // 12: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	9,  // 13: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	10, // 14: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	12, // 15: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	14, // 16: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	15, // 17: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	3,  // 18: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	16, // 19: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	17, // 20: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	11, // 21: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	11, // 22: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	1,  // 23: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	19, // 24: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	8,  // 11: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	9,  // 12: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	10, // 13: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	11, // 14: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	13, // 15: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	7,  // 16: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	15, // 17: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	16, // 18: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	3,  // 19: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	17, // 20: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	18, // 21: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	12, // 22: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	12, // 23: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	1,  // 24: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	20, // 25: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1224,7 +1292,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -49,6 +49,9 @@ type Index struct {
 	policies map[string][]*generate.Policy
 	// root are the root namespace's policies, which apply everywhere.
 	root []*generate.Policy
+	// rootScope is the root namespace's Sidecar without a selector, the
+	// default of the namespaces without a Sidecar of their own.
+	rootScope *meshbuild.Scope
 }
 
 // NewIndex indexes what decides the classes of a mesh build.
@@ -79,6 +82,12 @@ func NewIndex(b *meshbuild.Built) *Index {
 			return cmp.Or(cmp.Compare(len(b.Spec.WorkloadSelector), len(a.Spec.WorkloadSelector)), cmp.Compare(a.Name, b.Name))
 		})
 	}
+	for i, s := range ix.scopes[b.RootNamespace] {
+		if b.RootNamespace != "" && len(s.Spec.WorkloadSelector) == 0 {
+			ix.rootScope = &ix.scopes[b.RootNamespace][i]
+			break
+		}
+	}
 	return ix
 }
 
@@ -90,10 +99,25 @@ func (ix *Index) scope(namespace string, labels map[string]string) *meshbuild.Sc
 			return &ix.scopes[namespace][i]
 		}
 	}
-	return nil
+	return ix.rootScope // the mesh's default Sidecar, if any
+}
+
+// scopeName names a workload's Sidecar in its class: "~<name>" for the
+// root namespace's default.
+func (ix *Index) scopeName(namespace string, s *meshbuild.Scope) string {
+	if s.Namespace != namespace {
+		return "~" + s.Name
+	}
+	return s.Name
 }
 
 func (ix *Index) find(namespace, name string) *meshbuild.Scope {
+	if root, ok := strings.CutPrefix(name, "~"); ok {
+		if ix.rootScope != nil && ix.rootScope.Name == root {
+			return ix.rootScope
+		}
+		return nil
+	}
 	for i, s := range ix.scopes[namespace] {
 		if s.Name == name {
 			return &ix.scopes[namespace][i]
@@ -166,7 +190,14 @@ func (ix *Index) Classify(node *core.Node) string {
 	labels := nodeLabels(node)
 	selected := ix.selected(ns, labels)
 	if s := ix.scope(ns, labels); s != nil {
-		return kind + "/" + ns + "/" + s.Name + selected
+		name := ix.scopeName(ns, s)
+		if s.Namespace != ns && !ix.own[ns] {
+			// The mesh's default Sidecar in a namespace with nothing of
+			// its own: one class for all of them, however many clients
+			// claim.
+			ns = Elsewhere
+		}
+		return kind + "/" + ns + "/" + name + selected
 	}
 	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 {
 		if !ix.own[ns] {

@@ -134,3 +134,31 @@ func TestViewOutboundPolicy(t *testing.T) {
 		t.Errorf("class %s: outbound %s, want its Sidecar's REGISTRY_ONLY", class, v.Outbound)
 	}
 }
+
+// TestRootDefaultSidecar: the root namespace's Sidecar without a selector
+// is the default of the namespaces without a Sidecar of their own; its
+// "./*" means the proxy's own namespace; namespaces with nothing of their
+// own share one class.
+func TestRootDefaultSidecar(t *testing.T) {
+	scope := func(ns, name string, selector map[string]string, hosts ...string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindScope, Namespace: ns, Name: name},
+			Object: &meshv1.Scope{WorkloadSelector: selector, Egress: []*meshv1.EgressListener{{Hosts: hosts}}}}
+	}
+	svc := model.Stored{Key: model.Key{Kind: model.KindService, Namespace: "shop", Name: "cart"},
+		Object: &meshv1.Service{Hostnames: []string{"cart.shop.svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	ix := index(t, scope("istio-system", "default", nil, "./*", "istio-system/*"), scope("pay", "default", nil, "*/*"), svc)
+	for n, want := range map[*core.Node]string{
+		node("sidecar~10.0.0.1~web.shop~shop.svc.cluster.local", nil):         "envoy/shop/~default",
+		node("sidecar~10.0.0.2~api.pay~pay.svc.cluster.local", nil):           "envoy/pay/default",
+		node("sidecar~10.0.0.3~x.nowhere~nowhere.svc.cluster.local", nil):     "envoy/~/~default",
+		node("sidecar~10.0.0.4~x.elsewhere~elsewhere.svc.cluster.local", nil): "envoy/~/~default",
+	} {
+		if got := ix.Classify(n); got != want {
+			t.Errorf("%s: class %q, want %q", n.Id, got, want)
+		}
+	}
+	if _, v := ix.View("envoy/shop/~default"); v.Namespace != "shop" || len(v.Egress) != 2 || v.Egress[0] != "./*" {
+		t.Errorf("view of the root default in shop: %+v", v)
+	}
+}

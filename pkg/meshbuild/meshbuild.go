@@ -28,6 +28,9 @@ type Scope struct {
 type Built struct {
 	Mesh   *generate.Mesh
 	Scopes []Scope
+	// RootNamespace is the mesh's root namespace: its Sidecar without a
+	// selector is the default of the namespaces without one.
+	RootNamespace string
 	// Restricted says some service limits who may see it (exportTo).
 	Restricted bool
 	// Changed lists the services rebuilt when only endpoints changed since
@@ -219,7 +222,7 @@ func (b *Builder) join() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
 	})
 	m.Policies = security
-	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted}
+	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace}
 }
 
 // update rebuilds the services whose endpoints changed, and those sharing

@@ -138,6 +138,13 @@ func (b *Builder) forget(k model.Key) {
 }
 
 func (b *Builder) touch(svc id) {
+	// A DNS service's clusters hold its endpoints: a change of them is a
+	// change of the service, for a join.
+	if e, ok := b.objs[model.Key{Kind: model.KindService, Namespace: svc.namespace, Name: svc.name}]; ok {
+		if s, ok := e.Object.(*meshv1.Service); ok && generate.ResolvesNames(s) {
+			b.rejoin = true
+		}
+	}
 	if b.endpoints == nil {
 		b.endpoints = map[id]bool{}
 	}
@@ -296,7 +303,7 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 		version.WriteString("p" + strconv.FormatInt(j.policyRev, 10))
 	}
 	out.Version = version.String()
-	if out.DNS() {
+	if generate.ResolvesNames(out.Spec) {
 		// Its clusters hold its endpoints.
 		out.ConfigVersion = out.Version
 	}

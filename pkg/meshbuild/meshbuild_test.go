@@ -131,3 +131,34 @@ func TestEndpointChangesMatchAWholeJoin(t *testing.T) {
 		before = got.Mesh
 	}
 }
+
+// TestDNSEndpointsJoin: the endpoints of a DNS service are part of its
+// clusters, so a change of them joins everything again (Changed nil);
+// those of a static service only rebuild it.
+func TestDNSEndpointsJoin(t *testing.T) {
+	b := New()
+	dns := service("ext", "ext.example.com")
+	dns.Resolution = meshv1.Resolution_RESOLUTION_DNS
+	static := service("app", "app.ns.svc.cluster.local")
+	static.Resolution = meshv1.Resolution_RESOLUTION_STATIC
+	key := func(kind model.Kind, name string) model.Key {
+		return model.Key{Kind: kind, Namespace: "ns", Name: name}
+	}
+	b.Set(key(model.KindService, "ext"), Entry{dns, 1})
+	b.Set(key(model.KindService, "app"), Entry{static, 2})
+	b.Build()
+	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
+	if got := b.Build(); got.Changed == nil || len(got.Changed) != 1 {
+		t.Errorf("a static service's endpoints: Changed %v, want that service only", got.Changed)
+	}
+	b.Set(key(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 4})
+	got := b.Build()
+	if got.Changed != nil {
+		t.Errorf("a DNS service's endpoints: Changed %v, want a whole join", got.Changed)
+	}
+	for _, s := range got.Mesh.Services {
+		if s.Name == "ext" && s.ConfigVersion != s.Version {
+			t.Errorf("a DNS service's config version %s leaves out its endpoints (%s)", s.ConfigVersion, s.Version)
+		}
+	}
+}

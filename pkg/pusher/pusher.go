@@ -465,9 +465,10 @@ func (p *Pusher) generate(c change) {
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
-	if !c.full && len(built.Changed) > 0 && (p.serverPorts.changed(built.Changed) || slices.ContainsFunc(built.Changed, (*generate.Service).DNS)) {
-		// Listeners of the ports servers serve, or the clusters of a DNS
-		// service, follow endpoints too: generate the classes again.
+	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
+		// The build joined everything again (endpoints of a DNS service
+		// are part of its clusters), or endpoints changed the ports
+		// proxyless servers serve: generate the classes again.
 		c.full = true
 	}
 	if c.full {

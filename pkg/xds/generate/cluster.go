@@ -118,10 +118,10 @@ func override(out *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, ch *meshv1.Cons
 // gets LOGICAL_DNS for both (grpc-go resolves one name). Clusters of other
 // services are returned as they are.
 func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, subset map[string]string, proxy Proxy) *cluster.Cluster {
-	res := s.Spec.Resolution
-	if res != meshv1.Resolution_RESOLUTION_DNS && res != meshv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN {
+	if !ResolvesNames(s.Spec) {
 		return c
 	}
+	res := s.Spec.Resolution
 	cla := loadAssignment(c.Name, s, p, subset)
 	if len(s.Endpoints) == 0 {
 		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{

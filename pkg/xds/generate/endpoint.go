@@ -24,7 +24,7 @@ func LoadAssignments(m *Mesh) []*endpoint.ClusterLoadAssignment {
 // ServiceLoadAssignments returns the assignments of one service's clusters;
 // they depend on the service alone (and which of its hosts it owns).
 func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignment {
-	if !s.routable() || s.dns() {
+	if !s.routable() || ResolvesNames(s.Spec) {
 		return nil // a DNS service's clusters hold their endpoints
 	}
 	var out []*endpoint.ClusterLoadAssignment

@@ -47,15 +47,13 @@ type Service struct {
 // routable reports whether the service gets clusters and routes: a
 // service without resolution (NONE) is passed through to the address the
 // client dialled, and its endpoints, if any, are not balanced over.
-// dns reports whether the service's endpoints are names to resolve.
-func (s *Service) dns() bool {
-	r := s.Spec.Resolution
+// ResolvesNames reports whether a service's endpoints are names its
+// clusters resolve (DNS, DNS_ROUND_ROBIN): its clusters, not load
+// assignments, hold its endpoints.
+func ResolvesNames(spec *meshv1.Service) bool {
+	r := spec.GetResolution()
 	return r == meshv1.Resolution_RESOLUTION_DNS || r == meshv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN
 }
-
-// DNS reports whether the service's endpoints are names its clusters
-// resolve: its clusters, not its load assignments, follow its endpoints.
-func (s *Service) DNS() bool { return s.dns() }
 
 func (s *Service) routable() bool {
 	return s.Spec.Resolution != meshv1.Resolution_RESOLUTION_NONE

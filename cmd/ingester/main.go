@@ -30,7 +30,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 func main() { cli.Main("ingester", run) }
@@ -59,13 +58,7 @@ func parseKubeconfigs(list string) ([]cluster, error) {
 			return nil, fmt.Errorf("--kubeconfig: cluster ID %q is given twice; name each cluster: id=path", id)
 		}
 		seen[id] = true
-		var cfg *rest.Config
-		var err error
-		if path == "in-cluster" {
-			cfg, err = rest.InClusterConfig()
-		} else {
-			cfg, err = clientcmd.BuildConfigFromFlags("", path)
-		}
+		cfg, err := cli.KubeConfig(path)
 		if err != nil {
 			return nil, fmt.Errorf("--kubeconfig %s: %w", entry, err)
 		}

@@ -30,8 +30,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 func main() { cli.Main("pusher", run) }
@@ -133,9 +131,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	var kube kubernetes.Interface
 	if kubeconfig != "" {
-		kc, err := kubeConfig(kubeconfig)
+		kc, err := cli.KubeConfig(kubeconfig)
 		if err != nil {
-			return err
+			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 		}
 		if kube, err = kubernetes.NewForConfig(kc); err != nil {
 			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
@@ -243,20 +241,4 @@ func run(ctx context.Context, args []string) error {
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()
-}
-
-// kubeConfig reads a kubeconfig path, or the pod's own service account for
-// "in-cluster".
-func kubeConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "in-cluster" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
-	}
-	return cfg, nil
 }

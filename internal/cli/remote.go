@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Etcd holds the flags for reaching etcd: endpoints, TLS and credentials.
@@ -185,4 +187,13 @@ func (r *Remote) Register(fs *flag.FlagSet) {
 	r.Etcd.Register(fs)
 	r.NATS.Register(fs)
 	fs.StringVar(&r.Stream, "stream", "SHARDPILOT_MESH", "JetStream stream that carries mesh changes")
+}
+
+// KubeConfig reads a kubeconfig path, or the pod's own service account for
+// "in-cluster"; the caller names the flag in an error.
+func KubeConfig(path string) (*rest.Config, error) {
+	if path == "in-cluster" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
 }

@@ -490,10 +490,15 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 	}
+	return st.addWatchLocked(typeURL, t), nil
+}
+
+// addWatchLocked adds the stream's watch of a type's table, in push order.
+func (st *stream) addWatchLocked(typeURL string, t *cache.Table) *watch {
 	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
 	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
 	st.watches = slices.Insert(st.watches, i, w)
-	return w, nil
+	return w
 }
 
 // secretWatchLocked creates the stream's watch of its identity's secrets;
@@ -512,10 +517,7 @@ func (st *stream) secretWatchLocked(typeURL string) (*watch, error) {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 	}
 	st.secrets = class
-	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
-	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
-	st.watches = slices.Insert(st.watches, i, w)
-	return w, nil
+	return st.addWatchLocked(typeURL, t), nil
 }
 
 // answeredLocked records the ACK or, with an error detail, the NACK of the

@@ -587,7 +587,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	if proxy == generate.Proxyless {
 		for _, s := range mesh.Services {
 			if view.Namespace == "" || s.Namespace == view.Namespace {
-				servers += s.Namespace + "/" + s.Name + ":" + generate.ServicePortsPrint(s) + "|"
+				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
 			}
 		}
 		for _, pol := range mesh.Policies {
@@ -635,6 +635,17 @@ func (s *serverPorts) record(mesh *generate.Mesh) {
 	for _, svc := range mesh.Services {
 		s.print[svc.Namespace+"/"+svc.Name] = generate.ServicePortsPrint(svc)
 	}
+}
+
+// of returns a service's ports as recorded (computed when it is new).
+func (s *serverPorts) of(svc *generate.Service) string {
+	s.mu.Lock()
+	print, ok := s.print[svc.Namespace+"/"+svc.Name]
+	s.mu.Unlock()
+	if !ok {
+		print = generate.ServicePortsPrint(svc)
+	}
+	return print
 }
 
 // changed reports whether endpoint changes gave a service another set of

@@ -78,7 +78,11 @@ type Config struct {
 	Loader       Loader
 	Feed         Feed
 	Sink         Sink
-	Log          *slog.Logger
+	// Localities, when set, receives the load assignments as the proxies
+	// of each locality class it holds see them (see FillLocality); their
+	// class is generate.LocalityName of the proxy's locality.
+	Localities Sink
+	Log        *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Quiet is the debounce quiet period: it takes the events of one
@@ -181,6 +185,8 @@ type Pusher struct {
 	// services' assignments.
 	eds      map[string][]string
 	edsCount int
+	// localities generates the load assignments of proxies' localities.
+	localities localities
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -503,9 +509,9 @@ func (p *Pusher) generate(c change) {
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
 }
 
-// generateEndpoints hands the load assignments to the sink: every
-// service's after a join, only the changed services' after an endpoint
-// change.
+// generateEndpoints hands the load assignments to the sink, and their
+// variants to each locality's table: every service's after a join, only
+// the changed services' after an endpoint change.
 func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 	mesh := built.Mesh
 	if built.Changed == nil || p.eds == nil {
@@ -518,6 +524,7 @@ func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 		}
 		p.edsCount = len(eds)
 		publish(p, "", resource.EndpointType, eds)
+		p.localities.generate(p, mesh, nil, nil)
 		return
 	}
 	if len(built.Changed) == 0 {
@@ -541,6 +548,7 @@ func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 		return
 	}
 	p.sizes.observe("ClusterLoadAssignment", p.edsCount, size)
+	p.localities.generate(p, mesh, built.Changed, remove)
 }
 
 func names(las []*endpoint.ClusterLoadAssignment) []string {
@@ -844,7 +852,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
 	// Load assignments follow endpoints; clusters only the service and its policy.
 	version := s.ConfigVersion
-	if kind == "eds" {
+	if kind == "eds" || kind == "eds@" {
 		version = s.Version
 	}
 	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + strings.Join(m.Owned(s), ",")

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -389,8 +391,14 @@ func (p Pusher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The load assignments of each locality's proxies, mostly the shared
+	// ones (whose encoding they reuse).
+	lc, err := cache.New(cache.Config{Types: pusher.SharedTypes, Reuse: c, Log: p.Log})
+	if err != nil {
+		return err
+	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Loader: store.New(p.Etcd), Feed: b, Sink: c, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
@@ -401,10 +409,12 @@ func (p Pusher) Run(ctx context.Context) error {
 	}
 	if p.Dump != nil {
 		p.Dump.cache.Store(c)
+		p.Dump.localities.Store(lc)
 		p.Dump.pusher.Store(ps)
 	}
 	xcfg := p.XDS
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
+	xcfg.Localities = localities{Cache: lc, pusher: ps}
 	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
 	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
@@ -421,6 +431,16 @@ func (p Pusher) Run(ctx context.Context) error {
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
 	return g.Wait()
 }
+
+// localities serves the load assignments of the proxies of each locality
+// from a cache of their own, filled by the pusher.
+type localities struct {
+	*cache.Cache
+	pusher *pusher.Pusher
+}
+
+func (l localities) Class(n *core.Node) string { return generate.LocalityName(n.GetLocality()) }
+func (l localities) Fill(class string)         { l.pusher.FillLocality(class) }
 
 // Problem is one rejected input, as /debug/problems serves it.
 type Problem struct {

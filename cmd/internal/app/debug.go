@@ -18,6 +18,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc"
@@ -33,6 +34,8 @@ type ConfigDump struct {
 	Status *server.Status
 	cache  atomic.Pointer[cache.Cache]
 	pusher atomic.Pointer[pusher.Pusher]
+	// localities holds the load assignments of proxies with a locality.
+	localities atomic.Pointer[cache.Cache]
 }
 
 func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +59,14 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resources := map[string][]json.RawMessage{}
 	add := func(class, typeURL string) {
 		held := c.Resources(class, typeURL)
+		if typeURL == resource.EndpointType {
+			// A proxy with a locality is served its locality's.
+			if lc, l := d.localities.Load(), generate.LocalityName(node.GetLocality()); lc != nil && l != "" {
+				if own := lc.Resources(l, typeURL); own != nil {
+					held = own
+				}
+			}
+		}
 		names := make([]string, 0, len(held))
 		for n := range held {
 			names = append(names, n)

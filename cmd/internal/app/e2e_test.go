@@ -43,6 +43,8 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 type backend struct {
 	addr string
 	port int
+	// stop stops the server (set by serveBackend).
+	stop func()
 }
 
 func startBackend(t *testing.T) backend {
@@ -61,7 +63,7 @@ func serveBackend(t *testing.T, lis net.Listener, hs healthpb.HealthServer) back
 	healthpb.RegisterHealthServer(s, hs)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
-	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
+	return backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port, stop: s.Stop}
 }
 
 // controlPlane is the control plane under test: sources, the relay and a
@@ -163,11 +165,17 @@ func (cp *controlPlane) stop() {
 // the pusher as a proxyless client of namespace demo.
 func dialXDS(t *testing.T, ads, target string) *grpc.ClientConn {
 	t.Helper()
+	return dialXDSNode(t, ads, target, `{"id": "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local",
+		"metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}`)
+}
+
+// dialXDSNode is dialXDS with the bootstrap's node given as JSON.
+func dialXDSNode(t *testing.T, ads, target, node string) *grpc.ClientConn {
+	t.Helper()
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local",
-		         "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}
-	}`, ads)
+		"node": %s
+	}`, ads, node)
 	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)

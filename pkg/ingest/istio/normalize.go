@@ -588,8 +588,8 @@ func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
 		if level.LoadBalancer, ok = n.loadBalancer(in, f, s.TrafficPolicy); !ok || !n.policyExtras(in, f, s.TrafficPolicy, level) {
 			return
 		}
-		sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls =
-			level.LoadBalancer, level.ConsistentHash, level.ConnectionPool, level.OutlierDetection, level.Tls
+		sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls, sub.LocalityLb =
+			level.LoadBalancer, level.ConsistentHash, level.ConnectionPool, level.OutlierDetection, level.Tls, level.LocalityLb
 		if sub.PortLevelSettings, ok = n.portPolicies(in, f, s.TrafficPolicy); !ok {
 			return
 		}
@@ -623,7 +623,7 @@ func (n *normalizer) portPolicies(in Input, f string, tp *trafficPolicy) ([]*mes
 			return nil, false
 		}
 		out = append(out, &meshv1.PortPolicy{Port: ps.Port.Number, LoadBalancer: level.LoadBalancer, ConsistentHash: level.ConsistentHash,
-			ConnectionPool: level.ConnectionPool, OutlierDetection: level.OutlierDetection, Tls: level.Tls})
+			ConnectionPool: level.ConnectionPool, OutlierDetection: level.OutlierDetection, Tls: level.Tls, LocalityLb: level.LocalityLb})
 	}
 	return out, true
 }
@@ -782,6 +782,77 @@ var tlsModes = map[string]meshv1.ClientTLS_Mode{
 
 // policyExtras converts a traffic policy's consistent hash, connection
 // pool, outlier detection and TLS.
+// localityLb reads a localityLbSetting, refusing what Istio's validation
+// refuses: distribute and failover together, shares of a locality that do
+// not add up to 100, failover within a region or beyond one.
+func (n *normalizer) localityLb(in Input, f string, s *localityLbSetting) (*meshv1.LocalityLb, bool) {
+	out := &meshv1.LocalityLb{Disabled: s.Enabled != nil && !*s.Enabled}
+	if len(s.Distribute) > 0 && len(s.Failover) > 0 {
+		n.problem(in, f, "distribute and failover cannot both be set")
+		return nil, false
+	}
+	from := map[string]bool{}
+	for i, d := range s.Distribute {
+		df := fmt.Sprintf("%s.distribute[%d]", f, i)
+		if !n.localityPattern(in, df+".from", d.From) {
+			return nil, false
+		}
+		if from[d.From] {
+			n.problem(in, df+".from", "locality %q is distributed twice", d.From)
+			return nil, false
+		}
+		from[d.From] = true
+		var sum uint32
+		for _, to := range slices.Sorted(maps.Keys(d.To)) {
+			if !n.localityPattern(in, df+".to", to) {
+				return nil, false
+			}
+			if d.To[to] == 0 || d.To[to] > 100 {
+				n.problem(in, df+".to["+to+"]", "weight %d is not between 1 and 100", d.To[to])
+				return nil, false
+			}
+			sum += d.To[to]
+		}
+		if sum != 100 {
+			n.problem(in, df+".to", "the weights add up to %d, not 100", sum)
+			return nil, false
+		}
+		out.Distribute = append(out.Distribute, &meshv1.LocalityLb_Distribute{From: d.From, To: d.To})
+	}
+	for i, fo := range s.Failover {
+		ff := fmt.Sprintf("%s.failover[%d]", f, i)
+		switch {
+		case fo.From == "" || fo.To == "":
+			n.problem(in, ff, "from and to are both required")
+		case strings.Contains(fo.From, "/") || strings.Contains(fo.To, "/"):
+			n.problem(in, ff, "failover is between regions: %q to %q names a zone", fo.From, fo.To)
+		case fo.From == fo.To:
+			n.problem(in, ff, "failover from region %q to itself", fo.From)
+		default:
+			out.Failover = append(out.Failover, &meshv1.LocalityLb_Failover{From: fo.From, To: fo.To})
+			continue
+		}
+		return nil, false
+	}
+	return out, true
+}
+
+// localityPattern checks a locality pattern: region, region/zone or
+// region/zone/subzone, where "*" may stand for the last part given.
+func (n *normalizer) localityPattern(in Input, f, pattern string) bool {
+	parts := strings.Split(pattern, "/")
+	bad := pattern == "" || len(parts) > 3
+	for i, part := range parts {
+		if part == "" || (strings.Contains(part, "*") && (part != "*" || i != len(parts)-1)) {
+			bad = true
+		}
+	}
+	if bad {
+		n.problem(in, f, "%q is not a locality: want region, region/zone or region/zone/subzone, with * only as the last part", pattern)
+	}
+	return !bad
+}
+
 func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *meshv1.TrafficPolicy) bool {
 	if tp == nil {
 		return true
@@ -805,6 +876,12 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 			out.ConsistentHash.Key = &meshv1.ConsistentHash_HttpQueryParameterName{HttpQueryParameterName: ch.HTTPQueryParameterName}
 		default:
 			n.problem(in, f+".loadBalancer.consistentHash", "one of httpHeaderName, httpCookie, useSourceIp or httpQueryParameterName is required")
+			return false
+		}
+	}
+	if lb := tp.LoadBalancer; lb != nil && lb.LocalityLbSetting != nil {
+		var ok bool
+		if out.LocalityLb, ok = n.localityLb(in, f+".loadBalancer.localityLbSetting", lb.LocalityLbSetting); !ok {
 			return false
 		}
 	}

@@ -200,11 +200,24 @@ type trafficPolicy struct {
 }
 
 type loadBalancer struct {
-	Simple             string          `json:"simple"`
-	ConsistentHash     *consistentHash `json:"consistentHash"`
-	LocalityLbSetting  json.RawMessage `json:"localityLbSetting"`
-	WarmupDurationSecs json.RawMessage `json:"warmupDurationSecs"`
-	Warmup             json.RawMessage `json:"warmup"`
+	Simple             string             `json:"simple"`
+	ConsistentHash     *consistentHash    `json:"consistentHash"`
+	LocalityLbSetting  *localityLbSetting `json:"localityLbSetting"`
+	WarmupDurationSecs json.RawMessage    `json:"warmupDurationSecs"`
+	Warmup             json.RawMessage    `json:"warmup"`
+}
+
+type localityLbSetting struct {
+	Enabled    *bool `json:"enabled"`
+	Distribute []struct {
+		From string            `json:"from"`
+		To   map[string]uint32 `json:"to"`
+	} `json:"distribute"`
+	Failover []struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	} `json:"failover"`
+	FailoverPriority json.RawMessage `json:"failoverPriority"`
 }
 
 type subset struct {

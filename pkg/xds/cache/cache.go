@@ -31,7 +31,11 @@ type Config struct {
 	// LogSize is how many changes each table remembers; a stream further
 	// behind is answered from a scan of its subscription. Default 4096.
 	LogSize int
-	Log     *slog.Logger
+	// Reuse is a cache whose shared tables may hold the very objects this
+	// one is handed (the locality variants of load assignments are mostly
+	// the shared ones): their encoding is reused rather than done again.
+	Reuse *Cache
+	Log   *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 }
@@ -116,10 +120,16 @@ func New(cfg Config) (*Cache, error) {
 func (c *Cache) Backlog() int64 { return c.due.Load() }
 
 func (c *Cache) newTable(typeURL string) *Table {
-	return newTable(typeURL, c.cfg.LogSize, &c.due, func(name string, err error) {
+	t := newTable(typeURL, c.cfg.LogSize, &c.due, func(name string, err error) {
 		c.invalid.Inc()
 		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
 	})
+	if c.cfg.Reuse != nil {
+		if shared, ok := c.cfg.Reuse.table(Shared, typeURL); ok {
+			t.reuse = shared
+		}
+	}
+	return t
 }
 
 // Classes returns every class the cache holds, in order.

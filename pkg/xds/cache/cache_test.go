@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
@@ -112,3 +113,32 @@ func TestResponseVersionsAreContentHashes(t *testing.T) {
 type counter struct{ n int }
 
 func (c *counter) Notify() { c.n++ }
+
+// TestReuseSharesEncodings: a cache told to reuse another's shared tables
+// takes their encoding of the same object instead of encoding it again,
+// and encodes its own objects itself.
+func TestReuseSharesEncodings(t *testing.T) {
+	shared, err := New(Config{SharedTypes: []string{resource.EndpointType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := New(Config{Classes: []string{"r/z/"}, Types: []string{resource.EndpointType}, Reuse: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := &endpoint.ClusterLoadAssignment{ClusterName: "a"}
+	if _, _, _, err := shared.Update(Shared, resource.EndpointType, map[string]types.Resource{"a": same}); err != nil {
+		t.Fatal(err)
+	}
+	own := &endpoint.ClusterLoadAssignment{ClusterName: "a", Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: 0}}}
+	for _, r := range []types.Resource{same, own} {
+		if _, _, _, err := local.Update("r/z/", resource.EndpointType, map[string]types.Resource{"a": r}); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := shared.Table(Shared, resource.EndpointType)
+		lt, _ := local.Table("r/z/", resource.EndpointType)
+		if reused := st.entries["a"].any == lt.entries["a"].any; reused != (r == same) {
+			t.Errorf("encoding reused: %v, want %v", reused, r == same)
+		}
+	}
+}

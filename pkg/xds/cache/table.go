@@ -54,6 +54,9 @@ type Table struct {
 	rejected map[string]types.Resource
 	// due is the cache's count of due watches.
 	due *atomic.Int64
+	// reuse, when set, is a table whose entry for the same object is
+	// copied rather than encoded again (see Config.Reuse).
+	reuse *Table
 
 	// updating serialises Update and Patch; entries are written only under
 	// both it and mu, so they may read them holding updating alone.
@@ -166,23 +169,27 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		if t.rejected[name] == r {
 			continue // the last valid version stays
 		}
-		if v, ok := r.(interface{ Validate() error }); ok {
-			// Validated once, when the object is new: the generators hand
-			// over the same object for unchanged inputs.
-			if err := v.Validate(); err != nil {
-				if t.rejected == nil {
-					t.rejected = map[string]types.Resource{}
+		// An object another table holds was validated and encoded there.
+		e := t.reuse.encoded(name, r)
+		if e == nil {
+			if v, ok := r.(interface{ Validate() error }); ok {
+				// Validated once, when the object is new: the generators
+				// hand over the same object for unchanged inputs.
+				if err := v.Validate(); err != nil {
+					if t.rejected == nil {
+						t.rejected = map[string]types.Resource{}
+					}
+					t.rejected[name] = r
+					if t.invalid != nil {
+						t.invalid(name, err)
+					}
+					continue // the last valid version stays
 				}
-				t.rejected[name] = r
-				if t.invalid != nil {
-					t.invalid(name, err)
-				}
-				continue // the last valid version stays
 			}
-		}
-		e, err := newEntry(t.typeURL, name, r)
-		if err != nil {
-			return 0, 0, 0, err
+			var err error
+			if e, err = newEntry(t.typeURL, name, r); err != nil {
+				return 0, 0, 0, err
+			}
 		}
 		if prev != nil && prev.hash == e.hash {
 			// Equal content in a new object: keep the object, so that
@@ -270,6 +277,21 @@ func (t *Table) sinceLocked(from uint64) (int, bool) {
 		return 0, false
 	}
 	return sort.Search(len(t.log), func(i int) bool { return t.log[i].version > from }), true
+}
+
+// encoded returns a copy of the table's entry for name if it holds r
+// itself (a nil table holds nothing).
+func (t *Table) encoded(name string, r types.Resource) *entry {
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if e := t.entries[name]; e != nil && e.res == r {
+		cp := *e
+		return &cp
+	}
+	return nil
 }
 
 func newEntry(typeURL, name string, r types.Resource) (*entry, error) {

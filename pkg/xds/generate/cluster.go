@@ -75,24 +75,27 @@ func effectivePolicy(tp *meshv1.TrafficPolicy, sub *meshv1.Subset, port uint32) 
 		return nil
 	}
 	out := &meshv1.TrafficPolicy{Host: tp.Host, LoadBalancer: tp.LoadBalancer, ConsistentHash: tp.ConsistentHash,
-		ConnectionPool: tp.ConnectionPool, OutlierDetection: tp.OutlierDetection, Tls: tp.Tls}
+		ConnectionPool: tp.ConnectionPool, OutlierDetection: tp.OutlierDetection, Tls: tp.Tls, LocalityLb: tp.LocalityLb}
 	apply := func(ps []*meshv1.PortPolicy) {
 		for _, pp := range ps {
 			if pp.Port == port {
-				override(out, pp.LoadBalancer, pp.ConsistentHash, pp.ConnectionPool, pp.OutlierDetection, pp.Tls)
+				override(out, pp.LoadBalancer, pp.ConsistentHash, pp.ConnectionPool, pp.OutlierDetection, pp.Tls, pp.LocalityLb)
 			}
 		}
 	}
 	apply(tp.PortLevelSettings)
 	if sub != nil {
-		override(out, sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls)
+		override(out, sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls, sub.LocalityLb)
 		apply(sub.PortLevelSettings)
 	}
 	return out
 }
 
 func override(out *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, ch *meshv1.ConsistentHash, cp *meshv1.ConnectionPool,
-	od *meshv1.OutlierDetection, tls *meshv1.ClientTLS) {
+	od *meshv1.OutlierDetection, tls *meshv1.ClientTLS, locality *meshv1.LocalityLb) {
+	if locality != nil {
+		out.LocalityLb = locality
+	}
 	if lb != meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
 		out.LoadBalancer, out.ConsistentHash = lb, nil // a simple balancer replaces a hash
 	}
@@ -198,6 +201,11 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 				UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{}}
 		}
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(httpOpts)}
+	}
+	if proxy == Envoy && LocalityAware(policy) && len(policy.GetLocalityLb().GetDistribute()) > 0 && c.LbPolicy != cluster.Cluster_RING_HASH {
+		// Envoy weighs localities only when told to (not with a hash ring).
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{LocalityConfigSpecifier: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+			LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}}
 	}
 	c.TransportSocket = upstreamTLS(policy.GetTls(), proxy)
 	return c

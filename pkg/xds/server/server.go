@@ -71,6 +71,10 @@ type Config struct {
 	Status *Status
 	// Secrets, when set, serves SDS from a table per proxy identity.
 	Secrets SecretSource
+	// Localities, when set, serves the load assignments of a proxy with a
+	// locality from a table per locality; proxies without one are served
+	// the cache's.
+	Localities LocalitySource
 	// Authorize, when set, checks a stream's node against the stream's
 	// context (its peer's certificate) when the node first arrives, and
 	// returns the node to serve it as; an error ends the stream with it.
@@ -189,8 +193,9 @@ type Server struct {
 	pushq    *pushQueue
 	unpooled sync.WaitGroup
 	// classes counts the streams of each proxy class; secrets, of each
-	// identity's secrets (nil without Config.Secrets).
-	classes, secrets *classSet
+	// identity's secrets (nil without Config.Secrets); localities, of each
+	// locality's load assignments (nil without Config.Localities).
+	classes, secrets, localities *classSet
 }
 
 // classSet counts the streams of each class of one cache, and since when
@@ -262,6 +267,19 @@ type SecretSource interface {
 	Fill(class string)
 }
 
+// LocalitySource serves EDS to proxies with a locality from tables of its
+// own with a class per locality: load assignments whose priorities and
+// weights depend on where the proxy is, shared by the proxies of a
+// locality.
+type LocalitySource interface {
+	Tables
+	// Class names the locality class of a proxy; "" for a proxy without a
+	// locality, which is served the shared load assignments.
+	Class(*core.Node) string
+	// Fill fills a class's tables before they are first served.
+	Fill(class string)
+}
+
 type metrics struct {
 	refused   prometheus.Counter
 	moved     prometheus.Counter
@@ -310,6 +328,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Secrets != nil {
 		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)
 	}
+	if cfg.Localities != nil {
+		srv.localities = newClassSet(cfg.Localities, cfg.Localities.Fill)
+	}
 	return srv, nil
 }
 
@@ -338,12 +359,16 @@ func (s *Server) join(class, typeURL string) (*cache.Table, error) {
 // leave uncounts a stream from its class.
 func (s *Server) leave(class string) { s.classes.leave(class) }
 
-// dropIdleClasses drops the classes, and the identities' secrets, without a
+// dropIdleClasses drops the classes, the identities' secrets and the
+// localities' load assignments without a
 // stream for ClassIdle.
 func (s *Server) dropIdleClasses(now time.Time) {
 	s.classes.dropIdle(now, s.cfg.ClassIdle)
 	if s.secrets != nil {
 		s.secrets.dropIdle(now, s.cfg.ClassIdle)
+	}
+	if s.localities != nil {
+		s.localities.dropIdle(now, s.cfg.ClassIdle)
 	}
 }
 

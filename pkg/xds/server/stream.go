@@ -87,8 +87,10 @@ type stream struct {
 	// noSecrets records that it has none (said once).
 	secrets   string
 	noSecrets bool
-	watches   []*watch // in push order
-	nonce     uint64
+	// locality is the proxy's class in Config.Localities ("" for none).
+	locality string
+	watches  []*watch // in push order
+	nonce    uint64
 }
 
 // watch is what a stream holds of one type.
@@ -177,12 +179,15 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		st.stopSending()
 		s.m.streams.Dec()
 		s.cfg.Status.remove(st)
-		class, secrets := st.close()
+		class, secrets, locality := st.close()
 		if class != "" {
 			s.leave(class)
 		}
 		if secrets != "" {
 			s.secrets.leave(secrets)
+		}
+		if locality != "" {
+			s.localities.leave(locality)
 		}
 	}()
 	for {
@@ -201,8 +206,9 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 }
 
 // close releases the stream's subscriptions and returns its class ("" if
-// it was never classified) and its secrets class ("" if it had none).
-func (st *stream) close() (class, secrets string) {
+// it was never classified), its secrets class and its locality class (""
+// if it had none).
+func (st *stream) close() (class, secrets, locality string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
@@ -219,7 +225,7 @@ func (st *stream) close() (class, secrets string) {
 			w.table.Answered()
 		}
 	}
-	return st.class, st.secrets
+	return st.class, st.secrets, st.locality
 }
 
 // errClosed stops a receive that finds its stream closed.
@@ -474,6 +480,16 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	}
 	if ready := st.srv.cfg.Ready; ready != nil && !ready() {
 		return nil, errNotReady
+	}
+	if typeURL == resource.EndpointType && st.srv.localities != nil {
+		if locality := st.srv.cfg.Localities.Class(st.node); locality != "" {
+			t, err := st.srv.localities.join(locality, typeURL)
+			if err != nil {
+				return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
+			}
+			st.locality = locality
+			return st.addWatchLocked(typeURL, t), nil
+		}
 	}
 	var t *cache.Table
 	var err error

@@ -146,6 +146,7 @@ type Subset struct {
 	OutlierDetection  *OutlierDetection `protobuf:"bytes,6,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
 	Tls               *ClientTLS        `protobuf:"bytes,7,opt,name=tls,proto3" json:"tls,omitempty"`
 	PortLevelSettings []*PortPolicy     `protobuf:"bytes,8,rep,name=port_level_settings,json=portLevelSettings,proto3" json:"port_level_settings,omitempty"`
+	LocalityLb        *LocalityLb       `protobuf:"bytes,9,opt,name=locality_lb,json=localityLb,proto3" json:"locality_lb,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -236,6 +237,13 @@ func (x *Subset) GetPortLevelSettings() []*PortPolicy {
 	return nil
 }
 
+func (x *Subset) GetLocalityLb() *LocalityLb {
+	if x != nil {
+		return x.LocalityLb
+	}
+	return nil
+}
+
 // PortPolicy is a traffic policy for one port: each field set overrides
 // the policy of its level (the destination's or a subset's).
 type PortPolicy struct {
@@ -246,6 +254,7 @@ type PortPolicy struct {
 	ConnectionPool   *ConnectionPool        `protobuf:"bytes,4,opt,name=connection_pool,json=connectionPool,proto3" json:"connection_pool,omitempty"`
 	OutlierDetection *OutlierDetection      `protobuf:"bytes,5,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
 	Tls              *ClientTLS             `protobuf:"bytes,6,opt,name=tls,proto3" json:"tls,omitempty"`
+	LocalityLb       *LocalityLb            `protobuf:"bytes,7,opt,name=locality_lb,json=localityLb,proto3" json:"locality_lb,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -318,6 +327,13 @@ func (x *PortPolicy) GetOutlierDetection() *OutlierDetection {
 func (x *PortPolicy) GetTls() *ClientTLS {
 	if x != nil {
 		return x.Tls
+	}
+	return nil
+}
+
+func (x *PortPolicy) GetLocalityLb() *LocalityLb {
+	if x != nil {
+		return x.LocalityLb
 	}
 	return nil
 }
@@ -698,6 +714,7 @@ type TrafficPolicy struct {
 	OutlierDetection  *OutlierDetection      `protobuf:"bytes,8,opt,name=outlier_detection,json=outlierDetection,proto3" json:"outlier_detection,omitempty"`
 	Tls               *ClientTLS             `protobuf:"bytes,9,opt,name=tls,proto3" json:"tls,omitempty"`
 	PortLevelSettings []*PortPolicy          `protobuf:"bytes,10,rep,name=port_level_settings,json=portLevelSettings,proto3" json:"port_level_settings,omitempty"`
+	LocalityLb        *LocalityLb            `protobuf:"bytes,11,opt,name=locality_lb,json=localityLb,proto3" json:"locality_lb,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -802,11 +819,191 @@ func (x *TrafficPolicy) GetPortLevelSettings() []*PortPolicy {
 	return nil
 }
 
+func (x *TrafficPolicy) GetLocalityLb() *LocalityLb {
+	if x != nil {
+		return x.LocalityLb
+	}
+	return nil
+}
+
+// LocalityLb is Istio's localityLbSetting: how a client spreads requests
+// over the localities of a service's endpoints, by its own locality.
+// Without it (or with it and neither distribute nor failover), a client
+// with outlier detection prefers its own subzone, then zone, then region.
+type LocalityLb struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disabled turns locality-aware balancing off (Istio's enabled: false).
+	Disabled      bool                     `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	Distribute    []*LocalityLb_Distribute `protobuf:"bytes,2,rep,name=distribute,proto3" json:"distribute,omitempty"`
+	Failover      []*LocalityLb_Failover   `protobuf:"bytes,3,rep,name=failover,proto3" json:"failover,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalityLb) Reset() {
+	*x = LocalityLb{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalityLb) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalityLb) ProtoMessage() {}
+
+func (x *LocalityLb) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalityLb.ProtoReflect.Descriptor instead.
+func (*LocalityLb) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LocalityLb) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *LocalityLb) GetDistribute() []*LocalityLb_Distribute {
+	if x != nil {
+		return x.Distribute
+	}
+	return nil
+}
+
+func (x *LocalityLb) GetFailover() []*LocalityLb_Failover {
+	if x != nil {
+		return x.Failover
+	}
+	return nil
+}
+
+// Distribute is the share of requests from the clients of one locality
+// pattern ("region/zone/*") to the endpoints of others, in percent.
+type LocalityLb_Distribute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            map[string]uint32      `protobuf:"bytes,2,rep,name=to,proto3" json:"to,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalityLb_Distribute) Reset() {
+	*x = LocalityLb_Distribute{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalityLb_Distribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalityLb_Distribute) ProtoMessage() {}
+
+func (x *LocalityLb_Distribute) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalityLb_Distribute.ProtoReflect.Descriptor instead.
+func (*LocalityLb_Distribute) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{7, 0}
+}
+
+func (x *LocalityLb_Distribute) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *LocalityLb_Distribute) GetTo() map[string]uint32 {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+// Failover names the region to fail over to from a region, before any
+// other region.
+type LocalityLb_Failover struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalityLb_Failover) Reset() {
+	*x = LocalityLb_Failover{}
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalityLb_Failover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalityLb_Failover) ProtoMessage() {}
+
+func (x *LocalityLb_Failover) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_policy_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalityLb_Failover.ProtoReflect.Descriptor instead.
+func (*LocalityLb_Failover) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{7, 1}
+}
+
+func (x *LocalityLb_Failover) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *LocalityLb_Failover) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
 var File_shardpilot_mesh_v1_policy_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xcc\x04\n" +
+	"\x1fshardpilot/mesh/v1/policy.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\x8d\x05\n" +
 	"\x06Subset\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12>\n" +
 	"\x06labels\x18\x02 \x03(\v2&.shardpilot.mesh.v1.Subset.LabelsEntryR\x06labels\x12E\n" +
@@ -815,10 +1012,12 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\x0fconnection_pool\x18\x05 \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
 	"\x11outlier_detection\x18\x06 \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
 	"\x03tls\x18\a \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\x12N\n" +
-	"\x13port_level_settings\x18\b \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings\x1a9\n" +
+	"\x13port_level_settings\x18\b \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings\x12?\n" +
+	"\vlocality_lb\x18\t \x01(\v2\x1e.shardpilot.mesh.v1.LocalityLbR\n" +
+	"localityLb\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x03\n" +
 	"\n" +
 	"PortPolicy\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12E\n" +
@@ -826,7 +1025,9 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\x0fconsistent_hash\x18\x03 \x01(\v2\".shardpilot.mesh.v1.ConsistentHashR\x0econsistentHash\x12K\n" +
 	"\x0fconnection_pool\x18\x04 \x01(\v2\".shardpilot.mesh.v1.ConnectionPoolR\x0econnectionPool\x12Q\n" +
 	"\x11outlier_detection\x18\x05 \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
-	"\x03tls\x18\x06 \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\"\xc1\x02\n" +
+	"\x03tls\x18\x06 \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\x12?\n" +
+	"\vlocality_lb\x18\a \x01(\v2\x1e.shardpilot.mesh.v1.LocalityLbR\n" +
+	"localityLb\"\xc1\x02\n" +
 	"\x0eConsistentHash\x12*\n" +
 	"\x10http_header_name\x18\x01 \x01(\tH\x00R\x0ehttpHeaderName\x12*\n" +
 	"\x10http_cookie_name\x18\x02 \x01(\tH\x00R\x0ehttpCookieName\x12$\n" +
@@ -859,7 +1060,7 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\fMODE_DISABLE\x10\x01\x12\x0f\n" +
 	"\vMODE_SIMPLE\x10\x02\x12\x0f\n" +
 	"\vMODE_MUTUAL\x10\x03\x12\x15\n" +
-	"\x11MODE_ISTIO_MUTUAL\x10\x04\"\xdf\x04\n" +
+	"\x11MODE_ISTIO_MUTUAL\x10\x04\"\xa0\x05\n" +
 	"\rTrafficPolicy\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x124\n" +
@@ -871,7 +1072,26 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\x11outlier_detection\x18\b \x01(\v2$.shardpilot.mesh.v1.OutlierDetectionR\x10outlierDetection\x12/\n" +
 	"\x03tls\x18\t \x01(\v2\x1d.shardpilot.mesh.v1.ClientTLSR\x03tls\x12N\n" +
 	"\x13port_level_settings\x18\n" +
-	" \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings*\xa6\x01\n" +
+	" \x03(\v2\x1e.shardpilot.mesh.v1.PortPolicyR\x11portLevelSettings\x12?\n" +
+	"\vlocality_lb\x18\v \x01(\v2\x1e.shardpilot.mesh.v1.LocalityLbR\n" +
+	"localityLb\"\x85\x03\n" +
+	"\n" +
+	"LocalityLb\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12I\n" +
+	"\n" +
+	"distribute\x18\x02 \x03(\v2).shardpilot.mesh.v1.LocalityLb.DistributeR\n" +
+	"distribute\x12C\n" +
+	"\bfailover\x18\x03 \x03(\v2'.shardpilot.mesh.v1.LocalityLb.FailoverR\bfailover\x1a\x9a\x01\n" +
+	"\n" +
+	"Distribute\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12A\n" +
+	"\x02to\x18\x02 \x03(\v21.shardpilot.mesh.v1.LocalityLb.Distribute.ToEntryR\x02to\x1a5\n" +
+	"\aToEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a.\n" +
+	"\bFailover\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to*\xa6\x01\n" +
 	"\fLoadBalancer\x12\x1d\n" +
 	"\x19LOAD_BALANCER_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LOAD_BALANCER_ROUND_ROBIN\x10\x01\x12\x1f\n" +
@@ -892,52 +1112,62 @@ func file_shardpilot_mesh_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shardpilot_mesh_v1_policy_proto_goTypes = []any{
-	(LoadBalancer)(0),           // 0: shardpilot.mesh.v1.LoadBalancer
-	(ClientTLS_Mode)(0),         // 1: shardpilot.mesh.v1.ClientTLS.Mode
-	(*Subset)(nil),              // 2: shardpilot.mesh.v1.Subset
-	(*PortPolicy)(nil),          // 3: shardpilot.mesh.v1.PortPolicy
-	(*ConsistentHash)(nil),      // 4: shardpilot.mesh.v1.ConsistentHash
-	(*ConnectionPool)(nil),      // 5: shardpilot.mesh.v1.ConnectionPool
-	(*OutlierDetection)(nil),    // 6: shardpilot.mesh.v1.OutlierDetection
-	(*ClientTLS)(nil),           // 7: shardpilot.mesh.v1.ClientTLS
-	(*TrafficPolicy)(nil),       // 8: shardpilot.mesh.v1.TrafficPolicy
-	nil,                         // 9: shardpilot.mesh.v1.Subset.LabelsEntry
-	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
-	(*Origin)(nil),              // 11: shardpilot.mesh.v1.Origin
+	(LoadBalancer)(0),             // 0: shardpilot.mesh.v1.LoadBalancer
+	(ClientTLS_Mode)(0),           // 1: shardpilot.mesh.v1.ClientTLS.Mode
+	(*Subset)(nil),                // 2: shardpilot.mesh.v1.Subset
+	(*PortPolicy)(nil),            // 3: shardpilot.mesh.v1.PortPolicy
+	(*ConsistentHash)(nil),        // 4: shardpilot.mesh.v1.ConsistentHash
+	(*ConnectionPool)(nil),        // 5: shardpilot.mesh.v1.ConnectionPool
+	(*OutlierDetection)(nil),      // 6: shardpilot.mesh.v1.OutlierDetection
+	(*ClientTLS)(nil),             // 7: shardpilot.mesh.v1.ClientTLS
+	(*TrafficPolicy)(nil),         // 8: shardpilot.mesh.v1.TrafficPolicy
+	(*LocalityLb)(nil),            // 9: shardpilot.mesh.v1.LocalityLb
+	nil,                           // 10: shardpilot.mesh.v1.Subset.LabelsEntry
+	(*LocalityLb_Distribute)(nil), // 11: shardpilot.mesh.v1.LocalityLb.Distribute
+	(*LocalityLb_Failover)(nil),   // 12: shardpilot.mesh.v1.LocalityLb.Failover
+	nil,                           // 13: shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*Origin)(nil),                // 15: shardpilot.mesh.v1.Origin
 }
 var file_shardpilot_mesh_v1_policy_proto_depIdxs = []int32{
-	9,  // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
+	10, // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
 	0,  // 1: shardpilot.mesh.v1.Subset.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
 	4,  // 2: shardpilot.mesh.v1.Subset.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
 	5,  // 3: shardpilot.mesh.v1.Subset.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
 	6,  // 4: shardpilot.mesh.v1.Subset.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
 	7,  // 5: shardpilot.mesh.v1.Subset.tls:type_name -> shardpilot.mesh.v1.ClientTLS
 	3,  // 6: shardpilot.mesh.v1.Subset.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
-	0,  // 7: shardpilot.mesh.v1.PortPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4,  // 8: shardpilot.mesh.v1.PortPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	5,  // 9: shardpilot.mesh.v1.PortPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	6,  // 10: shardpilot.mesh.v1.PortPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	7,  // 11: shardpilot.mesh.v1.PortPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	10, // 12: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
-	10, // 13: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
-	10, // 14: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
-	10, // 15: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	1,  // 16: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
-	11, // 17: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
-	2,  // 18: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
-	0,  // 19: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4,  // 20: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	5,  // 21: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	6,  // 22: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	7,  // 23: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	3,  // 24: shardpilot.mesh.v1.TrafficPolicy.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	9,  // 7: shardpilot.mesh.v1.Subset.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	0,  // 8: shardpilot.mesh.v1.PortPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	4,  // 9: shardpilot.mesh.v1.PortPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	5,  // 10: shardpilot.mesh.v1.PortPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	6,  // 11: shardpilot.mesh.v1.PortPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	7,  // 12: shardpilot.mesh.v1.PortPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	9,  // 13: shardpilot.mesh.v1.PortPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	14, // 14: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
+	14, // 15: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
+	14, // 16: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
+	14, // 17: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	1,  // 18: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
+	15, // 19: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
+	2,  // 20: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
+	0,  // 21: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	4,  // 22: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	5,  // 23: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	6,  // 24: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	7,  // 25: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	3,  // 26: shardpilot.mesh.v1.TrafficPolicy.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
+	9,  // 27: shardpilot.mesh.v1.TrafficPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	11, // 28: shardpilot.mesh.v1.LocalityLb.distribute:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute
+	12, // 29: shardpilot.mesh.v1.LocalityLb.failover:type_name -> shardpilot.mesh.v1.LocalityLb.Failover
+	13, // 30: shardpilot.mesh.v1.LocalityLb.Distribute.to:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_policy_proto_init() }
@@ -958,7 +1188,7 @@ func file_shardpilot_mesh_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_policy_proto_rawDesc), len(file_shardpilot_mesh_v1_policy_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -682,6 +682,9 @@ func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
 		}
 		p.m.cache.WithLabelValues("vh", "miss").Inc()
 		vh := generate.VirtualHost(m, host, port)
+		if proxy == generate.Envoy {
+			vh = generate.SidecarVirtualHost(m, host, port)
+		}
 		p.lru.Add(key, vh)
 		return vh
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -201,6 +202,13 @@ func (n *normalizer) problem(in Input, field, format string, args ...any) {
 	n.problems = append(n.problems, p)
 }
 
+// warn records a warning about a field: the resource applies all the
+// same.
+func (n *normalizer) warn(in Input, field, format string, args ...any) {
+	n.problems = append(n.problems, ingest.Problem{Location: in.Location, Resource: in.name(), Field: field,
+		Reason: fmt.Sprintf(format, args...), Warning: true})
+}
+
 // keyOf returns the store key a resource normalizes to, for resources that
 // normalize to one.
 func keyOf(r Resource) (model.Key, bool) {
@@ -364,6 +372,17 @@ func (n *normalizer) serviceEntry(in Input, spec *serviceEntry) *decodedService 
 		return nil
 	}
 	svc.Resolution = res
+	for i, a := range spec.Addresses {
+		if _, err := netip.ParseAddr(a); err != nil {
+			if _, cidr := netip.ParsePrefix(a); cidr == nil {
+				n.warn(in, fmt.Sprintf("spec.addresses[%d]", i), "a range (%s) is not a virtual IP; only single addresses have an effect yet", a)
+				continue
+			}
+			n.problem(in, fmt.Sprintf("spec.addresses[%d]", i), "%q is not an IP address", a)
+			return nil
+		}
+		svc.Addresses = append(svc.Addresses, a)
+	}
 	for i, p := range spec.Ports {
 		proto, ok := protocols[strings.ToUpper(p.Protocol)]
 		if !ok {
@@ -464,9 +483,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 			if cond := unsupportedMatch(m); len(cond) > 0 {
 				// A condition that cannot be checked: the alternative
 				// never matches, rather than matching every request.
-				n.problems = append(n.problems, ingest.Problem{Location: in.Location, Resource: in.name(),
-					Field: fmt.Sprintf("%s.match[%d]", f, j), Warning: true,
-					Reason: "never matches: it names " + strings.Join(cond, ", ") + ", not acted on yet"})
+				n.warn(in, fmt.Sprintf("%s.match[%d]", f, j), "never matches: it names %s, not acted on yet", strings.Join(cond, ", "))
 				continue
 			}
 			hm := &meshv1.HTTPMatch{

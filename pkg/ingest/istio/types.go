@@ -25,9 +25,9 @@ type Metadata struct {
 }
 
 type serviceEntry struct {
-	Hosts     []string        `json:"hosts"`
-	Addresses json.RawMessage `json:"addresses"`
-	Ports     []servicePort   `json:"ports"`
+	Hosts     []string      `json:"hosts"`
+	Addresses []string      `json:"addresses"`
+	Ports     []servicePort `json:"ports"`
 	// Location changes nothing here: no traffic is given mutual TLS
 	// unasked, inside the mesh or out.
 	Location         string          `json:"location"`

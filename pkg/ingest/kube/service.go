@@ -74,6 +74,16 @@ func ConvertService(svc *corev1.Service, suffix string) (*meshv1.Service, error)
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		out.Resolution = meshv1.Resolution_RESOLUTION_DNS
 	}
+	// Its cluster IPs are its virtual IPs (a headless Service has none).
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			out.Addresses = append(out.Addresses, ip)
+		}
+	}
 	if v := svc.Annotations[annotationExportTo]; v != "" {
 		for _, ns := range strings.Split(v, ",") {
 			out.ExportTo = append(out.ExportTo, strings.TrimSpace(ns))

@@ -91,7 +91,10 @@ type Mesh struct {
 	// RegistryOnly refuses an Envoy's traffic to destinations no service
 	// names (a view's, see View.RegistryOnly).
 	RegistryOnly bool
-	byHost       map[string]*Service
+	// Namespace is the namespace of the view's proxies ("" for a view of
+	// the whole mesh): its services are also reached by their short names.
+	Namespace string
+	byHost    map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
 	routeByHost map[string]*Route
@@ -243,7 +246,7 @@ func (m *Mesh) For(v View) *Mesh {
 		}
 	}
 	out := NewMesh(svcs, m.Routes)
-	out.Policies, out.RegistryOnly = m.Policies, v.RegistryOnly
+	out.Policies, out.RegistryOnly, out.Namespace = m.Policies, v.RegistryOnly, v.Namespace
 	return out
 }
 

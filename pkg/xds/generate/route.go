@@ -2,6 +2,7 @@ package generate
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -20,6 +22,9 @@ const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,ret
 // Envoy sidecars one per HTTP port named after the port, holding a virtual
 // host per service on that port.
 func Routes(m *Mesh, proxy Proxy) []*route.RouteConfiguration {
+	if proxy == Envoy {
+		return RoutesFrom(m, proxy, SidecarVirtualHost)
+	}
 	return RoutesFrom(m, proxy, VirtualHost)
 }
 
@@ -52,9 +57,76 @@ func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfigur
 		rc.VirtualHosts = append(rc.VirtualHosts, vh(m, host, p.Number))
 	})
 	for _, rc := range out {
-		rc.VirtualHosts = append(rc.VirtualHosts, catchAllHost(m))
+		rc.VirtualHosts = append(uniqueDomains(rc.VirtualHosts), catchAllHost(m))
 	}
 	return out
+}
+
+// uniqueDomains leaves each domain to the first virtual host that claims
+// it (two services may share a virtual IP, a short name may be another's
+// host), as Istio does: Envoy refuses a route configuration that names a
+// domain twice. Only a virtual host that loses a domain is copied.
+func uniqueDomains(vhs []*route.VirtualHost) []*route.VirtualHost {
+	seen := map[string]bool{}
+	for i, vh := range vhs {
+		if !slices.ContainsFunc(vh.Domains, func(d string) bool { return seen[d] }) {
+			for _, d := range vh.Domains {
+				seen[d] = true
+			}
+			continue
+		}
+		cp := proto.CloneOf(vh)
+		cp.Domains = slices.DeleteFunc(cp.Domains, func(d string) bool { return seen[d] })
+		for _, d := range cp.Domains {
+			seen[d] = true
+		}
+		vhs[i] = cp
+	}
+	return slices.DeleteFunc(vhs, func(vh *route.VirtualHost) bool { return len(vh.Domains) == 0 })
+}
+
+// SidecarVirtualHost is VirtualHost with the domains an Envoy sidecar
+// matches (see Domains).
+func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
+	vh := VirtualHost(m, host, port)
+	if s := m.Service(host); s != nil {
+		vh.Domains = Domains(m, s, host, port)
+	}
+	return vh
+}
+
+// Domains are the names requests for host:port may carry, as Istio
+// generates them for a sidecar: the host; for a Kubernetes service's host
+// (name.namespace.svc.<domain>) name.namespace.svc and name.namespace too,
+// and its short name for proxies of its namespace; the service's virtual
+// IPs; each with and without the port.
+func Domains(m *Mesh, s *Service, host string, port uint32) []string {
+	names := []string{host}
+	if name, ns, ok := kubeHost(host); ok && ns == s.Namespace {
+		names = append(names, name+"."+ns+".svc", name+"."+ns)
+		if m.Namespace == ns {
+			names = append(names, name)
+		}
+	}
+	names = append(names, s.Spec.GetAddresses()...)
+	suffix := ":" + strconv.FormatUint(uint64(port), 10)
+	out := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		if strings.Contains(n, ":") { // an IPv6 address: Envoy matches it bracketed
+			n = "[" + n + "]"
+		}
+		out = append(out, n, n+suffix)
+	}
+	return out
+}
+
+// kubeHost splits the host of a Kubernetes service, name.namespace.svc.<domain>.
+func kubeHost(host string) (name, namespace string, ok bool) {
+	parts := strings.SplitN(host, ".", 4)
+	if len(parts) < 4 || parts[2] != "svc" || parts[0] == "" || parts[1] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
 }
 
 // forEachHTTPPort calls fn for every host and HTTP port of every service, in
@@ -78,11 +150,16 @@ func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) 
 // host:port: the route rule that names the host and the services its
 // destinations resolve to. Equal inputs give an equal virtual host.
 func VirtualHostInputs(m *Mesh, host string, port uint32) string {
+	var b strings.Builder
+	if s := m.Service(host); s != nil {
+		// What its domains depend on.
+		_, ns, _ := kubeHost(host)
+		fmt.Fprintf(&b, "local=%t vips=%s ", ns != "" && ns == m.Namespace, strings.Join(s.Spec.GetAddresses(), ","))
+	}
 	rr := m.routeByHost[host]
 	if rr == nil {
-		return "default"
+		return b.String() + "default"
 	}
-	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s@%s", rr.Namespace, rr.Name, rr.Version)
 	dest := func(d *meshv1.Destination) {
 		if s := m.Service(d.GetHost()); s != nil {

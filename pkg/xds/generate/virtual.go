@@ -100,6 +100,13 @@ func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
 func tcpListeners(m *Mesh) []*listener.Listener {
 	owner := map[uint32]string{}
 	http := map[uint32]bool{}
+	// A TCP service with virtual IPs gets a listener on each, as in Istio:
+	// TCP services sharing a port are told apart by the address dialled.
+	type vip struct {
+		addr string
+		port uint32
+	}
+	vips := map[vip]string{}
 	for _, s := range m.Services {
 		if !s.routable() {
 			continue
@@ -109,6 +116,12 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 				switch {
 				case isHTTP(p):
 					http[p.Number] = true
+				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP && len(s.Spec.Addresses) > 0:
+					for _, a := range s.Spec.Addresses {
+						if _, taken := vips[vip{a, p.Number}]; !taken {
+							vips[vip{a, p.Number}] = ClusterName(p.Number, "", h)
+						}
+					}
 				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP:
 					if _, taken := owner[p.Number]; !taken {
 						owner[p.Number] = ClusterName(p.Number, "", h)
@@ -128,6 +141,15 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			Address:      socketAddress("0.0.0.0", port),
 			BindToPort:   wrapperspb.Bool(false),
 			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{tcpProxyFilter("outbound|"+num+"||", owner[port])}}},
+		})
+	}
+	for _, v := range slices.SortedFunc(maps.Keys(vips), func(a, b vip) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port)) }) {
+		num := strconv.FormatUint(uint64(v.port), 10)
+		out = append(out, &listener.Listener{
+			Name:         v.addr + "_" + num,
+			Address:      socketAddress(v.addr, v.port),
+			BindToPort:   wrapperspb.Bool(false),
+			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{tcpProxyFilter(vips[v], vips[v])}}},
 		})
 	}
 	return out

@@ -228,8 +228,12 @@ type Service struct {
 	// workload_selector selects workload entries whose endpoints join the
 	// service's endpoints.
 	WorkloadSelector map[string]string `protobuf:"bytes,7,rep,name=workload_selector,json=workloadSelector,proto3" json:"workload_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// addresses are the service's virtual IPs (a Kubernetes Service's
+	// cluster IPs, a ServiceEntry's addresses): clients reach it at them,
+	// and TCP services that share a port are told apart by them.
+	Addresses     []string `protobuf:"bytes,8,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -311,6 +315,13 @@ func (x *Service) GetWorkloadSelector() map[string]string {
 	return nil
 }
 
+func (x *Service) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
 var File_shardpilot_mesh_v1_service_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
@@ -321,7 +332,7 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\x06number\x18\x02 \x01(\rR\x06number\x128\n" +
 	"\bprotocol\x18\x03 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x1f\n" +
 	"\vtarget_port\x18\x04 \x01(\rR\n" +
-	"targetPort\"\x89\x04\n" +
+	"targetPort\"\xa7\x04\n" +
 	"\aService\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12.\n" +
@@ -331,7 +342,8 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"resolution\x18\x05 \x01(\x0e2\x1e.shardpilot.mesh.v1.ResolutionR\n" +
 	"resolution\x12\x1b\n" +
 	"\texport_to\x18\x06 \x03(\tR\bexportTo\x12^\n" +
-	"\x11workload_selector\x18\a \x03(\v21.shardpilot.mesh.v1.Service.WorkloadSelectorEntryR\x10workloadSelector\x1a9\n" +
+	"\x11workload_selector\x18\a \x03(\v21.shardpilot.mesh.v1.Service.WorkloadSelectorEntryR\x10workloadSelector\x12\x1c\n" +
+	"\taddresses\x18\b \x03(\tR\taddresses\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +

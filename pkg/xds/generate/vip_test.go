@@ -1,0 +1,90 @@
+package generate_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// vipMesh: an HTTP Kubernetes service with an IPv4 and an IPv6 virtual IP,
+// a ServiceEntry that claims the same virtual IP, two TCP databases on
+// port 3306 with virtual IPs of their own, and one without.
+func vipMesh() *generate.Mesh {
+	svc := func(ns, name string, hosts []string, port uint32, proto meshv1.Protocol, vips ...string) *generate.Service {
+		return &generate.Service{Namespace: ns, Name: name, Spec: &meshv1.Service{Hostnames: hosts, Addresses: vips,
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "p", Number: port, Protocol: proto}}}}
+	}
+	return generate.NewMesh([]*generate.Service{
+		svc("shop", "cart", []string{"cart.shop.svc.cluster.local"}, 80, meshv1.Protocol_PROTOCOL_HTTP, "10.96.0.10", "fd00::10"),
+		svc("shop", "mirror", []string{"alias.example.com"}, 80, meshv1.Protocol_PROTOCOL_HTTP, "10.96.0.10"),
+		svc("shop", "db", []string{"db.shop.svc.cluster.local"}, 3306, meshv1.Protocol_PROTOCOL_TCP, "10.96.0.20"),
+		svc("data", "db", []string{"db.data.svc.cluster.local"}, 3306, meshv1.Protocol_PROTOCOL_TCP, "10.96.0.30"),
+		svc("shop", "legacy", []string{"legacy.example.com"}, 3306, meshv1.Protocol_PROTOCOL_TCP),
+	}, nil)
+}
+
+func domains(rcs []*route.RouteConfiguration) map[string][]string {
+	out := map[string][]string{}
+	for _, rc := range rcs {
+		for _, vh := range rc.VirtualHosts {
+			out[vh.Name] = vh.Domains
+		}
+	}
+	return out
+}
+
+// TestDomains: the domains of a sidecar's virtual hosts are Istio's for a
+// Kubernetes service (FQDN, name.namespace.svc, name.namespace, the short
+// name within its namespace, its virtual IPs, each with and without the
+// port; see Istio's "Traffic routing" docs: reviews, reviews:9080,
+// reviews.default.svc.cluster.local, ...); a ServiceEntry's host is its
+// own; a virtual IP two services claim stays with the first (by
+// namespace and name).
+func TestDomains(t *testing.T) {
+	m := vipMesh()
+	inShop := m.For(generate.View{Namespace: "shop"})
+	got := domains(generate.Routes(inShop, generate.Envoy))
+	want := []string{"cart.shop.svc.cluster.local", "cart.shop.svc.cluster.local:80", "cart.shop.svc", "cart.shop.svc:80",
+		"cart.shop", "cart.shop:80", "cart", "cart:80", "10.96.0.10", "10.96.0.10:80", "[fd00::10]", "[fd00::10]:80"}
+	if d := got["cart.shop.svc.cluster.local:80"]; !slices.Equal(d, want) {
+		t.Errorf("in shop: %v\nwant %v", d, want)
+	}
+	if d := got["alias.example.com:80"]; !slices.Equal(d, []string{"alias.example.com", "alias.example.com:80"}) {
+		t.Errorf("the ServiceEntry sharing the virtual IP: %v", d)
+	}
+	elsewhere := domains(generate.Routes(m.For(generate.View{Namespace: "other"}), generate.Envoy))
+	if d := elsewhere["cart.shop.svc.cluster.local:80"]; slices.Contains(d, "cart") || !slices.Contains(d, "cart.shop") {
+		t.Errorf("from another namespace: %v (no short name, name.namespace)", d)
+	}
+	rcs := generate.Routes(inShop, generate.Envoy)
+	check(t, "vip-routes.json", rcs)
+	proxyless := domains(generate.Routes(inShop, generate.Proxyless))
+	if d := proxyless["cart.shop.svc.cluster.local:80"]; len(d) != 2 {
+		t.Errorf("proxyless domains %v: want the host and host:port grpc-go dials", d)
+	}
+}
+
+// TestTCPListenersPerVIP: TCP services that share a port get a listener on
+// each of their virtual IPs (the original destination picks it), and one
+// without a virtual IP keeps the port's wildcard listener.
+func TestTCPListenersPerVIP(t *testing.T) {
+	var tcp []*listener.Listener
+	for _, l := range generate.Listeners(vipMesh(), generate.Envoy, nil) {
+		if strings.HasSuffix(l.Name, "_3306") {
+			tcp = append(tcp, l)
+		}
+	}
+	var names []string
+	for _, l := range tcp {
+		names = append(names, l.Name)
+	}
+	if want := []string{"0.0.0.0_3306", "10.96.0.20_3306", "10.96.0.30_3306"}; !slices.Equal(names, want) {
+		t.Errorf("listeners %v, want %v", names, want)
+	}
+	check(t, "vip-listeners.json", tcp)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -153,6 +155,17 @@ func (cp *controlPlane) settled(t *testing.T) {
 			return false, "no pusher yet"
 		}
 		return resp.Count > 0 && p.GeneratedRevision() >= resp.Header.Revision, fmt.Sprintf("generated %d, store at %d", p.GeneratedRevision(), resp.Header.Revision)
+	})
+}
+
+// serving waits until what the pusher serves a connected proxy (its
+// config dump) contains want.
+func (cp *controlPlane) serving(t *testing.T, proxy, want string) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, "the proxy to be served "+want, func() (bool, string) {
+		rec := httptest.NewRecorder()
+		cp.dump.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config_dump?proxy="+url.QueryEscape(proxy), nil))
+		return strings.Contains(rec.Body.String(), want), rec.Result().Status
 	})
 }
 

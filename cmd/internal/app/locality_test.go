@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"fmt"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,11 +66,7 @@ spec:
 	allOn(t, east1, a.addr, "a client in us-east/z1 calls the endpoint of its zone")
 	// The config dump shows what the proxy is served: its locality's
 	// priorities (0 its zone, 1 its region, 2 the other region).
-	rec := httptest.NewRecorder()
-	cp.dump.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config_dump?proxy=sidecar~127.0.0.1~client-us-east-z1.demo~demo.svc.cluster.local", nil))
-	if body := rec.Body.String(); !strings.Contains(body, `"priority": 2`) {
-		t.Errorf("config dump without the locality's priorities: %s", body)
-	}
+	cp.serving(t, "sidecar~127.0.0.1~client-us-east-z1.demo~demo.svc.cluster.local", `"priority": 2`)
 	allOn(t, dialIn(t, cp.ads, "us-east", "z2"), b.addr, "a client in us-east/z2 calls the endpoint of its zone")
 	west := dialIn(t, cp.ads, "eu-west", "z1")
 	allOn(t, west, c.addr, "a client in eu-west/z1 calls the endpoint of its region")

@@ -254,23 +254,52 @@ spec:
 		"certificate_providers": {"default": {"plugin_name": "file_watcher",
 			"config": {"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "1s"}}}
 	}`, cp.ads, boot.CertFile, cCert, cKey, wCert, wKey, wRoot)
-	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
 	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: credentials.NewTLS(&tls.Config{RootCAs: roots})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("xds:///greeter.demo.svc.cluster.local:50051", grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
-	if err != nil {
-		t.Fatal(err)
+	dial := func() *grpc.ClientConn {
+		resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient("xds:///greeter.demo.svc.cluster.local:50051", grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
 	}
-	defer conn.Close()
+	conn := dial()
 	allOn(t, conn, b.addr, "the client calls the greeter over ISTIO_MUTUAL")
 	if got := caller.Load(); got != "spiffe://cluster.local/ns/demo/sa/client" {
 		t.Errorf("the backend saw %v, want the client's workload identity", got)
 	}
+
+	// subjectAltNames: the client accepts only a server certificate that
+	// names one of them.
+	rule := func(san string) string {
+		return fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: demo}
+spec:
+  host: greeter.demo.svc.cluster.local
+  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [%q]}
+`, san)
+	}
+	client := "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local"
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b), rule("spiffe://cluster.local/ns/demo/sa/impostor")))
+	cp.serving(t, client, "spiffe://cluster.local/ns/demo/sa/impostor")
+	wrong := dial() // a new connection, made under the new rule
+	testutil.Eventually(t, 20*time.Second, "a server whose certificate names another identity to be refused", func() (bool, string) {
+		addr, err := call(wrong)
+		return err != nil, "served by " + addr
+	})
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b), rule("spiffe://cluster.local/ns/demo/sa/greeter")))
+	cp.serving(t, client, "spiffe://cluster.local/ns/demo/sa/greeter")
+	allOn(t, dial(), b.addr, "the server whose certificate names the identity is called")
 
 	// A client without a workload certificate is refused by the backend.
 	plain, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))

@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -10,6 +11,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -245,7 +247,42 @@ func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 		}
 		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(name)}
 	}
+	verifySubjectAltNames(ctx.CommonTlsContext, t, proxy)
 	return tlsSocket(ctx)
+}
+
+// verifySubjectAltNames makes the client accept only a server certificate
+// that names one of the policy's subject alt names, as Istio does: exact
+// URI names (SPIFFE IDs) or DNS names. Envoy checks them against the mesh's
+// root (ISTIO_MUTUAL) or the system's (SIMPLE, MUTUAL), which it needs to
+// verify names at all; grpc-go against its provider's root.
+func verifySubjectAltNames(common *tlsv3.CommonTlsContext, t *meshv1.ClientTLS, proxy Proxy) {
+	if len(t.GetSubjectAltNames()) == 0 {
+		return
+	}
+	if proxy == Proxyless {
+		v := common.GetValidationContext()
+		for _, san := range t.SubjectAltNames {
+			v.MatchSubjectAltNames = append(v.MatchSubjectAltNames, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}})
+		}
+		return
+	}
+	names := &tlsv3.CertificateValidationContext{}
+	for _, san := range t.SubjectAltNames {
+		kind := tlsv3.SubjectAltNameMatcher_DNS
+		if strings.Contains(san, "://") {
+			kind = tlsv3.SubjectAltNameMatcher_URI
+		}
+		names.MatchTypedSubjectAltNames = append(names.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{SanType: kind,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}}})
+	}
+	if t.Mode == meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext: names, ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")}}
+		return
+	}
+	names.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: SystemRoots}}
+	common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: names}
 }
 
 // sdsSecret is a secret an Envoy fetches over SDS on its ADS stream.

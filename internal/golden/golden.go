@@ -88,3 +88,7 @@ func diff(want, got []byte) string {
 	}
 	return b.String()
 }
+
+// Updating reports whether the tests run with -update: a test that keeps
+// expected output elsewhere than testdata/ rewrites it then.
+func Updating() bool { return *update }

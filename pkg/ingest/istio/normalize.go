@@ -587,6 +587,12 @@ func (n *normalizer) loadBalancer(in Input, field string, tp *trafficPolicy) (me
 }
 
 func (n *normalizer) destinationRule(in Input, spec *destinationRule) {
+	if spec.WorkloadSelector != nil {
+		// Applied to every proxy, a rule meant for some workloads would
+		// change the traffic of the rest.
+		n.unsupported(in, "spec.workloadSelector", "a rule for some workloads only")
+		return
+	}
 	tp := &meshv1.TrafficPolicy{Origin: n.origin(in), Host: n.fqdn(spec.Host, in.Resource.Metadata.Namespace), ExportTo: spec.ExportTo}
 	var ok bool
 	if tp.LoadBalancer, ok = n.loadBalancer(in, "spec.trafficPolicy", spec.TrafficPolicy); !ok {
@@ -662,10 +668,11 @@ func (n *normalizer) sidecar(in Input, spec *sidecar) {
 	if spec.WorkloadSelector != nil {
 		sc.WorkloadSelector = spec.WorkloadSelector.Labels
 	}
-	for _, e := range spec.Egress {
+	for i, e := range spec.Egress {
 		el := &meshv1.EgressListener{Hosts: e.Hosts}
 		if e.Port != nil {
 			el.Port = e.Port.Number
+			n.warn(in, fmt.Sprintf("spec.egress[%d].port", i), "has no effect yet: the listener's hosts apply to every port")
 		}
 		sc.Egress = append(sc.Egress, el)
 	}

@@ -26,12 +26,12 @@ type Metadata struct {
 
 type serviceEntry struct {
 	Hosts     []string      `json:"hosts"`
-	Addresses []string      `json:"addresses"`
+	Addresses []string      `json:"addresses" field:"supported: single addresses are virtual IPs (sidecar domains, a TCP listener each); a CIDR range is warned"`
 	Ports     []servicePort `json:"ports"`
 	// Location changes nothing here: no traffic is given mutual TLS
 	// unasked, inside the mesh or out.
-	Location         string          `json:"location"`
-	Resolution       string          `json:"resolution"`
+	Location         string          `json:"location" field:"supported: MESH_EXTERNAL and MESH_INTERNAL change nothing: no traffic gets mutual TLS unasked"`
+	Resolution       string          `json:"resolution" field:"supported: NONE, STATIC, DNS (STRICT_DNS clusters), DNS_ROUND_ROBIN (LOGICAL_DNS)"`
 	Endpoints        []workloadEntry `json:"endpoints"`
 	WorkloadSelector *workloadSelect `json:"workloadSelector"`
 	ExportTo         []string        `json:"exportTo"`
@@ -54,7 +54,7 @@ type workloadEntry struct {
 	Ports          map[string]uint32 `json:"ports"`
 	Labels         map[string]string `json:"labels"`
 	Network        json.RawMessage   `json:"network"`
-	Locality       string            `json:"locality"`
+	Locality       string            `json:"locality" field:"supported: region/zone/subzone, for locality load balancing"`
 	Weight         uint32            `json:"weight"`
 	ServiceAccount string            `json:"serviceAccount"`
 }
@@ -73,7 +73,7 @@ type httpRoute struct {
 	Match            []httpMatchRequest `json:"match"`
 	Route            []routeDestination `json:"route"`
 	Redirect         *httpRedirect      `json:"redirect"`
-	DirectResponse   *directResponse    `json:"directResponse"`
+	DirectResponse   *directResponse    `json:"directResponse" field:"supported: proxyless gRPC clients fail those RPCs (grpc-go has no direct responses)"`
 	Delegate         json.RawMessage    `json:"delegate"`
 	Rewrite          *httpRewrite       `json:"rewrite"`
 	Timeout          string             `json:"timeout"`
@@ -140,12 +140,12 @@ type httpMatchRequest struct {
 	Authority       *stringMatch           `json:"authority"`
 	Headers         map[string]stringMatch `json:"headers"`
 	Port            uint32                 `json:"port"`
-	SourceLabels    json.RawMessage        `json:"sourceLabels"`
+	SourceLabels    json.RawMessage        `json:"sourceLabels" field:"warned: the match alternative never matches"`
 	Gateways        []string               `json:"gateways"`
-	QueryParams     json.RawMessage        `json:"queryParams"`
+	QueryParams     json.RawMessage        `json:"queryParams" field:"warned: the match alternative never matches"`
 	IgnoreURICase   bool                   `json:"ignoreUriCase"`
-	WithoutHeaders  json.RawMessage        `json:"withoutHeaders"`
-	SourceNamespace json.RawMessage        `json:"sourceNamespace"`
+	WithoutHeaders  json.RawMessage        `json:"withoutHeaders" field:"warned: the match alternative never matches"`
+	SourceNamespace json.RawMessage        `json:"sourceNamespace" field:"warned: the match alternative never matches"`
 	StatPrefix      json.RawMessage        `json:"statPrefix"`
 }
 
@@ -181,11 +181,11 @@ type httpRetry struct {
 }
 
 type destinationRule struct {
-	Host             string          `json:"host"`
-	TrafficPolicy    *trafficPolicy  `json:"trafficPolicy"`
-	Subsets          []subset        `json:"subsets"`
-	ExportTo         []string        `json:"exportTo"`
-	WorkloadSelector *workloadSelect `json:"workloadSelector"`
+	Host             string         `json:"host"`
+	TrafficPolicy    *trafficPolicy `json:"trafficPolicy"`
+	Subsets          []subset       `json:"subsets"`
+	ExportTo         []string       `json:"exportTo"`
+	WorkloadSelector *matchSelector `json:"workloadSelector" field:"rejected: not supported yet; the rule would apply to every proxy"`
 }
 
 type trafficPolicy struct {
@@ -235,7 +235,7 @@ type sidecar struct {
 }
 
 type egressListener struct {
-	Port        *servicePort    `json:"port"`
+	Port        *servicePort    `json:"port" field:"warned: the listener's hosts apply to every port"`
 	Bind        json.RawMessage `json:"bind"`
 	CaptureMode json.RawMessage `json:"captureMode"`
 	Hosts       []string        `json:"hosts"`

@@ -493,6 +493,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				Headers:       headerMatches(m.Headers),
 				Port:          m.Port,
 				IgnoreUriCase: m.IgnoreURICase,
+				Gateways:      m.Gateways,
 			}
 			// The authority and the scheme are pseudo-headers, as Istio
 			// matches them.

@@ -208,7 +208,7 @@ func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 						if srv.GetTls().GetHttpsRedirect() {
 							vh.RequireTls = route.VirtualHost_ALL
 						}
-						vh.Routes = httpRoutes(m, r.Rule, port)
+						vh.Routes = httpRoutes(m, r, g, port)
 						rc.VirtualHosts = append(rc.VirtualHosts, vh)
 					}
 				}
@@ -219,11 +219,18 @@ func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 	return out
 }
 
-// boundTo reports whether a route rule names the gateway: "<ns>/<name>",
-// or "<name>" in the rule's own namespace.
-func boundTo(r *Route, g *Gateway) bool {
-	for _, name := range r.Rule.Gateways {
-		if name == g.Key() || (name == g.Name && r.Namespace == g.Namespace) {
+// boundTo reports whether a route rule names the gateway.
+func boundTo(r *Route, g *Gateway) bool { return namesGateway(r.Rule.Gateways, r.Namespace, g) }
+
+// namesGateway reports whether gateway names of a rule in namespace ns
+// name the gateway g ("<ns>/<name>", or "<name>" in the rule's own
+// namespace), or the sidecars ("mesh") when g is nil.
+func namesGateway(names []string, ns string, g *Gateway) bool {
+	for _, name := range names {
+		if g == nil && name == "mesh" {
+			return true
+		}
+		if g != nil && (name == g.Key() || (name == g.Name && ns == g.Namespace)) {
 			return true
 		}
 	}

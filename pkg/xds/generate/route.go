@@ -193,15 +193,15 @@ func VirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 		}}
 		return vh
 	}
-	vh.Routes = httpRoutes(m, rr.Rule, port)
+	vh.Routes = httpRoutes(m, rr, nil, port)
 	return vh
 }
 
 // httpRoutes turns a route rule's HTTP routes into Envoy routes for
-// traffic that arrived on port.
-func httpRoutes(m *Mesh, rule *meshv1.RouteRule, port uint32) []*route.Route {
+// traffic that arrived on port at a gateway (nil: at a sidecar, "mesh").
+func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32) []*route.Route {
 	var out []*route.Route
-	for _, h := range rule.Http {
+	for _, h := range rr.Rule.Http {
 		// The action is shared by the routes of every match.
 		var shared route.Route
 		if h.Redirect != nil {
@@ -224,6 +224,9 @@ func httpRoutes(m *Mesh, rule *meshv1.RouteRule, port uint32) []*route.Route {
 		for _, hm := range matches {
 			if hm.GetPort() != 0 && hm.GetPort() != port {
 				continue
+			}
+			if len(hm.GetGateways()) > 0 && !namesGateway(hm.Gateways, rr.Namespace, gw) {
+				continue // the match is for other gateways (or sidecars)
 			}
 			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
 			decorate(r, h)

@@ -208,6 +208,9 @@ type HTTPMatch struct {
 	Port    uint32                  `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
 	// ignore_uri_case makes the uri match case-insensitive.
 	IgnoreUriCase bool `protobuf:"varint,6,opt,name=ignore_uri_case,json=ignoreUriCase,proto3" json:"ignore_uri_case,omitempty"`
+	// gateways, when set, restrict the match to these gateways ("mesh" for
+	// sidecars), overriding the rule's.
+	Gateways      []string `protobuf:"bytes,7,rep,name=gateways,proto3" json:"gateways,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +285,13 @@ func (x *HTTPMatch) GetIgnoreUriCase() bool {
 		return x.IgnoreUriCase
 	}
 	return false
+}
+
+func (x *HTTPMatch) GetGateways() []string {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
 }
 
 // Destination names a service, port and subset.
@@ -1122,14 +1132,15 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x05exact\x18\x01 \x01(\tH\x00R\x05exact\x12\x18\n" +
 	"\x06prefix\x18\x02 \x01(\tH\x00R\x06prefix\x12\x16\n" +
 	"\x05regex\x18\x03 \x01(\tH\x00R\x05regexB\x06\n" +
-	"\x04kind\"\xea\x02\n" +
+	"\x04kind\"\x86\x03\n" +
 	"\tHTTPMatch\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x03uri\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x03uri\x12D\n" +
 	"\aheaders\x18\x03 \x03(\v2*.shardpilot.mesh.v1.HTTPMatch.HeadersEntryR\aheaders\x127\n" +
 	"\x06method\x18\x04 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x06method\x12\x12\n" +
 	"\x04port\x18\x05 \x01(\rR\x04port\x12&\n" +
-	"\x0fignore_uri_case\x18\x06 \x01(\bR\rignoreUriCase\x1a[\n" +
+	"\x0fignore_uri_case\x18\x06 \x01(\bR\rignoreUriCase\x12\x1a\n" +
+	"\bgateways\x18\a \x03(\tR\bgateways\x1a[\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
 	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\"M\n" +

@@ -193,22 +193,8 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 		if m := h.Mirror; m != nil && !ValidHostname(m.GetDestination().GetHost()) {
 			return fieldErr(f+".mirror.host", "%q is not a DNS name", m.GetDestination().GetHost())
 		}
-		var total uint32
-		for j, d := range h.Route {
-			df := fmt.Sprintf("%s.route[%d]", f, j)
-			if d.Destination == nil || d.Destination.Host == "" {
-				return fieldErr(df+".destination.host", "a destination host is required")
-			}
-			if !ValidHostname(d.Destination.Host) {
-				return fieldErr(df+".destination.host", "%q is not a DNS name", d.Destination.Host)
-			}
-			if d.Destination.Port > 65535 {
-				return fieldErr(df+".destination.port.number", "%d is not a port number", d.Destination.Port)
-			}
-			total += d.Weight
-		}
-		if len(h.Route) > 1 && total == 0 {
-			return fieldErr(f+".route", "weights are required when a route has several destinations")
+		if err := validateDestinations(f, h.Route); err != nil {
+			return err
 		}
 		if h.Timeout != nil && h.Timeout.AsDuration() < 0 {
 			return fieldErr(f+".timeout", "must not be negative")
@@ -216,6 +202,53 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 		if rp := h.Retries; rp != nil && rp.PerTryTimeout != nil && rp.PerTryTimeout.AsDuration() < 0 {
 			return fieldErr(f+".retries.perTryTimeout", "must not be negative")
 		}
+	}
+	for _, section := range []struct {
+		name   string
+		routes []*meshv1.L4Route
+	}{{"tcp", r.Tcp}, {"tls", r.Tls}} {
+		for i, l4 := range section.routes {
+			f := fmt.Sprintf("spec.%s[%d]", section.name, i)
+			if len(l4.Route) == 0 {
+				return fieldErr(f+".route", "at least one destination is required")
+			}
+			for j, m := range l4.Match {
+				if m.Port > 65535 {
+					return fieldErr(fmt.Sprintf("%s.match[%d].port", f, j), "%d is not a port number", m.Port)
+				}
+				for k, h := range m.SniHosts {
+					if h != "*" && !ValidHostname(strings.TrimPrefix(h, "*.")) {
+						return fieldErr(fmt.Sprintf("%s.match[%d].sniHosts[%d]", f, j, k), "%q is not a DNS name", h)
+					}
+				}
+			}
+			if err := validateDestinations(f, l4.Route); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validateDestinations checks a route's destinations: each a host and a
+// port, weights when there are several.
+func validateDestinations(f string, ds []*meshv1.RouteDestination) error {
+	var total uint32
+	for j, d := range ds {
+		df := fmt.Sprintf("%s.route[%d]", f, j)
+		if d.Destination == nil || d.Destination.Host == "" {
+			return fieldErr(df+".destination.host", "a destination host is required")
+		}
+		if !ValidHostname(d.Destination.Host) {
+			return fieldErr(df+".destination.host", "%q is not a DNS name", d.Destination.Host)
+		}
+		if d.Destination.Port > 65535 {
+			return fieldErr(df+".destination.port.number", "%d is not a port number", d.Destination.Port)
+		}
+		total += d.Weight
+	}
+	if len(ds) > 1 && total == 0 {
+		return fieldErr(f+".route", "weights are required when a route has several destinations")
 	}
 	return nil
 }
@@ -346,6 +379,18 @@ func ValidateRefs(o Object, refs Refs) error {
 			}
 			if m := h.Mirror; m != nil && !knownHost(m.GetDestination().GetHost(), refs.KnownHost) {
 				return fieldErr(fmt.Sprintf("spec.http[%d].mirror.host", i), "unknown host %q: no ServiceEntry or Service defines it", m.GetDestination().GetHost())
+			}
+		}
+		for _, section := range []struct {
+			name   string
+			routes []*meshv1.L4Route
+		}{{"tcp", o.Tcp}, {"tls", o.Tls}} {
+			for i, r := range section.routes {
+				for j, d := range r.Route {
+					if host := d.GetDestination().GetHost(); !knownHost(host, refs.KnownHost) {
+						return fieldErr(fmt.Sprintf("spec.%s[%d].route[%d].destination.host", section.name, i, j), "unknown host %q: no ServiceEntry or Service defines it", host)
+					}
+				}
 			}
 		}
 	case *meshv1.TrafficPolicy:

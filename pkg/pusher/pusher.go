@@ -844,10 +844,11 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 			return generate.ServiceClusters(m, s, generate.Envoy)
 		})...)
 	}
+	clusters = append(clusters, generate.AutoPassthroughClusters(gws, clusters)...)
 	clusters = append(clusters, generate.CatchAllClusters(generate.Envoy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))
-	publish(p, class, resource.ListenerType, generate.GatewayListeners(gws))
+	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws))
 }
 
 // cached returns a service's resources of one kind from the LRU cache, or

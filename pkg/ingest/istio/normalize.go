@@ -540,7 +540,89 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		}
 		rr.Http = append(rr.Http, route)
 	}
+	for i, r := range spec.TCP {
+		f := fmt.Sprintf("spec.tcp[%d]", i)
+		route := &meshv1.L4Route{}
+		for j, m := range r.Match {
+			if !n.l4Match(in, fmt.Sprintf("%s.match[%d]", f, j), m.DestinationSubnets, m.SourceLabels, m.SourceNamespace) {
+				continue
+			}
+			route.Match = append(route.Match, &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways})
+		}
+		if !n.l4Destinations(in, f, r.Route, route) {
+			return
+		}
+		if len(r.Match) == 0 || len(route.Match) > 0 {
+			rr.Tcp = append(rr.Tcp, route)
+		}
+	}
+	for i, r := range spec.TLS {
+		f := fmt.Sprintf("spec.tls[%d]", i)
+		route := &meshv1.L4Route{}
+		if len(r.Match) == 0 {
+			n.problem(in, f+".match", "a tls route needs a match with sniHosts")
+			return
+		}
+		for j, m := range r.Match {
+			mf := fmt.Sprintf("%s.match[%d]", f, j)
+			if len(m.SniHosts) == 0 {
+				n.problem(in, mf+".sniHosts", "at least one SNI host is required")
+				return
+			}
+			if !n.l4Match(in, mf, m.DestinationSubnets, m.SourceLabels, m.SourceNamespace) {
+				continue
+			}
+			lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways}
+			for _, h := range m.SniHosts {
+				lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
+			}
+			route.Match = append(route.Match, lm)
+		}
+		if !n.l4Destinations(in, f, r.Route, route) {
+			return
+		}
+		if len(route.Match) > 0 {
+			rr.Tls = append(rr.Tls, route)
+		}
+	}
 	n.emit(in, rr)
+}
+
+// l4Match reports whether a tcp or tls match alternative can apply: one
+// naming a condition not acted on yet never matches (warned).
+func (n *normalizer) l4Match(in Input, f string, conds ...json.RawMessage) bool {
+	var named []string
+	for i, raw := range conds {
+		if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+			named = append(named, []string{"destinationSubnets", "sourceLabels", "sourceNamespace"}[i])
+		}
+	}
+	if len(named) > 0 {
+		n.warn(in, f, "never matches: it names %s, not acted on yet", strings.Join(named, ", "))
+		return false
+	}
+	return true
+}
+
+// l4Destinations reads a tcp or tls route's destinations.
+func (n *normalizer) l4Destinations(in Input, f string, ds []l4Destination, route *meshv1.L4Route) bool {
+	ns := in.Resource.Metadata.Namespace
+	if len(ds) == 0 {
+		n.problem(in, f+".route", "at least one destination is required")
+		return false
+	}
+	for j, d := range ds {
+		if d.Weight < 0 {
+			n.problem(in, fmt.Sprintf("%s.route[%d].weight", f, j), "weight %d is negative", d.Weight)
+			return false
+		}
+		dst := &meshv1.Destination{Host: n.fqdn(d.Destination.Host, ns), Subset: d.Destination.Subset}
+		if d.Destination.Port != nil {
+			dst.Port = d.Destination.Port.Number
+		}
+		route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight)})
+	}
+	return true
 }
 
 func (m *stringMatch) model() *meshv1.StringMatch {
@@ -695,11 +777,34 @@ func (n *normalizer) gateway(in Input, spec *gateway) {
 		}
 		srv := &meshv1.GatewayServer{Name: s.Name, Port: s.Port.Number, Protocol: proto, PortName: s.Port.Name, Hosts: s.Hosts}
 		if t := s.TLS; t != nil {
-			srv.Tls = &meshv1.GatewayTLS{Mode: t.Mode, CredentialName: t.CredentialName, HttpsRedirect: t.HTTPSRedirect}
+			mode := strings.ToUpper(t.Mode)
+			srv.Tls = &meshv1.GatewayTLS{Mode: mode, CredentialName: t.CredentialName, HttpsRedirect: t.HTTPSRedirect}
+			if why := gatewayModeGap(proto, mode); why != "" {
+				n.warn(in, f+".tls.mode", "%s", why)
+			} else if !slices.Contains([]string{"", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL", "PASSTHROUGH", "AUTO_PASSTHROUGH", "OPTIONAL_MUTUAL"}, mode) {
+				n.problem(in, f+".tls.mode", "unknown TLS mode %q: want SIMPLE, MUTUAL, ISTIO_MUTUAL, OPTIONAL_MUTUAL, PASSTHROUGH or AUTO_PASSTHROUGH", t.Mode)
+				return
+			}
 		}
 		gw.Servers = append(gw.Servers, srv)
 	}
 	n.emit(in, gw)
+}
+
+// gatewayModeGap says why a gateway server's TLS mode has no effect yet
+// for its protocol ("" when it has one).
+func gatewayModeGap(proto meshv1.Protocol, mode string) string {
+	switch {
+	case mode == "OPTIONAL_MUTUAL":
+		return "OPTIONAL_MUTUAL has no effect yet: the server is not generated"
+	case proto == meshv1.Protocol_PROTOCOL_TLS && (mode == "SIMPLE" || mode == "MUTUAL" || mode == "ISTIO_MUTUAL"):
+		return "terminating TLS on a TLS server has no effect yet: the server is not generated (HTTPS servers terminate, TLS servers pass through)"
+	case mode == "AUTO_PASSTHROUGH" && proto != meshv1.Protocol_PROTOCOL_TLS:
+		return "AUTO_PASSTHROUGH applies to TLS servers: the server is not generated"
+	case mode == "PASSTHROUGH" && proto != meshv1.Protocol_PROTOCOL_TLS && proto != meshv1.Protocol_PROTOCOL_HTTPS:
+		return "PASSTHROUGH applies to TLS and HTTPS servers: the server is not generated"
+	}
+	return ""
 }
 
 // httpExtras converts a route's fault, rewrite, redirect, mirror and header

@@ -60,12 +60,44 @@ type workloadEntry struct {
 }
 
 type virtualService struct {
-	Hosts    []string        `json:"hosts"`
-	Gateways []string        `json:"gateways"`
-	HTTP     []httpRoute     `json:"http"`
-	TLS      json.RawMessage `json:"tls"`
-	TCP      json.RawMessage `json:"tcp"`
-	ExportTo []string        `json:"exportTo"`
+	Hosts    []string    `json:"hosts"`
+	Gateways []string    `json:"gateways"`
+	HTTP     []httpRoute `json:"http"`
+	TLS      []tlsRoute  `json:"tls"`
+	TCP      []tcpRoute  `json:"tcp"`
+	ExportTo []string    `json:"exportTo"`
+}
+
+type tcpRoute struct {
+	Match []l4Match       `json:"match"`
+	Route []l4Destination `json:"route"`
+}
+
+type tlsRoute struct {
+	Match []tlsMatch      `json:"match"`
+	Route []l4Destination `json:"route"`
+}
+
+type l4Match struct {
+	DestinationSubnets json.RawMessage `json:"destinationSubnets" field:"warned: the match alternative never matches"`
+	Port               uint32          `json:"port"`
+	SourceLabels       json.RawMessage `json:"sourceLabels" field:"warned: the match alternative never matches"`
+	Gateways           []string        `json:"gateways"`
+	SourceNamespace    json.RawMessage `json:"sourceNamespace" field:"warned: the match alternative never matches"`
+}
+
+type tlsMatch struct {
+	SniHosts           []string        `json:"sniHosts"`
+	DestinationSubnets json.RawMessage `json:"destinationSubnets" field:"warned: the match alternative never matches"`
+	Port               uint32          `json:"port"`
+	SourceLabels       json.RawMessage `json:"sourceLabels" field:"warned: the match alternative never matches"`
+	Gateways           []string        `json:"gateways"`
+	SourceNamespace    json.RawMessage `json:"sourceNamespace" field:"warned: the match alternative never matches"`
+}
+
+type l4Destination struct {
+	Destination destination `json:"destination"`
+	Weight      int32       `json:"weight"`
 }
 
 type httpRoute struct {
@@ -257,7 +289,7 @@ type gatewayServer struct {
 
 type serverTLS struct {
 	HTTPSRedirect         bool            `json:"httpsRedirect"`
-	Mode                  string          `json:"mode"`
+	Mode                  string          `json:"mode" field:"supported: SIMPLE, MUTUAL, ISTIO_MUTUAL terminate HTTPS; PASSTHROUGH (TLS, HTTPS) and AUTO_PASSTHROUGH (TLS) route by SNI; the rest is warned"`
 	ServerCertificate     json.RawMessage `json:"serverCertificate"`
 	PrivateKey            json.RawMessage `json:"privateKey"`
 	CaCertificates        json.RawMessage `json:"caCertificates"`

@@ -7,12 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	snicluster "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -84,15 +87,20 @@ func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 }
 
 // GatewayListeners returns a router's listeners: one bound listener per
-// routed port of its gateways. A plain HTTP port routes through
-// "http.<port>"; a TLS port has a filter chain per terminating server,
-// chosen by SNI among the server's hosts, with the server's certificate
-// from SDS (its credential name; "default" for ISTIO_MUTUAL), and routes
-// through "https.<port>".
-func GatewayListeners(gws []*Gateway) []*listener.Listener {
+// port of its gateways. A plain HTTP port routes through "http.<port>". A
+// TLS port chooses a filter chain by SNI among the servers' hosts: a
+// terminating server's (its certificate from SDS: its credential name,
+// "default" for ISTIO_MUTUAL) routes through "https.<port>"; a PASSTHROUGH
+// server's chains send each SNI host of the bound VirtualServices' tls
+// routes on, still encrypted; an AUTO_PASSTHROUGH server's sends a
+// connection to the cluster its SNI names ("outbound_.<port>_.<subset>_.<host>",
+// see AutoPassthroughClusters). A TCP server's port sends connections by
+// the bound VirtualServices' tcp routes.
+func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 	ports, tls := gatewayPorts(gws)
+	l4 := gatewayL4Ports(gws)
 	var out []*listener.Listener
-	for _, port := range ports {
+	for _, port := range slices.Sorted(maps.Keys(union(ports, l4))) {
 		num := strconv.FormatUint(uint64(port), 10)
 		l := &listener.Listener{Name: "0.0.0.0_" + num, Address: socketAddress("0.0.0.0", port)}
 		manager := func(routeName string) []*listener.Filter {
@@ -101,36 +109,186 @@ func GatewayListeners(gws []*Gateway) []*listener.Listener {
 				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("gateway_"+num, routeName))},
 			}}
 		}
-		if !tls[port] {
+		if slices.Contains(ports, port) && !tls[port] {
 			l.FilterChains = []*listener.FilterChain{{Filters: manager(GatewayRouteName(port))}}
 			out = append(out, l)
-			continue
+			continue // HTTP wins a port a TCP server shares
 		}
-		l.ListenerFilters = []*listener.ListenerFilter{{
-			Name:       "envoy.filters.listener.tls_inspector",
-			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})},
-		}}
 		seen := map[string]bool{}
+		add := func(name string, names []string, socket *core.TransportSocket, filters []*listener.Filter) {
+			key := strings.Join(names, ",")
+			if seen[key] {
+				return // Envoy rejects two chains with one match; the first wins
+			}
+			seen[key] = true
+			l.FilterChains = append(l.FilterChains, &listener.FilterChain{Name: name,
+				FilterChainMatch: &listener.FilterChainMatch{ServerNames: names}, TransportSocket: socket, Filters: filters})
+		}
+		var tcp *listener.Filter
 		for _, g := range gws {
 			for _, srv := range g.Spec.Servers {
-				if srv.Port != port || !gatewayTerminates(srv) {
+				if srv.Port != port {
 					continue
 				}
-				names := serverNames(srv)
-				key := strings.Join(names, ",")
-				if seen[key] {
-					continue // Envoy rejects two chains with one match; the first server wins
+				name := g.Key() + "/" + cmp.Or(srv.Name, num)
+				switch {
+				case gatewayTerminates(srv):
+					add(name, serverNames(srv), downstreamTLS(srv.Tls), manager(gatewayHTTPSRouteName(port)))
+				case gatewayPassthrough(srv):
+					for _, c := range passthroughChains(m, g, srv) {
+						add(name+"/"+c.names[0], c.names, nil, []*listener.Filter{l4Proxy(name, c.targets)})
+					}
+				case gatewayAutoPassthrough(srv):
+					add(name, serverNames(srv), nil, []*listener.Filter{{Name: "envoy.filters.network.sni_cluster",
+						ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&snicluster.SniCluster{})}},
+						tcpProxyFilter(name, BlackHoleCluster)})
+				case srv.Protocol == meshv1.Protocol_PROTOCOL_TCP && tcp == nil:
+					if targets := gatewayTCPTargets(m, g, srv); len(targets) > 0 {
+						tcp = l4Proxy(name, targets)
+					}
 				}
-				seen[key] = true
-				l.FilterChains = append(l.FilterChains, &listener.FilterChain{
-					Name:             g.Key() + "/" + cmp.Or(srv.Name, num),
-					FilterChainMatch: &listener.FilterChainMatch{ServerNames: names},
-					TransportSocket:  downstreamTLS(srv.Tls),
-					Filters:          manager(gatewayHTTPSRouteName(port)),
-				})
 			}
 		}
+		if len(l.FilterChains) == 0 && tcp == nil {
+			continue // nothing routed on the port
+		}
+		if len(l.FilterChains) > 0 {
+			l.ListenerFilters = []*listener.ListenerFilter{{
+				Name:       "envoy.filters.listener.tls_inspector",
+				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})},
+			}}
+			if tcp != nil {
+				l.DefaultFilterChain = &listener.FilterChain{Name: "tcp", Filters: []*listener.Filter{tcp}}
+			}
+		} else {
+			l.FilterChains = []*listener.FilterChain{{Name: "tcp", Filters: []*listener.Filter{tcp}}}
+		}
 		out = append(out, l)
+	}
+	return out
+}
+
+func union(a []uint32, b map[uint32]bool) map[uint32]bool {
+	out := maps.Clone(b)
+	if out == nil {
+		out = map[uint32]bool{}
+	}
+	for _, p := range a {
+		out[p] = true
+	}
+	return out
+}
+
+// gatewayPassthrough reports whether a server passes TLS through by the
+// tls routes of its VirtualServices; gatewayAutoPassthrough, by the
+// cluster its SNI names.
+func gatewayPassthrough(s *meshv1.GatewayServer) bool {
+	return (s.Protocol == meshv1.Protocol_PROTOCOL_TLS || s.Protocol == meshv1.Protocol_PROTOCOL_HTTPS) && s.GetTls().GetMode() == "PASSTHROUGH"
+}
+
+func gatewayAutoPassthrough(s *meshv1.GatewayServer) bool {
+	return s.Protocol == meshv1.Protocol_PROTOCOL_TLS && s.GetTls().GetMode() == "AUTO_PASSTHROUGH"
+}
+
+// gatewayL4Ports returns the ports of servers that route opaque TCP or TLS.
+func gatewayL4Ports(gws []*Gateway) map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, g := range gws {
+		for _, s := range g.Spec.Servers {
+			if gatewayPassthrough(s) || gatewayAutoPassthrough(s) || s.Protocol == meshv1.Protocol_PROTOCOL_TCP {
+				out[s.Port] = true
+			}
+		}
+	}
+	return out
+}
+
+// sniChain is a passthrough filter chain: the SNI names it matches and
+// where it sends their connections.
+type sniChain struct {
+	names   []string
+	targets []l4Target
+}
+
+// passthroughChains are a PASSTHROUGH server's chains: per tls route of a
+// VirtualService bound to the gateway, its SNI hosts the server admits.
+func passthroughChains(m *Mesh, g *Gateway, srv *meshv1.GatewayServer) []sniChain {
+	var out []sniChain
+	for _, r := range m.Routes {
+		if !boundTo(r, g) {
+			continue
+		}
+		for _, tr := range r.Rule.Tls {
+			for _, lm := range tr.Match {
+				if (lm.Port != 0 && lm.Port != srv.Port) || (len(lm.Gateways) > 0 && !namesGateway(lm.Gateways, r.Namespace, g)) {
+					continue
+				}
+				var names []string
+				for _, h := range lm.SniHosts {
+					if admits(srv, g.Namespace, r.Namespace, h) {
+						names = append(names, h)
+					}
+				}
+				targets := resolveTargets(m, tr.Route, srv.Port)
+				if len(names) > 0 && len(targets) > 0 {
+					slices.Sort(names)
+					out = append(out, sniChain{names: slices.Compact(names), targets: targets})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// gatewayTCPTargets are where a TCP server sends connections: the first
+// tcp route, of a VirtualService bound to the gateway whose hosts the
+// server admits, that matches the port.
+func gatewayTCPTargets(m *Mesh, g *Gateway, srv *meshv1.GatewayServer) []l4Target {
+	for _, r := range m.Routes {
+		if !boundTo(r, g) || !slices.ContainsFunc(r.Rule.Hosts, func(h string) bool { return admits(srv, g.Namespace, r.Namespace, h) }) {
+			continue
+		}
+		for _, tr := range r.Rule.Tcp {
+			matches := len(tr.Match) == 0
+			for _, lm := range tr.Match {
+				if (lm.Port == 0 || lm.Port == srv.Port) && (len(lm.Gateways) == 0 || namesGateway(lm.Gateways, r.Namespace, g)) {
+					matches = true
+				}
+			}
+			if !matches {
+				continue
+			}
+			if targets := resolveTargets(m, tr.Route, srv.Port); len(targets) > 0 {
+				return targets
+			}
+		}
+	}
+	return nil
+}
+
+// AutoPassthroughClusters are the clusters an AUTO_PASSTHROUGH server's
+// SNI names, as Istio names them ("outbound_.<port>_.<subset>_.<host>"):
+// each EDS cluster's, taking the same load assignment, without TLS of its
+// own (the client's passes through). None without such a server.
+func AutoPassthroughClusters(gws []*Gateway, clusters []*cluster.Cluster) []*cluster.Cluster {
+	auto := false
+	for _, g := range gws {
+		auto = auto || slices.ContainsFunc(g.Spec.Servers, gatewayAutoPassthrough)
+	}
+	if !auto {
+		return nil
+	}
+	var out []*cluster.Cluster
+	for _, c := range clusters {
+		parts := strings.SplitN(c.Name, "|", 4)
+		if len(parts) != 4 || parts[0] != "outbound" || c.GetType() != cluster.Cluster_EDS {
+			continue
+		}
+		sni := proto.CloneOf(c)
+		sni.Name = "outbound_." + parts[1] + "_." + parts[2] + "_." + parts[3]
+		sni.EdsClusterConfig.ServiceName = c.Name
+		sni.TransportSocket = nil
+		out = append(out, sni)
 	}
 	return out
 }

@@ -196,7 +196,7 @@ func testGateways() []*generate.Gateway {
 
 func TestGenerate(t *testing.T) {
 	m := testMesh()
-	check(t, "gateway-listeners.json", generate.GatewayListeners(testGateways()))
+	check(t, "gateway-listeners.json", generate.GatewayListeners(m, testGateways()))
 	check(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways()))
 	check(t, "endpoints.json", generate.LoadAssignments(m))
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {

@@ -94,19 +94,24 @@ func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
 	}
 }
 
-// tcpListeners forward each TCP-only port to the service that owns it
-// (the first, where several share a port: without service addresses a
-// port cannot tell them apart).
+// tcpListeners are a sidecar's outbound listeners for opaque TCP and TLS,
+// as Istio generates them: a TCP service with virtual IPs gets a listener
+// on each ("<vip>_<port>"), so TCP services sharing a port are told apart
+// by the address dialled; a port's wildcard listener ("0.0.0.0_<port>")
+// sends TLS by SNI to the service of that name (TLS and HTTPS ports), and
+// the rest to the first TCP service without virtual IPs on the port, or
+// where the outbound traffic policy sends unknown destinations. Where a
+// VirtualService names the host, its tcp or tls routes decide.
 func tcpListeners(m *Mesh) []*listener.Listener {
-	owner := map[uint32]string{}
-	http := map[uint32]bool{}
-	// A TCP service with virtual IPs gets a listener on each, as in Istio:
-	// TCP services sharing a port are told apart by the address dialled.
 	type vip struct {
 		addr string
 		port uint32
 	}
-	vips := map[vip]string{}
+	vips := map[vip]*listener.Filter{}
+	owner := map[uint32]*listener.Filter{}
+	sni := map[uint32][]*listener.FilterChain{}
+	named := map[uint32]map[string]bool{}
+	http := map[uint32]bool{}
 	for _, s := range m.Services {
 		if !s.routable() {
 			continue
@@ -116,32 +121,64 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 				switch {
 				case isHTTP(p):
 					http[p.Number] = true
+				case p.Protocol == meshv1.Protocol_PROTOCOL_TLS || p.Protocol == meshv1.Protocol_PROTOCOL_HTTPS:
+					if named[p.Number] == nil {
+						named[p.Number] = map[string]bool{}
+					}
+					if named[p.Number][h] {
+						continue // one chain per name: Envoy refuses two
+					}
+					named[p.Number][h] = true
+					sni[p.Number] = append(sni[p.Number], &listener.FilterChain{
+						Name:             ClusterName(p.Number, "", h),
+						FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{h}},
+						Filters:          []*listener.Filter{l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))},
+					})
 				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP && len(s.Spec.Addresses) > 0:
 					for _, a := range s.Spec.Addresses {
 						if _, taken := vips[vip{a, p.Number}]; !taken {
-							vips[vip{a, p.Number}] = ClusterName(p.Number, "", h)
+							vips[vip{a, p.Number}] = l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false))
 						}
 					}
 				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP:
 					if _, taken := owner[p.Number]; !taken {
-						owner[p.Number] = ClusterName(p.Number, "", h)
+						owner[p.Number] = l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false))
 					}
 				}
 			}
 		}
 	}
 	var out []*listener.Listener
-	for _, port := range slices.SortedFunc(maps.Keys(owner), cmp.Compare) {
+	ports := map[uint32]bool{}
+	for p := range owner {
+		ports[p] = true
+	}
+	for p := range sni {
+		ports[p] = true
+	}
+	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
 		if http[port] {
 			continue // HTTP wins a port both use, as in Istio
 		}
 		num := strconv.FormatUint(uint64(port), 10)
-		out = append(out, &listener.Listener{
-			Name:         "0.0.0.0_" + num,
-			Address:      socketAddress("0.0.0.0", port),
-			BindToPort:   wrapperspb.Bool(false),
-			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{tcpProxyFilter("outbound|"+num+"||", owner[port])}}},
-		})
+		l := &listener.Listener{
+			Name:       "0.0.0.0_" + num,
+			Address:    socketAddress("0.0.0.0", port),
+			BindToPort: wrapperspb.Bool(false),
+		}
+		if chains := sni[port]; len(chains) > 0 {
+			l.ListenerFilters = []*listener.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector",
+				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})}}}
+			l.FilterChains = chains
+			fallback := owner[port]
+			if fallback == nil {
+				fallback = tcpProxyFilter("outbound|"+num+"||", outboundDefault(m))
+			}
+			l.DefaultFilterChain = &listener.FilterChain{Name: "default", Filters: []*listener.Filter{fallback}}
+		} else {
+			l.FilterChains = []*listener.FilterChain{{Filters: []*listener.Filter{owner[port]}}}
+		}
+		out = append(out, l)
 	}
 	for _, v := range slices.SortedFunc(maps.Keys(vips), func(a, b vip) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port)) }) {
 		num := strconv.FormatUint(uint64(v.port), 10)
@@ -149,10 +186,95 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			Name:         v.addr + "_" + num,
 			Address:      socketAddress(v.addr, v.port),
 			BindToPort:   wrapperspb.Bool(false),
-			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{tcpProxyFilter(vips[v], vips[v])}}},
+			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{vips[v]}}},
 		})
 	}
 	return out
+}
+
+// l4Target is a weighted cluster of a tcp or tls route.
+type l4Target struct {
+	cluster string
+	weight  uint32
+}
+
+// l4Targets are where a sidecar sends a connection for host:port: the
+// destinations of the first tcp (or, for TLS, tls) route of the
+// VirtualService naming the host that matches it, else the host's cluster.
+func l4Targets(m *Mesh, host string, port uint32, tls bool) []l4Target {
+	rr := m.routeByHost[host]
+	if rr != nil {
+		routes := rr.Rule.Tcp
+		if tls {
+			routes = rr.Rule.Tls
+		}
+		for _, r := range routes {
+			if !l4Matches(r, rr.Namespace, nil, host, port, tls) {
+				continue
+			}
+			if targets := resolveTargets(m, r.Route, port); len(targets) > 0 {
+				return targets
+			}
+		}
+	}
+	return []l4Target{{cluster: ClusterName(port, "", host), weight: 1}}
+}
+
+// l4Matches reports whether a tcp or tls route applies to connections for
+// host:port at a gateway (nil: at a sidecar): a route without matches
+// applies to all; a tls match must name the host among its SNI hosts.
+func l4Matches(r *meshv1.L4Route, ns string, gw *Gateway, host string, port uint32, tls bool) bool {
+	if len(r.Match) == 0 {
+		return !tls
+	}
+	for _, lm := range r.Match {
+		if lm.Port != 0 && lm.Port != port {
+			continue
+		}
+		if len(lm.Gateways) > 0 && !namesGateway(lm.Gateways, ns, gw) {
+			continue
+		}
+		if tls && !slices.ContainsFunc(lm.SniHosts, func(p string) bool { return hostMatches(p, host) }) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// resolveTargets turns route destinations into weighted clusters, leaving
+// out those that name no service port or subset.
+func resolveTargets(m *Mesh, ds []*meshv1.RouteDestination, listenerPort uint32) []l4Target {
+	var out []l4Target
+	for _, d := range ds {
+		dst := d.GetDestination()
+		s := m.Service(dst.GetHost())
+		if s == nil || !s.routable() {
+			continue
+		}
+		port := destinationPort(s, dst.GetPort(), listenerPort)
+		if port == 0 || (dst.GetSubset() != "" && s.subset(dst.GetSubset()) == nil) || (len(ds) > 1 && d.Weight == 0) {
+			continue
+		}
+		out = append(out, l4Target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1)})
+	}
+	return out
+}
+
+// l4Proxy is a TCP proxy to targets: one cluster, or weighted clusters.
+func l4Proxy(statPrefix string, targets []l4Target) *listener.Filter {
+	if len(targets) == 1 {
+		return tcpProxyFilter(statPrefix, targets[0].cluster)
+	}
+	weighted := &tcpproxy.TcpProxy_WeightedCluster{}
+	for _, t := range targets {
+		weighted.Clusters = append(weighted.Clusters, &tcpproxy.TcpProxy_WeightedCluster_ClusterWeight{Name: t.cluster, Weight: t.weight})
+	}
+	return &listener.Filter{
+		Name: "envoy.filters.network.tcp_proxy",
+		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&tcpproxy.TcpProxy{
+			StatPrefix: statPrefix, ClusterSpecifier: &tcpproxy.TcpProxy_WeightedClusters{WeightedClusters: weighted}})},
+	}
 }
 
 // outboundDefault is where an Envoy sends traffic to a destination no

@@ -24,12 +24,15 @@ const (
 
 // RouteRule is the normalized form of a VirtualService.
 type RouteRule struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origin        *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	Hosts         []string               `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
-	Gateways      []string               `protobuf:"bytes,3,rep,name=gateways,proto3" json:"gateways,omitempty"`
-	ExportTo      []string               `protobuf:"bytes,4,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
-	Http          []*HTTPRoute           `protobuf:"bytes,5,rep,name=http,proto3" json:"http,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Origin   *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Hosts    []string               `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Gateways []string               `protobuf:"bytes,3,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	ExportTo []string               `protobuf:"bytes,4,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
+	Http     []*HTTPRoute           `protobuf:"bytes,5,rep,name=http,proto3" json:"http,omitempty"`
+	// tcp and tls route opaque TCP and TLS connections (by SNI).
+	Tcp           []*L4Route `protobuf:"bytes,6,rep,name=tcp,proto3" json:"tcp,omitempty"`
+	Tls           []*L4Route `protobuf:"bytes,7,rep,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,6 +102,137 @@ func (x *RouteRule) GetHttp() []*HTTPRoute {
 	return nil
 }
 
+func (x *RouteRule) GetTcp() []*L4Route {
+	if x != nil {
+		return x.Tcp
+	}
+	return nil
+}
+
+func (x *RouteRule) GetTls() []*L4Route {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// L4Match is one match of a tcp or tls route; all its fields must match.
+type L4Match struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Port  uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// sni_hosts are the server names a tls route's connections carry.
+	SniHosts []string `protobuf:"bytes,2,rep,name=sni_hosts,json=sniHosts,proto3" json:"sni_hosts,omitempty"`
+	// gateways, when set, restrict the match as HTTPMatch.gateways do.
+	Gateways      []string `protobuf:"bytes,3,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *L4Match) Reset() {
+	*x = L4Match{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L4Match) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L4Match) ProtoMessage() {}
+
+func (x *L4Match) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L4Match.ProtoReflect.Descriptor instead.
+func (*L4Match) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *L4Match) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *L4Match) GetSniHosts() []string {
+	if x != nil {
+		return x.SniHosts
+	}
+	return nil
+}
+
+func (x *L4Match) GetGateways() []string {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
+}
+
+// L4Route is one rule of a VirtualService's tcp or tls section: connections
+// that match go to its destinations, by weight.
+type L4Route struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Match         []*L4Match             `protobuf:"bytes,1,rep,name=match,proto3" json:"match,omitempty"`
+	Route         []*RouteDestination    `protobuf:"bytes,2,rep,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *L4Route) Reset() {
+	*x = L4Route{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L4Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L4Route) ProtoMessage() {}
+
+func (x *L4Route) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L4Route.ProtoReflect.Descriptor instead.
+func (*L4Route) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *L4Route) GetMatch() []*L4Match {
+	if x != nil {
+		return x.Match
+	}
+	return nil
+}
+
+func (x *L4Route) GetRoute() []*RouteDestination {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
 // StringMatch matches a string exactly, by prefix, or by RE2 regex.
 type StringMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -114,7 +248,7 @@ type StringMatch struct {
 
 func (x *StringMatch) Reset() {
 	*x = StringMatch{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +260,7 @@ func (x *StringMatch) String() string {
 func (*StringMatch) ProtoMessage() {}
 
 func (x *StringMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[1]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +273,7 @@ func (x *StringMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringMatch.ProtoReflect.Descriptor instead.
 func (*StringMatch) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{1}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StringMatch) GetKind() isStringMatch_Kind {
@@ -217,7 +351,7 @@ type HTTPMatch struct {
 
 func (x *HTTPMatch) Reset() {
 	*x = HTTPMatch{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[2]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +363,7 @@ func (x *HTTPMatch) String() string {
 func (*HTTPMatch) ProtoMessage() {}
 
 func (x *HTTPMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[2]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +376,7 @@ func (x *HTTPMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPMatch.ProtoReflect.Descriptor instead.
 func (*HTTPMatch) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{2}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HTTPMatch) GetName() string {
@@ -306,7 +440,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[3]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +452,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[3]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +465,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{3}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Destination) GetHost() string {
@@ -366,7 +500,7 @@ type RouteDestination struct {
 
 func (x *RouteDestination) Reset() {
 	*x = RouteDestination{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[4]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +512,7 @@ func (x *RouteDestination) String() string {
 func (*RouteDestination) ProtoMessage() {}
 
 func (x *RouteDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[4]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +525,7 @@ func (x *RouteDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDestination.ProtoReflect.Descriptor instead.
 func (*RouteDestination) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{4}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RouteDestination) GetDestination() *Destination {
@@ -420,7 +554,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[5]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +566,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[5]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +579,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{5}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryPolicy) GetAttempts() uint32 {
@@ -493,7 +627,7 @@ type HTTPRoute struct {
 
 func (x *HTTPRoute) Reset() {
 	*x = HTTPRoute{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[6]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +639,7 @@ func (x *HTTPRoute) String() string {
 func (*HTTPRoute) ProtoMessage() {}
 
 func (x *HTTPRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[6]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +652,7 @@ func (x *HTTPRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPRoute.ProtoReflect.Descriptor instead.
 func (*HTTPRoute) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{6}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HTTPRoute) GetName() string {
@@ -609,7 +743,7 @@ type DirectResponse struct {
 
 func (x *DirectResponse) Reset() {
 	*x = DirectResponse{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +755,7 @@ func (x *DirectResponse) String() string {
 func (*DirectResponse) ProtoMessage() {}
 
 func (x *DirectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[7]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +768,7 @@ func (x *DirectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectResponse.ProtoReflect.Descriptor instead.
 func (*DirectResponse) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{7}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DirectResponse) GetStatus() uint32 {
@@ -662,7 +796,7 @@ type Fault struct {
 
 func (x *Fault) Reset() {
 	*x = Fault{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +808,7 @@ func (x *Fault) String() string {
 func (*Fault) ProtoMessage() {}
 
 func (x *Fault) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[8]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +821,7 @@ func (x *Fault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault.ProtoReflect.Descriptor instead.
 func (*Fault) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Fault) GetDelay() *Fault_Delay {
@@ -715,7 +849,7 @@ type Rewrite struct {
 
 func (x *Rewrite) Reset() {
 	*x = Rewrite{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +861,7 @@ func (x *Rewrite) String() string {
 func (*Rewrite) ProtoMessage() {}
 
 func (x *Rewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[9]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +874,7 @@ func (x *Rewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rewrite.ProtoReflect.Descriptor instead.
 func (*Rewrite) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{9}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Rewrite) GetUri() string {
@@ -772,7 +906,7 @@ type Redirect struct {
 
 func (x *Redirect) Reset() {
 	*x = Redirect{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +918,7 @@ func (x *Redirect) String() string {
 func (*Redirect) ProtoMessage() {}
 
 func (x *Redirect) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[10]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +931,7 @@ func (x *Redirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
 func (*Redirect) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Redirect) GetUri() string {
@@ -847,7 +981,7 @@ type Mirror struct {
 
 func (x *Mirror) Reset() {
 	*x = Mirror{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +993,7 @@ func (x *Mirror) String() string {
 func (*Mirror) ProtoMessage() {}
 
 func (x *Mirror) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[11]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1006,7 @@ func (x *Mirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mirror.ProtoReflect.Descriptor instead.
 func (*Mirror) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{11}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Mirror) GetDestination() *Destination {
@@ -901,7 +1035,7 @@ type HeaderOperations struct {
 
 func (x *HeaderOperations) Reset() {
 	*x = HeaderOperations{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1047,7 @@ func (x *HeaderOperations) String() string {
 func (*HeaderOperations) ProtoMessage() {}
 
 func (x *HeaderOperations) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[12]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1060,7 @@ func (x *HeaderOperations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderOperations.ProtoReflect.Descriptor instead.
 func (*HeaderOperations) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{12}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeaderOperations) GetSet() map[string]string {
@@ -961,7 +1095,7 @@ type Headers struct {
 
 func (x *Headers) Reset() {
 	*x = Headers{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1107,7 @@ func (x *Headers) String() string {
 func (*Headers) ProtoMessage() {}
 
 func (x *Headers) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[13]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1120,7 @@ func (x *Headers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Headers.ProtoReflect.Descriptor instead.
 func (*Headers) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{13}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Headers) GetRequest() *HeaderOperations {
@@ -1014,7 +1148,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1160,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[15]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1173,7 @@ func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault_Delay.ProtoReflect.Descriptor instead.
 func (*Fault_Delay) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8, 0}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10, 0}
 }
 
 func (x *Fault_Delay) GetFixedDelay() *durationpb.Duration {
@@ -1068,7 +1202,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1214,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1227,7 @@ func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fault_Abort.ProtoReflect.Descriptor instead.
 func (*Fault_Abort) Descriptor() ([]byte, []int) {
-	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{8, 1}
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{10, 1}
 }
 
 func (x *Fault_Abort) GetHttpStatus() uint32 {
@@ -1121,13 +1255,22 @@ var File_shardpilot_mesh_v1_route_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\n" +
-	"\x1eshardpilot/mesh/v1/route.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xc1\x01\n" +
+	"\x1eshardpilot/mesh/v1/route.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\x9f\x02\n" +
 	"\tRouteRule\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1a\n" +
 	"\bgateways\x18\x03 \x03(\tR\bgateways\x12\x1b\n" +
 	"\texport_to\x18\x04 \x03(\tR\bexportTo\x121\n" +
-	"\x04http\x18\x05 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPRouteR\x04http\"_\n" +
+	"\x04http\x18\x05 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPRouteR\x04http\x12-\n" +
+	"\x03tcp\x18\x06 \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tcp\x12-\n" +
+	"\x03tls\x18\a \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tls\"V\n" +
+	"\aL4Match\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1b\n" +
+	"\tsni_hosts\x18\x02 \x03(\tR\bsniHosts\x12\x1a\n" +
+	"\bgateways\x18\x03 \x03(\tR\bgateways\"x\n" +
+	"\aL4Route\x121\n" +
+	"\x05match\x18\x01 \x03(\v2\x1b.shardpilot.mesh.v1.L4MatchR\x05match\x12:\n" +
+	"\x05route\x18\x02 \x03(\v2$.shardpilot.mesh.v1.RouteDestinationR\x05route\"_\n" +
 	"\vStringMatch\x12\x16\n" +
 	"\x05exact\x18\x01 \x01(\tH\x00R\x05exact\x12\x18\n" +
 	"\x06prefix\x18\x02 \x01(\tH\x00R\x06prefix\x12\x16\n" +
@@ -1228,62 +1371,68 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_route_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteRule)(nil),           // 0: shardpilot.mesh.v1.RouteRule
-	(*StringMatch)(nil),         // 1: shardpilot.mesh.v1.StringMatch
-	(*HTTPMatch)(nil),           // 2: shardpilot.mesh.v1.HTTPMatch
-	(*Destination)(nil),         // 3: shardpilot.mesh.v1.Destination
-	(*RouteDestination)(nil),    // 4: shardpilot.mesh.v1.RouteDestination
-	(*RetryPolicy)(nil),         // 5: shardpilot.mesh.v1.RetryPolicy
-	(*HTTPRoute)(nil),           // 6: shardpilot.mesh.v1.HTTPRoute
-	(*DirectResponse)(nil),      // 7: shardpilot.mesh.v1.DirectResponse
-	(*Fault)(nil),               // 8: shardpilot.mesh.v1.Fault
-	(*Rewrite)(nil),             // 9: shardpilot.mesh.v1.Rewrite
-	(*Redirect)(nil),            // 10: shardpilot.mesh.v1.Redirect
-	(*Mirror)(nil),              // 11: shardpilot.mesh.v1.Mirror
-	(*HeaderOperations)(nil),    // 12: shardpilot.mesh.v1.HeaderOperations
-	(*Headers)(nil),             // 13: shardpilot.mesh.v1.Headers
-	nil,                         // 14: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	(*Fault_Delay)(nil),         // 15: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 16: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 17: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 18: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 19: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 20: google.protobuf.Duration
+	(*L4Match)(nil),             // 1: shardpilot.mesh.v1.L4Match
+	(*L4Route)(nil),             // 2: shardpilot.mesh.v1.L4Route
+	(*StringMatch)(nil),         // 3: shardpilot.mesh.v1.StringMatch
+	(*HTTPMatch)(nil),           // 4: shardpilot.mesh.v1.HTTPMatch
+	(*Destination)(nil),         // 5: shardpilot.mesh.v1.Destination
+	(*RouteDestination)(nil),    // 6: shardpilot.mesh.v1.RouteDestination
+	(*RetryPolicy)(nil),         // 7: shardpilot.mesh.v1.RetryPolicy
+	(*HTTPRoute)(nil),           // 8: shardpilot.mesh.v1.HTTPRoute
+	(*DirectResponse)(nil),      // 9: shardpilot.mesh.v1.DirectResponse
+	(*Fault)(nil),               // 10: shardpilot.mesh.v1.Fault
+	(*Rewrite)(nil),             // 11: shardpilot.mesh.v1.Rewrite
+	(*Redirect)(nil),            // 12: shardpilot.mesh.v1.Redirect
+	(*Mirror)(nil),              // 13: shardpilot.mesh.v1.Mirror
+	(*HeaderOperations)(nil),    // 14: shardpilot.mesh.v1.HeaderOperations
+	(*Headers)(nil),             // 15: shardpilot.mesh.v1.Headers
+	nil,                         // 16: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	(*Fault_Delay)(nil),         // 17: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 18: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 19: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 20: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 21: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 22: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	19, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
-	6,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
-	1,  // 2: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	14, // 3: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	1,  // 4: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
-	3,  // 5: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	20, // 6: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	2,  // 7: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
-	4,  // 8: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	20, // 9: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
-	5,  // 10: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	8,  // 11: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	9,  // 12: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	10, // 13: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	11, // 14: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	13, // 15: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	7,  // 16: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
-	15, // 17: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	16, // 18: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	3,  // 19: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	17, // 20: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	18, // 21: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	12, // 22: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	12, // 23: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	1,  // 24: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	20, // 25: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	8,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
+	2,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
+	2,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
+	1,  // 4: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
+	6,  // 5: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	3,  // 6: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
+	16, // 7: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	3,  // 8: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
+	5,  // 9: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
+	22, // 10: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	4,  // 11: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
+	6,  // 12: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	22, // 13: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	7,  // 14: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
+	10, // 15: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	11, // 16: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	12, // 17: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	13, // 18: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	15, // 19: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	9,  // 20: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	17, // 21: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	18, // 22: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	5,  // 23: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	19, // 24: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	20, // 25: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	14, // 26: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	14, // 27: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	3,  // 28: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	22, // 29: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1292,7 +1441,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 		return
 	}
 	file_shardpilot_mesh_v1_origin_proto_init()
-	file_shardpilot_mesh_v1_route_proto_msgTypes[1].OneofWrappers = []any{
+	file_shardpilot_mesh_v1_route_proto_msgTypes[3].OneofWrappers = []any{
 		(*StringMatch_Exact)(nil),
 		(*StringMatch_Prefix)(nil),
 		(*StringMatch_Regex)(nil),
@@ -1303,7 +1452,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

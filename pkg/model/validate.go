@@ -169,9 +169,14 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 			if err := validateStringMatch(mf+".method", m.Method); err != nil {
 				return err
 			}
-			for name, hm := range m.Headers {
-				if err := validateStringMatch(mf+".headers."+name, hm); err != nil {
-					return err
+			for _, set := range []struct {
+				field string
+				m     map[string]*meshv1.StringMatch
+			}{{"headers", m.Headers}, {"queryParams", m.QueryParams}, {"withoutHeaders", m.WithoutHeaders}} {
+				for _, name := range slices.Sorted(maps.Keys(set.m)) {
+					if err := validateStringMatch(mf+"."+set.field+"."+name, set.m[name]); err != nil {
+						return err
+					}
 				}
 			}
 		}

@@ -487,13 +487,16 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				continue
 			}
 			hm := &meshv1.HTTPMatch{
-				Name:          m.Name,
-				Uri:           m.URI.model(),
-				Method:        m.Method.model(),
-				Headers:       headerMatches(m.Headers),
-				Port:          m.Port,
-				IgnoreUriCase: m.IgnoreURICase,
-				Gateways:      m.Gateways,
+				Name:            m.Name,
+				Uri:             m.URI.model(),
+				Method:          m.Method.model(),
+				Headers:         headerMatches(m.Headers),
+				Port:            m.Port,
+				IgnoreUriCase:   m.IgnoreURICase,
+				Gateways:        m.Gateways,
+				QueryParams:     headerMatches(m.QueryParams),
+				WithoutHeaders:  headerMatches(m.WithoutHeaders),
+				SourceNamespace: m.SourceNamespace,
 			}
 			// The authority and the scheme are pseudo-headers, as Istio
 			// matches them.
@@ -1075,8 +1078,7 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 // yet.
 func unsupportedMatch(m httpMatchRequest) []string {
 	var out []string
-	for name, raw := range map[string]json.RawMessage{"sourceLabels": m.SourceLabels, "sourceNamespace": m.SourceNamespace,
-		"queryParams": m.QueryParams, "withoutHeaders": m.WithoutHeaders} {
+	for name, raw := range map[string]json.RawMessage{"sourceLabels": m.SourceLabels} {
 		if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 			out = append(out, name)
 		}

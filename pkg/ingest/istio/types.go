@@ -174,10 +174,10 @@ type httpMatchRequest struct {
 	Port            uint32                 `json:"port"`
 	SourceLabels    json.RawMessage        `json:"sourceLabels" field:"warned: the match alternative never matches"`
 	Gateways        []string               `json:"gateways"`
-	QueryParams     json.RawMessage        `json:"queryParams" field:"warned: the match alternative never matches"`
+	QueryParams     map[string]stringMatch `json:"queryParams" field:"supported: proxyless gRPC clients skip such routes (RPCs have no query)"`
 	IgnoreURICase   bool                   `json:"ignoreUriCase"`
-	WithoutHeaders  json.RawMessage        `json:"withoutHeaders" field:"warned: the match alternative never matches"`
-	SourceNamespace json.RawMessage        `json:"sourceNamespace" field:"warned: the match alternative never matches"`
+	WithoutHeaders  map[string]stringMatch `json:"withoutHeaders"`
+	SourceNamespace string                 `json:"sourceNamespace" field:"supported: at sidecars, by the class's namespace; at gateways it never matches"`
 	StatPrefix      json.RawMessage        `json:"statPrefix"`
 }
 

@@ -46,3 +46,47 @@ func TestMatchGateways(t *testing.T) {
 		t.Errorf("gateway routes %v, want /edge /both", got)
 	}
 }
+
+// TestMatchConditions: queryParams and withoutHeaders become Envoy's query
+// parameter and inverted header matchers; a sourceNamespace match applies
+// to the proxies of that namespace alone (never at a gateway, whose
+// namespace the routes do not know).
+func TestMatchConditions(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "search", Spec: &meshv1.Service{Hostnames: []string{"search.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	exact := func(v string) *meshv1.StringMatch {
+		return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Exact{Exact: v}}
+	}
+	to := []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "search.shop.svc.cluster.local"}}}
+	rule := &generate.Route{Namespace: "shop", Name: "search", Rule: &meshv1.RouteRule{Hosts: []string{"search.shop.svc.cluster.local"}, Http: []*meshv1.HTTPRoute{
+		{Name: "query", Match: []*meshv1.HTTPMatch{{QueryParams: map[string]*meshv1.StringMatch{"q": exact("shoe")},
+			WithoutHeaders: map[string]*meshv1.StringMatch{"x-canary": exact("no")}}}, Route: to},
+		{Name: "local", Match: []*meshv1.HTTPMatch{{SourceNamespace: "shop"}}, Route: to},
+		{Name: "rest", Route: to},
+	}}}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{rule})
+	names := func(rs []*route.Route) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	inShop := generate.VirtualHost(m.For(generate.View{Namespace: "shop"}), "search.shop.svc.cluster.local", 80)
+	if got := names(inShop.Routes); len(got) != 3 {
+		t.Errorf("routes in shop %v, want query, local, rest", got)
+	}
+	if got := names(generate.VirtualHost(m.For(generate.View{Namespace: "web"}), "search.shop.svc.cluster.local", 80).Routes); len(got) != 2 || got[1] != "rest" {
+		t.Errorf("routes in web %v, want query, rest", got)
+	}
+	if generate.VirtualHostInputs(m.For(generate.View{Namespace: "shop"}), "search.shop.svc.cluster.local", 80) ==
+		generate.VirtualHostInputs(m.For(generate.View{Namespace: "web"}), "search.shop.svc.cluster.local", 80) {
+		t.Error("the virtual host's inputs do not name the namespace its routes depend on")
+	}
+	match := inShop.Routes[0].Match
+	if len(match.QueryParameters) != 1 || match.QueryParameters[0].Name != "q" || len(match.Headers) != 1 || !match.Headers[0].InvertMatch {
+		t.Errorf("match %v", match)
+	}
+	if err := inShop.Validate(); err != nil {
+		t.Error(err)
+	}
+}

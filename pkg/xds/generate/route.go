@@ -160,6 +160,11 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	if rr == nil {
 		return b.String() + "default"
 	}
+	if slices.ContainsFunc(rr.Rule.Http, func(h *meshv1.HTTPRoute) bool {
+		return slices.ContainsFunc(h.Match, func(hm *meshv1.HTTPMatch) bool { return hm.SourceNamespace != "" })
+	}) {
+		fmt.Fprintf(&b, "ns=%s ", m.Namespace) // its matches depend on the proxies' namespace
+	}
 	fmt.Fprintf(&b, "%s/%s@%s", rr.Namespace, rr.Name, rr.Version)
 	dest := func(d *meshv1.Destination) {
 		if s := m.Service(d.GetHost()); s != nil {
@@ -228,6 +233,9 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32) []*route.Route {
 			if len(hm.GetGateways()) > 0 && !namesGateway(hm.Gateways, rr.Namespace, gw) {
 				continue // the match is for other gateways (or sidecars)
 			}
+			if ns := hm.GetSourceNamespace(); ns != "" && (gw != nil || m.Namespace != ns) {
+				continue // for proxies of another namespace (a gateway's is not known)
+			}
 			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
 			decorate(r, h)
 			out = append(out, r)
@@ -257,6 +265,16 @@ func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
 	}
 	for _, name := range sortedKeys(hm.Headers) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, hm.Headers[name]))
+	}
+	for _, name := range sortedKeys(hm.WithoutHeaders) {
+		h := headerMatcher(name, hm.WithoutHeaders[name])
+		h.InvertMatch = true
+		rm.Headers = append(rm.Headers, h)
+	}
+	for _, name := range sortedKeys(hm.QueryParams) {
+		sm := headerMatcher(name, hm.QueryParams[name]).GetStringMatch()
+		rm.QueryParameters = append(rm.QueryParameters, &route.QueryParameterMatcher{Name: name,
+			QueryParameterMatchSpecifier: &route.QueryParameterMatcher_StringMatch{StringMatch: sm}})
 	}
 	return rm
 }

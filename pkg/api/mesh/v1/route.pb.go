@@ -344,9 +344,16 @@ type HTTPMatch struct {
 	IgnoreUriCase bool `protobuf:"varint,6,opt,name=ignore_uri_case,json=ignoreUriCase,proto3" json:"ignore_uri_case,omitempty"`
 	// gateways, when set, restrict the match to these gateways ("mesh" for
 	// sidecars), overriding the rule's.
-	Gateways      []string `protobuf:"bytes,7,rep,name=gateways,proto3" json:"gateways,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateways []string `protobuf:"bytes,7,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	// query_params match the request's query parameters.
+	QueryParams map[string]*StringMatch `protobuf:"bytes,8,rep,name=query_params,json=queryParams,proto3" json:"query_params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// without_headers match requests whose headers do not match.
+	WithoutHeaders map[string]*StringMatch `protobuf:"bytes,9,rep,name=without_headers,json=withoutHeaders,proto3" json:"without_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// source_namespace, when set, matches requests from proxies of that
+	// namespace.
+	SourceNamespace string `protobuf:"bytes,10,opt,name=source_namespace,json=sourceNamespace,proto3" json:"source_namespace,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HTTPMatch) Reset() {
@@ -426,6 +433,27 @@ func (x *HTTPMatch) GetGateways() []string {
 		return x.Gateways
 	}
 	return nil
+}
+
+func (x *HTTPMatch) GetQueryParams() map[string]*StringMatch {
+	if x != nil {
+		return x.QueryParams
+	}
+	return nil
+}
+
+func (x *HTTPMatch) GetWithoutHeaders() map[string]*StringMatch {
+	if x != nil {
+		return x.WithoutHeaders
+	}
+	return nil
+}
+
+func (x *HTTPMatch) GetSourceNamespace() string {
+	if x != nil {
+		return x.SourceNamespace
+	}
+	return ""
 }
 
 // Destination names a service, port and subset.
@@ -1148,7 +1176,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1188,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1230,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[18]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1242,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[18]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1303,7 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x05exact\x18\x01 \x01(\tH\x00R\x05exact\x12\x18\n" +
 	"\x06prefix\x18\x02 \x01(\tH\x00R\x06prefix\x12\x16\n" +
 	"\x05regex\x18\x03 \x01(\tH\x00R\x05regexB\x06\n" +
-	"\x04kind\"\x86\x03\n" +
+	"\x04kind\"\xa5\x06\n" +
 	"\tHTTPMatch\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x03uri\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x03uri\x12D\n" +
@@ -1283,8 +1311,18 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x06method\x18\x04 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x06method\x12\x12\n" +
 	"\x04port\x18\x05 \x01(\rR\x04port\x12&\n" +
 	"\x0fignore_uri_case\x18\x06 \x01(\bR\rignoreUriCase\x12\x1a\n" +
-	"\bgateways\x18\a \x03(\tR\bgateways\x1a[\n" +
+	"\bgateways\x18\a \x03(\tR\bgateways\x12Q\n" +
+	"\fquery_params\x18\b \x03(\v2..shardpilot.mesh.v1.HTTPMatch.QueryParamsEntryR\vqueryParams\x12Z\n" +
+	"\x0fwithout_headers\x18\t \x03(\v21.shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntryR\x0ewithoutHeaders\x12)\n" +
+	"\x10source_namespace\x18\n" +
+	" \x01(\tR\x0fsourceNamespace\x1a[\n" +
 	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\x1a_\n" +
+	"\x10QueryParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\x1ab\n" +
+	"\x13WithoutHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
 	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\"M\n" +
 	"\vDestination\x12\x12\n" +
@@ -1371,7 +1409,7 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_route_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*RouteRule)(nil),           // 0: shardpilot.mesh.v1.RouteRule
 	(*L4Match)(nil),             // 1: shardpilot.mesh.v1.L4Match
@@ -1390,15 +1428,17 @@ var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*HeaderOperations)(nil),    // 14: shardpilot.mesh.v1.HeaderOperations
 	(*Headers)(nil),             // 15: shardpilot.mesh.v1.Headers
 	nil,                         // 16: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	(*Fault_Delay)(nil),         // 17: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 18: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 19: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 20: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 21: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 22: google.protobuf.Duration
+	nil,                         // 17: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	nil,                         // 18: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	(*Fault_Delay)(nil),         // 19: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 20: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 21: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 22: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 23: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 24: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	21, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	23, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
 	8,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
 	2,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
 	2,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
@@ -1407,32 +1447,36 @@ var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
 	3,  // 6: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
 	16, // 7: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
 	3,  // 8: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
-	5,  // 9: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	22, // 10: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	4,  // 11: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
-	6,  // 12: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	22, // 13: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
-	7,  // 14: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	10, // 15: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	11, // 16: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	12, // 17: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	13, // 18: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	15, // 19: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	9,  // 20: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
-	17, // 21: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	18, // 22: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	5,  // 23: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	19, // 24: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	20, // 25: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	14, // 26: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	14, // 27: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	3,  // 28: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	22, // 29: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	17, // 9: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	18, // 10: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	5,  // 11: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
+	24, // 12: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	4,  // 13: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
+	6,  // 14: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	24, // 15: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	7,  // 16: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
+	10, // 17: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	11, // 18: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	12, // 19: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	13, // 20: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	15, // 21: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	9,  // 22: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	19, // 23: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	20, // 24: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	5,  // 25: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	21, // 26: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	22, // 27: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	14, // 28: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	14, // 29: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	3,  // 30: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	3,  // 31: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	3,  // 32: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	24, // 33: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1452,7 +1496,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

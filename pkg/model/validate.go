@@ -180,6 +180,11 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 				}
 			}
 		}
+		for j, o := range h.GetCors().GetAllowOrigins() {
+			if err := validateStringMatch(fmt.Sprintf("%s.corsPolicy.allowOrigins[%d]", f, j), o); err != nil {
+				return err
+			}
+		}
 		actions := 0
 		for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil} {
 			if set {

@@ -538,6 +538,11 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		if !n.httpExtras(in, f, &h, route) {
 			return
 		}
+		if c := h.CorsPolicy; c != nil {
+			if route.Cors, ok = n.cors(in, f+".corsPolicy", c); !ok {
+				return
+			}
+		}
 		if len(h.Match) > 0 && len(route.Match) == 0 {
 			continue // no alternative left: the route never applies
 		}
@@ -792,6 +797,36 @@ func (n *normalizer) gateway(in Input, spec *gateway) {
 		gw.Servers = append(gw.Servers, srv)
 	}
 	n.emit(in, gw)
+}
+
+// cors reads a route's corsPolicy.
+func (n *normalizer) cors(in Input, f string, c *corsPolicy) (*meshv1.Cors, bool) {
+	out := &meshv1.Cors{AllowMethods: c.AllowMethods, AllowHeaders: c.AllowHeaders, ExposeHeaders: c.ExposeHeaders}
+	for _, o := range c.AllowOrigin {
+		out.AllowOrigins = append(out.AllowOrigins, &meshv1.StringMatch{Kind: &meshv1.StringMatch_Exact{Exact: o}})
+	}
+	for i := range c.AllowOrigins {
+		out.AllowOrigins = append(out.AllowOrigins, c.AllowOrigins[i].model())
+	}
+	var ok bool
+	if out.MaxAge, ok = n.duration(in, f+".maxAge", c.MaxAge); !ok {
+		return nil, false
+	}
+	if c.AllowCredentials != nil {
+		out.AllowCredentials = meshv1.Cors_CREDENTIALS_DENY
+		if *c.AllowCredentials {
+			out.AllowCredentials = meshv1.Cors_CREDENTIALS_ALLOW
+		}
+	}
+	switch strings.ToUpper(c.UnmatchedPreflights) {
+	case "", "UNSPECIFIED", "FORWARD":
+	case "IGNORE":
+		out.IgnoreUnmatchedPreflights = true
+	default:
+		n.problem(in, f+".unmatchedPreflights", "%q is not FORWARD or IGNORE", c.UnmatchedPreflights)
+		return nil, false
+	}
+	return out, true
 }
 
 // gatewayModeGap says why a gateway server's TLS mode has no effect yet

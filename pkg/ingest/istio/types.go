@@ -115,8 +115,19 @@ type httpRoute struct {
 	Mirrors          json.RawMessage    `json:"mirrors"`
 	MirrorPercentage *percent           `json:"mirrorPercentage"`
 	MirrorPercent    json.RawMessage    `json:"mirrorPercent"`
-	CorsPolicy       json.RawMessage    `json:"corsPolicy"`
+	CorsPolicy       *corsPolicy        `json:"corsPolicy" field:"supported: at Envoy sidecars and gateways (grpc-go has no CORS)"`
 	Headers          *headers           `json:"headers"`
+}
+
+type corsPolicy struct {
+	AllowOrigin         []string      `json:"allowOrigin"`
+	AllowOrigins        []stringMatch `json:"allowOrigins"`
+	AllowMethods        []string      `json:"allowMethods"`
+	AllowHeaders        []string      `json:"allowHeaders"`
+	ExposeHeaders       []string      `json:"exposeHeaders"`
+	MaxAge              string        `json:"maxAge"`
+	AllowCredentials    *bool         `json:"allowCredentials"`
+	UnmatchedPreflights string        `json:"unmatchedPreflights"`
 }
 
 type percent struct {

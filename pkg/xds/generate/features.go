@@ -2,16 +2,19 @@ package generate
 
 import (
 	"math"
+	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // faultFilterName is the fault filter every HTTP connection manager
@@ -85,7 +88,7 @@ func headerOptions(ops *meshv1.HeaderOperations) []*core.HeaderValueOption {
 }
 
 // decorate adds a route's header operations and fault to an Envoy route.
-func decorate(r *route.Route, h *meshv1.HTTPRoute) {
+func decorate(r *route.Route, h *meshv1.HTTPRoute, envoy bool) {
 	if hd := h.Headers; hd != nil {
 		r.RequestHeadersToAdd = headerOptions(hd.Request)
 		r.RequestHeadersToRemove = hd.Request.GetRemove()
@@ -95,6 +98,37 @@ func decorate(r *route.Route, h *meshv1.HTTPRoute) {
 	if h.Fault != nil && (h.Fault.Delay != nil || h.Fault.Abort != nil) {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilterName: faultConfig(h.Fault)}
 	}
+	if h.Cors != nil && envoy {
+		if r.TypedPerFilterConfig == nil {
+			r.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		r.TypedPerFilterConfig[corsFilterName] = mustAny(corsPolicy(h.Cors))
+	}
+}
+
+// corsFilterName is Envoy's CORS filter, which a route's policy configures.
+const corsFilterName = "envoy.filters.http.cors"
+
+// corsPolicy is a route's CORS policy as Envoy's filter takes it.
+func corsPolicy(c *meshv1.Cors) *corsv3.CorsPolicy {
+	out := &corsv3.CorsPolicy{AllowMethods: strings.Join(c.AllowMethods, ","), AllowHeaders: strings.Join(c.AllowHeaders, ","),
+		ExposeHeaders: strings.Join(c.ExposeHeaders, ",")}
+	for _, o := range c.AllowOrigins {
+		out.AllowOriginStringMatch = append(out.AllowOriginStringMatch, headerMatcher("", o).GetStringMatch())
+	}
+	if c.MaxAge != nil {
+		out.MaxAge = strconv.FormatInt(int64(c.MaxAge.AsDuration().Seconds()), 10)
+	}
+	switch c.AllowCredentials {
+	case meshv1.Cors_CREDENTIALS_ALLOW:
+		out.AllowCredentials = wrapperspb.Bool(true)
+	case meshv1.Cors_CREDENTIALS_DENY:
+		out.AllowCredentials = wrapperspb.Bool(false)
+	}
+	if c.IgnoreUnmatchedPreflights {
+		out.ForwardNotMatchingPreflights = wrapperspb.Bool(false)
+	}
+	return out
 }
 
 // redirectAction answers with a redirect.

@@ -106,7 +106,7 @@ func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 		manager := func(routeName string) []*listener.Filter {
 			return []*listener.Filter{{
 				Name:       "envoy.filters.network.http_connection_manager",
-				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("gateway_"+num, routeName))},
+				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("gateway_"+num, routeName, true))},
 			}}
 		}
 		if slices.Contains(ports, port) && !tls[port] {
@@ -366,7 +366,7 @@ func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 						if srv.GetTls().GetHttpsRedirect() {
 							vh.RequireTls = route.VirtualHost_ALL
 						}
-						vh.Routes = httpRoutes(m, r, g, port)
+						vh.Routes = httpRoutes(m, r, g, port, true)
 						rc.VirtualHosts = append(rc.VirtualHosts, vh)
 					}
 				}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -29,7 +30,7 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			name := ListenerName(host, p.Number)
 			out = append(out, &listener.Listener{
 				Name:        name,
-				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(name, name))},
+				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(name, name, false))},
 			})
 		})
 		return out
@@ -47,7 +48,7 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			FilterChains: []*listener.FilterChain{{
 				Filters: []*listener.Filter{{
 					Name:       "envoy.filters.network.http_connection_manager",
-					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num))},
+					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num, true))},
 				}},
 			}},
 		})
@@ -56,11 +57,11 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 	return append(out, virtualListeners(m, sec)...)
 }
 
-// httpConnectionManager fetches its routes over RDS; its filters are the
-// fault filter (configured per route) and the router, which grpc-go
-// requires to be last and typed.
-func httpConnectionManager(statPrefix, routeName string) *hcm.HttpConnectionManager {
-	return &hcm.HttpConnectionManager{
+// httpConnectionManager fetches its routes over RDS; its filters are, for
+// an Envoy, the CORS filter, then the fault filter (both configured per
+// route) and the router, which grpc-go requires to be last and typed.
+func httpConnectionManager(statPrefix, routeName string, envoy bool) *hcm.HttpConnectionManager {
+	m := &hcm.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource:    ads(),
@@ -77,6 +78,11 @@ func httpConnectionManager(statPrefix, routeName string) *hcm.HttpConnectionMana
 			},
 		},
 	}
+	if envoy {
+		m.HttpFilters = append([]*hcm.HttpFilter{{Name: corsFilterName,
+			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}}}, m.HttpFilters...)
+	}
+	return m
 }
 
 // mustAny wraps a message; marshalling a valid generated message cannot fail.

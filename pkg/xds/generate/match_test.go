@@ -2,6 +2,9 @@ package generate_test
 
 import (
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -88,5 +91,32 @@ func TestMatchConditions(t *testing.T) {
 	}
 	if err := inShop.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCorsPolicy: a route's corsPolicy configures Envoy's CORS filter on
+// the route (origins as string matchers, the rest as Envoy's
+// comma-separated headers, maxAge in seconds); a proxyless client's route
+// carries none (grpc-go would refuse a filter it lacks).
+func TestCorsPolicy(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "api", Spec: &meshv1.Service{Hostnames: []string{"api.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	rule := &generate.Route{Namespace: "shop", Name: "api", Rule: &meshv1.RouteRule{Hosts: []string{"api.shop.svc.cluster.local"}, Http: []*meshv1.HTTPRoute{{
+		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "api.shop.svc.cluster.local"}}},
+		Cors: &meshv1.Cors{
+			AllowOrigins: []*meshv1.StringMatch{{Kind: &meshv1.StringMatch_Exact{Exact: "https://shop.example.com"}},
+				{Kind: &meshv1.StringMatch_Regex{Regex: `https://.*\.example\.com`}}},
+			AllowMethods: []string{"GET", "POST"}, AllowHeaders: []string{"x-user"}, ExposeHeaders: []string{"x-trace"},
+			MaxAge: durationpb.New(24 * time.Hour), AllowCredentials: meshv1.Cors_CREDENTIALS_ALLOW, IgnoreUnmatchedPreflights: true,
+		},
+	}}}}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{rule})
+	envoy := generate.SidecarVirtualHost(m, "api.shop.svc.cluster.local", 80)
+	check(t, "cors-virtual-host.json", []*route.VirtualHost{envoy})
+	if len(envoy.Routes[0].TypedPerFilterConfig) != 1 {
+		t.Errorf("Envoy route filter configs %v", envoy.Routes[0].TypedPerFilterConfig)
+	}
+	if got := generate.VirtualHost(m, "api.shop.svc.cluster.local", 80).Routes[0].TypedPerFilterConfig; len(got) != 0 {
+		t.Errorf("proxyless route carries %v", got)
 	}
 }

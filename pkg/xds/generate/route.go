@@ -88,7 +88,7 @@ func uniqueDomains(vhs []*route.VirtualHost) []*route.VirtualHost {
 // SidecarVirtualHost is VirtualHost with the domains an Envoy sidecar
 // matches (see Domains).
 func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
-	vh := VirtualHost(m, host, port)
+	vh := virtualHost(m, host, port, true)
 	if s := m.Service(host); s != nil {
 		vh.Domains = Domains(m, s, host, port)
 	}
@@ -185,8 +185,15 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 }
 
 // VirtualHost routes the traffic for host:port: by the VirtualService that
-// names the host, else straight to the service.
+// names the host, else straight to the service; as a proxyless client
+// takes it (see SidecarVirtualHost).
 func VirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
+	return virtualHost(m, host, port, false)
+}
+
+// virtualHost is VirtualHost for an Envoy (envoy: with what only Envoy
+// acts on) or a proxyless client.
+func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHost {
 	name := ListenerName(host, port)
 	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
 	rr := m.routeByHost[host]
@@ -198,13 +205,14 @@ func VirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 		}}
 		return vh
 	}
-	vh.Routes = httpRoutes(m, rr, nil, port)
+	vh.Routes = httpRoutes(m, rr, nil, port, envoy)
 	return vh
 }
 
 // httpRoutes turns a route rule's HTTP routes into Envoy routes for
-// traffic that arrived on port at a gateway (nil: at a sidecar, "mesh").
-func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32) []*route.Route {
+// traffic that arrived on port at a gateway (nil: at a sidecar, "mesh"),
+// for an Envoy or (not envoy) a proxyless client.
+func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*route.Route {
 	var out []*route.Route
 	for _, h := range rr.Rule.Http {
 		// The action is shared by the routes of every match.
@@ -237,7 +245,7 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32) []*route.Route {
 				continue // for proxies of another namespace (a gateway's is not known)
 			}
 			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
-			decorate(r, h)
+			decorate(r, h, envoy)
 			out = append(out, r)
 		}
 	}

@@ -22,6 +22,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// allow_credentials: unset leaves the header out.
+type Cors_Credentials int32
+
+const (
+	Cors_CREDENTIALS_UNSET Cors_Credentials = 0
+	Cors_CREDENTIALS_ALLOW Cors_Credentials = 1
+	Cors_CREDENTIALS_DENY  Cors_Credentials = 2
+)
+
+// Enum value maps for Cors_Credentials.
+var (
+	Cors_Credentials_name = map[int32]string{
+		0: "CREDENTIALS_UNSET",
+		1: "CREDENTIALS_ALLOW",
+		2: "CREDENTIALS_DENY",
+	}
+	Cors_Credentials_value = map[string]int32{
+		"CREDENTIALS_UNSET": 0,
+		"CREDENTIALS_ALLOW": 1,
+		"CREDENTIALS_DENY":  2,
+	}
+)
+
+func (x Cors_Credentials) Enum() *Cors_Credentials {
+	p := new(Cors_Credentials)
+	*p = x
+	return p
+}
+
+func (x Cors_Credentials) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Cors_Credentials) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardpilot_mesh_v1_route_proto_enumTypes[0].Descriptor()
+}
+
+func (Cors_Credentials) Type() protoreflect.EnumType {
+	return &file_shardpilot_mesh_v1_route_proto_enumTypes[0]
+}
+
+func (x Cors_Credentials) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Cors_Credentials.Descriptor instead.
+func (Cors_Credentials) EnumDescriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{16, 0}
+}
+
 // RouteRule is the normalized form of a VirtualService.
 type RouteRule struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -649,6 +699,7 @@ type HTTPRoute struct {
 	Headers  *Headers  `protobuf:"bytes,10,opt,name=headers,proto3" json:"headers,omitempty"`
 	// direct_response answers matching requests itself.
 	DirectResponse *DirectResponse `protobuf:"bytes,11,opt,name=direct_response,json=directResponse,proto3" json:"direct_response,omitempty"`
+	Cors           *Cors           `protobuf:"bytes,12,opt,name=cors,proto3" json:"cors,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -756,6 +807,13 @@ func (x *HTTPRoute) GetHeaders() *Headers {
 func (x *HTTPRoute) GetDirectResponse() *DirectResponse {
 	if x != nil {
 		return x.DirectResponse
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetCors() *Cors {
+	if x != nil {
+		return x.Cors
 	}
 	return nil
 }
@@ -1165,6 +1223,103 @@ func (x *Headers) GetResponse() *HeaderOperations {
 	return nil
 }
 
+// Cors is a route's cross-origin resource sharing policy (Istio's
+// corsPolicy), enforced by Envoy.
+type Cors struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	AllowOrigins     []*StringMatch         `protobuf:"bytes,1,rep,name=allow_origins,json=allowOrigins,proto3" json:"allow_origins,omitempty"`
+	AllowMethods     []string               `protobuf:"bytes,2,rep,name=allow_methods,json=allowMethods,proto3" json:"allow_methods,omitempty"`
+	AllowHeaders     []string               `protobuf:"bytes,3,rep,name=allow_headers,json=allowHeaders,proto3" json:"allow_headers,omitempty"`
+	ExposeHeaders    []string               `protobuf:"bytes,4,rep,name=expose_headers,json=exposeHeaders,proto3" json:"expose_headers,omitempty"`
+	MaxAge           *durationpb.Duration   `protobuf:"bytes,5,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	AllowCredentials Cors_Credentials       `protobuf:"varint,6,opt,name=allow_credentials,json=allowCredentials,proto3,enum=shardpilot.mesh.v1.Cors_Credentials" json:"allow_credentials,omitempty"`
+	// forward_unmatched_preflights sends preflights from origins that do not
+	// match on to the service (Istio's unmatchedPreflights: FORWARD, the
+	// default) rather than answering them (IGNORE).
+	IgnoreUnmatchedPreflights bool `protobuf:"varint,7,opt,name=ignore_unmatched_preflights,json=ignoreUnmatchedPreflights,proto3" json:"ignore_unmatched_preflights,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *Cors) Reset() {
+	*x = Cors{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cors) ProtoMessage() {}
+
+func (x *Cors) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cors.ProtoReflect.Descriptor instead.
+func (*Cors) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Cors) GetAllowOrigins() []*StringMatch {
+	if x != nil {
+		return x.AllowOrigins
+	}
+	return nil
+}
+
+func (x *Cors) GetAllowMethods() []string {
+	if x != nil {
+		return x.AllowMethods
+	}
+	return nil
+}
+
+func (x *Cors) GetAllowHeaders() []string {
+	if x != nil {
+		return x.AllowHeaders
+	}
+	return nil
+}
+
+func (x *Cors) GetExposeHeaders() []string {
+	if x != nil {
+		return x.ExposeHeaders
+	}
+	return nil
+}
+
+func (x *Cors) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *Cors) GetAllowCredentials() Cors_Credentials {
+	if x != nil {
+		return x.AllowCredentials
+	}
+	return Cors_CREDENTIALS_UNSET
+}
+
+func (x *Cors) GetIgnoreUnmatchedPreflights() bool {
+	if x != nil {
+		return x.IgnoreUnmatchedPreflights
+	}
+	return false
+}
+
 type Fault_Delay struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	FixedDelay *durationpb.Duration   `protobuf:"bytes,1,opt,name=fixed_delay,json=fixedDelay,proto3" json:"fixed_delay,omitempty"`
@@ -1176,7 +1331,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[19]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1343,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[19]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1385,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1397,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1490,7 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\rR\battempts\x12A\n" +
 	"\x0fper_try_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rperTryTimeout\x12\x19\n" +
-	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\xda\x04\n" +
+	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\x88\x05\n" +
 	"\tHTTPRoute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x05match\x18\x02 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPMatchR\x05match\x12:\n" +
@@ -1348,7 +1503,8 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x06mirror\x18\t \x01(\v2\x1a.shardpilot.mesh.v1.MirrorR\x06mirror\x125\n" +
 	"\aheaders\x18\n" +
 	" \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\x12K\n" +
-	"\x0fdirect_response\x18\v \x01(\v2\".shardpilot.mesh.v1.DirectResponseR\x0edirectResponse\"<\n" +
+	"\x0fdirect_response\x18\v \x01(\v2\".shardpilot.mesh.v1.DirectResponseR\x0edirectResponse\x12,\n" +
+	"\x04cors\x18\f \x01(\v2\x18.shardpilot.mesh.v1.CorsR\x04cors\"<\n" +
 	"\x0eDirectResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\tR\x04body\"\xc5\x02\n" +
@@ -1395,7 +1551,19 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
 	"\aHeaders\x12>\n" +
 	"\arequest\x18\x01 \x01(\v2$.shardpilot.mesh.v1.HeaderOperationsR\arequest\x12@\n" +
-	"\bresponse\x18\x02 \x01(\v2$.shardpilot.mesh.v1.HeaderOperationsR\bresponseB9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
+	"\bresponse\x18\x02 \x01(\v2$.shardpilot.mesh.v1.HeaderOperationsR\bresponse\"\xd7\x03\n" +
+	"\x04Cors\x12D\n" +
+	"\rallow_origins\x18\x01 \x03(\v2\x1f.shardpilot.mesh.v1.StringMatchR\fallowOrigins\x12#\n" +
+	"\rallow_methods\x18\x02 \x03(\tR\fallowMethods\x12#\n" +
+	"\rallow_headers\x18\x03 \x03(\tR\fallowHeaders\x12%\n" +
+	"\x0eexpose_headers\x18\x04 \x03(\tR\rexposeHeaders\x122\n" +
+	"\amax_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12Q\n" +
+	"\x11allow_credentials\x18\x06 \x01(\x0e2$.shardpilot.mesh.v1.Cors.CredentialsR\x10allowCredentials\x12>\n" +
+	"\x1bignore_unmatched_preflights\x18\a \x01(\bR\x19ignoreUnmatchedPreflights\"Q\n" +
+	"\vCredentials\x12\x15\n" +
+	"\x11CREDENTIALS_UNSET\x10\x00\x12\x15\n" +
+	"\x11CREDENTIALS_ALLOW\x10\x01\x12\x14\n" +
+	"\x10CREDENTIALS_DENY\x10\x02B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
 
 var (
 	file_shardpilot_mesh_v1_route_proto_rawDescOnce sync.Once
@@ -1409,74 +1577,81 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_route_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_shardpilot_mesh_v1_route_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
-	(*RouteRule)(nil),           // 0: shardpilot.mesh.v1.RouteRule
-	(*L4Match)(nil),             // 1: shardpilot.mesh.v1.L4Match
-	(*L4Route)(nil),             // 2: shardpilot.mesh.v1.L4Route
-	(*StringMatch)(nil),         // 3: shardpilot.mesh.v1.StringMatch
-	(*HTTPMatch)(nil),           // 4: shardpilot.mesh.v1.HTTPMatch
-	(*Destination)(nil),         // 5: shardpilot.mesh.v1.Destination
-	(*RouteDestination)(nil),    // 6: shardpilot.mesh.v1.RouteDestination
-	(*RetryPolicy)(nil),         // 7: shardpilot.mesh.v1.RetryPolicy
-	(*HTTPRoute)(nil),           // 8: shardpilot.mesh.v1.HTTPRoute
-	(*DirectResponse)(nil),      // 9: shardpilot.mesh.v1.DirectResponse
-	(*Fault)(nil),               // 10: shardpilot.mesh.v1.Fault
-	(*Rewrite)(nil),             // 11: shardpilot.mesh.v1.Rewrite
-	(*Redirect)(nil),            // 12: shardpilot.mesh.v1.Redirect
-	(*Mirror)(nil),              // 13: shardpilot.mesh.v1.Mirror
-	(*HeaderOperations)(nil),    // 14: shardpilot.mesh.v1.HeaderOperations
-	(*Headers)(nil),             // 15: shardpilot.mesh.v1.Headers
-	nil,                         // 16: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	nil,                         // 17: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	nil,                         // 18: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	(*Fault_Delay)(nil),         // 19: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 20: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 21: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 22: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 23: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 24: google.protobuf.Duration
+	(Cors_Credentials)(0),       // 0: shardpilot.mesh.v1.Cors.Credentials
+	(*RouteRule)(nil),           // 1: shardpilot.mesh.v1.RouteRule
+	(*L4Match)(nil),             // 2: shardpilot.mesh.v1.L4Match
+	(*L4Route)(nil),             // 3: shardpilot.mesh.v1.L4Route
+	(*StringMatch)(nil),         // 4: shardpilot.mesh.v1.StringMatch
+	(*HTTPMatch)(nil),           // 5: shardpilot.mesh.v1.HTTPMatch
+	(*Destination)(nil),         // 6: shardpilot.mesh.v1.Destination
+	(*RouteDestination)(nil),    // 7: shardpilot.mesh.v1.RouteDestination
+	(*RetryPolicy)(nil),         // 8: shardpilot.mesh.v1.RetryPolicy
+	(*HTTPRoute)(nil),           // 9: shardpilot.mesh.v1.HTTPRoute
+	(*DirectResponse)(nil),      // 10: shardpilot.mesh.v1.DirectResponse
+	(*Fault)(nil),               // 11: shardpilot.mesh.v1.Fault
+	(*Rewrite)(nil),             // 12: shardpilot.mesh.v1.Rewrite
+	(*Redirect)(nil),            // 13: shardpilot.mesh.v1.Redirect
+	(*Mirror)(nil),              // 14: shardpilot.mesh.v1.Mirror
+	(*HeaderOperations)(nil),    // 15: shardpilot.mesh.v1.HeaderOperations
+	(*Headers)(nil),             // 16: shardpilot.mesh.v1.Headers
+	(*Cors)(nil),                // 17: shardpilot.mesh.v1.Cors
+	nil,                         // 18: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	nil,                         // 19: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	nil,                         // 20: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	(*Fault_Delay)(nil),         // 21: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 22: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 23: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 24: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 25: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 26: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	23, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
-	8,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
-	2,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
-	2,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
-	1,  // 4: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
-	6,  // 5: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	3,  // 6: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	16, // 7: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	3,  // 8: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
-	17, // 9: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	18, // 10: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	5,  // 11: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	24, // 12: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	4,  // 13: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
-	6,  // 14: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	24, // 15: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
-	7,  // 16: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	10, // 17: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	11, // 18: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	12, // 19: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	13, // 20: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	15, // 21: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	9,  // 22: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
-	19, // 23: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	20, // 24: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	5,  // 25: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	21, // 26: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	22, // 27: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	14, // 28: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	14, // 29: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	3,  // 30: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	3,  // 31: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	3,  // 32: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	24, // 33: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	25, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	9,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
+	3,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
+	3,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
+	2,  // 4: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
+	7,  // 5: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	4,  // 6: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
+	18, // 7: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	4,  // 8: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
+	19, // 9: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	20, // 10: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	6,  // 11: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
+	26, // 12: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	5,  // 13: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
+	7,  // 14: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	26, // 15: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	8,  // 16: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
+	11, // 17: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	12, // 18: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	13, // 19: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	14, // 20: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	16, // 21: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	10, // 22: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	17, // 23: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
+	21, // 24: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	22, // 25: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	6,  // 26: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	23, // 27: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	24, // 28: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	15, // 29: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	15, // 30: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	4,  // 31: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
+	26, // 32: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
+	0,  // 33: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
+	4,  // 34: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 35: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 36: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	26, // 37: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1495,13 +1670,14 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   23,
+			NumEnums:      1,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_shardpilot_mesh_v1_route_proto_goTypes,
 		DependencyIndexes: file_shardpilot_mesh_v1_route_proto_depIdxs,
+		EnumInfos:         file_shardpilot_mesh_v1_route_proto_enumTypes,
 		MessageInfos:      file_shardpilot_mesh_v1_route_proto_msgTypes,
 	}.Build()
 	File_shardpilot_mesh_v1_route_proto = out.File

@@ -52,6 +52,11 @@ type Index struct {
 	// rootScope is the root namespace's Sidecar without a selector, the
 	// default of the namespaces without a Sidecar of their own.
 	rootScope *meshbuild.Scope
+	// sources are the source selectors of route matches (sourceLabels) by
+	// tag, and sourceNamespaces the namespaces matches name: the routes of
+	// a proxy they select differ from its namespace's others.
+	sources          map[string]map[string]string
+	sourceNamespaces map[string]bool
 }
 
 // NewIndex indexes what decides the classes of a mesh build.
@@ -68,6 +73,10 @@ func NewIndex(b *meshbuild.Built) *Index {
 	for _, s := range b.Scopes {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
 		ix.own[s.Namespace] = true
+	}
+	ix.sources, ix.sourceNamespaces = generate.SourceSelectors(b.Mesh.Routes), generate.SourceNamespaces(b.Mesh.Routes)
+	for ns := range ix.sourceNamespaces {
+		ix.own[ns] = true
 	}
 	for _, s := range b.Mesh.Services {
 		ix.own[s.Namespace] = true
@@ -150,7 +159,8 @@ func (ix *Index) Same(next *Index) bool {
 			return false
 		}
 	}
-	if len(ix.policies) != len(next.policies) {
+	if len(ix.policies) != len(next.policies) || !maps.Equal(ix.sourceNamespaces, next.sourceNamespaces) ||
+		!slices.Equal(slices.Sorted(maps.Keys(ix.sources)), slices.Sorted(maps.Keys(next.sources))) {
 		return false
 	}
 	for ns, list := range ix.policies {
@@ -199,7 +209,7 @@ func (ix *Index) Classify(node *core.Node) string {
 		}
 		return kind + "/" + ns + "/" + name + selected
 	}
-	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 {
+	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 || selected != "" || len(ix.sourceNamespaces) > 0 {
 		if !ix.own[ns] {
 			ns = Elsewhere
 		}
@@ -209,7 +219,8 @@ func (ix *Index) Classify(node *core.Node) string {
 }
 
 // selected returns "/<tag>,<tag>..." for the security policies with a
-// selector that select a workload, or "" for none.
+// selector that select a workload, then the source selectors of route
+// matches that do (see generate.SelectorTag), or "" for none.
 func (ix *Index) selected(namespace string, labels map[string]string) string {
 	var tags []string
 	for _, list := range [][]*generate.Policy{ix.policies[namespace], ix.root} {
@@ -217,6 +228,11 @@ func (ix *Index) selected(namespace string, labels map[string]string) string {
 			if sel := p.Spec.GetSelector(); len(sel) > 0 && p.AppliesTo(namespace) && model.Selects(sel, labels) && !slices.Contains(tags, p.Tag()) {
 				tags = append(tags, p.Tag())
 			}
+		}
+	}
+	for _, tag := range slices.Sorted(maps.Keys(ix.sources)) {
+		if model.Selects(ix.sources[tag], labels) {
+			tags = append(tags, tag)
 		}
 	}
 	if len(tags) == 0 {
@@ -247,7 +263,13 @@ func (ix *Index) View(class string) (generate.Proxy, generate.View) {
 	}
 	v := generate.View{Namespace: parts[1]}
 	if len(parts) == 4 {
-		v.Policies = strings.Split(parts[3], ",")
+		for _, tag := range strings.Split(parts[3], ",") {
+			if strings.HasPrefix(tag, "l:") {
+				v.Sources = append(v.Sources, tag)
+			} else {
+				v.Policies = append(v.Policies, tag)
+			}
+		}
 	}
 	if ix != nil && parts[2] != "" {
 		if s := ix.find(parts[1], parts[2]); s != nil {

@@ -7,6 +7,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -160,5 +161,44 @@ func TestRootDefaultSidecar(t *testing.T) {
 	}
 	if _, v := ix.View("envoy/shop/~default"); v.Namespace != "shop" || len(v.Egress) != 2 || v.Egress[0] != "./*" {
 		t.Errorf("view of the root default in shop: %+v", v)
+	}
+}
+
+// TestSourceClasses: the proxies a route match's sourceLabels select get a
+// class of their own (the selector's tag, which the view carries as a
+// source), the others keep theirs; a namespace a match names as its source
+// gets classes of its own, and any other shares one; a change of the
+// selectors changes classes.
+func TestSourceClasses(t *testing.T) {
+	rule := func(labels map[string]string, ns string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindRouteRule, Namespace: "shop", Name: "cart"}, Object: &meshv1.RouteRule{
+			Hosts: []string{"cart.shop.svc.cluster.local"}, Http: []*meshv1.HTTPRoute{{
+				Match: []*meshv1.HTTPMatch{{SourceLabels: labels, SourceNamespace: ns}},
+				Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "cart.shop.svc.cluster.local"}}}}}}}
+	}
+	canary := map[string]string{"track": "canary"}
+	ix := index(t, rule(canary, "batch"))
+	tag := generate.SelectorTag(canary)
+	for id, want := range map[string]string{
+		"plain":  "envoy/~/",
+		"canary": "envoy/~//" + tag,
+		"batch":  "envoy/batch/",
+	} {
+		ns, labels := "web", map[string]any{}
+		if id == "canary" {
+			labels["track"] = "canary"
+		}
+		if id == "batch" {
+			ns = "batch"
+		}
+		if got := ix.Classify(node(id, map[string]any{"NAMESPACE": ns, "LABELS": labels})); got != want {
+			t.Errorf("%s: class %q, want %q", id, got, want)
+		}
+	}
+	if _, v := ix.View("envoy/~//" + tag); len(v.Sources) != 1 || v.Sources[0] != tag || len(v.Policies) != 0 {
+		t.Errorf("view %+v: want the source tag alone", v)
+	}
+	if ix.Same(index(t, rule(map[string]string{"track": "stable"}, "batch"))) {
+		t.Error("another source selector keeps every class")
 	}
 }

@@ -479,13 +479,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 	for i, h := range spec.HTTP {
 		f := fmt.Sprintf("spec.http[%d]", i)
 		route := &meshv1.HTTPRoute{Name: h.Name}
-		for j, m := range h.Match {
-			if cond := unsupportedMatch(m); len(cond) > 0 {
-				// A condition that cannot be checked: the alternative
-				// never matches, rather than matching every request.
-				n.warn(in, fmt.Sprintf("%s.match[%d]", f, j), "never matches: it names %s, not acted on yet", strings.Join(cond, ", "))
-				continue
-			}
+		for _, m := range h.Match {
 			hm := &meshv1.HTTPMatch{
 				Name:            m.Name,
 				Uri:             m.URI.model(),
@@ -497,6 +491,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				QueryParams:     headerMatches(m.QueryParams),
 				WithoutHeaders:  headerMatches(m.WithoutHeaders),
 				SourceNamespace: m.SourceNamespace,
+				SourceLabels:    m.SourceLabels,
 			}
 			// The authority and the scheme are pseudo-headers, as Istio
 			// matches them.
@@ -552,10 +547,10 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		f := fmt.Sprintf("spec.tcp[%d]", i)
 		route := &meshv1.L4Route{}
 		for j, m := range r.Match {
-			if !n.l4Match(in, fmt.Sprintf("%s.match[%d]", f, j), m.DestinationSubnets, m.SourceLabels, m.SourceNamespace) {
+			if !n.l4Match(in, fmt.Sprintf("%s.match[%d]", f, j), m.DestinationSubnets) {
 				continue
 			}
-			route.Match = append(route.Match, &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways})
+			route.Match = append(route.Match, &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace})
 		}
 		if !n.l4Destinations(in, f, r.Route, route) {
 			return
@@ -577,10 +572,10 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				n.problem(in, mf+".sniHosts", "at least one SNI host is required")
 				return
 			}
-			if !n.l4Match(in, mf, m.DestinationSubnets, m.SourceLabels, m.SourceNamespace) {
+			if !n.l4Match(in, mf, m.DestinationSubnets) {
 				continue
 			}
-			lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways}
+			lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace}
 			for _, h := range m.SniHosts {
 				lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
 			}
@@ -598,15 +593,9 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 
 // l4Match reports whether a tcp or tls match alternative can apply: one
 // naming a condition not acted on yet never matches (warned).
-func (n *normalizer) l4Match(in Input, f string, conds ...json.RawMessage) bool {
-	var named []string
-	for i, raw := range conds {
-		if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
-			named = append(named, []string{"destinationSubnets", "sourceLabels", "sourceNamespace"}[i])
-		}
-	}
-	if len(named) > 0 {
-		n.warn(in, f, "never matches: it names %s, not acted on yet", strings.Join(named, ", "))
+func (n *normalizer) l4Match(in Input, f string, destinationSubnets json.RawMessage) bool {
+	if t := bytes.TrimSpace(destinationSubnets); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		n.warn(in, f, "never matches: it names destinationSubnets, not acted on yet")
 		return false
 	}
 	return true
@@ -1107,17 +1096,4 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 		out.Tls = &meshv1.ClientTLS{Mode: mode, Sni: t.Sni, SubjectAltNames: t.SubjectAltNames, CredentialName: t.CredentialName}
 	}
 	return true
-}
-
-// unsupportedMatch names the conditions of a match that are not acted on
-// yet.
-func unsupportedMatch(m httpMatchRequest) []string {
-	var out []string
-	for name, raw := range map[string]json.RawMessage{"sourceLabels": m.SourceLabels} {
-		if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

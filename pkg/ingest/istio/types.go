@@ -79,20 +79,20 @@ type tlsRoute struct {
 }
 
 type l4Match struct {
-	DestinationSubnets json.RawMessage `json:"destinationSubnets" field:"warned: the match alternative never matches"`
-	Port               uint32          `json:"port"`
-	SourceLabels       json.RawMessage `json:"sourceLabels" field:"warned: the match alternative never matches"`
-	Gateways           []string        `json:"gateways"`
-	SourceNamespace    json.RawMessage `json:"sourceNamespace" field:"warned: the match alternative never matches"`
+	DestinationSubnets json.RawMessage   `json:"destinationSubnets" field:"warned: the match alternative never matches"`
+	Port               uint32            `json:"port"`
+	SourceLabels       map[string]string `json:"sourceLabels" field:"supported: by the class of the proxy (its labels); at gateways it never matches"`
+	Gateways           []string          `json:"gateways"`
+	SourceNamespace    string            `json:"sourceNamespace" field:"supported: at sidecars, by the class's namespace; at gateways it never matches"`
 }
 
 type tlsMatch struct {
-	SniHosts           []string        `json:"sniHosts"`
-	DestinationSubnets json.RawMessage `json:"destinationSubnets" field:"warned: the match alternative never matches"`
-	Port               uint32          `json:"port"`
-	SourceLabels       json.RawMessage `json:"sourceLabels" field:"warned: the match alternative never matches"`
-	Gateways           []string        `json:"gateways"`
-	SourceNamespace    json.RawMessage `json:"sourceNamespace" field:"warned: the match alternative never matches"`
+	SniHosts           []string          `json:"sniHosts"`
+	DestinationSubnets json.RawMessage   `json:"destinationSubnets" field:"warned: the match alternative never matches"`
+	Port               uint32            `json:"port"`
+	SourceLabels       map[string]string `json:"sourceLabels" field:"supported: by the class of the proxy (its labels); at gateways it never matches"`
+	Gateways           []string          `json:"gateways"`
+	SourceNamespace    string            `json:"sourceNamespace" field:"supported: at sidecars, by the class's namespace; at gateways it never matches"`
 }
 
 type l4Destination struct {
@@ -183,7 +183,7 @@ type httpMatchRequest struct {
 	Authority       *stringMatch           `json:"authority"`
 	Headers         map[string]stringMatch `json:"headers"`
 	Port            uint32                 `json:"port"`
-	SourceLabels    json.RawMessage        `json:"sourceLabels" field:"warned: the match alternative never matches"`
+	SourceLabels    map[string]string      `json:"sourceLabels" field:"supported: by the class of the proxy (its labels); at gateways it never matches"`
 	Gateways        []string               `json:"gateways"`
 	QueryParams     map[string]stringMatch `json:"queryParams" field:"supported: proxyless gRPC clients skip such routes (RPCs have no query)"`
 	IgnoreURICase   bool                   `json:"ignoreUriCase"`

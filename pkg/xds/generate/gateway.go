@@ -220,7 +220,8 @@ func passthroughChains(m *Mesh, g *Gateway, srv *meshv1.GatewayServer) []sniChai
 		}
 		for _, tr := range r.Rule.Tls {
 			for _, lm := range tr.Match {
-				if (lm.Port != 0 && lm.Port != srv.Port) || (len(lm.Gateways) > 0 && !namesGateway(lm.Gateways, r.Namespace, g)) {
+				if (lm.Port != 0 && lm.Port != srv.Port) || (len(lm.Gateways) > 0 && !namesGateway(lm.Gateways, r.Namespace, g)) ||
+					!m.fromSource(g, lm.SourceLabels, lm.SourceNamespace) {
 					continue
 				}
 				var names []string
@@ -251,7 +252,8 @@ func gatewayTCPTargets(m *Mesh, g *Gateway, srv *meshv1.GatewayServer) []l4Targe
 		for _, tr := range r.Rule.Tcp {
 			matches := len(tr.Match) == 0
 			for _, lm := range tr.Match {
-				if (lm.Port == 0 || lm.Port == srv.Port) && (len(lm.Gateways) == 0 || namesGateway(lm.Gateways, r.Namespace, g)) {
+				if (lm.Port == 0 || lm.Port == srv.Port) && (len(lm.Gateways) == 0 || namesGateway(lm.Gateways, r.Namespace, g)) &&
+					m.fromSource(g, lm.SourceLabels, lm.SourceNamespace) {
 					matches = true
 				}
 			}

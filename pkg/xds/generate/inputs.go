@@ -2,6 +2,8 @@ package generate
 
 import (
 	"cmp"
+	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -94,7 +96,10 @@ type Mesh struct {
 	// Namespace is the namespace of the view's proxies ("" for a view of
 	// the whole mesh): its services are also reached by their short names.
 	Namespace string
-	byHost    map[string]*Service
+	// sources holds the tags of the source selectors (see SelectorTag)
+	// that select the view's proxies.
+	sources map[string]bool
+	byHost  map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
 	routeByHost map[string]*Route
@@ -145,7 +150,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
-		byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
+		Namespace: m.Namespace, sources: m.sources, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
 			out.Services[i] = n
@@ -225,6 +230,9 @@ type View struct {
 	// rather than passing it through (ALLOW_ANY).
 	Outbound     meshv1.OutboundPolicy
 	RegistryOnly bool
+	// Sources are the tags of the source selectors (VirtualService
+	// sourceLabels, see SelectorTag) that select the view's proxies.
+	Sources []string
 }
 
 // For returns the part of the mesh a view sees: the services exported to
@@ -247,7 +255,84 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace = m.Policies, v.RegistryOnly, v.Namespace
+	if len(v.Sources) > 0 {
+		out.sources = map[string]bool{}
+		for _, tag := range v.Sources {
+			out.sources[tag] = true
+		}
+	}
 	return out
+}
+
+// SelectorTag names a source selector (a match's sourceLabels) in class
+// names: "l:" and a hash of its labels.
+func SelectorTag(labels map[string]string) string {
+	h := fnv.New32a()
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(labels[k]))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("l:%08x", h.Sum32())
+}
+
+// SourceSelectors returns the distinct source selectors (sourceLabels) of
+// the route rules' matches that apply at sidecars, by tag.
+func SourceSelectors(routes []*Route) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	eachSource(routes, func(labels map[string]string, _ string) {
+		if len(labels) > 0 {
+			out[SelectorTag(labels)] = labels
+		}
+	})
+	return out
+}
+
+// SourceNamespaces returns the namespaces the route rules' matches that
+// apply at sidecars name as their source (sourceNamespace).
+func SourceNamespaces(routes []*Route) map[string]bool {
+	out := map[string]bool{}
+	eachSource(routes, func(_ map[string]string, ns string) {
+		if ns != "" {
+			out[ns] = true
+		}
+	})
+	return out
+}
+
+// eachSource calls fn with the source conditions of every match of the
+// route rules that apply at sidecars.
+func eachSource(routes []*Route, fn func(labels map[string]string, namespace string)) {
+	for _, r := range routes {
+		if !appliesToMesh(r.Rule) {
+			continue
+		}
+		for _, h := range r.Rule.Http {
+			for _, hm := range h.Match {
+				fn(hm.SourceLabels, hm.SourceNamespace)
+			}
+		}
+		for _, l4 := range append(slices.Clone(r.Rule.Tcp), r.Rule.Tls...) {
+			for _, lm := range l4.Match {
+				fn(lm.SourceLabels, lm.SourceNamespace)
+			}
+		}
+	}
+}
+
+// fromSource reports whether a match's source conditions (labels,
+// namespace) hold for the view's proxies at a gateway (nil: at a sidecar).
+// A gateway's labels and namespace are not known: a match naming them
+// never applies there.
+func (m *Mesh) fromSource(gw *Gateway, labels map[string]string, namespace string) bool {
+	if len(labels) == 0 && namespace == "" {
+		return true
+	}
+	if gw != nil {
+		return false
+	}
+	return (len(labels) == 0 || m.sources[SelectorTag(labels)]) && (namespace == "" || namespace == m.Namespace)
 }
 
 func (v View) sees(s *Service) bool {

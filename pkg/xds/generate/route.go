@@ -160,10 +160,14 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	if rr == nil {
 		return b.String() + "default"
 	}
-	if slices.ContainsFunc(rr.Rule.Http, func(h *meshv1.HTTPRoute) bool {
-		return slices.ContainsFunc(h.Match, func(hm *meshv1.HTTPMatch) bool { return hm.SourceNamespace != "" })
-	}) {
-		fmt.Fprintf(&b, "ns=%s ", m.Namespace) // its matches depend on the proxies' namespace
+	// Its matches may depend on the proxies: their namespace, the source
+	// selectors that select them.
+	for _, h := range rr.Rule.Http {
+		for _, hm := range h.Match {
+			if hm.SourceNamespace != "" || len(hm.SourceLabels) > 0 {
+				fmt.Fprintf(&b, "src=%t ", m.fromSource(nil, hm.SourceLabels, hm.SourceNamespace))
+			}
+		}
 	}
 	fmt.Fprintf(&b, "%s/%s@%s", rr.Namespace, rr.Name, rr.Version)
 	dest := func(d *meshv1.Destination) {
@@ -241,8 +245,8 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 			if len(hm.GetGateways()) > 0 && !namesGateway(hm.Gateways, rr.Namespace, gw) {
 				continue // the match is for other gateways (or sidecars)
 			}
-			if ns := hm.GetSourceNamespace(); ns != "" && (gw != nil || m.Namespace != ns) {
-				continue // for proxies of another namespace (a gateway's is not known)
+			if !m.fromSource(gw, hm.GetSourceLabels(), hm.GetSourceNamespace()) {
+				continue // for other proxies
 			}
 			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
 			decorate(r, h, envoy)

@@ -209,7 +209,7 @@ func l4Targets(m *Mesh, host string, port uint32, tls bool) []l4Target {
 			routes = rr.Rule.Tls
 		}
 		for _, r := range routes {
-			if !l4Matches(r, rr.Namespace, nil, host, port, tls) {
+			if !l4Matches(m, r, rr.Namespace, nil, host, port, tls) {
 				continue
 			}
 			if targets := resolveTargets(m, r.Route, port); len(targets) > 0 {
@@ -223,7 +223,7 @@ func l4Targets(m *Mesh, host string, port uint32, tls bool) []l4Target {
 // l4Matches reports whether a tcp or tls route applies to connections for
 // host:port at a gateway (nil: at a sidecar): a route without matches
 // applies to all; a tls match must name the host among its SNI hosts.
-func l4Matches(r *meshv1.L4Route, ns string, gw *Gateway, host string, port uint32, tls bool) bool {
+func l4Matches(m *Mesh, r *meshv1.L4Route, ns string, gw *Gateway, host string, port uint32, tls bool) bool {
 	if len(r.Match) == 0 {
 		return !tls
 	}
@@ -232,6 +232,9 @@ func l4Matches(r *meshv1.L4Route, ns string, gw *Gateway, host string, port uint
 			continue
 		}
 		if len(lm.Gateways) > 0 && !namesGateway(lm.Gateways, ns, gw) {
+			continue
+		}
+		if !m.fromSource(gw, lm.SourceLabels, lm.SourceNamespace) {
 			continue
 		}
 		if tls && !slices.ContainsFunc(lm.SniHosts, func(p string) bool { return hostMatches(p, host) }) {

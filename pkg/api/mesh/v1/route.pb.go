@@ -173,9 +173,13 @@ type L4Match struct {
 	// sni_hosts are the server names a tls route's connections carry.
 	SniHosts []string `protobuf:"bytes,2,rep,name=sni_hosts,json=sniHosts,proto3" json:"sni_hosts,omitempty"`
 	// gateways, when set, restrict the match as HTTPMatch.gateways do.
-	Gateways      []string `protobuf:"bytes,3,rep,name=gateways,proto3" json:"gateways,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateways []string `protobuf:"bytes,3,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	// source_labels and source_namespace restrict it to connections from
+	// proxies with those labels, of that namespace.
+	SourceLabels    map[string]string `protobuf:"bytes,4,rep,name=source_labels,json=sourceLabels,proto3" json:"source_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SourceNamespace string            `protobuf:"bytes,5,opt,name=source_namespace,json=sourceNamespace,proto3" json:"source_namespace,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *L4Match) Reset() {
@@ -227,6 +231,20 @@ func (x *L4Match) GetGateways() []string {
 		return x.Gateways
 	}
 	return nil
+}
+
+func (x *L4Match) GetSourceLabels() map[string]string {
+	if x != nil {
+		return x.SourceLabels
+	}
+	return nil
+}
+
+func (x *L4Match) GetSourceNamespace() string {
+	if x != nil {
+		return x.SourceNamespace
+	}
+	return ""
 }
 
 // L4Route is one rule of a VirtualService's tcp or tls section: connections
@@ -402,8 +420,11 @@ type HTTPMatch struct {
 	// source_namespace, when set, matches requests from proxies of that
 	// namespace.
 	SourceNamespace string `protobuf:"bytes,10,opt,name=source_namespace,json=sourceNamespace,proto3" json:"source_namespace,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// source_labels, when set, match requests from proxies whose labels
+	// carry them.
+	SourceLabels  map[string]string `protobuf:"bytes,11,rep,name=source_labels,json=sourceLabels,proto3" json:"source_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HTTPMatch) Reset() {
@@ -504,6 +525,13 @@ func (x *HTTPMatch) GetSourceNamespace() string {
 		return x.SourceNamespace
 	}
 	return ""
+}
+
+func (x *HTTPMatch) GetSourceLabels() map[string]string {
+	if x != nil {
+		return x.SourceLabels
+	}
+	return nil
 }
 
 // Destination names a service, port and subset.
@@ -1331,7 +1359,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1371,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[20]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1413,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[21]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1425,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[21]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,11 +1474,16 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\texport_to\x18\x04 \x03(\tR\bexportTo\x121\n" +
 	"\x04http\x18\x05 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPRouteR\x04http\x12-\n" +
 	"\x03tcp\x18\x06 \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tcp\x12-\n" +
-	"\x03tls\x18\a \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tls\"V\n" +
+	"\x03tls\x18\a \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tls\"\x96\x02\n" +
 	"\aL4Match\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1b\n" +
 	"\tsni_hosts\x18\x02 \x03(\tR\bsniHosts\x12\x1a\n" +
-	"\bgateways\x18\x03 \x03(\tR\bgateways\"x\n" +
+	"\bgateways\x18\x03 \x03(\tR\bgateways\x12R\n" +
+	"\rsource_labels\x18\x04 \x03(\v2-.shardpilot.mesh.v1.L4Match.SourceLabelsEntryR\fsourceLabels\x12)\n" +
+	"\x10source_namespace\x18\x05 \x01(\tR\x0fsourceNamespace\x1a?\n" +
+	"\x11SourceLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
 	"\aL4Route\x121\n" +
 	"\x05match\x18\x01 \x03(\v2\x1b.shardpilot.mesh.v1.L4MatchR\x05match\x12:\n" +
 	"\x05route\x18\x02 \x03(\v2$.shardpilot.mesh.v1.RouteDestinationR\x05route\"_\n" +
@@ -1458,7 +1491,7 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x05exact\x18\x01 \x01(\tH\x00R\x05exact\x12\x18\n" +
 	"\x06prefix\x18\x02 \x01(\tH\x00R\x06prefix\x12\x16\n" +
 	"\x05regex\x18\x03 \x01(\tH\x00R\x05regexB\x06\n" +
-	"\x04kind\"\xa5\x06\n" +
+	"\x04kind\"\xbc\a\n" +
 	"\tHTTPMatch\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x03uri\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x03uri\x12D\n" +
@@ -1470,7 +1503,8 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\fquery_params\x18\b \x03(\v2..shardpilot.mesh.v1.HTTPMatch.QueryParamsEntryR\vqueryParams\x12Z\n" +
 	"\x0fwithout_headers\x18\t \x03(\v21.shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntryR\x0ewithoutHeaders\x12)\n" +
 	"\x10source_namespace\x18\n" +
-	" \x01(\tR\x0fsourceNamespace\x1a[\n" +
+	" \x01(\tR\x0fsourceNamespace\x12T\n" +
+	"\rsource_labels\x18\v \x03(\v2/.shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntryR\fsourceLabels\x1a[\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
 	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\x1a_\n" +
@@ -1479,7 +1513,10 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\x1ab\n" +
 	"\x13WithoutHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
-	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.shardpilot.mesh.v1.StringMatchR\x05value:\x028\x01\x1a?\n" +
+	"\x11SourceLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\vDestination\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x16\n" +
 	"\x06subset\x18\x02 \x01(\tR\x06subset\x12\x12\n" +
@@ -1578,7 +1615,7 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 }
 
 var file_shardpilot_mesh_v1_route_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(Cors_Credentials)(0),       // 0: shardpilot.mesh.v1.Cors.Credentials
 	(*RouteRule)(nil),           // 1: shardpilot.mesh.v1.RouteRule
@@ -1598,60 +1635,64 @@ var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*HeaderOperations)(nil),    // 15: shardpilot.mesh.v1.HeaderOperations
 	(*Headers)(nil),             // 16: shardpilot.mesh.v1.Headers
 	(*Cors)(nil),                // 17: shardpilot.mesh.v1.Cors
-	nil,                         // 18: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	nil,                         // 19: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	nil,                         // 20: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	(*Fault_Delay)(nil),         // 21: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 22: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 23: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 24: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 25: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 26: google.protobuf.Duration
+	nil,                         // 18: shardpilot.mesh.v1.L4Match.SourceLabelsEntry
+	nil,                         // 19: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	nil,                         // 20: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	nil,                         // 21: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	nil,                         // 22: shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
+	(*Fault_Delay)(nil),         // 23: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 24: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 25: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 26: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 27: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 28: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	25, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	27, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
 	9,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
 	3,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
 	3,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
-	2,  // 4: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
-	7,  // 5: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	4,  // 6: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	18, // 7: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	4,  // 8: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
-	19, // 9: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	20, // 10: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	6,  // 11: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	26, // 12: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	5,  // 13: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
-	7,  // 14: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	26, // 15: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
-	8,  // 16: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	11, // 17: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	12, // 18: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	13, // 19: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	14, // 20: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	16, // 21: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	10, // 22: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
-	17, // 23: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
-	21, // 24: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	22, // 25: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	6,  // 26: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	23, // 27: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	24, // 28: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	15, // 29: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	15, // 30: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	4,  // 31: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
-	26, // 32: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
-	0,  // 33: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
-	4,  // 34: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 35: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 36: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	26, // 37: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	18, // 4: shardpilot.mesh.v1.L4Match.source_labels:type_name -> shardpilot.mesh.v1.L4Match.SourceLabelsEntry
+	2,  // 5: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
+	7,  // 6: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	4,  // 7: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
+	19, // 8: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	4,  // 9: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
+	20, // 10: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	21, // 11: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	22, // 12: shardpilot.mesh.v1.HTTPMatch.source_labels:type_name -> shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
+	6,  // 13: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
+	28, // 14: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	5,  // 15: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
+	7,  // 16: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	28, // 17: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	8,  // 18: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
+	11, // 19: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	12, // 20: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	13, // 21: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	14, // 22: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	16, // 23: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	10, // 24: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	17, // 25: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
+	23, // 26: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	24, // 27: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	6,  // 28: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	25, // 29: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	26, // 30: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	15, // 31: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	15, // 32: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	4,  // 33: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
+	28, // 34: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
+	0,  // 35: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
+	4,  // 36: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 37: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 38: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	28, // 39: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1671,7 +1712,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

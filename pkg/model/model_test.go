@@ -162,3 +162,31 @@ func TestValidateRefs(t *testing.T) {
 		t.Errorf("a policy for a service without endpoints here: %v", err)
 	}
 }
+
+// TestDelegateRules: a VirtualService without hosts is a delegate: http
+// routes only, no gateways, no further delegation; a route delegates or
+// routes, not both.
+func TestDelegateRules(t *testing.T) {
+	to := []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "a.example.com"}}}
+	for name, tc := range map[string]struct {
+		rule *meshv1.RouteRule
+		want string
+	}{
+		"delegate":           {&meshv1.RouteRule{Http: []*meshv1.HTTPRoute{{Route: to}}}, ""},
+		"empty":              {&meshv1.RouteRule{}, "spec.hosts"},
+		"delegate with tcp":  {&meshv1.RouteRule{Http: []*meshv1.HTTPRoute{{Route: to}}, Tcp: []*meshv1.L4Route{{Route: to}}}, "spec.hosts"},
+		"delegate, gateways": {&meshv1.RouteRule{Gateways: []string{"gw"}, Http: []*meshv1.HTTPRoute{{Route: to}}}, "spec.gateways"},
+		"two levels":         {&meshv1.RouteRule{Http: []*meshv1.HTTPRoute{{Delegate: &meshv1.Delegate{Name: "x"}}}}, "spec.http[0].delegate"},
+		"delegates and routes": {&meshv1.RouteRule{Hosts: []string{"a.example.com"}, Http: []*meshv1.HTTPRoute{
+			{Route: to, Delegate: &meshv1.Delegate{Name: "x"}}}}, "spec.http[0]"},
+	} {
+		err := Validate(tc.rule)
+		var fe *FieldError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.want != "" && (!errors.As(err, &fe) || fe.Field != tc.want):
+			t.Errorf("%s: %v, want an error on %s", name, err, tc.want)
+		}
+	}
+}

@@ -152,7 +152,20 @@ func EndpointID(ep *meshv1.Endpoint) string {
 
 func validateRouteRule(r *meshv1.RouteRule) error {
 	if len(r.Hosts) == 0 {
-		return fieldErr("spec.hosts", "at least one host is required")
+		// A delegate: its http routes serve the routes that delegate to it.
+		switch {
+		case len(r.Http) == 0:
+			return fieldErr("spec.hosts", "at least one host is required (a delegate, without hosts, needs http routes)")
+		case len(r.Tcp) > 0 || len(r.Tls) > 0:
+			return fieldErr("spec.hosts", "a delegate (without hosts) has http routes only")
+		case len(r.Gateways) > 0:
+			return fieldErr("spec.gateways", "a delegate (without hosts) takes the gateways of the routes that delegate to it")
+		}
+		for i, h := range r.Http {
+			if h.Delegate != nil {
+				return fieldErr(fmt.Sprintf("spec.http[%d].delegate", i), "a delegate cannot delegate further (one level, as in Istio)")
+			}
+		}
 	}
 	for i, h := range r.Hosts {
 		if h != "*" && !ValidHostname(h) {
@@ -186,16 +199,16 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 			}
 		}
 		actions := 0
-		for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil} {
+		for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil, h.Delegate != nil} {
 			if set {
 				actions++
 			}
 		}
 		if actions == 0 {
-			return fieldErr(f+".route", "at least one destination (or a redirect, or a direct response) is required")
+			return fieldErr(f+".route", "at least one destination (or a redirect, a direct response, a delegate) is required")
 		}
 		if actions > 1 {
-			return fieldErr(f, "a route either routes to destinations, redirects or responds directly: one of them")
+			return fieldErr(f, "a route either routes to destinations, redirects, responds directly or delegates: one of them")
 		}
 		if dr := h.DirectResponse; dr != nil && (dr.Status < 200 || dr.Status > 599) {
 			return fieldErr(f+".directResponse.status", "%d is not an HTTP status (200 to 599)", dr.Status)

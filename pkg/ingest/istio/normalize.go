@@ -2,6 +2,7 @@ package istio
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -532,6 +533,13 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		}
 		if !n.httpExtras(in, f, &h, route) {
 			return
+		}
+		if d := h.Delegate; d != nil {
+			if d.Name == "" {
+				n.problem(in, f+".delegate.name", "the delegate VirtualService's name is required")
+				return
+			}
+			route.Delegate = &meshv1.Delegate{Name: d.Name, Namespace: cmp.Or(d.Namespace, ns)}
 		}
 		if c := h.CorsPolicy; c != nil {
 			if route.Cors, ok = n.cors(in, f+".corsPolicy", c); !ok {

@@ -106,7 +106,7 @@ type httpRoute struct {
 	Route            []routeDestination `json:"route"`
 	Redirect         *httpRedirect      `json:"redirect"`
 	DirectResponse   *directResponse    `json:"directResponse" field:"supported: proxyless gRPC clients fail those RPCs (grpc-go has no direct responses)"`
-	Delegate         json.RawMessage    `json:"delegate"`
+	Delegate         *delegate          `json:"delegate"`
 	Rewrite          *httpRewrite       `json:"rewrite"`
 	Timeout          string             `json:"timeout"`
 	Retries          *httpRetry         `json:"retries"`
@@ -117,6 +117,11 @@ type httpRoute struct {
 	MirrorPercent    json.RawMessage    `json:"mirrorPercent"`
 	CorsPolicy       *corsPolicy        `json:"corsPolicy" field:"supported: at Envoy sidecars and gateways (grpc-go has no CORS)"`
 	Headers          *headers           `json:"headers"`
+}
+
+type delegate struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
 }
 
 type corsPolicy struct {

@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -118,5 +119,44 @@ func TestCorsPolicy(t *testing.T) {
 	}
 	if got := generate.VirtualHost(m, "api.shop.svc.cluster.local", 80).Routes[0].TypedPerFilterConfig; len(got) != 0 {
 		t.Errorf("proxyless route carries %v", got)
+	}
+}
+
+// TestDelegate: a route that delegates is replaced by its delegate's
+// routes, their matches within its own (one outside it is left out) and
+// its timeout where theirs sets none; the delegate's version is part of
+// the virtual host's inputs.
+func TestDelegate(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{Hostnames: []string{"cart.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	prefix := func(p string) *meshv1.StringMatch {
+		return &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: p}}
+	}
+	to := []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "cart.shop.svc.cluster.local"}}}
+	root := &generate.Route{Namespace: "shop", Name: "cart", Version: "1", Rule: &meshv1.RouteRule{Hosts: []string{"cart.shop.svc.cluster.local"}, Http: []*meshv1.HTTPRoute{
+		{Name: "api", Match: []*meshv1.HTTPMatch{{Uri: prefix("/api")}}, Timeout: durationpb.New(3 * time.Second),
+			Delegate: &meshv1.Delegate{Name: "cart-api", Namespace: "team"}},
+		{Name: "rest", Route: to},
+	}}}
+	delegate := &generate.Route{Namespace: "team", Name: "cart-api", Version: "7", Rule: &meshv1.RouteRule{Http: []*meshv1.HTTPRoute{
+		{Name: "v2", Match: []*meshv1.HTTPMatch{{Uri: prefix("/api/v2")}}, Route: to, Timeout: durationpb.New(time.Second)},
+		{Name: "outside", Match: []*meshv1.HTTPMatch{{Uri: prefix("/admin")}}, Route: to},
+		{Name: "all", Route: to},
+	}}}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{root, delegate})
+	vh := generate.SidecarVirtualHost(m, "cart.shop.svc.cluster.local", 80)
+	var got []string
+	for _, r := range vh.Routes {
+		got = append(got, r.Name+" "+r.Match.GetPrefix()+" "+r.GetRoute().GetTimeout().AsDuration().String())
+	}
+	want := []string{"v2 /api/v2 1s", "all /api 3s", "rest / 0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes %q, want %q", got, want)
+	}
+	check(t, "delegate-virtual-host.json", []*route.VirtualHost{vh})
+	before := generate.VirtualHostInputs(m, "cart.shop.svc.cluster.local", 80)
+	delegate.Version = "8"
+	if generate.VirtualHostInputs(generate.NewMesh([]*generate.Service{svc}, []*generate.Route{root, delegate}), "cart.shop.svc.cluster.local", 80) == before {
+		t.Error("a new version of the delegate keeps the virtual host's inputs")
 	}
 }

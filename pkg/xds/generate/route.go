@@ -162,7 +162,7 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	}
 	// Its matches may depend on the proxies: their namespace, the source
 	// selectors that select them.
-	for _, h := range rr.Rule.Http {
+	for _, h := range m.expand(rr.Rule) {
 		for _, hm := range h.Match {
 			if hm.SourceNamespace != "" || len(hm.SourceLabels) > 0 {
 				fmt.Fprintf(&b, "src=%t ", m.fromSource(nil, hm.SourceLabels, hm.SourceNamespace))
@@ -178,6 +178,11 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 		}
 	}
 	for _, h := range rr.Rule.Http {
+		if d := m.delegateOf(h); d != nil {
+			fmt.Fprintf(&b, " delegate=%s/%s@%s", d.Namespace, d.Name, d.Version)
+		}
+	}
+	for _, h := range m.expand(rr.Rule) {
 		for _, d := range h.Route {
 			dest(d.GetDestination())
 		}
@@ -218,7 +223,7 @@ func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHo
 // for an Envoy or (not envoy) a proxyless client.
 func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*route.Route {
 	var out []*route.Route
-	for _, h := range rr.Rule.Http {
+	for _, h := range m.expand(rr.Rule) {
 		// The action is shared by the routes of every match.
 		var shared route.Route
 		if h.Redirect != nil {

@@ -728,8 +728,11 @@ type HTTPRoute struct {
 	// direct_response answers matching requests itself.
 	DirectResponse *DirectResponse `protobuf:"bytes,11,opt,name=direct_response,json=directResponse,proto3" json:"direct_response,omitempty"`
 	Cors           *Cors           `protobuf:"bytes,12,opt,name=cors,proto3" json:"cors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// delegate hands the route's traffic to the http routes of another
+	// VirtualService (one without hosts), merged with this one's matches.
+	Delegate      *Delegate `protobuf:"bytes,13,opt,name=delegate,proto3" json:"delegate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HTTPRoute) Reset() {
@@ -842,6 +845,13 @@ func (x *HTTPRoute) GetDirectResponse() *DirectResponse {
 func (x *HTTPRoute) GetCors() *Cors {
 	if x != nil {
 		return x.Cors
+	}
+	return nil
+}
+
+func (x *HTTPRoute) GetDelegate() *Delegate {
+	if x != nil {
+		return x.Delegate
 	}
 	return nil
 }
@@ -1348,6 +1358,59 @@ func (x *Cors) GetIgnoreUnmatchedPreflights() bool {
 	return false
 }
 
+// Delegate names the VirtualService a route delegates to.
+type Delegate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delegate) Reset() {
+	*x = Delegate{}
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delegate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delegate) ProtoMessage() {}
+
+func (x *Delegate) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delegate.ProtoReflect.Descriptor instead.
+func (*Delegate) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_route_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Delegate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Delegate) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
 type Fault_Delay struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	FixedDelay *durationpb.Duration   `protobuf:"bytes,1,opt,name=fixed_delay,json=fixedDelay,proto3" json:"fixed_delay,omitempty"`
@@ -1359,7 +1422,7 @@ type Fault_Delay struct {
 
 func (x *Fault_Delay) Reset() {
 	*x = Fault_Delay{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[22]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1434,7 @@ func (x *Fault_Delay) String() string {
 func (*Fault_Delay) ProtoMessage() {}
 
 func (x *Fault_Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[22]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1476,7 @@ type Fault_Abort struct {
 
 func (x *Fault_Abort) Reset() {
 	*x = Fault_Abort{}
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1488,7 @@ func (x *Fault_Abort) String() string {
 func (*Fault_Abort) ProtoMessage() {}
 
 func (x *Fault_Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[23]
+	mi := &file_shardpilot_mesh_v1_route_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1590,7 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\rR\battempts\x12A\n" +
 	"\x0fper_try_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rperTryTimeout\x12\x19\n" +
-	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\x88\x05\n" +
+	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\xc2\x05\n" +
 	"\tHTTPRoute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x05match\x18\x02 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPMatchR\x05match\x12:\n" +
@@ -1541,7 +1604,8 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\aheaders\x18\n" +
 	" \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\x12K\n" +
 	"\x0fdirect_response\x18\v \x01(\v2\".shardpilot.mesh.v1.DirectResponseR\x0edirectResponse\x12,\n" +
-	"\x04cors\x18\f \x01(\v2\x18.shardpilot.mesh.v1.CorsR\x04cors\"<\n" +
+	"\x04cors\x18\f \x01(\v2\x18.shardpilot.mesh.v1.CorsR\x04cors\x128\n" +
+	"\bdelegate\x18\r \x01(\v2\x1c.shardpilot.mesh.v1.DelegateR\bdelegate\"<\n" +
 	"\x0eDirectResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\tR\x04body\"\xc5\x02\n" +
@@ -1600,7 +1664,10 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vCredentials\x12\x15\n" +
 	"\x11CREDENTIALS_UNSET\x10\x00\x12\x15\n" +
 	"\x11CREDENTIALS_ALLOW\x10\x01\x12\x14\n" +
-	"\x10CREDENTIALS_DENY\x10\x02B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
+	"\x10CREDENTIALS_DENY\x10\x02\"<\n" +
+	"\bDelegate\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespaceB9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"
 
 var (
 	file_shardpilot_mesh_v1_route_proto_rawDescOnce sync.Once
@@ -1615,7 +1682,7 @@ func file_shardpilot_mesh_v1_route_proto_rawDescGZIP() []byte {
 }
 
 var file_shardpilot_mesh_v1_route_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_shardpilot_mesh_v1_route_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(Cors_Credentials)(0),       // 0: shardpilot.mesh.v1.Cors.Credentials
 	(*RouteRule)(nil),           // 1: shardpilot.mesh.v1.RouteRule
@@ -1635,37 +1702,38 @@ var file_shardpilot_mesh_v1_route_proto_goTypes = []any{
 	(*HeaderOperations)(nil),    // 15: shardpilot.mesh.v1.HeaderOperations
 	(*Headers)(nil),             // 16: shardpilot.mesh.v1.Headers
 	(*Cors)(nil),                // 17: shardpilot.mesh.v1.Cors
-	nil,                         // 18: shardpilot.mesh.v1.L4Match.SourceLabelsEntry
-	nil,                         // 19: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
-	nil,                         // 20: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	nil,                         // 21: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	nil,                         // 22: shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
-	(*Fault_Delay)(nil),         // 23: shardpilot.mesh.v1.Fault.Delay
-	(*Fault_Abort)(nil),         // 24: shardpilot.mesh.v1.Fault.Abort
-	nil,                         // 25: shardpilot.mesh.v1.HeaderOperations.SetEntry
-	nil,                         // 26: shardpilot.mesh.v1.HeaderOperations.AddEntry
-	(*Origin)(nil),              // 27: shardpilot.mesh.v1.Origin
-	(*durationpb.Duration)(nil), // 28: google.protobuf.Duration
+	(*Delegate)(nil),            // 18: shardpilot.mesh.v1.Delegate
+	nil,                         // 19: shardpilot.mesh.v1.L4Match.SourceLabelsEntry
+	nil,                         // 20: shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	nil,                         // 21: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	nil,                         // 22: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	nil,                         // 23: shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
+	(*Fault_Delay)(nil),         // 24: shardpilot.mesh.v1.Fault.Delay
+	(*Fault_Abort)(nil),         // 25: shardpilot.mesh.v1.Fault.Abort
+	nil,                         // 26: shardpilot.mesh.v1.HeaderOperations.SetEntry
+	nil,                         // 27: shardpilot.mesh.v1.HeaderOperations.AddEntry
+	(*Origin)(nil),              // 28: shardpilot.mesh.v1.Origin
+	(*durationpb.Duration)(nil), // 29: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
-	27, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
+	28, // 0: shardpilot.mesh.v1.RouteRule.origin:type_name -> shardpilot.mesh.v1.Origin
 	9,  // 1: shardpilot.mesh.v1.RouteRule.http:type_name -> shardpilot.mesh.v1.HTTPRoute
 	3,  // 2: shardpilot.mesh.v1.RouteRule.tcp:type_name -> shardpilot.mesh.v1.L4Route
 	3,  // 3: shardpilot.mesh.v1.RouteRule.tls:type_name -> shardpilot.mesh.v1.L4Route
-	18, // 4: shardpilot.mesh.v1.L4Match.source_labels:type_name -> shardpilot.mesh.v1.L4Match.SourceLabelsEntry
+	19, // 4: shardpilot.mesh.v1.L4Match.source_labels:type_name -> shardpilot.mesh.v1.L4Match.SourceLabelsEntry
 	2,  // 5: shardpilot.mesh.v1.L4Route.match:type_name -> shardpilot.mesh.v1.L4Match
 	7,  // 6: shardpilot.mesh.v1.L4Route.route:type_name -> shardpilot.mesh.v1.RouteDestination
 	4,  // 7: shardpilot.mesh.v1.HTTPMatch.uri:type_name -> shardpilot.mesh.v1.StringMatch
-	19, // 8: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
+	20, // 8: shardpilot.mesh.v1.HTTPMatch.headers:type_name -> shardpilot.mesh.v1.HTTPMatch.HeadersEntry
 	4,  // 9: shardpilot.mesh.v1.HTTPMatch.method:type_name -> shardpilot.mesh.v1.StringMatch
-	20, // 10: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
-	21, // 11: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
-	22, // 12: shardpilot.mesh.v1.HTTPMatch.source_labels:type_name -> shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
+	21, // 10: shardpilot.mesh.v1.HTTPMatch.query_params:type_name -> shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry
+	22, // 11: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
+	23, // 12: shardpilot.mesh.v1.HTTPMatch.source_labels:type_name -> shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
 	6,  // 13: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	28, // 14: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	29, // 14: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
 	5,  // 15: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
 	7,  // 16: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	28, // 17: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	29, // 17: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
 	8,  // 18: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
 	11, // 19: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
 	12, // 20: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
@@ -1674,25 +1742,26 @@ var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
 	16, // 23: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
 	10, // 24: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
 	17, // 25: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
-	23, // 26: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	24, // 27: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	6,  // 28: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	25, // 29: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	26, // 30: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	15, // 31: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	15, // 32: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	4,  // 33: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
-	28, // 34: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
-	0,  // 35: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
-	4,  // 36: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 37: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 38: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	28, // 39: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	18, // 26: shardpilot.mesh.v1.HTTPRoute.delegate:type_name -> shardpilot.mesh.v1.Delegate
+	24, // 27: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	25, // 28: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	6,  // 29: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	26, // 30: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	27, // 31: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	15, // 32: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	15, // 33: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	4,  // 34: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
+	29, // 35: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
+	0,  // 36: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
+	4,  // 37: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 38: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 39: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	29, // 40: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1712,7 +1781,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_route_proto_rawDesc), len(file_shardpilot_mesh_v1_route_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -274,6 +274,13 @@ func (ix *Index) View(class string) (generate.Proxy, generate.View) {
 	if ix != nil && parts[2] != "" {
 		if s := ix.find(parts[1], parts[2]); s != nil {
 			for _, e := range s.Spec.Egress {
+				if e.Port != 0 {
+					if v.EgressPorts == nil {
+						v.EgressPorts = map[uint32][]string{}
+					}
+					v.EgressPorts[e.Port] = append(v.EgressPorts[e.Port], e.Hosts...)
+					continue
+				}
 				v.Egress = append(v.Egress, e.Hosts...)
 			}
 			v.Outbound = s.Spec.OutboundPolicy

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -768,6 +769,10 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 	}
 	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly))
 	write(view.Egress...)
+	for _, port := range slices.Sorted(maps.Keys(view.EgressPorts)) {
+		write(strconv.FormatUint(uint64(port), 10))
+		write(view.EgressPorts[port]...)
+	}
 	for _, s := range m.Services {
 		write("s", s.Namespace, s.Name, s.ConfigVersion)
 	}

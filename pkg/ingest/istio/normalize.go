@@ -756,11 +756,10 @@ func (n *normalizer) sidecar(in Input, spec *sidecar) {
 	if spec.WorkloadSelector != nil {
 		sc.WorkloadSelector = spec.WorkloadSelector.Labels
 	}
-	for i, e := range spec.Egress {
+	for _, e := range spec.Egress {
 		el := &meshv1.EgressListener{Hosts: e.Hosts}
 		if e.Port != nil {
 			el.Port = e.Port.Number
-			n.warn(in, fmt.Sprintf("spec.egress[%d].port", i), "has no effect yet: the listener's hosts apply to every port")
 		}
 		sc.Egress = append(sc.Egress, el)
 	}

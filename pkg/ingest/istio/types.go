@@ -283,7 +283,7 @@ type sidecar struct {
 }
 
 type egressListener struct {
-	Port        *servicePort    `json:"port" field:"warned: the listener's hosts apply to every port"`
+	Port        *servicePort    `json:"port" field:"supported: the listener's hosts are what the proxy sees on that port"`
 	Bind        json.RawMessage `json:"bind"`
 	CaptureMode json.RawMessage `json:"captureMode"`
 	Hosts       []string        `json:"hosts"`

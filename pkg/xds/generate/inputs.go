@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Proxy is the kind of client a resource is generated for.
@@ -233,6 +234,9 @@ type View struct {
 	// Sources are the tags of the source selectors (VirtualService
 	// sourceLabels, see SelectorTag) that select the view's proxies.
 	Sources []string
+	// EgressPorts are the egress hosts of the Sidecar's listeners for one
+	// port: on that port, the proxy sees those instead of Egress.
+	EgressPorts map[uint32][]string
 }
 
 // For returns the part of the mesh a view sees: the services exported to
@@ -250,7 +254,7 @@ func (m *Mesh) For(v View) *Mesh {
 	var svcs []*Service
 	for _, s := range m.Services {
 		if v.sees(s) {
-			svcs = append(svcs, s)
+			svcs = append(svcs, v.portsSeen(s))
 		}
 	}
 	out := NewMesh(svcs, m.Routes)
@@ -339,10 +343,56 @@ func (v View) sees(s *Service) bool {
 	if !exported(s.Spec.ExportTo, s.Namespace, v.Namespace) {
 		return false
 	}
-	if v.Egress == nil {
+	if v.Egress == nil && len(v.EgressPorts) == 0 {
 		return true
 	}
-	for _, pattern := range v.Egress {
+	return slices.ContainsFunc(s.Spec.Ports, func(p *meshv1.Port) bool { return v.seesOn(s, p.Number) })
+}
+
+// seesOn reports whether the view's egress hosts for a port (its egress
+// listener for the port, else the one without a port) name the service.
+func (v View) seesOn(s *Service, port uint32) bool {
+	patterns, ok := v.EgressPorts[port]
+	if !ok {
+		if v.Egress == nil && len(v.EgressPorts) == 0 {
+			return true
+		}
+		patterns = v.Egress
+	}
+	return namedBy(patterns, s, v.Namespace)
+}
+
+// portsSeen returns the service as the view sees it: itself, or, when
+// its egress listeners for some ports do not name it, a copy with the
+// ports they do (its versions marked, so that what is generated from the
+// copy is cached apart).
+func (v View) portsSeen(s *Service) *Service {
+	if len(v.EgressPorts) == 0 {
+		return s
+	}
+	var ports []*meshv1.Port
+	var mark strings.Builder
+	for _, p := range s.Spec.Ports {
+		if v.seesOn(s, p.Number) {
+			ports = append(ports, p)
+			fmt.Fprintf(&mark, ",%d", p.Number)
+		}
+	}
+	if len(ports) == len(s.Spec.Ports) {
+		return s
+	}
+	cp := *s
+	cp.Spec = proto.CloneOf(s.Spec)
+	cp.Spec.Ports = ports
+	cp.Version += "|ports" + mark.String()
+	cp.ConfigVersion += "|ports" + mark.String()
+	return &cp
+}
+
+// namedBy reports whether egress host patterns ("<namespace>/<host>") of a
+// proxy in namespace proxyNS name the service.
+func namedBy(patterns []string, s *Service, proxyNS string) bool {
+	for _, pattern := range patterns {
 		ns, host, ok := strings.Cut(pattern, "/")
 		if !ok {
 			continue
@@ -350,7 +400,7 @@ func (v View) sees(s *Service) bool {
 		switch ns {
 		case "*":
 		case ".":
-			if s.Namespace != v.Namespace {
+			if s.Namespace != proxyNS {
 				continue
 			}
 		case "~":

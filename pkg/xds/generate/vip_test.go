@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -87,4 +88,37 @@ func TestTCPListenersPerVIP(t *testing.T) {
 		t.Errorf("listeners %v, want %v", names, want)
 	}
 	check(t, "vip-listeners.json", tcp)
+}
+
+// TestEgressPorts: a Sidecar's egress listener for a port decides what the
+// proxy sees on that port, its listener without a port on the others, as
+// in Istio: a service named only on some ports is seen on those alone.
+func TestEgressPorts(t *testing.T) {
+	svc := func(ns, name string, ports ...uint32) *generate.Service {
+		s := &generate.Service{Namespace: ns, Name: name, Version: "1", ConfigVersion: "1", Spec: &meshv1.Service{
+			Hostnames: []string{name + "." + ns + ".svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC}}
+		for _, p := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, &meshv1.Port{Name: fmt.Sprint("p", p), Number: p, Protocol: meshv1.Protocol_PROTOCOL_HTTP})
+		}
+		return s
+	}
+	cart, db := svc("shop", "cart", 80, 9090), svc("data", "db", 9090, 5432)
+	m := generate.NewMesh([]*generate.Service{cart, db, svc("web", "front", 80)}, nil)
+	seen := m.For(generate.View{Namespace: "shop", Egress: []string{"./*"}, EgressPorts: map[uint32][]string{9090: {"data/*"}}})
+	var got []string
+	for _, s := range seen.Services {
+		for _, c := range generate.ServiceClusters(seen, s, generate.Envoy) {
+			got = append(got, c.Name)
+		}
+		if s.Name == "cart" && s.ConfigVersion == cart.ConfigVersion {
+			t.Error("the copy seen on fewer ports keeps the service's version (its cached resources would be the whole service's)")
+		}
+	}
+	want := []string{"outbound|9090||db.data.svc.cluster.local", "outbound|80||cart.shop.svc.cluster.local"}
+	if !slices.Equal(got, want) {
+		t.Errorf("clusters %v, want %v", got, want)
+	}
+	if len(cart.Spec.Ports) != 2 {
+		t.Error("the mesh's service lost ports")
+	}
 }

@@ -284,6 +284,7 @@ func (ix *Index) View(class string) (generate.Proxy, generate.View) {
 				v.Egress = append(v.Egress, e.Hosts...)
 			}
 			v.Outbound = s.Spec.OutboundPolicy
+			v.Ingress = s.Spec.Ingress
 		}
 	}
 	return kind, v

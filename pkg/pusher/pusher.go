@@ -769,6 +769,9 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 	}
 	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly))
 	write(view.Egress...)
+	for _, il := range view.Ingress {
+		write("i", strconv.FormatUint(uint64(il.Port), 10), il.Protocol.String(), il.DefaultEndpoint)
+	}
 	for _, port := range slices.Sorted(maps.Keys(view.EgressPorts)) {
 		write(strconv.FormatUint(uint64(port), 10))
 		write(view.EgressPorts[port]...)

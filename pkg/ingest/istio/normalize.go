@@ -756,6 +756,23 @@ func (n *normalizer) sidecar(in Input, spec *sidecar) {
 	if spec.WorkloadSelector != nil {
 		sc.WorkloadSelector = spec.WorkloadSelector.Labels
 	}
+	for i, il := range spec.Ingress {
+		f := fmt.Sprintf("spec.ingress[%d]", i)
+		if il.Port == nil || il.Port.Number == 0 || il.Port.Number > 65535 {
+			n.problem(in, f+".port.number", "a port number is required")
+			return
+		}
+		proto, ok := protocols[strings.ToUpper(il.Port.Protocol)]
+		if !ok {
+			n.problem(in, f+".port.protocol", "unknown protocol %q", il.Port.Protocol)
+			return
+		}
+		if !validDefaultEndpoint(il.DefaultEndpoint) {
+			n.problem(in, f+".defaultEndpoint", "%q is not 127.0.0.1:<port>, [::1]:<port>, 0.0.0.0:<port>, [::]:<port> or unix://<path>", il.DefaultEndpoint)
+			return
+		}
+		sc.Ingress = append(sc.Ingress, &meshv1.IngressListener{Port: il.Port.Number, Protocol: proto, Name: il.Port.Name, DefaultEndpoint: il.DefaultEndpoint})
+	}
 	for _, e := range spec.Egress {
 		el := &meshv1.EgressListener{Hosts: e.Hosts}
 		if e.Port != nil {
@@ -823,6 +840,22 @@ func (n *normalizer) cors(in Input, f string, c *corsPolicy) (*meshv1.Cors, bool
 		return nil, false
 	}
 	return out, true
+}
+
+// validDefaultEndpoint reports whether a Sidecar ingress listener's
+// defaultEndpoint is one Istio accepts (empty: the port itself).
+func validDefaultEndpoint(e string) bool {
+	if e == "" {
+		return true
+	}
+	if path, ok := strings.CutPrefix(e, "unix://"); ok {
+		return path != ""
+	}
+	ap, err := netip.ParseAddrPort(e)
+	if err != nil || ap.Port() == 0 {
+		return false
+	}
+	return ap.Addr().IsLoopback() || ap.Addr().IsUnspecified()
 }
 
 // gatewayModeGap says why a gateway server's TLS mode has no effect yet

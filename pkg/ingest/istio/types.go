@@ -275,11 +275,20 @@ type subset struct {
 }
 
 type sidecar struct {
-	WorkloadSelector      *workloadSelect  `json:"workloadSelector"`
-	Ingress               json.RawMessage  `json:"ingress"`
-	Egress                []egressListener `json:"egress"`
-	OutboundTrafficPolicy *outboundPolicy  `json:"outboundTrafficPolicy"`
-	InboundConnectionPool json.RawMessage  `json:"inboundConnectionPool"`
+	WorkloadSelector      *workloadSelect   `json:"workloadSelector"`
+	Ingress               []ingressListener `json:"ingress"`
+	Egress                []egressListener  `json:"egress"`
+	OutboundTrafficPolicy *outboundPolicy   `json:"outboundTrafficPolicy"`
+	InboundConnectionPool json.RawMessage   `json:"inboundConnectionPool"`
+}
+
+type ingressListener struct {
+	Port            *servicePort    `json:"port"`
+	Bind            json.RawMessage `json:"bind"`
+	CaptureMode     json.RawMessage `json:"captureMode"`
+	DefaultEndpoint string          `json:"defaultEndpoint"`
+	TLS             json.RawMessage `json:"tls"`
+	ConnectionPool  json.RawMessage `json:"connectionPool"`
 }
 
 type egressListener struct {

@@ -3,12 +3,15 @@ package generate
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -41,6 +44,13 @@ func InboundClusterName(port uint32) string {
 // as HTTP that is not.
 func inboundPorts(m *Mesh) map[uint32]bool {
 	http := map[uint32]bool{}
+	if len(m.ingress) > 0 {
+		// The Sidecar's ingress listeners say them.
+		for _, il := range m.ingress {
+			http[il.Port] = isHTTP(&meshv1.Port{Protocol: il.Protocol})
+		}
+		return http
+	}
 	for _, s := range m.Services {
 		if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
 			continue
@@ -64,17 +74,54 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 		return nil
 	}
 	ports := inboundPorts(m)
+	endpoints := map[uint32]string{}
+	for _, il := range m.ingress {
+		endpoints[il.Port] = il.DefaultEndpoint
+	}
 	var out []*cluster.Cluster
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
-		out = append(out, &cluster.Cluster{
+		c := &cluster.Cluster{
 			Name:                 InboundClusterName(port),
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
 			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
 			ConnectTimeout:       durationpb.New(10 * time.Second),
 			UpstreamBindConfig:   &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()},
-		})
+		}
+		defaultEndpoint(c, endpoints[port])
+		out = append(out, c)
 	}
 	return out
+}
+
+// defaultEndpoint points an inbound cluster at a Sidecar ingress
+// listener's default endpoint, as Istio does: a loopback address or a unix
+// socket directly, the workload's own address (0.0.0.0 or [::]) on
+// another port through the original destination with the port replaced.
+func defaultEndpoint(c *cluster.Cluster, endpoint string) {
+	if endpoint == "" {
+		return
+	}
+	static := func(addr *core.Address) {
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
+		c.UpstreamBindConfig = nil
+		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: c.Name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}}}}}
+	}
+	if path, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		static(&core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: path}}})
+		return
+	}
+	ap, err := netip.ParseAddrPort(endpoint)
+	if err != nil {
+		return // refused at ingest
+	}
+	if ap.Addr().IsUnspecified() {
+		c.LbConfig = &cluster.Cluster_OriginalDstLbConfig_{OriginalDstLbConfig: &cluster.Cluster_OriginalDstLbConfig{
+			UpstreamPortOverride: wrapperspb.UInt32(uint32(ap.Port()))}}
+		return
+	}
+	static(socketAddress(ap.Addr().String(), uint32(ap.Port())))
 }
 
 // inboundChains returns the virtual inbound listener's filter chains, one

@@ -100,6 +100,8 @@ type Mesh struct {
 	// sources holds the tags of the source selectors (see SelectorTag)
 	// that select the view's proxies.
 	sources map[string]bool
+	// ingress are the view's Sidecar ingress listeners (see View.Ingress).
+	ingress []*meshv1.IngressListener
 	byHost  map[string]*Service
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
@@ -151,7 +153,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
-		Namespace: m.Namespace, sources: m.sources, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
+		Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
 			out.Services[i] = n
@@ -237,6 +239,9 @@ type View struct {
 	// EgressPorts are the egress hosts of the Sidecar's listeners for one
 	// port: on that port, the proxy sees those instead of Egress.
 	EgressPorts map[uint32][]string
+	// Ingress are the Sidecar's ingress listeners: the proxy's inbound
+	// ports, instead of the target ports of the services it sees.
+	Ingress []*meshv1.IngressListener
 }
 
 // For returns the part of the mesh a view sees: the services exported to
@@ -258,7 +263,7 @@ func (m *Mesh) For(v View) *Mesh {
 		}
 	}
 	out := NewMesh(svcs, m.Routes)
-	out.Policies, out.RegistryOnly, out.Namespace = m.Policies, v.RegistryOnly, v.Namespace
+	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}
 		for _, tag := range v.Sources {

@@ -122,3 +122,37 @@ func TestEgressPorts(t *testing.T) {
 		t.Error("the mesh's service lost ports")
 	}
 }
+
+// TestSidecarIngress: a Sidecar's ingress listeners are the proxy's inbound
+// ports, each sent to its default endpoint as Istio does: a loopback
+// address or a unix socket as a static cluster, the workload's own address
+// on another port through the original destination, the port itself
+// without one.
+func TestSidecarIngress(t *testing.T) {
+	m := vipMesh().For(generate.View{Namespace: "shop", Ingress: []*meshv1.IngressListener{
+		{Port: 9080, Protocol: meshv1.Protocol_PROTOCOL_HTTP, DefaultEndpoint: "127.0.0.1:8080"},
+		{Port: 9090, Protocol: meshv1.Protocol_PROTOCOL_TCP, DefaultEndpoint: "unix:///var/run/admin.sock"},
+		{Port: 9091, Protocol: meshv1.Protocol_PROTOCOL_GRPC, DefaultEndpoint: "0.0.0.0:7070"},
+		{Port: 9092, Protocol: meshv1.Protocol_PROTOCOL_TCP},
+	}})
+	clusters := generate.InboundClusters(m, generate.Envoy)
+	var names []string
+	for _, c := range clusters {
+		names = append(names, c.Name)
+	}
+	if want := []string{"inbound|9080||", "inbound|9090||", "inbound|9091||", "inbound|9092||"}; !slices.Equal(names, want) {
+		t.Errorf("inbound clusters %v, want %v (the ingress ports, not the services')", names, want)
+	}
+	check(t, "ingress-clusters.json", clusters)
+	var chains []string
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if l.Name == generate.VirtualInboundListener {
+			for _, c := range l.FilterChains {
+				chains = append(chains, c.Name)
+			}
+		}
+	}
+	if want := []string{"inbound_0.0.0.0_9080", "inbound_0.0.0.0_9090", "inbound_0.0.0.0_9091", "inbound_0.0.0.0_9092", generate.InboundPassthroughCluster}; !slices.Equal(chains, want) {
+		t.Errorf("inbound chains %v, want %v", chains, want)
+	}
+}

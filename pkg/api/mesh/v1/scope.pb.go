@@ -131,9 +131,10 @@ type Scope struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Origin *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
 	// workload_selector selects the workloads; empty means the whole namespace.
-	WorkloadSelector map[string]string `protobuf:"bytes,2,rep,name=workload_selector,json=workloadSelector,proto3" json:"workload_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Egress           []*EgressListener `protobuf:"bytes,3,rep,name=egress,proto3" json:"egress,omitempty"`
-	OutboundPolicy   OutboundPolicy    `protobuf:"varint,4,opt,name=outbound_policy,json=outboundPolicy,proto3,enum=shardpilot.mesh.v1.OutboundPolicy" json:"outbound_policy,omitempty"`
+	WorkloadSelector map[string]string  `protobuf:"bytes,2,rep,name=workload_selector,json=workloadSelector,proto3" json:"workload_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Egress           []*EgressListener  `protobuf:"bytes,3,rep,name=egress,proto3" json:"egress,omitempty"`
+	OutboundPolicy   OutboundPolicy     `protobuf:"varint,4,opt,name=outbound_policy,json=outboundPolicy,proto3,enum=shardpilot.mesh.v1.OutboundPolicy" json:"outbound_policy,omitempty"`
+	Ingress          []*IngressListener `protobuf:"bytes,5,rep,name=ingress,proto3" json:"ingress,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -196,22 +197,109 @@ func (x *Scope) GetOutboundPolicy() OutboundPolicy {
 	return OutboundPolicy_OUTBOUND_POLICY_UNSET
 }
 
+func (x *Scope) GetIngress() []*IngressListener {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+// IngressListener is a port the selected workloads take traffic on through
+// their sidecar (Istio's Sidecar ingress): the sidecar's inbound ports are
+// these instead of the target ports of the services that select them.
+type IngressListener struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Port     uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Protocol Protocol               `protobuf:"varint,2,opt,name=protocol,proto3,enum=shardpilot.mesh.v1.Protocol" json:"protocol,omitempty"`
+	Name     string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// default_endpoint is where the sidecar sends the port's traffic:
+	// "127.0.0.1:<port>", "[::1]:<port>", "0.0.0.0:<port>" (the workload's
+	// own address) or "unix://<path>"; empty: the port itself.
+	DefaultEndpoint string `protobuf:"bytes,4,opt,name=default_endpoint,json=defaultEndpoint,proto3" json:"default_endpoint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *IngressListener) Reset() {
+	*x = IngressListener{}
+	mi := &file_shardpilot_mesh_v1_scope_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressListener) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressListener) ProtoMessage() {}
+
+func (x *IngressListener) ProtoReflect() protoreflect.Message {
+	mi := &file_shardpilot_mesh_v1_scope_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressListener.ProtoReflect.Descriptor instead.
+func (*IngressListener) Descriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_scope_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *IngressListener) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *IngressListener) GetProtocol() Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return Protocol_PROTOCOL_UNSPECIFIED
+}
+
+func (x *IngressListener) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IngressListener) GetDefaultEndpoint() string {
+	if x != nil {
+		return x.DefaultEndpoint
+	}
+	return ""
+}
+
 var File_shardpilot_mesh_v1_scope_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_scope_proto_rawDesc = "" +
 	"\n" +
-	"\x1eshardpilot/mesh/v1/scope.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\":\n" +
+	"\x1eshardpilot/mesh/v1/scope.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\x1a shardpilot/mesh/v1/service.proto\":\n" +
 	"\x0eEgressListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x14\n" +
-	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xe7\x02\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xa6\x03\n" +
 	"\x05Scope\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\\\n" +
 	"\x11workload_selector\x18\x02 \x03(\v2/.shardpilot.mesh.v1.Scope.WorkloadSelectorEntryR\x10workloadSelector\x12:\n" +
 	"\x06egress\x18\x03 \x03(\v2\".shardpilot.mesh.v1.EgressListenerR\x06egress\x12K\n" +
-	"\x0foutbound_policy\x18\x04 \x01(\x0e2\".shardpilot.mesh.v1.OutboundPolicyR\x0eoutboundPolicy\x1aC\n" +
+	"\x0foutbound_policy\x18\x04 \x01(\x0e2\".shardpilot.mesh.v1.OutboundPolicyR\x0eoutboundPolicy\x12=\n" +
+	"\aingress\x18\x05 \x03(\v2#.shardpilot.mesh.v1.IngressListenerR\aingress\x1aC\n" +
 	"\x15WorkloadSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*m\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x01\n" +
+	"\x0fIngressListener\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x128\n" +
+	"\bprotocol\x18\x02 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12)\n" +
+	"\x10default_endpoint\x18\x04 \x01(\tR\x0fdefaultEndpoint*m\n" +
 	"\x0eOutboundPolicy\x12\x19\n" +
 	"\x15OUTBOUND_POLICY_UNSET\x10\x00\x12\x1d\n" +
 	"\x19OUTBOUND_POLICY_ALLOW_ANY\x10\x01\x12!\n" +
@@ -230,24 +318,28 @@ func file_shardpilot_mesh_v1_scope_proto_rawDescGZIP() []byte {
 }
 
 var file_shardpilot_mesh_v1_scope_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardpilot_mesh_v1_scope_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_shardpilot_mesh_v1_scope_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_shardpilot_mesh_v1_scope_proto_goTypes = []any{
-	(OutboundPolicy)(0),    // 0: shardpilot.mesh.v1.OutboundPolicy
-	(*EgressListener)(nil), // 1: shardpilot.mesh.v1.EgressListener
-	(*Scope)(nil),          // 2: shardpilot.mesh.v1.Scope
-	nil,                    // 3: shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
-	(*Origin)(nil),         // 4: shardpilot.mesh.v1.Origin
+	(OutboundPolicy)(0),     // 0: shardpilot.mesh.v1.OutboundPolicy
+	(*EgressListener)(nil),  // 1: shardpilot.mesh.v1.EgressListener
+	(*Scope)(nil),           // 2: shardpilot.mesh.v1.Scope
+	(*IngressListener)(nil), // 3: shardpilot.mesh.v1.IngressListener
+	nil,                     // 4: shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
+	(*Origin)(nil),          // 5: shardpilot.mesh.v1.Origin
+	(Protocol)(0),           // 6: shardpilot.mesh.v1.Protocol
 }
 var file_shardpilot_mesh_v1_scope_proto_depIdxs = []int32{
-	4, // 0: shardpilot.mesh.v1.Scope.origin:type_name -> shardpilot.mesh.v1.Origin
-	3, // 1: shardpilot.mesh.v1.Scope.workload_selector:type_name -> shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
+	5, // 0: shardpilot.mesh.v1.Scope.origin:type_name -> shardpilot.mesh.v1.Origin
+	4, // 1: shardpilot.mesh.v1.Scope.workload_selector:type_name -> shardpilot.mesh.v1.Scope.WorkloadSelectorEntry
 	1, // 2: shardpilot.mesh.v1.Scope.egress:type_name -> shardpilot.mesh.v1.EgressListener
 	0, // 3: shardpilot.mesh.v1.Scope.outbound_policy:type_name -> shardpilot.mesh.v1.OutboundPolicy
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 4: shardpilot.mesh.v1.Scope.ingress:type_name -> shardpilot.mesh.v1.IngressListener
+	6, // 5: shardpilot.mesh.v1.IngressListener.protocol:type_name -> shardpilot.mesh.v1.Protocol
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_scope_proto_init() }
@@ -256,13 +348,14 @@ func file_shardpilot_mesh_v1_scope_proto_init() {
 		return
 	}
 	file_shardpilot_mesh_v1_origin_proto_init()
+	file_shardpilot_mesh_v1_service_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_scope_proto_rawDesc), len(file_shardpilot_mesh_v1_scope_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,18 @@ spec:
 `, a.port, b.port, c.port)
 }
 
+// greeterPolicy is the external greeter's DestinationRule with a traffic
+// policy (YAML indented under trafficPolicy).
+func greeterPolicy(policy string) string {
+	return `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: demo}
+spec:
+  host: greeter.example.com
+  trafficPolicy:` + policy + "\n"
+}
+
 // dialIn dials the greeter as a proxyless client in a locality.
 func dialIn(t *testing.T, ads, region, zone string) *grpc.ClientConn {
 	t.Helper()
@@ -54,15 +66,8 @@ func TestLocalityFailover(t *testing.T) {
 		return len(got) == 3 && got[a.addr] > 0 && got[b.addr] > 0 && got[c.addr] > 0, fmt.Sprint(got)
 	})
 
-	writeMesh(t, dir, "rule.yaml", `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: demo}
-spec:
-  host: greeter.example.com
-  trafficPolicy:
-    outlierDetection: {consecutive5xxErrors: 3, interval: 1s, baseEjectionTime: 30s}
-`)
+	writeMesh(t, dir, "rule.yaml", greeterPolicy(`
+    outlierDetection: {consecutive5xxErrors: 3, interval: 1s, baseEjectionTime: 30s}`))
 	allOn(t, east1, a.addr, "a client in us-east/z1 calls the endpoint of its zone")
 	// The config dump shows what the proxy is served: its locality's
 	// priorities (0 its zone, 1 its region, 2 the other region).
@@ -80,18 +85,11 @@ spec:
 	// distribute: the clients of eu-west send everything to us-east/z2.
 	b2 := startBackend(t)
 	writeMesh(t, dir, "greeter.yaml", localityEntry(a, b2, c))
-	writeMesh(t, dir, "rule.yaml", `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: demo}
-spec:
-  host: greeter.example.com
-  trafficPolicy:
+	writeMesh(t, dir, "rule.yaml", greeterPolicy(`
     loadBalancer:
       localityLbSetting:
         distribute:
         - from: eu-west/*
-          to: {"us-east/z2/*": 100}
-`)
+          to: {"us-east/z2/*": 100}`))
 	allOn(t, west, b2.addr, "distribute sends eu-west's calls to us-east/z2")
 }

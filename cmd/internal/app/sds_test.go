@@ -233,15 +233,24 @@ func TestIstioMutual(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	b := backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
-	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b), `
+	// rule is the greeter's ISTIO_MUTUAL DestinationRule, with subject alt
+	// names when any are given.
+	rule := func(sans ...string) string {
+		names := ""
+		if len(sans) > 0 {
+			names = fmt.Sprintf(", subjectAltNames: [%q]", sans[0])
+		}
+		return fmt.Sprintf(`
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: greeter, namespace: demo}
 spec:
   host: greeter.demo.svc.cluster.local
   trafficPolicy:
-    tls: {mode: ISTIO_MUTUAL}
-`))
+    tls: {mode: ISTIO_MUTUAL%s}
+`, names)
+	}
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b), rule()))
 
 	// The client's agent writes its workload certificate.
 	cCert, cKey := boot.Issue(t, "client", "spiffe://cluster.local/ns/demo/sa/client")
@@ -278,17 +287,6 @@ spec:
 
 	// subjectAltNames: the client accepts only a server certificate that
 	// names one of them.
-	rule := func(san string) string {
-		return fmt.Sprintf(`
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: demo}
-spec:
-  host: greeter.demo.svc.cluster.local
-  trafficPolicy:
-    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [%q]}
-`, san)
-	}
 	client := "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local"
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b), rule("spiffe://cluster.local/ns/demo/sa/impostor")))
 	cp.serving(t, client, "spiffe://cluster.local/ns/demo/sa/impostor")

@@ -551,49 +551,44 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		}
 		rr.Http = append(rr.Http, route)
 	}
-	for i, r := range spec.TCP {
-		f := fmt.Sprintf("spec.tcp[%d]", i)
-		route := &meshv1.L4Route{}
-		for j, m := range r.Match {
-			if !n.l4Match(in, fmt.Sprintf("%s.match[%d]", f, j), m.DestinationSubnets) {
-				continue
-			}
-			route.Match = append(route.Match, &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace})
-		}
-		if !n.l4Destinations(in, f, r.Route, route) {
-			return
-		}
-		if len(r.Match) == 0 || len(route.Match) > 0 {
-			rr.Tcp = append(rr.Tcp, route)
-		}
-	}
-	for i, r := range spec.TLS {
-		f := fmt.Sprintf("spec.tls[%d]", i)
-		route := &meshv1.L4Route{}
-		if len(r.Match) == 0 {
-			n.problem(in, f+".match", "a tls route needs a match with sniHosts")
-			return
-		}
-		for j, m := range r.Match {
-			mf := fmt.Sprintf("%s.match[%d]", f, j)
-			if len(m.SniHosts) == 0 {
-				n.problem(in, mf+".sniHosts", "at least one SNI host is required")
+	for _, section := range []struct {
+		name   string
+		routes []l4Route
+		out    *[]*meshv1.L4Route
+	}{{"tcp", spec.TCP, &rr.Tcp}, {"tls", spec.TLS, &rr.Tls}} {
+		tls := section.name == "tls"
+		for i, r := range section.routes {
+			f := fmt.Sprintf("spec.%s[%d]", section.name, i)
+			if tls && len(r.Match) == 0 {
+				n.problem(in, f+".match", "a tls route needs a match with sniHosts")
 				return
 			}
-			if !n.l4Match(in, mf, m.DestinationSubnets) {
-				continue
+			route := &meshv1.L4Route{}
+			for j, m := range r.Match {
+				mf := fmt.Sprintf("%s.match[%d]", f, j)
+				switch {
+				case tls && len(m.SniHosts) == 0:
+					n.problem(in, mf+".sniHosts", "at least one SNI host is required")
+					return
+				case !tls && len(m.SniHosts) > 0:
+					n.problem(in, mf+".sniHosts", "SNI hosts belong to tls routes, not tcp routes")
+					return
+				}
+				if !n.l4Match(in, mf, m.DestinationSubnets) {
+					continue
+				}
+				lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace}
+				for _, h := range m.SniHosts {
+					lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
+				}
+				route.Match = append(route.Match, lm)
 			}
-			lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace}
-			for _, h := range m.SniHosts {
-				lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
+			if !n.l4Destinations(in, f, r.Route, route) {
+				return
 			}
-			route.Match = append(route.Match, lm)
-		}
-		if !n.l4Destinations(in, f, r.Route, route) {
-			return
-		}
-		if len(route.Match) > 0 {
-			rr.Tls = append(rr.Tls, route)
+			if len(r.Match) == 0 || len(route.Match) > 0 {
+				*section.out = append(*section.out, route)
+			}
 		}
 	}
 	n.emit(in, rr)

@@ -63,31 +63,20 @@ type virtualService struct {
 	Hosts    []string    `json:"hosts"`
 	Gateways []string    `json:"gateways"`
 	HTTP     []httpRoute `json:"http"`
-	TLS      []tlsRoute  `json:"tls"`
-	TCP      []tcpRoute  `json:"tcp"`
+	TLS      []l4Route   `json:"tls"`
+	TCP      []l4Route   `json:"tcp"`
 	ExportTo []string    `json:"exportTo"`
 }
 
-type tcpRoute struct {
+// l4Route is a tcp or a tls route; sniHosts belong to tls matches alone
+// (the normalizer refuses them in a tcp route).
+type l4Route struct {
 	Match []l4Match       `json:"match"`
 	Route []l4Destination `json:"route"`
 }
 
-type tlsRoute struct {
-	Match []tlsMatch      `json:"match"`
-	Route []l4Destination `json:"route"`
-}
-
 type l4Match struct {
-	DestinationSubnets json.RawMessage   `json:"destinationSubnets" field:"warned: the match alternative never matches"`
-	Port               uint32            `json:"port"`
-	SourceLabels       map[string]string `json:"sourceLabels" field:"supported: by the class of the proxy (its labels); at gateways it never matches"`
-	Gateways           []string          `json:"gateways"`
-	SourceNamespace    string            `json:"sourceNamespace" field:"supported: at sidecars, by the class's namespace; at gateways it never matches"`
-}
-
-type tlsMatch struct {
-	SniHosts           []string          `json:"sniHosts"`
+	SniHosts           []string          `json:"sniHosts" field:"supported: in tls routes (refused in a tcp route)"`
 	DestinationSubnets json.RawMessage   `json:"destinationSubnets" field:"warned: the match alternative never matches"`
 	Port               uint32            `json:"port"`
 	SourceLabels       map[string]string `json:"sourceLabels" field:"supported: by the class of the proxy (its labels); at gateways it never matches"`

@@ -54,31 +54,25 @@ func (m *Mesh) expand(rule *meshv1.RouteRule) []*meshv1.HTTPRoute {
 			}
 			merged := proto.CloneOf(dh)
 			merged.Match = matches
-			if merged.Timeout == nil {
-				merged.Timeout = root.Timeout
-			}
-			if merged.Retries == nil {
-				merged.Retries = root.Retries
-			}
-			if merged.Fault == nil {
-				merged.Fault = root.Fault
-			}
-			if merged.Mirror == nil {
-				merged.Mirror = root.Mirror
-			}
-			if merged.Rewrite == nil {
-				merged.Rewrite = root.Rewrite
-			}
-			if merged.Headers == nil {
-				merged.Headers = root.Headers
-			}
-			if merged.Cors == nil {
-				merged.Cors = root.Cors
-			}
+			inherit(&merged.Timeout, root.Timeout)
+			inherit(&merged.Retries, root.Retries)
+			inherit(&merged.Fault, root.Fault)
+			inherit(&merged.Mirror, root.Mirror)
+			inherit(&merged.Rewrite, root.Rewrite)
+			inherit(&merged.Headers, root.Headers)
+			inherit(&merged.Cors, root.Cors)
 			out = append(out, merged)
 		}
 	}
 	return out
+}
+
+// inherit sets an unset setting of a delegate's route to the root's.
+func inherit[T comparable](setting *T, root T) {
+	var unset T
+	if *setting == unset {
+		*setting = root
+	}
 }
 
 // mergeMatches combines a root route's matches with its delegate's: every

@@ -753,13 +753,8 @@ func (n *normalizer) sidecar(in Input, spec *sidecar) {
 	}
 	for i, il := range spec.Ingress {
 		f := fmt.Sprintf("spec.ingress[%d]", i)
-		if il.Port == nil || il.Port.Number == 0 || il.Port.Number > 65535 {
-			n.problem(in, f+".port.number", "a port number is required")
-			return
-		}
-		proto, ok := protocols[strings.ToUpper(il.Port.Protocol)]
+		proto, ok := n.listenerPort(in, f, il.Port)
 		if !ok {
-			n.problem(in, f+".port.protocol", "unknown protocol %q", il.Port.Protocol)
 			return
 		}
 		if !validDefaultEndpoint(il.DefaultEndpoint) {
@@ -782,13 +777,8 @@ func (n *normalizer) gateway(in Input, spec *gateway) {
 	gw := &meshv1.Gateway{Origin: n.origin(in), Selector: spec.Selector}
 	for i, s := range spec.Servers {
 		f := fmt.Sprintf("spec.servers[%d]", i)
-		if s.Port == nil {
-			n.problem(in, f+".port", "a port is required")
-			return
-		}
-		proto, ok := protocols[strings.ToUpper(s.Port.Protocol)]
+		proto, ok := n.listenerPort(in, f, s.Port)
 		if !ok {
-			n.problem(in, f+".port.protocol", "unknown protocol %q", s.Port.Protocol)
 			return
 		}
 		srv := &meshv1.GatewayServer{Name: s.Name, Port: s.Port.Number, Protocol: proto, PortName: s.Port.Name, Hosts: s.Hosts}
@@ -835,6 +825,20 @@ func (n *normalizer) cors(in Input, f string, c *corsPolicy) (*meshv1.Cors, bool
 		return nil, false
 	}
 	return out, true
+}
+
+// listenerPort checks the port of a gateway server or a Sidecar ingress
+// listener and returns its protocol.
+func (n *normalizer) listenerPort(in Input, f string, p *servicePort) (meshv1.Protocol, bool) {
+	if p == nil || p.Number == 0 || p.Number > 65535 {
+		n.problem(in, f+".port.number", "a port number (1 to 65535) is required")
+		return 0, false
+	}
+	proto, ok := protocols[strings.ToUpper(p.Protocol)]
+	if !ok {
+		n.problem(in, f+".port.protocol", "unknown protocol %q", p.Protocol)
+	}
+	return proto, ok
 }
 
 // validDefaultEndpoint reports whether a Sidecar ingress listener's

@@ -386,3 +386,46 @@ func TestChart(t *testing.T) {
 		})
 	}
 }
+
+// TestChartShards: with pusher.shards, every shard gets its Deployment,
+// Service, autoscaler and disruption budget, selecting its own pods and
+// serving its namespaces; a namespace in two shards is refused.
+func TestChartShards(t *testing.T) {
+	h := helm(t)
+	chart := filepath.Join("helm", "shardpilot")
+	set := "pusher.shards[0].name=pay,pusher.shards[0].namespaces={payments,checkout},pusher.shards[1].name=shop,pusher.shards[1].namespaces={catalog}"
+	objs, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--set", set)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if find(objs, "Deployment", "sp-pusher") != nil {
+		t.Error("an unsharded pusher Deployment beside the shards")
+	}
+	for shard, namespaces := range map[string]string{"pay": "payments,checkout", "shop": "catalog"} {
+		name := "sp-pusher-" + shard
+		dep, svc, hpa, pdb := find(objs, "Deployment", name), find(objs, "Service", name), find(objs, "HorizontalPodAutoscaler", name), find(objs, "PodDisruptionBudget", name)
+		if dep == nil || svc == nil || hpa == nil || pdb == nil {
+			t.Fatalf("shard %s: Deployment %v, Service %v, autoscaler %v, disruption budget %v", shard, dep != nil, svc != nil, hpa != nil, pdb != nil)
+		}
+		envs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+		if env := fmt.Sprint(envs); !strings.Contains(env, "SHARDPILOT_NAMESPACES value:"+namespaces) {
+			t.Errorf("shard %s serves no %s: %.300s", shard, namespaces, env)
+		}
+		for what, path := range map[string][]string{"Service": {"spec", "selector"}, "disruption budget": {"spec", "selector", "matchLabels"}} {
+			obj := map[string]*unstructured.Unstructured{"Service": svc, "disruption budget": pdb}[what]
+			if got, _, _ := unstructured.NestedString(obj.Object, append(path, "shardpilot.io/shard")...); got != shard {
+				t.Errorf("shard %s: its %s selects shard %q", shard, what, got)
+			}
+		}
+		if got, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "metadata", "labels", "shardpilot.io/shard"); got != shard {
+			t.Errorf("shard %s: pods labelled %q", shard, got)
+		}
+		if got, _, _ := unstructured.NestedString(hpa.Object, "spec", "scaleTargetRef", "name"); got != name {
+			t.Errorf("shard %s: the autoscaler scales %s", shard, got)
+		}
+	}
+	out, err := exec.Command(h, "template", "sp", chart, "--set", "pusher.shards[0].name=a,pusher.shards[0].namespaces={x},pusher.shards[1].name=b,pusher.shards[1].namespaces={x}").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "namespace x is in shards a and b") {
+		t.Errorf("a namespace in two shards: %v\n%s", err, out)
+	}
+}

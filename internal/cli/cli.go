@@ -221,3 +221,15 @@ func Listen(log *slog.Logger, what, flagName, addr string) (net.Listener, error)
 	log.Info(what+" listening", "addr", lis.Addr().String())
 	return lis, nil
 }
+
+// List splits a comma-separated flag value, leaving out empty items and
+// surrounding spaces (nil for an empty value).
+func List(value string) []string {
+	var out []string
+	for _, item := range strings.Split(value, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

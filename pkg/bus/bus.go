@@ -228,12 +228,24 @@ func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
 // decode are passed to fn as nil events so the caller can count them; their
 // sequence still advances.
 func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error {
+	return b.ConsumeSubjects(ctx, fromSeq, nil, fn)
+}
+
+// ConsumeSubjects is Consume for the events of some subjects alone (all of
+// them for none; see ScopeSubjects): the stream sends no other, so its
+// sequence skips theirs. A missing event of these subjects is told apart
+// from the others' by the stream: once nothing of theirs is pending, every
+// sequence up to the stream's last is accounted for, and one the stream no
+// longer holds (its oldest is past the next expected) is a gap.
+func (b *Bus) ConsumeSubjects(ctx context.Context, fromSeq uint64, subjects []string, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error {
 	if fromSeq == 0 {
 		fromSeq = 1
 	}
+	filtered := len(subjects) > 0
 	cons, err := b.js.OrderedConsumer(ctx, b.stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   fromSeq,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    fromSeq,
+		FilterSubjects: subjects,
 	})
 	if err != nil {
 		return fmt.Errorf("bus: consume %s from %d: %w", b.stream, fromSeq, err)
@@ -248,6 +260,11 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 		return err
 	}
 	next := fromSeq
+	if filtered {
+		if err := b.holds(ctx, next); err != nil {
+			return err
+		}
+	}
 	for {
 		wait, cancel := context.WithTimeout(ctx, streamCheck)
 		msg, err := it.Next(jetstream.NextContext(wait))
@@ -267,6 +284,11 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 				if !now.Equal(created) {
 					return fmt.Errorf("bus: stream %s was recreated: %w", b.stream, model.ErrGap)
 				}
+				if filtered {
+					if next, err = b.caughtUp(ctx, cons, next); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			return fmt.Errorf("bus: consume %s: %w", b.stream, err)
@@ -275,10 +297,13 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 		if err != nil {
 			return fmt.Errorf("bus: consume %s: metadata: %w", b.stream, err)
 		}
-		if meta.Sequence.Stream != next {
+		switch {
+		case !filtered && meta.Sequence.Stream != next:
 			return fmt.Errorf("bus: wanted sequence %d, got %d: %w", next, meta.Sequence.Stream, model.ErrGap)
+		case filtered && meta.Sequence.Stream < next:
+			return fmt.Errorf("bus: wanted sequence %d or later, got %d: %w", next, meta.Sequence.Stream, model.ErrGap)
 		}
-		next++
+		next = meta.Sequence.Stream + 1
 		ev := &meshv1.ChangeEvent{}
 		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 			ev = nil
@@ -287,4 +312,53 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 			return err
 		}
 	}
+}
+
+// holds checks that the stream still holds sequence next (or has not
+// reached it): an older one has been dropped with whatever it carried.
+func (b *Bus) holds(ctx context.Context, next uint64) error {
+	info, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return fmt.Errorf("bus: stream %s info: %w", b.stream, err)
+	}
+	if first := info.CachedInfo().State.FirstSeq; first > next {
+		return fmt.Errorf("bus: stream %s starts at %d, events from %d are gone: %w", b.stream, first, next, model.ErrGap)
+	}
+	return nil
+}
+
+// caughtUp returns the next sequence a filtered consumer waits for: past
+// the stream's last when none of its subjects' events is pending (so that
+// the others' ageing out is no gap), after checking the stream holds it.
+func (b *Bus) caughtUp(ctx context.Context, cons jetstream.Consumer, next uint64) (uint64, error) {
+	last, err := b.LastSeq(ctx)
+	if err != nil {
+		return next, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return next, fmt.Errorf("bus: consumer info: %w", err)
+	}
+	if info.NumPending == 0 && last+1 > next {
+		next = last + 1
+	}
+	return next, b.holds(ctx, next)
+}
+
+// ScopeSubjects are the subjects of the events a pusher scoped to some
+// namespaces follows: every kind in those namespaces, every Sidecar and
+// Gateway (which decide scopes and gateway classes), resyncs and events of
+// unknown keys.
+func ScopeSubjects(namespaces []string) []string {
+	out := []string{SubjectPrefix + "._resync", SubjectPrefix + "._unknown",
+		SubjectPrefix + "." + string(model.KindScope) + ".>", SubjectPrefix + "." + string(model.KindGateway) + ".>"}
+	// Filters must not overlap: the namespaces' subjects name every other kind.
+	for _, ns := range namespaces {
+		for _, k := range model.Kinds {
+			if k != model.KindScope && k != model.KindGateway {
+				out = append(out, SubjectPrefix+"."+string(k)+"."+ns)
+			}
+		}
+	}
+	return out
 }

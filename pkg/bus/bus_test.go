@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
@@ -82,5 +84,49 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: want an error", name)
 		}
+	}
+}
+
+// TestConsumeSubjects: a consumer of some namespaces' subjects gets their
+// events alone, in order (the stream's sequence skipping the others'); it
+// reports a gap when the stream no longer holds where it starts.
+func TestConsumeSubjects(t *testing.T) {
+	_, nc := testutil.NATS(t)
+	ctx := testutil.Context(t)
+	b, err := bus.New(ctx, nc, bus.Config{MaxMsgs: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"/mesh/v1/services/a/x", "/mesh/v1/services/b/x", "/mesh/v1/scopes/c/default",
+		"/mesh/v1/routerules/a/y", "/mesh/v1/endpoints/b/x/yaml", "/mesh/v1/services/a/z"} {
+		if _, err := b.Publish(ctx, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Key: key, Revision: int64(i + 1), Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	stop := errors.New("stop")
+	err = b.ConsumeSubjects(ctx, 1, bus.ScopeSubjects([]string{"a"}), func(seq uint64, ev *meshv1.ChangeEvent) error {
+		got = append(got, fmt.Sprintf("%d %s", seq, ev.Key))
+		if seq == 6 {
+			return stop
+		}
+		return nil
+	})
+	want := []string{"1 /mesh/v1/services/a/x", "3 /mesh/v1/scopes/c/default", "4 /mesh/v1/routerules/a/y", "6 /mesh/v1/services/a/z"}
+	if !errors.Is(err, stop) || !slices.Equal(got, want) {
+		t.Fatalf("consumed %q (%v), want %q", got, err, want)
+	}
+	// Four more: the stream keeps sequences 5-10, not 2 on.
+	for rev := range int64(4) {
+		if _, err := b.Publish(ctx, put(rev+7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = b.ConsumeSubjects(ctx, 2, bus.ScopeSubjects([]string{"a"}), func(uint64, *meshv1.ChangeEvent) error {
+		t.Error("delivered an event after a gap")
+		return nil
+	})
+	if !errors.Is(err, model.ErrGap) {
+		t.Fatalf("consume from 2: %v, want model.ErrGap", err)
 	}
 }

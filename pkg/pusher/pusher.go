@@ -25,6 +25,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
@@ -76,9 +77,14 @@ type Config struct {
 	// overrides it): traffic to destinations no service names is refused
 	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
 	RegistryOnly bool
-	Loader       Loader
-	Feed         Feed
-	Sink         Sink
+	// Namespaces, when set, are the namespaces whose proxies the pusher
+	// serves: it loads and follows only what their Sidecars let them see
+	// (see scopeOf), which needs a ScopedLoader and a ScopedFeed. Empty:
+	// the whole mesh.
+	Namespaces []string
+	Loader     Loader
+	Feed       Feed
+	Sink       Sink
 	// Localities, when set, receives the load assignments as the proxies
 	// of each locality class it holds see them (see FillLocality); their
 	// class is generate.LocalityName of the proxy's locality.
@@ -119,6 +125,13 @@ type Config struct {
 func (c *Config) Validate() error {
 	if c.Loader == nil || c.Feed == nil || c.Sink == nil {
 		return errors.New("pusher: a loader, a feed and a sink are required")
+	}
+	if len(c.Namespaces) > 0 {
+		_, loads := c.Loader.(ScopedLoader)
+		_, follows := c.Feed.(ScopedFeed)
+		if !loads || !follows {
+			return errors.New("pusher: serving some namespaces needs a loader and a feed that can be scoped")
+		}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -188,6 +201,11 @@ type Pusher struct {
 	edsCount int
 	// localities generates the load assignments of proxies' localities.
 	localities localities
+	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
+	// all), of a pusher serving some namespaces (owned by the following
+	// goroutine).
+	sidecars map[model.Key]*meshv1.Scope
+	scope    []string
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -242,6 +260,7 @@ type metrics struct {
 	configBytes *prometheus.GaugeVec
 	classes     *prometheus.CounterVec
 	tooLarge    prometheus.Counter
+	scope       prometheus.Gauge
 }
 
 // New returns a Pusher.
@@ -291,11 +310,13 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message (the class kept its last ones)."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
+		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
+			Help: "Namespaces whose objects a pusher serving some namespaces loads and follows (0: the whole mesh)."}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -381,27 +402,30 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	items, rev, errs, err := p.cfg.Loader.List(ctx)
+	items, rev, scope, err := p.load(ctx)
 	if err != nil {
 		return err
 	}
-	for _, e := range errs {
-		p.cfg.Log.Warn("store holds an unreadable value; skipped", "err", e)
-	}
+	p.scope = scope
+	p.m.scope.Set(float64(len(scope)))
 	p.state.reset(items, rev)
 	p.m.loads.Inc()
-	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq)
+	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
 	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 	p.consumed.Store(seq)
 	p.following.Store(true)
 	defer p.following.Store(false)
-	return p.cfg.Feed.Consume(ctx, seq+1, func(n uint64, ev *meshv1.ChangeEvent) error {
+	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
 		if err := p.apply(ctx, ev); err != nil {
 			return err
 		}
 		p.consumed.Store(n)
 		return nil
-	})
+	}
+	if len(p.cfg.Namespaces) > 0 && scope != nil {
+		return p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
+	}
+	return p.cfg.Feed.Consume(ctx, seq+1, fn)
 }
 
 // revisionJump is how far past the last applied revision an event may be
@@ -434,6 +458,9 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 	}
 	k, err := model.ParseKey(ev.Key)
 	if err == nil {
+		if err := p.rescope(k, ev); err != nil {
+			return err
+		}
 		var changed bool
 		var observed time.Time
 		changed, observed, err = p.state.apply(k, ev)

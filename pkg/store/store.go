@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,25 +151,44 @@ func (s *Store) checkFence(ctx context.Context) error {
 // Keys that do not parse or values that do not decode are returned in errs
 // and skipped, so one bad value cannot hide the rest of the mesh.
 func (s *Store) List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error) {
-	resp, err := s.cli.Get(ctx, model.Prefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("store: list %s: %w", model.Prefix, err)
-	}
-	items = make([]model.Stored, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		k, err := model.ParseKey(string(kv.Key))
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	return s.ListPrefixes(ctx, 0, model.Prefix)
+}
+
+// ListPrefixes is List for the keys under some prefixes, every one read at
+// revision rev (0: the store's current revision, that of the first). It
+// returns the revision they were read at.
+func (s *Store) ListPrefixes(ctx context.Context, rev int64, prefixes ...string) (items []model.Stored, at int64, errs []error, err error) {
+	for _, prefix := range prefixes {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
-		o, err := model.Decode(k, kv.Value)
+		resp, err := s.cli.Get(ctx, prefix, opts...)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return nil, 0, nil, fmt.Errorf("store: list %s: %w", prefix, err)
 		}
-		items = append(items, model.Stored{Key: k, Object: o, ModRevision: kv.ModRevision})
+		rev = cmp.Or(rev, resp.Header.Revision)
+		for _, kv := range resp.Kvs {
+			k, err := model.ParseKey(string(kv.Key))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			o, err := model.Decode(k, kv.Value)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			items = append(items, model.Stored{Key: k, Object: o, ModRevision: kv.ModRevision})
+		}
 	}
-	return items, resp.Header.Revision, errs, nil
+	if rev == 0 {
+		// No prefix: the store's revision all the same.
+		if rev, err = s.Revision(ctx); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	return items, rev, errs, nil
 }
 
 // Revision returns the store's current revision.

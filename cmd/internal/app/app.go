@@ -18,6 +18,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardpilot/shardpilot/pkg/classify"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/nats-io/nats.go"
@@ -369,6 +373,10 @@ type Pusher struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply everywhere (default istio-system).
 	RootNamespace string
+	// Namespaces, when set, are the namespaces whose proxies this pusher
+	// serves: it holds only what they may see, and refuses proxies of
+	// other namespaces (FailedPrecondition, naming its namespaces).
+	Namespaces []string
 	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
 	// when set, else ALLOW_ANY (a Sidecar's overrides it).
 	RegistryOnly bool
@@ -398,7 +406,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		return err
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: p.Namespaces, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
@@ -415,6 +423,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	xcfg := p.XDS
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
+	xcfg.Authorize = servedOnly(p.Namespaces, xcfg.Authorize)
 	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
 	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
@@ -430,6 +439,28 @@ func (p Pusher) Run(ctx context.Context) error {
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
 	return g.Wait()
+}
+
+// servedOnly refuses the proxies of namespaces a pusher does not serve
+// (none when it serves every one), after authorize, which says which
+// namespace a proxy is of.
+func servedOnly(namespaces []string, authorize func(context.Context, *core.Node) (*core.Node, error)) func(context.Context, *core.Node) (*core.Node, error) {
+	if len(namespaces) == 0 {
+		return authorize
+	}
+	return func(ctx context.Context, node *core.Node) (*core.Node, error) {
+		if authorize != nil {
+			var err error
+			if node, err = authorize(ctx, node); err != nil {
+				return nil, err
+			}
+		}
+		if ns := classify.Namespace(node); !slices.Contains(namespaces, ns) {
+			return nil, status.Errorf(codes.FailedPrecondition, "shardpilot: this pusher serves the proxies of namespaces %s, not of %q: connect to the pushers of its shard",
+				strings.Join(namespaces, ","), ns)
+		}
+		return node, nil
+	}
 }
 
 // localities serves the load assignments of the proxies of each locality

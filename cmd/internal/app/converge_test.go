@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -38,6 +40,13 @@ type runningPusher struct {
 
 func startPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn) *runningPusher {
 	t.Helper()
+	return startShardPusher(t, cli, nc, nil, nil)
+}
+
+// startShardPusher starts a pusher serving the proxies of some namespaces
+// (nil: all), its metrics in reg (nil: none).
+func startShardPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn, reg prometheus.Registerer, namespaces []string) *runningPusher {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +55,7 @@ func startPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn) *runningPush
 	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	started := make(chan struct{})
 	go func() {
-		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t),
+		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t), Registerer: reg, Namespaces: namespaces,
 			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
 	}()
 	<-started

@@ -1,0 +1,151 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// namespaceService is a ServiceEntry of a namespace, svc.<ns>.example.com,
+// whose endpoint is b; and, when egress hosts are given, the namespace's
+// Sidecar limiting what its proxies see to them.
+func namespaceService(ns string, b backend, egress ...string) string {
+	out := fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: svc, namespace: %[1]s}
+spec:
+  hosts: [svc.%[1]s.example.com]
+  ports: [{number: 50051, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {grpc: %[2]d}}]
+`, ns, b.port)
+	if len(egress) > 0 {
+		out += fmt.Sprintf(`---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: %s}
+spec:
+  egress: [{hosts: ["%s"]}]
+`, ns, strings.Join(egress, `", "`))
+	}
+	return out
+}
+
+// eventsApplied is how many change events a pusher took from the bus.
+func eventsApplied(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() == "shardpilot_pusher_events_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// TestShardPushers: pushers serving the proxies of one namespace each
+// (whose Sidecar sees it and a shared one) load and follow only those
+// namespaces and the root: a change in another namespace reaches none of
+// them, one in the shared namespace reaches both; their proxies are
+// served what they see; a proxy of another namespace is refused, naming
+// the pusher's namespaces.
+func TestShardPushers(t *testing.T) {
+	x, y := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	for _, ns := range []string{"a", "b"} {
+		writeMesh(t, dir, ns+".yaml", namespaceService(ns, x, "./*", "shared/*"))
+	}
+	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
+	writeMesh(t, dir, "c.yaml", namespaceService("c", x))
+	cp := startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	pa := startShardPusher(t, cp.etcd, cp.nats, regA, []string{"a"})
+	pb := startShardPusher(t, cp.etcd, cp.nats, regB, []string{"b"})
+	for _, rp := range []*runningPusher{pa, pb} {
+		testutil.Eventually(t, 20*time.Second, "the shard pusher to load its scope", func() (bool, string) {
+			return rp.p.GeneratedRevision() > 0, "not loaded"
+		})
+	}
+	client := func(ns string) string {
+		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
+	}
+	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.shared.example.com:50051", client("a")), x.addr, "a proxy of a calls the shared namespace's service through its shard's pusher")
+
+	// A change in c reaches neither shard; one in a reaches a's alone; one
+	// in shared reaches both. Each is waited for where it is followed.
+	storeRev := func() int64 {
+		resp, err := cp.etcd.Get(context.Background(), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	change := func(ns string, b backend, to ...*runningPusher) {
+		t.Helper()
+		before := storeRev()
+		egress := map[string][]string{"a": {"./*", "shared/*"}, "b": {"./*", "shared/*"}}[ns]
+		writeMesh(t, dir, ns+".yaml", namespaceService(ns, b, egress...))
+		testutil.Eventually(t, 20*time.Second, "the change in "+ns+" to be stored", func() (bool, string) { return storeRev() > before, "" })
+		cp.settled(t)
+		rev := storeRev()
+		for _, rp := range to {
+			testutil.Eventually(t, 20*time.Second, "the change in "+ns+" to reach its shard", func() (bool, string) {
+				return rp.p.GeneratedRevision() >= rev, fmt.Sprint(rp.p.GeneratedRevision(), " < ", rev)
+			})
+		}
+	}
+	a0, b0 := eventsApplied(t, regA), eventsApplied(t, regB)
+	change("c", y)
+	change("a", y, pa) // after c's, in stream order: a's pusher had c's too, if it were sent
+	a1, b1 := eventsApplied(t, regA), eventsApplied(t, regB)
+	change("shared", y, pa, pb)
+	a2, b2 := eventsApplied(t, regA), eventsApplied(t, regB)
+	t.Logf("events taken: shard a %v, %v, %v; shard b %v, %v, %v", a0, a1, a2, b0, b1, b2)
+	if b1 != b0 {
+		t.Errorf("shard b took %v events of changes in c and a, want none", b1-b0)
+	}
+	if a1 == a0 || a2 == a1 || b2 == b1 {
+		t.Errorf("a shard missed a change it sees: a %v → %v → %v, b %v → %v", a0, a1, a2, b1, b2)
+	}
+	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.a.example.com:50051", client("a")), y.addr, "the shard's proxies follow its namespace's change")
+
+	// A proxy of another namespace is refused by the shard's pusher.
+	conn, err := grpc.NewClient(pa.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar~10.0.0.9~web.c~c.svc.cluster.local"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a proxy of namespace c: %v, want FailedPrecondition", err)
+	}
+}

@@ -59,6 +59,10 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
 	var namespaces string
+	var scopeByProxies bool
+	var scopeGrace time.Duration
+	fs.BoolVar(&scopeByProxies, "scope-by-proxies", false, "serve the namespaces of the proxies connected (of --namespaces, when given): a namespace's scope is loaded when its first proxy comes (which retries until then) and released --scope-grace after its last one left")
+	fs.DurationVar(&scopeGrace, "scope-grace", 5*time.Minute, "with --scope-by-proxies, how long a namespace stays loaded after its last proxy left (longer than a refused proxy takes to retry)")
 	fs.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces whose proxies this pusher serves (its shard): it loads and follows only what their Sidecars let them see, and refuses proxies of other namespaces (empty: every namespace, the whole mesh)")
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
@@ -223,7 +227,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: cli.List(namespaces), RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: cli.List(namespaces), ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -82,6 +82,14 @@ type Config struct {
 	// (see scopeOf), which needs a ScopedLoader and a ScopedFeed. Empty:
 	// the whole mesh.
 	Namespaces []string
+	// ScopeByProxies makes the namespaces served those of the proxies
+	// connected (among Namespaces, when set): a namespace's scope is
+	// loaded when its first proxy comes (see Admit), and released
+	// ScopeGrace after its last one left (see Left).
+	ScopeByProxies bool
+	// ScopeGrace is how long a namespace stays served after its last
+	// proxy left. Default 5m.
+	ScopeGrace time.Duration
 	Loader     Loader
 	Feed       Feed
 	Sink       Sink
@@ -126,7 +134,10 @@ func (c *Config) Validate() error {
 	if c.Loader == nil || c.Feed == nil || c.Sink == nil {
 		return errors.New("pusher: a loader, a feed and a sink are required")
 	}
-	if len(c.Namespaces) > 0 {
+	if c.ScopeGrace == 0 {
+		c.ScopeGrace = 5 * time.Minute
+	}
+	if len(c.Namespaces) > 0 || c.ScopeByProxies {
 		_, loads := c.Loader.(ScopedLoader)
 		_, follows := c.Feed.(ScopedFeed)
 		if !loads || !follows {
@@ -206,6 +217,8 @@ type Pusher struct {
 	// goroutine).
 	sidecars map[model.Key]*meshv1.Scope
 	scope    []string
+	// served tracks the namespaces served by proxies (ScopeByProxies).
+	served served
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -375,10 +388,20 @@ func (p *Pusher) Run(ctx context.Context) error {
 var errReload = errors.New("pusher: reload requested")
 
 func (p *Pusher) follow(ctx context.Context) {
+	if p.cfg.ScopeByProxies {
+		go p.served.expire(ctx, p.cfg.ScopeGrace)
+	}
 	for {
-		err := p.followOnce(ctx)
+		pass, cancel := context.WithCancel(ctx)
+		p.served.setReload(cancel)
+		err := p.followOnce(pass)
+		rescoped := pass.Err() != nil // asked for while following
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if rescoped {
+			err = fmt.Errorf("%w: the namespaces served changed", errReload)
 		}
 		switch {
 		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):

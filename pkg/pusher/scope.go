@@ -2,10 +2,13 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -113,7 +116,11 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 			p.cfg.Log.Warn("store holds an unreadable value; skipped", "err", e)
 		}
 	}()
-	if len(p.cfg.Namespaces) == 0 {
+	serve := p.cfg.Namespaces
+	if p.cfg.ScopeByProxies {
+		serve = p.served.wanted()
+	}
+	if len(serve) == 0 && !p.cfg.ScopeByProxies {
 		items, rev, errs, err = p.cfg.Loader.List(ctx)
 		return items, rev, nil, err
 	}
@@ -128,7 +135,8 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 			p.sidecars[it.Key] = sc
 		}
 	}
-	scope = scopeOf(p.cfg.Namespaces, p.state.b.RootNamespace, p.sidecars)
+	scope = scopeOf(serve, p.state.b.RootNamespace, p.sidecars)
+	p.served.loaded(serve, scope == nil)
 	prefixes := []string{model.Prefix}
 	if scope != nil {
 		prefixes = scopePrefixes(scope)
@@ -148,7 +156,7 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 // namespaces, and asks for a load when a Sidecar's change changes what
 // its scope needs.
 func (p *Pusher) rescope(k model.Key, ev *meshv1.ChangeEvent) error {
-	if len(p.cfg.Namespaces) == 0 || k.Kind != model.KindScope {
+	if (len(p.cfg.Namespaces) == 0 && !p.cfg.ScopeByProxies) || k.Kind != model.KindScope {
 		return nil
 	}
 	if ev.Type == meshv1.ChangeEvent_TYPE_DELETE {
@@ -156,8 +164,130 @@ func (p *Pusher) rescope(k model.Key, ev *meshv1.ChangeEvent) error {
 	} else if o, err := model.Decode(k, ev.Value); err == nil {
 		p.sidecars[k] = o.(*meshv1.Scope)
 	}
-	if next := scopeOf(p.cfg.Namespaces, p.state.b.RootNamespace, p.sidecars); !slices.Equal(next, p.scope) {
+	serve := p.cfg.Namespaces
+	if p.cfg.ScopeByProxies {
+		serve = p.served.loadedNamespaces()
+	}
+	if next := scopeOf(serve, p.state.b.RootNamespace, p.sidecars); !slices.Equal(next, p.scope) {
 		return fmt.Errorf("%w: the namespaces in scope change from %v to %v (nil: all)", errReload, p.scope, next)
 	}
 	return nil
+}
+
+// served tracks, for a pusher that serves the namespaces of the proxies
+// connected, the proxies of each namespace, what the last load served, and
+// how to ask for another.
+type served struct {
+	mu sync.Mutex
+	// proxies counts the streams of each namespace wanted; idle says
+	// since when a namespace has had none.
+	proxies map[string]int
+	idle    map[string]time.Time
+	// done are the namespaces the last load served; whole says it loaded
+	// the whole mesh (every namespace is served).
+	done  map[string]bool
+	whole bool
+	// reload ends the current pass of follow, so that the next loads again.
+	reload context.CancelFunc
+}
+
+func (s *served) setReload(cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reload = cancel
+}
+
+// wanted returns the namespaces to serve, in order.
+func (s *served) wanted() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.proxies))
+}
+
+// loaded records what a load served.
+func (s *served) loaded(namespaces []string, whole bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done, s.whole = map[string]bool{}, whole
+	for _, ns := range namespaces {
+		s.done[ns] = true
+	}
+}
+
+func (s *served) loadedNamespaces() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.done))
+}
+
+// ErrLoadingScope is returned by Admit for a proxy whose namespace's scope
+// is being loaded: it is to retry.
+var ErrLoadingScope = errors.New("pusher: loading what the proxy's namespace sees")
+
+// Admit counts a proxy of a namespace in, for a pusher serving the
+// namespaces of its proxies: nil when what the namespace sees is loaded,
+// else ErrLoadingScope, having asked for a load with it. Every Admit is
+// matched by a Left when the proxy goes.
+func (p *Pusher) Admit(namespace string) error {
+	if !p.cfg.ScopeByProxies {
+		return nil
+	}
+	s := &p.served
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proxies == nil {
+		s.proxies, s.idle = map[string]int{}, map[string]time.Time{}
+	}
+	_, known := s.proxies[namespace]
+	s.proxies[namespace]++
+	delete(s.idle, namespace)
+	if s.done[namespace] || (s.whole && s.done != nil) {
+		return nil
+	}
+	if !known && s.reload != nil {
+		p.cfg.Log.Info("a proxy of a namespace not served yet: loading what it sees", "namespace", namespace)
+		s.reload()
+	}
+	return ErrLoadingScope
+}
+
+// Left counts a proxy Admit counted in out.
+func (p *Pusher) Left(namespace string) {
+	if !p.cfg.ScopeByProxies {
+		return
+	}
+	s := &p.served
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proxies[namespace]--; s.proxies[namespace] <= 0 {
+		s.proxies[namespace] = 0
+		s.idle[namespace] = time.Now()
+	}
+}
+
+// expire stops serving the namespaces without a proxy for grace, loading
+// again without them.
+func (s *served) expire(ctx context.Context, grace time.Duration) {
+	tick := time.NewTicker(max(grace/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			s.mu.Lock()
+			dropped := false
+			for ns, since := range s.idle {
+				if now.Sub(since) >= grace {
+					delete(s.idle, ns)
+					delete(s.proxies, ns)
+					dropped = dropped || s.done[ns]
+				}
+			}
+			if dropped && s.reload != nil {
+				s.reload()
+			}
+			s.mu.Unlock()
+		}
+	}
 }

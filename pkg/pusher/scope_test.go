@@ -1,8 +1,13 @@
 package pusher
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -44,4 +49,36 @@ func TestScopeOf(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}
+}
+
+// TestServedNamespaces: the first proxy of a namespace is told to retry and
+// asks for a load once; once loaded, its proxies are admitted; a
+// namespace without proxies for the grace period asks for a load without it.
+func TestServedNamespaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &Pusher{cfg: Config{ScopeByProxies: true, Log: slog.New(slog.DiscardHandler)}}
+		reloads := 0
+		p.served.setReload(func() { reloads++ })
+		if err := p.Admit("a"); !errors.Is(err, ErrLoadingScope) || reloads != 1 {
+			t.Fatalf("first proxy: %v, %d reloads; want ErrLoadingScope and one", err, reloads)
+		}
+		if err := p.Admit("a"); !errors.Is(err, ErrLoadingScope) || reloads != 1 {
+			t.Fatalf("second proxy while loading: %v, %d reloads; want ErrLoadingScope, no other reload", err, reloads)
+		}
+		p.Left("a")
+		p.Left("a")
+		p.served.loaded(p.served.wanted(), false)
+		if err := p.Admit("a"); err != nil {
+			t.Fatalf("after the load: %v", err)
+		}
+		p.Left("a")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go p.served.expire(ctx, time.Minute)
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if reloads != 2 || len(p.served.wanted()) != 0 {
+			t.Errorf("after the grace period: %d reloads, wanted %v; want a second reload, none wanted", reloads, p.served.wanted())
+		}
+	})
 }

@@ -377,6 +377,11 @@ type Pusher struct {
 	// serves: it holds only what they may see, and refuses proxies of
 	// other namespaces (FailedPrecondition, naming its namespaces).
 	Namespaces []string
+	// ScopeByProxies serves the namespaces of the proxies connected (of
+	// Namespaces, when set), each loaded when its first proxy comes and
+	// released ScopeGrace after its last left (default 5m).
+	ScopeByProxies bool
+	ScopeGrace     time.Duration
 	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
 	// when set, else ALLOW_ANY (a Sidecar's overrides it).
 	RegistryOnly bool
@@ -406,7 +411,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		return err
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: p.Namespaces, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: p.Namespaces, ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
@@ -424,6 +429,26 @@ func (p Pusher) Run(ctx context.Context) error {
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
 	xcfg.Authorize = servedOnly(p.Namespaces, xcfg.Authorize)
+	if p.ScopeByProxies {
+		// A namespace's scope is loaded with its first proxy: the
+		// proxy retries until it is.
+		authorize := xcfg.Authorize
+		xcfg.Authorize = func(ctx context.Context, node *core.Node) (*core.Node, error) {
+			if authorize != nil {
+				var err error
+				if node, err = authorize(ctx, node); err != nil {
+					return nil, err
+				}
+			}
+			ns := classify.Namespace(node)
+			if err := ps.Admit(ns); err != nil {
+				ps.Left(ns)
+				return nil, status.Errorf(codes.Unavailable, "shardpilot: loading what namespace %q sees; retry", ns)
+			}
+			return node, nil
+		}
+		xcfg.Closed = func(node *core.Node) { ps.Left(classify.Namespace(node)) }
+	}
 	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
 	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
 	xcfg.Register = func(r grpc.ServiceRegistrar) {

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +150,60 @@ func TestShardPushers(t *testing.T) {
 	if _, err := stream.Recv(); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("a proxy of namespace c: %v, want FailedPrecondition", err)
 	}
+}
+
+// scopeNamespaces reads a pusher's shardpilot_pusher_scope_namespaces.
+func scopeNamespaces(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "shardpilot_pusher_scope_namespaces" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestScopeByProxies: a pusher serving the namespaces of its proxies holds
+// the root namespace alone until a proxy comes; the first proxy of a
+// namespace is told to retry while what it sees is loaded, then served; the
+// scope is released a grace period after the last proxy left (longer than
+// a refused proxy takes to retry).
+func TestScopeByProxies(t *testing.T) {
+	x := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
+	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
+	writeMesh(t, dir, "c.yaml", namespaceService("c", x))
+	cp := startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
+	reg := prometheus.NewRegistry()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Pusher{Etcd: cp.etcd, NATS: cp.nats, ADS: lis, Log: testutil.Log(t), Registerer: reg,
+			ScopeByProxies: true, ScopeGrace: 5 * time.Second}.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	scope := func(want float64, what string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+			got := scopeNamespaces(t, reg)
+			return got == want, fmt.Sprint(got, " namespaces")
+		})
+	}
+	scope(1, "the pusher to hold the root namespace alone")
+	conn := dialXDSNode(t, lis.Addr().String(), "xds:///svc.shared.example.com:50051",
+		`{"id": "sidecar~127.0.0.1~client.a~a.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": "a"}}`)
+	allOn(t, conn, x.addr, "the first proxy of a is served once its scope is loaded")
+	scope(3, "the scope of a: a, the root and shared")
+	conn.Close()
+	scope(1, "the scope released after the grace period")
 }

@@ -79,6 +79,9 @@ type Config struct {
 	// context (its peer's certificate) when the node first arrives, and
 	// returns the node to serve it as; an error ends the stream with it.
 	Authorize func(context.Context, *core.Node) (*core.Node, error)
+	// Closed, when set, is told of the end of every stream Authorize
+	// admitted (or every stream whose node arrived, without Authorize).
+	Closed func(*core.Node)
 	// MaxConnectionAge closes a proxy's connection after this long (with a
 	// grace period for the stream to move), so that load rebalances across
 	// replicas as they scale. Default 30m; negative disables.

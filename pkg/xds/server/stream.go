@@ -189,6 +189,12 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		if locality != "" {
 			s.localities.leave(locality)
 		}
+		st.mu.Lock()
+		node := st.node
+		st.mu.Unlock()
+		if node != nil && s.cfg.Closed != nil {
+			s.cfg.Closed(node)
+		}
 	}()
 	for {
 		err := receive(st)

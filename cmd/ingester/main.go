@@ -186,7 +186,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	election := app.Election{ID: leaderID, TTL: leaderTTL}
+	// Each source and the relay has its election; replicas spread them,
+	// each leading its fair share, so that ingest scales past one leader.
+	election := app.Election{ID: leaderID, TTL: leaderTTL, Share: &app.Share{Etcd: conns.Etcd, Role: "ingester", Every: leaderTTL / 2, Log: log}}
 	ready := telemetry.NewReadiness()
 	g, ctx := errgroup.WithContext(ctx)
 	if meshDir != "" {

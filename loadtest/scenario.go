@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,11 +45,16 @@ type Scenario struct {
 	Duration     time.Duration `json:"duration"`
 	Settle       time.Duration `json:"settle"`
 	Pushers      []int         `json:"pushers"`
-	Baseline     bool          `json:"baseline"`
-	Storm        bool          `json:"storm"`
-	Faults       bool          `json:"faults"`
-	FaultHold    time.Duration `json:"fault_hold"`
-	Seed         uint64        `json:"seed"`
+	// Shards, when set, gives every namespace a Sidecar (its own and the
+	// shared namespaces) and runs a phase of this many pushers each
+	// serving the proxies of its namespaces (--namespaces: ns-<i> to
+	// pusher i mod Shards).
+	Shards    int           `json:"shards,omitempty"`
+	Baseline  bool          `json:"baseline"`
+	Storm     bool          `json:"storm"`
+	Faults    bool          `json:"faults"`
+	FaultHold time.Duration `json:"fault_hold"`
+	Seed      uint64        `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
@@ -83,6 +89,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&sc.Settle, "settle", 30*time.Second, "how long to wait, after the last change, for every proxy to converge")
 	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2; empty for none)")
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
+	fs.IntVar(&sc.Shards, "shards", 0, "give every namespace a Sidecar (its own and the shared namespaces) and run a phase of this many pushers, each serving its namespaces' proxies (0: none); the --pushers phases then run on the same mesh, for comparison")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
@@ -105,6 +112,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--pushers %q: want counts of at least 1", pushers)
 		}
 		sc.Pushers = append(sc.Pushers, n)
+	}
+	if sc.Shards < 0 || (sc.Shards > 0 && (sc.Namespaces%sc.Shards != 0 || sc.Source != "yaml" || sc.Baseline)) {
+		return fmt.Errorf("--shards %d: want a divisor of --namespaces (%d), with --source yaml and --baseline=false", sc.Shards, sc.Namespaces)
 	}
 	if sc.Source != "yaml" && sc.Source != "kube" {
 		return fmt.Errorf("--source %q: want yaml or kube", sc.Source)
@@ -135,8 +145,16 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer pprof.StopCPUProfile()
 	}
 	rep := &report.Report{Scenario: sc, Started: time.Now()}
-	for _, n := range sc.Pushers {
-		ph, err := phase(ctx, sc, target{pushers: n}, stderr)
+	shards := sc.Pushers
+	if sc.Shards > 0 {
+		shards = append(slices.Clone(sc.Pushers), -sc.Shards) // negative: sharded
+	}
+	for _, n := range shards {
+		t := target{pushers: n}
+		if n < 0 {
+			t = target{pushers: -n, sharded: true}
+		}
+		ph, err := phase(ctx, sc, t, stderr)
 		if err != nil {
 			return err
 		}
@@ -228,6 +246,8 @@ type target struct {
 	baseline bool
 	pushers  int
 	storm    bool
+	// sharded pushers serve their namespaces' proxies alone.
+	sharded bool
 }
 
 func (t target) name() string {
@@ -236,6 +256,8 @@ func (t target) name() string {
 		return "baseline"
 	case t.storm:
 		return "shardpilot, reconnect storm"
+	case t.sharded:
+		return fmt.Sprintf("shardpilot, %d shards", t.pushers)
 	case t.pushers == 1:
 		return "shardpilot, 1 pusher"
 	}
@@ -402,7 +424,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		return ph, err
 	}
 	defer os.RemoveAll(work)
-	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces}
+	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces, Sidecars: sc.Shards > 0}
 	source := []string{"--mesh-dir", meshDir}
 	var mesh *meshgen.Mesh
 	if sc.Source == "kube" && !t.baseline {
@@ -484,8 +506,18 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			// The simulated proxies share the machine with the control
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
-			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), "--etcd-endpoints", etcdURL,
-				"--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m")
+			args := []string{"--etcd-endpoints", etcdURL,
+				"--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m"}
+			if t.sharded {
+				// Proxy j (of ns-<j mod namespaces>) connects to pusher j mod
+				// shards first: the pusher of its namespace's shard.
+				var nss []string
+				for ns := i; ns < sc.Namespaces; ns += t.pushers {
+					nss = append(nss, "ns-"+strconv.Itoa(ns))
+				}
+				args = append(args, "--namespaces", strings.Join(nss, ","))
+			}
+			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), args...)
 			if err != nil {
 				return ph, err
 			}
@@ -516,6 +548,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 
 	// The proxies.
 	tracker := track.New(sc.Proxies)
+	tracker.Expect(func(c meshgen.Change) int { return mesh.Audience(c, sc.Proxies) })
 	addrs := make([]string, len(servers))
 	for i, p := range servers {
 		addrs[i] = p.ads
@@ -543,6 +576,11 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	memConnected := memoryOf(servers)
 	ph.HeapConnected = mib(memConnected.live)
 	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(sc.Proxies)
+	if !t.baseline {
+		for _, p := range servers {
+			ph.HeapPerPusher = max(ph.HeapPerPusher, mib(memoryOf([]*proc{p}).live))
+		}
+	}
 	per := func(a, b int64) float64 { return float64(b-a) / 1024 / float64(sc.Proxies) }
 	ph.PerProxy = &report.Growth{RSS: per(loaded.RSS, connected.RSS), Live: ph.MemoryPerProxy,
 		InUse: per(memLoaded.inUse, memConnected.inUse), Idle: per(memLoaded.idle, memConnected.idle),
@@ -568,6 +606,10 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		storeBefore, _ = procstat.Read(store.pid())
 	}
 	self, _ := procstat.Read(os.Getpid())
+	eventsBefore := make([]float64, len(servers))
+	for i, p := range servers {
+		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
+	}
 	changesStart := time.Now()
 	if err := makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog); err != nil {
 		return ph, err
@@ -583,6 +625,14 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		ph.HarnessCPUSeconds = (now.CPU - self.CPU).Seconds()
 	}
 	prog.done("settled: %d changes pending after %s", tracker.Pending(), time.Since(settleStart).Round(time.Millisecond))
+	if !t.baseline {
+		// The change events each pusher took while the changes were made.
+		for i, p := range servers {
+			n := counterOf(p, "shardpilot_pusher_events_total") - eventsBefore[i]
+			ph.EventsPerPusher = max(ph.EventsPerPusher, n)
+			ph.EventsAll += n
+		}
+	}
 	if ingester != nil {
 		if s, err := procstat.Read(ingester.pid()); err == nil {
 			ph.IngestCPUSeconds = (s.CPU - ingestBefore.CPU).Seconds()

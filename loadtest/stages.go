@@ -142,3 +142,30 @@ func stageSummaries(before, after []buckets) []report.Stage {
 	}
 	return out
 }
+
+// counterOf sums a counter's series on a process's /metrics (0 when it
+// cannot be read).
+func counterOf(p *proc, metric string) float64 {
+	if p == nil || p.admin == "" {
+		return 0
+	}
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}

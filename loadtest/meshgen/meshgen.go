@@ -33,6 +33,11 @@ type Spec struct {
 	Namespaces int
 	// Port is every service's HTTP port.
 	Port uint32
+	// Sidecars gives every namespace a Sidecar whose proxies see their
+	// own namespace and the shared ones (ns-0 and the dynamic services'),
+	// as a realistic scope: a change then reaches only the proxies of its
+	// namespace (every proxy for the shared ones; see Audience).
+	Sidecars bool
 }
 
 // Validate checks the spec and fills in defaults.
@@ -137,12 +142,48 @@ func WriteTo(sink Sink, spec Spec) (*Mesh, error) {
 		return nil, err
 	}
 	m := &Mesh{spec: spec, sink: sink, marker: map[int]int{}, route: map[int]int{}, next: 1}
+	if spec.Sidecars {
+		for ns := range spec.Namespaces {
+			name := "ns-" + strconv.Itoa(ns)
+			if err := sink.Put("sidecar-"+name, fmt.Appendf(nil, sidecarYAML, name, DynamicNamespace)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for i := range spec.Services {
 		if err := m.write(i); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// sidecarYAML is a namespace's Sidecar: its own namespace and the shared ones.
+const sidecarYAML = `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: %s}
+spec:
+  egress: [{hosts: ["./*", "ns-0/*", "%s/*"]}]
+`
+
+// Audience returns how many of the proxies (spread over the namespaces as
+// the simulated fleet spreads them: proxy i in ns-<i mod namespaces>) a
+// change reaches: every one, unless Sidecars limit what they see and the
+// change is in a namespace other than the shared ones, whose own proxies
+// alone see it.
+func (m *Mesh) Audience(c Change, proxies int) int {
+	if !m.spec.Sidecars || c.Kind == AddService || c.Kind == RemoveService {
+		return proxies
+	}
+	ns := c.Service % m.spec.Namespaces
+	if ns == 0 {
+		return proxies
+	}
+	n := proxies / m.spec.Namespaces
+	if ns < proxies%m.spec.Namespaces {
+		n++
+	}
+	return n
 }
 
 // Spec returns the mesh's spec.

@@ -108,12 +108,20 @@ type Phase struct {
 	// RSSConnected and HeapConnected once all held a full config. The heap
 	// is read right after a collection; its growth per proxy is the memory
 	// a proxy costs beyond the shared state.
-	RSSLoaded      float64 `json:"rss_loaded_mib"`
-	RSSConnected   float64 `json:"rss_connected_mib"`
-	RSSMax         float64 `json:"rss_max_mib"`
-	HeapLoaded     float64 `json:"heap_loaded_mib"`
-	HeapConnected  float64 `json:"heap_connected_mib"`
-	MemoryPerProxy float64 `json:"memory_per_proxy_kib"`
+	RSSLoaded     float64 `json:"rss_loaded_mib"`
+	RSSConnected  float64 `json:"rss_connected_mib"`
+	RSSMax        float64 `json:"rss_max_mib"`
+	HeapLoaded    float64 `json:"heap_loaded_mib"`
+	HeapConnected float64 `json:"heap_connected_mib"`
+	// HeapPerPusher is the largest pusher's heap with every proxy
+	// connected (after GC), and EventsPerPusher the change events the
+	// pusher that took the most took from the bus, EventsAll those all
+	// took together: a sharded phase's pushers each hold and follow only
+	// what their proxies see.
+	HeapPerPusher   float64 `json:"heap_per_pusher_mib,omitempty"`
+	EventsPerPusher float64 `json:"events_per_pusher,omitempty"`
+	EventsAll       float64 `json:"events_all_pushers,omitempty"`
+	MemoryPerProxy  float64 `json:"memory_per_proxy_kib"`
 	// PerProxy is each figure's growth, divided by the proxies, from the
 	// mesh loaded to every proxy connected: RSS as a pod's limit sees it,
 	// and where it goes.
@@ -260,6 +268,9 @@ func (r *Report) Markdown() string {
 	growth("goroutines per proxy", func(g *Growth) float64 { return g.Goroutines }, "")
 	row("heap with the mesh loaded (after GC)", func(p Phase) float64 { return p.HeapLoaded }, "MiB")
 	row("heap with every proxy connected (after GC)", func(p Phase) float64 { return p.HeapConnected }, "MiB")
+	row("heap of the largest pusher, every proxy connected", func(p Phase) float64 { return p.HeapPerPusher }, "MiB")
+	row("change events the busiest pusher took", func(p Phase) float64 { return p.EventsPerPusher }, "")
+	row("change events all pushers took", func(p Phase) float64 { return p.EventsAll }, "")
 	row("RSS with the mesh loaded", func(p Phase) float64 { return p.RSSLoaded }, "MiB")
 	row("RSS max", func(p Phase) float64 { return p.RSSMax }, "MiB")
 	row("responses per proxy", func(p Phase) float64 { return p.ResponsesPerProxy }, "")

@@ -29,7 +29,9 @@ type record struct {
 	made   time.Time
 	seen   []uint64 // a bit per proxy
 	count  int
-	last   time.Duration // the latest proxy's convergence so far
+	// audience is how many proxies the change reaches.
+	audience int
+	last     time.Duration // the latest proxy's convergence so far
 }
 
 // Tracker records changes and what the proxies saw of them.
@@ -41,6 +43,17 @@ type Tracker struct {
 	// each counts each proxy's convergence of each change, by code.
 	each    []int
 	samples int
+	// audience, when set, says how many proxies a change reaches (all of
+	// them without it).
+	audience func(meshgen.Change) int
+}
+
+// Expect sets how many proxies each change reaches, for a mesh whose
+// proxies do not all see every change.
+func (t *Tracker) Expect(audience func(meshgen.Change) int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.audience = audience
 }
 
 // New returns a Tracker for a number of proxies, every one affected by every change.
@@ -52,7 +65,11 @@ func New(proxies int) *Tracker {
 func (t *Tracker) Made(c meshgen.Change, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.records[c.N] = &record{change: c, made: at, seen: make([]uint64, (t.proxies+63)/64)}
+	r := &record{change: c, made: at, seen: make([]uint64, (t.proxies+63)/64), audience: t.proxies}
+	if t.audience != nil {
+		r.audience = t.audience(c)
+	}
+	t.records[c.N] = r
 	k := KeyOf(c)
 	t.byKey[k] = append(t.byKey[k], c.N)
 }
@@ -86,7 +103,7 @@ func (t *Tracker) Done(n int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.records[n]
-	return ok && r.count == t.proxies
+	return ok && r.count >= r.audience
 }
 
 // Result is one change's convergence.
@@ -105,7 +122,7 @@ func (t *Tracker) Results() []Result {
 	defer t.mu.Unlock()
 	out := make([]Result, 0, len(t.records))
 	for _, r := range t.records {
-		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count == t.proxies})
+		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count >= r.audience})
 	}
 	slices.SortFunc(out, func(a, b Result) int { return a.Change.N - b.Change.N })
 	return out
@@ -117,7 +134,7 @@ func (t *Tracker) Pending() int {
 	defer t.mu.Unlock()
 	n := 0
 	for _, r := range t.records {
-		if r.count < t.proxies {
+		if r.count < r.audience {
 			n++
 		}
 	}

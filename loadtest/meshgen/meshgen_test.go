@@ -59,3 +59,34 @@ func TestChangesEditTheDirectory(t *testing.T) {
 		t.Errorf("the removed service's file: %v", err)
 	}
 }
+
+// TestAudience: with Sidecars, a change in a namespace reaches the proxies
+// of that namespace; one in the shared namespace (ns-0) or of a dynamic
+// service reaches every proxy; without Sidecars every change does.
+func TestAudience(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Write(dir, Spec{Services: 20, Endpoints: 2, Namespaces: 4, Sidecars: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sidecar-ns-3.yaml")); err != nil {
+		t.Errorf("no Sidecar for ns-3: %v", err)
+	}
+	for c, want := range map[Change]int{
+		{Kind: Endpoint, Service: 5}:   3, // ns-1: proxies 1, 5, 9 of 10
+		{Kind: Route, Service: 7}:      2, // ns-3: proxies 3, 7
+		{Kind: Endpoint, Service: 8}:   10,
+		{Kind: AddService, Service: 9}: 10,
+	} {
+		if got := m.Audience(c, 10); got != want {
+			t.Errorf("%v: %d proxies, want %d", c, got, want)
+		}
+	}
+	plain, err := Write(t.TempDir(), Spec{Services: 20, Endpoints: 2, Namespaces: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.Audience(Change{Kind: Endpoint, Service: 5}, 10); got != 10 {
+		t.Errorf("without Sidecars: %d proxies, want 10", got)
+	}
+}

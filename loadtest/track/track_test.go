@@ -61,3 +61,20 @@ func TestEachProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestExpect: a change expected by fewer proxies than the fleet is done
+// once those have seen it.
+func TestExpect(t *testing.T) {
+	tr := New(10)
+	tr.Expect(func(c meshgen.Change) int { return 2 })
+	c := meshgen.Change{N: 1, Kind: meshgen.Endpoint, Service: 3}
+	tr.Made(c, time.Now())
+	tr.Saw(4, KeyOf(c), 1, time.Now())
+	if tr.Done(1) || tr.Pending() != 1 {
+		t.Fatal("done after one of its two proxies")
+	}
+	tr.Saw(8, KeyOf(c), 1, time.Now())
+	if !tr.Done(1) || tr.Pending() != 0 || !tr.Results()[0].Done {
+		t.Error("not done after both its proxies saw it")
+	}
+}

@@ -423,6 +423,16 @@ func TestChartShards(t *testing.T) {
 		if got, _, _ := unstructured.NestedString(hpa.Object, "spec", "scaleTargetRef", "name"); got != name {
 			t.Errorf("shard %s: the autoscaler scales %s", shard, got)
 		}
+		// A Service per namespace selects its shard's pods.
+		for _, ns := range strings.Split(namespaces, ",") {
+			svc := find(objs, "Service", "sp-xds-"+ns)
+			if svc == nil {
+				t.Fatalf("no Service for namespace %s", ns)
+			}
+			if got, _, _ := unstructured.NestedString(svc.Object, "spec", "selector", "shardpilot.io/shard"); got != shard {
+				t.Errorf("namespace %s's Service selects shard %q, want %s", ns, got, shard)
+			}
+		}
 	}
 	out, err := exec.Command(h, "template", "sp", chart, "--set", "pusher.shards[0].name=a,pusher.shards[0].namespaces={x},pusher.shards[1].name=b,pusher.shards[1].namespaces={x}").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "namespace x is in shards a and b") {

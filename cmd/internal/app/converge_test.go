@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"net"
 	"testing"
 	"time"
@@ -55,7 +56,13 @@ func startShardPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn, reg pro
 	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	started := make(chan struct{})
 	go func() {
-		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t), Registerer: reg, Namespaces: namespaces,
+		// A shard drains its proxies for a second when stopped, as a pod's
+		// rolling update does (in its termination grace period).
+		var xcfg server.Config
+		if namespaces != nil {
+			xcfg.DrainTimeout = time.Second
+		}
+		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t), Registerer: reg, Namespaces: namespaces, XDS: xcfg,
 			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
 	}()
 	<-started

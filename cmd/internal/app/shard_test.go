@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,4 +208,86 @@ func TestScopeByProxies(t *testing.T) {
 	scope(3, "the scope of a: a, the root and shared")
 	conn.Close()
 	scope(1, "the scope released after the grace period")
+}
+
+// forwarder stands for a Kubernetes Service: it sends each connection to
+// its current target; connections made before a switch stay where they are.
+type forwarder struct {
+	lis    net.Listener
+	target atomic.Value // string
+}
+
+func newForwarder(t *testing.T, target string) *forwarder {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{lis: lis}
+	f.target.Store(target)
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", f.target.Load().(string))
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c); up.Close() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return f
+}
+
+// TestNamespaceMovesShard: a namespace moved to a new shard (its Service
+// now selecting the new shard's pushers, the old shard restarted without
+// it) has its proxies served by the new shard once they reconnect; the
+// old shard's other namespaces stay with it.
+func TestNamespaceMovesShard(t *testing.T) {
+	x, y := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
+	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
+	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
+	cp := startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
+	old := startShardPusher(t, cp.etcd, cp.nats, nil, []string{"a", "b"})
+	xdsA, xdsB := newForwarder(t, old.ads), newForwarder(t, old.ads)
+	client := func(ns string) string {
+		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
+	}
+	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", client("a"))
+	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", client("b"))
+	allOn(t, inA, x.addr, "a's proxy served by the shard of a and b")
+	allOn(t, inB, y.addr, "b's proxy served by the shard of a and b")
+
+	// Move b, as a rolling update does: a new shard serves it and b's
+	// Service selects it; the old shard's replacement (without b) comes up
+	// and a's Service selects it; then the old shard is stopped.
+	moved := startShardPusher(t, cp.etcd, cp.nats, nil, []string{"b"})
+	restarted := startShardPusher(t, cp.etcd, cp.nats, nil, []string{"a"})
+	for _, rp := range []*runningPusher{moved, restarted} {
+		testutil.Eventually(t, 20*time.Second, "the new shards to load", func() (bool, string) { return rp.p.GeneratedRevision() > 0, "" })
+	}
+	xdsB.target.Store(moved.ads)
+	xdsA.target.Store(restarted.ads)
+	start := time.Now()
+	old.stop()
+	stopped := time.Since(start)
+	// The services change, so that what each proxy is served next is new:
+	// only the shard it moved to can serve it.
+	writeMesh(t, dir, "b.yaml", namespaceService("b", x, "./*", "shared/*"))
+	writeMesh(t, dir, "a.yaml", namespaceService("a", y, "./*", "shared/*"))
+	allOn(t, inB, x.addr, "b's proxy follows b to the new shard")
+	allOn(t, inA, y.addr, "a's proxy is served by its shard's replacement")
+	t.Logf("the old shard drained in %s; both proxies served by their new shards %s after it began to stop",
+		stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }

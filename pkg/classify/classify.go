@@ -74,7 +74,7 @@ func NewIndex(b *meshbuild.Built) *Index {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
 		ix.own[s.Namespace] = true
 	}
-	ix.sources, ix.sourceNamespaces = generate.SourceSelectors(b.Mesh.Routes), generate.SourceNamespaces(b.Mesh.Routes)
+	ix.sources, ix.sourceNamespaces = b.Mesh.SourceSelectors(), b.Mesh.SourceNamespaces()
 	for ns := range ix.sourceNamespaces {
 		ix.own[ns] = true
 	}

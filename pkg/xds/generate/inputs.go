@@ -287,10 +287,12 @@ func SelectorTag(labels map[string]string) string {
 }
 
 // SourceSelectors returns the distinct source selectors (sourceLabels) of
-// the route rules' matches that apply at sidecars, by tag.
-func SourceSelectors(routes []*Route) map[string]map[string]string {
+// the matches that apply at sidecars, by tag: those of the rules with
+// hosts, a delegating route's merged with its delegate's as they are
+// routed.
+func (m *Mesh) SourceSelectors() map[string]map[string]string {
 	out := map[string]map[string]string{}
-	eachSource(routes, func(labels map[string]string, _ string) {
+	m.eachSource(func(labels map[string]string, _ string) {
 		if len(labels) > 0 {
 			out[SelectorTag(labels)] = labels
 		}
@@ -298,11 +300,11 @@ func SourceSelectors(routes []*Route) map[string]map[string]string {
 	return out
 }
 
-// SourceNamespaces returns the namespaces the route rules' matches that
-// apply at sidecars name as their source (sourceNamespace).
-func SourceNamespaces(routes []*Route) map[string]bool {
+// SourceNamespaces returns the namespaces the matches that apply at
+// sidecars name as their source (sourceNamespace).
+func (m *Mesh) SourceNamespaces() map[string]bool {
 	out := map[string]bool{}
-	eachSource(routes, func(_ map[string]string, ns string) {
+	m.eachSource(func(_ map[string]string, ns string) {
 		if ns != "" {
 			out[ns] = true
 		}
@@ -311,13 +313,13 @@ func SourceNamespaces(routes []*Route) map[string]bool {
 }
 
 // eachSource calls fn with the source conditions of every match of the
-// route rules that apply at sidecars.
-func eachSource(routes []*Route, fn func(labels map[string]string, namespace string)) {
-	for _, r := range routes {
-		if !appliesToMesh(r.Rule) {
-			continue
+// rules with hosts that apply at sidecars, delegated routes merged.
+func (m *Mesh) eachSource(fn func(labels map[string]string, namespace string)) {
+	for _, r := range m.Routes {
+		if len(r.Rule.Hosts) == 0 || !appliesToMesh(r.Rule) {
+			continue // a delegate's matches count merged into its root's
 		}
-		for _, h := range r.Rule.Http {
+		for _, h := range m.expand(r.Rule) {
 			for _, hm := range h.Match {
 				fn(hm.SourceLabels, hm.SourceNamespace)
 			}

@@ -160,3 +160,31 @@ func TestDelegate(t *testing.T) {
 		t.Error("a new version of the delegate keeps the virtual host's inputs")
 	}
 }
+
+// TestDelegatedSourceLabels: a delegating route's source labels and its
+// delegate's make one selector (both must hold), which the mesh names
+// among its source selectors, so that the proxies it selects have a class
+// whose routes carry the merged route.
+func TestDelegatedSourceLabels(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{Hostnames: []string{"cart.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	to := []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "cart.shop.svc.cluster.local"}}}
+	root := &generate.Route{Namespace: "shop", Name: "cart", Rule: &meshv1.RouteRule{Hosts: []string{"cart.shop.svc.cluster.local"}, Http: []*meshv1.HTTPRoute{
+		{Match: []*meshv1.HTTPMatch{{SourceLabels: map[string]string{"app": "web"}}}, Delegate: &meshv1.Delegate{Name: "d", Namespace: "shop"}}}}}
+	delegate := &generate.Route{Namespace: "shop", Name: "d", Rule: &meshv1.RouteRule{Http: []*meshv1.HTTPRoute{
+		{Name: "canary", Match: []*meshv1.HTTPMatch{{SourceLabels: map[string]string{"track": "canary"}}}, Route: to}}}}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{root, delegate})
+	merged := generate.SelectorTag(map[string]string{"app": "web", "track": "canary"})
+	if _, ok := m.SourceSelectors()[merged]; !ok || len(m.SourceSelectors()) != 1 {
+		t.Fatalf("source selectors %v, want the merged one alone", m.SourceSelectors())
+	}
+	for sources, want := range map[string]int{merged: 1, "": 0} {
+		v := generate.View{Namespace: "shop"}
+		if sources != "" {
+			v.Sources = []string{sources}
+		}
+		if got := len(generate.VirtualHost(m.For(v), "cart.shop.svc.cluster.local", 80).Routes); got != want {
+			t.Errorf("sources %q: %d routes, want %d", sources, got, want)
+		}
+	}
+}

@@ -162,7 +162,8 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	}
 	// Its matches may depend on the proxies: their namespace, the source
 	// selectors that select them.
-	for _, h := range m.expand(rr.Rule) {
+	routes := m.expand(rr.Rule)
+	for _, h := range routes {
 		for _, hm := range h.Match {
 			if hm.SourceNamespace != "" || len(hm.SourceLabels) > 0 {
 				fmt.Fprintf(&b, "src=%t ", m.fromSource(nil, hm.SourceLabels, hm.SourceNamespace))
@@ -182,7 +183,7 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 			fmt.Fprintf(&b, " delegate=%s/%s@%s", d.Namespace, d.Name, d.Version)
 		}
 	}
-	for _, h := range m.expand(rr.Rule) {
+	for _, h := range routes {
 		for _, d := range h.Route {
 			dest(d.GetDestination())
 		}

@@ -897,12 +897,20 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 		}
 	}
 	var clusters []*cluster.Cluster
+	auto := generate.AutoPassthrough(gws)
 	for _, s := range mesh.Services {
-		clusters = append(clusters, cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+		cs := cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
 			return generate.ServiceClusters(m, s, generate.Envoy)
-		})...)
+		})
+		clusters = append(clusters, cs...)
+		if auto {
+			// Cached like the clusters they copy, so that a generation
+			// hands the same objects over and nothing is encoded again.
+			clusters = append(clusters, cached(p, "sni", generate.Envoy.String(), mesh, s, func(*generate.Mesh, *generate.Service) []*cluster.Cluster {
+				return generate.SNIClusters(cs)
+			})...)
+		}
 	}
-	clusters = append(clusters, generate.AutoPassthroughClusters(gws, clusters)...)
 	clusters = append(clusters, generate.CatchAllClusters(generate.Envoy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))

@@ -94,7 +94,7 @@ func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 // server's chains send each SNI host of the bound VirtualServices' tls
 // routes on, still encrypted; an AUTO_PASSTHROUGH server's sends a
 // connection to the cluster its SNI names ("outbound_.<port>_.<subset>_.<host>",
-// see AutoPassthroughClusters). A TCP server's port sends connections by
+// see SNIClusters). A TCP server's port sends connections by
 // the bound VirtualServices' tcp routes.
 func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 	ports, tls := gatewayPorts(gws)
@@ -268,18 +268,17 @@ func gatewayTCPTargets(m *Mesh, g *Gateway, srv *meshv1.GatewayServer) []l4Targe
 	return nil
 }
 
-// AutoPassthroughClusters are the clusters an AUTO_PASSTHROUGH server's
-// SNI names, as Istio names them ("outbound_.<port>_.<subset>_.<host>"):
-// each EDS cluster's, taking the same load assignment, without TLS of its
-// own (the client's passes through). None without such a server.
-func AutoPassthroughClusters(gws []*Gateway, clusters []*cluster.Cluster) []*cluster.Cluster {
-	auto := false
-	for _, g := range gws {
-		auto = auto || slices.ContainsFunc(g.Spec.Servers, gatewayAutoPassthrough)
-	}
-	if !auto {
-		return nil
-	}
+// AutoPassthrough reports whether a router's gateways have an
+// AUTO_PASSTHROUGH server, whose SNI names the cluster (see SNIClusters).
+func AutoPassthrough(gws []*Gateway) bool {
+	return slices.ContainsFunc(gws, func(g *Gateway) bool { return slices.ContainsFunc(g.Spec.Servers, gatewayAutoPassthrough) })
+}
+
+// SNIClusters are the clusters an AUTO_PASSTHROUGH server's SNI names, as
+// Istio names them ("outbound_.<port>_.<subset>_.<host>"): each EDS
+// cluster's, taking the same load assignment, without TLS of its own (the
+// client's passes through).
+func SNIClusters(clusters []*cluster.Cluster) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, c := range clusters {
 		parts := strings.SplitN(c.Name, "|", 4)

@@ -88,12 +88,15 @@ func TestGatewayL4(t *testing.T) {
 	for _, s := range m.Services {
 		clusters = append(clusters, generate.ServiceClusters(m, s, generate.Envoy)...)
 	}
-	auto := generate.AutoPassthroughClusters(gws, clusters)
+	if !generate.AutoPassthrough(gws) {
+		t.Error("the gateway's AUTO_PASSTHROUGH server is not seen")
+	}
+	auto := generate.SNIClusters(clusters)
 	if len(auto) != len(clusters) || auto[0].Name != "outbound_.3306_._.db.data.svc.cluster.local" || auto[0].EdsClusterConfig.ServiceName != "outbound|3306||db.data.svc.cluster.local" {
 		t.Errorf("auto passthrough clusters: %d of %d, first %s", len(auto), len(clusters), auto[0].Name)
 	}
 	check(t, "gateway-sni-clusters.json", auto[:2])
-	if generate.AutoPassthroughClusters(nil, clusters) != nil {
+	if generate.AutoPassthrough(nil) || generate.AutoPassthrough([]*generate.Gateway{{Spec: &meshv1.Gateway{Servers: gw.Spec.Servers[:1]}}}) {
 		t.Error("clusters for AUTO_PASSTHROUGH without such a server")
 	}
 }

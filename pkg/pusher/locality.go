@@ -54,8 +54,8 @@ func (p *Pusher) FillLocality(class string) {
 // a locality see them: mostly the shared objects themselves.
 func (p *Pusher) localityAssignments(mesh *generate.Mesh, s *generate.Service, class string) []*endpoint.ClusterLoadAssignment {
 	shared := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
-	return cached(p, "eds@", class, mesh, s, func(m *generate.Mesh, s *generate.Service) []*endpoint.ClusterLoadAssignment {
-		return generate.LocalityLoadAssignments(m, s, shared, generate.ParseLocality(class))
+	return cached(p, "eds@", class, mesh, s, func(_ *generate.Mesh, s *generate.Service) []*endpoint.ClusterLoadAssignment {
+		return generate.LocalityLoadAssignments(s, shared, generate.ParseLocality(class))
 	})
 }
 

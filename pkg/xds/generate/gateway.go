@@ -281,12 +281,12 @@ func AutoPassthrough(gws []*Gateway) bool {
 func SNIClusters(clusters []*cluster.Cluster) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, c := range clusters {
-		parts := strings.SplitN(c.Name, "|", 4)
-		if len(parts) != 4 || parts[0] != "outbound" || c.GetType() != cluster.Cluster_EDS {
+		host, port, subset, ok := ParseClusterName(c.Name)
+		if !ok || c.GetType() != cluster.Cluster_EDS {
 			continue
 		}
 		sni := proto.CloneOf(c)
-		sni.Name = "outbound_." + parts[1] + "_." + parts[2] + "_." + parts[3]
+		sni.Name = "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
 		sni.EdsClusterConfig.ServiceName = c.Name
 		sni.TransportSocket = nil
 		out = append(out, sni)

@@ -181,6 +181,20 @@ func ClusterName(port uint32, subset, host string) string {
 	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
 }
 
+// ParseClusterName reads an outbound cluster's name (see ClusterName); ok
+// is false for any other name.
+func ParseClusterName(name string) (host string, port uint32, subset string, ok bool) {
+	parts := strings.SplitN(name, "|", 4)
+	if len(parts) != 4 || parts[0] != "outbound" {
+		return "", 0, "", false
+	}
+	n, err := strconv.ParseUint(parts[1], 10, 32)
+	if err != nil {
+		return "", 0, "", false
+	}
+	return parts[3], uint32(n), parts[2], true
+}
+
 // ListenerName returns the name of the API listener a proxyless client asks
 // for when it dials xds:///<host>:<port>.
 func ListenerName(host string, port uint32) string {

@@ -47,22 +47,12 @@ func ParseLocality(name string) *core.Locality {
 // shared one itself (the same object); the others are copies with Istio's
 // locality priorities or weights. They depend on the service and the
 // locality alone, so every proxy of a locality shares them.
-func LocalityLoadAssignments(m *Mesh, s *Service, shared []*endpoint.ClusterLoadAssignment, locality *core.Locality) []*endpoint.ClusterLoadAssignment {
-	if len(shared) == 0 {
-		return shared
-	}
+func LocalityLoadAssignments(s *Service, shared []*endpoint.ClusterLoadAssignment, locality *core.Locality) []*endpoint.ClusterLoadAssignment {
 	out := make([]*endpoint.ClusterLoadAssignment, 0, len(shared))
-	i := 0
-	// The order of ServiceLoadAssignments: hosts, ports, the port's
-	// cluster then its subsets'.
-	for range m.Owned(s) {
-		for _, p := range s.Spec.Ports {
-			subsets := append([]*meshv1.Subset{nil}, s.Policy.GetSubsets()...)
-			for _, sub := range subsets {
-				out = append(out, localize(shared[i], effectivePolicy(s.Policy, sub, p.Number), locality))
-				i++
-			}
-		}
+	for _, cla := range shared {
+		// The cluster's name says its port and subset, whose policy applies.
+		_, port, subset, _ := ParseClusterName(cla.ClusterName)
+		out = append(out, localize(cla, effectivePolicy(s.Policy, s.subset(subset), port), locality))
 	}
 	return out
 }

@@ -67,7 +67,7 @@ func TestLocalityFailoverPriorities(t *testing.T) {
 			svc := zonal(c.policy)
 			m := generate.NewMesh([]*generate.Service{svc}, nil)
 			shared := generate.ServiceLoadAssignments(m, svc)
-			local := generate.LocalityLoadAssignments(m, svc, shared, proxy)
+			local := generate.LocalityLoadAssignments(svc, shared, proxy)
 			if len(local) != len(shared) {
 				t.Fatalf("%d assignments, want %d", len(local), len(shared))
 			}
@@ -112,7 +112,7 @@ func TestLocalityGolden(t *testing.T) {
 	m := generate.NewMesh([]*generate.Service{svc}, nil)
 	check(t, "locality-clusters.json", generate.ServiceClusters(m, svc, generate.Envoy))
 	shared := generate.ServiceLoadAssignments(m, svc)
-	check(t, "locality-endpoints.json", generate.LocalityLoadAssignments(m, svc, shared, &core.Locality{Region: "us-east", Zone: "z1", SubZone: "a"}))
+	check(t, "locality-endpoints.json", generate.LocalityLoadAssignments(svc, shared, &core.Locality{Region: "us-east", Zone: "z1", SubZone: "a"}))
 }
 
 func TestLocalityName(t *testing.T) {

@@ -82,10 +82,9 @@ func TestServiceAccountTokens(t *testing.T) {
 		Authorize:   policy.Authorize, Secrets: sec,
 	}, &policy, yamlSource(t.TempDir()))
 
-	// fetch asks for the workload certificate with a token (none: "").
-	fetch := func(tok, nodeNamespace string) (*x509.Certificate, error) {
-		info := transport.TLSInfo{TrustedCAFile: boot.CertFile}
-		c, err := info.ClientConfig()
+	// dial connects to the ADS port over TLS, presenting a token (none: "").
+	dial := func(tok string) *grpc.ClientConn {
+		c, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile}).ClientConfig()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +96,11 @@ func TestServiceAccountTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return conn
+	}
+	// fetch asks for the workload certificate with a token (none: "").
+	fetch := func(tok, nodeNamespace string) (*x509.Certificate, error) {
+		conn := dial(tok)
 		defer conn.Close()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -134,18 +138,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	// without a token or certificate is refused, one with a token sees its
 	// namespace's proxies only.
 	csds := func(tok string) (int, error) {
-		c, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile}).ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
-		if tok != "" {
-			opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
-		}
-		conn, err := grpc.NewClient(cp.ads, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := dial(tok)
 		defer conn.Close()
 		resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{})
 		return len(resp.GetConfig()), err

@@ -42,28 +42,35 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// startServe runs the standalone mode on examples/mesh with c's other
+// settings, logging into logs, until the test ends; it returns the admin
+// address.
+func startServe(t *testing.T, c config, logs *syncBuffer) string {
+	t.Helper()
+	log, err := telemetry.NewLogger(logs, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.meshDir, c.adsAddr, c.quiet, c.maxDelay, c.domainSuffix = "../../examples/mesh", "127.0.0.1:0", 100*time.Millisecond, time.Second, "cluster.local"
+	c.AdminAddr = testutil.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, log) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return c.AdminAddr
+}
+
 // TestServeExampleMesh runs the standalone mode on examples/mesh, as
 // `make run` does: it says where ADS and the admin port listen, and /readyz
 // turns 200 once the example mesh is loaded.
 func TestServeExampleMesh(t *testing.T) {
 	var logs syncBuffer
-	log, err := telemetry.NewLogger(&logs, "info", "text")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := testutil.FreeAddr(t)
-	c := config{meshDir: "../../examples/mesh", adsAddr: "127.0.0.1:0",
-		quiet: 100 * time.Millisecond, maxDelay: time.Second, domainSuffix: "cluster.local"}
-	c.AdminAddr = admin
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, log) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	admin := startServe(t, config{}, &logs)
 
 	var body string
 	testutil.Eventually(t, 30*time.Second, "/readyz answers 200", func() (bool, string) {
@@ -137,23 +144,8 @@ func TestFlags(t *testing.T) {
 // without them is refused by each.
 func TestServeSecured(t *testing.T) {
 	var logs syncBuffer
-	log, err := telemetry.NewLogger(&logs, "info", "text")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := testutil.FreeAddr(t)
-	c := config{meshDir: "../../examples/mesh", adsAddr: "127.0.0.1:0", dataDir: t.TempDir(), secure: true,
-		quiet: 100 * time.Millisecond, maxDelay: time.Second, domainSuffix: "cluster.local"}
-	c.AdminAddr = admin
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, log) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	c := config{dataDir: t.TempDir(), secure: true}
+	admin := startServe(t, c, &logs)
 	testutil.Eventually(t, 30*time.Second, "/readyz answers 200 over the secured servers", func() (bool, string) {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -407,9 +408,23 @@ func TestChartShards(t *testing.T) {
 		if dep == nil || svc == nil || hpa == nil || pdb == nil {
 			t.Fatalf("shard %s: Deployment %v, Service %v, autoscaler %v, disruption budget %v", shard, dep != nil, svc != nil, hpa != nil, pdb != nil)
 		}
+		// The shard reads its namespaces from its key of the placement.
 		envs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
-		if env := fmt.Sprint(envs); !strings.Contains(env, "SHARDPILOT_NAMESPACES value:"+namespaces) {
-			t.Errorf("shard %s serves no %s: %.300s", shard, namespaces, env)
+		if env := fmt.Sprint(envs); !strings.Contains(env, "SHARDPILOT_NAMESPACES_FILE value:/etc/shardpilot/placement/namespaces") {
+			t.Errorf("shard %s reads no namespaces file: %.300s", shard, env)
+		}
+		vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+		if v := fmt.Sprint(vols); !strings.Contains(v, "name:sp-placement") || !strings.Contains(v, "key:"+shard) {
+			t.Errorf("shard %s mounts no placement of its own: %s", shard, v)
+		}
+		var placement []string
+		for _, line := range strings.Split(data(t, find(objs, "ConfigMap", "sp-placement"), shard), "\n") {
+			if line != "" && !strings.HasPrefix(line, "#") {
+				placement = append(placement, line)
+			}
+		}
+		if got := strings.Join(placement, ","); got != namespaces {
+			t.Errorf("shard %s is placed %s, want %s", shard, got, namespaces)
 		}
 		for what, path := range map[string][]string{"Service": {"spec", "selector"}, "disruption budget": {"spec", "selector", "matchLabels"}} {
 			obj := map[string]*unstructured.Unstructured{"Service": svc, "disruption budget": pdb}[what]
@@ -434,8 +449,38 @@ func TestChartShards(t *testing.T) {
 			}
 		}
 	}
+	// Adding a shard that takes checkout from pay changes the placement and
+	// checkout's Service, and no pod template of the shards before it: none
+	// restarts, and pay's proxies of payments keep their streams.
+	added, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--set", set+",pusher.shards[0].namespaces={payments},pusher.shards[2].name=checkout,pusher.shards[2].namespaces={checkout}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shard := range []string{"pay", "shop"} {
+		before, _, _ := unstructured.NestedMap(find(objs, "Deployment", "sp-pusher-"+shard).Object, "spec", "template")
+		after, _, _ := unstructured.NestedMap(find(added, "Deployment", "sp-pusher-"+shard).Object, "spec", "template")
+		if !reflect.DeepEqual(before, after) {
+			t.Errorf("adding a shard changes shard %s's pod template: its pods would restart", shard)
+		}
+	}
+	if got, _, _ := unstructured.NestedString(find(added, "Service", "sp-xds-checkout").Object, "spec", "selector", "shardpilot.io/shard"); got != "checkout" {
+		t.Errorf("checkout's Service selects shard %q after it moved, want checkout", got)
+	}
+	if got := data(t, find(added, "ConfigMap", "sp-placement"), "pay"); strings.Contains(got, "checkout") {
+		t.Errorf("pay is still placed checkout: %q", got)
+	}
 	out, err := exec.Command(h, "template", "sp", chart, "--set", "pusher.shards[0].name=a,pusher.shards[0].namespaces={x},pusher.shards[1].name=b,pusher.shards[1].namespaces={x}").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "namespace x is in shards a and b") {
 		t.Errorf("a namespace in two shards: %v\n%s", err, out)
 	}
+}
+
+// data returns a key of a ConfigMap ("" when it has none).
+func data(t *testing.T, cm *unstructured.Unstructured, key string) string {
+	t.Helper()
+	if cm == nil {
+		t.Fatal("no ConfigMap")
+	}
+	v, _, _ := unstructured.NestedString(cm.Object, "data", key)
+	return v
 }

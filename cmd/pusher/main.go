@@ -58,12 +58,13 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
 	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
-	var namespaces string
+	var namespaces, namespacesFile string
 	var scopeByProxies bool
 	var scopeGrace time.Duration
 	fs.BoolVar(&scopeByProxies, "scope-by-proxies", false, "serve the namespaces of the proxies connected (of --namespaces, when given): a namespace's scope is loaded when its first proxy comes (which retries until then) and released --scope-grace after its last one left")
 	fs.DurationVar(&scopeGrace, "scope-grace", 5*time.Minute, "with --scope-by-proxies, how long a namespace stays loaded after its last proxy left (longer than a refused proxy takes to retry)")
 	fs.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces whose proxies this pusher serves (its shard): it loads and follows only what their Sidecars let them see, and refuses proxies of other namespaces (empty: every namespace, the whole mesh)")
+	fs.StringVar(&namespacesFile, "namespaces-file", "", "file listing the namespaces whose proxies this pusher serves, as --namespaces (separated by commas, spaces or lines; # comments), read again every second: a shard's placement, changed at run time (a ConfigMap volume). On a change the pusher loads what its new namespaces see and ends the streams of proxies of namespaces it no longer serves, which reconnect to their new shard; an unreadable file keeps the last placement")
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
 	var caCert, caKey string
@@ -100,6 +101,12 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *window, math.MaxInt32)
 	}
 	xcfg.MaxStreamsPerConnection, xcfg.InitialWindowSize = uint32(maxStreams), int32(*window)
+	if namespaces != "" && namespacesFile != "" {
+		return errors.New("--namespaces and --namespaces-file are alternatives: give one")
+	}
+	if _, err := app.ParseNamespaces(namespaces, "--namespaces"); err != nil {
+		return err
+	}
 	switch {
 	case plaintext && (adsCert != "" || adsKey != "" || adsClientCA != ""):
 		return errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
@@ -227,7 +234,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: cli.List(namespaces), ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: cli.List(namespaces), NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

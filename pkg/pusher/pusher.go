@@ -80,8 +80,12 @@ type Config struct {
 	// Namespaces, when set, are the namespaces whose proxies the pusher
 	// serves: it loads and follows only what their Sidecars let them see
 	// (see scopeOf), which needs a ScopedLoader and a ScopedFeed. Empty:
-	// the whole mesh.
+	// the whole mesh, unless Placed.
 	Namespaces []string
+	// Placed says the namespaces served are a placement that Place changes
+	// at run time: Namespaces to begin with, which may be none (the pusher
+	// then holds the Sidecars, Gateways and root namespace alone).
+	Placed bool
 	// ScopeByProxies makes the namespaces served those of the proxies
 	// connected (among Namespaces, when set): a namespace's scope is
 	// loaded when its first proxy comes (see Admit), and released
@@ -137,7 +141,7 @@ func (c *Config) Validate() error {
 	if c.ScopeGrace == 0 {
 		c.ScopeGrace = 5 * time.Minute
 	}
-	if len(c.Namespaces) > 0 || c.ScopeByProxies {
+	if len(c.Namespaces) > 0 || c.Placed || c.ScopeByProxies {
 		_, loads := c.Loader.(ScopedLoader)
 		_, follows := c.Feed.(ScopedFeed)
 		if !loads || !follows {
@@ -219,6 +223,11 @@ type Pusher struct {
 	scope    []string
 	// served tracks the namespaces served by proxies (ScopeByProxies).
 	served served
+	// placement is the namespaces served (Namespaces, changed by Place).
+	placement struct {
+		mu         sync.Mutex
+		namespaces []string
+	}
 }
 
 // sizes keeps, per type, the largest class's resource count and bytes of
@@ -341,6 +350,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
+	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {
 		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
 			Help: "Change events in the stream this pusher has not consumed yet: the stream's last sequence minus the last one consumed (read at each scrape)."},
@@ -445,7 +455,7 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 		p.consumed.Store(n)
 		return nil
 	}
-	if len(p.cfg.Namespaces) > 0 && scope != nil {
+	if scope != nil {
 		return p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
 	}
 	return p.cfg.Feed.Consume(ctx, seq+1, fn)

@@ -116,11 +116,11 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 			p.cfg.Log.Warn("store holds an unreadable value; skipped", "err", e)
 		}
 	}()
-	serve := p.cfg.Namespaces
+	serve, scoped := p.Placement()
 	if p.cfg.ScopeByProxies {
 		serve = p.served.wanted()
 	}
-	if len(serve) == 0 && !p.cfg.ScopeByProxies {
+	if !scoped {
 		items, rev, errs, err = p.cfg.Loader.List(ctx)
 		return items, rev, nil, err
 	}
@@ -152,11 +152,52 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 	return append(items, rest...), rev, scope, nil
 }
 
+// Placement returns the namespaces placed on the pusher, and whether it
+// serves some namespaces (of those, or of its proxies') rather than the
+// whole mesh.
+func (p *Pusher) Placement() (namespaces []string, scoped bool) {
+	p.placement.mu.Lock()
+	defer p.placement.mu.Unlock()
+	return p.placement.namespaces, len(p.placement.namespaces) > 0 || p.cfg.Placed || p.cfg.ScopeByProxies
+}
+
+// Serves says whether the proxies of a namespace are served: every one's
+// unless the pusher has a placement (Namespaces or Placed).
+func (p *Pusher) Serves(namespace string) bool {
+	p.placement.mu.Lock()
+	defer p.placement.mu.Unlock()
+	return (len(p.placement.namespaces) == 0 && !p.cfg.Placed) || slices.Contains(p.placement.namespaces, namespace)
+}
+
+// Place changes the namespaces served by a pusher whose Config says Placed
+// (a shard given namespaces or relieved of some): what their scope needs
+// is loaded again when they differ. The server's streams of proxies of
+// namespaces no longer served are the caller's to end.
+func (p *Pusher) Place(namespaces []string) error {
+	if !p.cfg.Placed {
+		return errors.New("pusher: a placement changes only on a pusher configured as placed")
+	}
+	next := slices.Compact(slices.Sorted(slices.Values(namespaces)))
+	p.placement.mu.Lock()
+	same := slices.Equal(next, p.placement.namespaces)
+	p.placement.namespaces = next
+	p.placement.mu.Unlock()
+	if same {
+		return nil
+	}
+	p.cfg.Log.Info("the namespaces served change", "namespaces", next)
+	if !p.cfg.ScopeByProxies {
+		p.served.askReload()
+	}
+	return nil
+}
+
 // rescope keeps the Sidecars current for a pusher serving some
 // namespaces, and asks for a load when a Sidecar's change changes what
 // its scope needs.
 func (p *Pusher) rescope(k model.Key, ev *meshv1.ChangeEvent) error {
-	if (len(p.cfg.Namespaces) == 0 && !p.cfg.ScopeByProxies) || k.Kind != model.KindScope {
+	serve, scoped := p.Placement()
+	if !scoped || k.Kind != model.KindScope {
 		return nil
 	}
 	if ev.Type == meshv1.ChangeEvent_TYPE_DELETE {
@@ -164,7 +205,6 @@ func (p *Pusher) rescope(k model.Key, ev *meshv1.ChangeEvent) error {
 	} else if o, err := model.Decode(k, ev.Value); err == nil {
 		p.sidecars[k] = o.(*meshv1.Scope)
 	}
-	serve := p.cfg.Namespaces
 	if p.cfg.ScopeByProxies {
 		serve = p.served.loadedNamespaces()
 	}
@@ -195,6 +235,16 @@ func (s *served) setReload(cancel context.CancelFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reload = cancel
+}
+
+// askReload ends the current pass of follow, if any, so that the next
+// loads again.
+func (s *served) askReload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reload != nil {
+		s.reload()
+	}
 }
 
 // wanted returns the namespaces to serve, in order.

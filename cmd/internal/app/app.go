@@ -478,6 +478,14 @@ type Pusher struct {
 	// serves: it holds only what they may see, and refuses proxies of
 	// other namespaces (FailedPrecondition, naming its namespaces).
 	Namespaces []string
+	// NamespacesFile, when set, holds the namespaces served instead of
+	// Namespaces (see ParseNamespaces): a shard's placement, which the
+	// operator changes at run time (a ConfigMap mounted as a volume). It is
+	// read every PlacementPoll (default 1s); on a change the pusher loads
+	// what the new namespaces see and ends the streams of proxies of
+	// namespaces it no longer serves, which reconnect to their new shard.
+	NamespacesFile string
+	PlacementPoll  time.Duration
 	// ScopeByProxies serves the namespaces of the proxies connected (of
 	// Namespaces, when set), each loaded when its first proxy comes and
 	// released ScopeGrace after its last left (default 5m).
@@ -511,8 +519,18 @@ func (p Pusher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	namespaces := p.Namespaces
+	var placement []byte
+	if p.NamespacesFile != "" {
+		if len(p.Namespaces) > 0 {
+			return errors.New("pusher: the namespaces served come from a list or from a file, not both")
+		}
+		if placement, namespaces, err = readPlacement(p.NamespacesFile); err != nil {
+			return err
+		}
+	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: p.Namespaces, ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
@@ -529,7 +547,7 @@ func (p Pusher) Run(ctx context.Context) error {
 	xcfg := p.XDS
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
-	xcfg.Authorize = servedOnly(p.Namespaces, xcfg.Authorize)
+	xcfg.Authorize = servedOnly(ps, xcfg.Authorize)
 	if p.ScopeByProxies {
 		// A namespace's scope is loaded with its first proxy: the
 		// proxy retries until it is.
@@ -564,16 +582,36 @@ func (p Pusher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
+	if p.NamespacesFile != "" {
+		failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_placement_read_failures_total",
+			Help: "Reads of the namespaces file (--namespaces-file) that failed or found it invalid; the last placement is kept."})
+		if p.Registerer != nil {
+			if err := p.Registerer.Register(failures); err != nil {
+				return err
+			}
+		}
+		g.Go(func() error {
+			every := cmp.Or(p.PlacementPoll, time.Second)
+			watchPlacement(ctx, p.NamespacesFile, placement, every, p.Log, failures, func(namespaces []string) {
+				if err := ps.Place(namespaces); err != nil {
+					p.Log.Error("cannot change the namespaces served", "err", err)
+					return
+				}
+				// Those no longer served reconnect: their address leads to
+				// their new shard now.
+				srv.Shed(func(n *core.Node) bool { return !ps.Serves(classify.Namespace(n)) },
+					"shardpilot: the proxy's namespace is served by another shard now; reconnect")
+			})
+			return nil
+		})
+	}
 	return g.Wait()
 }
 
 // servedOnly refuses the proxies of namespaces a pusher does not serve
 // (none when it serves every one), after authorize, which says which
 // namespace a proxy is of.
-func servedOnly(namespaces []string, authorize func(context.Context, *core.Node) (*core.Node, error)) func(context.Context, *core.Node) (*core.Node, error) {
-	if len(namespaces) == 0 {
-		return authorize
-	}
+func servedOnly(ps *pusher.Pusher, authorize func(context.Context, *core.Node) (*core.Node, error)) func(context.Context, *core.Node) (*core.Node, error) {
 	return func(ctx context.Context, node *core.Node) (*core.Node, error) {
 		if authorize != nil {
 			var err error
@@ -581,9 +619,10 @@ func servedOnly(namespaces []string, authorize func(context.Context, *core.Node)
 				return nil, err
 			}
 		}
-		if ns := classify.Namespace(node); !slices.Contains(namespaces, ns) {
+		if ns := classify.Namespace(node); !ps.Serves(ns) {
+			served, _ := ps.Placement()
 			return nil, status.Errorf(codes.FailedPrecondition, "shardpilot: this pusher serves the proxies of namespaces %s, not of %q: connect to the pushers of its shard",
-				strings.Join(namespaces, ","), ns)
+				cmp.Or(strings.Join(served, ","), "(none)"), ns)
 		}
 		return node, nil
 	}

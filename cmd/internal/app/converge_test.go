@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 
 	"github.com/prometheus/client_golang/prometheus"
 

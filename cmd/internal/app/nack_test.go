@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/shardpilot/shardpilot/cmd/internal/app"
-	grpcstatus "google.golang.org/grpc/status"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	grpcstatus "google.golang.org/grpc/status"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"

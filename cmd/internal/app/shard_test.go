@@ -3,13 +3,17 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -215,6 +219,8 @@ func TestScopeByProxies(t *testing.T) {
 type forwarder struct {
 	lis    net.Listener
 	target atomic.Value // string
+	// accepted counts the connections made through it.
+	accepted atomic.Int64
 }
 
 func newForwarder(t *testing.T, target string) *forwarder {
@@ -232,6 +238,7 @@ func newForwarder(t *testing.T, target string) *forwarder {
 			if err != nil {
 				return
 			}
+			f.accepted.Add(1)
 			go func() {
 				defer c.Close()
 				up, err := net.Dial("tcp", f.target.Load().(string))
@@ -290,4 +297,141 @@ func TestNamespaceMovesShard(t *testing.T) {
 	allOn(t, inA, y.addr, "a's proxy is served by its shard's replacement")
 	t.Logf("the old shard drained in %s; both proxies served by their new shards %s after it began to stop",
 		stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// startPlacedPusher starts a pusher serving the namespaces a file lists
+// (read again every 50ms).
+func startPlacedPusher(t *testing.T, cp *controlPlane, reg prometheus.Registerer, file string) *runningPusher {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	started := make(chan struct{})
+	go func() {
+		rp.done <- app.Pusher{Etcd: cp.etcd, NATS: cp.nats, ADS: lis, Log: testutil.Log(t), Registerer: reg,
+			NamespacesFile: file, PlacementPoll: 50 * time.Millisecond,
+			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
+	}()
+	select {
+	case <-started:
+	case err := <-rp.done:
+		t.Fatalf("the pusher did not start: %v", err)
+	}
+	t.Cleanup(rp.stop)
+	return rp
+}
+
+// counter reads a counter of a registry (0 when it has not been set).
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestShardAddedAndRemoved: shards whose namespaces come from a file (a
+// ConfigMap) change placement without a restart. A shard added takes b
+// from the shard of a and b: b's proxy alone is shed and reconnects,
+// through b's Service, to the new shard; a's proxy keeps its connection.
+// Emptied, the new shard sheds b's proxy back to the old shard, which was
+// given b again.
+func TestShardAddedAndRemoved(t *testing.T) {
+	x, y := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
+	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
+	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
+	cp := startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
+	files := t.TempDir()
+	place := func(name, namespaces string) string {
+		t.Helper()
+		writeMesh(t, files, name, "# the namespaces of shard "+name+"\n"+namespaces+"\n")
+		return filepath.Join(files, name)
+	}
+	regOld, regNew := prometheus.NewRegistry(), prometheus.NewRegistry()
+	old := startPlacedPusher(t, cp, regOld, place("old", "a, b"))
+	xdsA, xdsB := newForwarder(t, old.ads), newForwarder(t, old.ads)
+	client := func(ns string) string {
+		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
+	}
+	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", client("a"))
+	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", client("b"))
+	allOn(t, inA, x.addr, "a's proxy served by the shard of a and b")
+	allOn(t, inB, y.addr, "b's proxy served by the shard of a and b")
+	scope := func(reg *prometheus.Registry, want float64, what string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+			got := scopeNamespaces(t, reg)
+			return got == want, fmt.Sprint(got, " namespaces")
+		})
+	}
+	scope(regOld, 4, "the old shard to hold a, b, shared and the root namespace")
+
+	// Add a shard for b: it loads b, b's Service selects it, and the old
+	// shard's file drops b.
+	added := startPlacedPusher(t, cp, regNew, place("new", "b"))
+	scope(regNew, 3, "the new shard to hold b, shared and the root namespace")
+	testutil.Eventually(t, 20*time.Second, "the new shard to generate", func() (bool, string) { return added.p.GeneratedRevision() > 0, "" })
+	xdsB.target.Store(added.ads)
+	place("old", "a")
+	scope(regOld, 3, "the old shard to release b")
+	testutil.Eventually(t, 20*time.Second, "b's proxy to be shed", func() (bool, string) {
+		n := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total")
+		return n == 1, fmt.Sprint(n, " streams shed")
+	})
+	// Only the shard a proxy is on now holds what changes next.
+	writeMesh(t, dir, "b.yaml", namespaceService("b", x, "./*", "shared/*"))
+	writeMesh(t, dir, "a.yaml", namespaceService("a", y, "./*", "shared/*"))
+	allOn(t, inB, x.addr, "b's proxy follows b to the new shard")
+	allOn(t, inA, y.addr, "a's proxy is still served by the old shard")
+	if n := xdsA.accepted.Load(); n != 1 {
+		t.Errorf("a's proxy connected %d times, want once: only the proxies of the namespace moved move", n)
+	}
+	if n := xdsB.accepted.Load(); n < 2 {
+		t.Errorf("b's proxy connected %d times, want a reconnection", n)
+	}
+
+	// Remove the new shard: the old one is given b again first, then b's
+	// Service selects it and the new shard's file is emptied.
+	place("old", "a\nb")
+	scope(regOld, 4, "the old shard to load b again")
+	xdsB.target.Store(old.ads)
+	place("new", "")
+	scope(regNew, 1, "the emptied shard to hold the root namespace alone")
+	testutil.Eventually(t, 20*time.Second, "b's proxy to be shed by the emptied shard", func() (bool, string) {
+		n := counter(t, regNew, "shardpilot_pusher_xds_streams_shed_total")
+		return n == 1, fmt.Sprint(n, " streams shed")
+	})
+	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
+	allOn(t, inB, y.addr, "b's proxy is back on the old shard")
+	if n := xdsA.accepted.Load(); n != 1 {
+		t.Errorf("a's proxy connected %d times, want once", n)
+	}
+
+	// A broken file keeps the placement.
+	shed := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total")
+	connections := xdsA.accepted.Load() + xdsB.accepted.Load()
+	place("old", "a, B_")
+	testutil.Eventually(t, 20*time.Second, "the broken placement to be read", func() (bool, string) {
+		return counter(t, regOld, "shardpilot_pusher_placement_read_failures_total") > 0, ""
+	})
+	allOn(t, inA, y.addr, "a's proxy still served after a broken placement")
+	allOn(t, inB, y.addr, "b's proxy still served after a broken placement")
+	if n := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total"); n != shed {
+		t.Errorf("the old shard shed %v streams for a broken placement, want none", n-shed)
+	}
+	if n := xdsA.accepted.Load() + xdsB.accepted.Load(); n != connections {
+		t.Errorf("%d connections after the broken placement, want %d (no proxy moved)", n, connections)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -199,6 +200,8 @@ type Server struct {
 	// identity's secrets (nil without Config.Secrets); localities, of each
 	// locality's load assignments (nil without Config.Localities).
 	classes, secrets, localities *classSet
+	// conns are the open client connections (see Shed).
+	conns conns
 }
 
 // classSet counts the streams of each class of one cache, and since when
@@ -286,6 +289,7 @@ type LocalitySource interface {
 type metrics struct {
 	refused   prometheus.Counter
 	moved     prometheus.Counter
+	shed      prometheus.Counter
 	timeouts  prometheus.Counter
 	queue     prometheus.Histogram
 	send      prometheus.Histogram
@@ -304,6 +308,8 @@ func New(cfg Config) (*Server, error) {
 			Help: "New xDS streams refused by the stream rate limit."}),
 		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_reclassified_total",
 			Help: "xDS streams ended because their proxy's class changed (the proxy reconnects)."}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_shed_total",
+			Help: "xDS streams ended because their proxy is no longer served here (its namespace was placed on another shard; the proxy reconnects)."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
 			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",
@@ -320,7 +326,7 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -393,6 +399,45 @@ func (s *Server) Reclassify() int {
 	}
 	return n
 }
+
+// Shed ends, with UNAVAILABLE and why, the stream of every connected
+// proxy that leave says is no longer served here (its namespace was placed
+// on another shard), and returns how many; a moment later it closes their
+// connections (with any other stream on them: an Envoy has one ADS
+// stream per connection). Each proxy reconnects through its control-plane
+// address, which now leads to the pushers that serve it.
+func (s *Server) Shed(leave func(*core.Node) bool, why string) int {
+	n := 0
+	gone := status.Error(codes.Unavailable, why)
+	var remotes []string
+	for _, st := range s.cfg.Status.all() {
+		st.mu.Lock()
+		node := st.node
+		st.mu.Unlock()
+		if node != nil && leave(node) && st.end(gone) {
+			n++
+			if p, ok := peer.FromContext(st.ctx); ok && p.Addr != nil {
+				remotes = append(remotes, p.Addr.String())
+			}
+		}
+	}
+	if len(remotes) > 0 {
+		// Time for the status to be written: the proxy learns why.
+		time.AfterFunc(shedClose, func() {
+			for _, r := range remotes {
+				s.conns.close(r)
+			}
+		})
+	}
+	if n > 0 {
+		s.m.shed.Add(float64(n))
+		s.cfg.Log.Info("ended the streams of proxies no longer served here", "streams", n, "why", why)
+	}
+	return n
+}
+
+// shedClose is how long after ending a shed stream its connection is closed.
+const shedClose = 100 * time.Millisecond
 
 func (s *Server) epoch() int64 {
 	if s.cfg.Convergence == nil {
@@ -478,7 +523,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		})
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(lis) }()
+	go func() { errc <- gs.Serve(listener{Listener: lis, conns: &s.conns}) }()
 	var err error
 	select {
 	case err = <-errc:

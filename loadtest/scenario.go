@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,10 +45,12 @@ type Scenario struct {
 	Settle       time.Duration `json:"settle"`
 	Pushers      []int         `json:"pushers"`
 	// Shards, when set, gives every namespace a Sidecar (its own and the
-	// shared namespaces) and runs a phase of this many pushers each
-	// serving the proxies of its namespaces (--namespaces: ns-<i> to
-	// pusher i mod Shards).
-	Shards    int           `json:"shards,omitempty"`
+	// shared namespaces) and runs a phase for each count of pushers, each
+	// serving the proxies of its namespaces (--namespaces-file: ns-<i> to
+	// pusher i mod the count; a proxy dials its namespace's shard).
+	// Reshard then adds a shard to the last of them and removes it.
+	Shards    []int         `json:"shards,omitempty"`
+	Reshard   bool          `json:"reshard,omitempty"`
 	Baseline  bool          `json:"baseline"`
 	Storm     bool          `json:"storm"`
 	Faults    bool          `json:"faults"`
@@ -89,7 +90,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&sc.Settle, "settle", 30*time.Second, "how long to wait, after the last change, for every proxy to converge")
 	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2; empty for none)")
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
-	fs.IntVar(&sc.Shards, "shards", 0, "give every namespace a Sidecar (its own and the shared namespaces) and run a phase of this many pushers, each serving its namespaces' proxies (0: none); the --pushers phases then run on the same mesh, for comparison")
+	var shards string
+	fs.StringVar(&shards, "shards", "", "comma-separated shard counts: give every namespace a Sidecar (its own and the shared namespaces) and run a phase of that many pushers for each, each serving its namespaces' proxies (empty: none); the --pushers phases then run on the same mesh, for comparison")
+	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
@@ -103,18 +106,20 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, "Load-test shardpilot with simulated Envoys, side by side with a snapshot-cache baseline.", args); err != nil {
 		return err
 	}
-	for _, p := range strings.Split(pushers, ",") {
-		if strings.TrimSpace(p) == "" && strings.TrimSpace(pushers) == "" {
-			break
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--pushers %q: want counts of at least 1", pushers)
-		}
-		sc.Pushers = append(sc.Pushers, n)
+	var err error
+	if sc.Pushers, err = counts("--pushers", pushers); err != nil {
+		return err
 	}
-	if sc.Shards < 0 || (sc.Shards > 0 && (sc.Namespaces%sc.Shards != 0 || sc.Source != "yaml" || sc.Baseline)) {
-		return fmt.Errorf("--shards %d: want a divisor of --namespaces (%d), with --source yaml and --baseline=false", sc.Shards, sc.Namespaces)
+	if sc.Shards, err = counts("--shards", shards); err != nil {
+		return err
+	}
+	for _, n := range sc.Shards {
+		if sc.Namespaces%n != 0 || sc.Source != "yaml" || sc.Baseline || sc.PerConn != 1 {
+			return fmt.Errorf("--shards %d: want a divisor of --namespaces (%d), with --source yaml, --baseline=false and --per-conn 1", n, sc.Namespaces)
+		}
+	}
+	if sc.Reshard && len(sc.Shards) == 0 {
+		return errors.New("--reshard: give --shards")
 	}
 	if sc.Source != "yaml" && sc.Source != "kube" {
 		return fmt.Errorf("--source %q: want yaml or kube", sc.Source)
@@ -145,15 +150,14 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer pprof.StopCPUProfile()
 	}
 	rep := &report.Report{Scenario: sc, Started: time.Now()}
-	shards := sc.Pushers
-	if sc.Shards > 0 {
-		shards = append(slices.Clone(sc.Pushers), -sc.Shards) // negative: sharded
+	var targets []target
+	for _, n := range sc.Pushers {
+		targets = append(targets, target{pushers: n})
 	}
-	for _, n := range shards {
-		t := target{pushers: n}
-		if n < 0 {
-			t = target{pushers: -n, sharded: true}
-		}
+	for i, n := range sc.Shards {
+		targets = append(targets, target{pushers: n, sharded: true, reshard: sc.Reshard && i == len(sc.Shards)-1})
+	}
+	for _, t := range targets {
 		ph, err := phase(ctx, sc, t, stderr)
 		if err != nil {
 			return err
@@ -201,6 +205,22 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
+// counts parses a flag's comma-separated counts of at least 1 (none when empty).
+func counts(flag, list string) ([]int, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, p := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: want comma-separated counts of at least 1", flag, list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // progress prints a status line: rewritten in place on a terminal, and
 // at most every few seconds, a line each, in a log.
 type progress struct {
@@ -246,8 +266,9 @@ type target struct {
 	baseline bool
 	pushers  int
 	storm    bool
-	// sharded pushers serve their namespaces' proxies alone.
-	sharded bool
+	// sharded pushers serve their namespaces' proxies alone; reshard adds
+	// a shard and removes it after the changes.
+	sharded, reshard bool
 }
 
 func (t target) name() string {
@@ -424,7 +445,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		return ph, err
 	}
 	defer os.RemoveAll(work)
-	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces, Sidecars: sc.Shards > 0}
+	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces, Sidecars: len(sc.Shards) > 0}
 	source := []string{"--mesh-dir", meshDir}
 	var mesh *meshgen.Mesh
 	if sc.Source == "kube" && !t.baseline {
@@ -444,6 +465,8 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 
 	// The control plane.
 	var servers []*proc // those that serve proxies
+	var pl *placement   // the shards' namespaces (sharded)
+	var startPusher func(i int) (*proc, error)
 	var ingester, store *proc
 	defer func() {
 		for _, p := range servers {
@@ -497,31 +520,40 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		if err := ingester.waitReady(ctx, time.Minute); err != nil {
 			return ph, err
 		}
-		for i := range t.pushers {
+		if t.sharded {
+			if pl, err = newPlacement(work, t.pushers, sc.Namespaces); err != nil {
+				return ph, err
+			}
+		}
+		startPusher = func(i int) (*proc, error) {
 			ads, err1 := freeAddr()
 			admin, err2 := freeAddr()
 			if err := errors.Join(err1, err2); err != nil {
-				return ph, err
+				return nil, err
 			}
 			// The simulated proxies share the machine with the control
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
 			args := []string{"--etcd-endpoints", etcdURL,
 				"--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m"}
-			if t.sharded {
-				// Proxy j (of ns-<j mod namespaces>) connects to pusher j mod
-				// shards first: the pusher of its namespace's shard.
-				var nss []string
-				for ns := i; ns < sc.Namespaces; ns += t.pushers {
-					nss = append(nss, "ns-"+strconv.Itoa(ns))
-				}
-				args = append(args, "--namespaces", strings.Join(nss, ","))
+			if pl != nil {
+				// Shard i serves the namespaces its file lists, which
+				// reshard changes; each proxy dials its namespace's shard.
+				args = append(args, "--namespaces-file", pl.file(i))
+				pl.setAddr(i, ads)
 			}
 			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), args...)
 			if err != nil {
-				return ph, err
+				return nil, err
 			}
 			p.ads, p.admin, p.heap = ads, admin, admin
+			return p, nil
+		}
+		for i := range t.pushers {
+			p, err := startPusher(i)
+			if err != nil {
+				return ph, err
+			}
 			servers = append(servers, p)
 		}
 	}
@@ -553,8 +585,12 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	for i, p := range servers {
 		addrs[i] = p.ads
 	}
-	fleet, err := sim.New(sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate, PerConn: sc.PerConn,
-		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm})
+	fcfg := sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate, PerConn: sc.PerConn,
+		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm}
+	if pl != nil {
+		fcfg.Resolve = pl.addr
+	}
+	fleet, err := sim.New(fcfg)
 	if err != nil {
 		return ph, err
 	}
@@ -606,6 +642,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		storeBefore, _ = procstat.Read(store.pid())
 	}
 	self, _ := procstat.Read(os.Getpid())
+	trafficBefore := storeTraffic(store)
 	eventsBefore := make([]float64, len(servers))
 	for i, p := range servers {
 		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
@@ -620,6 +657,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		time.Sleep(50 * time.Millisecond)
 	}
 	end := usage(servers)
+	trafficAfter := storeTraffic(store)
 	stagesAfter := scrapeStages(ingester, servers)
 	if now, err := procstat.Read(os.Getpid()); err == nil {
 		ph.HarnessCPUSeconds = (now.CPU - self.CPU).Seconds()
@@ -645,10 +683,38 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	}
 	cpu := end.CPU - before.CPU
 	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu)
+	if store != nil && ph.Changes > 0 {
+		per := func(i int) float64 { return (trafficAfter[i] - trafficBefore[i]) / float64(ph.Changes) }
+		ph.Traffic = &report.Traffic{EtcdMsgsIn: per(0), EtcdMsgsOut: per(1), EtcdBytesIn: per(2), EtcdBytesOut: per(3),
+			NATSMsgsIn: per(4), NATSMsgsOut: per(5), NATSBytesIn: per(6), NATSBytesOut: per(7)}
+	}
 	if ingester != nil {
 		ph.Stages = stageSummaries(stagesBefore, stagesAfter)
 	}
 	ph.ChangeRate = float64(ph.Changes) / sc.Duration.Seconds()
+	if t.reshard {
+		start := func(i int) (*proc, error) {
+			p, err := startPusher(i)
+			if err != nil {
+				return nil, err
+			}
+			servers = append(servers, p) // stopped with the others
+			return p, p.waitReady(ctx, time.Minute)
+		}
+		moves, err := reshard(ctx, sc, pl, start, mesh, fleet, tracker, prog)
+		if err != nil {
+			return ph, err
+		}
+		ph.Moves = moves
+		for _, m := range moves {
+			if m.Problem != "" {
+				ph.Problems = append(ph.Problems, m.Name+": "+m.Problem)
+			}
+			if m.Others > 0 {
+				ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %d proxies of namespaces that did not move reconnected", m.Name, m.Others))
+			}
+		}
+	}
 	return ph, nil
 }
 
@@ -735,6 +801,23 @@ func storm(ctx context.Context, sc Scenario, servers []*proc, mesh *meshgen.Mesh
 		}
 	}
 	return s
+}
+
+// trafficCounters are the store's counters of its clients' traffic, in
+// report.Traffic's order.
+var trafficCounters = []string{
+	"grpc_server_msg_received_total", "grpc_server_msg_sent_total",
+	"etcd_network_client_grpc_received_bytes_total", "etcd_network_client_grpc_sent_bytes_total",
+	"loadtest_nats_in_msgs_total", "loadtest_nats_out_msgs_total", "loadtest_nats_in_bytes_total", "loadtest_nats_out_bytes_total",
+}
+
+// storeTraffic reads the store's traffic counters now (zeros without a store).
+func storeTraffic(store *proc) []float64 {
+	out := make([]float64, len(trafficCounters))
+	for i, name := range trafficCounters {
+		out[i] = counterOf(store, name)
+	}
+	return out
 }
 
 // usage sums the processes' CPU and RSS now.

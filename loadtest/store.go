@@ -6,11 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/shardpilot/shardpilot/internal/embedded"
 )
 
@@ -22,7 +27,7 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory for etcd's and NATS's data")
-	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url>\" to once both serve")
+	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url> <metrics address>\" to once both serve")
 	only := fs.String("only", "", `run only "etcd" or only "nats" (the other address is written as "-")`)
 	if err := parse(fs, "Run etcd and NATS JetStream for a load test, until SIGTERM.", args); err != nil {
 		return err
@@ -34,6 +39,9 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("store: --only %q: want etcd or nats", *only)
 	}
 	etcdURL, natsURL := "-", "-"
+	// Their traffic, for the work per change: etcd counts its gRPC bytes
+	// and messages in the default registry; NATS's counts are read here.
+	reg := prometheus.NewRegistry()
 	if *only != "nats" {
 		etcd, err := embedded.StartEtcd(filepath.Join(*dir, "etcd-store"))
 		if err != nil {
@@ -49,10 +57,28 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer nats.Close()
 		natsURL = nats.URL
+		for i, name := range []string{"in_msgs", "in_bytes", "out_msgs", "out_bytes"} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "loadtest_nats_" + name + "_total",
+				Help: "NATS traffic: " + name + " (in: from clients, out: to them)."}, func() float64 {
+				in, inB, out, outB, err := nats.Traffic()
+				if err != nil {
+					return math.NaN()
+				}
+				return float64([]int64{in, inB, out, outB}[i])
+			}))
+		}
 	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("store: metrics: %w", err)
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, reg}, promhttp.HandlerOpts{}),
+		ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Close()
 	// Written whole, then renamed: the reader never sees half of it.
 	tmp := *out + ".tmp"
-	if err := os.WriteFile(tmp, []byte(etcdURL+" "+natsURL+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(etcdURL+" "+natsURL+" "+lis.Addr().String()+"\n"), 0o644); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
 	if err := os.Rename(tmp, *out); err != nil {
@@ -64,7 +90,8 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 
 // startStore starts runStore in a child process and returns it with the
 // etcd endpoint and the NATS URL ("-" for one not run); only, when set,
-// runs only "etcd" or only "nats".
+// runs only "etcd" or only "nats". The process's admin address serves the
+// store's metrics.
 func startStore(ctx context.Context, out, name, work string, only ...string) (*proc, string, string, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -84,7 +111,8 @@ func startStore(ctx context.Context, out, name, work string, only ...string) (*p
 		if err != nil {
 			continue
 		}
-		if f := strings.Fields(string(b)); len(f) == 2 {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			p.admin = f[2]
 			return p, f[0], f[1], nil
 		}
 	}

@@ -156,6 +156,16 @@ func StartNATSWith(dir string, port int, secure NATSOptions) (*NATS, error) {
 	return &NATS{s: s, dir: dir, URL: s.ClientURL()}, nil
 }
 
+// Traffic returns the messages and bytes the server has received from its
+// clients (published, acknowledged) and sent to them (delivered) so far.
+func (n *NATS) Traffic() (inMsgs, inBytes, outMsgs, outBytes int64, err error) {
+	v, err := n.s.Varz(nil)
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("embedded: nats traffic: %w", err)
+	}
+	return v.InMsgs, v.InBytes, v.OutMsgs, v.OutBytes, nil
+}
+
 // Port returns the client port.
 func (n *NATS) Port() int { return n.s.Addr().(*net.TCPAddr).Port }
 

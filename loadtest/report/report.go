@@ -77,6 +77,26 @@ type Storm struct {
 	OK          bool    `json:"ok"`
 }
 
+// Move is a change of a sharded phase's placement: the proxies of the
+// namespaces that moved reconnect to their new shard, the others keep
+// their streams.
+type Move struct {
+	Name string `json:"name"`
+	// Moved counts the proxies of the moving namespaces whose stream
+	// ended, Others those of other namespaces (0: only the moved moved).
+	Moved  int `json:"moved"`
+	Others int `json:"others"`
+	// Placed is the time from the change until every proxy held a full
+	// config from the shard its namespace's address leads to;
+	// ChangeConverged until the changes made at that moment (in a moving
+	// namespace and in the shared one) reached every proxy that sees them;
+	// Converged until both.
+	Placed          float64 `json:"placed_s"`
+	ChangeConverged float64 `json:"change_converged_s"`
+	Converged       float64 `json:"converged_s"`
+	Problem         string  `json:"problem,omitempty"`
+}
+
 // Phase is one control plane under one run of the scenario.
 type Phase struct {
 	Name    string `json:"name"` // "shardpilot, 1 pusher", "baseline", …
@@ -122,6 +142,9 @@ type Phase struct {
 	EventsPerPusher float64 `json:"events_per_pusher,omitempty"`
 	EventsAll       float64 `json:"events_all_pushers,omitempty"`
 	MemoryPerProxy  float64 `json:"memory_per_proxy_kib"`
+	// Traffic is etcd's and NATS's work during the changes, per change
+	// (shardpilot only).
+	Traffic *Traffic `json:"store_traffic_per_change,omitempty"`
 	// PerProxy is each figure's growth, divided by the proxies, from the
 	// mesh loaded to every proxy connected: RSS as a pod's limit sees it,
 	// and where it goes.
@@ -146,8 +169,24 @@ type Phase struct {
 	Timeline []Point  `json:"timeline"`
 	Usage    []Usage  `json:"usage"`
 	Storm    *Storm   `json:"storm,omitempty"`
+	Moves    []Move   `json:"moves,omitempty"`
 	Faults   []Fault  `json:"faults,omitempty"`
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Traffic is what etcd and NATS received and sent, per change, from and
+// to every client (the ingester, the pushers, their leases and heartbeats):
+// etcd's gRPC messages and bytes, NATS's messages and bytes in (published,
+// acknowledged) and out (delivered to the pushers' consumers).
+type Traffic struct {
+	EtcdMsgsIn   float64 `json:"etcd_msgs_in"`
+	EtcdMsgsOut  float64 `json:"etcd_msgs_out"`
+	EtcdBytesIn  float64 `json:"etcd_bytes_in"`
+	EtcdBytesOut float64 `json:"etcd_bytes_out"`
+	NATSMsgsIn   float64 `json:"nats_msgs_in"`
+	NATSMsgsOut  float64 `json:"nats_msgs_out"`
+	NATSBytesIn  float64 `json:"nats_bytes_in"`
+	NATSBytesOut float64 `json:"nats_bytes_out"`
 }
 
 // Growth is memory per connected proxy, in KiB (goroutines: a count).
@@ -271,6 +310,21 @@ func (r *Report) Markdown() string {
 	row("heap of the largest pusher, every proxy connected", func(p Phase) float64 { return p.HeapPerPusher }, "MiB")
 	row("change events the busiest pusher took", func(p Phase) float64 { return p.EventsPerPusher }, "")
 	row("change events all pushers took", func(p Phase) float64 { return p.EventsAll }, "")
+	traffic := func(name string, f func(t *Traffic) float64, unit string) {
+		row(name, func(p Phase) float64 {
+			if p.Traffic == nil {
+				return math.NaN()
+			}
+			return f(p.Traffic)
+		}, unit)
+	}
+	traffic("etcd messages per change, in / out", func(t *Traffic) float64 { return t.EtcdMsgsIn + t.EtcdMsgsOut }, "")
+	traffic("· etcd messages in (requests)", func(t *Traffic) float64 { return t.EtcdMsgsIn }, "")
+	traffic("etcd bytes per change, in + out", func(t *Traffic) float64 { return (t.EtcdBytesIn + t.EtcdBytesOut) / 1024 }, "KiB")
+	traffic("NATS messages in per change (published, acked)", func(t *Traffic) float64 { return t.NATSMsgsIn }, "")
+	traffic("NATS messages out per change (delivered)", func(t *Traffic) float64 { return t.NATSMsgsOut }, "")
+	traffic("NATS bytes per change, in", func(t *Traffic) float64 { return t.NATSBytesIn / 1024 }, "KiB")
+	traffic("NATS bytes per change, out", func(t *Traffic) float64 { return t.NATSBytesOut / 1024 }, "KiB")
 	row("RSS with the mesh loaded", func(p Phase) float64 { return p.RSSLoaded }, "MiB")
 	row("RSS max", func(p Phase) float64 { return p.RSSMax }, "MiB")
 	row("responses per proxy", func(p Phase) float64 { return p.ResponsesPerProxy }, "")
@@ -299,6 +353,10 @@ func (r *Report) Markdown() string {
 		if s := p.Storm; s != nil {
 			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
 				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
+		}
+		for _, m := range p.Moves {
+			fmt.Fprintf(&b, "  - %s: %d proxies of those namespaces moved, %d others reconnected; every proxy held a full config from its shard after %s, the changes made at that moment reached every proxy after %s\n",
+				m.Name, m.Moved, m.Others, format(m.Placed, "s"), format(m.ChangeConverged, "s"))
 		}
 		for _, f := range p.Faults {
 			fmt.Fprintf(&b, "  - fault: %s for %s; every change made until its end reached every proxy %s after it (%d pending)\n",

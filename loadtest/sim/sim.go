@@ -59,6 +59,10 @@ type Config struct {
 	// (Addrs[0] when Sticky) and moves to the next when its stream breaks.
 	Addrs  []string
 	Sticky bool
+	// Resolve, when set, is the address proxy i dials at each connection
+	// instead (Addrs is then ignored): a namespace's Service, which may
+	// lead to another shard by the time the proxy reconnects.
+	Resolve func(proxy int) string
 	// Proxies is how many proxies there are across all shards; this
 	// process runs those whose index modulo Shards is Shard.
 	Proxies       int
@@ -78,8 +82,8 @@ type Config struct {
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
-	if len(c.Addrs) == 0 {
-		return errors.New("sim: at least one ADS address is required")
+	if len(c.Addrs) == 0 && c.Resolve == nil {
+		return errors.New("sim: at least one ADS address (or Resolve) is required")
 	}
 	if c.Proxies < 1 {
 		return fmt.Errorf("sim: %d proxies: want at least 1", c.Proxies)
@@ -112,9 +116,14 @@ func (c *Config) Validate() error {
 type Fleet struct {
 	cfg     Config
 	proxies []*proxy
+	// conns are the connections by proxy group and address (Resolve).
+	connsMu sync.Mutex
+	conns   map[string]*grpc.ClientConn
 	// full counts proxies whose current stream has delivered a full config.
 	full   atomic.Int64
 	intern interner
+	// dial returns the connection of a group of proxies to an address.
+	dial func(group int, addr string) (*grpc.ClientConn, error)
 }
 
 // New returns a Fleet; Run starts it.
@@ -133,7 +142,7 @@ func New(cfg Config) (*Fleet, error) {
 		}
 		ip := fmt.Sprintf("10.%d.%d.%d", 200+i>>16&0x1f, i>>8&0xff, i&0xff)
 		f.proxies = append(f.proxies, &proxy{
-			fleet: f, index: i, delta: rng.Float64() < cfg.Delta,
+			fleet: f, index: i, group: len(f.proxies) / cfg.PerConn, delta: rng.Float64() < cfg.Delta,
 			node: &core.Node{Id: "sidecar~" + ip + "~" + name + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta},
 		})
 	}
@@ -142,16 +151,20 @@ func New(cfg Config) (*Fleet, error) {
 
 // Run connects every proxy and keeps them connected until ctx is done.
 func (f *Fleet) Run(ctx context.Context) error {
-	conns := map[string]*grpc.ClientConn{}
 	pool := &dirtyPool{}
+	f.conns = map[string]*grpc.ClientConn{}
 	defer func() {
-		for _, c := range conns {
+		f.connsMu.Lock()
+		defer f.connsMu.Unlock()
+		for _, c := range f.conns {
 			c.Close()
 		}
 	}()
-	conn := func(group int, addr string) (*grpc.ClientConn, error) {
+	f.dial = func(group int, addr string) (*grpc.ClientConn, error) {
 		key := strconv.Itoa(group) + "|" + addr
-		if c, ok := conns[key]; ok {
+		f.connsMu.Lock()
+		defer f.connsMu.Unlock()
+		if c, ok := f.conns[key]; ok {
 			return c, nil
 		}
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -159,22 +172,27 @@ func (f *Fleet) Run(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("sim: dial %s: %w", addr, err)
 		}
-		conns[key] = c
+		f.conns[key] = c
 		return c, nil
 	}
 	var wg sync.WaitGroup
-	for n, p := range f.proxies {
-		for _, addr := range f.cfg.Addrs {
-			c, err := conn(n/f.cfg.PerConn, addr)
-			if err != nil {
-				return err
-			}
-			p.conns = append(p.conns, c)
-		}
+	for _, p := range f.proxies {
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Wait()
 	return nil
+}
+
+// Placed returns how many proxies hold a full config on a stream to the
+// address want gives for them.
+func (f *Fleet) Placed(want func(proxy int) string) int {
+	n := 0
+	for _, p := range f.proxies {
+		if a := p.fullAt.Load(); a != nil && *a == want(p.index) {
+			n++
+		}
+	}
+	return n
 }
 
 // Size returns how many proxies this process runs.
@@ -192,7 +210,8 @@ type Stats struct {
 	Responses []int64 // per proxy
 	Bytes     []int64 // per proxy: resource bytes received
 	NACKs     int64
-	Errors    int64 // broken streams
+	Errors    int64   // broken streams
+	ErrorsOf  []int64 // per proxy
 }
 
 // Stats returns the fleet's counters so far.
@@ -207,6 +226,7 @@ func (f *Fleet) Stats() Stats {
 		s.Bytes = append(s.Bytes, p.bytes.Load())
 		s.NACKs += p.nacks.Load()
 		s.Errors += p.errors.Load()
+		s.ErrorsOf = append(s.ErrorsOf, p.errors.Load())
 	}
 	return s
 }
@@ -217,7 +237,12 @@ type proxy struct {
 	index int
 	delta bool
 	node  *core.Node
-	conns []*grpc.ClientConn
+	// group is the proxies sharing its connections (Config.PerConn).
+	group int
+	// addr is the address of the current stream; fullAt, once it has
+	// delivered a full config.
+	addr   string
+	fullAt atomic.Pointer[string]
 
 	firstFull                  atomic.Int64 // nanoseconds from the first connect
 	responses, bytes           atomic.Int64
@@ -246,20 +271,28 @@ type holdings struct {
 func (p *proxy) run(ctx context.Context) {
 	p.started = time.Now()
 	p.rng = rand.New(rand.NewPCG(uint64(p.index), 11))
+	cfg := p.fleet.cfg
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		first := p.index
-		if p.fleet.cfg.Sticky {
+		if cfg.Sticky {
 			first = 0
 		}
-		conn := p.conns[(first+attempt)%len(p.conns)]
-		var err error
-		if p.delta {
-			err = p.runDelta(ctx, conn)
+		if cfg.Resolve != nil {
+			p.addr = cfg.Resolve(p.index)
 		} else {
-			err = p.runSotW(ctx, conn)
+			p.addr = cfg.Addrs[(first+attempt)%len(cfg.Addrs)]
+		}
+		conn, err := p.fleet.dial(p.group, p.addr)
+		if err == nil {
+			if p.delta {
+				err = p.runDelta(ctx, conn)
+			} else {
+				err = p.runSotW(ctx, conn)
+			}
 		}
 		if p.full {
 			p.full = false
+			p.fullAt.Store(nil)
 			p.fleet.full.Add(-1)
 		}
 		if ctx.Err() != nil {
@@ -281,6 +314,8 @@ func (p *proxy) markFull() {
 		return
 	}
 	p.full = true
+	addr := p.addr
+	p.fullAt.Store(&addr)
 	p.fleet.full.Add(1)
 	p.firstFull.CompareAndSwap(0, int64(time.Since(p.started)))
 }

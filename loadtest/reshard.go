@@ -206,8 +206,13 @@ func measureMove(ctx context.Context, sc Scenario, name string, moving []int, pl
 	}
 	for _, r := range tracker.Results() {
 		for _, c := range changes {
-			if r.Change.N == c.N && r.Done {
+			if r.Change.N != c.N {
+				continue
+			}
+			if r.Done {
 				mv.ChangeConverged = max(mv.ChangeConverged, r.Converged.Seconds())
+			} else if mv.Problem != "" {
+				mv.Problem += fmt.Sprintf("; change %d (%s of service %d) reached %d proxies", c.N, c.Kind, c.Service, r.Proxies)
 			}
 		}
 	}

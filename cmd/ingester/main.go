@@ -126,6 +126,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&zkNamespace, "zookeeper-namespace", "default", `namespace of a registered service whose provider names none (a "namespace" URL parameter, or Curator metadata)`)
 	fs.StringVar(&zkHosts, "zookeeper-host-template", "{service}.{namespace}.svc.{domain}", "hostname of a registered service: {service} is the Dubbo interface (lowercased) or the Curator service name, {domain} the domain suffix")
 	fs.DurationVar(&zkSession, "zookeeper-session-timeout", 10*time.Second, "ZooKeeper session timeout")
+	parts := fs.Int("kube-namespace-parts", 1, "split each cluster's namespaces into this many parts (by a hash of their names), each a source with a leader election of its own, so that as many ingester replicas share one large cluster's ingest (each part's leader watches the cluster and writes its part's namespaces); a part takes over what the cluster's earlier parts wrote in its namespaces when the number changes")
 	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
@@ -137,6 +138,9 @@ func run(ctx context.Context, args []string) error {
 	clusters, err := parseKubeconfigs(kubeconfigs)
 	if err != nil {
 		return err
+	}
+	if *parts < 1 || *parts > 256 {
+		return fmt.Errorf("--kube-namespace-parts %d: want 1 to 256", *parts)
 	}
 	zks, err := parseEnsembles(ensembles)
 	if err != nil {
@@ -206,7 +210,7 @@ func run(ctx context.Context, args []string) error {
 	for _, c := range clusters {
 		g.Go(func() error {
 			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix, MaxDelay: syncMax,
-				NamespaceSelector: selector, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
+				NamespaceSelector: selector, Parts: *parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
 		})
 	}
 	for _, z := range zks {

@@ -406,10 +406,12 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 			}
 		}
 		p.sotwVersion[typ] = p.fleet.intern.name(resp.VersionInfo)
+		// Applied before it is ACKed: a proxy whose ACK is lost with its
+		// stream holds it all the same, and says so when it reconnects.
+		p.observe(typ, resp.Resources)
 		if err := request(typ, p.names(typ), resp.Nonce, nil); err != nil {
 			return err
 		}
-		p.observe(typ, resp.Resources)
 		if follow != nil {
 			if err := follow(); err != nil {
 				return err
@@ -645,10 +647,10 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 				}
 			}
 		}
+		p.observe(typ, anys) // applied before it is ACKed, as above
 		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
 			return err
 		}
-		p.observe(typ, anys)
 		if follow != nil {
 			if err := follow(); err != nil {
 				return err

@@ -105,6 +105,11 @@ type Config struct {
 	// Source names the source; it is stamped into each object's origin and
 	// decides which stored objects the Syncer owns.
 	Source string
+	// Adopts, when set, says which objects another source wrote this one
+	// owns too (from its first listing of the store on): those of the
+	// sources it replaces, such as a cluster's namespaces split into other
+	// parts before.
+	Adopts func(source string, k model.Key) bool
 	Store  Store
 	Log    *slog.Logger
 	// Metrics are shared by every Syncer of a process (they are labelled by
@@ -327,7 +332,7 @@ func (s *Syncer) RetryPending(ctx context.Context) (Result, error) {
 	s.listed = rev
 	ix := newIndex()
 	for _, it := range stored {
-		if it.Object.GetOrigin().GetSource() != s.cfg.Source {
+		if !s.owns(it) {
 			ix.add(it.Key, it.Object)
 		}
 	}
@@ -351,6 +356,13 @@ func (s *Syncer) Stored(ctx context.Context, k model.Key) (model.Object, error) 
 	return s.mine[k].obj, nil
 }
 
+// owns says whether a stored object is this source's: it wrote it, or it
+// adopts it.
+func (s *Syncer) owns(it model.Stored) bool {
+	src := it.Object.GetOrigin().GetSource()
+	return src == s.cfg.Source || (s.cfg.Adopts != nil && s.cfg.Adopts(src, it.Key))
+}
+
 // Forget makes the next sync list the store, to repair any drift (a
 // source calls it at its start and on a resync).
 func (s *Syncer) Forget() { s.loaded = false }
@@ -370,7 +382,7 @@ func (s *Syncer) load(ctx context.Context) error {
 	s.ix = newIndex()
 	for _, it := range stored {
 		s.ix.add(it.Key, it.Object)
-		if it.Object.GetOrigin().GetSource() == s.cfg.Source {
+		if s.owns(it) {
 			s.mine[it.Key] = held{it.Object, it.ModRevision}
 		}
 	}

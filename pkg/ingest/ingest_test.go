@@ -342,3 +342,27 @@ func TestStored(t *testing.T) {
 		t.Errorf("another source's Stored: %v, %v; want none", o, err)
 	}
 }
+
+// TestAdoptedObjects: a source that adopts another's objects (a cluster's
+// part taking over its namespaces from the whole cluster's source) owns
+// them from its first sync: it keeps what it still makes, deletes what it
+// no longer does, and leaves the objects it does not adopt alone.
+func TestAdoptedObjects(t *testing.T) {
+	old, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	other := svc("c", 80)
+	other.Key.Namespace = "other"
+	if _, err := old.Sync(ctx, []ingest.Object{svc("a", 80), svc("b", 80), other}, nil); err != nil {
+		t.Fatal(err)
+	}
+	part, err := ingest.NewSyncer(ingest.Config{Source: "test#1of2", Store: st, Log: testutil.Log(t),
+		Adopts: func(source string, k model.Key) bool { return source == "test" && k.Namespace == "ns" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := part.Sync(ctx, []ingest.Object{svc("a", 80)}, nil)
+	if err != nil || len(res.Problems) != 0 {
+		t.Fatalf("the part's sync: %+v %v; want no problem (its objects are its own, not another source's)", res, err)
+	}
+	want(t, st, "/mesh/v1/services/ns/a", "/mesh/v1/services/other/c")
+}

@@ -339,8 +339,12 @@ type KubeSource struct {
 	// MaxDelay bounds how long a change waits for the cluster to be quiet.
 	MaxDelay          time.Duration
 	NamespaceSelector labels.Selector
-	Election          Election
-	Log               *slog.Logger
+	// Parts, above 1, splits the cluster's namespaces into that many
+	// parts (kube.PartOf), each a source and an election of its own, so
+	// that several replicas share one cluster's ingest.
+	Parts    int
+	Election Election
+	Log      *slog.Logger
 	// Metrics may be nil (unregistered).
 	Metrics     *ingest.Metrics
 	KubeMetrics *kube.Metrics
@@ -357,21 +361,35 @@ func (k KubeSource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("app: cluster %s: %w", k.Cluster, err)
 	}
-	name := kube.SourceName(k.Cluster)
-	term := &termStore{}
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: k.Log, Metrics: k.Metrics})
-	if err != nil {
-		return err
+	parts := max(k.Parts, 1)
+	g, ctx := errgroup.WithContext(ctx)
+	for part := range parts {
+		name := kube.PartName(k.Cluster, part, parts)
+		term := &termStore{}
+		// A part owns what the cluster's other sources (its parts before
+		// the number of parts changed) wrote in its namespaces.
+		adopts := func(source string, key model.Key) bool {
+			return source != name && kube.SameCluster(source, k.Cluster) && kube.PartOf(key.Namespace, parts) == part
+		}
+		syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Adopts: adopts, Store: term, Log: k.Log, Metrics: k.Metrics})
+		if err != nil {
+			return err
+		}
+		src, err := kube.New(kube.Config{
+			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts,
+			DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
+			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
+		})
+		if err != nil {
+			return err
+		}
+		// Each part is an election of its own: the parts spread over the
+		// replicas as the sources do.
+		g.Go(func() error {
+			return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, forgetting(k.Metrics, name, src.Run))
+		})
 	}
-	src, err := kube.New(kube.Config{
-		Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer,
-		DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
-		Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
-	})
-	if err != nil {
-		return err
-	}
-	return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, forgetting(k.Metrics, name, src.Run))
+	return g.Wait()
 }
 
 // ZooKeeperSource runs the ZooKeeper source of one ensemble into the store.

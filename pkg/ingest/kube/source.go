@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +65,11 @@ type Config struct {
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
 	// like Istio's discoverySelectors; nil selects all.
 	NamespaceSelector labels.Selector
+	// Parts, above 1, splits the cluster's namespaces into that many parts
+	// (PartOf) and makes this source ingest part Part alone, under a name
+	// of its own (PartName): each part may be led by another ingester
+	// replica, so that one cluster's ingest scales past one leader.
+	Part, Parts int
 	// Quiet is how long changes must stop before a sync. Default 0: a
 	// change is synced at once, and what arrives during a sync is synced
 	// together after it (see ingest.Loop).
@@ -94,6 +101,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DomainSuffix == "" {
 		c.DomainSuffix = "cluster.local"
+	}
+	if c.Parts == 0 {
+		c.Parts = 1
+	}
+	if c.Parts < 1 || c.Part < 0 || c.Part >= c.Parts {
+		return fmt.Errorf("kube: part %d of %d: want 0 <= part < parts", c.Part, c.Parts)
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -190,6 +203,35 @@ func ObjectName(service, cluster string) string { return service + "@" + cluster
 
 // SourceName is the name a cluster's objects carry as their origin source.
 func SourceName(cluster string) string { return "kubernetes/" + cluster }
+
+// PartName names the source of one part of a cluster's namespaces
+// (SourceName when the cluster is one part): "kubernetes/<cluster>#<part>of<parts>",
+// counting parts from 1.
+func PartName(cluster string, part, parts int) string {
+	if parts <= 1 {
+		return SourceName(cluster)
+	}
+	return fmt.Sprintf("%s#%dof%d", SourceName(cluster), part+1, parts)
+}
+
+// SameCluster says whether a source name is a cluster's: its whole
+// source or one of its parts.
+func SameCluster(source, cluster string) bool {
+	whole := SourceName(cluster)
+	return source == whole || strings.HasPrefix(source, whole+"#")
+}
+
+// PartOf returns the part of a namespace when a cluster's namespaces are
+// split into parts: FNV-1a of its name, modulo parts. A namespace keeps its
+// part for as long as the number of parts stays.
+func PartOf(namespace string, parts int) int {
+	if parts <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(namespace))
+	return int(h.Sum32() % uint32(parts))
+}
 
 // watched is what one run of the source reads from.
 type watched struct {
@@ -602,15 +644,17 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 	return objs, append(problems, more...)
 }
 
-// namespaceFilter returns whether a namespace is in the mesh.
+// namespaceFilter returns whether a namespace is in the mesh and in this
+// source's part.
 func (s *Source) namespaceFilter(w *watched) func(string) bool {
+	mine := func(ns string) bool { return PartOf(ns, s.cfg.Parts) == s.cfg.Part }
 	if s.cfg.NamespaceSelector == nil || s.cfg.NamespaceSelector.Empty() {
-		return func(string) bool { return true }
+		return mine
 	}
 	selected := map[string]bool{}
 	list, _ := w.namespaces.List(s.cfg.NamespaceSelector)
 	for _, ns := range list {
 		selected[ns.Name] = true
 	}
-	return func(ns string) bool { return selected[ns] }
+	return func(ns string) bool { return selected[ns] && mine(ns) }
 }

@@ -49,13 +49,16 @@ type Scenario struct {
 	// serving the proxies of its namespaces (--namespaces-file: ns-<i> to
 	// pusher i mod the count; a proxy dials its namespace's shard).
 	// Reshard then adds a shard to the last of them and removes it.
-	Shards    []int         `json:"shards,omitempty"`
-	Reshard   bool          `json:"reshard,omitempty"`
-	Baseline  bool          `json:"baseline"`
-	Storm     bool          `json:"storm"`
-	Faults    bool          `json:"faults"`
-	FaultHold time.Duration `json:"fault_hold"`
-	Seed      uint64        `json:"seed"`
+	Shards  []int `json:"shards,omitempty"`
+	Reshard bool  `json:"reshard,omitempty"`
+	// ShardAlone runs, after the sharded phases, shard 0 of the last count
+	// alone with its proxies: one shard as on a machine of its own.
+	ShardAlone bool          `json:"shard_alone,omitempty"`
+	Baseline   bool          `json:"baseline"`
+	Storm      bool          `json:"storm"`
+	Faults     bool          `json:"faults"`
+	FaultHold  time.Duration `json:"fault_hold"`
+	Seed       uint64        `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
@@ -92,6 +95,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
 	var shards string
 	fs.StringVar(&shards, "shards", "", "comma-separated shard counts: give every namespace a Sidecar (its own and the shared namespaces) and run a phase of that many pushers for each, each serving its namespaces' proxies (empty: none); the --pushers phases then run on the same mesh, for comparison")
+	fs.BoolVar(&sc.ShardAlone, "shard-alone", false, "with --shards, also run shard 0 of the last count alone with its own proxies (and the changes they see), as one shard would run on a machine of its own")
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
@@ -118,8 +122,8 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--shards %d: want a divisor of --namespaces (%d), with --source yaml, --baseline=false and --per-conn 1", n, sc.Namespaces)
 		}
 	}
-	if sc.Reshard && len(sc.Shards) == 0 {
-		return errors.New("--reshard: give --shards")
+	if (sc.Reshard || sc.ShardAlone) && len(sc.Shards) == 0 {
+		return errors.New("--reshard, --shard-alone: give --shards")
 	}
 	if sc.Source != "yaml" && sc.Source != "kube" {
 		return fmt.Errorf("--source %q: want yaml or kube", sc.Source)
@@ -156,6 +160,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	for i, n := range sc.Shards {
 		targets = append(targets, target{pushers: n, sharded: true, reshard: sc.Reshard && i == len(sc.Shards)-1})
+	}
+	if sc.ShardAlone {
+		targets = append(targets, target{pushers: sc.Shards[len(sc.Shards)-1], sharded: true, alone: true})
 	}
 	for _, t := range targets {
 		ph, err := phase(ctx, sc, t, stderr)
@@ -267,8 +274,9 @@ type target struct {
 	pushers  int
 	storm    bool
 	// sharded pushers serve their namespaces' proxies alone; reshard adds
-	// a shard and removes it after the changes.
-	sharded, reshard bool
+	// a shard and removes it after the changes; alone runs the first
+	// shard's pusher and proxies alone.
+	sharded, reshard, alone bool
 }
 
 func (t target) name() string {
@@ -277,6 +285,8 @@ func (t target) name() string {
 		return "baseline"
 	case t.storm:
 		return "shardpilot, reconnect storm"
+	case t.alone:
+		return fmt.Sprintf("shardpilot, 1 of %d shards alone", t.pushers)
 	case t.sharded:
 		return fmt.Sprintf("shardpilot, %d shards", t.pushers)
 	case t.pushers == 1:
@@ -295,13 +305,24 @@ type proc struct {
 	ads, admin, heap string
 }
 
+// freeAddr returns a loopback address nobody listens on, for a process
+// to listen on soon. Its port is below Linux's ephemeral range (32768 and
+// up), where a port the kernel picked would be: the thousands of proxy
+// connections a phase opens take ephemeral ports, and one of them could
+// take the port before the process binds it.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	var last error
+	for range 100 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			last = err
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free port from 20000 to 32000: %w", last)
 }
 
 func start(out, name, bin string, args ...string) (*proc, error) {
@@ -400,14 +421,14 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 // wrong when they do not within the connect timeout.
 func connect(ctx context.Context, sc Scenario, fleet *sim.Fleet, prog *progress) string {
 	start := time.Now()
-	for fleet.Full() < sc.Proxies {
+	for fleet.Full() < fleet.Size() {
 		if time.Since(start) > sc.connectTimeout || ctx.Err() != nil {
-			return fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), sc.Proxies, sc.connectTimeout)
+			return fmt.Sprintf("only %d of %d proxies got a full config within %s", fleet.Full(), fleet.Size(), sc.connectTimeout)
 		}
-		prog.printf("connecting: %d/%d proxies hold a full config (%s)", fleet.Full(), sc.Proxies, time.Since(start).Round(time.Second))
+		prog.printf("connecting: %d/%d proxies hold a full config (%s)", fleet.Full(), fleet.Size(), time.Since(start).Round(time.Second))
 		time.Sleep(50 * time.Millisecond)
 	}
-	prog.done("connected: %d proxies hold a full config after %s", sc.Proxies, time.Since(start).Round(time.Millisecond))
+	prog.done("connected: %d proxies hold a full config after %s", fleet.Size(), time.Since(start).Round(time.Millisecond))
 	return ""
 }
 
@@ -549,7 +570,11 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			p.ads, p.admin, p.heap = ads, admin, admin
 			return p, nil
 		}
-		for i := range t.pushers {
+		running := t.pushers
+		if t.alone {
+			running = 1
+		}
+		for i := range running {
 			p, err := startPusher(i)
 			if err != nil {
 				return ph, err
@@ -581,6 +606,19 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	// The proxies.
 	tracker := track.New(sc.Proxies)
 	tracker.Expect(func(c meshgen.Change) int { return mesh.Audience(c, sc.Proxies) })
+	if t.alone {
+		// Shard 0's proxies alone: those whose index is 0 modulo the
+		// shards are of its namespaces.
+		tracker.Expect(func(c meshgen.Change) int {
+			n := 0
+			for i := 0; i < sc.Proxies; i += t.pushers {
+				if mesh.Sees(c, i) {
+					n++
+				}
+			}
+			return n
+		})
+	}
 	addrs := make([]string, len(servers))
 	for i, p := range servers {
 		addrs[i] = p.ads
@@ -590,10 +628,14 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	if pl != nil {
 		fcfg.Resolve = pl.addr
 	}
+	if t.alone {
+		fcfg.Shard, fcfg.Shards = 0, t.pushers
+	}
 	fleet, err := sim.New(fcfg)
 	if err != nil {
 		return ph, err
 	}
+	ph.Proxies = fleet.Size()
 	fctx, stopFleet := context.WithCancel(ctx)
 	fleetDone := make(chan error, 1)
 	go func() { fleetDone <- fleet.Run(fctx) }()
@@ -611,17 +653,17 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	ph.RSSConnected = mib(connected.RSS)
 	memConnected := memoryOf(servers)
 	ph.HeapConnected = mib(memConnected.live)
-	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(sc.Proxies)
+	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(ph.Proxies)
 	if !t.baseline {
 		for _, p := range servers {
 			ph.HeapPerPusher = max(ph.HeapPerPusher, mib(memoryOf([]*proc{p}).live))
 		}
 	}
-	per := func(a, b int64) float64 { return float64(b-a) / 1024 / float64(sc.Proxies) }
+	per := func(a, b int64) float64 { return float64(b-a) / 1024 / float64(ph.Proxies) }
 	ph.PerProxy = &report.Growth{RSS: per(loaded.RSS, connected.RSS), Live: ph.MemoryPerProxy,
 		InUse: per(memLoaded.inUse, memConnected.inUse), Idle: per(memLoaded.idle, memConnected.idle),
 		Stacks: per(memLoaded.stacks, memConnected.stacks), GCGoal: per(memLoaded.goal, memConnected.goal),
-		Goroutines: float64(memConnected.goroutines-memLoaded.goroutines) / float64(sc.Proxies)}
+		Goroutines: float64(memConnected.goroutines-memLoaded.goroutines) / float64(ph.Proxies)}
 
 	if t.storm {
 		ph.Storm = storm(ctx, sc, servers, mesh, fleet, tracker, prog)
@@ -912,6 +954,9 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 	n, each := tracker.EachProxy(0.5, 0.9, 0.99, 1)
 	ph.EachProxy = report.Percentiles{N: n, P50: each[0].Seconds(), P90: each[1].Seconds(), P99: each[2].Seconds(), Max: each[3].Seconds()}
 	for _, r := range tracker.Results() {
+		if r.Audience == 0 {
+			continue // no proxy running sees it (one shard alone)
+		}
 		ph.Changes++
 		if !r.Done {
 			ph.Unconverged++

@@ -186,6 +186,16 @@ func (m *Mesh) Audience(c Change, proxies int) int {
 	return n
 }
 
+// Sees says whether proxy i (of ns-<i mod namespaces>) sees a change:
+// Audience counts those that do.
+func (m *Mesh) Sees(c Change, proxy int) bool {
+	if !m.spec.Sidecars || c.Kind == AddService || c.Kind == RemoveService {
+		return true
+	}
+	ns := c.Service % m.spec.Namespaces
+	return ns == 0 || proxy%m.spec.Namespaces == ns
+}
+
 // Spec returns the mesh's spec.
 func (m *Mesh) Spec() Spec { return m.spec }
 

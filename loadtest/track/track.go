@@ -114,6 +114,9 @@ type Result struct {
 	Converged time.Duration
 	Proxies   int
 	Done      bool
+	// Audience is how many proxies the change was to reach (0: none of
+	// those running sees it).
+	Audience int
 }
 
 // Results returns every change's convergence, in the order made.
@@ -122,7 +125,7 @@ func (t *Tracker) Results() []Result {
 	defer t.mu.Unlock()
 	out := make([]Result, 0, len(t.records))
 	for _, r := range t.records {
-		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count >= r.audience})
+		out = append(out, Result{Change: r.change, Made: r.made, Converged: r.last, Proxies: r.count, Done: r.count >= r.audience, Audience: r.audience})
 	}
 	slices.SortFunc(out, func(a, b Result) int { return a.Change.N - b.Change.N })
 	return out

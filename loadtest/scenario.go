@@ -725,8 +725,10 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	}
 	cpu := end.CPU - before.CPU
 	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu)
-	if store != nil && ph.Changes > 0 {
-		per := func(i int) float64 { return (trafficAfter[i] - trafficBefore[i]) / float64(ph.Changes) }
+	// Per change made: etcd and NATS carry every change, whether or not a
+	// proxy running sees it (one shard alone).
+	if made := len(tracker.Results()); store != nil && made > 0 {
+		per := func(i int) float64 { return (trafficAfter[i] - trafficBefore[i]) / float64(made) }
 		ph.Traffic = &report.Traffic{EtcdMsgsIn: per(0), EtcdMsgsOut: per(1), EtcdBytesIn: per(2), EtcdBytesOut: per(3),
 			NATSMsgsIn: per(4), NATSMsgsOut: per(5), NATSBytesIn: per(6), NATSBytesOut: per(7)}
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardpilot/shardpilot/pkg/xds/server"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -42,12 +40,26 @@ type runningPusher struct {
 
 func startPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn) *runningPusher {
 	t.Helper()
-	return startShardPusher(t, cli, nc, nil, nil)
+	return startPusherWith(t, cli, nc, nil)
 }
 
 // startShardPusher starts a pusher serving the proxies of some namespaces
 // (nil: all), its metrics in reg (nil: none).
 func startShardPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn, reg prometheus.Registerer, namespaces []string) *runningPusher {
+	t.Helper()
+	return startPusherWith(t, cli, nc, func(p *app.Pusher) {
+		p.Registerer, p.Namespaces = reg, namespaces
+		if namespaces != nil {
+			// A shard drains its proxies for a second when stopped, as a
+			// pod's rolling update does (in its termination grace period).
+			p.XDS.DrainTimeout = time.Second
+		}
+	})
+}
+
+// startPusherWith starts a pusher, configured by set when given, and
+// returns it once it runs.
+func startPusherWith(t *testing.T, cli *clientv3.Client, nc *nats.Conn, set func(*app.Pusher)) *runningPusher {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,17 +68,17 @@ func startShardPusher(t *testing.T, cli *clientv3.Client, nc *nats.Conn, reg pro
 	ctx, cancel := context.WithCancel(context.Background())
 	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	started := make(chan struct{})
-	go func() {
-		// A shard drains its proxies for a second when stopped, as a pod's
-		// rolling update does (in its termination grace period).
-		var xcfg server.Config
-		if namespaces != nil {
-			xcfg.DrainTimeout = time.Second
-		}
-		rp.done <- app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t), Registerer: reg, Namespaces: namespaces, XDS: xcfg,
-			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
-	}()
-	<-started
+	p := app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t),
+		Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}
+	if set != nil {
+		set(&p)
+	}
+	go func() { rp.done <- p.Run(ctx) }()
+	select {
+	case <-started:
+	case err := <-rp.done:
+		t.Fatalf("the pusher did not start: %v", err)
+	}
 	t.Cleanup(rp.stop)
 	return rp
 }

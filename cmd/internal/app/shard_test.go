@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -95,10 +93,7 @@ func TestShardPushers(t *testing.T) {
 			return rp.p.GeneratedRevision() > 0, "not loaded"
 		})
 	}
-	client := func(ns string) string {
-		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
-	}
-	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.shared.example.com:50051", client("a")), x.addr, "a proxy of a calls the shared namespace's service through its shard's pusher")
+	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.shared.example.com:50051", clientIn("a")), x.addr, "a proxy of a calls the shared namespace's service through its shard's pusher")
 
 	// A change in c reaches neither shard; one in a reaches a's alone; one
 	// in shared reaches both. Each is waited for where it is followed.
@@ -136,7 +131,7 @@ func TestShardPushers(t *testing.T) {
 	if a1 == a0 || a2 == a1 || b2 == b1 {
 		t.Errorf("a shard missed a change it sees: a %v → %v → %v, b %v → %v", a0, a1, a2, b1, b2)
 	}
-	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.a.example.com:50051", client("a")), y.addr, "the shard's proxies follow its namespace's change")
+	allOn(t, dialXDSNode(t, pa.ads, "xds:///svc.a.example.com:50051", clientIn("a")), y.addr, "the shard's proxies follow its namespace's change")
 
 	// A proxy of another namespace is refused by the shard's pusher.
 	conn, err := grpc.NewClient(pa.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -254,25 +249,36 @@ func newForwarder(t *testing.T, target string) *forwarder {
 	return f
 }
 
+// twoNamespaces is a control plane over namespaces a and b, whose Sidecars
+// see themselves and shared; a's service is served by x, b's by y,
+// shared's by x.
+func twoNamespaces(t *testing.T) (x, y backend, dir string, cp *controlPlane) {
+	t.Helper()
+	x, y = startBackend(t), startBackend(t)
+	dir = t.TempDir()
+	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
+	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
+	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
+	cp = startControlPlane(t, yamlSource(dir))
+	cp.settled(t)
+	return x, y, dir, cp
+}
+
+// clientIn is the node of a grpc-go client in a namespace.
+func clientIn(ns string) string {
+	return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
+}
+
 // TestNamespaceMovesShard: a namespace moved to a new shard (its Service
 // now selecting the new shard's pushers, the old shard restarted without
 // it) has its proxies served by the new shard once they reconnect; the
 // old shard's other namespaces stay with it.
 func TestNamespaceMovesShard(t *testing.T) {
-	x, y := startBackend(t), startBackend(t)
-	dir := t.TempDir()
-	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
-	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
-	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
-	cp := startControlPlane(t, yamlSource(dir))
-	cp.settled(t)
+	x, y, dir, cp := twoNamespaces(t)
 	old := startShardPusher(t, cp.etcd, cp.nats, nil, []string{"a", "b"})
 	xdsA, xdsB := newForwarder(t, old.ads), newForwarder(t, old.ads)
-	client := func(ns string) string {
-		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
-	}
-	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", client("a"))
-	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", client("b"))
+	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", clientIn("a"))
+	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", clientIn("b"))
 	allOn(t, inA, x.addr, "a's proxy served by the shard of a and b")
 	allOn(t, inB, y.addr, "b's proxy served by the shard of a and b")
 
@@ -303,25 +309,9 @@ func TestNamespaceMovesShard(t *testing.T) {
 // (read again every 50ms).
 func startPlacedPusher(t *testing.T, cp *controlPlane, reg prometheus.Registerer, file string) *runningPusher {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	started := make(chan struct{})
-	go func() {
-		rp.done <- app.Pusher{Etcd: cp.etcd, NATS: cp.nats, ADS: lis, Log: testutil.Log(t), Registerer: reg,
-			NamespacesFile: file, PlacementPoll: 50 * time.Millisecond,
-			Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}.Run(ctx)
-	}()
-	select {
-	case <-started:
-	case err := <-rp.done:
-		t.Fatalf("the pusher did not start: %v", err)
-	}
-	t.Cleanup(rp.stop)
-	return rp
+	return startPusherWith(t, cp.etcd, cp.nats, func(p *app.Pusher) {
+		p.Registerer, p.NamespacesFile, p.PlacementPoll = reg, file, 50*time.Millisecond
+	})
 }
 
 // counter reads a counter of a registry (0 when it has not been set).
@@ -346,13 +336,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // Emptied, the new shard sheds b's proxy back to the old shard, which was
 // given b again.
 func TestShardAddedAndRemoved(t *testing.T) {
-	x, y := startBackend(t), startBackend(t)
-	dir := t.TempDir()
-	writeMesh(t, dir, "a.yaml", namespaceService("a", x, "./*", "shared/*"))
-	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
-	writeMesh(t, dir, "shared.yaml", namespaceService("shared", x))
-	cp := startControlPlane(t, yamlSource(dir))
-	cp.settled(t)
+	x, y, dir, cp := twoNamespaces(t)
 	files := t.TempDir()
 	place := func(name, namespaces string) string {
 		t.Helper()
@@ -362,11 +346,8 @@ func TestShardAddedAndRemoved(t *testing.T) {
 	regOld, regNew := prometheus.NewRegistry(), prometheus.NewRegistry()
 	old := startPlacedPusher(t, cp, regOld, place("old", "a, b"))
 	xdsA, xdsB := newForwarder(t, old.ads), newForwarder(t, old.ads)
-	client := func(ns string) string {
-		return fmt.Sprintf(`{"id": "sidecar~127.0.0.1~client.%[1]s~%[1]s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %[1]q}}`, ns)
-	}
-	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", client("a"))
-	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", client("b"))
+	inA := dialXDSNode(t, xdsA.lis.Addr().String(), "xds:///svc.a.example.com:50051", clientIn("a"))
+	inB := dialXDSNode(t, xdsB.lis.Addr().String(), "xds:///svc.b.example.com:50051", clientIn("b"))
 	allOn(t, inA, x.addr, "a's proxy served by the shard of a and b")
 	allOn(t, inB, y.addr, "b's proxy served by the shard of a and b")
 	scope := func(reg *prometheus.Registry, want float64, what string) {
@@ -386,10 +367,14 @@ func TestShardAddedAndRemoved(t *testing.T) {
 	xdsB.target.Store(added.ads)
 	place("old", "a")
 	scope(regOld, 3, "the old shard to release b")
-	testutil.Eventually(t, 20*time.Second, "b's proxy to be shed", func() (bool, string) {
-		n := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total")
-		return n == 1, fmt.Sprint(n, " streams shed")
-	})
+	shed := func(reg *prometheus.Registry, what string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+			n := counter(t, reg, "shardpilot_pusher_xds_streams_shed_total")
+			return n == 1, fmt.Sprint(n, " streams shed")
+		})
+	}
+	shed(regOld, "b's proxy to be shed")
 	// Only the shard a proxy is on now holds what changes next.
 	writeMesh(t, dir, "b.yaml", namespaceService("b", x, "./*", "shared/*"))
 	writeMesh(t, dir, "a.yaml", namespaceService("a", y, "./*", "shared/*"))
@@ -409,10 +394,7 @@ func TestShardAddedAndRemoved(t *testing.T) {
 	xdsB.target.Store(old.ads)
 	place("new", "")
 	scope(regNew, 1, "the emptied shard to hold the root namespace alone")
-	testutil.Eventually(t, 20*time.Second, "b's proxy to be shed by the emptied shard", func() (bool, string) {
-		n := counter(t, regNew, "shardpilot_pusher_xds_streams_shed_total")
-		return n == 1, fmt.Sprint(n, " streams shed")
-	})
+	shed(regNew, "b's proxy to be shed by the emptied shard")
 	writeMesh(t, dir, "b.yaml", namespaceService("b", y, "./*", "shared/*"))
 	allOn(t, inB, y.addr, "b's proxy is back on the old shard")
 	if n := xdsA.accepted.Load(); n != 1 {
@@ -420,7 +402,7 @@ func TestShardAddedAndRemoved(t *testing.T) {
 	}
 
 	// A broken file keeps the placement.
-	shed := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total")
+	shedBefore := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total")
 	connections := xdsA.accepted.Load() + xdsB.accepted.Load()
 	place("old", "a, B_")
 	testutil.Eventually(t, 20*time.Second, "the broken placement to be read", func() (bool, string) {
@@ -428,8 +410,8 @@ func TestShardAddedAndRemoved(t *testing.T) {
 	})
 	allOn(t, inA, y.addr, "a's proxy still served after a broken placement")
 	allOn(t, inB, y.addr, "b's proxy still served after a broken placement")
-	if n := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total"); n != shed {
-		t.Errorf("the old shard shed %v streams for a broken placement, want none", n-shed)
+	if n := counter(t, regOld, "shardpilot_pusher_xds_streams_shed_total"); n != shedBefore {
+		t.Errorf("the old shard shed %v streams for a broken placement, want none", n-shedBefore)
 	}
 	if n := xdsA.accepted.Load() + xdsB.accepted.Load(); n != connections {
 		t.Errorf("%d connections after the broken placement, want %d (no proxy moved)", n, connections)

@@ -57,7 +57,7 @@ loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 ser
 		--endpoint-rate 20 --route-rate 1 --service-rate 0 --duration 2m --settle 1m --pushers 1,2 --storm --out loadtest/out/large
 
 .PHONY: loadtest-shards
-loadtest-shards: build ## Sharded load test (about 10 min): 4,000 Envoys over 40 namespaces, each namespace's Sidecar seeing it and a shared one; one whole-mesh pusher, then 2 and 4 pushers each serving its share of the namespaces (heap, events, etcd and NATS traffic per change); a fifth shard added and removed (the proxies that move); one of the 4 shards alone with its proxies, as on a machine of its own; the reconnect storm.
+loadtest-shards: build ## Sharded load test (about 5 min): 4,000 Envoys over 40 namespaces, each namespace's Sidecar seeing it and a shared one; one whole-mesh pusher, then 2 and 4 pushers each serving its share of the namespaces (heap, events, etcd and NATS traffic per change); a fifth shard added and removed (the proxies that move); one of the 4 shards alone with its proxies, as on a machine of its own; the reconnect storm.
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	$(BIN)/loadtest run --bin $(BIN) --proxies 4000 --services 2000 --endpoints 10 --namespaces 40 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 30s --pushers 1 --shards 2,4 --reshard --shard-alone --storm --baseline=false --out loadtest/out/shards

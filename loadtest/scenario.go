@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +22,7 @@ import (
 	"regexp"
 	"runtime/pprof"
 
+	"github.com/shardpilot/shardpilot/internal/pki"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/procstat"
 	"github.com/shardpilot/shardpilot/loadtest/report"
@@ -44,6 +47,11 @@ type Scenario struct {
 	Duration     time.Duration `json:"duration"`
 	Settle       time.Duration `json:"settle"`
 	Pushers      []int         `json:"pushers"`
+	// TLS serves ADS over TLS (a certificate of a CA made for the run);
+	// the proxies verify it.
+	TLS bool `json:"tls,omitempty"`
+	// PusherFlags are passed to every pusher (after the load test's own).
+	PusherFlags []string `json:"pusher_flags,omitempty"`
 	// Shards, when set, gives every namespace a Sidecar (its own and the
 	// shared namespaces) and runs a phase for each count of pushers, each
 	// serving the proxies of its namespaces (--namespaces-file: ns-<i> to
@@ -95,6 +103,14 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
 	var shards string
 	fs.StringVar(&shards, "shards", "", "comma-separated shard counts: give every namespace a Sidecar (its own and the shared namespaces) and run a phase of that many pushers for each, each serving its namespaces' proxies (empty: none); the --pushers phases then run on the same mesh, for comparison")
+	fs.Func("pusher-flag", "a flag passed to every pusher, after the load test's own (repeat it for more; for example --pusher-flag=--grpc-read-buffer=8192)", func(v string) error {
+		if !strings.HasPrefix(v, "-") {
+			return fmt.Errorf("%q: want a flag, such as --grpc-read-buffer=8192", v)
+		}
+		sc.PusherFlags = append(sc.PusherFlags, v)
+		return nil
+	})
+	fs.BoolVar(&sc.TLS, "tls", false, "serve ADS over TLS to the proxies (the baseline stays plaintext): what a connection costs with TLS")
 	fs.BoolVar(&sc.ShardAlone, "shard-alone", false, "with --shards, also run shard 0 of the last count alone with its own proxies (and the changes they see), as one shard would run on a machine of its own")
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
@@ -485,8 +501,10 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	logName := strings.NewReplacer(", ", "-", " ", "-").Replace(ph.Name)
 
 	// The control plane.
-	var servers []*proc // those that serve proxies
-	var pl *placement   // the shards' namespaces (sharded)
+	var servers []*proc  // those that serve proxies
+	var pl *placement    // the shards' namespaces (sharded)
+	var serving []string // the pushers' certificate and key (TLS)
+	var roots *x509.CertPool
 	var startPusher func(i int) (*proc, error)
 	var ingester, store *proc
 	defer func() {
@@ -546,6 +564,23 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 				return ph, err
 			}
 		}
+		if sc.TLS {
+			ca, err := pki.NewCA(work, "loadtest", 24*time.Hour)
+			if err != nil {
+				return ph, err
+			}
+			cert, key, err := ca.Issue("pusher")
+			if err != nil {
+				return ph, err
+			}
+			serving = []string{cert, key}
+			pem, err := os.ReadFile(ca.CertFile)
+			if err != nil {
+				return ph, err
+			}
+			roots = x509.NewCertPool()
+			roots.AppendCertsFromPEM(pem)
+		}
 		startPusher = func(i int) (*proc, error) {
 			ads, err1 := freeAddr()
 			admin, err2 := freeAddr()
@@ -556,7 +591,13 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
 			args := []string{"--etcd-endpoints", etcdURL,
-				"--nats-url", natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m"}
+				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m"}
+			if serving != nil {
+				args = append(args, "--ads-cert-file", serving[0], "--ads-key-file", serving[1])
+			} else {
+				args = append(args, "--ads-plaintext")
+			}
+			args = append(args, sc.PusherFlags...)
 			if pl != nil {
 				// Shard i serves the namespaces its file lists, which
 				// reshard changes; each proxy dials its namespace's shard.
@@ -627,6 +668,9 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm}
 	if pl != nil {
 		fcfg.Resolve = pl.addr
+	}
+	if roots != nil {
+		fcfg.TLS = &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}
 	}
 	if t.alone {
 		fcfg.Shard, fcfg.Shards = 0, t.pushers

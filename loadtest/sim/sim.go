@@ -16,6 +16,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -75,7 +77,10 @@ type Config struct {
 	Namespaces int
 	// PerConn is how many proxies share one gRPC connection. Default 1,
 	// as real Envoys: each brings its connection's cost to the server.
-	PerConn  int
+	PerConn int
+	// TLS, when set, is how the proxies speak TLS to the control plane
+	// (plaintext otherwise).
+	TLS      *tls.Config
 	Observer Observer
 	Log      *slog.Logger
 }
@@ -167,7 +172,11 @@ func (f *Fleet) Run(ctx context.Context) error {
 		if c, ok := f.conns[key]; ok {
 			return c, nil
 		}
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds := insecure.NewCredentials()
+		if f.cfg.TLS != nil {
+			creds = credentials.NewTLS(f.cfg.TLS)
+		}
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)), experimental.WithBufferPool(pool))
 		if err != nil {
 			return nil, fmt.Errorf("sim: dial %s: %w", addr, err)

@@ -362,6 +362,8 @@ func (k KubeSource) Run(ctx context.Context) error {
 		return fmt.Errorf("app: cluster %s: %w", k.Cluster, err)
 	}
 	parts := max(k.Parts, 1)
+	// The parts this replica leads watch the cluster once.
+	shared := kube.NewInformers(client, dyn)
 	g, ctx := errgroup.WithContext(ctx)
 	for part := range parts {
 		name := kube.PartName(k.Cluster, part, parts)
@@ -376,7 +378,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 			return err
 		}
 		src, err := kube.New(kube.Config{
-			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts,
+			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts, Informers: shared,
 			DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
 			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
 		})

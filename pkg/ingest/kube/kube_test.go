@@ -41,14 +41,15 @@ type running struct {
 func startSource(t *testing.T, kc *kubetest.Cluster, cli *clientv3.Client, cluster string, cfg func(*kube.Config)) *running {
 	t.Helper()
 	st := store.New(cli)
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: kube.SourceName(cluster), Store: st, Log: testutil.Log(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := kube.Config{Cluster: cluster, Client: kc.Client, Dynamic: kc.Dynamic, Syncer: syncer, Log: testutil.Log(t)}
+	c := kube.Config{Cluster: cluster, Client: kc.Client, Dynamic: kc.Dynamic, Log: testutil.Log(t)}
 	if cfg != nil {
 		cfg(&c)
 	}
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: kube.PartName(cluster, c.Part, c.Parts), Store: st, Log: testutil.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Syncer = syncer
 	src, err := kube.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -565,4 +566,51 @@ func TestExternalNameService(t *testing.T) {
 		eps := o.(*meshv1.Endpoints).Endpoints
 		return len(eps) == 1 && eps[0].Address == "api.payments.example.com", fmt.Sprint(eps)
 	})
+}
+
+// TestPartsShareInformers: the sources of two parts of one cluster in one
+// process share its informers (started once), each syncs its own
+// namespaces alone, and one stopping leaves the other's watches working.
+func TestPartsShareInformers(t *testing.T) {
+	kc := kubetest.Get(t)
+	_, cli := testutil.Etcd(t)
+	// A namespace in each part.
+	var inPart [2]string
+	for inPart[0] == "" || inPart[1] == "" {
+		ns := kc.Namespace(t, nil)
+		if p := kube.PartOf(ns, 2); inPart[p] == "" {
+			inPart[p] = ns
+		}
+	}
+	shared := kube.NewInformers(kc.Client, kc.Dynamic)
+	parts := make([]*running, 2)
+	for p := range parts {
+		parts[p] = startSource(t, kc, cli, "c1", func(c *kube.Config) { c.Part, c.Parts, c.Informers = p, 2, shared })
+	}
+	service := func(ns, name string) {
+		t.Helper()
+		_, err := kc.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(ns, name string) string { return "/mesh/v1/services/" + ns + "/" + kube.ObjectName(name, "c1") }
+	for p, ns := range inPart {
+		service(ns, "svc")
+		parts[p].object(t, key(ns, "svc"), "each part's Service stored", nil)
+	}
+	if n := shared.Started(); n != 1 {
+		t.Errorf("the informers were started %d times for two parts, want once", n)
+	}
+	// Part 0 stops; part 1 still follows its namespace.
+	parts[0].cancel()
+	if err := <-parts[0].done; err != nil {
+		t.Fatal(err)
+	}
+	parts[0].done <- nil // for the cleanup
+	service(inPart[1], "later")
+	parts[1].object(t, key(inPart[1], "later"), "part 1 to follow its namespace after part 0 stopped", nil)
 }

@@ -27,8 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -70,6 +68,9 @@ type Config struct {
 	// of its own (PartName): each part may be led by another ingester
 	// replica, so that one cluster's ingest scales past one leader.
 	Part, Parts int
+	// Informers, when set, are the cluster's informers shared with the
+	// sources of its other parts in this process (nil: the source's own).
+	Informers *Informers
 	// Quiet is how long changes must stop before a sync. Default 0: a
 	// change is synced at once, and what arrives during a sync is synced
 	// together after it (see ingest.Loop).
@@ -266,10 +267,31 @@ func (w *watched) Node(name string) *corev1.Node {
 
 // Run watches the cluster and syncs until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithTransform(stripManagedFields))
-	dyn := dynamicinformer.NewDynamicSharedInformerFactory(s.cfg.Dynamic, 0)
-	defer factory.Shutdown()
-	defer dyn.Shutdown()
+	shared := s.cfg.Informers
+	if shared == nil {
+		shared = NewInformers(s.cfg.Client, s.cfg.Dynamic)
+	}
+	factory, dyn, stop, release, err := shared.acquire()
+	if err != nil {
+		return fmt.Errorf("kube: %s: index EndpointSlices: %w", s.cfg.Cluster, err)
+	}
+	defer release()
+	// The handlers are this source's: the informers may serve other
+	// parts after it stops.
+	var handlers []func()
+	defer func() {
+		for _, remove := range handlers {
+			remove()
+		}
+	}()
+	watch := func(kind string, inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
+		}
+		handlers = append(handlers, func() { _ = inf.RemoveEventHandler(reg) })
+		return nil
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
@@ -291,9 +313,6 @@ func (s *Source) Run(ctx context.Context) error {
 		istio:      map[string]cache.GenericLister{},
 	}
 	slices := factory.Discovery().V1().EndpointSlices().Informer()
-	if err := slices.AddIndexers(cache.Indexers{byPod: slicePods}); err != nil {
-		return fmt.Errorf("kube: %s: index EndpointSlices: %w", s.cfg.Cluster, err)
-	}
 	w.slicesByPod = slices.GetIndexer()
 	for kind, inf := range map[string]cache.SharedIndexInformer{
 		"Service":       factory.Core().V1().Services().Informer(),
@@ -302,19 +321,21 @@ func (s *Source) Run(ctx context.Context) error {
 		"Node":          factory.Core().V1().Nodes().Informer(),
 		"Namespace":     factory.Core().V1().Namespaces().Informer(),
 	} {
-		if _, err := inf.AddEventHandler(s.handler(kind, w, loop.Changed)); err != nil {
-			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
+		if err := watch(kind, inf, s.handler(kind, w, loop.Changed)); err != nil {
+			return err
 		}
 	}
 	for kind, resource := range s.istioAvailable() {
 		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: "v1", Resource: resource})
-		if _, err := gi.Informer().AddEventHandler(s.handler(kind, w, loop.Changed)); err != nil {
-			return fmt.Errorf("kube: %s: watch %s: %w", s.cfg.Cluster, kind, err)
+		if err := watch(kind, gi.Informer(), s.handler(kind, w, loop.Changed)); err != nil {
+			return err
 		}
 		w.istio[kind] = gi.Lister()
 	}
-	factory.Start(ctx.Done())
-	dyn.Start(ctx.Done())
+	// Started by the first source, the informers run until the last
+	// stops (Start starts only those not running yet).
+	factory.Start(stop)
+	dyn.Start(stop)
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, typ, ctx.Err())

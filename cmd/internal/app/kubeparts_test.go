@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -35,41 +36,51 @@ func leaderOf(t *testing.T, cli *clientv3.Client, election string) string {
 
 // TestKubeNamespaceParts: one cluster's namespaces split into two parts
 // are ingested by two replicas, a part each (its own source and
-// election); when one replica stops, the other takes its part over, and a
-// Service created then in that part reaches the store.
+// election), and a grpc-go client of each namespace's service reaches its
+// EndpointSlice backend; when one replica stops, the other takes its part
+// over, and a Service created then in that part reaches the store and its
+// client.
 func TestKubeNamespaceParts(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
-	// Namespaces until each part has two.
+	// Namespaces until each part has two, a service with a backend each.
+	ip := hostIP(t)
 	var namespaces []string
+	backends := map[string]backend{}
 	inPart := [2]int{}
 	for inPart[0] < 2 || inPart[1] < 2 {
 		ns := kc.Namespace(t, nil)
 		if p := kube.PartOf(ns, 2); inPart[p] < 2 {
 			inPart[p]++
 			namespaces = append(namespaces, ns)
+			backends[ns] = startBackendOn(t, ip)
+			createService(t, kc, ns, "svc", 50051)
+			createWorkload(t, kc, ns, "svc", "svc-1", "v1", backends[ns])
 		}
 	}
-	for i, ns := range namespaces {
-		createService(t, kc, ns, "svc", int32(8080+i))
-	}
-	_, cli := testutil.Etcd(t)
-	var wg sync.WaitGroup
-	replica := func(id string) context.CancelFunc {
-		ctx, cancel := context.WithCancel(context.Background())
-		share := &app.Share{Etcd: cli, Role: "ingester", Every: 100 * time.Millisecond}
-		wg.Go(func() {
-			_ = store.Announce(ctx, cli, store.Member{Role: "ingester", Name: id, Admin: id + ":15015"}, 0, testutil.Log(t))
-		})
-		wg.Go(func() {
-			_ = app.KubeSource{Etcd: cli, Cluster: "c1", Kube: kc.Config, Parts: 2, Log: testutil.Log(t).With("replica", id),
+	stops := map[string]context.CancelFunc{}
+	var mu sync.Mutex
+	// A replica: its announcement and its sources, until stopped.
+	replica := func(id string) source {
+		return func(ctx context.Context, cli *clientv3.Client, log *slog.Logger) error {
+			ctx, cancel := context.WithCancel(ctx)
+			mu.Lock()
+			stops[id] = cancel
+			mu.Unlock()
+			var announced sync.WaitGroup
+			announced.Go(func() {
+				_ = store.Announce(ctx, cli, store.Member{Role: "ingester", Name: id, Admin: id + ":15015"}, 0, log)
+			})
+			share := &app.Share{Etcd: cli, Role: "ingester", Every: 100 * time.Millisecond}
+			_ = app.KubeSource{Etcd: cli, Cluster: "c1", Kube: kc.Config, Parts: 2, Log: log.With("replica", id),
 				Election: app.Election{ID: id, TTL: time.Second, Share: share}}.Run(ctx)
-		})
-		return cancel
+			cancel()
+			announced.Wait()
+			return nil // a replica stopped leaves the control plane running
+		}
 	}
-	stopA := replica("a")
-	stopB := replica("b")
-	t.Cleanup(func() { stopA(); stopB(); wg.Wait() })
+	cp := startControlPlane(t, replica("a"), replica("b"))
+	cli := cp.etcd
 
 	elections := []string{"source/" + kube.PartName("c1", 0, 2), "source/" + kube.PartName("c1", 1, 2)}
 	testutil.Eventually(t, 60*time.Second, "each replica to lead one part", func() (bool, string) {
@@ -100,10 +111,17 @@ func TestKubeNamespaceParts(t *testing.T) {
 		}
 		return true, ""
 	})
+	// And served: each namespace's client reaches its backend.
+	for _, ns := range namespaces {
+		allOn(t, dialXDS(t, cp.ads, fmt.Sprintf("xds:///svc.%s.svc.cluster.local:50051", ns)), backends[ns].addr,
+			"a client of "+ns+"'s service, in part "+fmt.Sprint(kube.PartOf(ns, 2)))
+	}
 
 	// The replica leading part 0 stops; the other takes it over.
 	gone := leaderOf(t, cli, elections[0])
-	map[string]context.CancelFunc{"a": stopA, "b": stopB}[gone]()
+	mu.Lock()
+	stops[gone]()
+	mu.Unlock()
 	testutil.Eventually(t, 30*time.Second, "the other replica to lead both parts", func() (bool, string) {
 		l0, l1 := leaderOf(t, cli, elections[0]), leaderOf(t, cli, elections[1])
 		return l0 != "" && l0 != gone && l1 == l0, l0 + " " + l1
@@ -114,11 +132,15 @@ func TestKubeNamespaceParts(t *testing.T) {
 			late = ns
 		}
 	}
-	createService(t, kc, late, "late", 9090)
+	lateBackend := startBackendOn(t, ip)
+	createService(t, kc, late, "late", 50051)
+	createWorkload(t, kc, late, "late", "late-1", "v1", lateBackend)
 	testutil.Eventually(t, 30*time.Second, "a Service of the taken-over part to be stored", func() (bool, string) {
 		src := sourceOf(services(), late+"/late")
 		return src == kube.PartName("c1", 0, 2), src
 	})
+	allOn(t, dialXDS(t, cp.ads, fmt.Sprintf("xds:///late.%s.svc.cluster.local:50051", late)), lateBackend.addr,
+		"a client of the service created after the takeover")
 }
 
 // sourceOf returns the source of the stored Service named namespace/name

@@ -491,21 +491,21 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 	}
 	k, err := model.ParseKey(ev.Key)
 	if err == nil {
-		if err := p.rescope(k, ev); err != nil {
-			return err
-		}
 		var changed bool
-		var observed time.Time
-		changed, observed, err = p.state.apply(k, ev)
+		var obj model.Object
+		changed, obj, err = p.state.apply(k, ev)
 		if err == nil {
 			if !changed {
 				p.m.events.WithLabelValues("skipped").Inc()
 				return nil
 			}
 			p.m.events.WithLabelValues("applied").Inc()
-			if observed.IsZero() {
-				observed = time.Now() // a delete: observed when it arrives
-			} else {
+			if err := p.rescope(k, obj); err != nil {
+				return err
+			}
+			observed := time.Now() // a delete: observed when it arrives
+			if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
+				observed = obj.GetOrigin().GetObservedAt().AsTime()
 				p.m.applyLag.Observe(time.Since(observed).Seconds())
 			}
 			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})

@@ -195,15 +195,18 @@ func (p *Pusher) Place(namespaces []string) error {
 // rescope keeps the Sidecars current for a pusher serving some
 // namespaces, and asks for a load when a Sidecar's change changes what
 // its scope needs.
-func (p *Pusher) rescope(k model.Key, ev *meshv1.ChangeEvent) error {
-	serve, scoped := p.Placement()
-	if !scoped || k.Kind != model.KindScope {
+func (p *Pusher) rescope(k model.Key, obj model.Object) error {
+	if k.Kind != model.KindScope {
 		return nil
 	}
-	if ev.Type == meshv1.ChangeEvent_TYPE_DELETE {
-		delete(p.sidecars, k)
-	} else if o, err := model.Decode(k, ev.Value); err == nil {
-		p.sidecars[k] = o.(*meshv1.Scope)
+	serve, scoped := p.Placement()
+	if !scoped {
+		return nil
+	}
+	if sc, ok := obj.(*meshv1.Scope); ok {
+		p.sidecars[k] = sc
+	} else {
+		delete(p.sidecars, k) // deleted
 	}
 	if p.cfg.ScopeByProxies {
 		serve = p.served.loadedNamespaces()

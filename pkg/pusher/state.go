@@ -2,7 +2,6 @@ package pusher
 
 import (
 	"sync"
-	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/classify"
@@ -52,18 +51,10 @@ func (s *state) revision() int64 {
 	return s.rev
 }
 
-// apply applies a PUT or DELETE event. It reports whether the mesh changed;
-// an event the state already reflects changes nothing. It also returns
-// when the change was observed by its source, if the event says.
-func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (changed bool, observed time.Time, err error) {
-	changed, obj, err := s.applyObject(k, ev)
-	if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
-		observed = obj.GetOrigin().GetObservedAt().AsTime()
-	}
-	return changed, observed, err
-}
-
-func (s *state) applyObject(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Object, error) {
+// apply applies a PUT or DELETE event. It reports whether the mesh changed
+// (an event the state already reflects changes nothing) and returns the
+// object a PUT decoded to.
+func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Object, error) {
 	var obj model.Object
 	if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
 		o, err := model.Decode(k, ev.Value)

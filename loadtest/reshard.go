@@ -81,11 +81,19 @@ func (pl *placement) addr(proxy int) string {
 func (pl *placement) setAddr(shard int, addr string) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	for len(pl.addrs) <= shard {
-		pl.addrs = append(pl.addrs, "")
-		pl.shards = append(pl.shards, nil)
-	}
 	pl.addrs[shard] = addr
+}
+
+// add adds a shard listing namespaces, which keep their addresses until
+// the shards before it give them up (a namespace's address is its first
+// shard's), writes its file, and returns its index.
+func (pl *placement) add(namespaces []int) (int, error) {
+	pl.mu.Lock()
+	pl.shards = append(pl.shards, slices.Clone(namespaces))
+	pl.addrs = append(pl.addrs, "")
+	shard := len(pl.shards) - 1
+	pl.mu.Unlock()
+	return shard, pl.write(shard)
 }
 
 // move places namespaces on a shard, taking them from the others: their
@@ -119,16 +127,11 @@ func reshard(ctx context.Context, sc Scenario, pl *placement, start func(shard i
 	for i, nss := range pl.shards {
 		before[i] = slices.Clone(nss)
 	}
-	// Until the others give them up, a namespace's address is its first
-	// shard's: the new shard's file lists the moved namespaces at once.
-	pl.setAddr(old, "")
-	pl.mu.Lock()
-	pl.shards[old] = slices.Clone(moved)
-	pl.mu.Unlock()
-	if err := pl.write(old); err != nil {
+	added, err := pl.add(moved)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := start(old); err != nil {
+	if _, err := start(added); err != nil {
 		return nil, err
 	}
 	var moves []report.Move
@@ -136,7 +139,7 @@ func reshard(ctx context.Context, sc Scenario, pl *placement, start func(shard i
 	// Adding: the moved namespaces' Services lead to the new shard, then
 	// the shards that gave them up read their files.
 	m := measureMove(ctx, sc, fmt.Sprintf("a shard added, taking %d of %d namespaces", len(moved), sc.Namespaces), moved, pl, mesh, fleet, tracker, prog, func() error {
-		pl.move(moved, old)
+		pl.move(moved, added)
 		for i := range old {
 			if err := pl.write(i); err != nil {
 				return err
@@ -153,14 +156,14 @@ func reshard(ctx context.Context, sc Scenario, pl *placement, start func(shard i
 		for i := range old {
 			pl.shards[i] = slices.Clone(before[i])
 		}
-		pl.shards[old] = nil
+		pl.shards[added] = nil
 		pl.mu.Unlock()
 		for i := range old {
 			if err := pl.write(i); err != nil {
 				return err
 			}
 		}
-		return pl.write(old)
+		return pl.write(added)
 	})
 	moves = append(moves, m)
 	return moves, nil
@@ -216,6 +219,7 @@ func measureMove(ctx context.Context, sc Scenario, name string, moving []int, pl
 			}
 		}
 	}
+	// The fleet runs every proxy here: its i-th is proxy i.
 	for i, n := range fleet.Stats().ErrorsOf {
 		if n == errorsBefore[i] {
 			continue

@@ -113,7 +113,8 @@ func run(ctx context.Context, args []string) error {
 	if namespaces != "" && namespacesFile != "" {
 		return errors.New("--namespaces and --namespaces-file are alternatives: give one")
 	}
-	if _, err := app.ParseNamespaces(namespaces, "--namespaces"); err != nil {
+	served, err := app.ParseNamespaces(namespaces, "--namespaces")
+	if err != nil {
 		return err
 	}
 	switch {
@@ -243,7 +244,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: cli.List(namespaces), NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -111,7 +111,7 @@ func paths(list string) []string {
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
-	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID string
+	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
 	var leaderTTL, syncMax, zkSession time.Duration
 	var ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts string
 	host, _ := os.Hostname()
@@ -119,6 +119,7 @@ func run(ctx context.Context, args []string) error {
 	common.Register(fs, ":15015")
 	remote.Register(fs)
 	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
+	fs.StringVar(&signingKeyFile, "bus-signing-key-file", "", "PEM file of an ed25519 private key (openssl genpkey -algorithm ed25519) the relay signs every change event with; pushers given its public key (--bus-verify-key-file) refuse events without its signature, so that a NATS credential alone cannot forge config")
 	fs.StringVar(&kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
 	fs.StringVar(&ensembles, "zookeeper", "", `ZooKeeper ensembles to watch for Dubbo and Curator registrations: "<id>=<host:port>[,<host:port>...]", ensembles separated by ';'`)
 	fs.StringVar(&dubboRoots, "zookeeper-dubbo-roots", "/dubbo", "comma-separated paths Dubbo registers under (one per registry group; empty: none)")
@@ -159,6 +160,15 @@ func run(ctx context.Context, args []string) error {
 	selector, err := labels.Parse(nsSelector)
 	if err != nil {
 		return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
+	}
+	busCfg := bus.Config{Stream: remote.Stream}
+	if signingKeyFile != "" {
+		if busCfg.Sign, err = cli.SigningKey("bus-signing-key-file", signingKeyFile); err != nil {
+			return err
+		}
+	}
+	if err := busCfg.Validate(); err != nil {
+		return fmt.Errorf("--stream: %w", err)
 	}
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
@@ -221,7 +231,7 @@ func run(ctx context.Context, args []string) error {
 	var rl atomic.Pointer[relay.Relay]
 	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
 	g.Go(func() error {
-		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: bus.Config{Stream: remote.Stream}, Election: election,
+		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: busCfg, Election: election,
 			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
 	})
 	name := leaderID

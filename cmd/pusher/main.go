@@ -37,7 +37,7 @@ func main() { cli.Main("pusher", run) }
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
-	var adsAddr string
+	var adsAddr, verifyKeyFile string
 	var quiet, maxDelay, maxHold, linger time.Duration
 	var xcfg server.Config
 	var maxStreams int
@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string) error {
 	common.Register(fs, ":15014")
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.StringVar(&verifyKeyFile, "bus-verify-key-file", "", "PEM file of the ed25519 public key (openssl pkey -pubout) of the relay's --bus-signing-key-file (two while the key is rotated): change events without a signature of one of them are refused, and the mesh is read from the store instead")
 	var adsCert, adsKey, adsClientCA, trustDomain string
 	var plaintext bool
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
@@ -185,6 +186,17 @@ func run(ctx context.Context, args []string) error {
 			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 		}
 	}
+	busCfg := bus.Config{Stream: remote.Stream}
+	if verifyKeyFile != "" {
+		if busCfg.Verify, err = cli.VerifyKeys("bus-verify-key-file", verifyKeyFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("change events are not verified: a NATS credential that may publish into the stream can forge config; give --bus-verify-key-file")
+	}
+	if err := busCfg.Validate(); err != nil {
+		return fmt.Errorf("--stream: %w", err)
+	}
 	conns, err := app.Connect(remote, "shardpilot-pusher", log)
 	if err != nil {
 		return err
@@ -244,7 +256,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: bus.Config{Stream: remote.Stream}, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

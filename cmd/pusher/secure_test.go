@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/testutil"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,10 +28,14 @@ import (
 
 // TestSecuredStore runs the ingester binary and a pusher against an etcd
 // that requires client certificates and a NATS server that requires TLS
-// and a user and password, where the pusher's user may not publish mesh
-// changes. The mesh flows; a client without a certificate is refused by
-// etcd, one without credentials by NATS, and the pusher's credentials
-// cannot inject an event into the stream.
+// and a user and password per role (bus.RolePermissions), the relay
+// signing its events and the pusher verifying them. The mesh flows; a
+// client without a certificate is refused by etcd, one without credentials
+// by NATS; the pusher's credentials can neither inject an event nor alter,
+// purge or delete the stream; an event forged with the relay's NATS
+// credentials alone is refused by the pusher, and the relay does not resume
+// after it; a stream deleted or widened by an administrator is made again
+// by the relay, and changes keep reaching the pusher.
 func TestSecuredStore(t *testing.T) {
 	ca := testutil.NewCA(t)
 	etcdCert, etcdKey := ca.Issue(t, "etcd")
@@ -42,13 +50,19 @@ func TestSecuredStore(t *testing.T) {
 	if !strings.HasPrefix(etcd.Endpoint, "https://") {
 		t.Fatalf("etcd endpoint %s", etcd.Endpoint)
 	}
+	role := func(user string, r bus.Role) *natsserver.User {
+		p, err := bus.RolePermissions(r, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &natsserver.User{Username: user, Password: user + "-secret", Permissions: &natsserver.Permissions{
+			Publish: &natsserver.SubjectPermission{Allow: p.Publish}, Subscribe: &natsserver.SubjectPermission{Allow: p.Subscribe}}}
+	}
 	ns, err := embedded.StartNATSWith(t.TempDir(), 0, embedded.NATSOptions{
 		TLS: &embedded.TLS{CertFile: natsCert, KeyFile: natsKey},
-		Users: []*natsserver.User{
-			{Username: "ingester", Password: "ingester-secret"},
-			{Username: "pusher", Password: "pusher-secret", Permissions: &natsserver.Permissions{
-				Publish: &natsserver.SubjectPermission{Deny: []string{bus.SubjectPrefix + ".>"}}}},
-		},
+		Users: []*natsserver.User{role("ingester", bus.RoleRelay), role("pusher", bus.RoleConsumer),
+			// The operator's own, for the stream's deletion below.
+			{Username: "admin", Password: "admin-secret"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +85,13 @@ func TestSecuredStore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mesh, "greeter.yaml"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	signing, verifying := busKeys(t, secrets)
 	bin := filepath.Join(t.TempDir(), "ingester")
 	if out, err := exec.Command("go", "build", "-o", bin, "../ingester").CombinedOutput(); err != nil {
 		t.Fatalf("build the ingester: %v\n%s", err, out)
 	}
-	ingester := exec.Command(bin, "--mesh-dir", mesh, "--admin-addr", testutil.FreeAddr(t), "--log-level", "warn")
+	ingAdmin := testutil.FreeAddr(t)
+	ingester := exec.Command(bin, "--mesh-dir", mesh, "--admin-addr", ingAdmin, "--log-level", "warn", "--bus-signing-key-file", signing)
 	ingester.Env = append(os.Environ(),
 		"SHARDPILOT_ETCD_ENDPOINTS="+etcd.Endpoint, "SHARDPILOT_ETCD_CA_FILE="+ca.CertFile,
 		"SHARDPILOT_ETCD_CERT_FILE="+ingCert, "SHARDPILOT_ETCD_KEY_FILE="+ingKey,
@@ -100,6 +116,7 @@ func TestSecuredStore(t *testing.T) {
 		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--etcd-ca-file", ca.CertFile,
 			"--etcd-cert-file", pushCert, "--etcd-key-file", pushKey,
 			"--nats-url", ns.URL, "--nats-ca-file", ca.CertFile, "--nats-user", "pusher", "--nats-password-file", secret("pusher-nats", "pusher-secret"),
+			"--bus-verify-key-file", verifying,
 			"--ads-plaintext", "--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
 	}()
 	defer func() {
@@ -142,57 +159,162 @@ func TestSecuredStore(t *testing.T) {
 		t.Errorf("NATS without credentials: %v, want an authorization violation", err)
 	}
 
-	// The pusher's credentials cannot inject a change into the stream.
-	stream := func(user, password string) (jetstream.Stream, *nats.Conn) {
+	// What the pusher's credentials may not do to the stream.
+	connect := func(user string) (*nats.Conn, jetstream.JetStream) {
 		t.Helper()
-		nc, err := nats.Connect(ns.URL, nats.RootCAs(ca.CertFile), nats.UserInfo(user, password))
+		nc, err := nats.Connect(ns.URL, nats.RootCAs(ca.CertFile), nats.UserInfo(user, user+"-secret"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(nc.Close)
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := js.Stream(context.Background(), "SHARDPILOT_MESH")
+		return nc, js
+	}
+	_, adminJS := connect("admin")
+	info := func() *jetstream.StreamInfo {
+		t.Helper()
+		s, err := adminJS.Stream(context.Background(), "SHARDPILOT_MESH")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, nc
+		i, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
 	}
-	s, admin2 := stream("ingester", "ingester-secret")
-	defer admin2.Close()
-	before, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	before := info()
+	_, pusherJS := connect("pusher")
+	for what, attempt := range map[string]func(context.Context) error{
+		"publish a change": func(ctx context.Context) error {
+			_, err := pusherJS.Publish(ctx, bus.SubjectPrefix+".endpoints.demo", []byte("forged"))
+			return err
+		},
+		"publish elsewhere": func(ctx context.Context) error {
+			_, err := pusherJS.Publish(ctx, "evil.x", []byte("forged"))
+			return err
+		},
+		"widen the stream": func(ctx context.Context) error {
+			cfg := before.Config
+			cfg.Subjects = append(cfg.Subjects, "evil.>")
+			_, err := pusherJS.UpdateStream(ctx, cfg)
+			return err
+		},
+		"delete the stream": func(ctx context.Context) error { return pusherJS.DeleteStream(ctx, "SHARDPILOT_MESH") },
+		"purge the stream": func(ctx context.Context) error {
+			s, err := pusherJS.Stream(ctx, "SHARDPILOT_MESH")
+			if err == nil {
+				err = s.Purge(ctx)
+			}
+			return err
+		},
+	} {
+		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := attempt(actx)
+		acancel()
+		if err == nil {
+			t.Errorf("a pusher's credentials could %s", what)
+		}
 	}
-	forger, err := nats.Connect(ns.URL, nats.RootCAs(ca.CertFile), nats.UserInfo("pusher", "pusher-secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer forger.Close()
-	fjs, err := jetstream.New(forger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_, err = fjs.Publish(pctx, bus.SubjectPrefix+".Service.demo", []byte("forged"))
-	pcancel()
-	if err == nil {
-		t.Error("a pusher's credentials published into the stream")
-	}
-	after, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.State.LastSeq != before.State.LastSeq {
-		t.Errorf("the stream grew from %d to %d messages after a forged publish", before.State.LastSeq, after.State.LastSeq)
+	if after := info(); after.State.LastSeq != before.State.LastSeq || len(after.Config.Subjects) != 1 {
+		t.Errorf("the stream went from %d messages on %v to %d on %v after the pusher's attempts",
+			before.State.LastSeq, before.Config.Subjects, after.State.LastSeq, after.Config.Subjects)
 	}
 
-	// Changes still flow over the secured connections.
+	// The relay's NATS credentials without its signing key: the pusher
+	// refuses the forged change (a second load assignment) and the relay
+	// does not resume after it.
+	ingNC, _ := connect("ingester")
+	forger, err := bus.New(ingNC, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := forger.Publish(context.Background(), &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT,
+		Key: "/mesh/v1/endpoints/demo/forged/yaml", Revision: 1 << 40, Value: []byte{}, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	metric := func(addr, name string, atLeast float64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%s ≥ %v at %s", name, atLeast, addr), func() (bool, string) {
+			_, body := get("http://" + addr + "/metrics")
+			for _, line := range strings.Split(body, "\n") {
+				if v, ok := strings.CutPrefix(line, name+" "); ok {
+					var f float64
+					_, _ = fmt.Sscan(v, &f)
+					return f >= atLeast, line
+				}
+			}
+			return false, "not in /metrics"
+		})
+	}
+	metric(admin, `shardpilot_pusher_events_total{outcome="refused"}`, 1)
+	assignments(1)
+
+	// Changes still flow over the secured connections, and the relay did
+	// not resume after the forged event (far ahead of the store).
 	// Its ServiceEntry, renamed.
 	more := strings.ReplaceAll(strings.Split(string(b), "\n---\n")[0], "greeter", "farewell")
 	if err := os.WriteFile(filepath.Join(mesh, "farewell.yaml"), []byte(more), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	assignments(2)
+	metric(ingAdmin, "shardpilot_relay_unconfirmed_events_total", 1)
+
+	// An administrator deletes the stream: the relay makes it again, and
+	// a change made afterwards reaches the pusher.
+	if err := adminJS.DeleteStream(context.Background(), "SHARDPILOT_MESH"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the relay makes the stream again", func() (bool, string) {
+		s, err := adminJS.Stream(context.Background(), "SHARDPILOT_MESH")
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.CachedInfo().State.Msgs > 0, fmt.Sprint(s.CachedInfo().State)
+	})
+	third := strings.ReplaceAll(more, "farewell", "welcome")
+	if err := os.WriteFile(filepath.Join(mesh, "welcome.yaml"), []byte(third), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	assignments(3)
+
+	// An administrator widens it: the relay narrows it again.
+	cfg := info().Config
+	cfg.Subjects = append(cfg.Subjects, "evil.>")
+	if _, err := adminJS.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the relay narrows the stream again", func() (bool, string) {
+		subjects := info().Config.Subjects
+		return len(subjects) == 1 && subjects[0] == bus.SubjectPrefix+".>", fmt.Sprint(subjects)
+	})
+}
+
+// busKeys writes an ed25519 key pair as the relay's signing key and the
+// pushers' verifying key, and returns their files.
+func busKeys(t *testing.T, dir string) (signing, verifying string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signing, verifying = filepath.Join(dir, "bus-signing.pem"), filepath.Join(dir, "bus-verify.pem")
+	if err := os.WriteFile(signing, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(verifying, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return signing, verifying
 }

@@ -31,6 +31,8 @@ Commands:
   proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners or endpoints
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
+  bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
+                                     as nats-server users and nsc commands; needs no etcd
 
 Pushers and ingesters announce themselves in etcd; shardctl asks each one's admin port,
 which answers loopback, or a bearer token (--admin-token-file, the token the pushers and
@@ -44,10 +46,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"proxy-status": {"proxy-status [<proxy>]", proxyStatus},
-	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints", proxyConfig},
-	"analyze":      {"analyze", analyze},
-	"members":      {"members", members},
+	"proxy-status":    {"proxy-status [<proxy>]", proxyStatus},
+	"proxy-config":    {"proxy-config <proxy> clusters|routes|listeners|endpoints", proxyConfig},
+	"analyze":         {"analyze", analyze},
+	"members":         {"members", members},
+	"bus-permissions": {"bus-permissions [<stream>]", busPermissions},
 }
 
 // options are the flags every command takes.
@@ -83,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze or members (see --help)", args[0])
+		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members or bus-permissions (see --help)", args[0])
 	}
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("--output %q: want table or json", o.output)

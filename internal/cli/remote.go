@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -196,4 +199,70 @@ func KubeConfig(path string) (*rest.Config, error) {
 		return rest.InClusterConfig()
 	}
 	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+// SigningKey reads an ed25519 private key from a PEM file (PKCS #8, "PRIVATE
+// KEY", as `openssl genpkey -algorithm ed25519` writes it); flagName names
+// the flag in errors.
+func SigningKey(flagName, path string) (ed25519.PrivateKey, error) {
+	block, err := pemFile(flagName, path)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagName, path, err)
+	}
+	k, ok := key.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("--%s %s: a %T, want an ed25519 key", flagName, path, key)
+	}
+	return k, nil
+}
+
+// VerifyKeys reads ed25519 public keys from a PEM file of one or more PKIX
+// "PUBLIC KEY" blocks (as `openssl pkey -pubout` writes one; two while a
+// key is rotated); flagName names the flag in errors.
+func VerifyKeys(flagName, path string) ([]ed25519.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	var keys []ed25519.PublicKey
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			break
+		}
+		if block.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("--%s %s: a PEM %q block, want PUBLIC KEY blocks alone (the private key belongs to the relay)", flagName, path, block.Type)
+		}
+		key, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: key %d: %w", flagName, path, len(keys)+1, err)
+		}
+		k, ok := key.(ed25519.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("--%s %s: key %d is a %T, want an ed25519 key", flagName, path, len(keys)+1, key)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--%s %s: no PEM block", flagName, path)
+	}
+	return keys, nil
+}
+
+// pemFile reads the first PEM block of a file.
+func pemFile(flagName, path string) (*pem.Block, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("--%s %s: no PEM block", flagName, path)
+	}
+	return block, nil
 }

@@ -2,8 +2,11 @@ package bus
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +33,15 @@ type Config struct {
 	Duplicates time.Duration
 	// Replicas is the stream's replica count. Default 1.
 	Replicas int
+	// Sign, when set, signs every published event (the relay holds it), so
+	// that a consumer holding Verify can tell the relay's events from ones
+	// a bus credential alone could write.
+	Sign ed25519.PrivateKey
+	// Verify, when set, are the keys events must be signed with (one of
+	// them: two while the relay's key is rotated): an event without a valid
+	// signature is refused (model.ErrRefused). With Sign and no Verify, the
+	// bus verifies with Sign's public key.
+	Verify []ed25519.PublicKey
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -55,19 +67,42 @@ func (c *Config) Validate() error {
 	if c.MaxAge < 0 || c.MaxMsgs < 0 || c.Replicas < 0 {
 		return errors.New("bus: max age, max messages and replicas must not be negative")
 	}
+	if c.Sign != nil && len(c.Sign) != ed25519.PrivateKeySize {
+		return fmt.Errorf("bus: signing key of %d bytes, want an ed25519 key", len(c.Sign))
+	}
+	for _, k := range c.Verify {
+		if len(k) != ed25519.PublicKeySize {
+			return fmt.Errorf("bus: verifying key of %d bytes, want an ed25519 key", len(k))
+		}
+	}
+	if c.Sign != nil && c.Verify == nil {
+		c.Verify = []ed25519.PublicKey{c.Sign.Public().(ed25519.PublicKey)}
+	}
 	return nil
 }
+
+// ErrAltered says the stream is missing or is not configured as the relay
+// made it (another subject captured, say): someone with management rights
+// changed it.
+var ErrAltered = errors.New("bus: stream altered")
+
+// SignatureHeader is the message header that carries an event's signature:
+// base64 of ed25519 over the subject, a zero byte and the message data.
+const SignatureHeader = "Shardpilot-Signature"
 
 // Bus publishes and consumes change events.
 type Bus struct {
 	js     jetstream.JetStream
 	stream string
 	config jetstream.StreamConfig
+	sign   ed25519.PrivateKey
+	verify []ed25519.PublicKey
 }
 
-// New ensures the stream exists with cfg and returns a Bus on it. The caller
-// owns nc.
-func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
+// New returns a Bus on cfg's stream; it does no I/O. Only the stream's
+// owner (the relay) calls Ensure: a consumer's credentials need not, and
+// should not, manage streams. The caller owns nc.
+func New(nc *nats.Conn, cfg Config) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -79,7 +114,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
 	if maxMsgs == 0 {
 		maxMsgs = -1
 	}
-	b := &Bus{js: js, stream: cfg.Stream, config: jetstream.StreamConfig{
+	b := &Bus{js: js, stream: cfg.Stream, sign: cfg.Sign, verify: cfg.Verify, config: jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{SubjectPrefix + ".>"},
 		Retention:  jetstream.LimitsPolicy,
@@ -89,9 +124,6 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Bus, error) {
 		Replicas:   cfg.Replicas,
 		Storage:    jetstream.FileStorage,
 	}}
-	if err := b.Ensure(ctx); err != nil {
-		return nil, err
-	}
 	return b, nil
 }
 
@@ -102,6 +134,75 @@ func (b *Bus) Ensure(ctx context.Context) error {
 		return fmt.Errorf("bus: create stream %s: %w", b.stream, err)
 	}
 	return nil
+}
+
+// Check reports ErrAltered when the stream is gone or captures other
+// subjects than the relay's, or denies nothing it should (a stream whose
+// subjects were widened would store events published elsewhere).
+func (b *Bus) Check(ctx context.Context) error {
+	s, err := b.js.Stream(ctx, b.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("bus: stream %s is gone: %w", b.stream, ErrAltered)
+	}
+	if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", b.stream, err)
+	}
+	got := s.CachedInfo().Config
+	if !slices.Equal(got.Subjects, b.config.Subjects) {
+		return fmt.Errorf("bus: stream %s captures %v, want %v: %w", b.stream, got.Subjects, b.config.Subjects, ErrAltered)
+	}
+	if got.Sealed || got.DenyDelete != b.config.DenyDelete || got.DenyPurge != b.config.DenyPurge || got.Mirror != nil || len(got.Sources) > 0 {
+		return fmt.Errorf("bus: stream %s is sealed, mirrored, sourced or its deny settings changed: %w", b.stream, ErrAltered)
+	}
+	return nil
+}
+
+// message makes the NATS message of an event, signed when the bus signs.
+func (b *Bus) message(ev *meshv1.ChangeEvent) (*nats.Msg, error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+	}
+	msg := &nats.Msg{Subject: Subject(ev), Data: data, Header: nats.Header{}}
+	if b.sign != nil {
+		msg.Header.Set(SignatureHeader, base64.StdEncoding.EncodeToString(ed25519.Sign(b.sign, signed(msg.Subject, data))))
+	}
+	return msg, nil
+}
+
+// signed is what a signature covers: the subject and the event.
+func signed(subject string, data []byte) []byte {
+	out := make([]byte, 0, len(subject)+1+len(data))
+	out = append(append(append(out, subject...), 0), data...)
+	return out
+}
+
+// decode returns the event a message carries, or an error wrapping
+// model.ErrRefused when the relay cannot have published it there: a subject its
+// key does not map to, or a missing or wrong signature when the bus
+// verifies. A message that does not decode is returned as nil, no error.
+func (b *Bus) decode(seq uint64, subject string, header nats.Header, data []byte) (*meshv1.ChangeEvent, error) {
+	if b.verify != nil {
+		sig, err := base64.StdEncoding.DecodeString(header.Get(SignatureHeader))
+		if err != nil || len(sig) == 0 {
+			return nil, fmt.Errorf("bus: sequence %d on %s: no valid signature: %w", seq, subject, model.ErrRefused)
+		}
+		msg := signed(subject, data)
+		if !slices.ContainsFunc(b.verify, func(k ed25519.PublicKey) bool { return ed25519.Verify(k, msg, sig) }) {
+			return nil, fmt.Errorf("bus: sequence %d on %s: the signature does not verify: %w", seq, subject, model.ErrRefused)
+		}
+	}
+	ev := &meshv1.ChangeEvent{}
+	if err := proto.Unmarshal(data, ev); err != nil {
+		if !strings.HasPrefix(subject, SubjectPrefix+".") {
+			return nil, fmt.Errorf("bus: sequence %d on %s: not a mesh subject: %w", seq, subject, model.ErrRefused)
+		}
+		return nil, nil
+	}
+	if want := Subject(ev); subject != want {
+		return nil, fmt.Errorf("bus: sequence %d: event %s at revision %d on subject %s, want %s: %w", seq, ev.Key, ev.Revision, subject, want, model.ErrRefused)
+	}
+	return ev, nil
 }
 
 // Subject returns the subject an event is published on.
@@ -121,6 +222,8 @@ func Subject(ev *meshv1.ChangeEvent) string {
 func MsgID(ev *meshv1.ChangeEvent) string {
 	id := strconv.FormatInt(ev.Revision, 10)
 	switch {
+	case ev.Type == meshv1.ChangeEvent_TYPE_RESYNC && ev.Index != 0:
+		return "resync-" + id + "." + strconv.Itoa(int(ev.Index))
 	case ev.Type == meshv1.ChangeEvent_TYPE_RESYNC:
 		return "resync-" + id
 	case ev.Count > 1:
@@ -132,11 +235,11 @@ func MsgID(ev *meshv1.ChangeEvent) string {
 // Publish publishes one event and waits for the stream to store it. It
 // reports whether the stream already had it.
 func (b *Bus) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bool, err error) {
-	data, err := proto.Marshal(ev)
+	msg, err := b.message(ev)
 	if err != nil {
-		return false, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+		return false, err
 	}
-	ack, err := b.js.Publish(ctx, Subject(ev), data, jetstream.WithMsgID(MsgID(ev)))
+	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(ev)))
 	if err != nil {
 		return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
 	}
@@ -153,11 +256,11 @@ const asyncAckTimeout = 10 * time.Second
 // (when one is lost in flight, every later one fails too). ack waits for
 // the stream's answer and reports whether it already had the event.
 func (b *Bus) PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Context) (duplicate bool, err error), err error) {
-	data, err := proto.Marshal(ev)
+	msg, err := b.message(ev)
 	if err != nil {
-		return nil, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+		return nil, err
 	}
-	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: Subject(ev), Data: data},
+	f, err := b.js.PublishMsgAsync(msg,
 		jetstream.WithMsgID(MsgID(ev)), jetstream.WithExpectLastMsgID(MsgID(after)))
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
@@ -175,7 +278,8 @@ func (b *Bus) PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Cont
 }
 
 // Last returns the last event in the stream and its sequence, or nil and 0
-// when the stream is empty.
+// when the stream is empty. An event the relay cannot have published there
+// is an error wrapping model.ErrRefused.
 func (b *Bus) Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error) {
 	seq, err := b.LastSeq(ctx)
 	if err != nil || seq == 0 {
@@ -189,9 +293,12 @@ func (b *Bus) Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("bus: get message %d: %w", seq, err)
 	}
-	ev := &meshv1.ChangeEvent{}
-	if err := proto.Unmarshal(msg.Data, ev); err != nil {
-		return nil, 0, fmt.Errorf("bus: decode message %d: %w", seq, err)
+	ev, err := b.decode(seq, msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ev == nil {
+		return nil, 0, fmt.Errorf("bus: message %d does not decode: %w", seq, model.ErrRefused)
 	}
 	return ev, seq, nil
 }
@@ -224,7 +331,10 @@ func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
 
 // Consume calls fn for every event from stream sequence fromSeq on, in
 // order, until ctx is done (returning ctx.Err()), fn fails (returning its
-// error), or a sequence is missing (returning model.ErrGap). Messages that do not
+// error), a sequence is missing (returning model.ErrGap), or a message is
+// not an event the relay published there (returning an error wrapping
+// model.ErrRefused: its subject is not its key's, or, when the bus verifies, its
+// signature is missing or wrong). Messages on a mesh subject that do not
 // decode are passed to fn as nil events so the caller can count them; their
 // sequence still advances.
 func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error {
@@ -304,9 +414,9 @@ func (b *Bus) ConsumeSubjects(ctx context.Context, fromSeq uint64, subjects []st
 			return fmt.Errorf("bus: wanted sequence %d or later, got %d: %w", next, meta.Sequence.Stream, model.ErrGap)
 		}
 		next = meta.Sequence.Stream + 1
-		ev := &meshv1.ChangeEvent{}
-		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
-			ev = nil
+		ev, err := b.decode(meta.Sequence.Stream, msg.Subject(), msg.Headers(), msg.Data())
+		if err != nil {
+			return err
 		}
 		if err := fn(meta.Sequence.Stream, ev); err != nil {
 			return err

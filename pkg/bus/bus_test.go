@@ -1,8 +1,11 @@
 package bus_test
 
 import (
+	"context"
+
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"slices"
 	"testing"
 
@@ -21,7 +24,7 @@ func put(rev int64) *meshv1.ChangeEvent {
 func TestPublishDeduplicatesByRevision(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx := testutil.Context(t)
-	b, err := bus.New(ctx, nc, bus.Config{})
+	b, err := ensured(ctx, nc, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestPublishDeduplicatesByRevision(t *testing.T) {
 func TestConsumeReportsAGapPastRetention(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx := testutil.Context(t)
-	b, err := bus.New(ctx, nc, bus.Config{MaxMsgs: 3})
+	b, err := ensured(ctx, nc, bus.Config{MaxMsgs: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func TestConfigValidate(t *testing.T) {
 func TestConsumeSubjects(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx := testutil.Context(t)
-	b, err := bus.New(ctx, nc, bus.Config{MaxMsgs: 6})
+	b, err := ensured(ctx, nc, bus.Config{MaxMsgs: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,4 +132,13 @@ func TestConsumeSubjects(t *testing.T) {
 	if !errors.Is(err, model.ErrGap) {
 		t.Fatalf("consume from 2: %v, want model.ErrGap", err)
 	}
+}
+
+// ensured opens a bus and makes its stream, as the relay does.
+func ensured(ctx context.Context, nc *nats.Conn, cfg bus.Config) (*bus.Bus, error) {
+	b, err := bus.New(nc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b, b.Ensure(ctx)
 }

@@ -184,6 +184,12 @@ var ErrCompacted = errors.New("model: store revision compacted")
 // consumer reloads the whole mesh from the store.
 var ErrGap = errors.New("model: gap in the change stream")
 
+// ErrRefused says a change stream holds an event its publisher cannot have
+// published there (a subject that is not its key's, a missing or wrong
+// signature): its change is not applied, and a consumer reloads from the
+// store.
+var ErrRefused = errors.New("model: change event refused")
+
 // Stored is one object as the store holds it.
 type Stored struct {
 	Key         Key

@@ -306,7 +306,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	m := metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_events_total",
-			Help: "Change events consumed, by outcome (applied, skipped, invalid)."}, []string{"outcome"}),
+			Help: "Change events consumed, by outcome (applied, skipped, invalid; refused: not published by the relay, on a subject that is not its key's or without its signature)."}, []string{"outcome"}),
 		loads: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_loads_total",
 			Help: "Full loads of the mesh from the store (start, gaps, resyncs)."}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
@@ -414,6 +414,12 @@ func (p *Pusher) follow(ctx context.Context) {
 			err = fmt.Errorf("%w: the namespaces served changed", errReload)
 		}
 		switch {
+		case errors.Is(err, model.ErrRefused):
+			// Not the relay's: its change is not applied, and the store
+			// says what is true.
+			p.m.events.WithLabelValues("refused").Inc()
+			p.cfg.Log.Error("change event refused; reloading the mesh from the store", "reason", err)
+			continue
 		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):
 			p.cfg.Log.Info("reloading the mesh from the store", "reason", err)
 			continue

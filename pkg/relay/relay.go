@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -14,10 +16,14 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Watcher is the store side: its current revision and its changes after a revision.
+// Watcher is the store side: its current revision, its changes after a
+// revision, and whether it committed an event.
 type Watcher interface {
 	Revision(ctx context.Context) (int64, error)
 	Watch(ctx context.Context, fromRev int64, fn func([]*meshv1.ChangeEvent) error) error
+	// Confirm returns why the store did not commit ev ("" when it did), or
+	// model.ErrCompacted when it can no longer tell.
+	Confirm(ctx context.Context, ev *meshv1.ChangeEvent) (reason string, err error)
 }
 
 // Publisher is the bus side.
@@ -28,9 +34,14 @@ type Publisher interface {
 	// last event the bus holds is after, so that events are stored in order
 	// or not at all; ack waits for the bus's answer.
 	PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Context) (duplicate bool, err error), err error)
+	// Last returns the bus's last event; an error wrapping model.ErrRefused
+	// when the relay cannot have published it.
 	Last(ctx context.Context) (*meshv1.ChangeEvent, uint64, error)
-	// Ensure makes the bus's stream exist (someone may have deleted it).
+	// Ensure makes the bus's stream exist as the relay configures it
+	// (someone may have deleted or altered it).
 	Ensure(ctx context.Context) error
+	// Check fails when the stream is gone or altered.
+	Check(ctx context.Context) error
 }
 
 // Config configures a Relay.
@@ -45,6 +56,9 @@ type Config struct {
 	// Window is how many published events may await the bus's answer.
 	// Default 256.
 	Window int
+	// CheckEvery is how often the relay checks, while it follows the
+	// store, that the stream is still there as it made it. Default 5s.
+	CheckEvery time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -60,6 +74,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Window == 0 {
 		c.Window = 256
+	}
+	if c.CheckEvery == 0 {
+		c.CheckEvery = 5 * time.Second
+	}
+	if c.CheckEvery < 0 {
+		return fmt.Errorf("relay: check interval %s: want a positive duration", c.CheckEvery)
 	}
 	if c.Window < 0 {
 		return fmt.Errorf("relay: window %d: want a positive number of events", c.Window)
@@ -80,11 +100,12 @@ type Relay struct {
 func (r *Relay) Healthy() bool { return !r.failing.Load() }
 
 type metrics struct {
-	published  prometheus.Counter
-	duplicates prometheus.Counter
-	resyncs    prometheus.Counter
-	failures   prometheus.Counter
-	revision   prometheus.Gauge
+	published   prometheus.Counter
+	duplicates  prometheus.Counter
+	resyncs     prometheus.Counter
+	failures    prometheus.Counter
+	unconfirmed prometheus.Counter
+	revision    prometheus.Gauge
 }
 
 // New returns a Relay.
@@ -101,11 +122,13 @@ func New(cfg Config) (*Relay, error) {
 			Help: "RESYNC events published because the stream could not be continued from the store."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_failures_total",
 			Help: "Times the relay stopped on an error and started again."}),
+		unconfirmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_unconfirmed_events_total",
+			Help: "Times the stream's last event was not one the store committed (forged, or from another store): the relay resynchronised instead of resuming after it."}),
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_relay_published_revision",
 			Help: "Store revision of the last published event."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.published, m.duplicates, m.resyncs, m.failures, m.revision} {
+		for _, c := range []prometheus.Collector{m.published, m.duplicates, m.resyncs, m.failures, m.unconfirmed, m.revision} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("relay: register metrics: %w", err)
 			}
@@ -114,8 +137,14 @@ func New(cfg Config) (*Relay, error) {
 	return &Relay{cfg: cfg, m: m}, nil
 }
 
-// Run relays until ctx is done. It returns nil on cancellation.
+// Run relays until ctx is done. It returns nil on cancellation. The relay
+// owns the stream: it makes it before the first pass and again after any
+// failure (it may have been deleted or altered).
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.cfg.Publisher.Ensure(ctx); err != nil && ctx.Err() == nil {
+		r.failing.Store(true)
+		r.cfg.Log.Warn("cannot make the stream", "err", err)
+	}
 	for {
 		err := r.relay(ctx)
 		if ctx.Err() != nil {
@@ -132,8 +161,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(r.cfg.RetryDelay):
 		}
-		// The stream may be gone (deleted by hand): make it again; the
-		// next pass finds it empty and publishes a RESYNC.
+		// The stream may be gone or altered: make it again; the next pass
+		// finds it empty (and publishes a RESYNC) or confirms its last
+		// event against the store.
 		if err := r.cfg.Publisher.Ensure(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Log.Warn("cannot make the stream", "err", err)
 		}
@@ -143,13 +173,30 @@ func (r *Relay) Run(ctx context.Context) error {
 // relay finds where the stream stops and follows the store from there until
 // an error.
 func (r *Relay) relay(ctx context.Context) error {
+	if err := r.cfg.Publisher.Check(ctx); err != nil {
+		return err
+	}
 	last, _, err := r.cfg.Publisher.Last(ctx)
+	if errors.Is(err, model.ErrRefused) {
+		return r.unconfirmed(ctx, err.Error())
+	}
 	if err != nil {
 		return err
 	}
 	if last == nil {
 		// Nothing was ever published: consumers must start from the store.
 		return r.resync(ctx, "empty stream")
+	}
+	// Resume only after an event the store committed: one forged far
+	// ahead would make the relay skip every real change up to it.
+	reason, err := r.cfg.Watcher.Confirm(ctx, last)
+	switch {
+	case errors.Is(err, model.ErrCompacted):
+		return r.resync(ctx, err.Error())
+	case err != nil:
+		return err
+	case reason != "":
+		return r.unconfirmed(ctx, fmt.Sprintf("last event %s@%d: %s", last.Key, last.Revision, reason))
 	}
 	from, skip := resumePoint(last)
 	r.failing.Store(false)
@@ -181,6 +228,20 @@ func (r *Relay) relay(ctx context.Context) error {
 				}
 				r.m.published.Inc()
 				r.m.revision.Set(float64(p.ev.Revision))
+			}
+		}
+	})
+	g.Go(func() error {
+		t := time.NewTicker(r.cfg.CheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				if err := r.cfg.Publisher.Check(gctx); err != nil && gctx.Err() == nil {
+					return err
+				}
 			}
 		}
 	})
@@ -222,14 +283,29 @@ func resumePoint(last *meshv1.ChangeEvent) (from int64, skip int32) {
 	return last.Revision, -1
 }
 
+// unconfirmed resynchronises after a last event the store did not commit,
+// loudly: the stream was written by someone else than the relay.
+func (r *Relay) unconfirmed(ctx context.Context, why string) error {
+	r.m.unconfirmed.Inc()
+	r.failing.Store(true)
+	r.cfg.Log.Error("the stream's last event is not one the store committed; resynchronising instead of resuming after it", "reason", why)
+	// A RESYNC at this revision may already be in the stream, before the
+	// foreign event: a fresh index keeps this one from being taken for it.
+	return r.resyncAs(ctx, "unconfirmed last event", rand.Int32N(math.MaxInt32)+1)
+}
+
 // resync publishes a RESYNC at the store's current revision; the next pass
 // follows the store from there.
-func (r *Relay) resync(ctx context.Context, why string) error {
+func (r *Relay) resync(ctx context.Context, why string) error { return r.resyncAs(ctx, why, 0) }
+
+// resyncAs publishes a RESYNC with an index (0 for the one a revision's
+// resyncs share, so that two relays' are one).
+func (r *Relay) resyncAs(ctx context.Context, why string, index int32) error {
 	rev, err := r.cfg.Watcher.Revision(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := r.cfg.Publisher.Publish(ctx, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: rev}); err != nil {
+	if _, err := r.cfg.Publisher.Publish(ctx, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: rev, Index: index}); err != nil {
 		return err
 	}
 	r.m.resyncs.Inc()

@@ -296,7 +296,7 @@ func TestRelayResyncsAfterCompaction(t *testing.T) {
 	if _, err := cli.Put(context.Background(), "/mesh/v1/services/ns/a", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Publish(context.Background(), &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Key: "/mesh/v1/services/ns/a", Revision: 2, Count: 1}); err != nil {
+	if _, err := b.Publish(context.Background(), &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Key: "/mesh/v1/services/ns/a", Value: []byte("1"), Revision: 2, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
 	commit(t, cli, "a", 5)
@@ -390,8 +390,11 @@ func storeAndBus(t *testing.T) (*clientv3.Client, *store.Store, *bus.Bus) {
 	t.Helper()
 	_, cli := testutil.Etcd(t)
 	_, nc := testutil.NATS(t)
-	b, err := bus.New(context.Background(), nc, bus.Config{})
+	b, err := bus.New(nc, bus.Config{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ensure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return cli, store.New(cli), b

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -198,6 +199,63 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("store: revision: %w", err)
 	}
 	return resp.Header.Revision, nil
+}
+
+// Confirm reports whether the store committed ev: a change of its key at
+// its revision, with its content (a RESYNC: a revision the store has
+// reached). It returns a reason when it did not, and model.ErrCompacted
+// when the revision is no longer there to compare with.
+func (s *Store) Confirm(ctx context.Context, ev *meshv1.ChangeEvent) (reason string, err error) {
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		return "", err
+	}
+	if ev.Revision <= 0 || ev.Revision > rev {
+		return fmt.Sprintf("revision %d is not one the store has reached (%d)", ev.Revision, rev), nil
+	}
+	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
+		return "", nil
+	}
+	if _, err := model.ParseKey(ev.Key); err != nil {
+		return fmt.Sprintf("key %q: %v", ev.Key, err), nil
+	}
+	at := func(rev int64) (*mvccpb.KeyValue, error) {
+		resp, err := s.cli.Get(ctx, ev.Key, clientv3.WithRev(rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, fmt.Errorf("store: confirm %s at %d: %w", ev.Key, rev, model.ErrCompacted)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store: confirm %s at %d: %w", ev.Key, rev, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, nil
+		}
+		return resp.Kvs[0], nil
+	}
+	kv, err := at(ev.Revision)
+	if err != nil {
+		return "", err
+	}
+	switch ev.Type {
+	case meshv1.ChangeEvent_TYPE_PUT:
+		if kv == nil || kv.ModRevision != ev.Revision {
+			return fmt.Sprintf("%s was not written at revision %d", ev.Key, ev.Revision), nil
+		}
+		if !bytes.Equal(kv.Value, ev.Value) {
+			return fmt.Sprintf("%s at revision %d holds other content", ev.Key, ev.Revision), nil
+		}
+		return "", nil
+	case meshv1.ChangeEvent_TYPE_DELETE:
+		before, err := at(ev.Revision - 1)
+		if err != nil {
+			return "", err
+		}
+		if kv != nil || before == nil {
+			return fmt.Sprintf("%s was not deleted at revision %d", ev.Key, ev.Revision), nil
+		}
+		return "", nil
+	}
+	return fmt.Sprintf("event type %v", ev.Type), nil
 }
 
 // Watch calls fn with the changes under /mesh/v1/ of every revision after

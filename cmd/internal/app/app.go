@@ -436,7 +436,7 @@ type Relay struct {
 
 // Run relays until ctx is done.
 func (r Relay) Run(ctx context.Context) error {
-	b, err := openBus(ctx, r.NATS, r.Bus, r.Log)
+	b, err := bus.New(r.NATS, r.Bus)
 	if err != nil {
 		return err
 	}
@@ -450,22 +450,6 @@ func (r Relay) Run(ctx context.Context) error {
 	// The relay only reads the store; the election keeps one relay
 	// publishing (a second would double nothing, only waste work).
 	return led(ctx, r.Etcd, r.Election, "relay", r.Log, nil, rl.Run)
-}
-
-// openBus opens the bus, retrying while NATS is unreachable.
-func openBus(ctx context.Context, nc *nats.Conn, cfg bus.Config, log *slog.Logger) (*bus.Bus, error) {
-	for {
-		b, err := bus.New(ctx, nc, cfg)
-		if err == nil {
-			return b, nil
-		}
-		log.Warn("cannot open the change stream; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // Pusher serves xDS from the store and the bus.
@@ -519,9 +503,10 @@ type Pusher struct {
 	Started func(*pusher.Pusher, *cache.Cache)
 }
 
-// Run serves until ctx is done.
+// Run serves until ctx is done. The pusher only reads the stream (the
+// relay makes it): until it exists, the pusher retries its load.
 func (p Pusher) Run(ctx context.Context) error {
-	b, err := openBus(ctx, p.NATS, p.Bus, p.Log)
+	b, err := bus.New(p.NATS, p.Bus)
 	if err != nil {
 		return err
 	}

@@ -98,6 +98,11 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: admin-token
   secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
 {{- end }}
+{{- with $v.nats.signing.secretName }}
+{{- $key := ternary "verify.pub" "signing.key" (eq $.component "pusher") }}
+- name: bus-signing
+  secret: {secretName: {{ . }}, items: [{key: {{ $key }}, path: {{ $key }}}]}
+{{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}
 - name: etcd-tls
@@ -133,6 +138,9 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
 {{- end }}
+{{- if $v.nats.signing.secretName }}
+- {name: bus-signing, mountPath: /etc/shardpilot/bus-signing, readOnly: true}
+{{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}
 - {name: etcd-tls, mountPath: /etc/shardpilot/etcd-tls, readOnly: true}
@@ -145,6 +153,20 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- end }}
 {{- if $v.nats.auth.type }}
 - {name: nats-auth, mountPath: /etc/shardpilot/nats-auth, readOnly: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The relay's signing key (ingesters) or its public key (pushers). Takes
+(dict "root" . "component" "pusher"|"ingester"). */}}
+{{- define "shardpilot.busSigningEnv" -}}
+{{- if .root.Values.nats.signing.secretName }}
+{{- if eq .component "pusher" }}
+- name: SHARDPILOT_BUS_VERIFY_KEY_FILE
+  value: /etc/shardpilot/bus-signing/verify.pub
+{{- else }}
+- name: SHARDPILOT_BUS_SIGNING_KEY_FILE
+  value: /etc/shardpilot/bus-signing/signing.key
 {{- end }}
 {{- end }}
 {{- end -}}

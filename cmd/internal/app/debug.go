@@ -177,9 +177,12 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	case !identified && policy.Required:
 		return nil, status.Error(codes.Unauthenticated, "csds: a client certificate or a service account token is required")
 	}
+	// Each stream is answered for from its own node, which ADS admitted
+	// for its own identity: another stream claiming the same id is
+	// another proxy.
 	var streams []server.StreamStatus
 	for _, st := range c.Dump.Status.Streams() {
-		if node := c.Dump.Status.Node(st.Proxy); node != nil && (!identified || classify.Namespace(node) == id.Namespace) {
+		if st.Node != nil && (!identified || classify.Namespace(st.Node) == id.Namespace) {
 			streams = append(streams, st)
 		}
 	}
@@ -201,8 +204,8 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	}
 	resp := &statusv3.ClientStatusResponse{}
 	for _, st := range streams {
-		node := c.Dump.Status.Node(st.Proxy)
-		if node == nil || !wanted(st.Proxy) {
+		node := st.Node
+		if !wanted(st.Proxy) {
 			continue
 		}
 		class := ps.Classify(node)

@@ -10,6 +10,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
@@ -70,10 +71,12 @@ func TestMutualTLS(t *testing.T) {
 	a := startBackend(t)
 	dir := t.TempDir()
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	// One policy for ADS and CSDS, as cmd/pusher has it.
+	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true}
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize:   identity.Policy{TrustDomain: "cluster.local", Required: true}.Authorize,
-	}, nil, yamlSource(dir))
+		Authorize:   policy.Authorize,
+	}, policy, yamlSource(dir))
 	const target = "xds:///greeter.demo.svc.cluster.local:50051"
 
 	t.Run("served its namespace", func(t *testing.T) {
@@ -133,6 +136,8 @@ func TestMutualTLS(t *testing.T) {
 		{"without a certificate", tlsWith("", ""), demoNode("demo"), codes.Unavailable, ""},
 		{"plaintext", insecure.NewCredentials(), demoNode("demo"), codes.Unavailable, ""},
 		{"claims another namespace", tlsWith(demoCert, demoKey), demoNode("payments"), codes.PermissionDenied, `claims namespace "payments"`},
+		{"an id of another namespace, metadata of its own", tlsWith(demoCert, demoKey), &core.Node{Id: "sidecar~10.0.0.1~x.payments~payments.svc.cluster.local",
+			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue("demo")}}}, codes.PermissionDenied, `names namespace "payments" in its id`},
 		{"another trust domain", tlsWith(foreignCert, foreignKey), demoNode("demo"), codes.PermissionDenied, `trust domain "evil.example"`},
 		{"a certificate without a SPIFFE ID", tlsWith(plainCert, plainKey), demoNode("demo"), codes.PermissionDenied, "carries no SPIFFE ID"},
 	} {
@@ -171,6 +176,46 @@ func TestMutualTLS(t *testing.T) {
 		}
 		if got := proxies(otherCert, otherKey); len(got) != 0 {
 			t.Errorf("another namespace's caller sees %v", got)
+		}
+		// A caller of another trust domain is refused, as ADS refuses it.
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(foreignCert, foreignKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
+		if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
+			t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
+		}
+	})
+
+	t.Run("CSDS answers for a stream from its own node", func(t *testing.T) {
+		// Two proxies of two namespaces claim one id (of no namespace):
+		// each is served its certificate's namespace, and other's caller,
+		// asking for that id, is answered from other's stream alone.
+		const shared = "shared-proxy-id"
+		demo := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, demoCert, demoKey)
+		allOn(t, demo, a.addr, "demo's proxy calls the greeter")
+		other := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, otherCert, otherKey)
+		allOn(t, other, a.addr, "other's proxy calls the greeter")
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(otherCert, otherKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		csds := statusv3.NewClientStatusDiscoveryServiceClient(conn)
+		for i := range 30 {
+			resp, err := csds.FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{
+				NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: shared}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Config) != 1 {
+				t.Fatalf("request %d: %d configs for %s, want other's one", i, len(resp.Config), shared)
+			}
+			if ns := resp.Config[0].GetNode().GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "other" {
+				t.Fatalf("request %d: other's caller was answered from a node of namespace %q", i, ns)
+			}
 		}
 	})
 }

@@ -98,13 +98,33 @@ type Policy struct {
 }
 
 // Identify returns a stream's identity: its client certificate's, else
-// its service account token's (with Tokens).
+// its service account token's (with Tokens). An identity of another trust
+// domain than the mesh's is an error: every caller (ADS, CSDS, SDS) is
+// held to the same test.
 func (p Policy) Identify(ctx context.Context) (ID, bool, error) {
 	id, ok, err := FromContext(ctx)
-	if ok || p.Tokens == nil {
+	if !ok && err == nil && p.Tokens != nil {
+		id, ok, err = p.Tokens.Identify(ctx)
+	}
+	if err != nil || !ok {
 		return id, ok, err
 	}
-	return p.Tokens.Identify(ctx)
+	if p.TrustDomain != "" && id.TrustDomain != p.TrustDomain {
+		return ID{}, true, fmt.Errorf("%s is of trust domain %q; this mesh's is %q", id, id.TrustDomain, p.TrustDomain)
+	}
+	return id, true, nil
+}
+
+// idNamespace returns the namespace an Istio node id names
+// (<type>~<ip>~<pod>.<namespace>~<namespace>.svc.<domain>), "" for an id
+// of another form.
+func idNamespace(id string) string {
+	parts := strings.Split(id, "~")
+	if len(parts) != 4 {
+		return ""
+	}
+	ns, _, _ := strings.Cut(parts[3], ".")
+	return ns
 }
 
 // Authorize checks a stream's node against its peer's identity and
@@ -126,13 +146,16 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 		}
 		return node, nil
 	}
-	if p.TrustDomain != "" && id.TrustDomain != p.TrustDomain {
-		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: %s is of trust domain %q; this mesh's is %q", id, id.TrustDomain, p.TrustDomain)
+	claimed := classify.Namespace(node)
+	if claimed != "" && claimed != id.Namespace {
+		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q claims namespace %q, but its certificate is %s", node.GetId(), claimed, id)
 	}
-	switch ns := classify.Namespace(node); ns {
-	case id.Namespace:
-		return node, nil
-	case "":
+	// The id names a namespace too (metadata wins over it when both are
+	// there): neither may name another than the identity's.
+	if ns := idNamespace(node.GetId()); ns != "" && ns != id.Namespace {
+		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q names namespace %q in its id, but its identity is %s", node.GetId(), ns, id)
+	}
+	if claimed == "" {
 		n := proto.Clone(node).(*core.Node)
 		if n.Metadata == nil {
 			n.Metadata = &structpb.Struct{}
@@ -142,9 +165,8 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 		}
 		n.Metadata.Fields["NAMESPACE"] = structpb.NewStringValue(id.Namespace)
 		return n, nil
-	default:
-		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q claims namespace %q, but its certificate is %s", node.GetId(), ns, id)
 	}
+	return node, nil
 }
 
 // ServerTLS returns a TLS configuration serving certFile and keyFile and,

@@ -30,6 +30,9 @@ type StreamStatus struct {
 	Class string                 `json:"class,omitempty"`
 	Since time.Time              `json:"connected"`
 	Types map[string]*TypeStatus `json:"types"`
+	// Node is the stream's own node, as admitted (several streams may
+	// claim one id: answer for a stream from its node, never by its id).
+	Node *core.Node `json:"-"`
 }
 
 // TypeStatus is one type on one stream.
@@ -109,7 +112,7 @@ func (s *Status) Streams() []StreamStatus {
 	var out []StreamStatus
 	for _, st := range s.all() {
 		st.mu.Lock()
-		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Delta: st.delta, Class: st.class, Since: st.since,
+		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Node: st.node, Delta: st.delta, Class: st.class, Since: st.since,
 			Types: make(map[string]*TypeStatus, len(st.watches))}
 		for _, w := range st.watches {
 			ts := w.status

@@ -173,11 +173,11 @@ func run(ctx context.Context, args []string) error {
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
-	adminToken, err := common.AdminToken()
+	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err
 	}
-	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
+	adminToken, err := common.AdminTokens(log)
 	if err != nil {
 		return err
 	}

@@ -396,11 +396,11 @@ func TestFlags(t *testing.T) {
 // TestToken: the admin token is sent as a bearer token.
 func TestToken(t *testing.T) {
 	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("0123456789abcdef-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer 0123456789abcdef-token" {
+		if r.Header.Get("Authorization") != "Bearer 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
 		}

@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, c config, log *slog.Logger) error {
-	adminToken, err := c.AdminToken()
+	adminToken, err := c.AdminTokens(log)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
 )
 
 // Prefix starts the environment twin of every shardpilot command's flags.
@@ -126,7 +128,8 @@ func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "", "the container's memory limit (bytes, or with Ki, Mi, Gi): the garbage collector keeps the heap under 90% of it (empty: GOMEMLIMIT, or no limit)")
 }
 
-// AdminToken reads --admin-token-file ("" when not given).
+// AdminToken reads --admin-token-file ("" when not given), refusing a
+// token telemetry.CheckToken refuses.
 func (c *Common) AdminToken() (string, error) {
 	if c.AdminTokenFile == "" {
 		return "", nil
@@ -136,10 +139,23 @@ func (c *Common) AdminToken() (string, error) {
 		return "", fmt.Errorf("--admin-token-file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 {
-		return "", fmt.Errorf("--admin-token-file %s: the token has %d characters; want at least 16", c.AdminTokenFile, len(tok))
+	if err := telemetry.CheckToken(tok); err != nil {
+		return "", fmt.Errorf("--admin-token-file %s: %w", c.AdminTokenFile, err)
 	}
 	return tok, nil
+}
+
+// AdminTokens returns the token of --admin-token-file, read again when the
+// file changes (nil when not given).
+func (c *Common) AdminTokens(log *slog.Logger) (telemetry.TokenSource, error) {
+	if c.AdminTokenFile == "" {
+		return nil, nil
+	}
+	f, err := telemetry.NewTokenFile(c.AdminTokenFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-token-file: %w", err)
+	}
+	return f, nil
 }
 
 // ApplyMemoryLimit sets the Go runtime's soft memory limit to 90% of

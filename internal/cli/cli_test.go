@@ -23,25 +23,29 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-// TestAdminToken: the token file is read and trimmed; a missing file or a
-// short token is refused with the flag's name.
+// TestAdminToken: the token file is read and trimmed; a missing file, a
+// short token or a repetitive one is refused with the flag's name.
 func TestAdminToken(t *testing.T) {
 	dir := t.TempDir()
 	good := dir + "/good"
 	short := dir + "/short"
-	if err := os.WriteFile(good, []byte("0123456789abcdef-token\n"), 0o600); err != nil {
+	weak := dir + "/weak"
+	if err := os.WriteFile(weak, []byte(strings.Repeat("a", 40)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(short, []byte("abc"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if tok, err := (&Common{AdminTokenFile: good}).AdminToken(); err != nil || tok != "0123456789abcdef-token" {
+	if tok, err := (&Common{AdminTokenFile: good}).AdminToken(); err != nil || tok != "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" {
 		t.Errorf("good token: %q %v", tok, err)
 	}
 	if tok, err := (&Common{}).AdminToken(); err != nil || tok != "" {
 		t.Errorf("no file: %q %v", tok, err)
 	}
-	for _, f := range []string{short, dir + "/missing"} {
+	for _, f := range []string{short, weak, dir + "/missing"} {
 		if _, err := (&Common{AdminTokenFile: f}).AdminToken(); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
 			t.Errorf("%s: %v, want an error naming the flag", f, err)
 		}

@@ -96,10 +96,11 @@ type Admin struct {
 	Ready    *Readiness
 	// Debug adds handlers under their paths, for example "/debug/syncz".
 	Debug map[string]http.Handler
-	// DebugToken, when set, opens /debug/ to requests from other hosts
-	// that carry it as a bearer token; /debug/ always answers loopback.
-	// The rest (health, readiness, metrics) answers anyone.
-	DebugToken string
+	// DebugToken, when set, gives the token that opens /debug/ to requests
+	// from other hosts that carry it as a bearer token; /debug/ always
+	// answers loopback (127.0.0.1 and ::1 alone). The rest (health,
+	// readiness, metrics) answers anyone.
+	DebugToken TokenSource
 	// Page, when set, is the status page at "/", guarded as /debug/ is.
 	Page http.Handler
 	Log  *slog.Logger
@@ -141,15 +142,14 @@ func (a *Admin) Handler() http.Handler {
 // carry the debug token (for /debug/ and the status page).
 func (a *Admin) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-				h.ServeHTTP(w, r)
-				return
-			}
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && loopback(host) {
+			h.ServeHTTP(w, r)
+			return
 		}
-		if a.DebugToken != "" {
+		if a.DebugToken != nil {
+			want := a.DebugToken.Token()
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.DebugToken)) == 1 {
+			if ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
 				h.ServeHTTP(w, r)
 				return
 			}
@@ -158,6 +158,12 @@ func (a *Admin) guard(h http.Handler) http.Handler {
 		http.Error(w, "the status page and /debug/ answer loopback, or a bearer token (--admin-token-file)", http.StatusUnauthorized)
 	})
 }
+
+// loopback reports whether a peer address is this host's own: 127.0.0.1
+// or ::1 alone. The rest of 127.0.0.0/8 is not: 127.0.0.6 is the source
+// address of Istio's inbound redirection, so in a pod whose traffic a
+// sidecar captures, a request from anywhere in the mesh arrives from it.
+func loopback(host string) bool { return host == "127.0.0.1" || host == "::1" }
 
 // Run serves until ctx is done, then shuts the server down gracefully.
 func (a *Admin) Run(ctx context.Context) error {

@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -69,7 +72,7 @@ func TestNewLoggerRejectsBadSettings(t *testing.T) {
 // other hosts only with the bearer token; health, readiness and metrics
 // answer anyone.
 func TestDebugIsGuarded(t *testing.T) {
-	a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: "0123456789abcdef-token",
+	a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: StaticToken(goodToken),
 		Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })},
 		Page:  http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "status") })}
 	h := a.Handler()
@@ -81,11 +84,16 @@ func TestDebugIsGuarded(t *testing.T) {
 		{"/debug/syncz", "[::1]:5000", "", http.StatusOK},
 		{"/debug/syncz", "10.1.2.3:5000", "", http.StatusUnauthorized},
 		{"/debug/syncz", "10.1.2.3:5000", "wrong-token-0123456789", http.StatusUnauthorized},
-		{"/debug/syncz", "10.1.2.3:5000", "0123456789abcdef-token", http.StatusOK},
+		{"/debug/syncz", "10.1.2.3:5000", goodToken, http.StatusOK},
+		// Only this host's own addresses are loopback: 127.0.0.6 is where
+		// Istio's inbound redirection comes from.
+		{"/debug/syncz", "127.0.0.6:5000", "", http.StatusUnauthorized},
+		{"/debug/syncz", "[::ffff:127.0.0.1]:5000", "", http.StatusUnauthorized},
+		{"/debug/syncz", "127.1.2.3:5000", "", http.StatusUnauthorized},
 		{"/debug/pprof/", "10.1.2.3:5000", "", http.StatusUnauthorized},
 		{"/", "127.0.0.1:5000", "", http.StatusOK},
 		{"/", "10.1.2.3:5000", "", http.StatusUnauthorized},
-		{"/", "10.1.2.3:5000", "0123456789abcdef-token", http.StatusOK},
+		{"/", "10.1.2.3:5000", goodToken, http.StatusOK},
 		{"/nothing", "127.0.0.1:5000", "", http.StatusNotFound},
 		{"/metrics", "10.1.2.3:5000", "", http.StatusOK},
 		{"/healthz", "10.1.2.3:5000", "", http.StatusOK},
@@ -100,5 +108,63 @@ func TestDebugIsGuarded(t *testing.T) {
 		if w.Code != c.want {
 			t.Errorf("%s from %s (token %q): %d, want %d", c.path, c.from, c.token, w.Code, c.want)
 		}
+	}
+}
+
+const goodToken = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+// TestCheckToken: short and repetitive tokens are refused.
+func TestCheckToken(t *testing.T) {
+	for tok, ok := range map[string]bool{
+		goodToken:                              true,
+		"Qm9vdHN0cmFwIHRva2VuIGZvciB0ZXN0cw==": true,
+		"aaaaaaaaaaaaaaaa":                     false,
+		strings.Repeat("a", 64):                false,
+		strings.Repeat("ab", 32):               false,
+		"0123456789abcdef-token":               false,
+	} {
+		if err := CheckToken(tok); (err == nil) != ok {
+			t.Errorf("CheckToken(%q) = %v, want ok=%v", tok, err, ok)
+		}
+	}
+}
+
+// TestTokenFileReloads: a changed file's token replaces the last one; a
+// weak or missing one keeps it.
+func TestTokenFileReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	write := func(tok string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("weak")
+	if _, err := NewTokenFile(path, nil); err == nil {
+		t.Fatal("a weak first token was taken")
+	}
+	write(goodToken)
+	f, err := NewTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := strings.ToUpper(goodToken[:40]) + goodToken[40:]
+	write(next)
+	// The file is looked at again once TokenRecheck has passed.
+	f.checked = time.Time{}
+	if got := f.Token(); got != next {
+		t.Errorf("after a change: %q, want %q", got, next)
+	}
+	write(strings.Repeat("a", 40))
+	f.checked = time.Time{}
+	if got := f.Token(); got != next {
+		t.Errorf("after a weak change: %q, want the last good %q", got, next)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	f.checked = time.Time{}
+	if got := f.Token(); got != next {
+		t.Errorf("after removal: %q, want the last good %q", got, next)
 	}
 }

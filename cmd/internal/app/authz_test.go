@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +225,58 @@ spec:
 	if c, _ := rpcs(plain); c == codes.OK {
 		t.Error("a plaintext client was served by a STRICT server")
 	}
+}
+
+// TestPoliciesFailClosed: a policy naming a field shardpilot does not check
+// yet is applied failing closed, never dropped: the workload whose only
+// policy is such an ALLOW denies every RPC (dropped, it would allow all),
+// and a DENY whose rule names one denies regardless of it while the
+// workload's other policy still applies.
+func TestPoliciesFailClosed(t *testing.T) {
+	dir := t.TempDir()
+	cp := startControlPlane(t, yamlSource(dir))
+	srv := startXDSServer(t, cp.ads, "sidecar~127.0.0.1~greeter-1.demo~demo.svc.cluster.local", `{"type": "insecure"}`, "")
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", srv.backend)))
+	srv.waitServing(t)
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+	waitFor(t, conn, codes.OK, codes.OK, "both RPCs are served without a policy")
+
+	writeMesh(t, dir, "policy.yaml", `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-office, namespace: demo}
+spec:
+  selector: {matchLabels: {app: greeter}}
+  rules:
+  - from: [{source: {remoteIpBlocks: ["192.0.2.0/24"]}}]
+`)
+	waitFor(t, conn, codes.PermissionDenied, codes.PermissionDenied, "an ALLOW whose source is not checked allows nothing")
+
+	writeMesh(t, dir, "policy.yaml", `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-all, namespace: demo}
+spec:
+  selector: {matchLabels: {app: greeter}}
+  rules:
+  - {}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-list-from-outside, namespace: demo}
+spec:
+  selector: {matchLabels: {app: greeter}}
+  action: DENY
+  rules:
+  - from: [{source: {notRemoteIpBlocks: ["10.0.0.0/8"]}}]
+    to: [{operation: {paths: ["/grpc.health.v1.Health/List"]}}]
+`)
+	defer func() {
+		if t.Failed() {
+			rec := httptest.NewRecorder()
+			cp.dump.ServeHTTP(rec, httptest.NewRequest("GET", "/?proxy=sidecar~127.0.0.1~greeter-1.demo~demo.svc.cluster.local", nil))
+			t.Log(rec.Body.String())
+		}
+	}()
+	waitFor(t, conn, codes.OK, codes.PermissionDenied, "a DENY whose source is not checked denies its path regardless, beside the other policy")
 }

@@ -26,8 +26,8 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 	case len(spec.TargetRef) > 0, len(spec.TargetRefs) > 0:
 		n.unsupported(in, "spec.targetRef", "policies attached to gateways and waypoints")
 		return
-	case len(spec.Provider) > 0:
-		n.unsupported(in, "spec.provider", "external authorization")
+	case len(spec.Provider) > 0 && !strings.EqualFold(spec.Action, "CUSTOM"):
+		n.problem(in, "spec.provider", "a provider is for CUSTOM policies only")
 		return
 	}
 	p := &meshv1.AuthorizationPolicy{Origin: n.origin(in), Selector: selectorOf(spec.Selector)}
@@ -36,8 +36,14 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		p.Action = meshv1.AuthorizationPolicy_ACTION_ALLOW
 	case "DENY":
 		p.Action = meshv1.AuthorizationPolicy_ACTION_DENY
-	case "CUSTOM", "AUDIT":
-		n.unsupported(in, "spec.action", spec.Action+" policies")
+	case "CUSTOM":
+		// What an external authorizer would decide is not known: what its
+		// rules select is refused (failing closed), not let through.
+		n.warn(in, "spec.action", "CUSTOM (external authorization) is not supported yet: the requests its rules select are denied")
+		p.Action = meshv1.AuthorizationPolicy_ACTION_DENY
+	case "AUDIT":
+		// Audit decides nothing: leaving it out changes no request's fate.
+		n.warn(in, "spec.action", "AUDIT is not supported yet: the policy is not applied (it allows and denies nothing)")
 		return
 	default:
 		n.problem(in, "spec.action", "%q is not ALLOW or DENY", spec.Action)
@@ -53,19 +59,26 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 				n.problem(in, sf, "a source is required")
 				return
 			}
-			switch {
-			case len(src.RemoteIPBlocks) > 0 || len(src.NotRemoteIPBlocks) > 0:
-				n.unsupported(in, sf+".remoteIpBlocks", "addresses from X-Forwarded-For")
-				return
-			case len(src.ServiceAccounts) > 0 || len(src.NotServiceAccounts) > 0:
-				n.unsupported(in, sf+".serviceAccounts", "use principals")
-				return
+			// A field not checked yet fails closed (the generator leaves the
+			// source out of an ALLOW rule and ignores the field in a DENY
+			// rule) and is reported; the rest of the policy applies.
+			var unchecked []string
+			if len(src.RemoteIPBlocks) > 0 || len(src.NotRemoteIPBlocks) > 0 {
+				unchecked = append(unchecked, "remoteIpBlocks")
+			}
+			if len(src.ServiceAccounts) > 0 || len(src.NotServiceAccounts) > 0 {
+				unchecked = append(unchecked, "serviceAccounts")
+			}
+			for _, u := range unchecked {
+				n.warn(in, sf+"."+u, "not checked yet (%s); %s", map[string]string{
+					"remoteIpBlocks": "addresses from X-Forwarded-For", "serviceAccounts": "use principals"}[u], failClosed(p.Action))
 			}
 			rule.From = append(rule.From, &meshv1.AuthorizationSource{
 				Principals: src.Principals, NotPrincipals: src.NotPrincipals,
 				Namespaces: src.Namespaces, NotNamespaces: src.NotNamespaces,
 				IpBlocks: src.IPBlocks, NotIpBlocks: src.NotIPBlocks,
 				RequestPrincipals: src.RequestPrincipals, NotRequestPrincipals: src.NotRequestPrincipals,
+				Unchecked: unchecked,
 			})
 		}
 		for j, to := range r.To {
@@ -94,6 +107,14 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		p.Rules = append(p.Rules, rule)
 	}
 	n.emit(in, p)
+}
+
+// failClosed says what a field not checked does to its rule.
+func failClosed(a meshv1.AuthorizationPolicy_Action) string {
+	if a == meshv1.AuthorizationPolicy_ACTION_DENY {
+		return "this DENY rule denies regardless of it (failing closed)"
+	}
+	return "this source of the ALLOW rule allows nothing (failing closed)"
 }
 
 // ports reads Istio's port strings.

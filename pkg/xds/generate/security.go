@@ -262,7 +262,12 @@ func RBACFilters(sec Security) []*hcm.HttpFilter {
 	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{})
 	var out []*hcm.HttpFilter
 	if len(deny) > 0 {
-		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
+		// grpc-go refuses a listener whose HTTP filters share a name (the
+		// DENY and ALLOW filters of one workload did): the DENY filter has
+		// a name of its own, the one istiod gives it for gRPC.
+		f := rbacFilter(rbacconfig.RBAC_DENY, deny)
+		f.Name = "envoy.filters.http.rbac.DENY"
+		out = append(out, f)
 	}
 	if anyAllow {
 		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
@@ -491,7 +496,7 @@ func sourcePrincipal(src *meshv1.AuthorizationSource, opts rbacOptions) (id *rba
 	field(&ids, src.NotNamespaces, true, namespaceMatch)
 	field(&ids, src.IpBlocks, false, ipMatch)
 	field(&ids, src.NotIpBlocks, true, ipMatch)
-	checked = true
+	checked = len(src.Unchecked) == 0
 	if len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0 {
 		if opts.jwt && !opts.tcp && requestPrincipalsSupported(src.RequestPrincipals) && requestPrincipalsSupported(src.NotRequestPrincipals) {
 			field(&ids, src.RequestPrincipals, false, requestPrincipal)

@@ -275,8 +275,13 @@ type AuthorizationSource struct {
 	// regardless of them (failing closed).
 	RequestPrincipals    []string `protobuf:"bytes,7,rep,name=request_principals,json=requestPrincipals,proto3" json:"request_principals,omitempty"`
 	NotRequestPrincipals []string `protobuf:"bytes,8,rep,name=not_request_principals,json=notRequestPrincipals,proto3" json:"not_request_principals,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// unchecked names the source's fields shardpilot does not check yet
+	// (Istio's remoteIpBlocks, serviceAccounts): the source fails closed, as
+	// above: in an ALLOW rule it matches nothing, in a DENY rule it matches
+	// regardless of them.
+	Unchecked     []string `protobuf:"bytes,9,rep,name=unchecked,proto3" json:"unchecked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthorizationSource) Reset() {
@@ -361,6 +366,13 @@ func (x *AuthorizationSource) GetRequestPrincipals() []string {
 func (x *AuthorizationSource) GetNotRequestPrincipals() []string {
 	if x != nil {
 		return x.NotRequestPrincipals
+	}
+	return nil
+}
+
+func (x *AuthorizationSource) GetUnchecked() []string {
+	if x != nil {
+		return x.Unchecked
 	}
 	return nil
 }
@@ -841,7 +853,7 @@ const file_shardpilot_mesh_v1_security_proto_rawDesc = "" +
 	"\x11AuthorizationRule\x12;\n" +
 	"\x04from\x18\x01 \x03(\v2'.shardpilot.mesh.v1.AuthorizationSourceR\x04from\x12:\n" +
 	"\x02to\x18\x02 \x03(\v2*.shardpilot.mesh.v1.AuthorizationOperationR\x02to\x12>\n" +
-	"\x04when\x18\x03 \x03(\v2*.shardpilot.mesh.v1.AuthorizationConditionR\x04when\"\xc9\x02\n" +
+	"\x04when\x18\x03 \x03(\v2*.shardpilot.mesh.v1.AuthorizationConditionR\x04when\"\xe7\x02\n" +
 	"\x13AuthorizationSource\x12\x1e\n" +
 	"\n" +
 	"principals\x18\x01 \x03(\tR\n" +
@@ -854,7 +866,8 @@ const file_shardpilot_mesh_v1_security_proto_rawDesc = "" +
 	"\tip_blocks\x18\x05 \x03(\tR\bipBlocks\x12\"\n" +
 	"\rnot_ip_blocks\x18\x06 \x03(\tR\vnotIpBlocks\x12-\n" +
 	"\x12request_principals\x18\a \x03(\tR\x11requestPrincipals\x124\n" +
-	"\x16not_request_principals\x18\b \x03(\tR\x14notRequestPrincipals\"\xec\x01\n" +
+	"\x16not_request_principals\x18\b \x03(\tR\x14notRequestPrincipals\x12\x1c\n" +
+	"\tunchecked\x18\t \x03(\tR\tunchecked\"\xec\x01\n" +
 	"\x16AuthorizationOperation\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\x12\x1b\n" +
 	"\tnot_hosts\x18\x02 \x03(\tR\bnotHosts\x12\x14\n" +

@@ -84,6 +84,10 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
 	fs.DurationVar(&xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
 	fs.IntVar(&maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
+	maxPerIdentity := fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
+	fs.IntVar(&xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")
+	fs.IntVar(&xcfg.MaxNames, "max-subscribed-names", 50000, "most resource names one stream may subscribe to of one type; more end its stream with RESOURCE_EXHAUSTED")
+	fs.IntVar(&xcfg.MaxLocalities, "max-locality-classes", 1000, "most localities whose load assignments are kept apart (a table each); proxies of further localities are served the mesh-wide ones")
 	fs.DurationVar(&xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
 	fs.DurationVar(&xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
 	fs.IntVar(&xcfg.ReadBufferSize, "grpc-read-buffer", 0, "bytes of each connection's gRPC read buffer (0: 32 KiB in plaintext, where gRPC takes it from a pool only while reading; 1 KiB over TLS, whose connections gRPC cannot pool and which buffers each record itself: 32 KiB there would be held by every connection)")
@@ -91,6 +95,10 @@ func run(ctx context.Context, args []string) error {
 	window := fs.Int("grpc-window", 1<<20, "HTTP/2 flow-control window, in bytes, granted to each proxy's requests per stream and per connection (negative: grown by gRPC's estimate)")
 	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
 		return err
+	}
+	if *maxPerIdentity < 1 || xcfg.MaxNodeBytes < 1 || xcfg.MaxNames < 1 || xcfg.MaxLocalities < 1 {
+		return fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-locality-classes %d: want positive numbers",
+			*maxPerIdentity, xcfg.MaxNodeBytes, xcfg.MaxNames, xcfg.MaxLocalities)
 	}
 	if maxStreams < 1 {
 		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", maxStreams)
@@ -163,7 +171,12 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 		}
 	}
-	policy := identity.Policy{TrustDomain: trustDomain, Required: true}
+	reg := telemetry.NewRegistry()
+	streams, err := identity.NewStreamLimit(*maxPerIdentity, reg)
+	if err != nil {
+		return err
+	}
+	policy := identity.Policy{TrustDomain: trustDomain, Required: true, Streams: streams}
 	if tokens {
 		policy.Tokens = &identity.Tokens{Client: kube, TrustDomain: trustDomain}
 		if tokenAudience != "" {
@@ -213,7 +226,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	reg := telemetry.NewRegistry()
 	ready := telemetry.NewReadiness()
 	var secrets *sds.Secrets
 	var credentials func(context.Context) error

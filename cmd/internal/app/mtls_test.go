@@ -72,7 +72,11 @@ func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
 	// One policy for ADS and CSDS, as cmd/pusher has it.
-	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true}
+	streams, err := identity.NewStreamLimit(8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: streams}
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 		Authorize:   policy.Authorize,
@@ -186,6 +190,41 @@ func TestMutualTLS(t *testing.T) {
 		_, err = statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
 		if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
 			t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
+		}
+	})
+
+	t.Run("one identity holds a bounded number of streams", func(t *testing.T) {
+		// Streams of demo's identity until one is refused: the limit (8)
+		// counts the ones the subtests above left open too.
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(demoCert, demoKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+		var refused error
+		for i := 0; i < 9 && refused == nil; i++ {
+			s, err := ads.StreamAggregatedResources(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Send(&discovery.DiscoveryRequest{Node: demoNode("demo"), TypeUrl: resource.ClusterType}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				refused = err
+			}
+		}
+		if grpcstatus.Code(refused) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(refused), "spiffe://cluster.local/ns/demo/sa/client holds 8 streams") {
+			t.Fatalf("the ninth stream of one identity: %v, want ResourceExhausted naming it", refused)
+		}
+		if got := streams.Held(identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}); got != 8 {
+			t.Errorf("demo holds %d streams, want 8", got)
+		}
+		if err := adsCall(t, tlsWith(otherCert, otherKey), demoNode("other")); err != nil {
+			t.Errorf("another identity, meanwhile: %v", err)
 		}
 	})
 

@@ -95,6 +95,8 @@ type Policy struct {
 	// Tokens, when set, identifies a peer without a client certificate by
 	// its service account token.
 	Tokens *Tokens
+	// Streams, when set, bounds the streams Authorize admits per identity.
+	Streams *StreamLimit
 }
 
 // Identify returns a stream's identity: its client certificate's, else
@@ -154,6 +156,11 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 	// there): neither may name another than the identity's.
 	if ns := idNamespace(node.GetId()); ns != "" && ns != id.Namespace {
 		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q names namespace %q in its id, but its identity is %s", node.GetId(), ns, id)
+	}
+	if p.Streams != nil {
+		if err := p.Streams.admit(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	if claimed == "" {
 		n := proto.Clone(node).(*core.Node)

@@ -129,7 +129,28 @@ type Config struct {
 	// last proxy left, so that clients cannot grow the server's state
 	// without bound. Default 5m; negative keeps every class.
 	ClassIdle time.Duration
+	// MaxNodeBytes bounds a stream's node as encoded (Istio's agent sends
+	// a few KiB): a larger one ends the stream with InvalidArgument, so
+	// that a client cannot make every stream hold megabytes. Default
+	// 64 KiB.
+	MaxNodeBytes int
+	// MaxNames bounds the names one stream subscribes to of one type
+	// (SotW or Delta): more end the stream with ResourceExhausted. Default
+	// 50,000, above the clusters of the largest meshes.
+	MaxNames int
+	// MaxLocalities bounds the locality classes (the load assignments of
+	// one locality, a table each): a proxy of a locality beyond them is
+	// served the mesh-wide assignments, as a proxy without one is. Default
+	// 1,000.
+	MaxLocalities int
 }
+
+// Limits refused, by reason, in shardpilot_pusher_xds_limited_total.
+const (
+	limitNode     = "node_size"
+	limitNames    = "subscribed_names"
+	limitLocality = "locality_classes"
+)
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
@@ -174,6 +195,18 @@ func (c *Config) Validate() error {
 	}
 	if c.InitialWindowSize == 0 {
 		c.InitialWindowSize = 1 << 20
+	}
+	if c.MaxNodeBytes == 0 {
+		c.MaxNodeBytes = 64 << 10
+	}
+	if c.MaxNames == 0 {
+		c.MaxNames = 50_000
+	}
+	if c.MaxLocalities == 0 {
+		c.MaxLocalities = 1000
+	}
+	if c.MaxNodeBytes < 0 || c.MaxNames < 0 || c.MaxLocalities < 0 {
+		return fmt.Errorf("server: limits of %d node bytes, %d names and %d localities: want positive numbers", c.MaxNodeBytes, c.MaxNames, c.MaxLocalities)
 	}
 	if c.InitialWindowSize > 0 && c.InitialWindowSize < 64<<10 {
 		return fmt.Errorf("server: an initial window of %d bytes: want at least 64 KiB (HTTP/2's default)", c.InitialWindowSize)
@@ -239,6 +272,22 @@ func (c *classSet) join(class, typeURL string) (*cache.Table, error) {
 	return c.table(class, typeURL)
 }
 
+// joinBounded is join for a class that may be new only while fewer than
+// limit classes are held; ok is false (and nothing counted) beyond.
+func (c *classSet) joinBounded(class, typeURL string, limit int) (t *cache.Table, ok bool, err error) {
+	c.Lock()
+	defer c.Unlock()
+	if _, held := c.streams[class]; !held {
+		if _, idle := c.idle[class]; !idle && len(c.streams)+len(c.idle) >= limit {
+			return nil, false, nil
+		}
+	}
+	c.streams[class]++
+	delete(c.idle, class)
+	t, err = c.table(class, typeURL)
+	return t, true, err
+}
+
 // leave uncounts a stream from its class.
 func (c *classSet) leave(class string) {
 	c.Lock()
@@ -296,6 +345,7 @@ type metrics struct {
 	streams   prometheus.Gauge
 	responses *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
+	limited   *prometheus.CounterVec
 }
 
 // New returns a Server.
@@ -324,9 +374,14 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS responses sent, by type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_nacks_total",
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_limited_total",
+			Help: "Requests held to a per-stream limit, by limit: node_size and subscribed_names end the stream, locality_classes serves the mesh-wide load assignments."}, []string{"limit"}),
+	}
+	for _, l := range []string{limitNode, limitNames, limitLocality} {
+		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}

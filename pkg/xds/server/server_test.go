@@ -39,6 +39,12 @@ func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedD
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveCache(t, c, cfg)
+}
+
+// serveCache is serve on a cache of the caller's.
+func serveCache(t *testing.T, c *cache.Cache, cfg server.Config) (*cache.Cache, discovery.AggregatedDiscoveryServiceClient, context.Context) {
+	t.Helper()
 	cfg.Cache = c
 	if cfg.Classes == nil {
 		cfg.Classes = server.OneClass("all")

@@ -301,6 +301,9 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	// names; a reconnect storm asks again for all of them): found from the
 	// request's bytes, no name is copied. No names at all may mean the
 	// wildcard, which is decided below.
+	if len(r.ends) > st.srv.cfg.MaxNames {
+		return st.tooManyNames(len(r.ends))
+	}
 	var set *cache.Set
 	if len(r.ends) > 0 {
 		set = w.table.SubscribeExisting(w, r.fp, r.eachName)
@@ -381,6 +384,9 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		}
 		names = append(names, add...)
 		names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
+		if len(names) > st.srv.cfg.MaxNames {
+			return st.tooManyNames(len(names))
+		}
 		named := w.table.Subscribe(w, names, false)
 		if w.named != nil {
 			w.table.Unsubscribe(w, w.named)
@@ -398,6 +404,12 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	}
 	w.Notify()
 	return nil
+}
+
+// tooManyNames refuses a subscription past Config.MaxNames.
+func (st *stream) tooManyNames(n int) error {
+	st.srv.m.limited.WithLabelValues(limitNames).Inc()
+	return status.Errorf(codes.ResourceExhausted, "shardpilot: a subscription of %d names; at most %d are taken", n, st.srv.cfg.MaxNames)
 }
 
 // subscribeLocked makes set, which w holds a subscription to, what it is
@@ -423,6 +435,10 @@ func (st *stream) nodeLocked(b []byte) error {
 		// map, may be encoded in another order each time. A stream's
 		// proxy is classified once, from its first node.
 		return nil
+	}
+	if len(b) > st.srv.cfg.MaxNodeBytes {
+		st.srv.m.limited.WithLabelValues(limitNode).Inc()
+		return status.Errorf(codes.InvalidArgument, "shardpilot: a node of %d bytes; at most %d are taken", len(b), st.srv.cfg.MaxNodeBytes)
 	}
 	n := &core.Node{}
 	if err := proto.Unmarshal(b, n); err != nil {
@@ -489,12 +505,18 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	}
 	if typeURL == resource.EndpointType && st.srv.localities != nil {
 		if locality := st.srv.cfg.Localities.Class(st.node); locality != "" {
-			t, err := st.srv.localities.join(locality, typeURL)
+			// Localities are the proxies' word: bounded, so that made-up
+			// ones cannot grow the server's tables without end.
+			t, ok, err := st.srv.localities.joinBounded(locality, typeURL, st.srv.cfg.MaxLocalities)
 			if err != nil {
 				return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 			}
-			st.locality = locality
-			return st.addWatchLocked(typeURL, t), nil
+			if ok {
+				st.locality = locality
+				return st.addWatchLocked(typeURL, t), nil
+			}
+			st.srv.m.limited.WithLabelValues(limitLocality).Inc()
+			st.srv.cfg.Log.Warn("locality classes at their limit; serving the mesh-wide load assignments", "proxy", st.node.GetId(), "locality", locality, "limit", st.srv.cfg.MaxLocalities)
 		}
 	}
 	var t *cache.Table

@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// TestPerStreamLimits: a node larger than MaxNodeBytes and a subscription
+// of more than MaxNames names (SotW or Delta) end their stream with a
+// reason, counted by limit; a stream within them is served.
+func TestPerStreamLimits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, ads, ctx := serve(t, server.Config{Registerer: reg, MaxNodeBytes: 4 << 10, MaxNames: 100})
+	names := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("cluster-%d", i)
+		}
+		return out
+	}
+	clusters := map[string]types.Resource{}
+	for _, n := range names(101) {
+		clusters[n] = &clusterv3.Cluster{Name: n}
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
+		t.Fatal(err)
+	}
+	bigNode := &core.Node{Id: "big", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		"PADDING": structpb.NewStringValue(strings.Repeat("x", 8<<10))}}}
+	for name, tc := range map[string]struct {
+		node  *core.Node
+		names []string
+		delta bool
+		code  codes.Code
+		says  string
+	}{
+		"a node within the limit":         {node: &core.Node{Id: "ok"}, names: names(100)},
+		"a node past the limit":           {node: bigNode, code: codes.InvalidArgument, says: "at most 4096"},
+		"too many names, SotW":            {node: &core.Node{Id: "sotw"}, names: names(101), code: codes.ResourceExhausted, says: "101 names"},
+		"too many names, Delta":           {node: &core.Node{Id: "delta"}, names: names(101), delta: true, code: codes.ResourceExhausted, says: "101 names"},
+		"as many names as allowed, Delta": {node: &core.Node{Id: "delta-ok"}, names: names(100), delta: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			if tc.delta {
+				s, serr := ads.DeltaAggregatedResources(ctx)
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				if err = s.Send(&discovery.DeltaDiscoveryRequest{Node: tc.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: tc.names}); err == nil {
+					_, err = s.Recv()
+				}
+			} else {
+				s, serr := ads.StreamAggregatedResources(ctx)
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				if err = s.Send(&discovery.DiscoveryRequest{Node: tc.node, TypeUrl: resource.ClusterType, ResourceNames: tc.names}); err == nil {
+					_, err = s.Recv()
+				}
+			}
+			if status.Code(err) != tc.code || !strings.Contains(fmt.Sprint(err), tc.says) {
+				t.Errorf("got %v, want %s saying %q", err, tc.code, tc.says)
+			}
+		})
+	}
+	for limit, want := range map[string]float64{"node_size": 1, "subscribed_names": 2} {
+		var got float64
+		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
+			if m.GetLabel()[0].GetValue() == limit {
+				got = m.GetCounter().GetValue()
+			}
+		}
+		if got != want {
+			t.Errorf("limited %s: %v, want %v", limit, got, want)
+		}
+	}
+}
+
+// localities serves a table per locality (the proxy's zone) of load
+// assignments.
+type localities struct{ *cache.Cache }
+
+func (l localities) Class(n *core.Node) string { return n.GetLocality().GetZone() }
+func (localities) Fill(string)                 {}
+
+// TestLocalityClassesAreBounded: proxies of more localities than
+// MaxLocalities are served the mesh-wide load assignments, not a table
+// each; a locality held already still gets its own.
+func TestLocalityClassesAreBounded(t *testing.T) {
+	c, err := cache.New(cache.Config{Classes: []string{"all"}, SharedTypes: []string{resource.EndpointType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := cache.New(cache.Config{Types: []string{resource.EndpointType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	_, ads, ctx := serveCache(t, c, server.Config{Registerer: reg, Localities: localities{lc}, MaxLocalities: 2})
+	// The tables are empty: no answer comes, and the streams stay open
+	// while the classes they made are counted.
+	for _, zone := range []string{"z1", "z2", "z3", "z4", "z1"} {
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "p-" + zone, Locality: &core.Locality{Zone: zone}}, TypeUrl: resource.EndpointType}); err != nil {
+			t.Fatal(err)
+		}
+		// One at a time: the streams are served side by side.
+		switch zone {
+		case "z1", "z2":
+			testutil.Eventually(t, 10*time.Second, zone+" has its class", func() (bool, string) {
+				return slices.Contains(lc.Classes(), zone), fmt.Sprint(lc.Classes())
+			})
+		case "z3", "z4":
+			want := map[string]float64{"z3": 1, "z4": 2}[zone]
+			testutil.Eventually(t, 10*time.Second, zone+" is served the mesh-wide assignments", func() (bool, string) {
+				n := counterValueLabelled(t, reg, "shardpilot_pusher_xds_limited_total", "locality_classes")
+				return n == want, fmt.Sprint(n)
+			})
+		}
+	}
+	if got := lc.Classes(); len(got) != 2 || got[0] != "z1" || got[1] != "z2" {
+		t.Errorf("locality classes %v, want z1 and z2", got)
+	}
+}
+
+func counterValueLabelled(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	for _, m := range family(t, reg, name).GetMetric() {
+		if m.GetLabel()[0].GetValue() == label {
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -173,6 +174,17 @@ func TestAgainstTwoPushers(t *testing.T) {
 	}
 	env := []string{"SHARDPILOT_ETCD_ENDPOINTS=" + etcd.Endpoint, "SHARDPILOT_NATS_URL=" + nats.URL}
 	start(t, filepath.Join(bin, "ingester"), env, "--mesh-dir", mesh, "--leader-id", "ingester-0")
+	// The pushers start on the whole mesh: one that loaded the store while
+	// the ingester was still writing it would reclassify its proxies as the
+	// rest arrived, ending the NACKing proxy's stream, which does not
+	// reconnect.
+	testutil.Eventually(t, 30*time.Second, "the ingester wrote the mesh", func() (bool, string) {
+		resp, err := etcdCli.Get(testutil.Context(t), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.Count >= 7, fmt.Sprintf("%d objects", resp.Count)
+	})
 	a := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-a")
 	b := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-b")
 

@@ -87,6 +87,8 @@ type Cache struct {
 	classes map[string]bool
 	// adding serialises AddClass.
 	adding sync.Mutex
+	// visible memoizes what each class may see of the shared tables.
+	visible visibility
 }
 
 // New returns a Cache with empty tables for the configured classes.
@@ -210,6 +212,9 @@ func (c *Cache) RemoveClass(class string) bool {
 		delete(c.tables, tableKey{class, t})
 	}
 	delete(c.classes, class)
+	c.visible.mu.Lock()
+	delete(c.visible.classes, class)
+	c.visible.mu.Unlock()
 	c.cfg.Log.Info("proxy class dropped: no proxy left", "class", class)
 	return true
 }

@@ -103,6 +103,13 @@ func (t *Table) Answered() {
 	}
 }
 
+// Version returns the table's version: it grows with every change.
+func (t *Table) Version() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
 // Resources returns what the table holds.
 func (t *Table) Resources() map[string]types.Resource {
 	t.mu.RLock()

@@ -21,6 +21,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// Visibility is what a cache may also tell: the names of a shared type a
+// class may be served (nil: any). When Config.Cache tells it, a stream's
+// subscriptions to a shared type are held to its class's names, whatever
+// it asks for by name or by wildcard.
+type Visibility interface {
+	Visible(class, typeURL string) map[string]bool
+}
+
+var _ Visibility = (*cache.Cache)(nil)
+
 // Tables is the cache the server answers from.
 type Tables interface {
 	// Table returns the table of a class and type, cache.ErrNoClass for
@@ -150,6 +160,7 @@ const (
 	limitNode     = "node_size"
 	limitNames    = "subscribed_names"
 	limitLocality = "locality_classes"
+	limitVisible  = "invisible_names"
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -375,9 +386,9 @@ func New(cfg Config) (*Server, error) {
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_nacks_total",
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_limited_total",
-			Help: "Requests held to a per-stream limit, by limit: node_size and subscribed_names end the stream, locality_classes serves the mesh-wide load assignments."}, []string{"limit"}),
+			Help: "Requests held to a per-stream limit, by limit: node_size and subscribed_names end the stream, locality_classes serves the mesh-wide load assignments, invisible_names leaves out names the proxy's class may not see."}, []string{"limit"}),
 	}
-	for _, l := range []string{limitNode, limitNames, limitLocality} {
+	for _, l := range []string{limitNode, limitNames, limitLocality, limitVisible} {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {

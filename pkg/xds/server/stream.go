@@ -304,13 +304,17 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	if len(r.ends) > st.srv.cfg.MaxNames {
 		return st.tooManyNames(len(r.ends))
 	}
+	visible := st.visibleLocked(w)
 	var set *cache.Set
-	if len(r.ends) > 0 {
+	if len(r.ends) > 0 && (visible == nil || allVisible(r.eachName, visible)) {
 		set = w.table.SubscribeExisting(w, r.fp, r.eachName)
 	}
 	if set == nil {
 		names := r.nameList()
 		wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
+		if visible != nil {
+			names, wildcard = st.visibleNamesLocked(names, wildcard, visible)
+		}
 		if wildcard {
 			names = nil
 		}
@@ -387,6 +391,9 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		if len(names) > st.srv.cfg.MaxNames {
 			return st.tooManyNames(len(names))
 		}
+		if visible := st.visibleLocked(w); visible != nil {
+			names, _ = st.visibleNamesLocked(names, false, visible)
+		}
 		named := w.table.Subscribe(w, names, false)
 		if w.named != nil {
 			w.table.Unsubscribe(w, w.named)
@@ -394,7 +401,11 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		w.named = named
 	}
 	w.wildcard = wildcard
-	if wildcard {
+	if visible := st.visibleLocked(w); wildcard && visible != nil {
+		// What the class may see, as it is now, stands for everything.
+		names, _ := st.visibleNamesLocked(nil, true, visible)
+		st.subscribeLocked(w, w.table.Subscribe(w, names, false))
+	} else if wildcard {
 		st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
 	} else {
 		st.subscribeLocked(w, w.table.Ref(w, w.named))
@@ -404,6 +415,50 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	}
 	w.Notify()
 	return nil
+}
+
+// visibleLocked returns the names of w's type the stream's class may see,
+// nil when the type is not limited (or the cache does not tell).
+func (st *stream) visibleLocked(w *watch) map[string]bool {
+	v, ok := st.srv.cfg.Cache.(Visibility)
+	if !ok || w.typeURL != resource.EndpointType {
+		return nil
+	}
+	class := st.class
+	if class == "" {
+		class = st.srv.cfg.Classes.Classify(st.node)
+	}
+	return v.Visible(class, w.typeURL)
+}
+
+// allVisible reports whether every name a request names is visible.
+func allVisible(each func(yield func([]byte) bool), visible map[string]bool) bool {
+	all := true
+	each(func(name []byte) bool {
+		all = visible[string(name)]
+		return all
+	})
+	return all
+}
+
+// visibleNamesLocked holds a subscription to the visible names: the
+// wildcard becomes every visible name, and names not visible are left out
+// (counted and logged).
+func (st *stream) visibleNamesLocked(names []string, wildcard bool, visible map[string]bool) ([]string, bool) {
+	if wildcard {
+		out := make([]string, 0, len(visible))
+		for n := range visible {
+			out = append(out, n)
+		}
+		slices.Sort(out)
+		return out, false
+	}
+	kept := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !visible[n] })
+	if dropped := len(names) - len(kept); dropped > 0 {
+		st.srv.m.limited.WithLabelValues(limitVisible).Add(float64(dropped))
+		st.srv.cfg.Log.Warn("a proxy asked for resources its class may not see; left out", "proxy", st.node.GetId(), "names", dropped)
+	}
+	return kept, false
 }
 
 // tooManyNames refuses a subscription past Config.MaxNames.

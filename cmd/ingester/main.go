@@ -190,6 +190,11 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	adminTLSLis, adminTLS, err := common.AdminTLS(log)
+	if err != nil {
+		adminLis.Close()
+		return err
+	}
 
 	reg := telemetry.NewRegistry()
 	ingestMetrics, err := ingest.NewMetrics(reg)
@@ -239,11 +244,14 @@ func run(ctx context.Context, args []string) error {
 		name = host
 	}
 	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis), Started: time.Now()}
+	if adminTLSLis != nil {
+		me.AdminTLS = cli.Advertised(common.AdvertiseHost, adminTLSLis)
+	}
 	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
 	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestMetrics)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
 			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	return g.Wait()

@@ -225,6 +225,12 @@ func run(ctx context.Context, args []string) error {
 		adsLis.Close()
 		return err
 	}
+	adminTLSLis, adminTLS, err := common.AdminTLS(log)
+	if err != nil {
+		adsLis.Close()
+		adminLis.Close()
+		return err
+	}
 
 	ready := telemetry.NewReadiness()
 	var secrets *sds.Secrets
@@ -274,6 +280,9 @@ func run(ctx context.Context, args []string) error {
 	})
 	me := store.Member{Role: "pusher", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis),
 		ADS: cli.Advertised(common.AdvertiseHost, adsLis), Started: time.Now()}
+	if adminTLSLis != nil {
+		me.AdminTLS = cli.Advertised(common.AdvertiseHost, adminTLSLis)
+	}
 	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
 	if secrets != nil {
 		g.Go(func() error { return secrets.Run(ctx) })
@@ -284,7 +293,7 @@ func run(ctx context.Context, args []string) error {
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()

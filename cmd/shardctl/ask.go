@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -27,7 +28,11 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 		var out []store.Member
 		for _, a := range strings.Split(o.admin, ",") {
 			if a = strings.TrimSpace(a); a != "" {
-				out = append(out, store.Member{Role: role, Name: a, Admin: a})
+				m := store.Member{Role: role, Name: a, Admin: a}
+				if o.caFile != "" {
+					m.AdminTLS = a
+				}
+				out = append(out, m)
 			}
 		}
 		return out, nil
@@ -54,6 +59,9 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 // get asks one member's admin port for path and decodes its JSON answer.
 func (o *options) get(ctx context.Context, m store.Member, path string, into any) error {
 	u := url.URL{Scheme: "http", Host: m.Admin, Path: path}
+	if m.AdminTLS != "" {
+		u.Scheme, u.Host = "https", m.AdminTLS
+	}
 	if p, q, ok := strings.Cut(path, "?"); ok {
 		u.Path, u.RawQuery = p, q
 	}
@@ -62,9 +70,15 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 		return err
 	}
 	if o.token != "" {
+		// An address etcd announces may be anyone's (whoever can write
+		// etcd can announce one): the token goes there over TLS alone.
+		host, _, _ := net.SplitHostPort(u.Host)
+		if u.Scheme != "https" && o.admin == "" && host != "127.0.0.1" && host != "::1" && host != "localhost" {
+			return fmt.Errorf("its admin port %s is announced without TLS: the token is not sent in the clear (give the pushers and ingesters --admin-tls-addr, or reach it through a port-forward with --admin-addrs)", m.Admin)
+		}
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := o.client.Do(req)
 	if err != nil {
 		return err
 	}

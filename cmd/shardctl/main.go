@@ -7,10 +7,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -58,10 +61,12 @@ type options struct {
 	etcd      cli.Etcd
 	admin     string
 	tokenFile string
+	caFile    string
 	output    string
 	timeout   time.Duration
 
 	token          string
+	client         *http.Client
 	stdout, stderr io.Writer
 }
 
@@ -71,7 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	o.etcd.Register(fs)
 	fs.StringVar(&o.admin, "admin-addrs", "", "comma-separated host:port admin addresses to ask instead of those announced in etcd (a port-forward, the standalone)")
-	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token the admin ports were given (needed unless they are on this host)")
+	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token the admin ports were given (needed unless they are on this host); it is sent over TLS, to loopback or to --admin-addrs alone, never in the clear to an address etcd announces")
+	fs.StringVar(&o.caFile, "admin-ca-file", "", "PEM CA of the admin ports' TLS certificates (--admin-tls-addr on the pushers and ingesters; default: the system's roots); with --admin-addrs, the addresses are asked over TLS")
 	fs.StringVar(&o.output, "output", "table", "output format: table or json")
 	fs.StringVar(&o.output, "o", "table", "short for --output")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
@@ -99,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if o.token, err = common.AdminToken(); err != nil {
 			return err
 		}
+	}
+	if o.client, err = adminClient(o.caFile); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -142,4 +151,24 @@ func age(t time.Time) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// adminClient returns the HTTP client of the admin ports: TLS verified
+// against caFile when given, else the system's roots.
+func adminClient(caFile string) (*http.Client, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--admin-ca-file %s: no PEM certificate", caFile)
+		}
+		tc.RootCAs = pool
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	return &http.Client{Transport: tr}, nil
 }

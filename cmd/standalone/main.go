@@ -122,6 +122,16 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		adsLis.Close()
 		return err
 	}
+	adminTLSLis, adminTLS, err := c.AdminTLS(log)
+	if err != nil {
+		adsLis.Close()
+		adminLis.Close()
+		return err
+	}
+	adminTLSAddr := ""
+	if adminTLSLis != nil {
+		adminTLSAddr = cli.Advertised(c.AdvertiseHost, adminTLSLis)
+	}
 
 	reg := telemetry.NewRegistry()
 	status := server.NewStatus()
@@ -165,8 +175,8 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	})
 	host, _ := os.Hostname()
 	for _, m := range []store.Member{
-		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now()},
-		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), Started: time.Now()},
+		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now()},
+		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, Started: time.Now()},
 	} {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
@@ -174,7 +184,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Rejected: app.Rejections(ingestMetrics)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump, "/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	err = g.Wait()

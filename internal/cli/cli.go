@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 )
 
 // Prefix starts the environment twin of every shardpilot command's flags.
@@ -116,12 +118,18 @@ type Common struct {
 	AdminTokenFile      string
 	MemoryLimit         string
 	AdvertiseHost       string
+	// AdminTLSAddr, AdminCertFile and AdminKeyFile serve the admin
+	// endpoints over TLS as well, where alone the token is then taken.
+	AdminTLSAddr, AdminCertFile, AdminKeyFile string
 }
 
 // Register adds the common flags, with the command's admin address default.
 func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz, /metrics and /debug/ on")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding a bearer token that opens the admin port's /debug/ (profiles, config dumps, proxy status) to other hosts; without it /debug/ answers loopback only")
+	fs.StringVar(&c.AdminTLSAddr, "admin-tls-addr", "", "address to serve the admin endpoints on over TLS too (with --admin-cert-file and --admin-key-file); the token of --admin-token-file is then taken there alone, never in the clear, and shardctl is told to use it")
+	fs.StringVar(&c.AdminCertFile, "admin-cert-file", "", "PEM certificate of --admin-tls-addr (read again when it changes)")
+	fs.StringVar(&c.AdminKeyFile, "admin-key-file", "", "PEM key of --admin-cert-file")
 	fs.StringVar(&c.AdvertiseHost, "advertise-host", "", "host or IP other hosts (the shardctl CLI) reach this replica's ports at, as announced in etcd (the pod IP; default: the address listened on, or the host name)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
@@ -156,6 +164,30 @@ func (c *Common) AdminTokens(log *slog.Logger) (telemetry.TokenSource, error) {
 		return nil, fmt.Errorf("--admin-token-file: %w", err)
 	}
 	return f, nil
+}
+
+// AdminTLS returns the TLS listener and configuration of --admin-tls-addr
+// (nil, nil when not given); the certificate is read again when it changes.
+func (c *Common) AdminTLS(log *slog.Logger) (net.Listener, *tls.Config, error) {
+	if c.AdminTLSAddr == "" {
+		if c.AdminCertFile != "" || c.AdminKeyFile != "" {
+			return nil, nil, errors.New("--admin-cert-file and --admin-key-file are for --admin-tls-addr: give it too")
+		}
+		return nil, nil, nil
+	}
+	if c.AdminCertFile == "" || c.AdminKeyFile == "" {
+		return nil, nil, errors.New("--admin-tls-addr needs --admin-cert-file and --admin-key-file")
+	}
+	tc, err := identity.ServerTLS(c.AdminCertFile, c.AdminKeyFile, "", log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--admin-cert-file, --admin-key-file: %w", err)
+	}
+	tc.NextProtos = []string{"h2", "http/1.1"}
+	lis, err := Listen(log, "admin over TLS", "admin-tls-addr", c.AdminTLSAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lis, tc, nil
 }
 
 // ApplyMemoryLimit sets the Go runtime's soft memory limit to 90% of

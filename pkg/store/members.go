@@ -28,6 +28,9 @@ type Member struct {
 	Name string `json:"name"`
 	// Admin is the host:port of its admin port (/debug/, the status page).
 	Admin string `json:"admin"`
+	// AdminTLS, when set, is the host:port of its admin port over TLS,
+	// where alone a bearer token is taken.
+	AdminTLS string `json:"admin_tls,omitempty"`
 	// ADS is the host:port proxies connect to, for a pusher.
 	ADS     string    `json:"ads,omitempty"`
 	Started time.Time `json:"started"`

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -104,6 +105,10 @@ type Admin struct {
 	// Page, when set, is the status page at "/", guarded as /debug/ is.
 	Page http.Handler
 	Log  *slog.Logger
+	// TLSListener and TLS, when set, serve the same endpoints over TLS
+	// too; the token is then honoured there alone, never in the clear.
+	TLSListener net.Listener
+	TLS         *tls.Config
 }
 
 // Handler returns the admin HTTP handler.
@@ -146,7 +151,9 @@ func (a *Admin) guard(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if a.DebugToken != nil {
+		// With a TLS port, a token sent in the clear is not taken: whoever
+		// sent it has just shown it to the network.
+		if a.DebugToken != nil && (r.TLS != nil || a.TLSListener == nil) {
 			want := a.DebugToken.Token()
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
@@ -165,24 +172,49 @@ func (a *Admin) guard(h http.Handler) http.Handler {
 // sidecar captures, a request from anywhere in the mesh arrives from it.
 func loopback(host string) bool { return host == "127.0.0.1" || host == "::1" }
 
-// Run serves until ctx is done, then shuts the server down gracefully.
+// Run serves until ctx is done, then shuts the servers down gracefully.
 func (a *Admin) Run(ctx context.Context) error {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(a.Listener) }()
+	h := a.Handler()
+	srvs := []*http.Server{{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	lis := []net.Listener{a.Listener}
+	if a.TLSListener != nil {
+		if a.TLS == nil {
+			return errors.New("telemetry: an admin TLS listener without a TLS configuration")
+		}
+		log := a.Log
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		srvs = append(srvs, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: a.TLS,
+			// Failed handshakes (a client without the CA) are the client's news.
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)})
+		lis = append(lis, tls.NewListener(a.TLSListener, a.TLS))
+	}
+	errc := make(chan error, len(srvs))
+	for i, srv := range srvs {
+		go func() { errc <- srv.Serve(lis[i]) }()
+	}
+	var err error
+	received := 0
 	select {
-	case err := <-errc:
-		return fmt.Errorf("telemetry: admin server: %w", err)
+	case serr := <-errc:
+		received++
+		err = fmt.Errorf("telemetry: admin server: %w", serr)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+	for _, srv := range srvs {
+		if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+			err = fmt.Errorf("telemetry: admin shutdown: %w", serr)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("telemetry: admin shutdown: %w", err)
+	// Every server's Serve has returned before Run does.
+	for ; received < len(srvs); received++ {
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = fmt.Errorf("telemetry: admin server: %w", serr)
+		}
 	}
-	return nil
+	return err
 }
+

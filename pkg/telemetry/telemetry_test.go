@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -166,5 +167,33 @@ func TestTokenFileReloads(t *testing.T) {
 	f.checked = time.Time{}
 	if got := f.Token(); got != next {
 		t.Errorf("after removal: %q, want the last good %q", got, next)
+	}
+}
+
+// TestTokenOverTLSOnly: with a TLS port, a token sent in the clear opens
+// nothing; over TLS it does.
+func TestTokenOverTLSOnly(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: StaticToken(goodToken), TLSListener: lis,
+		Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })}}
+	h := a.Handler()
+	for _, overTLS := range []bool{false, true} {
+		r := httptest.NewRequest(http.MethodGet, "/debug/syncz", nil)
+		r.RemoteAddr = "10.1.2.3:5000"
+		r.Header.Set("Authorization", "Bearer "+goodToken)
+		if !overTLS {
+			r.TLS = nil
+		} else {
+			r.TLS = &tls.ConnectionState{HandshakeComplete: true}
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if want := map[bool]int{false: http.StatusUnauthorized, true: http.StatusOK}[overTLS]; w.Code != want {
+			t.Errorf("token over TLS %v: %d, want %d", overTLS, w.Code, want)
+		}
 	}
 }

@@ -27,6 +27,14 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
   value: {{ .Values.log.level | quote }}
 - name: SHARDPILOT_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
+- name: SHARDPILOT_ADMIN_TLS_ADDR
+  value: {{ ternary ":15443" "" (ne .Values.adminTLS.secretName "") | quote }}
+{{- if .Values.adminTLS.secretName }}
+- name: SHARDPILOT_ADMIN_CERT_FILE
+  value: /etc/shardpilot/admin-tls/tls.crt
+- name: SHARDPILOT_ADMIN_KEY_FILE
+  value: /etc/shardpilot/admin-tls/tls.key
+{{- end }}
 # Announced in etcd with the admin port, where shardctl finds every replica.
 - name: SHARDPILOT_ADVERTISE_HOST
   valueFrom: {fieldRef: {fieldPath: status.podIP}}
@@ -98,6 +106,10 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: admin-token
   secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
 {{- end }}
+{{- with $v.adminTLS.secretName }}
+- name: admin-tls
+  secret: {secretName: {{ . }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
+{{- end }}
 {{- with $v.nats.signing.secretName }}
 {{- $key := ternary "verify.pub" "signing.key" (eq $.component "pusher") }}
 - name: bus-signing
@@ -140,6 +152,9 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- end }}
 {{- if $v.nats.signing.secretName }}
 - {name: bus-signing, mountPath: /etc/shardpilot/bus-signing, readOnly: true}
+{{- end }}
+{{- if $v.adminTLS.secretName }}
+- {name: admin-tls, mountPath: /etc/shardpilot/admin-tls, readOnly: true}
 {{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}

@@ -2,8 +2,8 @@ package telemetry
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -217,4 +217,3 @@ func (a *Admin) Run(ctx context.Context) error {
 	}
 	return err
 }
-

@@ -43,6 +43,9 @@ type Index struct {
 	// Sidecar, or a mention in an exportTo.
 	own      map[string]bool
 	gateways []*generate.Gateway
+	// sharedGateways, when set, are the namespaces whose routers other
+	// namespaces' Gateways may select (see SharedGatewayNamespaces).
+	sharedGateways map[string]bool
 	// policies are the security policies by namespace: a namespace with
 	// any has classes of its own, and a workload's class lists the
 	// policies that select it.
@@ -59,10 +62,34 @@ type Index struct {
 	sourceNamespaces map[string]bool
 }
 
+// Option tunes an Index.
+type Option func(*Index)
+
+// SharedGatewayNamespaces binds gateway proxies to Gateways by namespace:
+// a router of namespace N is selected only by the Gateways of N, unless N
+// is one of these namespaces, whose routers any namespace's Gateways may
+// select (a shared ingress, as Istio installs it). "*" among them, or no
+// such option, lets any Gateway select any router, as istiod does by
+// default. A router whose node names no namespace is not bound.
+func SharedGatewayNamespaces(namespaces []string) Option {
+	return func(ix *Index) {
+		if slices.Contains(namespaces, "*") {
+			return
+		}
+		ix.sharedGateways = map[string]bool{}
+		for _, ns := range namespaces {
+			ix.sharedGateways[ns] = true
+		}
+	}
+}
+
 // NewIndex indexes what decides the classes of a mesh build.
-func NewIndex(b *meshbuild.Built) *Index {
+func NewIndex(b *meshbuild.Built, opts ...Option) *Index {
 	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, own: map[string]bool{}, gateways: b.Mesh.Gateways,
 		policies: map[string][]*generate.Policy{}}
+	for _, o := range opts {
+		o(ix)
+	}
 	for _, p := range b.Mesh.Policies {
 		ix.policies[p.Namespace] = append(ix.policies[p.Namespace], p)
 		ix.own[p.Namespace] = true
@@ -184,7 +211,14 @@ func (ix *Index) Classify(node *core.Node) string {
 		var keys []string
 		if ix != nil {
 			labels := nodeLabels(node)
+			ns := Namespace(node)
+			bound := ix.sharedGateways != nil && ns != "" && !ix.sharedGateways[ns]
 			for _, g := range ix.gateways {
+				if bound && g.Namespace != ns {
+					// Labels are the node's word: they do not take a router
+					// into another namespace's Gateways.
+					continue
+				}
 				if len(g.Spec.Selector) > 0 && model.Selects(g.Spec.Selector, labels) {
 					keys = append(keys, g.Key())
 				}

@@ -202,3 +202,39 @@ func TestSourceClasses(t *testing.T) {
 		t.Error("another source selector keeps every class")
 	}
 }
+
+// TestGatewaysBoundToNamespace: with shared gateway namespaces, a router
+// is selected by its own namespace's Gateways alone, whatever labels it
+// claims, unless its namespace is shared; "*" binds none, as istiod.
+func TestGatewaysBoundToNamespace(t *testing.T) {
+	gw := func(ns, name string) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindGateway, Namespace: ns, Name: name},
+			Object: &meshv1.Gateway{Selector: map[string]string{"istio": "payments-gateway"}}}
+	}
+	b := meshbuild.New()
+	for _, o := range []model.Stored{gw("payments", "pay"), gw("shop", "shop")} {
+		b.Set(o.Key, meshbuild.Entry{Object: o.Object, ModRev: 1})
+	}
+	built := b.Build()
+	router := func(ns string) *core.Node {
+		return node("router~10.0.0.9~gw."+ns+"~"+ns+".svc.cluster.local", map[string]any{"NAMESPACE": ns, "LABELS": map[string]any{"istio": "payments-gateway"}})
+	}
+	for name, tc := range map[string]struct {
+		opts []Option
+		ns   string
+		want string
+	}{
+		"another namespace's labels, bound":  {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "shop", "router/shop/shop"},
+		"its own namespace's, bound":         {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "payments", "router/payments/pay"},
+		"a shared namespace":                 {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "istio-system", "router/payments/pay,shop/shop"},
+		"every namespace bound, none shared": {[]Option{SharedGatewayNamespaces([]string{})}, "istio-system", "router/"},
+		"unbound, as istiod":                 {nil, "shop", "router/payments/pay,shop/shop"},
+		"unbound by *":                       {[]Option{SharedGatewayNamespaces([]string{"*"})}, "shop", "router/payments/pay,shop/shop"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := NewIndex(built, tc.opts...).Classify(router(tc.ns)); got != tc.want {
+				t.Errorf("class %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -77,6 +77,12 @@ type Config struct {
 	// overrides it): traffic to destinations no service names is refused
 	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
 	RegistryOnly bool
+	// SharedGatewayNamespaces are the namespaces whose gateway proxies any
+	// namespace's Gateways may select; a gateway proxy of another namespace
+	// is selected by its own namespace's alone (see
+	// classify.SharedGatewayNamespaces). Nil: any Gateway selects any
+	// gateway proxy, as istiod does by default.
+	SharedGatewayNamespaces []string
 	// Namespaces, when set, are the namespaces whose proxies the pusher
 	// serves: it loads and follows only what their Sidecars let them see
 	// (see scopeOf), which needs a ScopedLoader and a ScopedFeed. Empty:
@@ -348,7 +354,7 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {
@@ -971,4 +977,12 @@ func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
 	if changed+removed > 0 {
 		p.cfg.Log.Debug("resources updated", "class", class, "type", typeURL, "changed", changed, "removed", removed)
 	}
+}
+
+// gatewayScope returns the index options of the shared gateway namespaces.
+func gatewayScope(namespaces []string) []classify.Option {
+	if namespaces == nil {
+		return nil
+	}
+	return []classify.Option{classify.SharedGatewayNamespaces(namespaces)}
 }

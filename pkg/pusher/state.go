@@ -24,16 +24,18 @@ type state struct {
 	tombstones map[model.Key]int64
 	// index is the classes' index of the last build that joined everything.
 	index *classify.Index
+	// indexOpts tune every index.
+	indexOpts []classify.Option
 }
 
 // newState returns an empty state; root, when set, is the mesh's root
 // namespace.
-func newState(root string) *state {
+func newState(root string, opts ...classify.Option) *state {
 	b := meshbuild.New()
 	if root != "" {
 		b.RootNamespace = root
 	}
-	return &state{b: b, tombstones: map[model.Key]int64{}}
+	return &state{b: b, tombstones: map[model.Key]int64{}, indexOpts: opts}
 }
 
 // reset replaces the content with a full load at rev.
@@ -97,7 +99,7 @@ func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 	defer s.mu.Unlock()
 	built := s.b.Build()
 	if built.Changed == nil || s.index == nil {
-		s.index = classify.NewIndex(built)
+		s.index = classify.NewIndex(built, s.indexOpts...)
 	}
 	return built, s.index, s.rev
 }

@@ -498,6 +498,10 @@ type Pusher struct {
 	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
 	// when set, else ALLOW_ANY (a Sidecar's overrides it).
 	RegistryOnly bool
+	// SharedGatewayNamespaces binds gateway proxies to their namespace's
+	// Gateways, but for these namespaces' (see pusher.Config); nil: none
+	// bound, as istiod.
+	SharedGatewayNamespaces []string
 	// Started, when set, receives the pusher and its cache once they exist,
 	// so that the caller can watch what they serve.
 	Started func(*pusher.Pusher, *cache.Cache)
@@ -535,7 +539,7 @@ func (p Pusher) Run(ctx context.Context) error {
 		}
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, RegistryOnly: p.RegistryOnly, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {

@@ -108,6 +108,21 @@ func startControlPlane(t *testing.T, sources ...source) *controlPlane {
 // identified by.
 func startControlPlaneXDS(t *testing.T, xcfg server.Config, policy *identity.Policy, sources ...source) *controlPlane {
 	t.Helper()
+	return startControlPlaneWith(t, cpOptions{xds: xcfg, policy: policy}, sources...)
+}
+
+// cpOptions tune a test control plane's pusher.
+type cpOptions struct {
+	xds    server.Config
+	policy *identity.Policy
+	// sharedGateways: see app.Pusher.SharedGatewayNamespaces.
+	sharedGateways []string
+}
+
+// startControlPlaneWith is startControlPlane with its pusher tuned.
+func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *controlPlane {
+	t.Helper()
+	xcfg, policy := o.xds, o.policy
 	_, cli := testutil.Etcd(t)
 	_, nc := testutil.NATS(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -129,7 +144,8 @@ func startControlPlaneXDS(t *testing.T, xcfg server.Config, policy *identity.Pol
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg, Policy: policy,
-			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
+			SharedGatewayNamespaces: o.sharedGateways,
+			Started:                 func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)
 	// A pusher refuses proxies (UNAVAILABLE) until it has loaded the mesh;

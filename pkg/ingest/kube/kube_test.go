@@ -510,9 +510,10 @@ spec:
 }
 
 // TestSecurityPolicies: AuthorizationPolicies, PeerAuthentications and
-// RequestAuthentications from the API server reach the store; one with a
-// field no proxy acts on yet gets a Warning Event naming it and is not
-// written.
+// RequestAuthentications from the API server reach the store; a CUSTOM
+// policy, which no proxy can ask an external authorizer about yet, gets a
+// Warning Event naming its action and is written as a DENY (failing
+// closed).
 func TestSecurityPolicies(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -541,8 +542,13 @@ func TestSecurityPolicies(t *testing.T) {
 		return o.(*meshv1.PeerAuthentication).Mode == meshv1.MTLSMode_MTLS_MODE_STRICT, "not STRICT"
 	})
 	r.object(t, "/mesh/v1/requestauthentications/"+ns+"/jwt", "the RequestAuthentication", nil)
-	eventFor(t, kc, ns, "AuthorizationPolicy", "ext", "spec.provider")
-	r.absent(t, "/mesh/v1/authorizationpolicies/"+ns+"/ext", "a CUSTOM policy is not written")
+	// Failing closed: what a CUSTOM policy selects is denied, and a
+	// Warning Event says so.
+	eventFor(t, kc, ns, "AuthorizationPolicy", "ext", "spec.action")
+	r.object(t, "/mesh/v1/authorizationpolicies/"+ns+"/ext", "the CUSTOM policy, as a DENY", func(o model.Object) (bool, string) {
+		p := o.(*meshv1.AuthorizationPolicy)
+		return p.Action == meshv1.AuthorizationPolicy_ACTION_DENY && len(p.Rules) == 1, p.String()
+	})
 }
 
 // TestExternalNameService: an ExternalName Service is a DNS service whose

@@ -12,6 +12,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,4 +153,75 @@ func counterValueLabelled(t *testing.T, reg *prometheus.Registry, name, label st
 		}
 	}
 	return 0
+}
+
+// TestEDSFollowsTheClassView: a stream is sent the load assignments its
+// class's clusters name; one it asked for before its class named it is
+// sent as soon as the class's clusters do (an Envoy does not ask again).
+func TestEDSFollowsTheClassView(t *testing.T) {
+	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}, SharedTypes: []string{resource.EndpointType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eds := func(name string) *clusterv3.Cluster {
+		return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{ServiceName: name}}
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, map[string]types.Resource{"c1": eds("c1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.Update(cache.Shared, resource.EndpointType, map[string]types.Resource{
+		"c1": &endpointv3.ClusterLoadAssignment{ClusterName: "c1"}, "c2": &endpointv3.ClusterLoadAssignment{ClusterName: "c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, ads, ctx := serveCache(t, c, server.Config{})
+	s, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func(typeURL string) []string {
+		t.Helper()
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.TypeUrl != typeURL {
+			t.Fatalf("a %s response, want %s", resp.TypeUrl, typeURL)
+		}
+		var names []string
+		for _, a := range resp.Resources {
+			if typeURL == resource.EndpointType {
+				cla := &endpointv3.ClusterLoadAssignment{}
+				if err := a.UnmarshalTo(cla); err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, cla.ClusterName)
+			} else {
+				names = append(names, "cluster")
+			}
+		}
+		slices.Sort(names)
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResponseNonce: resp.Nonce, VersionInfo: resp.VersionInfo,
+			ResourceNames: map[string][]string{resource.EndpointType: {"c1", "c2"}}[typeURL]}); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	recv(resource.ClusterType)
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{"c1", "c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(resource.EndpointType); !slices.Equal(got, []string{"c1"}) {
+		t.Fatalf("assignments %v before the class names c2, want c1 alone", got)
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, map[string]types.Resource{"c1": eds("c1"), "c2": eds("c2")}); err != nil {
+		t.Fatal(err)
+	}
+	recv(resource.ClusterType)
+	if got := recv(resource.EndpointType); !slices.Contains(got, "c2") {
+		t.Fatalf("assignments %v once the class names c2, want c2 among them", got)
+	}
 }

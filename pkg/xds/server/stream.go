@@ -110,6 +110,12 @@ type watch struct {
 	legacy bool
 	// reqFP is the fingerprint of the names of the last SotW request.
 	reqFP cache.Fingerprint
+	// asked, when set, is what a stream asked for of a type whose names its
+	// class's view limits (see Visibility), when that is more than it was
+	// subscribed to (asked.wildcard: everything): each time the class's
+	// clusters change, what became visible is subscribed to. A proxy may
+	// know a cluster before this replica's view of its class does.
+	asked *asked
 	// version is the table version the stream was last brought to; fresh
 	// is set until the stream is answered after subscribing to set (prev
 	// is what it subscribed to before); initial are the versions a new
@@ -313,7 +319,12 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 		names := r.nameList()
 		wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
 		if visible != nil {
-			names, wildcard = st.visibleNamesLocked(names, wildcard, visible)
+			w.asked = nil
+			kept, _ := st.visibleNamesLocked(names, wildcard, visible)
+			if wildcard || len(kept) < len(names) {
+				w.asked = &asked{names: names, wildcard: wildcard}
+			}
+			names, wildcard = kept, false
 		}
 		if wildcard {
 			names = nil
@@ -383,7 +394,10 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	}
 	if first || len(add) > 0 || len(remove) > 0 {
 		var names []string
-		if w.named != nil {
+		switch {
+		case w.asked != nil:
+			names = slices.Clone(w.asked.names)
+		case w.named != nil:
 			names = w.named.Names()
 		}
 		names = append(names, add...)
@@ -392,7 +406,12 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 			return st.tooManyNames(len(names))
 		}
 		if visible := st.visibleLocked(w); visible != nil {
-			names, _ = st.visibleNamesLocked(names, false, visible)
+			w.asked = nil
+			kept, _ := st.visibleNamesLocked(names, false, visible)
+			if len(kept) < len(names) || wildcard {
+				w.asked = &asked{names: names, wildcard: wildcard}
+			}
+			names = kept
 		}
 		named := w.table.Subscribe(w, names, false)
 		if w.named != nil {
@@ -404,6 +423,10 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	if visible := st.visibleLocked(w); wildcard && visible != nil {
 		// What the class may see, as it is now, stands for everything.
 		names, _ := st.visibleNamesLocked(nil, true, visible)
+		if w.asked == nil {
+			w.asked = &asked{}
+		}
+		w.asked.wildcard = true
 		st.subscribeLocked(w, w.table.Subscribe(w, names, false))
 	} else if wildcard {
 		st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
@@ -459,6 +482,55 @@ func (st *stream) visibleNamesLocked(names []string, wildcard bool, visible map[
 		st.srv.cfg.Log.Warn("a proxy asked for resources its class may not see; left out", "proxy", st.node.GetId(), "names", dropped)
 	}
 	return kept, false
+}
+
+// asked is a subscription's request where the class's view left some of
+// it out.
+type asked struct {
+	names    []string
+	wildcard bool
+}
+
+// reviewAskedLocked subscribes each limited watch to what its class's view
+// lets it have now, as clusters are about to be sent: the names a proxy
+// asked for before the class's view held them are subscribed to once it
+// does (an Envoy does not ask again for a cluster it already asked for).
+func (st *stream) reviewAskedLocked() {
+	for _, w := range st.watches {
+		if w.asked == nil || w.set == nil {
+			continue
+		}
+		visible := st.visibleLocked(w)
+		if visible == nil {
+			continue
+		}
+		var names []string
+		if w.asked.wildcard {
+			names, _ = st.visibleNamesLocked(nil, true, visible)
+			if len(w.asked.names) > 0 {
+				names = append(names, slices.DeleteFunc(slices.Clone(w.asked.names), func(n string) bool { return !visible[n] })...)
+			}
+		} else {
+			names = slices.DeleteFunc(slices.Clone(w.asked.names), func(n string) bool { return !visible[n] })
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { return !w.set.Has(n) }) {
+			continue // nothing became visible
+		}
+		if st.delta && !w.asked.wildcard {
+			named := w.table.Subscribe(w, names, false)
+			if w.named != nil {
+				w.table.Unsubscribe(w, w.named)
+			}
+			w.named = named
+			st.subscribeLocked(w, w.table.Ref(w, w.named))
+		} else {
+			st.subscribeLocked(w, w.table.Subscribe(w, names, false))
+		}
+		if !w.asked.wildcard && len(names) == len(w.asked.names) {
+			w.asked = nil
+		}
+		w.Notify()
+	}
 }
 
 // tooManyNames refuses a subscription past Config.MaxNames.
@@ -706,6 +778,9 @@ func (st *stream) next(i int) (*outgoing, error) {
 	}
 	if resp.Empty() {
 		return nil, nil
+	}
+	if w.typeURL == resource.ClusterType {
+		st.reviewAskedLocked()
 	}
 	st.nonce++
 	w.nonce = strconv.FormatUint(st.nonce, 10)

@@ -225,3 +225,66 @@ func TestEDSFollowsTheClassView(t *testing.T) {
 		t.Fatalf("assignments %v once the class names c2, want c2 among them", got)
 	}
 }
+
+// fillingClass serves every proxy from class "late", whose clusters it
+// fills when the class is first made.
+type fillingClass struct{ c *cache.Cache }
+
+func (fillingClass) Classify(*core.Node) string { return "late" }
+func (f fillingClass) FillClass(class string) {
+	_, _, _, _ = f.c.Update(class, resource.ClusterType, map[string]types.Resource{"c1": &clusterv3.Cluster{Name: "c1",
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}}})
+}
+
+// TestEDSBeforeTheClass: a proxy that moves from another replica asks for
+// every type at once, in any order, saying which versions it holds. One
+// whose first request is for load assignments, before anything made its
+// class here, and whose clusters are what this replica would send (so
+// none are sent), is still sent the load assignments once its class is
+// made.
+func TestEDSBeforeTheClass(t *testing.T) {
+	newCache := func() *cache.Cache {
+		c, err := cache.New(cache.Config{Types: []string{resource.ClusterType}, SharedTypes: []string{resource.EndpointType}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := c.Update(cache.Shared, resource.EndpointType, map[string]types.Resource{"c1": &endpointv3.ClusterLoadAssignment{ClusterName: "c1"}}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The replica the proxy was on: the version of its clusters.
+	other := newCache()
+	_, otherADS, ctx := serveCache(t, other, server.Config{Classes: fillingClass{other}})
+	prevStream, err := otherADS.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prevStream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := prevStream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c := newCache()
+	_, ads, ctx := serveCache(t, c, server.Config{Classes: fillingClass{c}})
+	s, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.EndpointType, ResourceNames: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: held.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.TypeUrl != resource.EndpointType || len(resp.Resources) != 1 {
+		t.Errorf("first response: %d %s, want the load assignment (the clusters are held already)", len(resp.Resources), resp.TypeUrl)
+	}
+}

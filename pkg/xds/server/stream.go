@@ -282,6 +282,9 @@ func (st *stream) requestLocked(hasNode bool, node, typeURL []byte, fixed string
 func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// A request may make the class, or change what it sees: names left
+	// out before are looked at again (nothing to do for most streams).
+	defer st.reviewAskedLocked()
 	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
@@ -356,6 +359,7 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	defer st.reviewAskedLocked()
 	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
@@ -492,9 +496,11 @@ type asked struct {
 }
 
 // reviewAskedLocked subscribes each limited watch to what its class's view
-// lets it have now, as clusters are about to be sent: the names a proxy
-// asked for before the class's view held them are subscribed to once it
-// does (an Envoy does not ask again for a cluster it already asked for).
+// lets it have now, after every request and as clusters are about to be
+// sent: the names a proxy asked for before the class's view held them (an
+// EDS request before the stream's class was made, a replica behind another)
+// are subscribed to once it does (an Envoy does not ask again for a
+// cluster it already asked for).
 func (st *stream) reviewAskedLocked() {
 	for _, w := range st.watches {
 		if w.asked == nil || w.set == nil {

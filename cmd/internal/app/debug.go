@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -105,21 +104,9 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // edsNames returns the names of the load assignments a class's clusters
-// take from EDS.
+// take from EDS: what the cache lets the class's streams see of them.
 func edsNames(c *cache.Cache, class string) map[string]bool {
-	out := map[string]bool{}
-	for name, r := range c.Resources(class, resource.ClusterType) {
-		cl, ok := r.(*clusterv3.Cluster)
-		if !ok || cl.GetType() != clusterv3.Cluster_EDS {
-			continue
-		}
-		if sn := cl.GetEdsClusterConfig().GetServiceName(); sn != "" {
-			out[sn] = true
-		} else {
-			out[name] = true
-		}
-	}
-	return out
+	return c.Visible(class, resource.EndpointType)
 }
 
 // typeURLs maps the short type names of the status to type URLs.

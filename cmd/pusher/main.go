@@ -184,12 +184,12 @@ func run(ctx context.Context, args []string) error {
 			policy.Tokens.Audiences = []string{tokenAudience}
 		}
 	}
+	var clientCA *identity.ClientCA
 	if !plaintext {
-		serverTLS := identity.ServerTLS
-		if tokens {
-			serverTLS = identity.ServerTLSOptionalCert
+		tc, ca, err := identity.ServerTLSWithClientCA(adsCert, adsKey, adsClientCA, tokens, log)
+		if adsClientCA != "" {
+			clientCA = ca
 		}
-		tc, err := serverTLS(adsCert, adsKey, adsClientCA, log)
 		if err != nil {
 			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-client-ca-file: %w", err)
 		}
@@ -275,7 +275,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

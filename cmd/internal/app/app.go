@@ -475,6 +475,9 @@ type Pusher struct {
 	// Policy, when set, is how proxies are identified; CSDS callers are
 	// identified and scoped the same way.
 	Policy *identity.Policy
+	// ClientCA, when set, is the client CA of the ADS TLS configuration:
+	// when its file changes, the streams of proxies it no longer trusts end.
+	ClientCA *identity.ClientCA
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply everywhere (default istio-system).
 	RootNamespace string
@@ -591,6 +594,11 @@ func (p Pusher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
+	if p.ClientCA != nil {
+		g.Go(func() error {
+			return p.ClientCA.Watch(ctx, func() { srv.EndUntrusted(p.ClientCA.Trusted) })
+		})
+	}
 	if p.NamespacesFile != "" {
 		failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_placement_read_failures_total",
 			Help: "Reads of the namespaces file (--namespaces-file) that failed or found it invalid; the last placement is kept."})

@@ -117,6 +117,8 @@ type cpOptions struct {
 	policy *identity.Policy
 	// sharedGateways: see app.Pusher.SharedGatewayNamespaces.
 	sharedGateways []string
+	// clientCA: see app.Pusher.ClientCA.
+	clientCA *identity.ClientCA
 }
 
 // startControlPlaneWith is startControlPlane with its pusher tuned.
@@ -144,8 +146,8 @@ func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *contro
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg, Policy: policy,
-			SharedGatewayNamespaces: o.sharedGateways,
-			Started:                 func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
+			SharedGatewayNamespaces: o.sharedGateways, ClientCA: o.clientCA,
+			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)
 	// A pusher refuses proxies (UNAVAILABLE) until it has loaded the mesh;

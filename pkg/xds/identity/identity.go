@@ -6,6 +6,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -192,21 +193,26 @@ func ServerTLSOptionalCert(certFile, keyFile, clientCAFile string, log *slog.Log
 }
 
 func serverTLS(certFile, keyFile, clientCAFile string, auth tls.ClientAuthType, log *slog.Logger) (*tls.Config, error) {
+	tc, _, err := newServerTLS(certFile, keyFile, clientCAFile, auth, log)
+	return tc, err
+}
+
+func newServerTLS(certFile, keyFile, clientCAFile string, auth tls.ClientAuthType, log *slog.Logger) (*tls.Config, *reloader, error) {
 	if certFile == "" || keyFile == "" {
-		return nil, errors.New("identity: a certificate and its key are required")
+		return nil, nil, errors.New("identity: a certificate and its key are required")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, auth: auth, log: log}
 	if err := r.load(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		NextProtos:         []string{"h2"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
-	}, nil
+	}, r, nil
 }
 
 // recheck is how often the files are looked at again.
@@ -221,6 +227,16 @@ type reloader struct {
 	cfg     *tls.Config
 	stamp   string
 	checked time.Time
+	// caPEM is the client CA file's content; caGen counts its changes.
+	caPEM []byte
+	caGen uint64
+}
+
+// caGeneration counts the client CA's changes.
+func (r *reloader) caGeneration() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.caGen
 }
 
 func (r *reloader) config() *tls.Config {
@@ -276,6 +292,10 @@ func (r *reloader) loadLocked() error {
 			return fmt.Errorf("identity: %s holds no PEM certificate", r.caFile)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, r.auth
+		if r.caPEM != nil && !bytes.Equal(r.caPEM, pem) {
+			r.caGen++
+		}
+		r.caPEM = pem
 	}
 	r.cfg, r.stamp = cfg, stamp
 	return nil

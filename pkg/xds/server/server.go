@@ -447,6 +447,23 @@ func (s *Server) dropIdleClasses(now time.Time) {
 	}
 }
 
+// EndUntrusted ends, with Unauthenticated, the stream of every connected
+// proxy whose credentials trusted no longer accepts (its client CA was
+// replaced), and returns how many; the proxy reconnects with credentials
+// the new CA signed, or not at all.
+func (s *Server) EndUntrusted(trusted func(context.Context) bool) int {
+	n := 0
+	for _, st := range s.cfg.Status.all() {
+		if !trusted(st.ctx) && st.end(status.Error(codes.Unauthenticated, "shardpilot: the client certificate is no longer trusted (the client CA changed)")) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.cfg.Log.Warn("ended the streams of proxies whose certificates the new client CA does not trust", "streams", n)
+	}
+	return n
+}
+
 // Reclassify ends the stream of every connected proxy whose class is no
 // longer the one it was served from (a Sidecar or a Gateway that applies to
 // it appeared, changed or went), and returns how many. Each such proxy

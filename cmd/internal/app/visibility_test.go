@@ -60,43 +60,44 @@ func TestEDSVisibility(t *testing.T) {
 	}
 	// served returns the load assignments a SotW stream of ns is sent for
 	// its EDS request of names (none: the wildcard), once its clusters are
-	// in.
-	served := func(ns string, names ...string) []string {
+	// in. A stream the server ends (its class changed while the mesh was
+	// still arriving) is an error to retry.
+	served := func(ns string, names ...string) ([]string, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if err := s.Send(&discovery.DiscoveryRequest{Node: node(ns), TypeUrl: resource.ClusterType}); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if _, err := s.Recv(); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names}); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		// The catalog is visible to both: every answer carries it.
 		resp, err := s.Recv()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		var got []string
 		for _, a := range resp.Resources {
 			cla := &endpoint.ClusterLoadAssignment{}
 			if err := a.UnmarshalTo(cla); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			got = append(got, cla.ClusterName)
 		}
 		slices.Sort(got)
-		return got
+		return got, nil
 	}
 	testutil.Eventually(t, 30*time.Second, "the mesh is served", func() (bool, string) {
-		got := served("payments", ledger, catalog)
-		return len(got) == 2, fmt.Sprint(got)
+		got, err := served("payments", ledger, catalog)
+		return err == nil && len(got) == 2, fmt.Sprint(got, err)
 	})
 	for name, tc := range map[string]struct {
 		ns    string
@@ -108,8 +109,8 @@ func TestEDSVisibility(t *testing.T) {
 		"payments, by name": {"payments", []string{ledger, catalog}, []string{catalog, ledger}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := served(tc.ns, tc.names...); !slices.Equal(got, tc.want) {
-				t.Errorf("served %v, want %v", got, tc.want)
+			if got, err := served(tc.ns, tc.names...); err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("served %v (%v), want %v", got, err, tc.want)
 			}
 		})
 	}

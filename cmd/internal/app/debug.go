@@ -94,7 +94,7 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var cla struct {
 			ClusterName string `json:"clusterName"`
 		}
-		return json.Unmarshal(b, &cla) != nil || !named[cla.ClusterName]
+		return json.Unmarshal(b, &cla) != nil || !named.Has(cla.ClusterName)
 	})
 	dump["resources"] = resources
 	w.Header().Set("Content-Type", "application/json")
@@ -105,7 +105,7 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // edsNames returns the names of the load assignments a class's clusters
 // take from EDS: what the cache lets the class's streams see of them.
-func edsNames(c *cache.Cache, class string) map[string]bool {
+func edsNames(c *cache.Cache, class string) *cache.View {
 	return c.Visible(class, resource.EndpointType)
 }
 
@@ -203,7 +203,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 			if typeURL == resource.EndpointType {
 				held = maps.Clone(cch.Resources(cache.Shared, typeURL))
 				named := edsNames(cch, class)
-				maps.DeleteFunc(held, func(name string, _ types.Resource) bool { return !named[name] })
+				maps.DeleteFunc(held, func(name string, _ types.Resource) bool { return !named.Has(name) })
 			}
 			clientStatus, configStatus := adminv3.ClientResourceStatus_ACKED, statusv3.ConfigStatus_SYNCED
 			switch {

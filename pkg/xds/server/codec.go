@@ -297,3 +297,22 @@ func nextField(b []byte) (protowire.Number, []byte, []byte, error) {
 	}
 	return num, v, b[n:], nil
 }
+
+// sameID reports whether an encoded node's id is id, reading only that
+// field; a node it cannot read is not.
+func sameID(b []byte, id string) bool {
+	for len(b) > 0 {
+		num, v, rest, err := nextField(b)
+		if err != nil {
+			return false
+		}
+		if num == nodeIDField {
+			return v != nil && string(v) == id
+		}
+		b = rest
+	}
+	return id == ""
+}
+
+// nodeIDField is the field number of envoy.config.core.v3.Node's id.
+const nodeIDField = 1

@@ -26,7 +26,7 @@ import (
 // subscriptions to a shared type are held to its class's names, whatever
 // it asks for by name or by wildcard.
 type Visibility interface {
-	Visible(class, typeURL string) map[string]bool
+	Visible(class, typeURL string) *cache.View
 }
 
 var _ Visibility = (*cache.Cache)(nil)
@@ -154,14 +154,6 @@ type Config struct {
 	// 1,000.
 	MaxLocalities int
 }
-
-// Limits refused, by reason, in shardpilot_pusher_xds_limited_total.
-const (
-	limitNode     = "node_size"
-	limitNames    = "subscribed_names"
-	limitLocality = "locality_classes"
-	limitVisible  = "invisible_names"
-)
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {

@@ -110,11 +110,9 @@ type watch struct {
 	legacy bool
 	// reqFP is the fingerprint of the names of the last SotW request.
 	reqFP cache.Fingerprint
-	// asked, when set, is what a stream asked for of a type whose names its
-	// class's view limits (see Visibility), when that is more than it was
-	// subscribed to (asked.wildcard: everything): each time the class's
-	// clusters change, what became visible is subscribed to. A proxy may
-	// know a cluster before this replica's view of its class does.
+	// asked, when set, is a request of a type whose names the class's view
+	// limits (see Visibility) that the view left part of out: it is
+	// subscribed to again when the view changes (see reviewAskedLocked).
 	asked *asked
 	// version is the table version the stream was last brought to; fresh
 	// is set until the stream is answered after subscribing to set (prev
@@ -313,21 +311,20 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	if len(r.ends) > st.srv.cfg.MaxNames {
 		return st.tooManyNames(len(r.ends))
 	}
-	visible := st.visibleLocked(w)
+	view := st.visibleLocked(w)
 	var set *cache.Set
-	if len(r.ends) > 0 && (visible == nil || allVisible(r.eachName, visible)) {
+	if len(r.ends) > 0 && (view == nil || allVisible(r.eachName, view)) {
 		set = w.table.SubscribeExisting(w, r.fp, r.eachName)
+		w.asked = nil
 	}
 	if set == nil {
 		names := r.nameList()
 		wildcard := slices.Contains(names, "*") || len(names) == 0 && (first || w.legacy)
-		if visible != nil {
-			w.asked = nil
-			kept, _ := st.visibleNamesLocked(names, wildcard, visible)
-			if wildcard || len(kept) < len(names) {
-				w.asked = &asked{names: names, wildcard: wildcard}
+		if view != nil {
+			names = st.keepVisibleLocked(w, view, names, wildcard, true)
+			if wildcard {
+				names, wildcard = view.Names(), false
 			}
-			names, wildcard = kept, false
 		}
 		if wildcard {
 			names = nil
@@ -396,153 +393,42 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	if !first && wildcard == w.wildcard && len(add) == 0 && len(remove) == 0 {
 		return nil
 	}
-	if first || len(add) > 0 || len(remove) > 0 {
-		var names []string
-		switch {
-		case w.asked != nil:
-			names = slices.Clone(w.asked.names)
-		case w.named != nil:
-			names = w.named.Names()
-		}
-		names = append(names, add...)
+	if view := st.visibleLocked(w); view != nil {
+		names := append(w.explicitLocked(), add...)
 		names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
 		if len(names) > st.srv.cfg.MaxNames {
 			return st.tooManyNames(len(names))
 		}
-		if visible := st.visibleLocked(w); visible != nil {
-			w.asked = nil
-			kept, _ := st.visibleNamesLocked(names, false, visible)
-			if len(kept) < len(names) || wildcard {
-				w.asked = &asked{names: names, wildcard: wildcard}
-			}
-			names = kept
-		}
-		named := w.table.Subscribe(w, names, false)
-		if w.named != nil {
-			w.table.Unsubscribe(w, w.named)
-		}
-		w.named = named
-	}
-	w.wildcard = wildcard
-	if visible := st.visibleLocked(w); wildcard && visible != nil {
-		// What the class may see, as it is now, stands for everything.
-		names, _ := st.visibleNamesLocked(nil, true, visible)
-		if w.asked == nil {
-			w.asked = &asked{}
-		}
-		w.asked.wildcard = true
-		st.subscribeLocked(w, w.table.Subscribe(w, names, false))
-	} else if wildcard {
-		st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
+		st.subscribeDeltaLocked(w, view, names, wildcard, true)
 	} else {
-		st.subscribeLocked(w, w.table.Ref(w, w.named))
+		if first || len(add) > 0 || len(remove) > 0 {
+			var names []string
+			if w.named != nil {
+				names = w.named.Names()
+			}
+			names = append(names, add...)
+			names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
+			if len(names) > st.srv.cfg.MaxNames {
+				return st.tooManyNames(len(names))
+			}
+			named := w.table.Subscribe(w, names, false)
+			if w.named != nil {
+				w.table.Unsubscribe(w, w.named)
+			}
+			w.named = named
+		}
+		w.wildcard = wildcard
+		if wildcard {
+			st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
+		} else {
+			st.subscribeLocked(w, w.table.Ref(w, w.named))
+		}
 	}
 	if first && len(r.initial) > 0 {
 		w.initial = r.initial
 	}
 	w.Notify()
 	return nil
-}
-
-// visibleLocked returns the names of w's type the stream's class may see,
-// nil when the type is not limited (or the cache does not tell).
-func (st *stream) visibleLocked(w *watch) map[string]bool {
-	v, ok := st.srv.cfg.Cache.(Visibility)
-	if !ok || w.typeURL != resource.EndpointType {
-		return nil
-	}
-	class := st.class
-	if class == "" {
-		class = st.srv.cfg.Classes.Classify(st.node)
-	}
-	return v.Visible(class, w.typeURL)
-}
-
-// allVisible reports whether every name a request names is visible.
-func allVisible(each func(yield func([]byte) bool), visible map[string]bool) bool {
-	all := true
-	each(func(name []byte) bool {
-		all = visible[string(name)]
-		return all
-	})
-	return all
-}
-
-// visibleNamesLocked holds a subscription to the visible names: the
-// wildcard becomes every visible name, and names not visible are left out
-// (counted and logged).
-func (st *stream) visibleNamesLocked(names []string, wildcard bool, visible map[string]bool) ([]string, bool) {
-	if wildcard {
-		out := make([]string, 0, len(visible))
-		for n := range visible {
-			out = append(out, n)
-		}
-		slices.Sort(out)
-		return out, false
-	}
-	kept := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !visible[n] })
-	if dropped := len(names) - len(kept); dropped > 0 {
-		st.srv.m.limited.WithLabelValues(limitVisible).Add(float64(dropped))
-		st.srv.cfg.Log.Warn("a proxy asked for resources its class may not see; left out", "proxy", st.node.GetId(), "names", dropped)
-	}
-	return kept, false
-}
-
-// asked is a subscription's request where the class's view left some of
-// it out.
-type asked struct {
-	names    []string
-	wildcard bool
-}
-
-// reviewAskedLocked subscribes each limited watch to what its class's view
-// lets it have now, after every request and as clusters are about to be
-// sent: the names a proxy asked for before the class's view held them (an
-// EDS request before the stream's class was made, a replica behind another)
-// are subscribed to once it does (an Envoy does not ask again for a
-// cluster it already asked for).
-func (st *stream) reviewAskedLocked() {
-	for _, w := range st.watches {
-		if w.asked == nil || w.set == nil {
-			continue
-		}
-		visible := st.visibleLocked(w)
-		if visible == nil {
-			continue
-		}
-		var names []string
-		if w.asked.wildcard {
-			names, _ = st.visibleNamesLocked(nil, true, visible)
-			if len(w.asked.names) > 0 {
-				names = append(names, slices.DeleteFunc(slices.Clone(w.asked.names), func(n string) bool { return !visible[n] })...)
-			}
-		} else {
-			names = slices.DeleteFunc(slices.Clone(w.asked.names), func(n string) bool { return !visible[n] })
-		}
-		if !slices.ContainsFunc(names, func(n string) bool { return !w.set.Has(n) }) {
-			continue // nothing became visible
-		}
-		if st.delta && !w.asked.wildcard {
-			named := w.table.Subscribe(w, names, false)
-			if w.named != nil {
-				w.table.Unsubscribe(w, w.named)
-			}
-			w.named = named
-			st.subscribeLocked(w, w.table.Ref(w, w.named))
-		} else {
-			st.subscribeLocked(w, w.table.Subscribe(w, names, false))
-		}
-		if !w.asked.wildcard && len(names) == len(w.asked.names) {
-			w.asked = nil
-		}
-		w.Notify()
-	}
-}
-
-// tooManyNames refuses a subscription past Config.MaxNames.
-func (st *stream) tooManyNames(n int) error {
-	st.srv.m.limited.WithLabelValues(limitNames).Inc()
-	return status.Errorf(codes.ResourceExhausted, "shardpilot: a subscription of %d names; at most %d are taken", n, st.srv.cfg.MaxNames)
 }
 
 // subscribeLocked makes set, which w holds a subscription to, what it is
@@ -591,25 +477,6 @@ func (st *stream) nodeLocked(b []byte) error {
 	st.node, st.nodeRaw = n, append(st.nodeRaw[:0], b...)
 	return nil
 }
-
-// sameID reports whether an encoded node's id is id, reading only that
-// field; a node it cannot read is not.
-func sameID(b []byte, id string) bool {
-	for len(b) > 0 {
-		num, v, rest, err := nextField(b)
-		if err != nil {
-			return false
-		}
-		if num == nodeIDField {
-			return v != nil && string(v) == id
-		}
-		b = rest
-	}
-	return id == ""
-}
-
-// nodeIDField is the field number of envoy.config.core.v3.Node's id.
-const nodeIDField = 1
 
 // watchLocked returns the stream's watch of a type, creating it (and
 // classifying the proxy) at the type's first request. An unserved type

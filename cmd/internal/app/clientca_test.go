@@ -96,9 +96,13 @@ func TestClientCAReplaced(t *testing.T) {
 	select {
 	case err := <-ended:
 		// The server ends the stream by cancelling it: the client sees
-		// the status, or the cancellation if the reset arrives first.
+		// the status, or the cancellation if the reset arrives first; the
+		// server counts why.
 		if c := grpcstatus.Code(err); c != codes.Unauthenticated && c != codes.Canceled {
 			t.Errorf("the old CA's stream ended with %v, want Unauthenticated", err)
+		}
+		if n := counter(t, cp.reg, "shardpilot_pusher_xds_streams_untrusted_total"); n != 1 {
+			t.Errorf("%v streams ended as untrusted, want the old CA's one", n)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the old CA's stream outlived the CA's replacement by 30 s")

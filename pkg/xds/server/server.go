@@ -342,6 +342,7 @@ type metrics struct {
 	refused   prometheus.Counter
 	moved     prometheus.Counter
 	shed      prometheus.Counter
+	untrusted prometheus.Counter
 	timeouts  prometheus.Counter
 	queue     prometheus.Histogram
 	send      prometheus.Histogram
@@ -363,6 +364,8 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS streams ended because their proxy's class changed (the proxy reconnects)."}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_shed_total",
 			Help: "xDS streams ended because their proxy is no longer served here (its namespace was placed on another shard; the proxy reconnects)."}),
+		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_untrusted_total",
+			Help: "xDS streams ended because the client CA was replaced and no longer trusts their certificate."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
 			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",
@@ -384,7 +387,7 @@ func New(cfg Config) (*Server, error) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.untrusted, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -451,6 +454,7 @@ func (s *Server) EndUntrusted(trusted func(context.Context) bool) int {
 		}
 	}
 	if n > 0 {
+		s.m.untrusted.Add(float64(n))
 		s.cfg.Log.Warn("ended the streams of proxies whose certificates the new client CA does not trust", "streams", n)
 	}
 	return n

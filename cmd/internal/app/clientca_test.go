@@ -12,7 +12,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -59,15 +58,7 @@ func TestClientCAReplaced(t *testing.T) {
 	stream := func(cert, key string) (discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
 		t.Helper()
 		// The server's certificate is the old CA's: clients trust it.
-		c, err := (&transport.TLSInfo{TrustedCAFile: oldCA.CertFile, CertFile: cert, KeyFile: key}).ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(credentials.NewTLS(c)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := dialTLS(t, cp.ads, oldCA.CertFile, cert, key)
 		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(testutil.Context(t))
 		if err != nil {
 			return nil, err

@@ -27,9 +27,11 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -379,4 +381,25 @@ func sortedNames[V any](m map[string]V) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// tlsCreds are client TLS credentials presenting cert, trusting caFile.
+func tlsCreds(t *testing.T, caFile, cert, key string) credentials.TransportCredentials {
+	t.Helper()
+	c, err := (&transport.TLSInfo{TrustedCAFile: caFile, CertFile: cert, KeyFile: key}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return credentials.NewTLS(c)
+}
+
+// dialTLS connects to addr with tlsCreds; the test closes the connection.
+func dialTLS(t *testing.T, addr, caFile, cert, key string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(tlsCreds(t, caFile, cert, key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -57,14 +56,7 @@ func TestGatewayLabelsDoNotCrossNamespaces(t *testing.T) {
 	// error to retry.
 	listeners := func(cert, key, ns string) ([]string, error) {
 		t.Helper()
-		c, err := (&transport.TLSInfo{TrustedCAFile: ca.CertFile, CertFile: cert, KeyFile: key}).ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(credentials.NewTLS(c)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := dialTLS(t, cp.ads, ca.CertFile, cert, key)
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -15,7 +15,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -118,14 +117,7 @@ func TestMutualTLS(t *testing.T) {
 		_, err = s.Recv()
 		return err
 	}
-	tlsWith := func(cert, key string) credentials.TransportCredentials {
-		info := transport.TLSInfo{TrustedCAFile: ca.CertFile, CertFile: cert, KeyFile: key}
-		c, err := info.ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return credentials.NewTLS(c)
-	}
+	tlsWith := func(cert, key string) credentials.TransportCredentials { return tlsCreds(t, ca.CertFile, cert, key) }
 	demoNode := func(ns string) *core.Node {
 		return &core.Node{Id: "sidecar~10.0.0.1~x." + ns + "~" + ns + ".svc.cluster.local",
 			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}

@@ -22,7 +22,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	xdscreds "google.golang.org/grpc/credentials/xds"
@@ -49,17 +48,9 @@ type sdsClient struct {
 
 func newSDSClient(t *testing.T, ads, caFile, cert, key, nodeID string) *sdsClient {
 	t.Helper()
-	info := transport.TLSInfo{TrustedCAFile: caFile, CertFile: cert, KeyFile: key}
-	tc, err := info.ClientConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(ads, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialTLS(t, ads, caFile, cert, key)
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); conn.Close() })
+	t.Cleanup(cancel)
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)

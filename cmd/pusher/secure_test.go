@@ -51,12 +51,11 @@ func TestSecuredStore(t *testing.T) {
 		t.Fatalf("etcd endpoint %s", etcd.Endpoint)
 	}
 	role := func(user string, r bus.Role) *natsserver.User {
-		p, err := bus.RolePermissions(r, "")
+		u, err := embedded.RoleUser(user, user+"-secret", r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &natsserver.User{Username: user, Password: user + "-secret", Permissions: &natsserver.Permissions{
-			Publish: &natsserver.SubjectPermission{Allow: p.Publish}, Subscribe: &natsserver.SubjectPermission{Allow: p.Subscribe}}}
+		return u
 	}
 	ns, err := embedded.StartNATSWith(t.TempDir(), 0, embedded.NATSOptions{
 		TLS: &embedded.TLS{CertFile: natsCert, KeyFile: natsKey},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/shardpilot/shardpilot/pkg/bus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -117,6 +118,17 @@ type NATSOptions struct {
 	// Users, when set, are the only ones who may connect, each with their
 	// permissions.
 	Users []*natsserver.User
+}
+
+// RoleUser is a NATS user with a password holding a role's permissions on
+// the default stream and nothing more (see bus.RolePermissions).
+func RoleUser(name, password string, role bus.Role) (*natsserver.User, error) {
+	p, err := bus.RolePermissions(role, "")
+	if err != nil {
+		return nil, err
+	}
+	return &natsserver.User{Username: name, Password: password, Permissions: &natsserver.Permissions{
+		Publish: &natsserver.SubjectPermission{Allow: p.Publish}, Subscribe: &natsserver.SubjectPermission{Allow: p.Subscribe}}}, nil
 }
 
 // StartNATS starts NATS with JetStream storing into dir, on port (0 picks one).

@@ -175,12 +175,11 @@ func TestCheckFindsAnAlteredStream(t *testing.T) {
 // neither can delete, purge or widen it; the consumer can publish nothing.
 func TestRolePermissions(t *testing.T) {
 	user := func(role bus.Role) *natsserver.User {
-		p, err := bus.RolePermissions(role, "")
+		u, err := embedded.RoleUser(string(role), string(role)+"-secret", role)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &natsserver.User{Username: string(role), Password: string(role) + "-secret", Permissions: &natsserver.Permissions{
-			Publish: &natsserver.SubjectPermission{Allow: p.Publish}, Subscribe: &natsserver.SubjectPermission{Allow: p.Subscribe}}}
+		return u
 	}
 	n, err := embedded.StartNATSWith(t.TempDir(), 0, embedded.NATSOptions{Users: []*natsserver.User{user(bus.RoleRelay), user(bus.RoleConsumer)}})
 	if err != nil {

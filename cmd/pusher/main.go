@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -200,16 +201,9 @@ func run(ctx context.Context, args []string) error {
 			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 		}
 	}
-	busCfg := bus.Config{Stream: remote.Stream}
-	if verifyKeyFile != "" {
-		if busCfg.Verify, err = cli.VerifyKeys("bus-verify-key-file", verifyKeyFile); err != nil {
-			return err
-		}
-	} else {
-		log.Warn("change events are not verified: a NATS credential that may publish into the stream can forge config; give --bus-verify-key-file")
-	}
-	if err := busCfg.Validate(); err != nil {
-		return fmt.Errorf("--stream: %w", err)
+	busCfg, err := verifyingBus(remote.Stream, verifyKeyFile, log)
+	if err != nil {
+		return err
 	}
 	conns, err := app.Connect(remote, "shardpilot-pusher", log)
 	if err != nil {
@@ -298,4 +292,23 @@ func run(ctx context.Context, args []string) error {
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// verifyingBus returns the configuration of the bus a pusher reads: the
+// stream, and the relay's keys its events must be signed with, when given.
+func verifyingBus(stream, verifyKeyFile string, log *slog.Logger) (bus.Config, error) {
+	cfg := bus.Config{Stream: stream}
+	if verifyKeyFile != "" {
+		keys, err := cli.VerifyKeys("bus-verify-key-file", verifyKeyFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Verify = keys
+	} else {
+		log.Warn("change events are not verified: a NATS credential that may publish into the stream can forge config; give --bus-verify-key-file")
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("--stream: %w", err)
+	}
+	return cfg, nil
 }

@@ -36,6 +36,9 @@ Commands:
   members                            the pushers and ingesters announced in etcd
   bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
                                      as nats-server users and nsc commands; needs no etcd
+  etcd-roles [apply <password-dir>]  the etcd role and user of each part (ingester, pusher, shardctl) with the
+                                     least it needs, as etcdctl commands; "apply" makes them, signed in as root
+                                     (--etcd-username root), the passwords in <password-dir>/<part>
 
 Pushers and ingesters announce themselves in etcd; shardctl asks each one's admin port,
 which answers loopback, or a bearer token (--admin-token-file, the token the pushers and
@@ -54,6 +57,7 @@ var commands = map[string]command{
 	"analyze":         {"analyze", analyze},
 	"members":         {"members", members},
 	"bus-permissions": {"bus-permissions [<stream>]", busPermissions},
+	"etcd-roles":      {"etcd-roles [apply <password-dir>]", etcdRoles},
 }
 
 // options are the flags every command takes.
@@ -92,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members or bus-permissions (see --help)", args[0])
+		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, bus-permissions or etcd-roles (see --help)", args[0])
 	}
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("--output %q: want table or json", o.output)

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // roleUsers names the NATS user each role's credentials sign in as, in
@@ -58,4 +62,55 @@ func writePermissions(w io.Writer, stream string, perms map[bus.Role]bus.Permiss
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// etcdRoles prints the etcd role and user of each part (as etcdctl
+// commands, or JSON), or, given "apply <password-dir>", makes them in the
+// etcd of the flags, signed in as its root: the directory holds a file per
+// part (ingester, pusher, shardctl) with its user's password, empty for a
+// user that signs in with a client certificate of its name.
+func etcdRoles(ctx context.Context, o *options, args []string) error {
+	switch {
+	case len(args) == 0:
+		if o.output == "json" {
+			enc := json.NewEncoder(o.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(store.EtcdRoles())
+		}
+		var b strings.Builder
+		b.WriteString("# etcd, signed in as root (etcd authentication on): one role and user per part (passwords from the environment)\n")
+		for _, r := range store.EtcdRoles() {
+			fmt.Fprintf(&b, "# %s\n%s", r.Part, r.Etcdctl(strings.ToUpper(strings.ReplaceAll(r.Name, "-", "_"))+"_PASSWORD"))
+		}
+		_, err := io.WriteString(o.stdout, b.String())
+		return err
+	case len(args) == 2 && args[0] == "apply":
+		passwords := map[string]string{}
+		for _, r := range store.EtcdRoles() {
+			b, err := os.ReadFile(filepath.Join(args[1], r.Part))
+			if err != nil {
+				return fmt.Errorf("the %s's password: %w", r.Part, err)
+			}
+			passwords[r.Part] = strings.TrimSpace(string(b))
+		}
+		cfg, err := o.etcd.Config(o.timeout)
+		if err != nil {
+			return err
+		}
+		cfg.Context = ctx
+		cli, err := clientv3.New(cfg)
+		if err != nil {
+			return fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
+		}
+		defer cli.Close()
+		if err := store.EnsureRoles(ctx, cli, passwords); err != nil {
+			return fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
+		}
+		for _, r := range store.EtcdRoles() {
+			fmt.Fprintf(o.stdout, "%s: role and user %s\n", r.Part, r.Name)
+		}
+		return nil
+	default:
+		return errors.New(`want no argument (print the roles) or "apply <password-dir>"`)
+	}
 }

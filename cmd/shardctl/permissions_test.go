@@ -8,9 +8,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // TestBusPermissionsDoc: docs/security.md shows what bus-permissions
@@ -66,5 +71,54 @@ func TestBusPermissionsDoc(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"bus-permissions", "a", "b"}, &out, &out); err == nil {
 		t.Error("two streams taken")
+	}
+}
+
+// TestEtcdRolesApply: "etcd-roles apply", signed in as etcd's root, gives
+// each part's user the password of its file; docs/security.md shows what
+// etcd-roles prints.
+func TestEtcdRolesApply(t *testing.T) {
+	e, _, _ := testutil.EtcdWithRoles(t)
+	dir := filepath.Join(t.TempDir(), "passwords")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, password := range map[string]string{"ingester": "new-ingester", "pusher": "new-pusher", "shardctl": "new-shardctl", "../root": "root-secret"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--etcd-endpoints", e.Endpoint, "--etcd-username", "root", "--etcd-password-file", filepath.Join(dir, "../root"),
+		"etcd-roles", "apply", dir}, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, r := range store.EtcdRoles() {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: r.Name, Password: "new-" + r.Part, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatalf("%s signs in with its new password: %v", r.Name, err)
+		}
+		_, err = cli.Get(testutil.Context(t), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cli.Close()
+		if err != nil {
+			t.Errorf("%s reads the mesh: %v", r.Name, err)
+		}
+	}
+	if err := run(context.Background(), []string{"--etcd-endpoints", e.Endpoint, "etcd-roles", "apply", t.TempDir()}, &out, &out); err == nil || !strings.Contains(err.Error(), "the ingester's password") {
+		t.Errorf("apply without password files: %v", err)
+	}
+
+	out.Reset()
+	if err := run(context.Background(), []string{"etcd-roles"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "<!-- etcd-roles -->\n```\n")
+	section, _, _ = strings.Cut(section, "```\n<!-- /etcd-roles -->")
+	if section != out.String() {
+		t.Errorf("docs/security.md shows\n%s\nshardctl etcd-roles prints\n%s", section, out.String())
 	}
 }

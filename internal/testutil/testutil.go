@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -139,4 +140,41 @@ func CPUTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// EtcdWithRoles starts an embedded etcd with authentication enabled and the
+// parts' roles of store.EtcdRoles, each user's password "<part>-secret".
+// It returns the root's client and one signed in as a part's user.
+func EtcdWithRoles(t testing.TB) (e *embedded.Etcd, root *clientv3.Client, as func(part string) *clientv3.Client) {
+	t.Helper()
+	e, open := Etcd(t)
+	ctx := Context(t)
+	if _, err := open.UserAdd(ctx, "root", "root-secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	signIn := func(user, password string) *clientv3.Client {
+		t.Helper()
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password,
+			DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	root = signIn("root", "root-secret")
+	passwords := map[string]string{}
+	for _, r := range store.EtcdRoles() {
+		passwords[r.Part] = r.Part + "-secret"
+	}
+	if err := store.EnsureRoles(ctx, root, passwords); err != nil {
+		t.Fatal(err)
+	}
+	return e, root, func(part string) *clientv3.Client { return signIn("shardpilot-"+part, part+"-secret") }
 }

@@ -7,6 +7,7 @@ package deploy_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/pkg/ca"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -250,7 +252,11 @@ func TestChart(t *testing.T) {
 		"etcd.auth.username=root":                        "etcd.auth.secretName",
 		"nats.auth.type=password,nats.auth.secretName=s": "nats.auth.user",
 		"pusher.ads.ca.secretName=ca":                    "pusher.ads.tls.secretName",
-		"nats.auth.type=token":                           "/nats/auth/type",
+		"pusher.ads.ca.sealSecretName=seal":              "pusher.ads.tls.secretName",
+		"etcd.auth.roles.enabled=true":                   "etcd.auth.roles.secretName",
+		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s,etcd.auth.username=u": "alternatives",
+		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s":                      "etcd.auth.roles.rootSecretName",
+		"nats.auth.type=token": "/nats/auth/type",
 	} {
 		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
@@ -365,6 +371,32 @@ func TestChart(t *testing.T) {
 				}
 			}
 			if name == "secured" {
+				// Each part signs in to etcd as its own user, with its own
+				// password alone; a hook Job makes the users first.
+				for part, key := range map[string]string{"sp-pusher": "pusher", "sp-ingester": "ingester"} {
+					d := find(objs, "Deployment", part)
+					vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+					if !slices.ContainsFunc(vols, func(v any) bool {
+						items, _, _ := unstructured.NestedSlice(v.(map[string]any), "secret", "items")
+						return v.(map[string]any)["name"] == "etcd-auth" && len(items) == 1 && items[0].(map[string]any)["key"] == key
+					}) {
+						t.Errorf("%s does not mount its etcd password alone: %v", part, vols)
+					}
+					ctr := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+					envs, _, _ := unstructured.NestedSlice(ctr, "env")
+					if !slices.ContainsFunc(envs, func(e any) bool {
+						return e.(map[string]any)["name"] == "SHARDPILOT_ETCD_USERNAME" && e.(map[string]any)["value"] == "shardpilot-"+key
+					}) {
+						t.Errorf("%s does not sign in to etcd as shardpilot-%s", part, key)
+					}
+				}
+				job := find(objs, "Job", "sp-etcd-roles")
+				if job == nil {
+					t.Fatal("no Job making the etcd users")
+				}
+				if hook := job.GetAnnotations()["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
+					t.Errorf("the etcd users' Job runs at %q, want before install and upgrade", hook)
+				}
 				// Pushers sign in to NATS with credentials of their own.
 				for part, secret := range map[string]string{"sp-pusher": "shardpilot-nats-pusher", "sp-ingester": "shardpilot-nats-ingester"} {
 					vols, _, _ := unstructured.NestedSlice(find(objs, "Deployment", part).Object, "spec", "template", "spec", "volumes")
@@ -483,4 +515,61 @@ func data(t *testing.T, cm *unstructured.Unstructured, key string) string {
 	}
 	v, _, _ := unstructured.NestedString(cm.Object, "data", key)
 	return v
+}
+
+// TestChartCASeal: with authenticated proxies and no CA Secret, the chart
+// makes a seal key (one the pushers can read, kept on uninstall) and the
+// pushers alone mount it; with a CA Secret it makes none.
+func TestChartCASeal(t *testing.T) {
+	h := helm(t)
+	chart := filepath.Join("helm", "shardpilot")
+	objs, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--set", "pusher.ads.tls.secretName=ads,pusher.ads.ca.trustConfigMap=roots")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := find(objs, "Secret", "sp-ca-seal")
+	if secret == nil {
+		t.Fatal("no seal key Secret")
+	}
+	if secret.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Error("the seal key would be deleted on uninstall, and the root sealed with it lost")
+	}
+	encoded, _, _ := unstructured.NestedString(secret.Object, "data", "seal.key")
+	key, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "seal.key")
+	if err := os.WriteFile(file, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.ReadSealKeys(file); err != nil {
+		t.Errorf("the pushers cannot read the chart's seal key: %v", err)
+	}
+	pusher, ingester := find(objs, "Deployment", "sp-pusher").Object, find(objs, "Deployment", "sp-ingester").Object
+	for part, obj := range map[string]map[string]any{"pusher": pusher, "ingester": ingester} {
+		vols, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "volumes")
+		mounts := slices.ContainsFunc(vols, func(v any) bool {
+			got, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+			return got == "sp-ca-seal"
+		})
+		if mounts != (part == "pusher") {
+			t.Errorf("the %s mounts the seal key: %v", part, mounts)
+		}
+	}
+	ctr, _, _ := unstructured.NestedSlice(pusher, "spec", "template", "spec", "containers")
+	env := fmt.Sprint(ctr[0].(map[string]any)["env"])
+	for _, want := range []string{"SHARDPILOT_CA_SEAL_KEY_FILE", "SHARDPILOT_CA_TRUST_FILE"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the pusher is not given %s", want)
+		}
+	}
+
+	objs, err = kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--set", "pusher.ads.tls.secretName=ads,pusher.ads.ca.secretName=ca")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if find(objs, "Secret", "sp-ca-seal") != nil {
+		t.Error("a seal key is made beside the operator's CA")
+	}
 }

@@ -70,10 +70,12 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&namespacesFile, "namespaces-file", "", "file listing the namespaces whose proxies this pusher serves, as --namespaces (separated by commas, spaces or lines; # comments), read again every second: a shard's placement, changed at run time (a ConfigMap volume). On a change the pusher loads what its new namespaces see and ends the streams of proxies of namespaces it no longer serves, which reconnect to their new shard; an unreadable file keeps the last placement")
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
-	var caCert, caKey string
+	var caCert, caKey, caSealKeys, caTrust string
 	var certTTL time.Duration
-	fs.StringVar(&caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file (default: a root created on the first start and kept in etcd)")
+	fs.StringVar(&caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file: a Secret (or a KMS/CSI driver's file) mounted into the pushers alone")
 	fs.StringVar(&caKey, "ca-key-file", "", "PEM key of --ca-cert-file")
+	fs.StringVar(&caSealKeys, "ca-seal-key-file", "", "instead of --ca-cert-file: a root is made on the first start and kept in etcd under "+ca.SealedRootKey+", sealed (AES-256-GCM) with the key of this file, which the pushers alone hold: one key per line, 32 bytes in base64 (openssl rand -base64 32); the first seals, every one opens, to replace it")
+	fs.StringVar(&caTrust, "ca-trust-file", "", "PEM CA certificates proxies trust beside the one that signs (\"ROOTCA\"): while the root is replaced, the next one before it signs and the previous one until what it signed has expired")
 	fs.DurationVar(&certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it)")
 	fs.BoolVar(&plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
@@ -148,6 +150,12 @@ func run(ctx context.Context, args []string) error {
 	if (caCert == "") != (caKey == "") {
 		return errors.New("--ca-cert-file and --ca-key-file go together")
 	}
+	if caCert != "" && caSealKeys != "" {
+		return errors.New("--ca-cert-file and --ca-seal-key-file are alternatives: give one")
+	}
+	if adsClientCA != "" && caCert == "" && caSealKeys == "" {
+		return errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
+	}
 	if outbound != "ALLOW_ANY" && outbound != "REGISTRY_ONLY" {
 		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY or REGISTRY_ONLY", outbound)
 	}
@@ -157,8 +165,8 @@ func run(ctx context.Context, args []string) error {
 	if kubeconfig != "" && adsClientCA == "" {
 		return errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
-	if caCert != "" && adsClientCA == "" {
-		return errors.New("--ca-cert-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	if (caCert != "" || caSealKeys != "" || caTrust != "") && adsClientCA == "" {
+		return errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
 	if certTTL < time.Minute {
 		return fmt.Errorf("--workload-cert-ttl %s: want at least a minute", certTTL)
@@ -236,7 +244,13 @@ func run(ctx context.Context, args []string) error {
 		if caCert != "" {
 			root, err = ca.FromFiles(caCert, caKey)
 		} else {
-			root, err = ca.FromEtcd(ctx, etcd, trustDomain)
+			var keys ca.SealKeys
+			if keys, err = ca.ReadSealKeys(caSealKeys); err == nil {
+				root, err = ca.FromStore(ctx, etcd, trustDomain, keys, log.With("part", "ca"))
+			}
+		}
+		if err == nil && caTrust != "" {
+			err = root.AlsoTrust(caTrust)
 		}
 		if err != nil {
 			return err

@@ -104,6 +104,9 @@ func TestADSNeedsTLSOrConsent(t *testing.T) {
 		{[]string{"--ads-plaintext", "--kubeconfig", "in-cluster"}, "--kubeconfig: gateway credentials are served to authenticated proxies only"},
 		{[]string{"--ads-plaintext", "--outbound-traffic-policy", "DENY"}, `--outbound-traffic-policy "DENY"`},
 		{[]string{"--ads-plaintext", "--ads-tokens"}, "--ads-tokens: tokens are reviewed by the API server of --kubeconfig"},
+		{[]string{"--ads-cert-file", "c.pem", "--ads-key-file", "k.pem", "--ads-client-ca-file", "ca.pem"}, "which need a CA: give --ca-cert-file and --ca-key-file"},
+		{[]string{"--ads-cert-file", "c.pem", "--ads-key-file", "k.pem", "--ads-client-ca-file", "ca.pem", "--ca-cert-file", "r.pem", "--ca-key-file", "r-key.pem", "--ca-seal-key-file", "seal"}, "--ca-cert-file and --ca-seal-key-file are alternatives"},
+		{[]string{"--ads-plaintext", "--ca-seal-key-file", "seal"}, "workload certificates are served to authenticated proxies only"},
 	} {
 		err := run(context.Background(), append(c.args, "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
+	"encoding/base64"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -22,7 +26,8 @@ import (
 // TestPusherServesCertificates runs the pusher with ADS over mTLS: a proxy
 // with a bootstrap certificate for demo/reviews is served a workload
 // certificate for that identity, signed by the root the pusher created and
-// kept in etcd.
+// kept in etcd sealed with --ca-seal-key-file's key: etcd holds no key in
+// the clear.
 func TestPusherServesCertificates(t *testing.T) {
 	etcd, cli := testutil.Etcd(t)
 	nats, _ := testutil.NATS(t)
@@ -30,11 +35,16 @@ func TestPusherServesCertificates(t *testing.T) {
 	serverCert, serverKey := boot.Issue(t, "pusher")
 	proxyCert, proxyKey := boot.Issue(t, "reviews", "spiffe://cluster.local/ns/demo/sa/reviews")
 	ads, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	seal := filepath.Join(t.TempDir(), "seal")
+	if err := os.WriteFile(seal, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
 			"--ads-cert-file", serverCert, "--ads-key-file", serverKey, "--ads-client-ca-file", boot.CertFile,
+			"--ca-seal-key-file", seal,
 			"--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn"})
 	}()
 	defer func() {
@@ -72,10 +82,14 @@ func TestPusherServesCertificates(t *testing.T) {
 		return len(resp.Resources) == 2, "not both secrets"
 	})
 	var leaf *x509.Certificate
+	pool := x509.NewCertPool()
 	for _, a := range resp.Resources {
 		var s tlsv3.Secret
 		if err := a.UnmarshalTo(&s); err != nil {
 			t.Fatal(err)
+		}
+		if s.Name == "ROOTCA" {
+			pool.AppendCertsFromPEM(s.GetValidationContext().GetTrustedCa().GetInlineBytes())
 		}
 		if s.Name == "default" {
 			block, _ := pem.Decode(s.GetTlsCertificate().GetCertificateChain().GetInlineBytes())
@@ -84,20 +98,24 @@ func TestPusherServesCertificates(t *testing.T) {
 			}
 		}
 	}
-	stored, err := cli.Get(context.Background(), ca.RootKey)
-	if err != nil || len(stored.Kvs) != 1 {
-		t.Fatalf("no root in etcd: %v", err)
-	}
-	var root struct{ Cert string }
-	if err := json.Unmarshal(stored.Kvs[0].Value, &root); err != nil {
+	stored, err := cli.Get(context.Background(), "/", clientv3.WithPrefix())
+	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(root.Cert))
+	var sealed bool
+	for _, kv := range stored.Kvs {
+		if bytes.Contains(kv.Value, []byte("PRIVATE KEY")) {
+			t.Errorf("etcd holds a key in the clear at %s", kv.Key)
+		}
+		sealed = sealed || string(kv.Key) == ca.SealedRootKey
+	}
+	if !sealed {
+		t.Errorf("no root at %s", ca.SealedRootKey)
+	}
 	if leaf == nil || len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/demo/sa/reviews" {
 		t.Fatalf("workload certificate %v", leaf)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		t.Errorf("not signed by the root in etcd: %v", err)
+		t.Errorf("not signed by the root served as ROOTCA: %v", err)
 	}
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,13 +24,18 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	pkgca "github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/store"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 // TestSecuredStore runs the ingester binary and a pusher against an etcd
-// that requires client certificates and a NATS server that requires TLS
+// that requires client certificates, each part signed in as its own user
+// (store.EtcdRoles; the pusher keeps the CA's root there, sealed, where
+// the ingesters' user cannot read it), and a NATS server that requires TLS
 // and a user and password per role (bus.RolePermissions), the relay
 // signing its events and the pusher verifying them. The mesh flows; a
 // client without a certificate is refused by etcd, one without credentials
@@ -40,8 +48,9 @@ func TestSecuredStore(t *testing.T) {
 	ca := testutil.NewCA(t)
 	etcdCert, etcdKey := ca.Issue(t, "etcd")
 	natsCert, natsKey := ca.Issue(t, "nats")
-	ingCert, ingKey := ca.Issue(t, "ingester")
-	pushCert, pushKey := ca.Issue(t, "pusher")
+	// etcd takes a client certificate's common name as its user.
+	ingCert, ingKey := ca.Issue(t, "shardpilot-ingester")
+	pushCert, pushKey := ca.Issue(t, "shardpilot-pusher")
 	etcd, err := embedded.StartEtcdWith(t.TempDir(), embedded.EtcdOptions{TLS: &embedded.TLS{CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CertFile}})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +58,34 @@ func TestSecuredStore(t *testing.T) {
 	defer etcd.Close()
 	if !strings.HasPrefix(etcd.Endpoint, "https://") {
 		t.Fatalf("etcd endpoint %s", etcd.Endpoint)
+	}
+	etcdAs := func(user string) *clientv3.Client {
+		t.Helper()
+		cert, key := ca.Issue(t, user)
+		tc, err := (&transport.TLSInfo{TrustedCAFile: ca.CertFile, CertFile: cert, KeyFile: key}).ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	// Authentication on, a user per part (store.EtcdRoles).
+	root := etcdAs("root")
+	if _, err := root.UserAddWithOptions(context.Background(), "root", "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(context.Background(), "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.EnsureRoles(context.Background(), root, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.AuthEnable(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	role := func(user string, r bus.Role) *natsserver.User {
 		u, err := embedded.RoleUser(user, user+"-secret", r)
@@ -109,6 +146,7 @@ func TestSecuredStore(t *testing.T) {
 	}()
 
 	admin := testutil.FreeAddr(t)
+	adsCert, adsKey := ca.Issue(t, "pusher")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -116,7 +154,9 @@ func TestSecuredStore(t *testing.T) {
 			"--etcd-cert-file", pushCert, "--etcd-key-file", pushKey,
 			"--nats-url", ns.URL, "--nats-ca-file", ca.CertFile, "--nats-user", "pusher", "--nats-password-file", secret("pusher-nats", "pusher-secret"),
 			"--bus-verify-key-file", verifying,
-			"--ads-plaintext", "--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
+			"--ads-cert-file", adsCert, "--ads-key-file", adsKey, "--ads-client-ca-file", ca.CertFile,
+			"--ca-seal-key-file", secret("seal.key", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))),
+			"--ads-addr", "127.0.0.1:0", "--admin-addr", admin, "--log-level", "warn"})
 	}()
 	defer func() {
 		cancel()
@@ -148,6 +188,20 @@ func TestSecuredStore(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("etcd answered a client without a certificate")
+	}
+
+	// The CA's root is in etcd sealed, where the ingesters' user may not
+	// read it; the ingesters' user may not announce a pusher.
+	sealed, err := root.Get(context.Background(), pkgca.SealedRootKey)
+	if err != nil || len(sealed.Kvs) != 1 || bytes.Contains(sealed.Kvs[0].Value, []byte("PRIVATE KEY")) {
+		t.Errorf("the root in etcd: %v, %v", sealed, err)
+	}
+	ingEtcd := etcdAs("shardpilot-ingester")
+	if _, err := ingEtcd.Get(context.Background(), pkgca.SealedRootKey); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the ingesters' etcd user reads the CA's root: %v", err)
+	}
+	if _, err := ingEtcd.Put(context.Background(), store.MemberPrefix+"pusher/evil", "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the ingesters' etcd user announces a pusher: %v", err)
 	}
 
 	// NATS refuses a client without credentials.

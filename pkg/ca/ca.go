@@ -1,11 +1,11 @@
 // Package ca is the mesh's certificate authority: a root, either supplied
-// by the operator or created on the first start and kept in etcd so that
+// by the operator (a file the pushers alone mount) or created on the first
+// start and kept in etcd sealed with a key the pushers alone hold, so that
 // every pusher signs with the same one, which issues short-lived workload
 // certificates for SPIFFE identities.
 package ca
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,13 +23,7 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// RootKey is where the root created on first start is kept, outside
-// /mesh/v1/ (the relay does not publish it). Protect etcd accordingly: TLS,
-// client certificates and authentication.
-const RootKey = "/shardpilot/ca/root"
 
 // RootValidity is how long a root created on first start is valid.
 const RootValidity = 10 * 365 * 24 * time.Hour
@@ -39,9 +33,11 @@ type CA struct {
 	root    *x509.Certificate
 	rootPEM []byte
 	key     crypto.Signer
+	// trust is rootPEM and the roots AlsoTrust added.
+	trust []byte
 }
 
-// stored is the root as RootKey holds it.
+// stored is a root and its key, as SealedRootKey holds them once opened.
 type stored struct {
 	Cert string `json:"cert"`
 	Key  string `json:"key"`
@@ -72,52 +68,23 @@ func fromPair(pair tls.Certificate, certPEM []byte) (*CA, error) {
 	if !ok {
 		return nil, errors.New("ca: the key cannot sign")
 	}
-	return &CA{root: root, rootPEM: certPEM, key: signer}, nil
+	return &CA{root: root, rootPEM: certPEM, key: signer, trust: certPEM}, nil
 }
 
-// FromEtcd returns the root kept at RootKey, creating it on the first
-// start: of replicas starting at once, one creates it and the others read
-// it.
-func FromEtcd(ctx context.Context, cli *clientv3.Client, trustDomain string) (*CA, error) {
-	for range 3 {
-		resp, err := cli.Get(ctx, RootKey)
-		if err != nil {
-			return nil, fmt.Errorf("ca: read %s: %w", RootKey, err)
-		}
-		if len(resp.Kvs) == 1 {
-			return decode(resp.Kvs[0].Value)
-		}
-		value, err := newRoot(trustDomain)
-		if err != nil {
-			return nil, err
-		}
-		txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(RootKey), "=", 0)).
-			Then(clientv3.OpPut(RootKey, string(value))).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("ca: create %s: %w", RootKey, err)
-		}
-		if txn.Succeeded {
-			return decode(value)
-		}
-		// Another replica created it first: read theirs.
-	}
-	return nil, fmt.Errorf("ca: %s keeps changing", RootKey)
-}
-
-func decode(value []byte) (*CA, error) {
+func decode(value []byte, where string) (*CA, error) {
 	var s stored
 	if err := json.Unmarshal(value, &s); err != nil {
-		return nil, fmt.Errorf("ca: %s: %w", RootKey, err)
+		return nil, fmt.Errorf("ca: %s: %w", where, err)
 	}
 	pair, err := tls.X509KeyPair([]byte(s.Cert), []byte(s.Key))
 	if err != nil {
-		return nil, fmt.Errorf("ca: %s: %w", RootKey, err)
+		return nil, fmt.Errorf("ca: %s: %w", where, err)
 	}
 	return fromPair(pair, []byte(s.Cert))
 }
 
 // newRoot creates a self-signed root for a trust domain, encoded as
-// RootKey holds it.
+// SealedRootKey holds it once opened.
 func newRoot(trustDomain string) ([]byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -157,6 +124,42 @@ func serialNumber() (*big.Int, error) {
 
 // RootPEM returns the root certificate, PEM encoded: what proxies trust.
 func (c *CA) RootPEM() []byte { return c.rootPEM }
+
+// TrustPEM returns every root proxies trust: RootPEM and those AlsoTrust
+// added.
+func (c *CA) TrustPEM() []byte { return c.trust }
+
+// AlsoTrust adds the CA certificates of a PEM file to those proxies trust,
+// beside the one that signs: while a root is replaced, the other one (the
+// next before it signs, the previous until the certificates it signed
+// expire).
+func (c *CA) AlsoTrust(file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	n := 0
+	for rest := b; ; n++ {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if block.Type != "CERTIFICATE" || err != nil || !cert.IsCA {
+			return fmt.Errorf("ca: %s: PEM block %d is not a CA certificate", file, n+1)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("ca: %s holds no PEM certificate", file)
+	}
+	trust := append([]byte{}, c.rootPEM...)
+	if len(trust) > 0 && trust[len(trust)-1] != '\n' {
+		trust = append(trust, '\n')
+	}
+	c.trust = append(trust, b...)
+	return nil
+}
 
 // Root returns the root certificate.
 func (c *CA) Root() *x509.Certificate { return c.root }

@@ -1,8 +1,14 @@
 package ca_test
 
 import (
+	"bytes"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +16,10 @@ import (
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // verify checks that a workload certificate chains to root and names id.
@@ -37,16 +46,21 @@ func verify(t *testing.T, w *ca.Workload, rootPEM []byte, id identity.ID) *x509.
 	return leaf
 }
 
-// TestRootInEtcd: replicas starting at once agree on one root, created
-// once; a later start reads it.
-func TestRootInEtcd(t *testing.T) {
-	_, cli := testutil.Etcd(t)
+// TestSealedRoot: replicas starting at once agree on one root, created
+// once and kept in etcd sealed: no key in the clear, under the prefix the
+// pushers' etcd user alone may read. A later start reads it; a start
+// without its seal key fails naming the key; a new first seal key seals it
+// again.
+func TestSealedRoot(t *testing.T) {
+	_, root, as := testutil.EtcdWithRoles(t)
+	cli := as("pusher")
 	ctx := testutil.Context(t)
+	old, next := sealKey(1), sealKey(2)
 	cas := make([]*ca.CA, 4)
 	var wg sync.WaitGroup
 	for i := range cas {
 		wg.Go(func() {
-			c, err := ca.FromEtcd(ctx, cli, "cluster.local")
+			c, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, testutil.Log(t))
 			if err != nil {
 				t.Error(err)
 			}
@@ -62,7 +76,23 @@ func TestRootInEtcd(t *testing.T) {
 			t.Fatal("replicas disagree on the root")
 		}
 	}
-	later, err := ca.FromEtcd(ctx, cli, "cluster.local")
+	all, err := root.Get(ctx, "/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Kvs) != 1 || string(all.Kvs[0].Key) != ca.SealedRootKey || !strings.HasPrefix(ca.SealedRootKey, store.PusherPrefix) {
+		t.Fatalf("etcd holds %d keys, want the sealed root alone, under %s", len(all.Kvs), store.PusherPrefix)
+	}
+	if v := all.Kvs[0].Value; bytes.Contains(v, []byte("PRIVATE KEY")) || bytes.Contains(v, []byte("CERTIFICATE")) {
+		t.Fatalf("the root is kept in the clear: %.80s", v)
+	}
+	for _, part := range []string{"ingester", "shardctl"} {
+		if _, err := as(part).Get(ctx, ca.SealedRootKey); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("the %s reads the sealed root: %v", part, err)
+		}
+	}
+
+	later, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, nil)
 	if err != nil || string(later.RootPEM()) != string(cas[0].RootPEM()) {
 		t.Fatalf("a later start: %v", err)
 	}
@@ -75,13 +105,99 @@ func TestRootInEtcd(t *testing.T) {
 	if d := time.Until(leaf.NotAfter); d < 59*time.Minute || d > time.Hour {
 		t.Errorf("valid for %s, want an hour", d)
 	}
-	if _, err := cli.Put(ctx, ca.RootKey, "not json"); err != nil {
+
+	// Without its seal key the root cannot be opened, and is not replaced.
+	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), "not among the seal keys") {
+		t.Errorf("the wrong seal key: %v, want an error saying the root's key is not given", err)
+	}
+	// A new first key: the root is the same, sealed with the new key, and
+	// the old key alone no longer opens it.
+	rotated, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next, old}, testutil.Log(t))
+	if err != nil || string(rotated.RootPEM()) != string(cas[0].RootPEM()) {
+		t.Fatalf("with a new first seal key: %v", err)
+	}
+	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, nil); err == nil {
+		t.Error("the root is still sealed with the old key")
+	}
+	if again, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err != nil || string(again.RootPEM()) != string(cas[0].RootPEM()) {
+		t.Errorf("with the new key alone: %v", err)
+	}
+
+	if _, err := cli.Put(ctx, ca.SealedRootKey, "not json"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.FromEtcd(ctx, cli, "cluster.local"); err == nil || !strings.Contains(err.Error(), ca.RootKey) {
+	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), ca.SealedRootKey) {
 		t.Errorf("a broken root: %v, want an error naming its key", err)
 	}
 }
+
+// TestLegacyRootSealed: a root an earlier release kept unsealed is sealed
+// and adopted (the certificates it signed stay trusted), and its unsealed
+// copy deleted.
+func TestLegacyRootSealed(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	ctx := testutil.Context(t)
+	test := testutil.NewCA(t)
+	cert, err := os.ReadFile(test.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(test.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := json.Marshal(map[string]string{"cert": string(cert), "key": string(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, ca.LegacyRootKey, string(legacy)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{sealKey(1)}, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.RootPEM()) != string(cert) {
+		t.Error("the legacy root was not adopted")
+	}
+	resp, err := cli.Get(ctx, ca.LegacyRootKey)
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("the unsealed copy is still there (%v)", err)
+	}
+}
+
+// TestReadSealKeys: a seal key file's garbage is refused naming the file
+// and line.
+func TestReadSealKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "# the next key\n"+base64.StdEncoding.EncodeToString(sealKey(2))+"\n\n"+base64.StdEncoding.EncodeToString(sealKey(1))+"\n")
+	keys, err := ca.ReadSealKeys(good)
+	if err != nil || len(keys) != 2 || !bytes.Equal(keys[0], sealKey(2)) {
+		t.Errorf("ReadSealKeys: %d keys, %v", len(keys), err)
+	}
+	for name, content := range map[string]string{
+		"short": base64.StdEncoding.EncodeToString(make([]byte, 16)) + "\n",
+		"junk":  "\nnot base64!\n",
+		"empty": "# nothing\n",
+	} {
+		p := write(name, content)
+		if _, err := ca.ReadSealKeys(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: %v, want an error naming the file", name, err)
+		}
+	}
+	if _, err := ca.ReadSealKeys(filepath.Join(dir, "junk")); err == nil || !strings.Contains(err.Error(), ":2:") {
+		t.Errorf("junk: %v, want its line", err)
+	}
+}
+
+func sealKey(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
 
 // TestRootFromFiles: an operator's CA signs; a certificate that is not a
 // CA's is refused.
@@ -103,6 +219,33 @@ func TestRootFromFiles(t *testing.T) {
 	verify(t, w, c.RootPEM(), id)
 	if _, err := ca.FromFiles("/nonexistent.pem", "/nonexistent-key.pem"); err == nil {
 		t.Error("missing files were accepted")
+	}
+}
+
+// TestAlsoTrust: while a root is replaced proxies trust both, the one
+// that signs first; a file of anything but CA certificates is refused.
+func TestAlsoTrust(t *testing.T) {
+	signing, next := testutil.NewCA(t), testutil.NewCA(t)
+	c, err := ca.FromFiles(signing.CertFile, signing.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AlsoTrust(next.CertFile); err != nil {
+		t.Fatal(err)
+	}
+	nextPEM, err := os.ReadFile(next.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(c.TrustPEM(), c.RootPEM()) || !bytes.HasSuffix(c.TrustPEM(), nextPEM) {
+		t.Errorf("trust bundle:\n%s", c.TrustPEM())
+	}
+	leafCert, _ := next.Issue(t, "not-a-ca")
+	if err := c.AlsoTrust(leafCert); err == nil || !strings.Contains(err.Error(), "not a CA certificate") {
+		t.Errorf("a leaf: %v", err)
+	}
+	if err := c.AlsoTrust(next.KeyFile); err == nil || !strings.Contains(err.Error(), next.KeyFile) {
+		t.Errorf("a key: %v", err)
 	}
 }
 

@@ -124,7 +124,7 @@ func securedControlPlane(t *testing.T, ttl time.Duration, sources ...source) (*c
 		t.Fatal(err)
 	}
 	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromEtcd(testutil.Context(t), etcd, "cluster.local")
+	root, err := ca.FromStore(testutil.Context(t), etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
 		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
 	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromEtcd(ctx, etcd, "cluster.local")
+	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func (s *Secrets) tryIssue(class string) error {
 	secrets[WorkloadSecret] = &tlsv3.Secret{Name: WorkloadSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 		CertificateChain: inline(w.CertPEM), PrivateKey: inline(w.KeyPEM)}}}
 	secrets[RootSecret] = &tlsv3.Secret{Name: RootSecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-		TrustedCa: inline(s.cfg.CA.RootPEM())}}}
+		TrustedCa: inline(s.cfg.CA.TrustPEM())}}}
 	if _, _, _, err := s.Update(class, resource.SecretType, secrets); err != nil {
 		return err
 	}

@@ -89,6 +89,17 @@ topologySpreadConstraints:
 {{- end -}}
 
 
+{{/* "true" when proxies authenticate (and are served workload
+certificates), "" otherwise. */}}
+{{- define "shardpilot.authenticated" -}}
+{{- if and .Values.pusher.ads.tls.secretName .Values.pusher.ads.tls.authenticateClients }}true{{ end }}
+{{- end -}}
+
+{{/* The Secret whose seal.key seals the root kept in etcd. */}}
+{{- define "shardpilot.caSealSecret" -}}
+{{- .Values.pusher.ads.ca.sealSecretName | default (printf "%s-ca-seal" .Release.Name) }}
+{{- end -}}
+
 {{/* Secrets as files: the admin token, and etcd's and NATS's TLS and
 credentials. Takes (dict "root" . "component" "pusher"|"ingester"); pushers
 may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). */}}
@@ -98,9 +109,18 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: ads-tls
   secret: {secretName: {{ $v.pusher.ads.tls.secretName }}}
 {{- end }}
-{{- if and (eq .component "pusher") $v.pusher.ads.ca.secretName }}
+{{- if eq .component "pusher" }}
+{{- if $v.pusher.ads.ca.secretName }}
 - name: ca
   secret: {secretName: {{ $v.pusher.ads.ca.secretName }}}
+{{- else if include "shardpilot.authenticated" .root }}
+- name: ca-seal
+  secret: {secretName: {{ include "shardpilot.caSealSecret" .root }}, items: [{key: seal.key, path: seal.key}]}
+{{- end }}
+{{- with $v.pusher.ads.ca.trustConfigMap }}
+- name: ca-trust
+  configMap: {name: {{ . }}, items: [{key: roots.pem, path: roots.pem}]}
+{{- end }}
 {{- end }}
 {{- if $v.adminToken.secretName }}
 - name: admin-token
@@ -120,7 +140,10 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: etcd-tls
   secret: {secretName: {{ $v.etcd.tls.secretName }}}
 {{- end }}
-{{- if $v.etcd.auth.username }}
+{{- if $v.etcd.auth.roles.enabled }}
+- name: etcd-auth
+  secret: {secretName: {{ required "etcd.auth.roles.secretName: name the Secret holding each part's etcd password (keys ingester, pusher, shardctl)" $v.etcd.auth.roles.secretName }}, items: [{key: {{ .component }}, path: password}]}
+{{- else if $v.etcd.auth.username }}
 - name: etcd-auth
   secret: {secretName: {{ required "etcd.auth.secretName: name the Secret holding etcd.auth.username's password" $v.etcd.auth.secretName }}, items: [{key: password, path: password}]}
 {{- end }}
@@ -144,8 +167,15 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if and (eq .component "pusher") $v.pusher.ads.tls.secretName }}
 - {name: ads-tls, mountPath: /etc/shardpilot/ads-tls, readOnly: true}
 {{- end }}
-{{- if and (eq .component "pusher") $v.pusher.ads.ca.secretName }}
+{{- if eq .component "pusher" }}
+{{- if $v.pusher.ads.ca.secretName }}
 - {name: ca, mountPath: /etc/shardpilot/ca, readOnly: true}
+{{- else if include "shardpilot.authenticated" .root }}
+- {name: ca-seal, mountPath: /etc/shardpilot/ca-seal, readOnly: true}
+{{- end }}
+{{- if $v.pusher.ads.ca.trustConfigMap }}
+- {name: ca-trust, mountPath: /etc/shardpilot/ca-trust, readOnly: true}
+{{- end }}
 {{- end }}
 {{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
@@ -160,7 +190,7 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if $v.etcd.tls.secretName }}
 - {name: etcd-tls, mountPath: /etc/shardpilot/etcd-tls, readOnly: true}
 {{- end }}
-{{- if $v.etcd.auth.username }}
+{{- if or $v.etcd.auth.username $v.etcd.auth.roles.enabled }}
 - {name: etcd-auth, mountPath: /etc/shardpilot/etcd-auth, readOnly: true}
 {{- end }}
 {{- if $v.nats.tls.secretName }}
@@ -186,9 +216,26 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- end }}
 {{- end -}}
 
-{{/* The environment that points the commands at the mounted secrets. */}}
-{{- define "shardpilot.secretEnv" -}}
-{{- if not .Values.trial.enabled }}
+{{/* The etcd user a part signs in as: its own (etcd.auth.roles, made by
+the etcd-roles hook) or the one shared. Takes (dict "root" . "component"
+"pusher"|"ingester"). */}}
+{{- define "shardpilot.etcdUserEnv" -}}
+{{- $v := .root.Values -}}
+{{- if not $v.trial.enabled }}
+{{- if and $v.etcd.auth.roles.enabled $v.etcd.auth.username }}
+{{- fail "etcd.auth.roles.enabled and etcd.auth.username are alternatives: a user per part, or one shared" }}
+{{- end }}
+{{- if or $v.etcd.auth.username $v.etcd.auth.roles.enabled }}
+- name: SHARDPILOT_ETCD_USERNAME
+  value: {{ ternary (printf "shardpilot-%s" .component) $v.etcd.auth.username $v.etcd.auth.roles.enabled | quote }}
+- name: SHARDPILOT_ETCD_PASSWORD_FILE
+  value: /etc/shardpilot/etcd-auth/password
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* etcd's TLS files, mounted from etcd.tls.secretName. */}}
+{{- define "shardpilot.etcdTLSEnv" -}}
 {{- with .Values.etcd.tls }}
 {{- if .secretName }}
 {{- if contains "http://" $.Values.etcd.endpoints }}
@@ -204,12 +251,12 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if .Values.etcd.auth.username }}
-- name: SHARDPILOT_ETCD_USERNAME
-  value: {{ .Values.etcd.auth.username | quote }}
-- name: SHARDPILOT_ETCD_PASSWORD_FILE
-  value: /etc/shardpilot/etcd-auth/password
-{{- end }}
+{{- end -}}
+
+{{/* The environment that points the commands at the mounted secrets. */}}
+{{- define "shardpilot.secretEnv" -}}
+{{- if not .Values.trial.enabled }}
+{{- include "shardpilot.etcdTLSEnv" . }}
 {{- with .Values.nats.tls }}
 {{- if .secretName }}
 - name: SHARDPILOT_NATS_CA_FILE

@@ -60,6 +60,10 @@ type Index struct {
 	// a proxy they select differ from its namespace's others.
 	sources          map[string]map[string]string
 	sourceNamespaces map[string]bool
+	// served are the namespaces with a service: an Envoy sidecar there
+	// reaches those services by their short names, which no other
+	// namespace's sidecars may (see generate.Domains).
+	served map[string]bool
 }
 
 // Option tunes an Index.
@@ -86,7 +90,7 @@ func SharedGatewayNamespaces(namespaces []string) Option {
 // NewIndex indexes what decides the classes of a mesh build.
 func NewIndex(b *meshbuild.Built, opts ...Option) *Index {
 	ix := &Index{scopes: map[string][]meshbuild.Scope{}, restricted: b.Restricted, own: map[string]bool{}, gateways: b.Mesh.Gateways,
-		policies: map[string][]*generate.Policy{}}
+		policies: map[string][]*generate.Policy{}, served: map[string]bool{}}
 	for _, o := range opts {
 		o(ix)
 	}
@@ -107,6 +111,7 @@ func NewIndex(b *meshbuild.Built, opts ...Option) *Index {
 	}
 	for _, s := range b.Mesh.Services {
 		ix.own[s.Namespace] = true
+		ix.served[s.Namespace] = true
 		for _, ns := range s.Spec.ExportTo {
 			ix.own[ns] = true
 		}
@@ -186,7 +191,7 @@ func (ix *Index) Same(next *Index) bool {
 			return false
 		}
 	}
-	if len(ix.policies) != len(next.policies) || !maps.Equal(ix.sourceNamespaces, next.sourceNamespaces) ||
+	if len(ix.policies) != len(next.policies) || !maps.Equal(ix.sourceNamespaces, next.sourceNamespaces) || !maps.Equal(ix.served, next.served) ||
 		!slices.Equal(slices.Sorted(maps.Keys(ix.sources)), slices.Sorted(maps.Keys(next.sources))) {
 		return false
 	}
@@ -248,6 +253,10 @@ func (ix *Index) Classify(node *core.Node) string {
 			ns = Elsewhere
 		}
 		return kind + "/" + ns + "/" + selected
+	}
+	if ix.served[ns] && Kind(node) == generate.Envoy {
+		// Its own namespace's services by their short names.
+		return kind + "/" + ns + "/"
 	}
 	return kind
 }

@@ -150,7 +150,7 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &dump); err != nil {
 			t.Fatalf("config_dump: %v: %s", err, rec.Body)
 		}
-		if dump.Class != "envoy" || len(dump.Resources["Cluster"]) == 0 || len(dump.Resources["ClusterLoadAssignment"]) == 0 {
+		if dump.Class != "envoy/demo/" || len(dump.Resources["Cluster"]) == 0 || len(dump.Resources["ClusterLoadAssignment"]) == 0 {
 			t.Errorf("config_dump for %s: class %q, %d clusters, %d assignments", node.Id, dump.Class, len(dump.Resources["Cluster"]), len(dump.Resources["ClusterLoadAssignment"]))
 		}
 		// And Envoy's CSDS on the ADS port says the clusters were NACKed.

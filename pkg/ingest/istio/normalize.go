@@ -515,7 +515,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 			if d.Destination.Port != nil {
 				dst.Port = d.Destination.Port.Number
 			}
-			route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight)})
+			route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight), Headers: routeHeaders(d.Headers)})
 		}
 		var ok bool
 		if route.Timeout, ok = n.duration(in, f+".timeout", h.Timeout); !ok {
@@ -526,8 +526,12 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 				n.problem(in, f+".retries.attempts", "%d is negative", r.Attempts)
 				return
 			}
-			route.Retries = &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn}
+			route.Retries = &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn,
+				RetryIgnorePreviousHosts: r.RetryIgnorePreviousHosts, RetryRemoteLocalities: r.RetryRemoteLocalities}
 			if route.Retries.PerTryTimeout, ok = n.duration(in, f+".retries.perTryTimeout", r.PerTryTimeout); !ok {
+				return
+			}
+			if route.Retries.Backoff, ok = n.duration(in, f+".retries.backoff", r.Backoff); !ok {
 				return
 			}
 		}
@@ -941,10 +945,16 @@ func (n *normalizer) httpExtras(in Input, f string, h *httpRoute, route *meshv1.
 		}
 		route.Mirror = &meshv1.Mirror{Destination: dst, Percentage: pct}
 	}
-	if hd := h.Headers; hd != nil {
-		route.Headers = &meshv1.Headers{Request: headerOperations(hd.Request), Response: headerOperations(hd.Response)}
-	}
+	route.Headers = routeHeaders(h.Headers)
 	return true
+}
+
+// routeHeaders converts a route's or a destination's header changes.
+func routeHeaders(hd *headers) *meshv1.Headers {
+	if hd == nil {
+		return nil
+	}
+	return &meshv1.Headers{Request: headerOperations(hd.Request), Response: headerOperations(hd.Response)}
 }
 
 func headerOperations(h *headerOps) *meshv1.HeaderOperations {
@@ -969,6 +979,11 @@ func (n *normalizer) percentage(in Input, field string, p *percent, deprecated i
 		return 0, false
 	}
 	return v, true
+}
+
+var h2Upgrades = map[string]meshv1.ConnectionPool_H2Upgrade{
+	"": meshv1.ConnectionPool_H2_UPGRADE_DEFAULT, "DEFAULT": meshv1.ConnectionPool_H2_UPGRADE_DEFAULT,
+	"DO_NOT_UPGRADE": meshv1.ConnectionPool_H2_UPGRADE_DO_NOT_UPGRADE, "UPGRADE": meshv1.ConnectionPool_H2_UPGRADE_UPGRADE,
 }
 
 var tlsModes = map[string]meshv1.ClientTLS_Mode{
@@ -1094,6 +1109,12 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 				return false
 			}
 			out.ConnectionPool.ConnectTimeout = d
+			if out.ConnectionPool.MaxConnectionDuration, ok = n.duration(in, f+".connectionPool.tcp.maxConnectionDuration", t.MaxConnectionDuration); !ok {
+				return false
+			}
+			if out.ConnectionPool.IdleTimeout, ok = n.duration(in, f+".connectionPool.tcp.idleTimeout", t.IdleTimeout); !ok {
+				return false
+			}
 		}
 		if h := cp.HTTP; h != nil {
 			for field, v := range map[string]int32{"http1MaxPendingRequests": h.HTTP1MaxPendingRequests, "http2MaxRequests": h.HTTP2MaxRequests,
@@ -1107,6 +1128,24 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 			out.ConnectionPool.MaxRequests = uint32(h.HTTP2MaxRequests)
 			out.ConnectionPool.MaxRequestsPerConnection = uint32(h.MaxRequestsPerConnection)
 			out.ConnectionPool.MaxRetries = uint32(h.MaxRetries)
+			if h.MaxConcurrentStreams < 0 {
+				n.problem(in, f+".connectionPool.http.maxConcurrentStreams", "%d is negative", h.MaxConcurrentStreams)
+				return false
+			}
+			out.ConnectionPool.MaxConcurrentStreams = uint32(h.MaxConcurrentStreams)
+			out.ConnectionPool.UseClientProtocol = h.UseClientProtocol
+			upgrade, ok := h2Upgrades[strings.ToUpper(h.H2UpgradePolicy)]
+			if !ok {
+				n.problem(in, f+".connectionPool.http.h2UpgradePolicy", "unknown policy %q: want DEFAULT, DO_NOT_UPGRADE or UPGRADE", h.H2UpgradePolicy)
+				return false
+			}
+			out.ConnectionPool.H2UpgradePolicy = upgrade
+			// The HTTP idle timeout wins over the TCP one, as in Istio.
+			if h.IdleTimeout != "" {
+				if out.ConnectionPool.IdleTimeout, ok = n.duration(in, f+".connectionPool.http.idleTimeout", h.IdleTimeout); !ok {
+					return false
+				}
+			}
 		}
 	}
 	if od := tp.OutlierDetection; od != nil {
@@ -1114,9 +1153,14 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 			n.problem(in, f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
 			return false
 		}
+		if od.MinHealthPercent < 0 || od.MinHealthPercent > 100 {
+			n.problem(in, f+".outlierDetection.minHealthPercent", "%d is not a percentage", od.MinHealthPercent)
+			return false
+		}
 		out.OutlierDetection = &meshv1.OutlierDetection{
 			Consecutive_5XxErrors: od.Consecutive5xxErrors, ConsecutiveGatewayErrors: od.ConsecutiveGatewayErrors,
-			MaxEjectionPercent: uint32(od.MaxEjectionPercent),
+			MaxEjectionPercent: uint32(od.MaxEjectionPercent), MinHealthPercent: uint32(od.MinHealthPercent),
+			SplitExternalLocalOriginErrors: od.SplitExternalLocalOriginErrors, ConsecutiveLocalOriginFailures: od.ConsecutiveLocalOriginFailures,
 		}
 		var ok bool
 		if out.OutlierDetection.Interval, ok = n.duration(in, f+".outlierDetection.interval", od.Interval); !ok {

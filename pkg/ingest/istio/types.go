@@ -209,12 +209,12 @@ type portSelector struct {
 }
 
 type httpRetry struct {
-	Attempts                 int32           `json:"attempts"`
-	PerTryTimeout            string          `json:"perTryTimeout"`
-	RetryOn                  string          `json:"retryOn"`
-	RetryRemoteLocalities    json.RawMessage `json:"retryRemoteLocalities"`
-	RetryIgnorePreviousHosts json.RawMessage `json:"retryIgnorePreviousHosts"`
-	Backoff                  json.RawMessage `json:"backoff"`
+	Attempts                 int32  `json:"attempts"`
+	PerTryTimeout            string `json:"perTryTimeout"`
+	RetryOn                  string `json:"retryOn"`
+	RetryRemoteLocalities    bool   `json:"retryRemoteLocalities"`
+	RetryIgnorePreviousHosts *bool  `json:"retryIgnorePreviousHosts"`
+	Backoff                  string `json:"backoff"`
 }
 
 type destinationRule struct {
@@ -337,18 +337,18 @@ type connectionPool struct {
 		MaxConnections        int32           `json:"maxConnections"`
 		ConnectTimeout        string          `json:"connectTimeout"`
 		TCPKeepalive          json.RawMessage `json:"tcpKeepalive"`
-		MaxConnectionDuration json.RawMessage `json:"maxConnectionDuration"`
-		IdleTimeout           json.RawMessage `json:"idleTimeout"`
+		MaxConnectionDuration string          `json:"maxConnectionDuration"`
+		IdleTimeout           string          `json:"idleTimeout"`
 	} `json:"tcp"`
 	HTTP *struct {
-		HTTP1MaxPendingRequests  int32           `json:"http1MaxPendingRequests"`
-		HTTP2MaxRequests         int32           `json:"http2MaxRequests"`
-		MaxRequestsPerConnection int32           `json:"maxRequestsPerConnection"`
-		MaxRetries               int32           `json:"maxRetries"`
-		IdleTimeout              json.RawMessage `json:"idleTimeout"`
-		H2UpgradePolicy          json.RawMessage `json:"h2UpgradePolicy"`
-		UseClientProtocol        json.RawMessage `json:"useClientProtocol"`
-		MaxConcurrentStreams     json.RawMessage `json:"maxConcurrentStreams"`
+		HTTP1MaxPendingRequests  int32  `json:"http1MaxPendingRequests"`
+		HTTP2MaxRequests         int32  `json:"http2MaxRequests"`
+		MaxRequestsPerConnection int32  `json:"maxRequestsPerConnection"`
+		MaxRetries               int32  `json:"maxRetries"`
+		IdleTimeout              string `json:"idleTimeout"`
+		H2UpgradePolicy          string `json:"h2UpgradePolicy"`
+		UseClientProtocol        bool   `json:"useClientProtocol"`
+		MaxConcurrentStreams     int32  `json:"maxConcurrentStreams"`
 	} `json:"http"`
 }
 
@@ -356,12 +356,12 @@ type outlierDetection struct {
 	Consecutive5xxErrors           uint32          `json:"consecutive5xxErrors"`
 	ConsecutiveGatewayErrors       uint32          `json:"consecutiveGatewayErrors"`
 	ConsecutiveErrors              json.RawMessage `json:"consecutiveErrors"`
-	ConsecutiveLocalOriginFailures json.RawMessage `json:"consecutiveLocalOriginFailures"`
-	SplitExternalLocalOriginErrors json.RawMessage `json:"splitExternalLocalOriginErrors"`
+	ConsecutiveLocalOriginFailures uint32          `json:"consecutiveLocalOriginFailures"`
+	SplitExternalLocalOriginErrors bool            `json:"splitExternalLocalOriginErrors"`
 	Interval                       string          `json:"interval"`
 	BaseEjectionTime               string          `json:"baseEjectionTime"`
 	MaxEjectionPercent             int32           `json:"maxEjectionPercent"`
-	MinHealthPercent               json.RawMessage `json:"minHealthPercent"`
+	MinHealthPercent               int32           `json:"minHealthPercent"`
 }
 
 type clientTLS struct {

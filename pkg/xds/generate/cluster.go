@@ -9,6 +9,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	cares "github.com/envoyproxy/go-control-plane/envoy/extensions/network/dns_resolver/cares/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -145,6 +146,14 @@ func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, sub
 	c.EdsClusterConfig = nil
 	c.LoadAssignment = cla
 	c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+	if proxy == Envoy {
+		// Resolved again as the answer's TTL says, every minute when it
+		// carried none, with a little jitter, through c-ares.
+		c.DnsRefreshRate, c.RespectDnsTtl = DNSRefreshRate, true //nolint:staticcheck // the fields istiod sets
+		c.DnsJitter = durationpb.New(100 * time.Millisecond)     //nolint:staticcheck // as istiod sets it
+		c.TypedDnsResolverConfig = &core.TypedExtensionConfig{Name: "envoy.network.dns_resolver.cares",
+			TypedConfig: mustAny(&cares.CaresDnsResolverConfig{UdpMaxQueries: wrapperspb.UInt32(100)})}
+	}
 	return c
 }
 
@@ -156,6 +165,9 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 		ConnectTimeout:       durationpb.New(10 * time.Second),
 		LbPolicy:             lbPolicy(lb, proxy),
 	}
+	if proxy == Envoy {
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
+	}
 	if ch := policy.GetConsistentHash(); ch != nil {
 		c.LbPolicy = cluster.Cluster_RING_HASH
 		if ch.MinimumRingSize > 0 {
@@ -163,54 +175,71 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 				MinimumRingSize: wrapperspb.UInt64(ch.MinimumRingSize)}}
 		}
 	}
-	httpOpts := &upstreamhttp.HttpProtocolOptions{}
-	if cp := policy.GetConnectionPool(); cp != nil {
-		if cp.ConnectTimeout != nil {
-			c.ConnectTimeout = cp.ConnectTimeout
-		}
-		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
-			MaxConnections:     positive(cp.MaxConnections),
-			MaxPendingRequests: positive(cp.MaxPendingRequests),
-			MaxRequests:        positive(cp.MaxRequests),
-			MaxRetries:         positive(cp.MaxRetries),
-		}}}
-		if cp.MaxRequestsPerConnection > 0 {
-			httpOpts.CommonHttpProtocolOptions = &core.HttpProtocolOptions{MaxRequestsPerConnection: wrapperspb.UInt32(cp.MaxRequestsPerConnection)}
-		}
+	cp := policy.GetConnectionPool()
+	if cp.GetConnectTimeout() != nil {
+		c.ConnectTimeout = cp.ConnectTimeout
 	}
-	if od := policy.GetOutlierDetection(); od != nil {
-		c.OutlierDetection = &cluster.OutlierDetection{
-			Consecutive_5Xx:           positive(od.Consecutive_5XxErrors),
-			ConsecutiveGatewayFailure: positive(od.ConsecutiveGatewayErrors),
-			Interval:                  od.Interval,
-			BaseEjectionTime:          od.BaseEjectionTime,
-			MaxEjectionPercent:        positive(od.MaxEjectionPercent),
-		}
+	switch {
+	case proxy == Envoy:
+		c.CircuitBreakers = circuitBreakers(cp)
+	case cp.GetMaxRequests() > 0:
+		// grpc-go enforces max_requests alone (gRFC A32).
+		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{MaxRequests: wrapperspb.UInt32(cp.MaxRequests)}}}
 	}
-	if proxy == Envoy && (p.Protocol == meshv1.Protocol_PROTOCOL_GRPC || p.Protocol == meshv1.Protocol_PROTOCOL_HTTP2) {
-		httpOpts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
-			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
-				ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
-					Http2ProtocolOptions: &core.Http2ProtocolOptions{},
-				},
-			},
+	outlierDetection(c, policy.GetOutlierDetection())
+	if proxy == Envoy {
+		if opts := upstreamHTTPOptions(p, cp); opts != nil {
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(opts)}
 		}
-	}
-	if proxy == Envoy && (httpOpts.UpstreamProtocolOptions != nil || httpOpts.CommonHttpProtocolOptions != nil) {
-		if httpOpts.UpstreamProtocolOptions == nil {
-			// The options require a protocol choice: keep the downstream's.
-			httpOpts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{
-				UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{}}
-		}
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(httpOpts)}
 	}
 	if proxy == Envoy && LocalityAware(policy) && len(policy.GetLocalityLb().GetDistribute()) > 0 && c.LbPolicy != cluster.Cluster_RING_HASH {
 		// Envoy weighs localities only when told to (not with a hash ring).
-		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{LocalityConfigSpecifier: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
-			LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}}
+		c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+			LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
 	}
 	c.TransportSocket = upstreamTLS(policy.GetTls(), proxy)
 	return c
+}
+
+// upstreamHTTPOptions are how an Envoy speaks HTTP to a service port, as
+// istiod decides it: HTTP/2 to gRPC and HTTP/2 ports, and to HTTP ports
+// the policy upgrades; the client's protocol when the policy says so; the
+// connection pool's idle timeout and per-connection limits. nil leaves
+// Envoy's default, HTTP/1.1.
+func upstreamHTTPOptions(p *meshv1.Port, cp *meshv1.ConnectionPool) *upstreamhttp.HttpProtocolOptions {
+	opts := &upstreamhttp.HttpProtocolOptions{}
+	h2 := func() *core.Http2ProtocolOptions {
+		o := &core.Http2ProtocolOptions{}
+		if n := cp.GetMaxConcurrentStreams(); n > 0 {
+			o.MaxConcurrentStreams = wrapperspb.UInt32(n)
+		}
+		return o
+	}
+	upgrade := cp.GetH2UpgradePolicy() == meshv1.ConnectionPool_H2_UPGRADE_UPGRADE && isHTTP(p)
+	switch {
+	case cp.GetUseClientProtocol():
+		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{
+			UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: h2()}}
+	case p.Protocol == meshv1.Protocol_PROTOCOL_GRPC || p.Protocol == meshv1.Protocol_PROTOCOL_HTTP2 || upgrade:
+		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2()}}}
+	}
+	if cp.GetIdleTimeout() != nil || cp.GetMaxRequestsPerConnection() > 0 || cp.GetMaxConnectionDuration() != nil {
+		opts.CommonHttpProtocolOptions = &core.HttpProtocolOptions{IdleTimeout: cp.GetIdleTimeout(),
+			MaxRequestsPerConnection: positive(cp.GetMaxRequestsPerConnection()), MaxConnectionDuration: cp.GetMaxConnectionDuration()}
+	}
+	if opts.UpstreamProtocolOptions == nil && opts.CommonHttpProtocolOptions == nil {
+		return nil
+	}
+	if opts.UpstreamProtocolOptions == nil {
+		// Envoy requires a protocol with the options: HTTP/1.1.
+		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &core.Http1ProtocolOptions{}}}}
+	}
+	return opts
 }
 
 // positive wraps a limit, leaving zero (unset) out.
@@ -315,8 +344,10 @@ func tlsSocket(ctx proto.Message) *core.TransportSocket {
 	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 
-// lbPolicy maps a load balancer to Envoy's; grpc-go knows only round robin,
-// ring hash and least request, so proxyless clients get round robin for the rest.
+// lbPolicy maps a load balancer to Envoy's; an Envoy balances by least
+// request unless told otherwise, as istiod has it. grpc-go knows only round
+// robin, ring hash and least request, so proxyless clients get round robin
+// for the rest (its default, as istiod leaves it).
 func lbPolicy(lb meshv1.LoadBalancer, proxy Proxy) cluster.Cluster_LbPolicy {
 	switch lb {
 	case meshv1.LoadBalancer_LOAD_BALANCER_LEAST_REQUEST:
@@ -324,6 +355,10 @@ func lbPolicy(lb meshv1.LoadBalancer, proxy Proxy) cluster.Cluster_LbPolicy {
 	case meshv1.LoadBalancer_LOAD_BALANCER_RANDOM:
 		if proxy == Envoy {
 			return cluster.Cluster_RANDOM
+		}
+	case meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED:
+		if proxy == Envoy {
+			return cluster.Cluster_LEAST_REQUEST
 		}
 	}
 	return cluster.Cluster_ROUND_ROBIN

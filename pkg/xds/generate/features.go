@@ -89,11 +89,16 @@ func headerOptions(ops *meshv1.HeaderOperations) []*core.HeaderValueOption {
 
 // decorate adds a route's header operations and fault to an Envoy route.
 func decorate(r *route.Route, h *meshv1.HTTPRoute, envoy bool) {
-	if hd := h.Headers; hd != nil {
-		r.RequestHeadersToAdd = headerOptions(hd.Request)
-		r.RequestHeadersToRemove = hd.Request.GetRemove()
-		r.ResponseHeadersToAdd = headerOptions(hd.Response)
-		r.ResponseHeadersToRemove = hd.Response.GetRemove()
+	ops := translateHeaders(h.Headers)
+	r.RequestHeadersToAdd, r.RequestHeadersToRemove = ops.requestAdd, ops.requestRemove
+	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = ops.responseAdd, ops.responseRemove
+	if len(h.Route) == 1 && h.Route[0].Headers != nil {
+		// A single destination's changes apply after the route's.
+		d := translateHeaders(h.Route[0].Headers)
+		r.RequestHeadersToAdd = append(r.RequestHeadersToAdd, d.requestAdd...)
+		r.RequestHeadersToRemove = append(r.RequestHeadersToRemove, d.requestRemove...)
+		r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd, d.responseAdd...)
+		r.ResponseHeadersToRemove = append(r.ResponseHeadersToRemove, d.responseRemove...)
 	}
 	if h.Fault != nil && (h.Fault.Delay != nil || h.Fault.Abort != nil) {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilterName: faultConfig(h.Fault)}

@@ -67,6 +67,44 @@ func inboundPorts(m *Mesh) map[uint32]bool {
 	return http
 }
 
+// inboundGRPCPorts are the inbound ports that carry gRPC alone.
+func inboundGRPCPorts(m *Mesh) map[uint32]bool {
+	grpc := map[uint32]bool{}
+	if len(m.ingress) > 0 {
+		for _, il := range m.ingress {
+			grpc[il.Port] = il.Protocol == meshv1.Protocol_PROTOCOL_GRPC
+		}
+		return grpc
+	}
+	for _, s := range m.Services {
+		if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			target := cmp.Or(p.TargetPort, p.Number)
+			isG, seen := grpc[target]
+			grpc[target] = p.Protocol == meshv1.Protocol_PROTOCOL_GRPC && (!seen || isG)
+		}
+	}
+	return grpc
+}
+
+// inboundAction sends a request to the workload with no timeout (the
+// caller's proxy applied one) and, unless it is a gRPC call (a stream may
+// have started), retries it twice when the connection was reset before
+// the request went out, as istiod does.
+func inboundAction(cluster string, grpc bool) *route.RouteAction {
+	a := &route.RouteAction{
+		ClusterSpecifier:  &route.RouteAction_Cluster{Cluster: cluster},
+		Timeout:           noTimeout(),
+		MaxStreamDuration: &route.RouteAction_MaxStreamDuration{MaxStreamDuration: noTimeout(), GrpcTimeoutHeaderMax: noTimeout()},
+	}
+	if !grpc {
+		a.RetryPolicy = &route.RetryPolicy{RetryOn: "reset-before-request", NumRetries: wrapperspb.UInt32(2)}
+	}
+	return a
+}
+
 // InboundClusters returns the inbound clusters of a class of Envoy
 // sidecars; proxyless clients have none.
 func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
@@ -129,7 +167,7 @@ func defaultEndpoint(c *cluster.Cluster, endpoint string) {
 // route sends everything to the port's inbound cluster (with no timeout,
 // the caller's proxy already applied one), other ports through a TCP proxy.
 func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
-	ports := inboundPorts(m)
+	ports, grpcPorts := inboundPorts(m), inboundGRPCPorts(m)
 	var out []*listener.FilterChain
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
 		name := InboundClusterName(port)
@@ -150,12 +188,9 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 					Name:    "inbound|http|" + strconv.FormatUint(uint64(port), 10),
 					Domains: []string{"*"},
 					Routes: []*route.Route{{
-						Name:  "default",
-						Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-						Action: &route.Route_Route{Route: &route.RouteAction{
-							ClusterSpecifier: &route.RouteAction_Cluster{Cluster: name},
-							Timeout:          durationpb.New(0),
-						}},
+						Name:   "default",
+						Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+						Action: &route.Route_Route{Route: inboundAction(name, grpcPorts[port])},
 					}},
 				}},
 			}},
@@ -164,6 +199,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
 			}),
 		}
+		envoyManager(manager, false)
 		chain.Filters = []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},

@@ -58,7 +58,8 @@ func TestIstioStructure(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"reviews.default.svc.cluster.local", "reviews.default.svc.cluster.local:9080", "reviews", "reviews:9080",
+	want := []string{"reviews.default.svc.cluster.local", "reviews.default.svc.cluster.local:9080",
+		"reviews.default.svc.cluster.local.", "reviews.default.svc.cluster.local.:9080", "reviews", "reviews:9080",
 		"reviews.default.svc", "reviews.default.svc:9080", "reviews.default", "reviews.default:9080", "10.0.0.10", "10.0.0.10:9080"}
 	if !sameSet(domains, want) {
 		t.Errorf("domains %v, Istio's are %v", domains, want)

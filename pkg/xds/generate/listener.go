@@ -14,6 +14,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -30,7 +31,7 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			name := ListenerName(host, p.Number)
 			out = append(out, &listener.Listener{
 				Name:        name,
-				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(name, name, false))},
+				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(name, name, apiManager))},
 			})
 		})
 		return out
@@ -48,7 +49,7 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			FilterChains: []*listener.FilterChain{{
 				Filters: []*listener.Filter{{
 					Name:       "envoy.filters.network.http_connection_manager",
-					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num, true))},
+					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num, sidecarManager))},
 				}},
 			}},
 		})
@@ -57,14 +58,31 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 	return append(out, virtualListeners(m, sec)...)
 }
 
+// managerKind says where an HTTP connection manager runs.
+type managerKind int
+
+const (
+	// sidecarManager is an Envoy sidecar's, for its outbound traffic.
+	sidecarManager managerKind = iota
+	// gatewayManager is a gateway's, for traffic from outside the mesh.
+	gatewayManager
+	// apiManager is a proxyless gRPC client's API listener.
+	apiManager
+)
+
 // httpConnectionManager fetches its routes over RDS; its filters are, for
-// an Envoy, the CORS filter, then the fault filter (both configured per
+// an Envoy, the fault filter, then the CORS filter (both configured per
 // route) and the router, which grpc-go requires to be last and typed.
-func httpConnectionManager(statPrefix, routeName string, envoy bool) *hcm.HttpConnectionManager {
+func httpConnectionManager(statPrefix, routeName string, kind managerKind) *hcm.HttpConnectionManager {
+	rds := ads()
+	if kind != apiManager {
+		// An Envoy waits for its routes however long they take.
+		rds.InitialFetchTimeout = durationpb.New(0)
+	}
 	m := &hcm.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource:    ads(),
+			ConfigSource:    rds,
 			RouteConfigName: routeName,
 		}},
 		HttpFilters: []*hcm.HttpFilter{
@@ -78,11 +96,31 @@ func httpConnectionManager(statPrefix, routeName string, envoy bool) *hcm.HttpCo
 			},
 		},
 	}
-	if envoy {
-		m.HttpFilters = append([]*hcm.HttpFilter{{Name: corsFilterName,
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}}}, m.HttpFilters...)
+	if kind == apiManager {
+		return m
 	}
+	m.HttpFilters = slices.Insert(m.HttpFilters, 1, &hcm.HttpFilter{Name: corsFilterName,
+		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}})
+	envoyManager(m, kind == gatewayManager)
 	return m
+}
+
+// envoyManager sets what istiod sets on every Envoy's HTTP connection
+// manager: websocket upgrades allowed, no stream idle timeout, paths
+// normalized (escaped slashes kept); and at a gateway, which takes
+// traffic from outside, the client's address from the connection and its
+// certificate's details sanitized.
+func envoyManager(m *hcm.HttpConnectionManager, gateway bool) {
+	m.CodecType = hcm.HttpConnectionManager_AUTO
+	m.UpgradeConfigs = []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+	m.StreamIdleTimeout = durationpb.New(0)
+	m.NormalizePath = wrapperspb.Bool(true)
+	m.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_KEEP_UNCHANGED
+	m.UseRemoteAddress = wrapperspb.Bool(gateway)
+	if gateway {
+		m.ForwardClientCertDetails = hcm.HttpConnectionManager_SANITIZE_SET
+		m.SetCurrentClientCertDetails = &hcm.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+	}
 }
 
 // mustAny wraps a message; marshalling a valid generated message cannot fail.

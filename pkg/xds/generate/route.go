@@ -2,6 +2,7 @@ package generate
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,9 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
-
-// defaultRetryOn is what Istio retries on when a retry policy names nothing.
-const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
 // Routes returns the route configurations a kind of proxy asks for: for
 // proxyless clients one per HTTP service port named "<host>:<port>", for
@@ -96,17 +94,21 @@ func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 }
 
 // Domains are the names requests for host:port may carry, as Istio
-// generates them for a sidecar: the host; for a Kubernetes service's host
-// (name.namespace.svc.<domain>) name.namespace.svc and name.namespace too,
-// and its short name for proxies of its namespace; the service's virtual
+// generates them for a sidecar: the host, and as an absolute name (with a
+// trailing dot); for a Kubernetes service's host
+// (name.namespace.svc.<domain>) its short name for proxies of its
+// namespace, name.namespace.svc and name.namespace; the service's virtual
 // IPs; each with and without the port.
 func Domains(m *Mesh, s *Service, host string, port uint32) []string {
 	names := []string{host}
+	if net.ParseIP(host) == nil {
+		names = append(names, host+".")
+	}
 	if name, ns, ok := kubeHost(host); ok && ns == s.Namespace {
-		names = append(names, name+"."+ns+".svc", name+"."+ns)
 		if m.Namespace == ns {
 			names = append(names, name)
 		}
+		names = append(names, name+"."+ns+".svc", name+"."+ns)
 	}
 	names = append(names, s.Spec.GetAddresses()...)
 	suffix := ":" + strconv.FormatUint(uint64(port), 10)
@@ -208,11 +210,7 @@ func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHo
 	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
 	rr := m.routeByHost[host]
 	if rr == nil {
-		vh.Routes = []*route.Route{{
-			Name:   "default",
-			Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(port, "", host)}}},
-		}}
+		vh.Routes = []*route.Route{defaultRoute(m.Service(host), host, port, envoy)}
 		return vh
 	}
 	vh.Routes = httpRoutes(m, rr, nil, port, envoy)
@@ -235,7 +233,7 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 				action.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: dr.Body}}
 			}
 			shared.Action = &route.Route_DirectResponse{DirectResponse: action}
-		} else if ra := routeAction(m, h, port); ra != nil {
+		} else if ra := routeAction(m, h, port, envoy); ra != nil {
 			shared.Action = &route.Route_Route{Route: ra}
 		} else {
 			continue
@@ -254,8 +252,15 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 			if !m.fromSource(gw, hm.GetSourceLabels(), hm.GetSourceNamespace()) {
 				continue // for other proxies
 			}
-			r := &route.Route{Name: h.Name, Match: routeMatch(hm), Action: shared.Action}
+			name := h.Name
+			if hm.GetName() != "" {
+				name += "." + hm.Name
+			}
+			r := &route.Route{Name: name, Match: routeMatch(hm), Action: shared.Action}
 			decorate(r, h, envoy)
+			if envoy {
+				r.Decorator = &route.Decorator{Operation: operation(r, rr.Name, port)}
+			}
 			out = append(out, r)
 		}
 	}
@@ -311,12 +316,15 @@ func headerMatcher(name string, m *meshv1.StringMatch) *route.HeaderMatcher {
 }
 
 // routeAction sends a route's traffic to its destinations, weighted when
-// there are several. It returns nil when no destination resolves to a
+// there are several, with Istio's defaults where the route is silent (no
+// timeout, two retries). It returns nil when no destination resolves to a
 // service port, which validation at ingest makes rare.
-func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.RouteAction {
+func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) *route.RouteAction {
 	type target struct {
 		cluster string
 		weight  uint32
+		headers headerOps
+		hash    *meshv1.ConsistentHash
 	}
 	var targets []target
 	for _, d := range h.Route {
@@ -335,28 +343,23 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.Route
 		if len(h.Route) > 1 && d.Weight == 0 {
 			continue
 		}
-		targets = append(targets, target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1)})
+		targets = append(targets, target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1),
+			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
 	}
 	if len(targets) == 0 {
 		return nil
 	}
 	a := &route.RouteAction{}
-	if len(targets) == 1 {
-		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: targets[0].cluster}
-	} else {
-		wc := &route.WeightedCluster{}
-		for _, t := range targets {
-			wc.Clusters = append(wc.Clusters, &route.WeightedCluster_ClusterWeight{Name: t.cluster, Weight: wrapperspb.UInt32(t.weight)})
-		}
-		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
-	}
-	if h.Timeout != nil {
-		a.Timeout = h.Timeout
-	}
+	setTimeout(a, h.Timeout, envoy)
 	if rw := h.Rewrite; rw != nil {
 		a.PrefixRewrite = rw.Uri
 		if rw.Authority != "" {
 			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
+		}
+	}
+	if a.HostRewriteSpecifier == nil {
+		if auth := translateHeaders(h.Headers).authority; auth != "" {
+			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: auth}
 		}
 	}
 	if mr := h.Mirror; mr != nil {
@@ -373,19 +376,121 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32) *route.Route
 			}
 		}
 	}
-	// A consistent hash on the (first) destination's service hashes here,
-	// on the route; its clusters use a ring hash.
-	if s := m.Service(h.Route[0].GetDestination().GetHost()); s != nil && s.Policy.GetConsistentHash() != nil {
-		a.HashPolicy = hashPolicy(s.Policy.ConsistentHash)
-	}
-	if r := h.Retries; r != nil && r.Attempts > 0 {
-		retryOn := r.RetryOn
-		if retryOn == "" {
-			retryOn = defaultRetryOn
+	if len(targets) == 1 {
+		t := targets[0]
+		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: t.cluster}
+		if t.headers.authority != "" && a.HostRewriteSpecifier == nil {
+			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: t.headers.authority}
 		}
-		a.RetryPolicy = &route.RetryPolicy{RetryOn: retryOn, NumRetries: wrapperspb.UInt32(r.Attempts), PerTryTimeout: r.PerTryTimeout}
+	} else {
+		wc := &route.WeightedCluster{}
+		for _, t := range targets {
+			cw := &route.WeightedCluster_ClusterWeight{Name: t.cluster, Weight: wrapperspb.UInt32(t.weight),
+				RequestHeadersToAdd: t.headers.requestAdd, RequestHeadersToRemove: t.headers.requestRemove,
+				ResponseHeadersToAdd: t.headers.responseAdd, ResponseHeadersToRemove: t.headers.responseRemove}
+			if t.headers.authority != "" {
+				cw.HostRewriteSpecifier = &route.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: t.headers.authority}
+			}
+			wc.Clusters = append(wc.Clusters, cw)
+		}
+		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}
+	// Each destination that hashes consistently hashes here, on the
+	// route; its clusters use a ring hash.
+	for _, t := range targets {
+		a.HashPolicy = append(a.HashPolicy, hashPolicy(t.hash)...)
+	}
+	// A single destination that hashes keeps its retries on the same host.
+	a.RetryPolicy = retryPolicy(h.Retries, len(h.Route) == 1 && targets[0].hash != nil)
 	return a
+}
+
+// defaultRoute sends all of host:port's traffic to its service, with the
+// defaults of a route that says nothing.
+func defaultRoute(s *Service, host string, port uint32, envoy bool) *route.Route {
+	a := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(port, "", host)}}
+	setTimeout(a, nil, envoy)
+	a.RetryPolicy = retryPolicy(nil, false)
+	if s != nil {
+		a.HashPolicy = hashPolicy(serviceHash(s.Policy, port))
+	}
+	r := &route.Route{
+		Name:   "default",
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: a},
+	}
+	if envoy {
+		r.Decorator = &route.Decorator{Operation: ListenerName(host, port) + "/*"}
+	}
+	return r
+}
+
+// operation names a route in traces: the destination and the path it
+// matches, or the VirtualService's name when it splits traffic.
+func operation(r *route.Route, rule string, port uint32) string {
+	path := "/*"
+	switch ps := r.GetMatch().GetPathSpecifier().(type) {
+	case *route.RouteMatch_Prefix:
+		path = ps.Prefix + "*"
+	case *route.RouteMatch_Path:
+		path = ps.Path
+	case *route.RouteMatch_SafeRegex:
+		path = ps.SafeRegex.GetRegex()
+	}
+	if host, p, _, ok := ParseClusterName(r.GetRoute().GetCluster()); ok {
+		return ListenerName(host, p) + path
+	}
+	return ListenerName(rule, port) + path
+}
+
+// serviceHash is the consistent hash of a service's policy on a port: the
+// port's settings', else the policy's.
+func serviceHash(tp *meshv1.TrafficPolicy, port uint32) *meshv1.ConsistentHash {
+	if tp == nil {
+		return nil
+	}
+	for _, pp := range tp.PortLevelSettings {
+		if pp.Port == port && pp.ConsistentHash != nil {
+			return pp.ConsistentHash
+		}
+	}
+	return tp.ConsistentHash
+}
+
+// destinationHash is the consistent hash a route destination uses, as
+// Istio picks it: the subset's settings for the port the destination
+// names, the subset's, the policy's settings for that port, the policy's.
+func destinationHash(tp *meshv1.TrafficPolicy, dst *meshv1.Destination) *meshv1.ConsistentHash {
+	if tp == nil {
+		return nil
+	}
+	onPort := func(ps []*meshv1.PortPolicy) *meshv1.ConsistentHash {
+		if dst.GetPort() == 0 {
+			return nil
+		}
+		for _, pp := range ps {
+			if pp.Port == dst.Port {
+				return pp.ConsistentHash
+			}
+		}
+		return nil
+	}
+	var sub *meshv1.Subset
+	for _, s := range tp.Subsets {
+		if s.Name == dst.GetSubset() {
+			sub = s
+			break
+		}
+	}
+	switch {
+	case sub != nil && onPort(sub.PortLevelSettings) != nil:
+		return onPort(sub.PortLevelSettings)
+	case sub != nil && sub.ConsistentHash != nil:
+		return sub.ConsistentHash
+	case onPort(tp.PortLevelSettings) != nil:
+		return onPort(tp.PortLevelSettings)
+	}
+	return tp.ConsistentHash
 }
 
 // destinationPort picks the service port a destination means: the one it

@@ -78,6 +78,56 @@ func (LoadBalancer) EnumDescriptor() ([]byte, []int) {
 	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{0}
 }
 
+// H2Upgrade says whether HTTP/1.1 to the service is upgraded to HTTP/2.
+type ConnectionPool_H2Upgrade int32
+
+const (
+	ConnectionPool_H2_UPGRADE_DEFAULT        ConnectionPool_H2Upgrade = 0
+	ConnectionPool_H2_UPGRADE_DO_NOT_UPGRADE ConnectionPool_H2Upgrade = 1
+	ConnectionPool_H2_UPGRADE_UPGRADE        ConnectionPool_H2Upgrade = 2
+)
+
+// Enum value maps for ConnectionPool_H2Upgrade.
+var (
+	ConnectionPool_H2Upgrade_name = map[int32]string{
+		0: "H2_UPGRADE_DEFAULT",
+		1: "H2_UPGRADE_DO_NOT_UPGRADE",
+		2: "H2_UPGRADE_UPGRADE",
+	}
+	ConnectionPool_H2Upgrade_value = map[string]int32{
+		"H2_UPGRADE_DEFAULT":        0,
+		"H2_UPGRADE_DO_NOT_UPGRADE": 1,
+		"H2_UPGRADE_UPGRADE":        2,
+	}
+)
+
+func (x ConnectionPool_H2Upgrade) Enum() *ConnectionPool_H2Upgrade {
+	p := new(ConnectionPool_H2Upgrade)
+	*p = x
+	return p
+}
+
+func (x ConnectionPool_H2Upgrade) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConnectionPool_H2Upgrade) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardpilot_mesh_v1_policy_proto_enumTypes[1].Descriptor()
+}
+
+func (ConnectionPool_H2Upgrade) Type() protoreflect.EnumType {
+	return &file_shardpilot_mesh_v1_policy_proto_enumTypes[1]
+}
+
+func (x ConnectionPool_H2Upgrade) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConnectionPool_H2Upgrade.Descriptor instead.
+func (ConnectionPool_H2Upgrade) EnumDescriptor() ([]byte, []int) {
+	return file_shardpilot_mesh_v1_policy_proto_rawDescGZIP(), []int{3, 0}
+}
+
 type ClientTLS_Mode int32
 
 const (
@@ -117,11 +167,11 @@ func (x ClientTLS_Mode) String() string {
 }
 
 func (ClientTLS_Mode) Descriptor() protoreflect.EnumDescriptor {
-	return file_shardpilot_mesh_v1_policy_proto_enumTypes[1].Descriptor()
+	return file_shardpilot_mesh_v1_policy_proto_enumTypes[2].Descriptor()
 }
 
 func (ClientTLS_Mode) Type() protoreflect.EnumType {
-	return &file_shardpilot_mesh_v1_policy_proto_enumTypes[1]
+	return &file_shardpilot_mesh_v1_policy_proto_enumTypes[2]
 }
 
 func (x ClientTLS_Mode) Number() protoreflect.EnumNumber {
@@ -479,8 +529,17 @@ type ConnectionPool struct {
 	MaxRequests              uint32                 `protobuf:"varint,4,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
 	MaxRequestsPerConnection uint32                 `protobuf:"varint,5,opt,name=max_requests_per_connection,json=maxRequestsPerConnection,proto3" json:"max_requests_per_connection,omitempty"`
 	MaxRetries               uint32                 `protobuf:"varint,6,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// idle_timeout closes an upstream connection idle that long (Istio's
+	// http.idleTimeout, else tcp.idleTimeout).
+	IdleTimeout     *durationpb.Duration     `protobuf:"bytes,7,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	H2UpgradePolicy ConnectionPool_H2Upgrade `protobuf:"varint,8,opt,name=h2_upgrade_policy,json=h2UpgradePolicy,proto3,enum=shardpilot.mesh.v1.ConnectionPool_H2Upgrade" json:"h2_upgrade_policy,omitempty"`
+	// use_client_protocol speaks to the service in the protocol the client
+	// used.
+	UseClientProtocol     bool                 `protobuf:"varint,9,opt,name=use_client_protocol,json=useClientProtocol,proto3" json:"use_client_protocol,omitempty"`
+	MaxConcurrentStreams  uint32               `protobuf:"varint,10,opt,name=max_concurrent_streams,json=maxConcurrentStreams,proto3" json:"max_concurrent_streams,omitempty"`
+	MaxConnectionDuration *durationpb.Duration `protobuf:"bytes,11,opt,name=max_connection_duration,json=maxConnectionDuration,proto3" json:"max_connection_duration,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ConnectionPool) Reset() {
@@ -555,6 +614,41 @@ func (x *ConnectionPool) GetMaxRetries() uint32 {
 	return 0
 }
 
+func (x *ConnectionPool) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
+func (x *ConnectionPool) GetH2UpgradePolicy() ConnectionPool_H2Upgrade {
+	if x != nil {
+		return x.H2UpgradePolicy
+	}
+	return ConnectionPool_H2_UPGRADE_DEFAULT
+}
+
+func (x *ConnectionPool) GetUseClientProtocol() bool {
+	if x != nil {
+		return x.UseClientProtocol
+	}
+	return false
+}
+
+func (x *ConnectionPool) GetMaxConcurrentStreams() uint32 {
+	if x != nil {
+		return x.MaxConcurrentStreams
+	}
+	return 0
+}
+
+func (x *ConnectionPool) GetMaxConnectionDuration() *durationpb.Duration {
+	if x != nil {
+		return x.MaxConnectionDuration
+	}
+	return nil
+}
+
 // OutlierDetection ejects failing endpoints.
 type OutlierDetection struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
@@ -563,8 +657,13 @@ type OutlierDetection struct {
 	Interval                 *durationpb.Duration   `protobuf:"bytes,3,opt,name=interval,proto3" json:"interval,omitempty"`
 	BaseEjectionTime         *durationpb.Duration   `protobuf:"bytes,4,opt,name=base_ejection_time,json=baseEjectionTime,proto3" json:"base_ejection_time,omitempty"`
 	MaxEjectionPercent       uint32                 `protobuf:"varint,5,opt,name=max_ejection_percent,json=maxEjectionPercent,proto3" json:"max_ejection_percent,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// min_health_percent is Envoy's panic threshold for the service (0, the
+	// default, turns panic mode off).
+	MinHealthPercent               uint32 `protobuf:"varint,6,opt,name=min_health_percent,json=minHealthPercent,proto3" json:"min_health_percent,omitempty"`
+	SplitExternalLocalOriginErrors bool   `protobuf:"varint,7,opt,name=split_external_local_origin_errors,json=splitExternalLocalOriginErrors,proto3" json:"split_external_local_origin_errors,omitempty"`
+	ConsecutiveLocalOriginFailures uint32 `protobuf:"varint,8,opt,name=consecutive_local_origin_failures,json=consecutiveLocalOriginFailures,proto3" json:"consecutive_local_origin_failures,omitempty"`
+	unknownFields                  protoimpl.UnknownFields
+	sizeCache                      protoimpl.SizeCache
 }
 
 func (x *OutlierDetection) Reset() {
@@ -628,6 +727,27 @@ func (x *OutlierDetection) GetBaseEjectionTime() *durationpb.Duration {
 func (x *OutlierDetection) GetMaxEjectionPercent() uint32 {
 	if x != nil {
 		return x.MaxEjectionPercent
+	}
+	return 0
+}
+
+func (x *OutlierDetection) GetMinHealthPercent() uint32 {
+	if x != nil {
+		return x.MinHealthPercent
+	}
+	return 0
+}
+
+func (x *OutlierDetection) GetSplitExternalLocalOriginErrors() bool {
+	if x != nil {
+		return x.SplitExternalLocalOriginErrors
+	}
+	return false
+}
+
+func (x *OutlierDetection) GetConsecutiveLocalOriginFailures() uint32 {
+	if x != nil {
+		return x.ConsecutiveLocalOriginFailures
 	}
 	return 0
 }
@@ -1035,7 +1155,7 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\x19http_query_parameter_name\x18\x04 \x01(\tH\x00R\x16httpQueryParameterName\x12A\n" +
 	"\x0fhttp_cookie_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhttpCookieTtl\x12*\n" +
 	"\x11minimum_ring_size\x18\x06 \x01(\x04R\x0fminimumRingSizeB\x05\n" +
-	"\x03key\"\xb2\x02\n" +
+	"\x03key\"\xdf\x05\n" +
 	"\x0eConnectionPool\x12'\n" +
 	"\x0fmax_connections\x18\x01 \x01(\rR\x0emaxConnections\x12B\n" +
 	"\x0fconnect_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x120\n" +
@@ -1043,13 +1163,26 @@ const file_shardpilot_mesh_v1_policy_proto_rawDesc = "" +
 	"\fmax_requests\x18\x04 \x01(\rR\vmaxRequests\x12=\n" +
 	"\x1bmax_requests_per_connection\x18\x05 \x01(\rR\x18maxRequestsPerConnection\x12\x1f\n" +
 	"\vmax_retries\x18\x06 \x01(\rR\n" +
-	"maxRetries\"\xb8\x02\n" +
+	"maxRetries\x12<\n" +
+	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12X\n" +
+	"\x11h2_upgrade_policy\x18\b \x01(\x0e2,.shardpilot.mesh.v1.ConnectionPool.H2UpgradeR\x0fh2UpgradePolicy\x12.\n" +
+	"\x13use_client_protocol\x18\t \x01(\bR\x11useClientProtocol\x124\n" +
+	"\x16max_concurrent_streams\x18\n" +
+	" \x01(\rR\x14maxConcurrentStreams\x12Q\n" +
+	"\x17max_connection_duration\x18\v \x01(\v2\x19.google.protobuf.DurationR\x15maxConnectionDuration\"Z\n" +
+	"\tH2Upgrade\x12\x16\n" +
+	"\x12H2_UPGRADE_DEFAULT\x10\x00\x12\x1d\n" +
+	"\x19H2_UPGRADE_DO_NOT_UPGRADE\x10\x01\x12\x16\n" +
+	"\x12H2_UPGRADE_UPGRADE\x10\x02\"\xfd\x03\n" +
 	"\x10OutlierDetection\x124\n" +
 	"\x16consecutive_5xx_errors\x18\x01 \x01(\rR\x14consecutive5xxErrors\x12<\n" +
 	"\x1aconsecutive_gateway_errors\x18\x02 \x01(\rR\x18consecutiveGatewayErrors\x125\n" +
 	"\binterval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12G\n" +
 	"\x12base_ejection_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x10baseEjectionTime\x120\n" +
-	"\x14max_ejection_percent\x18\x05 \x01(\rR\x12maxEjectionPercent\"\x93\x02\n" +
+	"\x14max_ejection_percent\x18\x05 \x01(\rR\x12maxEjectionPercent\x12,\n" +
+	"\x12min_health_percent\x18\x06 \x01(\rR\x10minHealthPercent\x12J\n" +
+	"\"split_external_local_origin_errors\x18\a \x01(\bR\x1esplitExternalLocalOriginErrors\x12I\n" +
+	"!consecutive_local_origin_failures\x18\b \x01(\rR\x1econsecutiveLocalOriginFailures\"\x93\x02\n" +
 	"\tClientTLS\x126\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\".shardpilot.mesh.v1.ClientTLS.ModeR\x04mode\x12\x10\n" +
 	"\x03sni\x18\x02 \x01(\tR\x03sni\x12*\n" +
@@ -1111,63 +1244,67 @@ func file_shardpilot_mesh_v1_policy_proto_rawDescGZIP() []byte {
 	return file_shardpilot_mesh_v1_policy_proto_rawDescData
 }
 
-var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_shardpilot_mesh_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_shardpilot_mesh_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shardpilot_mesh_v1_policy_proto_goTypes = []any{
 	(LoadBalancer)(0),             // 0: shardpilot.mesh.v1.LoadBalancer
-	(ClientTLS_Mode)(0),           // 1: shardpilot.mesh.v1.ClientTLS.Mode
-	(*Subset)(nil),                // 2: shardpilot.mesh.v1.Subset
-	(*PortPolicy)(nil),            // 3: shardpilot.mesh.v1.PortPolicy
-	(*ConsistentHash)(nil),        // 4: shardpilot.mesh.v1.ConsistentHash
-	(*ConnectionPool)(nil),        // 5: shardpilot.mesh.v1.ConnectionPool
-	(*OutlierDetection)(nil),      // 6: shardpilot.mesh.v1.OutlierDetection
-	(*ClientTLS)(nil),             // 7: shardpilot.mesh.v1.ClientTLS
-	(*TrafficPolicy)(nil),         // 8: shardpilot.mesh.v1.TrafficPolicy
-	(*LocalityLb)(nil),            // 9: shardpilot.mesh.v1.LocalityLb
-	nil,                           // 10: shardpilot.mesh.v1.Subset.LabelsEntry
-	(*LocalityLb_Distribute)(nil), // 11: shardpilot.mesh.v1.LocalityLb.Distribute
-	(*LocalityLb_Failover)(nil),   // 12: shardpilot.mesh.v1.LocalityLb.Failover
-	nil,                           // 13: shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*Origin)(nil),                // 15: shardpilot.mesh.v1.Origin
+	(ConnectionPool_H2Upgrade)(0), // 1: shardpilot.mesh.v1.ConnectionPool.H2Upgrade
+	(ClientTLS_Mode)(0),           // 2: shardpilot.mesh.v1.ClientTLS.Mode
+	(*Subset)(nil),                // 3: shardpilot.mesh.v1.Subset
+	(*PortPolicy)(nil),            // 4: shardpilot.mesh.v1.PortPolicy
+	(*ConsistentHash)(nil),        // 5: shardpilot.mesh.v1.ConsistentHash
+	(*ConnectionPool)(nil),        // 6: shardpilot.mesh.v1.ConnectionPool
+	(*OutlierDetection)(nil),      // 7: shardpilot.mesh.v1.OutlierDetection
+	(*ClientTLS)(nil),             // 8: shardpilot.mesh.v1.ClientTLS
+	(*TrafficPolicy)(nil),         // 9: shardpilot.mesh.v1.TrafficPolicy
+	(*LocalityLb)(nil),            // 10: shardpilot.mesh.v1.LocalityLb
+	nil,                           // 11: shardpilot.mesh.v1.Subset.LabelsEntry
+	(*LocalityLb_Distribute)(nil), // 12: shardpilot.mesh.v1.LocalityLb.Distribute
+	(*LocalityLb_Failover)(nil),   // 13: shardpilot.mesh.v1.LocalityLb.Failover
+	nil,                           // 14: shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*Origin)(nil),                // 16: shardpilot.mesh.v1.Origin
 }
 var file_shardpilot_mesh_v1_policy_proto_depIdxs = []int32{
-	10, // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
+	11, // 0: shardpilot.mesh.v1.Subset.labels:type_name -> shardpilot.mesh.v1.Subset.LabelsEntry
 	0,  // 1: shardpilot.mesh.v1.Subset.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4,  // 2: shardpilot.mesh.v1.Subset.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	5,  // 3: shardpilot.mesh.v1.Subset.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	6,  // 4: shardpilot.mesh.v1.Subset.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	7,  // 5: shardpilot.mesh.v1.Subset.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	3,  // 6: shardpilot.mesh.v1.Subset.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
-	9,  // 7: shardpilot.mesh.v1.Subset.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	5,  // 2: shardpilot.mesh.v1.Subset.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	6,  // 3: shardpilot.mesh.v1.Subset.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	7,  // 4: shardpilot.mesh.v1.Subset.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	8,  // 5: shardpilot.mesh.v1.Subset.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	4,  // 6: shardpilot.mesh.v1.Subset.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
+	10, // 7: shardpilot.mesh.v1.Subset.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
 	0,  // 8: shardpilot.mesh.v1.PortPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4,  // 9: shardpilot.mesh.v1.PortPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	5,  // 10: shardpilot.mesh.v1.PortPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	6,  // 11: shardpilot.mesh.v1.PortPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	7,  // 12: shardpilot.mesh.v1.PortPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	9,  // 13: shardpilot.mesh.v1.PortPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
-	14, // 14: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
-	14, // 15: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
-	14, // 16: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
-	14, // 17: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	1,  // 18: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
-	15, // 19: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
-	2,  // 20: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
-	0,  // 21: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
-	4,  // 22: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
-	5,  // 23: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
-	6,  // 24: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
-	7,  // 25: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
-	3,  // 26: shardpilot.mesh.v1.TrafficPolicy.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
-	9,  // 27: shardpilot.mesh.v1.TrafficPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
-	11, // 28: shardpilot.mesh.v1.LocalityLb.distribute:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute
-	12, // 29: shardpilot.mesh.v1.LocalityLb.failover:type_name -> shardpilot.mesh.v1.LocalityLb.Failover
-	13, // 30: shardpilot.mesh.v1.LocalityLb.Distribute.to:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	5,  // 9: shardpilot.mesh.v1.PortPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	6,  // 10: shardpilot.mesh.v1.PortPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	7,  // 11: shardpilot.mesh.v1.PortPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	8,  // 12: shardpilot.mesh.v1.PortPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	10, // 13: shardpilot.mesh.v1.PortPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	15, // 14: shardpilot.mesh.v1.ConsistentHash.http_cookie_ttl:type_name -> google.protobuf.Duration
+	15, // 15: shardpilot.mesh.v1.ConnectionPool.connect_timeout:type_name -> google.protobuf.Duration
+	15, // 16: shardpilot.mesh.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	1,  // 17: shardpilot.mesh.v1.ConnectionPool.h2_upgrade_policy:type_name -> shardpilot.mesh.v1.ConnectionPool.H2Upgrade
+	15, // 18: shardpilot.mesh.v1.ConnectionPool.max_connection_duration:type_name -> google.protobuf.Duration
+	15, // 19: shardpilot.mesh.v1.OutlierDetection.interval:type_name -> google.protobuf.Duration
+	15, // 20: shardpilot.mesh.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	2,  // 21: shardpilot.mesh.v1.ClientTLS.mode:type_name -> shardpilot.mesh.v1.ClientTLS.Mode
+	16, // 22: shardpilot.mesh.v1.TrafficPolicy.origin:type_name -> shardpilot.mesh.v1.Origin
+	3,  // 23: shardpilot.mesh.v1.TrafficPolicy.subsets:type_name -> shardpilot.mesh.v1.Subset
+	0,  // 24: shardpilot.mesh.v1.TrafficPolicy.load_balancer:type_name -> shardpilot.mesh.v1.LoadBalancer
+	5,  // 25: shardpilot.mesh.v1.TrafficPolicy.consistent_hash:type_name -> shardpilot.mesh.v1.ConsistentHash
+	6,  // 26: shardpilot.mesh.v1.TrafficPolicy.connection_pool:type_name -> shardpilot.mesh.v1.ConnectionPool
+	7,  // 27: shardpilot.mesh.v1.TrafficPolicy.outlier_detection:type_name -> shardpilot.mesh.v1.OutlierDetection
+	8,  // 28: shardpilot.mesh.v1.TrafficPolicy.tls:type_name -> shardpilot.mesh.v1.ClientTLS
+	4,  // 29: shardpilot.mesh.v1.TrafficPolicy.port_level_settings:type_name -> shardpilot.mesh.v1.PortPolicy
+	10, // 30: shardpilot.mesh.v1.TrafficPolicy.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	12, // 31: shardpilot.mesh.v1.LocalityLb.distribute:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute
+	13, // 32: shardpilot.mesh.v1.LocalityLb.failover:type_name -> shardpilot.mesh.v1.LocalityLb.Failover
+	14, // 33: shardpilot.mesh.v1.LocalityLb.Distribute.to:type_name -> shardpilot.mesh.v1.LocalityLb.Distribute.ToEntry
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_policy_proto_init() }
@@ -1187,7 +1324,7 @@ func file_shardpilot_mesh_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardpilot_mesh_v1_policy_proto_rawDesc), len(file_shardpilot_mesh_v1_policy_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,

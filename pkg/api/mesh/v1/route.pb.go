@@ -597,9 +597,12 @@ func (x *Destination) GetPort() uint32 {
 
 // RouteDestination is a weighted destination.
 type RouteDestination struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
-	Weight        uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Destination *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Weight      uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// headers are changed on the requests and responses sent to this
+	// destination alone.
+	Headers       *Headers `protobuf:"bytes,3,opt,name=headers,proto3" json:"headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,12 +651,28 @@ func (x *RouteDestination) GetWeight() uint32 {
 	return 0
 }
 
+func (x *RouteDestination) GetHeaders() *Headers {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 // RetryPolicy says how a request is retried.
 type RetryPolicy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attempts      uint32                 `protobuf:"varint,1,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	PerTryTimeout *durationpb.Duration   `protobuf:"bytes,2,opt,name=per_try_timeout,json=perTryTimeout,proto3" json:"per_try_timeout,omitempty"`
-	RetryOn       string                 `protobuf:"bytes,3,opt,name=retry_on,json=retryOn,proto3" json:"retry_on,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// attempts 0 turns retries off (the mesh's default applies only when a
+	// route has no retry policy).
+	Attempts      uint32               `protobuf:"varint,1,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	PerTryTimeout *durationpb.Duration `protobuf:"bytes,2,opt,name=per_try_timeout,json=perTryTimeout,proto3" json:"per_try_timeout,omitempty"`
+	RetryOn       string               `protobuf:"bytes,3,opt,name=retry_on,json=retryOn,proto3" json:"retry_on,omitempty"`
+	// retry_ignore_previous_hosts, when set, says whether a retry avoids the
+	// hosts already tried (unset: it does).
+	RetryIgnorePreviousHosts *bool `protobuf:"varint,4,opt,name=retry_ignore_previous_hosts,json=retryIgnorePreviousHosts,proto3,oneof" json:"retry_ignore_previous_hosts,omitempty"`
+	// retry_remote_localities retries in other localities' priorities.
+	RetryRemoteLocalities bool `protobuf:"varint,5,opt,name=retry_remote_localities,json=retryRemoteLocalities,proto3" json:"retry_remote_localities,omitempty"`
+	// backoff is the base interval between retries.
+	Backoff       *durationpb.Duration `protobuf:"bytes,6,opt,name=backoff,proto3" json:"backoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -707,6 +726,27 @@ func (x *RetryPolicy) GetRetryOn() string {
 		return x.RetryOn
 	}
 	return ""
+}
+
+func (x *RetryPolicy) GetRetryIgnorePreviousHosts() bool {
+	if x != nil && x.RetryIgnorePreviousHosts != nil {
+		return *x.RetryIgnorePreviousHosts
+	}
+	return false
+}
+
+func (x *RetryPolicy) GetRetryRemoteLocalities() bool {
+	if x != nil {
+		return x.RetryRemoteLocalities
+	}
+	return false
+}
+
+func (x *RetryPolicy) GetBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
 }
 
 // HTTPRoute is one rule of a VirtualService's http section.
@@ -1583,14 +1623,19 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\vDestination\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x16\n" +
 	"\x06subset\x18\x02 \x01(\tR\x06subset\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\rR\x04port\"m\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\"\xa4\x01\n" +
 	"\x10RouteDestination\x12A\n" +
 	"\vdestination\x18\x01 \x01(\v2\x1f.shardpilot.mesh.v1.DestinationR\vdestination\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x87\x01\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x125\n" +
+	"\aheaders\x18\x03 \x01(\v2\x1b.shardpilot.mesh.v1.HeadersR\aheaders\"\xd8\x02\n" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\rR\battempts\x12A\n" +
 	"\x0fper_try_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rperTryTimeout\x12\x19\n" +
-	"\bretry_on\x18\x03 \x01(\tR\aretryOn\"\xc2\x05\n" +
+	"\bretry_on\x18\x03 \x01(\tR\aretryOn\x12B\n" +
+	"\x1bretry_ignore_previous_hosts\x18\x04 \x01(\bH\x00R\x18retryIgnorePreviousHosts\x88\x01\x01\x126\n" +
+	"\x17retry_remote_localities\x18\x05 \x01(\bR\x15retryRemoteLocalities\x123\n" +
+	"\abackoff\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\x1e\n" +
+	"\x1c_retry_ignore_previous_hosts\"\xc2\x05\n" +
 	"\tHTTPRoute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x05match\x18\x02 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPMatchR\x05match\x12:\n" +
@@ -1730,38 +1775,40 @@ var file_shardpilot_mesh_v1_route_proto_depIdxs = []int32{
 	22, // 11: shardpilot.mesh.v1.HTTPMatch.without_headers:type_name -> shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry
 	23, // 12: shardpilot.mesh.v1.HTTPMatch.source_labels:type_name -> shardpilot.mesh.v1.HTTPMatch.SourceLabelsEntry
 	6,  // 13: shardpilot.mesh.v1.RouteDestination.destination:type_name -> shardpilot.mesh.v1.Destination
-	29, // 14: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	5,  // 15: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
-	7,  // 16: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
-	29, // 17: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
-	8,  // 18: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
-	11, // 19: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
-	12, // 20: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
-	13, // 21: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
-	14, // 22: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
-	16, // 23: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
-	10, // 24: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
-	17, // 25: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
-	18, // 26: shardpilot.mesh.v1.HTTPRoute.delegate:type_name -> shardpilot.mesh.v1.Delegate
-	24, // 27: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
-	25, // 28: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
-	6,  // 29: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
-	26, // 30: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
-	27, // 31: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
-	15, // 32: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
-	15, // 33: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
-	4,  // 34: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
-	29, // 35: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
-	0,  // 36: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
-	4,  // 37: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 38: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	4,  // 39: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
-	29, // 40: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	16, // 14: shardpilot.mesh.v1.RouteDestination.headers:type_name -> shardpilot.mesh.v1.Headers
+	29, // 15: shardpilot.mesh.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	29, // 16: shardpilot.mesh.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	5,  // 17: shardpilot.mesh.v1.HTTPRoute.match:type_name -> shardpilot.mesh.v1.HTTPMatch
+	7,  // 18: shardpilot.mesh.v1.HTTPRoute.route:type_name -> shardpilot.mesh.v1.RouteDestination
+	29, // 19: shardpilot.mesh.v1.HTTPRoute.timeout:type_name -> google.protobuf.Duration
+	8,  // 20: shardpilot.mesh.v1.HTTPRoute.retries:type_name -> shardpilot.mesh.v1.RetryPolicy
+	11, // 21: shardpilot.mesh.v1.HTTPRoute.fault:type_name -> shardpilot.mesh.v1.Fault
+	12, // 22: shardpilot.mesh.v1.HTTPRoute.rewrite:type_name -> shardpilot.mesh.v1.Rewrite
+	13, // 23: shardpilot.mesh.v1.HTTPRoute.redirect:type_name -> shardpilot.mesh.v1.Redirect
+	14, // 24: shardpilot.mesh.v1.HTTPRoute.mirror:type_name -> shardpilot.mesh.v1.Mirror
+	16, // 25: shardpilot.mesh.v1.HTTPRoute.headers:type_name -> shardpilot.mesh.v1.Headers
+	10, // 26: shardpilot.mesh.v1.HTTPRoute.direct_response:type_name -> shardpilot.mesh.v1.DirectResponse
+	17, // 27: shardpilot.mesh.v1.HTTPRoute.cors:type_name -> shardpilot.mesh.v1.Cors
+	18, // 28: shardpilot.mesh.v1.HTTPRoute.delegate:type_name -> shardpilot.mesh.v1.Delegate
+	24, // 29: shardpilot.mesh.v1.Fault.delay:type_name -> shardpilot.mesh.v1.Fault.Delay
+	25, // 30: shardpilot.mesh.v1.Fault.abort:type_name -> shardpilot.mesh.v1.Fault.Abort
+	6,  // 31: shardpilot.mesh.v1.Mirror.destination:type_name -> shardpilot.mesh.v1.Destination
+	26, // 32: shardpilot.mesh.v1.HeaderOperations.set:type_name -> shardpilot.mesh.v1.HeaderOperations.SetEntry
+	27, // 33: shardpilot.mesh.v1.HeaderOperations.add:type_name -> shardpilot.mesh.v1.HeaderOperations.AddEntry
+	15, // 34: shardpilot.mesh.v1.Headers.request:type_name -> shardpilot.mesh.v1.HeaderOperations
+	15, // 35: shardpilot.mesh.v1.Headers.response:type_name -> shardpilot.mesh.v1.HeaderOperations
+	4,  // 36: shardpilot.mesh.v1.Cors.allow_origins:type_name -> shardpilot.mesh.v1.StringMatch
+	29, // 37: shardpilot.mesh.v1.Cors.max_age:type_name -> google.protobuf.Duration
+	0,  // 38: shardpilot.mesh.v1.Cors.allow_credentials:type_name -> shardpilot.mesh.v1.Cors.Credentials
+	4,  // 39: shardpilot.mesh.v1.HTTPMatch.HeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 40: shardpilot.mesh.v1.HTTPMatch.QueryParamsEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	4,  // 41: shardpilot.mesh.v1.HTTPMatch.WithoutHeadersEntry.value:type_name -> shardpilot.mesh.v1.StringMatch
+	29, // 42: shardpilot.mesh.v1.Fault.Delay.fixed_delay:type_name -> google.protobuf.Duration
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_route_proto_init() }
@@ -1775,6 +1822,7 @@ func file_shardpilot_mesh_v1_route_proto_init() {
 		(*StringMatch_Prefix)(nil),
 		(*StringMatch_Regex)(nil),
 	}
+	file_shardpilot_mesh_v1_route_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -89,8 +89,10 @@ func TestEtcdRolesApply(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
+	// etcd hashes each password (bcrypt), slowly under the race detector
+	// on a loaded machine: the Job the chart runs gives it a minute too.
 	if err := run(context.Background(), []string{"--etcd-endpoints", e.Endpoint, "--etcd-username", "root", "--etcd-password-file", filepath.Join(dir, "../root"),
-		"etcd-roles", "apply", dir}, &out, &out); err != nil {
+		"--timeout", "1m", "etcd-roles", "apply", dir}, &out, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, r := range store.EtcdRoles() {

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
 	var rootNamespace, kubeconfig, tokenAudience, outbound string
 	sharedGateways := fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
+	autoMTLS := fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS, as Istio's meshConfig.enableAutoMtls; in effect only where proxies get workload certificates (an authenticated ADS with a CA)")
 	fs.StringVar(&outbound, "outbound-traffic-policy", "ALLOW_ANY", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502), as Istio's meshConfig.outboundTrafficPolicy")
 	var tokens bool
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
@@ -283,7 +284,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", NoAutoMTLS: !*autoMTLS, TrustDomain: trustDomain, ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -46,7 +46,10 @@ type Builder struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply to every namespace (generate.DefaultRootNamespace by default).
 	RootNamespace string
-	objs          map[model.Key]Entry
+	// NoAutoMTLS and TrustDomain are the mesh's (see generate.Mesh).
+	NoAutoMTLS  bool
+	TrustDomain string
+	objs        map[model.Key]Entry
 	// shards finds each service's endpoint objects.
 	shards map[id]map[model.Key]bool
 	// Since the last build: the services whose endpoints changed, and
@@ -229,6 +232,7 @@ func (b *Builder) join() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
 	})
 	m.Policies = security
+	m.NoAutoMTLS, m.TrustDomain = b.NoAutoMTLS, b.TrustDomain
 	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace}
 }
 
@@ -317,6 +321,10 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 				out.Endpoints = append(out.Endpoints, ep)
 			}
 		}
+	}
+	// Its clusters name its workloads' identities.
+	if out.ServiceAccounts = generate.ServiceAccounts(out.Endpoints); len(out.ServiceAccounts) > 0 {
+		out.ConfigVersion += "a" + strings.Join(out.ServiceAccounts, ",")
 	}
 	return out
 }

@@ -73,6 +73,12 @@ type Config struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply to every namespace. Default generate.DefaultRootNamespace.
 	RootNamespace string
+	// NoAutoMTLS turns off automatic mutual TLS (Envoys' clusters to
+	// endpoints with a sidecar), for proxies that cannot get workload
+	// certificates.
+	NoAutoMTLS bool
+	// TrustDomain is the mesh's SPIFFE trust domain (default cluster.local).
+	TrustDomain string
 	// RegistryOnly is the mesh's outbound traffic policy (a Sidecar's
 	// overrides it): traffic to destinations no service names is refused
 	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
@@ -354,7 +360,7 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, cfg.NoAutoMTLS, cfg.TrustDomain, gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {

@@ -29,12 +29,13 @@ type state struct {
 }
 
 // newState returns an empty state; root, when set, is the mesh's root
-// namespace.
-func newState(root string, opts ...classify.Option) *state {
+// namespace; noAutoMTLS and trustDomain are the mesh's.
+func newState(root string, noAutoMTLS bool, trustDomain string, opts ...classify.Option) *state {
 	b := meshbuild.New()
 	if root != "" {
 		b.RootNamespace = root
 	}
+	b.NoAutoMTLS, b.TrustDomain = noAutoMTLS, trustDomain
 	return &state{b: b, tombstones: map[model.Key]int64{}, indexOpts: opts}
 }
 

@@ -373,6 +373,14 @@ func (n *normalizer) serviceEntry(in Input, spec *serviceEntry) *decodedService 
 		return nil
 	}
 	svc.Resolution = res
+	switch strings.ToUpper(spec.Location) {
+	case "", "MESH_EXTERNAL":
+		svc.MeshExternal = true
+	case "MESH_INTERNAL":
+	default:
+		n.problem(in, "spec.location", "unknown location %q: want MESH_EXTERNAL or MESH_INTERNAL", spec.Location)
+		return nil
+	}
 	for i, a := range spec.Addresses {
 		if _, err := netip.ParseAddr(a); err != nil {
 			if _, cidr := netip.ParsePrefix(a); cidr == nil {

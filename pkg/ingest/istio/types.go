@@ -25,12 +25,10 @@ type Metadata struct {
 }
 
 type serviceEntry struct {
-	Hosts     []string      `json:"hosts"`
-	Addresses []string      `json:"addresses" field:"supported: single addresses are virtual IPs (sidecar domains, a TCP listener each); a CIDR range is warned"`
-	Ports     []servicePort `json:"ports"`
-	// Location changes nothing here: no traffic is given mutual TLS
-	// unasked, inside the mesh or out.
-	Location         string          `json:"location" field:"supported: MESH_EXTERNAL and MESH_INTERNAL change nothing: no traffic gets mutual TLS unasked"`
+	Hosts            []string        `json:"hosts"`
+	Addresses        []string        `json:"addresses" field:"supported: single addresses are virtual IPs (sidecar domains, a TCP listener each); a CIDR range is warned"`
+	Ports            []servicePort   `json:"ports"`
+	Location         string          `json:"location" field:"supported: MESH_INTERNAL services get Istio's mutual TLS to endpoints with a sidecar (enableAutoMtls); MESH_EXTERNAL, the default, never unasked"`
 	Resolution       string          `json:"resolution" field:"supported: NONE, STATIC, DNS (STRICT_DNS clusters), DNS_ROUND_ROBIN (LOGICAL_DNS)"`
 	Endpoints        []workloadEntry `json:"endpoints"`
 	WorkloadSelector *workloadSelect `json:"workloadSelector"`

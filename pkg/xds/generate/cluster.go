@@ -59,10 +59,12 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 		for _, p := range s.Spec.Ports {
 			policy := effectivePolicy(s.Policy, nil, p.Number)
 			c := outboundCluster(ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
+			mutualTLS(c, m, s, h, p.Number, "", policy, proxy)
 			out = append(out, dnsCluster(c, s, h, p, nil, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
 				policy := effectivePolicy(s.Policy, sub, p.Number)
 				c := outboundCluster(ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
+				mutualTLS(c, m, s, h, p.Number, sub.Name, policy, proxy)
 				out = append(out, dnsCluster(c, s, h, p, sub.Labels, proxy))
 			}
 		}
@@ -71,49 +73,53 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 }
 
 // effectivePolicy is the traffic policy of a service's port (and subset),
-// as Istio merges them: the destination's, its settings for the port, the
-// subset's, the subset's settings for the port; each field set overrides.
+// as Istio merges them: the destination's, replaced as a whole by its
+// settings for the port when it has some (what they leave out is the
+// default, not inherited); then the subset's, each of its load balancer,
+// connection pool, outlier detection and TLS that is set overriding, or,
+// when the subset has settings for the port, all four replaced by those.
 func effectivePolicy(tp *meshv1.TrafficPolicy, sub *meshv1.Subset, port uint32) *meshv1.TrafficPolicy {
 	if tp == nil {
 		return nil
 	}
 	out := &meshv1.TrafficPolicy{Host: tp.Host, LoadBalancer: tp.LoadBalancer, ConsistentHash: tp.ConsistentHash,
 		ConnectionPool: tp.ConnectionPool, OutlierDetection: tp.OutlierDetection, Tls: tp.Tls, LocalityLb: tp.LocalityLb}
-	apply := func(ps []*meshv1.PortPolicy) {
-		for _, pp := range ps {
-			if pp.Port == port {
-				override(out, pp.LoadBalancer, pp.ConsistentHash, pp.ConnectionPool, pp.OutlierDetection, pp.Tls, pp.LocalityLb)
-			}
-		}
+	if pp := portPolicy(tp.PortLevelSettings, port); pp != nil {
+		out.LoadBalancer, out.ConsistentHash, out.LocalityLb = pp.LoadBalancer, pp.ConsistentHash, pp.LocalityLb
+		out.ConnectionPool, out.OutlierDetection, out.Tls = pp.ConnectionPool, pp.OutlierDetection, pp.Tls
 	}
-	apply(tp.PortLevelSettings)
-	if sub != nil {
-		override(out, sub.LoadBalancer, sub.ConsistentHash, sub.ConnectionPool, sub.OutlierDetection, sub.Tls, sub.LocalityLb)
-		apply(sub.PortLevelSettings)
+	if sub == nil {
+		return out
+	}
+	level := &meshv1.PortPolicy{LoadBalancer: sub.LoadBalancer, ConsistentHash: sub.ConsistentHash, LocalityLb: sub.LocalityLb,
+		ConnectionPool: sub.ConnectionPool, OutlierDetection: sub.OutlierDetection, Tls: sub.Tls}
+	whole := false
+	if pp := portPolicy(sub.PortLevelSettings, port); pp != nil {
+		level, whole = pp, true
+	}
+	if whole || level.LoadBalancer != meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED || level.ConsistentHash != nil || level.LocalityLb != nil {
+		out.LoadBalancer, out.ConsistentHash, out.LocalityLb = level.LoadBalancer, level.ConsistentHash, level.LocalityLb
+	}
+	if whole || level.ConnectionPool != nil {
+		out.ConnectionPool = level.ConnectionPool
+	}
+	if whole || level.OutlierDetection != nil {
+		out.OutlierDetection = level.OutlierDetection
+	}
+	if whole || level.Tls != nil {
+		out.Tls = level.Tls
 	}
 	return out
 }
 
-func override(out *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, ch *meshv1.ConsistentHash, cp *meshv1.ConnectionPool,
-	od *meshv1.OutlierDetection, tls *meshv1.ClientTLS, locality *meshv1.LocalityLb) {
-	if locality != nil {
-		out.LocalityLb = locality
+// portPolicy returns the settings for a port among a policy's, or nil.
+func portPolicy(ps []*meshv1.PortPolicy, port uint32) *meshv1.PortPolicy {
+	for _, pp := range ps {
+		if pp.Port == port {
+			return pp
+		}
 	}
-	if lb != meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED {
-		out.LoadBalancer, out.ConsistentHash = lb, nil // a simple balancer replaces a hash
-	}
-	if ch != nil {
-		out.ConsistentHash = ch
-	}
-	if cp != nil {
-		out.ConnectionPool = cp
-	}
-	if od != nil {
-		out.OutlierDetection = od
-	}
-	if tls != nil {
-		out.Tls = tls
-	}
+	return nil
 }
 
 // dnsCluster makes the cluster of a DNS service resolve names itself
@@ -167,6 +173,8 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 	}
 	if proxy == Envoy {
 		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
+		// An Envoy waits for the endpoints however long they take.
+		c.EdsClusterConfig.EdsConfig.InitialFetchTimeout = durationpb.New(0)
 	}
 	if ch := policy.GetConsistentHash(); ch != nil {
 		c.LbPolicy = cluster.Cluster_RING_HASH

@@ -7,6 +7,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
@@ -204,5 +205,60 @@ func TestClusterDefaults(t *testing.T) {
 	pth := p.GetCircuitBreakers().GetThresholds()
 	if p.LbPolicy != cluster.Cluster_ROUND_ROBIN || len(pth) != 1 || pth[0].GetMaxRequests().GetValue() != 50 || pth[0].MaxConnections != nil || p.TypedExtensionProtocolOptions != nil {
 		t.Errorf("proxyless cluster: lb %v, thresholds %v, options %v", p.LbPolicy, pth, p.TypedExtensionProtocolOptions)
+	}
+}
+
+// TestAutoMTLS: where no DestinationRule sets TLS, an Envoy's cluster of a
+// service in the mesh speaks Istio's mutual TLS to endpoints labelled
+// tlsMode: istio (their load assignments say so) and plaintext to the
+// rest; not to a service outside the mesh, not when the mesh turns it off,
+// never to a proxyless client. ISTIO_MUTUAL gets istiod's SNI and the
+// service's identities.
+func TestAutoMTLS(t *testing.T) {
+	m := cartMesh(nil, nil)
+	svc := m.Service("cart.shop.svc.cluster.local")
+	svc.ServiceAccounts = []string{"cart"}
+	svc.Endpoints = []*meshv1.Endpoint{{Address: "10.0.0.1", Labels: map[string]string{generate.TLSModeLabel: "istio"}}, {Address: "10.0.0.2"}}
+	c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy)
+	ms := c.GetTransportSocketMatches()
+	if len(ms) != 2 || ms[0].Name != "tlsMode-istio" || ms[0].Match.Fields["tlsMode"].GetStringValue() != "istio" || ms[1].Name != "tlsMode-disabled" || c.TransportSocket != nil {
+		t.Fatalf("transport socket matches %v", ms)
+	}
+	var tlsCtx tlsv3.UpstreamTlsContext
+	if err := ms[0].TransportSocket.GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil {
+		t.Fatal(err)
+	}
+	sans := tlsCtx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetMatchSubjectAltNames() //nolint:staticcheck // istiod's field
+	if tlsCtx.Sni != "outbound_.80_._.cart.shop.svc.cluster.local" || len(sans) != 1 || sans[0].GetExact() != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Errorf("mutual TLS: SNI %q, names %v", tlsCtx.Sni, sans)
+	}
+	las := generate.LoadAssignments(m)
+	for _, la := range las {
+		for _, l := range la.Endpoints {
+			for _, e := range l.LbEndpoints {
+				_, tagged := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"]
+				if addr := e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); tagged != (addr == "10.0.0.1") {
+					t.Errorf("endpoint %s: transport socket match metadata %v", addr, e.GetMetadata())
+				}
+			}
+		}
+	}
+	if p := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Proxyless); p.TransportSocketMatches != nil || p.TransportSocket != nil {
+		t.Errorf("proxyless cluster with TLS: %v", p)
+	}
+	m.NoAutoMTLS = true
+	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
+		t.Errorf("auto mTLS off, yet %v", c.TransportSocketMatches)
+	}
+	m.NoAutoMTLS = false
+	svc.Spec.MeshExternal = true
+	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
+		t.Errorf("a service outside the mesh, yet %v", c.TransportSocketMatches)
+	}
+	svc.Spec.MeshExternal = false
+	svc.Policy = &meshv1.TrafficPolicy{Host: "cart.shop.svc.cluster.local", Tls: &meshv1.ClientTLS{Mode: meshv1.ClientTLS_MODE_ISTIO_MUTUAL}}
+	c = cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy)
+	if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil || c.TransportSocketMatches != nil || tlsCtx.Sni != "outbound_.80_._.cart.shop.svc.cluster.local" {
+		t.Errorf("ISTIO_MUTUAL: %v, matches %v, SNI %q", err, c.TransportSocketMatches, tlsCtx.Sni)
 	}
 }

@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"math"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -106,9 +107,11 @@ func TestMatchAuthorityAndCase(t *testing.T) {
 	}
 }
 
-// TestPortAndSubsetPolicies: a DestinationRule's portLevelSettings and a
-// subset's own traffic policy override the destination's, field by field,
-// as Istio merges them.
+// TestPortAndSubsetPolicies: as Istio merges them, a DestinationRule's
+// portLevelSettings replace its policy for the port as a whole (what they
+// leave out is the default, not the destination's); a subset's policy
+// overrides each part it sets, and its own settings for the port replace
+// all four parts.
 func TestPortAndSubsetPolicies(t *testing.T) {
 	svc := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{
 		Hostnames: []string{"cart.shop.svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
@@ -139,9 +142,9 @@ func TestPortAndSubsetPolicies(t *testing.T) {
 		outliers bool
 	}{
 		"outbound|80||cart.shop.svc.cluster.local":     {cluster.Cluster_LEAST_REQUEST, 10, false, false},
-		"outbound|9090||cart.shop.svc.cluster.local":   {cluster.Cluster_RANDOM, 10, true, false},
+		"outbound|9090||cart.shop.svc.cluster.local":   {cluster.Cluster_RANDOM, math.MaxUint32, true, false},
 		"outbound|80|v2|cart.shop.svc.cluster.local":   {cluster.Cluster_LEAST_REQUEST, 10, false, true},
-		"outbound|9090|v2|cart.shop.svc.cluster.local": {cluster.Cluster_RANDOM, 99, true, true},
+		"outbound|9090|v2|cart.shop.svc.cluster.local": {cluster.Cluster_LEAST_REQUEST, 99, false, false},
 	} {
 		c := by[name]
 		if c == nil || c.LbPolicy != want.lb || maxConns(c) != want.conns || (c.TransportSocket != nil) != want.tls || (c.OutlierDetection != nil) != want.outliers {

@@ -68,6 +68,7 @@ func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]s
 			}},
 			HealthStatus:        healthStatus(ep.Health),
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
+			Metadata:            endpointMetadata(ep),
 		})
 	}
 	slices.SortFunc(cla.Endpoints, func(a, b *endpoint.LocalityLbEndpoints) int {

@@ -43,8 +43,12 @@ type Service struct {
 	// of its inputs); generated resources are cached under it.
 	Version string
 	// ConfigVersion changes whenever the service or its policy changes,
-	// but not with its endpoints: clusters and routes are cached under it.
+	// or the service accounts of its endpoints, but not with its other
+	// endpoint changes: clusters and routes are cached under it.
 	ConfigVersion string
+	// ServiceAccounts are its endpoints' service accounts (see
+	// ServiceAccounts): the identities its clients expect.
+	ServiceAccounts []string
 }
 
 // routable reports whether the service gets clusters and routes: a
@@ -94,6 +98,11 @@ type Mesh struct {
 	// RegistryOnly refuses an Envoy's traffic to destinations no service
 	// names (a view's, see View.RegistryOnly).
 	RegistryOnly bool
+	// NoAutoMTLS turns off automatic mutual TLS (MeshConfig
+	// enableAutoMtls: false): clusters use TLS only as policies ask.
+	NoAutoMTLS bool
+	// TrustDomain is the mesh's SPIFFE trust domain ("": cluster.local).
+	TrustDomain string
 	// Namespace is the namespace of the view's proxies ("" for a view of
 	// the whole mesh): its services are also reached by their short names.
 	Namespace string
@@ -153,6 +162,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
+		NoAutoMTLS: m.NoAutoMTLS, TrustDomain: m.TrustDomain,
 		Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
@@ -278,6 +288,7 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
+	out.NoAutoMTLS, out.TrustDomain = m.NoAutoMTLS, m.TrustDomain
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}
 		for _, tag := range v.Sources {

@@ -48,7 +48,9 @@ func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfigur
 	forEachHTTPPort(m, func(s *Service, host string, p *meshv1.Port) {
 		rc := byPort[p.Number]
 		if rc == nil {
-			rc = &route.RouteConfiguration{Name: strconv.FormatUint(uint64(p.Number), 10), ValidateClusters: wrapperspb.Bool(false)}
+			// The port is the listener's: hosts are matched without it.
+			rc = &route.RouteConfiguration{Name: strconv.FormatUint(uint64(p.Number), 10), ValidateClusters: wrapperspb.Bool(false),
+				IgnorePortInHostMatching: true}
 			byPort[p.Number] = rc
 			out = append(out, rc)
 		}
@@ -87,8 +89,9 @@ func uniqueDomains(vhs []*route.VirtualHost) []*route.VirtualHost {
 // matches (see Domains).
 func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 	vh := virtualHost(m, host, port, true)
+	vh.IncludeRequestAttemptCount = true
 	if s := m.Service(host); s != nil {
-		vh.Domains = Domains(m, s, host, port)
+		vh.Domains = Domains(m, s, host, 0)
 	}
 	return vh
 }
@@ -98,7 +101,8 @@ func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 // trailing dot); for a Kubernetes service's host
 // (name.namespace.svc.<domain>) its short name for proxies of its
 // namespace, name.namespace.svc and name.namespace; the service's virtual
-// IPs; each with and without the port.
+// IPs; each with and without the port (port 0: without, for a route
+// configuration that ignores the port, as a sidecar's do).
 func Domains(m *Mesh, s *Service, host string, port uint32) []string {
 	names := []string{host}
 	if net.ParseIP(host) == nil {
@@ -117,7 +121,10 @@ func Domains(m *Mesh, s *Service, host string, port uint32) []string {
 		if strings.Contains(n, ":") { // an IPv6 address: Envoy matches it bracketed
 			n = "[" + n + "]"
 		}
-		out = append(out, n, n+suffix)
+		out = append(out, n)
+		if port != 0 {
+			out = append(out, n+suffix)
+		}
 	}
 	return out
 }
@@ -272,6 +279,7 @@ func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
 	if hm == nil {
 		return rm
 	}
+	rm.CaseSensitive = wrapperspb.Bool(!hm.IgnoreUriCase)
 	switch u := hm.Uri.GetKind().(type) {
 	case *meshv1.StringMatch_Exact:
 		rm.PathSpecifier = &route.RouteMatch_Path{Path: u.Exact}
@@ -279,9 +287,6 @@ func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
 		rm.PathSpecifier = &route.RouteMatch_Prefix{Prefix: u.Prefix}
 	case *meshv1.StringMatch_Regex:
 		rm.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
-	}
-	if hm.IgnoreUriCase {
-		rm.CaseSensitive = wrapperspb.Bool(false)
 	}
 	if hm.Method != nil {
 		rm.Headers = append(rm.Headers, headerMatcher(":method", hm.Method))
@@ -372,6 +377,9 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) 
 				a.RequestMirrorPolicies = []*route.RouteAction_RequestMirrorPolicy{{
 					Cluster:         ClusterName(port, mr.Destination.Subset, mr.Destination.Host),
 					RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: fractional(pct)},
+					// Mirrored requests keep their host and start no trace.
+					TraceSampled:                  wrapperspb.Bool(false),
+					DisableShadowHostSuffixAppend: true,
 				}}
 			}
 		}

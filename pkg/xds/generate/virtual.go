@@ -295,13 +295,13 @@ func outboundDefault(m *Mesh) string {
 // (ALLOW_ANY) or answered 502 (REGISTRY_ONLY). One object each, shared by
 // every route configuration.
 var (
-	allowAnyHost = &route.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*route.Route{{
+	allowAnyHost = &route.VirtualHost{Name: "allow_any", Domains: []string{"*"}, IncludeRequestAttemptCount: true, Routes: []*route.Route{{
 		Name:  "allow_any",
 		Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: PassthroughCluster},
 			Timeout: durationpb.New(0)}},
 	}}}
-	blockAllHost = &route.VirtualHost{Name: "block_all", Domains: []string{"*"}, Routes: []*route.Route{{
+	blockAllHost = &route.VirtualHost{Name: "block_all", Domains: []string{"*"}, IncludeRequestAttemptCount: true, Routes: []*route.Route{{
 		Name:   "block_all",
 		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 502}},

@@ -231,7 +231,11 @@ type Service struct {
 	// addresses are the service's virtual IPs (a Kubernetes Service's
 	// cluster IPs, a ServiceEntry's addresses): clients reach it at them,
 	// and TCP services that share a port are told apart by them.
-	Addresses     []string `protobuf:"bytes,8,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Addresses []string `protobuf:"bytes,8,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// mesh_external says the service is outside the mesh (a ServiceEntry's
+	// location MESH_EXTERNAL, its default): its clients never speak Istio's
+	// mutual TLS to it unasked.
+	MeshExternal  bool `protobuf:"varint,9,opt,name=mesh_external,json=meshExternal,proto3" json:"mesh_external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +326,13 @@ func (x *Service) GetAddresses() []string {
 	return nil
 }
 
+func (x *Service) GetMeshExternal() bool {
+	if x != nil {
+		return x.MeshExternal
+	}
+	return false
+}
+
 var File_shardpilot_mesh_v1_service_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
@@ -332,7 +343,7 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\x06number\x18\x02 \x01(\rR\x06number\x128\n" +
 	"\bprotocol\x18\x03 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x1f\n" +
 	"\vtarget_port\x18\x04 \x01(\rR\n" +
-	"targetPort\"\xa7\x04\n" +
+	"targetPort\"\xcc\x04\n" +
 	"\aService\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12.\n" +
@@ -343,7 +354,8 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"resolution\x12\x1b\n" +
 	"\texport_to\x18\x06 \x03(\tR\bexportTo\x12^\n" +
 	"\x11workload_selector\x18\a \x03(\v21.shardpilot.mesh.v1.Service.WorkloadSelectorEntryR\x10workloadSelector\x12\x1c\n" +
-	"\taddresses\x18\b \x03(\tR\taddresses\x1a9\n" +
+	"\taddresses\x18\b \x03(\tR\taddresses\x12#\n" +
+	"\rmesh_external\x18\t \x01(\bR\fmeshExternal\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +

@@ -1,0 +1,118 @@
+package generate
+
+import (
+	"slices"
+	"strconv"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// TLSModeLabel is the label an endpoint with a sidecar carries ("istio"),
+// which the injector sets on its pod: it speaks Istio's mutual TLS.
+const TLSModeLabel = "security.istio.io/tlsMode"
+
+// transportSocketMatch is the endpoint metadata Envoy matches a cluster's
+// transport sockets against.
+const transportSocketMatch = "envoy.transport_socket_match"
+
+// DefaultTrustDomain is the SPIFFE trust domain of the workload identities
+// a client expects, unless the mesh names another.
+const DefaultTrustDomain = "cluster.local"
+
+// mutualTLS gives an Envoy's cluster Istio's mutual TLS: as its policy asks
+// (ISTIO_MUTUAL), or, when the policy says nothing of TLS and the service
+// is in the mesh, toward the endpoints that have a sidecar (labelled
+// tlsMode: istio) and in plaintext to the rest, as istiod's automatic
+// mutual TLS does. The client expects the service's workload identities
+// and names the cluster in its SNI (outbound_.<port>_.<subset>_.<host>).
+func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32, subset string, policy *meshv1.TrafficPolicy, proxy Proxy) {
+	if proxy != Envoy {
+		return
+	}
+	sni := "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+	switch t := policy.GetTls(); t.GetMode() {
+	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
+		if t.Sni != "" {
+			sni = t.Sni
+		}
+		sans := t.SubjectAltNames
+		if len(sans) == 0 {
+			sans = m.identities(s)
+		}
+		c.TransportSocket = tlsSocket(istioMutual(sni, sans))
+	case meshv1.ClientTLS_MODE_UNSPECIFIED:
+		if s.Spec.GetMeshExternal() || m.NoAutoMTLS {
+			return
+		}
+		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
+			{Name: "tlsMode-istio", Match: tlsModeIstio(), TransportSocket: tlsSocket(istioMutual(sni, m.identities(s)))},
+			{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer",
+				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbuffer.RawBuffer{})}}},
+		}
+	}
+}
+
+func tlsModeIstio() *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}}
+}
+
+// istioMutual is an Envoy's side of Istio's mutual TLS: its workload
+// certificate ("default") and the mesh's root ("ROOTCA") over SDS, TLS 1.2
+// to 1.3, Istio's ALPN, and the server's identity checked.
+func istioMutual(sni string, sans []string) *tlsv3.UpstreamTlsContext {
+	names := &tlsv3.CertificateValidationContext{}
+	for _, san := range sans {
+		names.MatchSubjectAltNames = append(names.MatchSubjectAltNames, //nolint:staticcheck // the field istiod sets
+			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}})
+	}
+	return &tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+			TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
+		AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("default")},
+		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext: names, ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")}},
+	}}
+}
+
+// identities are the SPIFFE identities of a service's workloads: what a
+// client accepts from its server.
+func (m *Mesh) identities(s *Service) []string {
+	td := m.TrustDomain
+	if td == "" {
+		td = DefaultTrustDomain
+	}
+	out := make([]string, 0, len(s.ServiceAccounts))
+	for _, sa := range s.ServiceAccounts {
+		out = append(out, "spiffe://"+td+"/ns/"+s.Namespace+"/sa/"+sa)
+	}
+	return out
+}
+
+// ServiceAccounts returns the distinct service accounts of endpoints, in
+// order: what a service's clusters name as its identities.
+func ServiceAccounts(eps []*meshv1.Endpoint) []string {
+	var out []string
+	for _, ep := range eps {
+		if ep.ServiceAccount != "" {
+			out = append(out, ep.ServiceAccount)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// endpointMetadata says, for Envoy's transport socket match, that an
+// endpoint has a sidecar.
+func endpointMetadata(ep *meshv1.Endpoint) *core.Metadata {
+	if ep.Labels[TLSModeLabel] != "istio" {
+		return nil
+	}
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatch: tlsModeIstio()}}
+}

@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string) error {
 	var rootNamespace, kubeconfig, tokenAudience, outbound string
 	sharedGateways := fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
 	autoMTLS := fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS, as Istio's meshConfig.enableAutoMtls; in effect only where proxies get workload certificates (an authenticated ADS with a CA)")
+	workloadCerts := fs.String("workload-certificates", "pushers", "where Envoys get their workload certificate and the mesh's root (SDS \"default\" and \"ROOTCA\"): pushers (over ADS, from the pushers' CA; shardpilot's own bootstrap) or agent (from Istio's agent beside each Envoy, on its sds-grpc cluster, as istiod configures injected sidecars)")
 	fs.StringVar(&outbound, "outbound-traffic-policy", "ALLOW_ANY", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502), as Istio's meshConfig.outboundTrafficPolicy")
 	var tokens bool
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
@@ -156,6 +157,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if adsClientCA != "" && caCert == "" && caSealKeys == "" {
 		return errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
+	}
+	if *workloadCerts != "pushers" && *workloadCerts != "agent" {
+		return fmt.Errorf("--workload-certificates %q: want pushers or agent", *workloadCerts)
 	}
 	if outbound != "ALLOW_ANY" && outbound != "REGISTRY_ONLY" {
 		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY or REGISTRY_ONLY", outbound)
@@ -284,7 +288,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", NoAutoMTLS: !*autoMTLS, TrustDomain: trustDomain, ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", NoAutoMTLS: !*autoMTLS, TrustDomain: trustDomain, AgentCertificates: *workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -46,10 +46,12 @@ type Builder struct {
 	// RootNamespace is the mesh's root namespace, whose security policies
 	// apply to every namespace (generate.DefaultRootNamespace by default).
 	RootNamespace string
-	// NoAutoMTLS and TrustDomain are the mesh's (see generate.Mesh).
-	NoAutoMTLS  bool
-	TrustDomain string
-	objs        map[model.Key]Entry
+	// NoAutoMTLS, TrustDomain and AgentCertificates are the mesh's (see
+	// generate.Mesh).
+	NoAutoMTLS        bool
+	TrustDomain       string
+	AgentCertificates bool
+	objs              map[model.Key]Entry
 	// shards finds each service's endpoint objects.
 	shards map[id]map[model.Key]bool
 	// Since the last build: the services whose endpoints changed, and
@@ -232,7 +234,7 @@ func (b *Builder) join() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
 	})
 	m.Policies = security
-	m.NoAutoMTLS, m.TrustDomain = b.NoAutoMTLS, b.TrustDomain
+	m.NoAutoMTLS, m.TrustDomain, m.AgentCertificates = b.NoAutoMTLS, b.TrustDomain, b.AgentCertificates
 	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace}
 }
 

@@ -41,7 +41,7 @@ func FuzzApplyEvent(f *testing.F) {
 		if proto.Unmarshal(data, &ev) != nil {
 			return
 		}
-		s := newState("", false, "")
+		s := newState("", meshSettings{})
 		s.reset([]model.Stored{{Key: model.Key{Kind: model.KindService, Namespace: "ns", Name: "a"}, Object: svc, ModRevision: 1}}, 1)
 		k, err := model.ParseKey(ev.Key)
 		if err != nil {

@@ -79,6 +79,9 @@ type Config struct {
 	NoAutoMTLS bool
 	// TrustDomain is the mesh's SPIFFE trust domain (default cluster.local).
 	TrustDomain string
+	// AgentCertificates says Envoys get their workload certificates from
+	// Istio's agent beside them (see generate.Mesh).
+	AgentCertificates bool
 	// RegistryOnly is the mesh's outbound traffic policy (a Sidecar's
 	// overrides it): traffic to destinations no service names is refused
 	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
@@ -360,7 +363,8 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, cfg.NoAutoMTLS, cfg.TrustDomain, gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates},
+		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {

@@ -28,14 +28,21 @@ type state struct {
 	indexOpts []classify.Option
 }
 
+// meshSettings are the mesh-wide settings every build carries (see
+// generate.Mesh).
+type meshSettings struct {
+	noAutoMTLS, agentCertificates bool
+	trustDomain                   string
+}
+
 // newState returns an empty state; root, when set, is the mesh's root
-// namespace; noAutoMTLS and trustDomain are the mesh's.
-func newState(root string, noAutoMTLS bool, trustDomain string, opts ...classify.Option) *state {
+// namespace.
+func newState(root string, ms meshSettings, opts ...classify.Option) *state {
 	b := meshbuild.New()
 	if root != "" {
 		b.RootNamespace = root
 	}
-	b.NoAutoMTLS, b.TrustDomain = noAutoMTLS, trustDomain
+	b.NoAutoMTLS, b.TrustDomain, b.AgentCertificates = ms.noAutoMTLS, ms.trustDomain, ms.agentCertificates
 	return &state{b: b, tombstones: map[model.Key]int64{}, indexOpts: opts}
 }
 

@@ -66,7 +66,7 @@ func TestStateApply(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := newState("", false, "")
+			s := newState("", meshSettings{})
 			k := model.Key{Kind: model.KindService, Namespace: "ns", Name: "a"}
 			var items []model.Stored
 			if tc.loadedPort != 0 {
@@ -96,7 +96,7 @@ func TestStateApply(t *testing.T) {
 }
 
 func TestStateMergesEndpointShards(t *testing.T) {
-	s := newState("", false, "")
+	s := newState("", meshSettings{})
 	svc := &meshv1.Service{Hostnames: []string{"a.ns.svc.cluster.local"}, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}
 	ep := func(addr string) *meshv1.Endpoint { return &meshv1.Endpoint{Address: addr} }
 	s.reset([]model.Stored{

@@ -499,11 +499,14 @@ type Pusher struct {
 	ScopeByProxies bool
 	ScopeGrace     time.Duration
 	// NoAutoMTLS turns automatic mutual TLS off (see pusher.Config); it is
-	// off anyway when the pushers serve no workload certificates (no
-	// Secrets in XDS).
+	// off anyway when Envoys can get no workload certificate (no Secrets in
+	// XDS, no AgentCertificates).
 	NoAutoMTLS bool
 	// TrustDomain is the mesh's SPIFFE trust domain.
 	TrustDomain string
+	// AgentCertificates says Envoys get their workload certificates from
+	// Istio's agent beside them, not from the pushers (see pusher.Config).
+	AgentCertificates bool
 	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
 	// when set, else ALLOW_ANY (a Sidecar's overrides it).
 	RegistryOnly bool
@@ -548,7 +551,8 @@ func (p Pusher) Run(ctx context.Context) error {
 		}
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, NoAutoMTLS: p.NoAutoMTLS || p.XDS.Secrets == nil, TrustDomain: p.TrustDomain, RegistryOnly: p.RegistryOnly, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, NoAutoMTLS: p.NoAutoMTLS || (p.XDS.Secrets == nil && !p.AgentCertificates), TrustDomain: p.TrustDomain,
+		AgentCertificates: p.AgentCertificates, RegistryOnly: p.RegistryOnly, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {

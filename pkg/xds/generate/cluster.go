@@ -276,7 +276,7 @@ func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	switch t.Mode {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
-		ctx.CommonTlsContext = meshCertificates(proxy)
+		ctx.CommonTlsContext = meshCertificates(proxy, false) // an Envoy's is mutualTLS's
 	case meshv1.ClientTLS_MODE_MUTUAL:
 		name := t.CredentialName
 		if name == "" {
@@ -322,6 +322,23 @@ func verifySubjectAltNames(common *tlsv3.CommonTlsContext, t *meshv1.ClientTLS, 
 	common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: names}
 }
 
+// workloadSecret is a workload secret ("default", "ROOTCA") an Envoy
+// fetches over SDS: from Istio's agent on its sds-grpc cluster (agent), as
+// istiod configures it, else from the pushers on its ADS stream.
+func workloadSecret(name string, agent bool) *tlsv3.SdsSecretConfig {
+	if !agent {
+		return sdsSecret(name)
+	}
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
+		ResourceApiVersion:  core.ApiVersion_V3,
+		InitialFetchTimeout: durationpb.New(0),
+		ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: &core.ApiConfigSource{
+			ApiType: core.ApiConfigSource_GRPC, SetNodeOnFirstMessageOnly: true, TransportApiVersion: core.ApiVersion_V3,
+			GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: "sds-grpc"}}}},
+		}},
+	}}
+}
+
 // sdsSecret is a secret an Envoy fetches over SDS on its ADS stream.
 func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()}
@@ -331,7 +348,7 @@ func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 // root it validates peers with, under Istio's names: for an Envoy the SDS
 // secrets "default" and "ROOTCA", for a proxyless gRPC client or server its
 // bootstrap's certificate provider "default".
-func meshCertificates(proxy Proxy) *tlsv3.CommonTlsContext {
+func meshCertificates(proxy Proxy, agent bool) *tlsv3.CommonTlsContext {
 	if proxy == Proxyless {
 		provider := func(name string) *tlsv3.CertificateProviderPluginInstance {
 			return &tlsv3.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: name}
@@ -343,8 +360,8 @@ func meshCertificates(proxy Proxy) *tlsv3.CommonTlsContext {
 		}
 	}
 	return &tlsv3.CommonTlsContext{
-		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("default")},
-		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{workloadSecret("default", agent)},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: workloadSecret("ROOTCA", agent)},
 	}
 }
 

@@ -246,6 +246,15 @@ func TestAutoMTLS(t *testing.T) {
 	if p := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Proxyless); p.TransportSocketMatches != nil || p.TransportSocket != nil {
 		t.Errorf("proxyless cluster with TLS: %v", p)
 	}
+	m.AgentCertificates = true
+	c = cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy)
+	if err := c.GetTransportSocketMatches()[0].TransportSocket.GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil {
+		t.Fatal(err)
+	}
+	if sds := tlsCtx.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs()[0].GetSdsConfig().GetApiConfigSource(); sds.GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
+		t.Errorf("certificates from Istio's agent: SDS config %v, want the sds-grpc cluster", sds)
+	}
+	m.AgentCertificates = false
 	m.NoAutoMTLS = true
 	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
 		t.Errorf("auto mTLS off, yet %v", c.TransportSocketMatches)

@@ -177,7 +177,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 		}
 		if !ports[port] {
 			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
-			out = append(out, inboundTLS(chain, sec.MTLSMode(port))...)
+			out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
 			continue
 		}
 		manager := &hcm.HttpConnectionManager{
@@ -204,7 +204,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
 		}}
-		out = append(out, inboundTLS(chain, sec.MTLSMode(port))...)
+		out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
 	}
 	return out
 }

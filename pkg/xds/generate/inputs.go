@@ -103,6 +103,11 @@ type Mesh struct {
 	NoAutoMTLS bool
 	// TrustDomain is the mesh's SPIFFE trust domain ("": cluster.local).
 	TrustDomain string
+	// AgentCertificates says Envoys get their workload certificate and
+	// the mesh's root from Istio's agent beside them (its sds-grpc
+	// cluster), as istiod configures them, instead of from the pushers
+	// over ADS.
+	AgentCertificates bool
 	// Namespace is the namespace of the view's proxies ("" for a view of
 	// the whole mesh): its services are also reached by their short names.
 	Namespace string
@@ -162,7 +167,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
-		NoAutoMTLS: m.NoAutoMTLS, TrustDomain: m.TrustDomain,
+		NoAutoMTLS: m.NoAutoMTLS, TrustDomain: m.TrustDomain, AgentCertificates: m.AgentCertificates,
 		Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
@@ -288,7 +293,7 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
-	out.NoAutoMTLS, out.TrustDomain = m.NoAutoMTLS, m.TrustDomain
+	out.NoAutoMTLS, out.TrustDomain, out.AgentCertificates = m.NoAutoMTLS, m.TrustDomain, m.AgentCertificates
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}
 		for _, tag := range v.Sources {

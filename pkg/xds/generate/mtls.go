@@ -45,13 +45,13 @@ func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32
 		if len(sans) == 0 {
 			sans = m.identities(s)
 		}
-		c.TransportSocket = tlsSocket(istioMutual(sni, sans))
+		c.TransportSocket = tlsSocket(istioMutual(sni, sans, m.AgentCertificates))
 	case meshv1.ClientTLS_MODE_UNSPECIFIED:
 		if s.Spec.GetMeshExternal() || m.NoAutoMTLS {
 			return
 		}
 		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
-			{Name: "tlsMode-istio", Match: tlsModeIstio(), TransportSocket: tlsSocket(istioMutual(sni, m.identities(s)))},
+			{Name: "tlsMode-istio", Match: tlsModeIstio(), TransportSocket: tlsSocket(istioMutual(sni, m.identities(s), m.AgentCertificates))},
 			{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer",
 				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbuffer.RawBuffer{})}}},
 		}
@@ -63,9 +63,10 @@ func tlsModeIstio() *structpb.Struct {
 }
 
 // istioMutual is an Envoy's side of Istio's mutual TLS: its workload
-// certificate ("default") and the mesh's root ("ROOTCA") over SDS, TLS 1.2
+// certificate ("default") and the mesh's root ("ROOTCA") over SDS (from
+// Istio's agent, agent), TLS 1.2
 // to 1.3, Istio's ALPN, and the server's identity checked.
-func istioMutual(sni string, sans []string) *tlsv3.UpstreamTlsContext {
+func istioMutual(sni string, sans []string, agent bool) *tlsv3.UpstreamTlsContext {
 	names := &tlsv3.CertificateValidationContext{}
 	for _, san := range sans {
 		names.MatchSubjectAltNames = append(names.MatchSubjectAltNames, //nolint:staticcheck // the field istiod sets
@@ -75,9 +76,9 @@ func istioMutual(sni string, sans []string) *tlsv3.UpstreamTlsContext {
 		TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
 			TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
 		AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
-		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("default")},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{workloadSecret("default", agent)},
 		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-			DefaultValidationContext: names, ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")}},
+			DefaultValidationContext: names, ValidationContextSdsSecretConfig: workloadSecret("ROOTCA", agent)}},
 	}}
 }
 

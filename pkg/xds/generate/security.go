@@ -225,7 +225,7 @@ func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listen
 				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)}}},
 		}
 		if sec.MTLSMode(port) == meshv1.MTLSMode_MTLS_MODE_STRICT {
-			chain.TransportSocket = downstreamMutualTLS(Proxyless)
+			chain.TransportSocket = downstreamMutualTLS(Proxyless, false)
 		}
 		for _, host := range []string{"0.0.0.0", "::"} {
 			addr := netip.AddrPortFrom(netip.MustParseAddr(host), uint16(port)).String()
@@ -242,8 +242,8 @@ func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listen
 // downstreamMutualTLS requires a client certificate of the mesh's root:
 // for an Envoy from SDS ("default" and "ROOTCA"), for a proxyless server
 // from its bootstrap's certificate provider "default", as Istio's.
-func downstreamMutualTLS(proxy Proxy) *core.TransportSocket {
-	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: meshCertificates(proxy), RequireClientCertificate: wrapperspb.Bool(true)})
+func downstreamMutualTLS(proxy Proxy, agent bool) *core.TransportSocket {
+	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: meshCertificates(proxy, agent), RequireClientCertificate: wrapperspb.Bool(true)})
 }
 
 // rbacOptions say what a proxy can check: a JWT's claims (jwt: an Envoy
@@ -833,16 +833,16 @@ func inboundTCPFilters(sec Security, port uint32) []*listener.Filter {
 // requiring mutual TLS (STRICT: a plaintext connection fails its
 // handshake, never reaching the passthrough); a TLS and a plaintext chain
 // told apart by the TLS inspector (PERMISSIVE).
-func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode) []*listener.FilterChain {
+func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode, agent bool) []*listener.FilterChain {
 	switch mode {
 	case meshv1.MTLSMode_MTLS_MODE_STRICT:
-		chain.TransportSocket = downstreamMutualTLS(Envoy)
+		chain.TransportSocket = downstreamMutualTLS(Envoy, agent)
 		return []*listener.FilterChain{chain}
 	case meshv1.MTLSMode_MTLS_MODE_PERMISSIVE:
 		tlsChain := proto.Clone(chain).(*listener.FilterChain)
 		tlsChain.Name += "_tls"
 		tlsChain.FilterChainMatch.TransportProtocol = "tls"
-		tlsChain.TransportSocket = downstreamMutualTLS(Envoy)
+		tlsChain.TransportSocket = downstreamMutualTLS(Envoy, agent)
 		chain.FilterChainMatch.TransportProtocol = "raw_buffer"
 		return []*listener.FilterChain{tlsChain, chain}
 	}

@@ -62,6 +62,17 @@ loadtest-shards: build ## Sharded load test (about 5 min): 4,000 Envoys over 40 
 	$(BIN)/loadtest run --bin $(BIN) --proxies 4000 --services 2000 --endpoints 10 --namespaces 40 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 30s --pushers 1 --shards 2,4 --reshard --shard-alone --storm --baseline=false --out loadtest/out/shards
 
+.PHONY: istio-binaries
+istio-binaries: ## Build Istio's pilot-discovery and pilot-agent (once, into a cache folder) from ISTIO_SRC, an Istio release's source tree (see hack/istio-binaries.sh).
+	@test -n "$(ISTIO_SRC)" || { echo "set ISTIO_SRC to an Istio release's source tree"; exit 2; }
+	hack/istio-binaries.sh $(ISTIO_SRC)
+
+.PHONY: diff-istiod
+diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) and shardpilot send one sidecar for each case of test/istiod/testdata/cases, fact by fact; DIFF_ISTIOD_OUT=<dir> keeps every difference.
+	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
+	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
+		$(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod
+
 .PHONY: kube-binaries
 kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd the Kubernetes tests run.
 	hack/kube-binaries.sh

@@ -1,0 +1,393 @@
+package istiod
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/shardpilot/shardpilot/internal/embedded"
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/types/known/structpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+)
+
+// minPercent is the share of facts each case must have equal.
+const minPercent = 95.0
+
+// TestAgainstIstiod gives istiod (ISTIO_BIN, built by
+// hack/istio-binaries.sh) and shardpilot (the binaries of SHARDPILOT_BIN,
+// default .bin) one kube-apiserver holding every case of testdata/cases,
+// each in a namespace of its own beside Bookinfo, then asks both, as the
+// same sidecar of the case's namespace, for its configuration, and
+// compares the facts that concern the case's hosts. make diff-istiod runs
+// it; without ISTIO_BIN it is skipped.
+func TestAgainstIstiod(t *testing.T) {
+	istioBin := os.Getenv("ISTIO_BIN")
+	if istioBin == "" {
+		t.Skip("ISTIO_BIN is not set: make diff-istiod ISTIO_BIN=$(hack/istio-binaries.sh <istio source>)")
+	}
+	src := os.Getenv("ISTIO_SRC")
+	if src == "" {
+		b, err := os.ReadFile(filepath.Join(istioBin, "source"))
+		if err != nil {
+			t.Fatalf("ISTIO_SRC is not set and %s/source does not name Istio's tree: %v", istioBin, err)
+		}
+		src = strings.TrimSpace(string(b))
+	}
+	ourBin := cmpOr(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	kc, err := kubetest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Stop()
+	work := t.TempDir()
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	if err := kc.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	a := &applier{kc: kc}
+	crds, err := os.ReadFile(filepath.Join(src, "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
+	if err != nil {
+		t.Fatalf("Istio's CRDs: %v", err)
+	}
+	a.apply(t, ctx, crds)
+	a.apply(t, ctx, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n"))
+	testutil.Eventually(t, time.Minute, "Istio's CRDs served", func() (bool, string) {
+		_, err := kc.Client.Discovery().ServerResourcesForGroupVersion("networking.istio.io/v1")
+		return err == nil, fmt.Sprint(err)
+	})
+
+	cases, err := filepath.Glob(filepath.Join("testdata", "cases", "*.yaml"))
+	if err != nil || len(cases) == 0 {
+		t.Fatalf("no cases: %v", err)
+	}
+	bookinfo, err := os.ReadFile(filepath.Join("testdata", "bookinfo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tc struct{ name, ns string }
+	var all []tc
+	for i, file := range cases {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		ns := "case-" + strings.ToLower(strings.SplitN(name, "-", 2)[1])
+		body, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(100+i))
+		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
+		a.apply(t, ctx, []byte(fill.Replace(string(body))))
+		all = append(all, tc{name, ns})
+	}
+
+	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work)
+	ours := startShardpilot(t, ctx, ourBin, kubeconfig, work)
+
+	var failed []string
+	var report strings.Builder
+	fmt.Fprintf(&report, "%-28s %8s %8s %7s\n", "case", "facts", "equal", "%")
+	for _, c := range all {
+		node := sidecar(c.ns)
+		var theirs, mine Facts
+		testutil.Eventually(t, 2*time.Minute, c.name+": both control planes serve the case", func() (bool, string) {
+			var err1, err2 error
+			theirs, err1 = caseFacts(ctx, istiod, node, c.ns)
+			mine, err2 = caseFacts(ctx, ours, node, c.ns)
+			if err1 != nil || err2 != nil {
+				return false, fmt.Sprintf("istiod: %v; shardpilot: %v", err1, err2)
+			}
+			// Settled: both still say the same a moment later.
+			time.Sleep(time.Second)
+			again1, err1 := caseFacts(ctx, istiod, node, c.ns)
+			again2, err2 := caseFacts(ctx, ours, node, c.ns)
+			if err1 != nil || err2 != nil || !sameFacts(theirs, again1) || !sameFacts(mine, again2) {
+				return false, "still changing"
+			}
+			return hasClusters(theirs) && hasClusters(mine), fmt.Sprintf("clusters: istiod %v, shardpilot %v", hasClusters(theirs), hasClusters(mine))
+		})
+		cmp := Compare(theirs, mine)
+		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", c.name, cmp.Compared, cmp.Equal, cmp.Percent())
+		if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
+			if err := os.MkdirAll(out, 0o755); err == nil {
+				_ = os.WriteFile(filepath.Join(out, c.name+".diff"), []byte(strings.Join(cmp.Differences, "\n")+"\n"), 0o644)
+			}
+		}
+		if cmp.Percent() < minPercent {
+			failed = append(failed, c.name)
+			for _, d := range cmp.Differences[:min(len(cmp.Differences), 40)] {
+				t.Logf("%s: %s", c.name, d)
+			}
+		}
+	}
+	t.Logf("facts istiod and shardpilot send a sidecar, per case:\n%s", report.String())
+	if len(failed) > 0 {
+		t.Errorf("below %.0f%% equal facts: %v (DIFF_ISTIOD_OUT=<dir> writes every difference)", minPercent, failed)
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// sidecar is a proxy of namespace ns as Istio's agent announces it.
+func sidecar(ns string) *core.Node {
+	const ip = "10.250.0.9"
+	meta, _ := structpb.NewStruct(map[string]any{
+		"NAMESPACE": ns, "LABELS": map[string]any{"app": "client", "version": "v1"}, "ISTIO_VERSION": "1.30.3",
+		"CLUSTER_ID": "Kubernetes", "MESH_ID": "cluster.local", "SERVICE_ACCOUNT": "default", "WORKLOAD_NAME": "client",
+		"INSTANCE_IPS": ip, "NAME": "client-0", "INTERCEPTION_MODE": "REDIRECT", "PROXY_CONFIG": map[string]any{},
+	})
+	return &core.Node{Id: "sidecar~" + ip + "~client-0." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta,
+		UserAgentName: "envoy", Cluster: "client." + ns}
+}
+
+// caseFacts fetches a proxy's configuration and keeps the facts of the
+// resources that concern the hosts of its namespace.
+func caseFacts(ctx context.Context, addr string, node *core.Node, ns string) (Facts, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cfg, err := Fetch(ctx, addr, node)
+	if err != nil {
+		return nil, err
+	}
+	mine := func(host string) bool {
+		return strings.Contains(host, "."+ns+".svc.") || strings.Contains(host, "-"+ns+".example.com")
+	}
+	out := Facts{}
+	add := func(f Facts, err error) error {
+		if err != nil {
+			return err
+		}
+		for k, v := range f {
+			out[k] = v
+		}
+		return nil
+	}
+	for name, c := range cfg.Clusters {
+		if host, _, _, ok := generate.ParseClusterName(name); ok && mine(host) {
+			if err := add(Of("cluster "+name, c)); err != nil {
+				return nil, err
+			}
+			if la := cfg.Endpoints[name]; la != nil {
+				if err := add(Of("endpoints "+name, la)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	for name, rc := range cfg.RouteConfig {
+		for _, vh := range rc.VirtualHosts {
+			host, _, _ := strings.Cut(vh.Name, ":")
+			if mine(host) {
+				if err := add(Of("routes "+name+" vhost "+vh.Name, vh)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func hasClusters(f Facts) bool {
+	for k := range f {
+		if strings.HasPrefix(k, "cluster ") {
+			return true
+		}
+	}
+	return false
+}
+
+func sameFacts(a, b Facts) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// applier creates the objects of YAML documents in the apiserver.
+type applier struct {
+	kc     *kubetest.Cluster
+	mapper meta.RESTMapper
+}
+
+func (a *applier) apply(t *testing.T, ctx context.Context, docs []byte) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(docs), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err == io.EOF {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		a.create(t, ctx, obj)
+	}
+}
+
+func (a *applier) create(t *testing.T, ctx context.Context, obj *unstructured.Unstructured) {
+	t.Helper()
+	gvk := obj.GroupVersionKind()
+	var mapping *meta.RESTMapping
+	testutil.Eventually(t, time.Minute, "the resource of "+gvk.String(), func() (bool, string) {
+		if a.mapper == nil {
+			a.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(a.kc.Client.Discovery()))
+		}
+		m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			a.mapper = nil // discover again: a CRD may be new
+			return false, err.Error()
+		}
+		mapping = m
+		return true, ""
+	})
+	res := a.kc.Dynamic.Resource(mapping.Resource)
+	var client interface {
+		Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
+		UpdateStatus(context.Context, *unstructured.Unstructured, metav1.UpdateOptions) (*unstructured.Unstructured, error)
+	} = res
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		client = res.Namespace(obj.GetNamespace())
+	}
+	status, hasStatus := obj.Object["status"]
+	created, err := client.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("create %s %s/%s: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	if hasStatus && gvk.Kind == "Pod" {
+		// No kubelet runs: the test says where the pod is.
+		created.Object["status"] = status
+		if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("status of pod %s/%s: %v", obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+}
+
+// startIstiod runs pilot-discovery against the apiserver and returns its
+// plaintext ADS address once it is ready.
+func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work string) string {
+	t.Helper()
+	mesh := filepath.Join(work, "mesh.yaml")
+	if err := os.WriteFile(mesh, []byte("rootNamespace: istio-system\ntrustDomain: cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, http := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	args := []string{"discovery", "--kubeconfig", kubeconfig, "--meshConfig", mesh, "--networksConfig", filepath.Join(work, "none"),
+		"--grpcAddr", grpcAddr, "--httpAddr", http, "--httpsAddr", testutil.FreeAddr(t), "--monitoringAddr", testutil.FreeAddr(t),
+		"--secureGRPCAddr", testutil.FreeAddr(t), "--domain", "cluster.local", "--log_output_level", "default:warn"}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pilot-discovery"), args...)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "REVISION=default", "PILOT_ENABLE_ANALYSIS=false", "POD_NAME=istiod-0",
+		"PILOT_MAX_REQUESTS_PER_SECOND=1000")
+	logs, err := os.Create(filepath.Join(work, "istiod.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			t.Logf("istiod's log (end):\n%s", tail(b, 4000))
+		}
+	})
+	testutil.Eventually(t, time.Minute, "istiod ready", func() (bool, string) {
+		return ready("http://" + http + "/ready"), "not ready"
+	})
+	return grpcAddr
+}
+
+// startShardpilot runs etcd and NATS in the test process and the ingester
+// (watching the apiserver) and a pusher (plaintext ADS) from bin, and
+// returns the pusher's ADS address once it is ready.
+func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work string) string {
+	t.Helper()
+	etcd, err := embedded.StartEtcd(filepath.Join(work, "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	nats, err := embedded.StartNATS(filepath.Join(work, "nats"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nats.Close() })
+	run := func(name string, args ...string) string {
+		admin := testutil.FreeAddr(t)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), append(args, "--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
+			"--admin-addr", admin, "--log-level", "warn")...)
+		logs, err := os.Create(filepath.Join(work, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("%s (build it with make build, or set SHARDPILOT_BIN): %v", name, err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logs.Name())
+				t.Logf("%s's log (end):\n%s", name, tail(b, 4000))
+			}
+		})
+		return admin
+	}
+	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
+	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
+		return ready("http://" + ingester + "/readyz"), "not ready"
+	})
+	ads := testutil.FreeAddr(t)
+	// The sidecar is Envoy as Istio injects it: its agent serves it its
+	// certificates.
+	pusher := run("pusher", "--ads-plaintext", "--ads-addr", ads, "--workload-certificates", "agent")
+	testutil.Eventually(t, time.Minute, "the pusher ready", func() (bool, string) {
+		return ready("http://" + pusher + "/readyz"), "not ready"
+	})
+	return ads
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

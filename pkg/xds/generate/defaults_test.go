@@ -271,3 +271,41 @@ func TestAutoMTLS(t *testing.T) {
 		t.Errorf("ISTIO_MUTUAL: %v, matches %v, SNI %q", err, c.TransportSocketMatches, tlsCtx.Sni)
 	}
 }
+
+// TestPortlessHosts: as istiod does, a rule none of whose hosts is a
+// service with an HTTP port 80 also gets a virtual host on route
+// configuration "80" (where one exists), each host by itself, its
+// destinations on their service's only port.
+func TestPortlessHosts(t *testing.T) {
+	web := &generate.Service{Namespace: "shop", Name: "web", Spec: &meshv1.Service{Hostnames: []string{"web.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	cart := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{Hostnames: []string{"cart.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Number: 9080, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	rules := []*generate.Route{
+		{Namespace: "shop", Name: "cart", Rule: &meshv1.RouteRule{Hosts: []string{"cart.shop.svc.cluster.local"},
+			Http: []*meshv1.HTTPRoute{{Route: to(&meshv1.Destination{Host: "cart.shop.svc.cluster.local"})}}}},
+		{Namespace: "shop", Name: "web", Rule: &meshv1.RouteRule{Hosts: []string{"web.shop.svc.cluster.local"},
+			Http: []*meshv1.HTTPRoute{{Route: to(&meshv1.Destination{Host: "web.shop.svc.cluster.local"})}}}},
+	}
+	m := generate.NewMesh([]*generate.Service{web, cart}, rules)
+	for _, rc := range generate.Routes(m, generate.Envoy) {
+		if err := rc.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if rc.Name != "80" {
+			continue
+		}
+		var names []string
+		for _, vh := range rc.VirtualHosts {
+			names = append(names, vh.Name)
+			if vh.Name == "cart.shop.svc.cluster.local:80" {
+				if len(vh.Domains) != 1 || vh.Routes[0].GetRoute().GetCluster() != "outbound|9080||cart.shop.svc.cluster.local" {
+					t.Errorf("cart on 80: domains %v, routes %v", vh.Domains, vh.Routes)
+				}
+			}
+		}
+		if len(names) != 3 || names[1] != "cart.shop.svc.cluster.local:80" {
+			t.Errorf("virtual hosts of 80: %v, want web's, cart's by its rule, allow_any", names)
+		}
+	}
+}

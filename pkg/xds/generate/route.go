@@ -56,8 +56,46 @@ func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfigur
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, vh(m, host, p.Number))
 	})
+	if rc := byPort[80]; rc != nil {
+		rc.VirtualHosts = append(rc.VirtualHosts, portlessHosts(m)...)
+	}
 	for _, rc := range out {
 		rc.VirtualHosts = append(uniqueDomains(rc.VirtualHosts), catchAllHost(m))
+	}
+	return out
+}
+
+// portlessHosts are the virtual hosts istiod gives port 80 for the rules
+// none of whose hosts is a service with an HTTP port 80 (a host that is
+// no service, a service on other ports): each host by itself, routed as
+// the rule says for traffic on port 80 (a destination without a port
+// takes its service's only port). A rule with a host on port 80 is routed
+// there as usual.
+func portlessHosts(m *Mesh) []*route.VirtualHost {
+	var out []*route.VirtualHost
+	for _, rr := range m.Routes {
+		if !appliesToMesh(rr.Rule) || slices.ContainsFunc(rr.Rule.Hosts, func(h string) bool {
+			s := m.Service(h)
+			if s == nil || !s.routable() {
+				return false
+			}
+			p := s.port(80)
+			return p != nil && isHTTP(p)
+		}) {
+			continue
+		}
+		var routes []*route.Route
+		for _, h := range rr.Rule.Hosts {
+			if m.routeByHost[h] != rr {
+				continue // another rule routes it
+			}
+			if routes == nil {
+				if routes = httpRoutes(m, rr, nil, 80, true); len(routes) == 0 {
+					break
+				}
+			}
+			out = append(out, &route.VirtualHost{Name: ListenerName(h, 80), Domains: []string{h}, Routes: routes, IncludeRequestAttemptCount: true})
+		}
 	}
 	return out
 }

@@ -1,8 +1,11 @@
 package app_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -54,6 +58,22 @@ func TestClientCAReplaced(t *testing.T) {
 		policy:   policy,
 		clientCA: clientCA,
 	}, yamlSource(dir))
+
+	// The whole mesh in place first: a proxy connected while demo's
+	// service is still on its way is reclassified when it arrives (its
+	// namespace then has a class of its own), and its stream ended.
+	testutil.Eventually(t, 20*time.Second, "demo's service and workload in the store", func() (bool, string) {
+		resp, err := cp.etcd.Get(context.Background(), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		var keys []string
+		for _, kv := range resp.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		return len(keys) >= 2 && slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, "/mesh/v1/services/demo/") }), strings.Join(keys, " ")
+	})
+	cp.settled(t)
 
 	stream := func(cert, key string) (discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
 		t.Helper()

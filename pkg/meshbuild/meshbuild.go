@@ -62,6 +62,9 @@ type Builder struct {
 	last    *Built
 	joined  map[id]*joined
 	sharing map[string][]id // host → the services that define it
+	// plaintext are the namespaces whose PeerAuthentication (or, without
+	// one, the mesh's) is DISABLE.
+	plaintext map[string]bool
 }
 
 type id struct{ namespace, name string }
@@ -217,7 +220,7 @@ func (b *Builder) join() {
 			}
 		}
 	}
-	b.joined, b.sharing = services, sharing
+	b.joined, b.sharing, b.plaintext = services, sharing, plaintextNamespaces(security, services)
 	list := make([]*generate.Service, 0, len(services))
 	restricted := false
 	for svc, j := range services {
@@ -324,9 +327,43 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 			}
 		}
 	}
-	// Its clusters name its workloads' identities.
+	// Its clusters name its workloads' identities, and whether they take
+	// mutual TLS.
 	if out.ServiceAccounts = generate.ServiceAccounts(out.Endpoints); len(out.ServiceAccounts) > 0 {
 		out.ConfigVersion += "a" + strings.Join(out.ServiceAccounts, ",")
+	}
+	if out.PlaintextPeers = b.plaintext[out.Namespace]; out.PlaintextPeers {
+		// Its clusters and its load assignments change.
+		out.ConfigVersion += "d"
+		out.Version += "d"
+	}
+	return out
+}
+
+// plaintextNamespaces returns the namespaces of services whose
+// workloads take plaintext alone, as far as the policies without a
+// selector say: the namespace's PeerAuthentication is DISABLE, or it has
+// none and the mesh's (the root namespace's) is. Policies with a selector
+// are not inferred, as istiod does not infer them either.
+func plaintextNamespaces(security []*generate.Policy, services map[id]*joined) map[string]bool {
+	var mesh meshv1.MTLSMode
+	ns := map[string]meshv1.MTLSMode{}
+	for _, p := range security {
+		pa, ok := p.Spec.(*meshv1.PeerAuthentication)
+		if !ok || len(pa.Selector) > 0 || pa.Mode == meshv1.MTLSMode_MTLS_MODE_UNSET {
+			continue
+		}
+		if p.Root {
+			mesh = pa.Mode
+		} else {
+			ns[p.Namespace] = pa.Mode
+		}
+	}
+	out := map[string]bool{}
+	for svc := range services {
+		if cmp.Or(ns[svc.namespace], mesh) == meshv1.MTLSMode_MTLS_MODE_DISABLE {
+			out[svc.namespace] = true
+		}
 	}
 	return out
 }

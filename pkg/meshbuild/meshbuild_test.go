@@ -162,3 +162,36 @@ func TestDNSEndpointsJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaintextPeers: a namespace whose PeerAuthentication, or the mesh's
+// without one of its own, is DISABLE has services whose workloads take
+// plaintext alone, part of their config version (their clusters change);
+// a policy with a selector is not inferred; the namespace's own policy
+// wins over the mesh's.
+func TestPlaintextPeers(t *testing.T) {
+	b := New()
+	rev := int64(0)
+	set := func(k model.Key, o model.Object) {
+		rev++
+		b.Set(k, Entry{o, rev})
+	}
+	for _, ns := range []string{"off", "on", "picky"} {
+		set(model.Key{Kind: model.KindService, Namespace: ns, Name: "s"}, service("s", "s."+ns))
+	}
+	set(model.Key{Kind: model.KindPeerAuth, Namespace: "istio-system", Name: "default"}, &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_DISABLE})
+	set(model.Key{Kind: model.KindPeerAuth, Namespace: "on", Name: "default"}, &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_STRICT})
+	set(model.Key{Kind: model.KindPeerAuth, Namespace: "picky", Name: "one"}, &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_STRICT,
+		Selector: map[string]string{"app": "x"}})
+	m := b.Build().Mesh
+	for host, want := range map[string]bool{"s.off": true, "s.on": false, "s.picky": true} {
+		if s := m.Service(host); s == nil || s.PlaintextPeers != want {
+			t.Errorf("%s: %v, want plaintext peers %v", host, summary(s), want)
+		}
+	}
+	before := m.Service("s.off").ConfigVersion
+	set(model.Key{Kind: model.KindPeerAuth, Namespace: "istio-system", Name: "default"}, &meshv1.PeerAuthentication{Mode: meshv1.MTLSMode_MTLS_MODE_PERMISSIVE})
+	m = b.Build().Mesh
+	if s := m.Service("s.off"); s.PlaintextPeers || s.ConfigVersion == before {
+		t.Errorf("after the mesh's policy turned PERMISSIVE: %v (config version %s before)", summary(s), before)
+	}
+}

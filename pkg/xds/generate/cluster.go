@@ -134,7 +134,7 @@ func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, sub
 		return c
 	}
 	res := s.Spec.Resolution
-	cla := loadAssignment(c.Name, s, p, subset)
+	cla := loadAssignment(c.Name, s, p, subset, false) // names, not workloads with sidecars
 	if len(s.Endpoints) == 0 {
 		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, p.Number)}}}}}}

@@ -260,6 +260,16 @@ func TestAutoMTLS(t *testing.T) {
 		t.Errorf("auto mTLS off, yet %v", c.TransportSocketMatches)
 	}
 	m.NoAutoMTLS = false
+	svc.PlaintextPeers = true
+	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
+		t.Errorf("its PeerAuthentication disables mutual TLS, yet %v", c.TransportSocketMatches)
+	}
+	for _, la := range generate.LoadAssignments(m) {
+		if md := la.Endpoints[0].LbEndpoints[0].GetMetadata(); md != nil {
+			t.Errorf("its PeerAuthentication disables mutual TLS, yet its endpoints say %v", md)
+		}
+	}
+	svc.PlaintextPeers = false
 	svc.Spec.MeshExternal = true
 	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
 		t.Errorf("a service outside the mesh, yet %v", c.TransportSocketMatches)

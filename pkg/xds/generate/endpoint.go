@@ -30,9 +30,10 @@ func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignme
 	var out []*endpoint.ClusterLoadAssignment
 	for _, h := range m.Owned(s) {
 		for _, p := range s.Spec.Ports {
-			out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil))
+			out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil, takesMutualTLS(s, effectivePolicy(s.Policy, nil, p.Number))))
 			for _, sub := range s.Policy.GetSubsets() {
-				out = append(out, loadAssignment(ClusterName(p.Number, sub.Name, h), s, p, sub.Labels))
+				out = append(out, loadAssignment(ClusterName(p.Number, sub.Name, h), s, p, sub.Labels,
+					takesMutualTLS(s, effectivePolicy(s.Policy, sub, p.Number))))
 			}
 		}
 	}
@@ -41,8 +42,9 @@ func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignme
 
 // loadAssignment groups the service's endpoints that match the subset
 // labels by locality. Every locality gets a positive weight: grpc-go drops a
-// locality without one.
-func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]string) *endpoint.ClusterLoadAssignment {
+// locality without one. With mtls, the endpoints that have a sidecar say
+// so, for the clusters' transport socket matches.
+func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]string, mtls bool) *endpoint.ClusterLoadAssignment {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	byLocality := map[string]*endpoint.LocalityLbEndpoints{}
 	for _, ep := range s.Endpoints {
@@ -68,7 +70,7 @@ func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]s
 			}},
 			HealthStatus:        healthStatus(ep.Health),
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
-			Metadata:            endpointMetadata(ep),
+			Metadata:            endpointMetadata(ep, mtls),
 		})
 	}
 	slices.SortFunc(cla.Endpoints, func(a, b *endpoint.LocalityLbEndpoints) int {

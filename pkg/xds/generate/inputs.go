@@ -49,6 +49,10 @@ type Service struct {
 	// ServiceAccounts are its endpoints' service accounts (see
 	// ServiceAccounts): the identities its clients expect.
 	ServiceAccounts []string
+	// PlaintextPeers says its workloads take plaintext alone (their
+	// namespace's or the mesh's PeerAuthentication is DISABLE): clients
+	// get no automatic mutual TLS to them.
+	PlaintextPeers bool
 }
 
 // routable reports whether the service gets clusters and routes: a

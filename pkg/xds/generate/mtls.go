@@ -26,8 +26,9 @@ const transportSocketMatch = "envoy.transport_socket_match"
 const DefaultTrustDomain = "cluster.local"
 
 // mutualTLS gives an Envoy's cluster Istio's mutual TLS: as its policy asks
-// (ISTIO_MUTUAL), or, when the policy says nothing of TLS and the service
-// is in the mesh, toward the endpoints that have a sidecar (labelled
+// (ISTIO_MUTUAL), or, when the policy says nothing of TLS, the service is
+// in the mesh and its PeerAuthentication does not DISABLE mutual TLS,
+// toward the endpoints that have a sidecar (labelled
 // tlsMode: istio) and in plaintext to the rest, as istiod's automatic
 // mutual TLS does. The client expects the service's workload identities
 // and names the cluster in its SNI (outbound_.<port>_.<subset>_.<host>).
@@ -47,7 +48,7 @@ func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32
 		}
 		c.TransportSocket = tlsSocket(istioMutual(sni, sans, m.AgentCertificates))
 	case meshv1.ClientTLS_MODE_UNSPECIFIED:
-		if s.Spec.GetMeshExternal() || m.NoAutoMTLS {
+		if s.Spec.GetMeshExternal() || s.PlaintextPeers || m.NoAutoMTLS {
 			return
 		}
 		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
@@ -109,10 +110,25 @@ func ServiceAccounts(eps []*meshv1.Endpoint) []string {
 	return slices.Compact(out)
 }
 
+// takesMutualTLS reports whether a service's workloads (on a port and
+// subset, under its effective policy) are reached by Istio's mutual TLS,
+// as far as the service says: the policy asks for it, or leaves TLS to
+// the mesh and the workloads do not turn it off. Their load assignments
+// then mark the endpoints that have a sidecar, as istiod's do.
+func takesMutualTLS(s *Service, policy *meshv1.TrafficPolicy) bool {
+	switch policy.GetTls().GetMode() {
+	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
+		return true
+	case meshv1.ClientTLS_MODE_UNSPECIFIED:
+		return !s.PlaintextPeers
+	}
+	return false
+}
+
 // endpointMetadata says, for Envoy's transport socket match, that an
-// endpoint has a sidecar.
-func endpointMetadata(ep *meshv1.Endpoint) *core.Metadata {
-	if ep.Labels[TLSModeLabel] != "istio" {
+// endpoint has a sidecar (when its service takes mutual TLS, mtls).
+func endpointMetadata(ep *meshv1.Endpoint, mtls bool) *core.Metadata {
+	if !mtls || ep.Labels[TLSModeLabel] != "istio" {
 		return nil
 	}
 	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatch: tlsModeIstio()}}

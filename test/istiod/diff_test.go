@@ -165,7 +165,8 @@ func sidecar(ns string) *core.Node {
 }
 
 // caseFacts fetches a proxy's configuration and keeps the facts of the
-// resources that concern the hosts of its namespace.
+// resources that concern the hosts of its namespace: their clusters, load
+// assignments, virtual hosts, and the outbound listeners of their ports.
 func caseFacts(ctx context.Context, addr string, node *core.Node, ns string) (Facts, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -195,6 +196,20 @@ func caseFacts(ctx context.Context, addr string, node *core.Node, ns string) (Fa
 				if err := add(Of("endpoints "+name, la)); err != nil {
 					return nil, err
 				}
+			}
+		}
+	}
+	// The outbound listeners of the case's service ports.
+	ports := map[string]bool{}
+	for name := range cfg.Clusters {
+		if host, port, _, ok := generate.ParseClusterName(name); ok && mine(host) {
+			ports["0.0.0.0_"+strconv.FormatUint(uint64(port), 10)] = true
+		}
+	}
+	for name, l := range cfg.Listeners {
+		if ports[name] {
+			if err := add(Of("listener "+name, l)); err != nil {
+				return nil, err
 			}
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -316,6 +318,40 @@ func TestPortlessHosts(t *testing.T) {
 		}
 		if len(names) != 3 || names[1] != "cart.shop.svc.cluster.local:80" {
 			t.Errorf("virtual hosts of 80: %v, want web's, cart's by its rule, allow_any", names)
+		}
+	}
+}
+
+// TestSniffingListener: an Envoy's outbound listener of an HTTP port routes
+// what the HTTP inspector finds to be HTTP and passes the rest through (to
+// the black hole under REGISTRY_ONLY), as istiod's does.
+func TestSniffingListener(t *testing.T) {
+	for _, registryOnly := range []bool{false, true} {
+		m := cartMesh(nil, nil)
+		m.RegistryOnly = registryOnly
+		var l *listener.Listener
+		for _, x := range generate.Listeners(m, generate.Envoy, nil) {
+			if err := x.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if x.Name == "0.0.0.0_80" {
+				l = x
+			}
+		}
+		if l == nil {
+			t.Fatal("no listener 0.0.0.0_80")
+		}
+		var tcp tcpproxy.TcpProxy
+		if err := l.GetDefaultFilterChain().GetFilters()[0].GetTypedConfig().UnmarshalTo(&tcp); err != nil {
+			t.Fatal(err)
+		}
+		want := "PassthroughCluster"
+		if registryOnly {
+			want = "BlackHoleCluster"
+		}
+		if len(l.ListenerFilters) != 1 || l.ListenerFilters[0].Name != "envoy.filters.listener.http_inspector" ||
+			l.FilterChains[0].GetFilterChainMatch().GetTransportProtocol() != "raw_buffer" || tcp.GetCluster() != want {
+			t.Errorf("registry only %v: listener filters %v, match %v, default chain to %s", registryOnly, l.ListenerFilters, l.FilterChains[0].GetFilterChainMatch(), tcp.GetCluster())
 		}
 	}
 }

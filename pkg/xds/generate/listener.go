@@ -5,11 +5,14 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	httpinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
@@ -41,17 +44,32 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
 		num := strconv.FormatUint(uint64(port), 10)
 		name := "0.0.0.0_" + num
+		passthrough := PassthroughCluster
+		if m.RegistryOnly {
+			passthrough = BlackHoleCluster
+		}
 		out = append(out, &listener.Listener{
-			Name:    name,
-			Address: socketAddress("0.0.0.0", port),
+			Name:             name,
+			Address:          socketAddress("0.0.0.0", port),
+			TrafficDirection: core.TrafficDirection_OUTBOUND,
 			// Connections reach it from the virtual outbound listener.
 			BindToPort: wrapperspb.Bool(false),
+			// What the HTTP inspector finds to be HTTP (or a client's
+			// h2c or HTTP/1.1 ALPN) is routed; anything else passes
+			// through, as istiod's sniffing listeners do.
+			ListenerFilters: []*listener.ListenerFilter{{Name: "envoy.filters.listener.http_inspector",
+				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})}}},
+			ListenerFiltersTimeout:           durationpb.New(0),
+			ContinueOnListenerFiltersTimeout: true,
 			FilterChains: []*listener.FilterChain{{
+				FilterChainMatch:              &listener.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: []string{"http/1.1", "h2c"}},
+				TransportSocketConnectTimeout: durationpb.New(15 * time.Second),
 				Filters: []*listener.Filter{{
 					Name:       "envoy.filters.network.http_connection_manager",
 					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num, sidecarManager))},
 				}},
 			}},
+			DefaultFilterChain: &listener.FilterChain{Name: "PassthroughFilterChain", Filters: []*listener.Filter{tcpProxyFilter(passthrough, passthrough)}},
 		})
 	}
 	out = append(out, tcpListeners(m)...)
@@ -106,12 +124,14 @@ func httpConnectionManager(statPrefix, routeName string, kind managerKind) *hcm.
 }
 
 // envoyManager sets what istiod sets on every Envoy's HTTP connection
-// manager: websocket upgrades allowed, no stream idle timeout, paths
+// manager: 100-continue proxied, websocket upgrades allowed, no stream
+// idle timeout, paths
 // normalized (escaped slashes kept); and at a gateway, which takes
 // traffic from outside, the client's address from the connection and its
 // certificate's details sanitized.
 func envoyManager(m *hcm.HttpConnectionManager, gateway bool) {
 	m.CodecType = hcm.HttpConnectionManager_AUTO
+	m.Proxy_100Continue = true
 	m.UpgradeConfigs = []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
 	m.StreamIdleTimeout = durationpb.New(0)
 	m.NormalizePath = wrapperspb.Bool(true)

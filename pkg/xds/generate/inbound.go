@@ -37,44 +37,26 @@ func InboundClusterName(port uint32) string {
 	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
 }
 
+// inboundPort is what an inbound port carries.
+type inboundPort struct {
+	// http: HTTP (or gRPC); grpc: gRPC alone.
+	http, grpc bool
+}
+
 // inboundPorts returns the target ports of the services in m whose
 // workloads are in the mesh (static resolution; DNS and NONE name
-// destinations outside it), and whether each carries HTTP: a port that
-// some service uses for plain TCP is TCP, so that no connection is parsed
-// as HTTP that is not.
-func inboundPorts(m *Mesh) map[uint32]bool {
-	http := map[uint32]bool{}
+// destinations outside it), and what each carries: a port that some
+// service uses for plain TCP is TCP, so that no connection is parsed as
+// HTTP that is not; one that some service uses for other HTTP is not
+// gRPC alone.
+func inboundPorts(m *Mesh) map[uint32]inboundPort {
+	ports := map[uint32]inboundPort{}
 	if len(m.ingress) > 0 {
 		// The Sidecar's ingress listeners say them.
 		for _, il := range m.ingress {
-			http[il.Port] = isHTTP(&meshv1.Port{Protocol: il.Protocol})
+			ports[il.Port] = inboundPort{http: isHTTP(&meshv1.Port{Protocol: il.Protocol}), grpc: il.Protocol == meshv1.Protocol_PROTOCOL_GRPC}
 		}
-		return http
-	}
-	for _, s := range m.Services {
-		if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
-			continue
-		}
-		for _, p := range s.Spec.Ports {
-			target := p.TargetPort
-			if target == 0 {
-				target = p.Number
-			}
-			isH, seen := http[target]
-			http[target] = isHTTP(p) && (!seen || isH)
-		}
-	}
-	return http
-}
-
-// inboundGRPCPorts are the inbound ports that carry gRPC alone.
-func inboundGRPCPorts(m *Mesh) map[uint32]bool {
-	grpc := map[uint32]bool{}
-	if len(m.ingress) > 0 {
-		for _, il := range m.ingress {
-			grpc[il.Port] = il.Protocol == meshv1.Protocol_PROTOCOL_GRPC
-		}
-		return grpc
+		return ports
 	}
 	for _, s := range m.Services {
 		if s.Spec.Resolution != meshv1.Resolution_RESOLUTION_STATIC {
@@ -82,11 +64,11 @@ func inboundGRPCPorts(m *Mesh) map[uint32]bool {
 		}
 		for _, p := range s.Spec.Ports {
 			target := cmp.Or(p.TargetPort, p.Number)
-			isG, seen := grpc[target]
-			grpc[target] = p.Protocol == meshv1.Protocol_PROTOCOL_GRPC && (!seen || isG)
+			was, seen := ports[target]
+			ports[target] = inboundPort{http: isHTTP(p) && (!seen || was.http), grpc: p.Protocol == meshv1.Protocol_PROTOCOL_GRPC && (!seen || was.grpc)}
 		}
 	}
-	return grpc
+	return ports
 }
 
 // inboundAction sends a request to the workload with no timeout (the
@@ -167,7 +149,7 @@ func defaultEndpoint(c *cluster.Cluster, endpoint string) {
 // route sends everything to the port's inbound cluster (with no timeout,
 // the caller's proxy already applied one), other ports through a TCP proxy.
 func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
-	ports, grpcPorts := inboundPorts(m), inboundGRPCPorts(m)
+	ports := inboundPorts(m)
 	var out []*listener.FilterChain
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
 		name := InboundClusterName(port)
@@ -175,7 +157,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			Name:             "inbound_0.0.0.0_" + strconv.FormatUint(uint64(port), 10),
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
 		}
-		if !ports[port] {
+		if !ports[port].http {
 			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
 			out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
 			continue
@@ -190,7 +172,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 					Routes: []*route.Route{{
 						Name:   "default",
 						Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-						Action: &route.Route_Route{Route: inboundAction(name, grpcPorts[port])},
+						Action: &route.Route_Route{Route: inboundAction(name, ports[port].grpc)},
 					}},
 				}},
 			}},

@@ -258,25 +258,27 @@ func positive(v uint32) *wrapperspb.UInt32Value {
 	return wrapperspb.UInt32(v)
 }
 
-// upstreamTLS originates TLS to the service. An Envoy's certificates come
-// over SDS on the ADS stream: "default" for the proxy's own (mutual modes)
-// and "ROOTCA" to validate the server, as in Istio; MUTUAL with a
-// credential name uses that secret instead. A proxyless gRPC client reads
-// them from its bootstrap's certificate provider "default" (files an agent
-// keeps current), for ISTIO_MUTUAL only, as Istio generates for it: grpc-go
-// takes certificates from providers alone.
+// upstreamTLS originates TLS to the service as its policy asks, but for an
+// Envoy's Istio mutual TLS, which mutualTLS sets. An Envoy's MUTUAL
+// certificate comes over SDS on the ADS stream ("default", or the
+// credential's), and SIMPLE and MUTUAL validate against the system's
+// roots. A proxyless gRPC client gets ISTIO_MUTUAL alone, as Istio
+// generates for it, from its bootstrap's certificate provider "default"
+// (files an agent keeps current): grpc-go takes certificates from
+// providers alone.
 func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
-	switch t.GetMode() {
-	case meshv1.ClientTLS_MODE_UNSPECIFIED, meshv1.ClientTLS_MODE_DISABLE:
+	switch mode := t.GetMode(); {
+	case mode == meshv1.ClientTLS_MODE_UNSPECIFIED, mode == meshv1.ClientTLS_MODE_DISABLE:
 		return nil
-	}
-	if proxy == Proxyless && t.Mode != meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
+	case proxy == Proxyless && mode != meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
 		return nil
+	case proxy == Envoy && mode == meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
+		return nil // see mutualTLS
 	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.Sni, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	switch t.Mode {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
-		ctx.CommonTlsContext = meshCertificates(proxy, false) // an Envoy's is mutualTLS's
+		ctx.CommonTlsContext = meshCertificates(Proxyless, false)
 	case meshv1.ClientTLS_MODE_MUTUAL:
 		name := t.CredentialName
 		if name == "" {
@@ -290,9 +292,9 @@ func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 
 // verifySubjectAltNames makes the client accept only a server certificate
 // that names one of the policy's subject alt names, as Istio does: exact
-// URI names (SPIFFE IDs) or DNS names. Envoy checks them against the mesh's
-// root (ISTIO_MUTUAL) or the system's (SIMPLE, MUTUAL), which it needs to
-// verify names at all; grpc-go against its provider's root.
+// URI names (SPIFFE IDs) or DNS names. Envoy checks them against the
+// system's roots (SIMPLE, MUTUAL), which it needs to verify names at all;
+// grpc-go against its provider's root.
 func verifySubjectAltNames(common *tlsv3.CommonTlsContext, t *meshv1.ClientTLS, proxy Proxy) {
 	if len(t.GetSubjectAltNames()) == 0 {
 		return
@@ -312,11 +314,6 @@ func verifySubjectAltNames(common *tlsv3.CommonTlsContext, t *meshv1.ClientTLS, 
 		}
 		names.MatchTypedSubjectAltNames = append(names.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{SanType: kind,
 			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}}})
-	}
-	if t.Mode == meshv1.ClientTLS_MODE_ISTIO_MUTUAL {
-		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-			DefaultValidationContext: names, ValidationContextSdsSecretConfig: sdsSecret("ROOTCA")}}
-		return
 	}
 	names.TrustedCa = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: SystemRoots}}
 	common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: names}

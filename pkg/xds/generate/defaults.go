@@ -122,6 +122,15 @@ type headerOps struct {
 	authority                     string
 }
 
+// then returns o followed by d's changes.
+func (o headerOps) then(d headerOps) headerOps {
+	o.requestAdd = append(slices.Clip(o.requestAdd), d.requestAdd...)
+	o.requestRemove = append(slices.Clip(o.requestRemove), d.requestRemove...)
+	o.responseAdd = append(slices.Clip(o.responseAdd), d.responseAdd...)
+	o.responseRemove = append(slices.Clip(o.responseRemove), d.responseRemove...)
+	return o
+}
+
 func translateHeaders(h *meshv1.Headers) headerOps {
 	var out headerOps
 	if h == nil {

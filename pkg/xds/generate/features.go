@@ -87,19 +87,11 @@ func headerOptions(ops *meshv1.HeaderOperations) []*core.HeaderValueOption {
 	return out
 }
 
-// decorate adds a route's header operations and fault to an Envoy route.
-func decorate(r *route.Route, h *meshv1.HTTPRoute, envoy bool) {
-	ops := translateHeaders(h.Headers)
+// decorate adds a route's header changes, fault and (for an Envoy) CORS
+// policy to a route.
+func decorate(r *route.Route, h *meshv1.HTTPRoute, ops headerOps, envoy bool) {
 	r.RequestHeadersToAdd, r.RequestHeadersToRemove = ops.requestAdd, ops.requestRemove
 	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = ops.responseAdd, ops.responseRemove
-	if len(h.Route) == 1 && h.Route[0].Headers != nil {
-		// A single destination's changes apply after the route's.
-		d := translateHeaders(h.Route[0].Headers)
-		r.RequestHeadersToAdd = append(r.RequestHeadersToAdd, d.requestAdd...)
-		r.RequestHeadersToRemove = append(r.RequestHeadersToRemove, d.requestRemove...)
-		r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd, d.responseAdd...)
-		r.ResponseHeadersToRemove = append(r.ResponseHeadersToRemove, d.responseRemove...)
-	}
 	if h.Fault != nil && (h.Fault.Delay != nil || h.Fault.Abort != nil) {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilterName: faultConfig(h.Fault)}
 	}

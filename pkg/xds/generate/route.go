@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"slices"
@@ -268,8 +269,10 @@ func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHo
 func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*route.Route {
 	var out []*route.Route
 	for _, h := range m.expand(rr.Rule) {
-		// The action is shared by the routes of every match.
+		// The action, headers and filter settings are shared by the
+		// routes of every match.
 		var shared route.Route
+		ops := translateHeaders(h.Headers)
 		if h.Redirect != nil {
 			shared.Action = redirectAction(h.Redirect)
 		} else if dr := h.DirectResponse; dr != nil {
@@ -278,11 +281,13 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 				action.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: dr.Body}}
 			}
 			shared.Action = &route.Route_DirectResponse{DirectResponse: action}
-		} else if ra := routeAction(m, h, port, envoy); ra != nil {
+		} else if ra, dst := routeAction(m, h, port, envoy, ops.authority); ra != nil {
 			shared.Action = &route.Route_Route{Route: ra}
+			ops = ops.then(dst) // a single destination's changes apply after the route's
 		} else {
 			continue
 		}
+		decorate(&shared, h, ops, envoy)
 		matches := h.Match
 		if len(matches) == 0 {
 			matches = []*meshv1.HTTPMatch{nil}
@@ -301,8 +306,9 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 			if hm.GetName() != "" {
 				name += "." + hm.Name
 			}
-			r := &route.Route{Name: name, Match: routeMatch(hm), Action: shared.Action}
-			decorate(r, h, envoy)
+			r := &route.Route{Name: name, Match: routeMatch(hm), Action: shared.Action, TypedPerFilterConfig: shared.TypedPerFilterConfig,
+				RequestHeadersToAdd: shared.RequestHeadersToAdd, RequestHeadersToRemove: shared.RequestHeadersToRemove,
+				ResponseHeadersToAdd: shared.ResponseHeadersToAdd, ResponseHeadersToRemove: shared.ResponseHeadersToRemove}
 			if envoy {
 				r.Decorator = &route.Decorator{Operation: operation(r, rr.Name, port)}
 			}
@@ -360,9 +366,12 @@ func headerMatcher(name string, m *meshv1.StringMatch) *route.HeaderMatcher {
 
 // routeAction sends a route's traffic to its destinations, weighted when
 // there are several, with Istio's defaults where the route is silent (no
-// timeout, two retries). It returns nil when no destination resolves to a
-// service port, which validation at ingest makes rare.
-func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) *route.RouteAction {
+// timeout, two retries); authority is what the route's headers set it to.
+// A weighted destination's header changes go on its share; a single
+// destination's are returned, for the route. It returns nil when no
+// destination resolves to a service port, which validation at ingest
+// makes rare.
+func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, authority string) (*route.RouteAction, headerOps) {
 	type target struct {
 		cluster string
 		weight  uint32
@@ -390,7 +399,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) 
 			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
 	}
 	if len(targets) == 0 {
-		return nil
+		return nil, headerOps{}
 	}
 	a := &route.RouteAction{}
 	setTimeout(a, h.Timeout, envoy)
@@ -400,10 +409,8 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) 
 			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
 		}
 	}
-	if a.HostRewriteSpecifier == nil {
-		if auth := translateHeaders(h.Headers).authority; auth != "" {
-			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: auth}
-		}
+	if a.HostRewriteSpecifier == nil && authority != "" {
+		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
 	if mr := h.Mirror; mr != nil {
 		if s := m.Service(mr.GetDestination().GetHost()); s != nil && s.routable() {
@@ -448,7 +455,10 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool) 
 	}
 	// A single destination that hashes keeps its retries on the same host.
 	a.RetryPolicy = retryPolicy(h.Retries, len(h.Route) == 1 && targets[0].hash != nil)
-	return a
+	if len(targets) == 1 {
+		return a, targets[0].headers
+	}
+	return a, headerOps{}
 }
 
 // defaultRoute sends all of host:port's traffic to its service, with the
@@ -492,51 +502,24 @@ func operation(r *route.Route, rule string, port uint32) string {
 // serviceHash is the consistent hash of a service's policy on a port: the
 // port's settings', else the policy's.
 func serviceHash(tp *meshv1.TrafficPolicy, port uint32) *meshv1.ConsistentHash {
-	if tp == nil {
-		return nil
-	}
-	for _, pp := range tp.PortLevelSettings {
-		if pp.Port == port && pp.ConsistentHash != nil {
-			return pp.ConsistentHash
-		}
-	}
-	return tp.ConsistentHash
+	return cmp.Or(portPolicy(tp.GetPortLevelSettings(), port).GetConsistentHash(), tp.GetConsistentHash())
 }
 
 // destinationHash is the consistent hash a route destination uses, as
 // Istio picks it: the subset's settings for the port the destination
 // names, the subset's, the policy's settings for that port, the policy's.
 func destinationHash(tp *meshv1.TrafficPolicy, dst *meshv1.Destination) *meshv1.ConsistentHash {
-	if tp == nil {
-		return nil
-	}
 	onPort := func(ps []*meshv1.PortPolicy) *meshv1.ConsistentHash {
 		if dst.GetPort() == 0 {
 			return nil
 		}
-		for _, pp := range ps {
-			if pp.Port == dst.Port {
-				return pp.ConsistentHash
-			}
-		}
-		return nil
+		return portPolicy(ps, dst.Port).GetConsistentHash()
 	}
 	var sub *meshv1.Subset
-	for _, s := range tp.Subsets {
-		if s.Name == dst.GetSubset() {
-			sub = s
-			break
-		}
+	if i := slices.IndexFunc(tp.GetSubsets(), func(s *meshv1.Subset) bool { return s.Name == dst.GetSubset() }); i >= 0 {
+		sub = tp.Subsets[i]
 	}
-	switch {
-	case sub != nil && onPort(sub.PortLevelSettings) != nil:
-		return onPort(sub.PortLevelSettings)
-	case sub != nil && sub.ConsistentHash != nil:
-		return sub.ConsistentHash
-	case onPort(tp.PortLevelSettings) != nil:
-		return onPort(tp.PortLevelSettings)
-	}
-	return tp.ConsistentHash
+	return cmp.Or(onPort(sub.GetPortLevelSettings()), sub.GetConsistentHash(), onPort(tp.GetPortLevelSettings()), tp.GetConsistentHash())
 }
 
 // destinationPort picks the service port a destination means: the one it

@@ -37,6 +37,17 @@ const hostSelectionRetries = 5
 // carried no TTL (MeshConfig dnsRefreshRate); a TTL is respected.
 var DNSRefreshRate = durationpb.New(60e9)
 
+// Retry predicates, marshalled once and shared by every route (generated
+// resources are never modified).
+var (
+	// previousHosts avoids the hosts a request was already tried on.
+	previousHosts = []*route.RetryPolicy_RetryHostPredicate{{Name: "envoy.retry_host_predicates.previous_hosts",
+		ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushosts.PreviousHostsPredicate{})}}}
+	// remoteLocalities retries in the priorities not tried yet.
+	remoteLocalities = &route.RetryPolicy_RetryPriority{Name: "envoy.retry_priorities.previous_priorities",
+		ConfigType: &route.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: mustAny(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 2})}}
+)
+
 // noTimeout is a zero duration: no limit.
 func noTimeout() *durationpb.Duration { return durationpb.New(0) }
 
@@ -66,16 +77,14 @@ func retryPolicy(r *meshv1.RetryPolicy, consistentHash bool) *route.RetryPolicy 
 			avoidPrevious = *r.RetryIgnorePreviousHosts
 		}
 		if r.RetryRemoteLocalities {
-			out.RetryPriority = &route.RetryPolicy_RetryPriority{Name: "envoy.retry_priorities.previous_priorities",
-				ConfigType: &route.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: mustAny(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 2})}}
+			out.RetryPriority = remoteLocalities
 		}
 		if r.Backoff != nil {
 			out.RetryBackOff = &route.RetryPolicy_RetryBackOff{BaseInterval: r.Backoff}
 		}
 	}
 	if avoidPrevious {
-		out.RetryHostPredicate = []*route.RetryPolicy_RetryHostPredicate{{Name: "envoy.retry_host_predicates.previous_hosts",
-			ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushosts.PreviousHostsPredicate{})}}}
+		out.RetryHostPredicate = previousHosts
 	}
 	return out
 }

@@ -489,30 +489,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		f := fmt.Sprintf("spec.http[%d]", i)
 		route := &meshv1.HTTPRoute{Name: h.Name}
 		for _, m := range h.Match {
-			hm := &meshv1.HTTPMatch{
-				Name:            m.Name,
-				Uri:             m.URI.model(),
-				Method:          m.Method.model(),
-				Headers:         headerMatches(m.Headers),
-				Port:            m.Port,
-				IgnoreUriCase:   m.IgnoreURICase,
-				Gateways:        m.Gateways,
-				QueryParams:     headerMatches(m.QueryParams),
-				WithoutHeaders:  headerMatches(m.WithoutHeaders),
-				SourceNamespace: m.SourceNamespace,
-				SourceLabels:    m.SourceLabels,
-			}
-			// The authority and the scheme are pseudo-headers, as Istio
-			// matches them.
-			for name, sm := range map[string]*stringMatch{":authority": m.Authority, ":scheme": m.Scheme} {
-				if sm != nil {
-					if hm.Headers == nil {
-						hm.Headers = map[string]*meshv1.StringMatch{}
-					}
-					hm.Headers[name] = sm.model()
-				}
-			}
-			route.Match = append(route.Match, hm)
+			route.Match = append(route.Match, httpMatch(&m))
 		}
 		for j, d := range h.Route {
 			if d.Weight < 0 {
@@ -530,16 +507,7 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 			return
 		}
 		if r := h.Retries; r != nil {
-			if r.Attempts < 0 {
-				n.problem(in, f+".retries.attempts", "%d is negative", r.Attempts)
-				return
-			}
-			route.Retries = &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn,
-				RetryIgnorePreviousHosts: r.RetryIgnorePreviousHosts, RetryRemoteLocalities: r.RetryRemoteLocalities}
-			if route.Retries.PerTryTimeout, ok = n.duration(in, f+".retries.perTryTimeout", r.PerTryTimeout); !ok {
-				return
-			}
-			if route.Retries.Backoff, ok = n.duration(in, f+".retries.backoff", r.Backoff); !ok {
+			if route.Retries, ok = n.retries(in, f+".retries", r); !ok {
 				return
 			}
 		}
@@ -604,6 +572,52 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 		}
 	}
 	n.emit(in, rr)
+}
+
+// httpMatch converts one match alternative of an http route.
+func httpMatch(m *httpMatchRequest) *meshv1.HTTPMatch {
+	hm := &meshv1.HTTPMatch{
+		Name:            m.Name,
+		Uri:             m.URI.model(),
+		Method:          m.Method.model(),
+		Headers:         headerMatches(m.Headers),
+		Port:            m.Port,
+		IgnoreUriCase:   m.IgnoreURICase,
+		Gateways:        m.Gateways,
+		QueryParams:     headerMatches(m.QueryParams),
+		WithoutHeaders:  headerMatches(m.WithoutHeaders),
+		SourceNamespace: m.SourceNamespace,
+		SourceLabels:    m.SourceLabels,
+	}
+	// The authority and the scheme are pseudo-headers, as Istio
+	// matches them.
+	for name, sm := range map[string]*stringMatch{":authority": m.Authority, ":scheme": m.Scheme} {
+		if sm != nil {
+			if hm.Headers == nil {
+				hm.Headers = map[string]*meshv1.StringMatch{}
+			}
+			hm.Headers[name] = sm.model()
+		}
+	}
+	return hm
+}
+
+// retries reads an http route's retries (at f).
+func (n *normalizer) retries(in Input, f string, r *httpRetry) (*meshv1.RetryPolicy, bool) {
+	if r.Attempts < 0 {
+		n.problem(in, f+".attempts", "%d is negative", r.Attempts)
+		return nil, false
+	}
+	out := &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn,
+		RetryIgnorePreviousHosts: r.RetryIgnorePreviousHosts, RetryRemoteLocalities: r.RetryRemoteLocalities}
+	var ok bool
+	if out.PerTryTimeout, ok = n.duration(in, f+".perTryTimeout", r.PerTryTimeout); !ok {
+		return nil, false
+	}
+	if out.Backoff, ok = n.duration(in, f+".backoff", r.Backoff); !ok {
+		return nil, false
+	}
+	return out, true
 }
 
 // l4Match reports whether a tcp or tls match alternative can apply: one
@@ -1104,77 +1118,14 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 			return false
 		}
 	}
+	var ok bool
 	if cp := tp.ConnectionPool; cp != nil {
-		out.ConnectionPool = &meshv1.ConnectionPool{}
-		if t := cp.TCP; t != nil {
-			if t.MaxConnections < 0 {
-				n.problem(in, f+".connectionPool.tcp.maxConnections", "%d is negative", t.MaxConnections)
-				return false
-			}
-			out.ConnectionPool.MaxConnections = uint32(t.MaxConnections)
-			d, ok := n.duration(in, f+".connectionPool.tcp.connectTimeout", t.ConnectTimeout)
-			if !ok {
-				return false
-			}
-			out.ConnectionPool.ConnectTimeout = d
-			if out.ConnectionPool.MaxConnectionDuration, ok = n.duration(in, f+".connectionPool.tcp.maxConnectionDuration", t.MaxConnectionDuration); !ok {
-				return false
-			}
-			if out.ConnectionPool.IdleTimeout, ok = n.duration(in, f+".connectionPool.tcp.idleTimeout", t.IdleTimeout); !ok {
-				return false
-			}
-		}
-		if h := cp.HTTP; h != nil {
-			for field, v := range map[string]int32{"http1MaxPendingRequests": h.HTTP1MaxPendingRequests, "http2MaxRequests": h.HTTP2MaxRequests,
-				"maxRequestsPerConnection": h.MaxRequestsPerConnection, "maxRetries": h.MaxRetries} {
-				if v < 0 {
-					n.problem(in, f+".connectionPool.http."+field, "%d is negative", v)
-					return false
-				}
-			}
-			out.ConnectionPool.MaxPendingRequests = uint32(h.HTTP1MaxPendingRequests)
-			out.ConnectionPool.MaxRequests = uint32(h.HTTP2MaxRequests)
-			out.ConnectionPool.MaxRequestsPerConnection = uint32(h.MaxRequestsPerConnection)
-			out.ConnectionPool.MaxRetries = uint32(h.MaxRetries)
-			if h.MaxConcurrentStreams < 0 {
-				n.problem(in, f+".connectionPool.http.maxConcurrentStreams", "%d is negative", h.MaxConcurrentStreams)
-				return false
-			}
-			out.ConnectionPool.MaxConcurrentStreams = uint32(h.MaxConcurrentStreams)
-			out.ConnectionPool.UseClientProtocol = h.UseClientProtocol
-			upgrade, ok := h2Upgrades[strings.ToUpper(h.H2UpgradePolicy)]
-			if !ok {
-				n.problem(in, f+".connectionPool.http.h2UpgradePolicy", "unknown policy %q: want DEFAULT, DO_NOT_UPGRADE or UPGRADE", h.H2UpgradePolicy)
-				return false
-			}
-			out.ConnectionPool.H2UpgradePolicy = upgrade
-			// The HTTP idle timeout wins over the TCP one, as in Istio.
-			if h.IdleTimeout != "" {
-				if out.ConnectionPool.IdleTimeout, ok = n.duration(in, f+".connectionPool.http.idleTimeout", h.IdleTimeout); !ok {
-					return false
-				}
-			}
+		if out.ConnectionPool, ok = n.connectionPool(in, f+".connectionPool", cp); !ok {
+			return false
 		}
 	}
 	if od := tp.OutlierDetection; od != nil {
-		if od.MaxEjectionPercent < 0 || od.MaxEjectionPercent > 100 {
-			n.problem(in, f+".outlierDetection.maxEjectionPercent", "%d is not a percentage", od.MaxEjectionPercent)
-			return false
-		}
-		if od.MinHealthPercent < 0 || od.MinHealthPercent > 100 {
-			n.problem(in, f+".outlierDetection.minHealthPercent", "%d is not a percentage", od.MinHealthPercent)
-			return false
-		}
-		out.OutlierDetection = &meshv1.OutlierDetection{
-			Consecutive_5XxErrors: od.Consecutive5xxErrors, ConsecutiveGatewayErrors: od.ConsecutiveGatewayErrors,
-			MaxEjectionPercent: uint32(od.MaxEjectionPercent), MinHealthPercent: uint32(od.MinHealthPercent),
-			SplitExternalLocalOriginErrors: od.SplitExternalLocalOriginErrors, ConsecutiveLocalOriginFailures: od.ConsecutiveLocalOriginFailures,
-		}
-		var ok bool
-		if out.OutlierDetection.Interval, ok = n.duration(in, f+".outlierDetection.interval", od.Interval); !ok {
-			return false
-		}
-		if out.OutlierDetection.BaseEjectionTime, ok = n.duration(in, f+".outlierDetection.baseEjectionTime", od.BaseEjectionTime); !ok {
+		if out.OutlierDetection, ok = n.outlierDetection(in, f+".outlierDetection", od); !ok {
 			return false
 		}
 	}
@@ -1187,4 +1138,80 @@ func (n *normalizer) policyExtras(in Input, f string, tp *trafficPolicy, out *me
 		out.Tls = &meshv1.ClientTLS{Mode: mode, Sni: t.Sni, SubjectAltNames: t.SubjectAltNames, CredentialName: t.CredentialName}
 	}
 	return true
+}
+
+// connectionPool reads a traffic policy's connectionPool (at f).
+func (n *normalizer) connectionPool(in Input, f string, cp *connectionPool) (*meshv1.ConnectionPool, bool) {
+	out := &meshv1.ConnectionPool{}
+	var ok bool
+	if t := cp.TCP; t != nil {
+		if t.MaxConnections < 0 {
+			n.problem(in, f+".tcp.maxConnections", "%d is negative", t.MaxConnections)
+			return nil, false
+		}
+		out.MaxConnections = uint32(t.MaxConnections)
+		for _, d := range []struct {
+			field, value string
+			into         **durationpb.Duration
+		}{{"connectTimeout", t.ConnectTimeout, &out.ConnectTimeout}, {"maxConnectionDuration", t.MaxConnectionDuration, &out.MaxConnectionDuration},
+			{"idleTimeout", t.IdleTimeout, &out.IdleTimeout}} {
+			if *d.into, ok = n.duration(in, f+".tcp."+d.field, d.value); !ok {
+				return nil, false
+			}
+		}
+	}
+	h := cp.HTTP
+	if h == nil {
+		return out, true
+	}
+	for _, v := range []struct {
+		field string
+		value int32
+	}{{"http1MaxPendingRequests", h.HTTP1MaxPendingRequests}, {"http2MaxRequests", h.HTTP2MaxRequests},
+		{"maxRequestsPerConnection", h.MaxRequestsPerConnection}, {"maxRetries", h.MaxRetries}, {"maxConcurrentStreams", h.MaxConcurrentStreams}} {
+		if v.value < 0 {
+			n.problem(in, f+".http."+v.field, "%d is negative", v.value)
+			return nil, false
+		}
+	}
+	out.MaxPendingRequests, out.MaxRequests = uint32(h.HTTP1MaxPendingRequests), uint32(h.HTTP2MaxRequests)
+	out.MaxRequestsPerConnection, out.MaxRetries = uint32(h.MaxRequestsPerConnection), uint32(h.MaxRetries)
+	out.MaxConcurrentStreams, out.UseClientProtocol = uint32(h.MaxConcurrentStreams), h.UseClientProtocol
+	if out.H2UpgradePolicy, ok = h2Upgrades[strings.ToUpper(h.H2UpgradePolicy)]; !ok {
+		n.problem(in, f+".http.h2UpgradePolicy", "unknown policy %q: want DEFAULT, DO_NOT_UPGRADE or UPGRADE", h.H2UpgradePolicy)
+		return nil, false
+	}
+	// The HTTP idle timeout wins over the TCP one, as in Istio.
+	if h.IdleTimeout != "" {
+		if out.IdleTimeout, ok = n.duration(in, f+".http.idleTimeout", h.IdleTimeout); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// outlierDetection reads a traffic policy's outlierDetection (at f).
+func (n *normalizer) outlierDetection(in Input, f string, od *outlierDetection) (*meshv1.OutlierDetection, bool) {
+	for _, p := range []struct {
+		field string
+		value int32
+	}{{"maxEjectionPercent", od.MaxEjectionPercent}, {"minHealthPercent", od.MinHealthPercent}} {
+		if p.value < 0 || p.value > 100 {
+			n.problem(in, f+"."+p.field, "%d is not a percentage", p.value)
+			return nil, false
+		}
+	}
+	out := &meshv1.OutlierDetection{
+		Consecutive_5XxErrors: od.Consecutive5xxErrors, ConsecutiveGatewayErrors: od.ConsecutiveGatewayErrors,
+		MaxEjectionPercent: uint32(od.MaxEjectionPercent), MinHealthPercent: uint32(od.MinHealthPercent),
+		SplitExternalLocalOriginErrors: od.SplitExternalLocalOriginErrors, ConsecutiveLocalOriginFailures: od.ConsecutiveLocalOriginFailures,
+	}
+	var ok bool
+	if out.Interval, ok = n.duration(in, f+".interval", od.Interval); !ok {
+		return nil, false
+	}
+	if out.BaseEjectionTime, ok = n.duration(in, f+".baseEjectionTime", od.BaseEjectionTime); !ok {
+		return nil, false
+	}
+	return out, true
 }

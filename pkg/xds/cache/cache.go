@@ -147,16 +147,23 @@ func (c *Cache) Classes() []string {
 }
 
 // Table returns the table that serves a class's requests for a type: the
-// shared table for a shared type. It returns ErrNoClass for a class not
-// added yet and ErrNotServed for a type the cache does not serve.
+// shared table for a shared type (class Shared asks for it alone). It
+// returns ErrNoClass for a class not added yet, whatever the type: a
+// stream that asks for a shared type first still has its class added,
+// whose tables say what of the shared one it may see. It returns
+// ErrNotServed for a type the cache does not serve.
 func (c *Cache) Table(class, typeURL string) (*Table, error) {
+	key := tableKey{class, typeURL}
 	if slices.Contains(c.cfg.SharedTypes, typeURL) {
-		class = Shared
+		key.class = Shared
 	} else if !slices.Contains(c.cfg.Types, typeURL) {
 		return nil, fmt.Errorf("%w: %s", ErrNotServed, typeURL)
 	}
 	c.mu.RLock()
-	t, ok := c.tables[tableKey{class, typeURL}]
+	t, ok := c.tables[key]
+	if class != Shared && key.class == Shared {
+		ok = ok && c.classes[class]
+	}
 	c.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNoClass, class)

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -26,7 +27,7 @@ func edsTable(t *testing.T, logSize int) (*Cache, *Table) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := c.Table("any class", resource.EndpointType)
+	tb, err := c.Table(Shared, resource.EndpointType)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,5 +284,27 @@ func TestPatchChangesOnlyWhatItNames(t *testing.T) {
 	// Nothing to do: nothing changes.
 	if changed, removed, _, _ := tb.Patch(map[string]types.Resource{"a": a}, []string{"c"}); changed+removed != 0 || tb.version != before+1 {
 		t.Errorf("a patch to the same content changed %d, removed %d, moved the version to %d", changed, removed, tb.version)
+	}
+}
+
+// TestSharedTypeNeedsTheClass: a class not added yet has no table of a
+// shared type either (ErrNoClass, so that the stream asking for it adds
+// the class); once added it gets the shared table.
+func TestSharedTypeNeedsTheClass(t *testing.T) {
+	c, err := New(Config{Types: []string{resource.ClusterType}, SharedTypes: []string{resource.EndpointType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Table("a", resource.EndpointType); !errors.Is(err, ErrNoClass) {
+		t.Fatalf("a class not added: %v, want ErrNoClass", err)
+	}
+	filled := false
+	c.AddClass("a", func(string) { filled = true })
+	shared, err := c.Table(Shared, resource.EndpointType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Table("a", resource.EndpointType); err != nil || got != shared || !filled {
+		t.Errorf("after AddClass: %p, %v (shared %p), filled %v", got, err, shared, filled)
 	}
 }

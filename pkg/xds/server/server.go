@@ -11,7 +11,6 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"golang.org/x/time/rate"
@@ -246,11 +245,6 @@ type Server struct {
 type classSet struct {
 	tables Tables
 	fill   func(class string)
-	// byClusters says the class exists when its cluster table does: the
-	// load assignments are shared, so a stream that asks for them alone
-	// (before clusters, or never) still makes its class, whose clusters
-	// say which assignments it may see.
-	byClusters bool
 	sync.Mutex
 	streams map[string]int
 	idle    map[string]time.Time
@@ -263,11 +257,6 @@ func newClassSet(tables Tables, fill func(string)) *classSet {
 // table returns a class's table of a type, adding (and filling) the class
 // if it is not held yet.
 func (c *classSet) table(class, typeURL string) (*cache.Table, error) {
-	if c.byClusters && typeURL != resource.ClusterType {
-		if _, err := c.tables.Table(class, resource.ClusterType); errors.Is(err, cache.ErrNoClass) {
-			c.tables.AddClass(class, c.fill)
-		}
-	}
 	t, err := c.tables.Table(class, typeURL)
 	if !errors.Is(err, cache.ErrNoClass) {
 		return t, err
@@ -406,7 +395,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue()}
 	srv.classes = newClassSet(cfg.Cache, cfg.Classes.FillClass)
-	srv.classes.byClusters = true
 	if cfg.Secrets != nil {
 		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)
 	}

@@ -2,6 +2,7 @@ package istiod
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -43,24 +44,65 @@ func TestAgainstIstiod(t *testing.T) {
 	if istioBin == "" {
 		t.Skip("ISTIO_BIN is not set: make diff-istiod ISTIO_BIN=$(hack/istio-binaries.sh <istio source>)")
 	}
-	src := os.Getenv("ISTIO_SRC")
-	if src == "" {
-		b, err := os.ReadFile(filepath.Join(istioBin, "source"))
-		if err != nil {
-			t.Fatalf("ISTIO_SRC is not set and %s/source does not name Istio's tree: %v", istioBin, err)
-		}
-		src = strings.TrimSpace(string(b))
-	}
-	ourBin := cmpOr(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	work := t.TempDir()
+	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work)
+	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work)
+	ours := startShardpilot(t, ctx, cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")), kubeconfig, work)
 
+	var failed []string
+	var report strings.Builder
+	fmt.Fprintf(&report, "%-28s %8s %8s %7s\n", "case", "facts", "equal", "%")
+	for _, c := range cases {
+		theirs, mine := settledFacts(t, ctx, c, istiod, ours)
+		diff := Compare(theirs, mine)
+		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", c.name, diff.Compared, diff.Equal, diff.Percent())
+		if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
+			if err := os.MkdirAll(out, 0o755); err == nil {
+				_ = os.WriteFile(filepath.Join(out, c.name+".diff"), []byte(strings.Join(diff.Differences, "\n")+"\n"), 0o644)
+			}
+		}
+		if diff.Percent() < minPercent {
+			failed = append(failed, c.name)
+			for _, d := range diff.Differences[:min(len(diff.Differences), 40)] {
+				t.Logf("%s: %s", c.name, d)
+			}
+		}
+	}
+	t.Logf("facts istiod and shardpilot send a sidecar, per case:\n%s", report.String())
+	if len(failed) > 0 {
+		t.Errorf("below %.0f%% equal facts: %v (DIFF_ISTIOD_OUT=<dir> writes every difference)", minPercent, failed)
+	}
+}
+
+// istioSource is Istio's source tree: ISTIO_SRC, else the one the
+// binaries of bin were built from.
+func istioSource(t *testing.T, bin string) string {
+	t.Helper()
+	if src := os.Getenv("ISTIO_SRC"); src != "" {
+		return src
+	}
+	b, err := os.ReadFile(filepath.Join(bin, "source"))
+	if err != nil {
+		t.Fatalf("ISTIO_SRC is not set and %s/source does not name Istio's tree: %v", bin, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// testCase is one case: its file's name and its namespace.
+type testCase struct{ name, ns string }
+
+// startCases starts a kube-apiserver holding Istio's CRDs (from Istio's
+// tree src) and every case of testdata/cases beside Bookinfo, each in a
+// namespace of its own, and returns its kubeconfig and the cases.
+func startCases(t *testing.T, ctx context.Context, src, work string) (string, []testCase) {
+	t.Helper()
 	kc, err := kubetest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Stop()
-	work := t.TempDir()
+	t.Cleanup(kc.Stop)
 	kubeconfig := filepath.Join(work, "kubeconfig")
 	if err := kc.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
@@ -76,18 +118,16 @@ func TestAgainstIstiod(t *testing.T) {
 		_, err := kc.Client.Discovery().ServerResourcesForGroupVersion("networking.istio.io/v1")
 		return err == nil, fmt.Sprint(err)
 	})
-
-	cases, err := filepath.Glob(filepath.Join("testdata", "cases", "*.yaml"))
-	if err != nil || len(cases) == 0 {
+	files, err := filepath.Glob(filepath.Join("testdata", "cases", "*.yaml"))
+	if err != nil || len(files) == 0 {
 		t.Fatalf("no cases: %v", err)
 	}
 	bookinfo, err := os.ReadFile(filepath.Join("testdata", "bookinfo.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tc struct{ name, ns string }
-	var all []tc
-	for i, file := range cases {
+	var cases []testCase
+	for i, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		ns := "case-" + strings.ToLower(strings.SplitN(name, "-", 2)[1])
 		body, err := os.ReadFile(file)
@@ -97,59 +137,29 @@ func TestAgainstIstiod(t *testing.T) {
 		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(100+i))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
 		a.apply(t, ctx, []byte(fill.Replace(string(body))))
-		all = append(all, tc{name, ns})
+		cases = append(cases, testCase{name, ns})
 	}
-
-	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work)
-	ours := startShardpilot(t, ctx, ourBin, kubeconfig, work)
-
-	var failed []string
-	var report strings.Builder
-	fmt.Fprintf(&report, "%-28s %8s %8s %7s\n", "case", "facts", "equal", "%")
-	for _, c := range all {
-		node := sidecar(c.ns)
-		var theirs, mine Facts
-		testutil.Eventually(t, 2*time.Minute, c.name+": both control planes serve the case", func() (bool, string) {
-			var err1, err2 error
-			theirs, err1 = caseFacts(ctx, istiod, node, c.ns)
-			mine, err2 = caseFacts(ctx, ours, node, c.ns)
-			if err1 != nil || err2 != nil {
-				return false, fmt.Sprintf("istiod: %v; shardpilot: %v", err1, err2)
-			}
-			// Settled: both still say the same a moment later.
-			time.Sleep(time.Second)
-			again1, err1 := caseFacts(ctx, istiod, node, c.ns)
-			again2, err2 := caseFacts(ctx, ours, node, c.ns)
-			if err1 != nil || err2 != nil || !sameFacts(theirs, again1) || !sameFacts(mine, again2) {
-				return false, "still changing"
-			}
-			return hasClusters(theirs) && hasClusters(mine), fmt.Sprintf("clusters: istiod %v, shardpilot %v", hasClusters(theirs), hasClusters(mine))
-		})
-		cmp := Compare(theirs, mine)
-		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", c.name, cmp.Compared, cmp.Equal, cmp.Percent())
-		if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
-			if err := os.MkdirAll(out, 0o755); err == nil {
-				_ = os.WriteFile(filepath.Join(out, c.name+".diff"), []byte(strings.Join(cmp.Differences, "\n")+"\n"), 0o644)
-			}
-		}
-		if cmp.Percent() < minPercent {
-			failed = append(failed, c.name)
-			for _, d := range cmp.Differences[:min(len(cmp.Differences), 40)] {
-				t.Logf("%s: %s", c.name, d)
-			}
-		}
-	}
-	t.Logf("facts istiod and shardpilot send a sidecar, per case:\n%s", report.String())
-	if len(failed) > 0 {
-		t.Errorf("below %.0f%% equal facts: %v (DIFF_ISTIOD_OUT=<dir> writes every difference)", minPercent, failed)
-	}
+	return kubeconfig, cases
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+// settledFacts returns the facts of a case's sidecar from istiod and from
+// shardpilot once both serve the case and neither changed since the
+// previous look.
+func settledFacts(t *testing.T, ctx context.Context, c testCase, istiod, ours string) (theirs, mine Facts) {
+	t.Helper()
+	node := sidecar(c.ns)
+	testutil.Eventually(t, 2*time.Minute, c.name+": both control planes serve the case, settled", func() (bool, string) {
+		t1, err1 := caseFacts(ctx, istiod, node, c.ns)
+		m1, err2 := caseFacts(ctx, ours, node, c.ns)
+		if err1 != nil || err2 != nil {
+			return false, fmt.Sprintf("istiod: %v; shardpilot: %v", err1, err2)
+		}
+		settled := theirs != nil && sameFacts(theirs, t1) && sameFacts(mine, m1)
+		theirs, mine = t1, m1
+		return settled && hasClusters(theirs) && hasClusters(mine),
+			fmt.Sprintf("settled %v, clusters: istiod %v, shardpilot %v", settled, hasClusters(theirs), hasClusters(mine))
+	})
+	return theirs, mine
 }
 
 // sidecar is a proxy of namespace ns as Istio's agent announces it.

@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -43,43 +44,26 @@ func Fetch(ctx context.Context, addr string, node *core.Node) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ads %s: %w", addr, err)
 	}
-	s := &session{stream: stream, node: node, versions: map[string]string{}, nonces: map[string]string{}}
+	s := &session{stream: stream, node: node}
 	out := &Config{Clusters: map[string]*cluster.Cluster{}, Endpoints: map[string]*endpoint.ClusterLoadAssignment{},
 		Listeners: map[string]*listener.Listener{}, RouteConfig: map[string]*route.RouteConfiguration{}}
-
-	var edsNames []string
-	if err := s.get(resource.ClusterType, nil, func(a *anypb.Any) error {
-		c := &cluster.Cluster{}
-		if err := a.UnmarshalTo(c); err != nil {
-			return err
-		}
-		out.Clusters[c.Name] = c
+	if err := collect(s, resource.ClusterType, nil, out.Clusters, (*cluster.Cluster).GetName); err != nil {
+		return nil, err
+	}
+	edsNames := []string{} // by name: none asks for none
+	for _, c := range out.Clusters {
 		if c.GetType() == cluster.Cluster_EDS {
 			edsNames = append(edsNames, edsName(c))
 		}
-		return nil
-	}); err != nil {
+	}
+	if err := collect(s, resource.EndpointType, edsNames, out.Endpoints, (*endpoint.ClusterLoadAssignment).GetClusterName); err != nil {
 		return nil, err
 	}
-	if len(edsNames) > 0 {
-		if err := s.get(resource.EndpointType, edsNames, func(a *anypb.Any) error {
-			la := &endpoint.ClusterLoadAssignment{}
-			if err := a.UnmarshalTo(la); err != nil {
-				return err
-			}
-			out.Endpoints[la.ClusterName] = la
-			return nil
-		}); err != nil {
-			return nil, err
-		}
+	if err := collect(s, resource.ListenerType, nil, out.Listeners, (*listener.Listener).GetName); err != nil {
+		return nil, err
 	}
-	var rdsNames []string
-	if err := s.get(resource.ListenerType, nil, func(a *anypb.Any) error {
-		l := &listener.Listener{}
-		if err := a.UnmarshalTo(l); err != nil {
-			return err
-		}
-		out.Listeners[l.Name] = l
+	rdsNames := []string{}
+	for _, l := range out.Listeners {
 		for _, fc := range l.FilterChains {
 			for _, f := range fc.Filters {
 				m := &hcm.HttpConnectionManager{}
@@ -88,25 +72,32 @@ func Fetch(ctx context.Context, addr string, node *core.Node) (*Config, error) {
 				}
 			}
 		}
-		return nil
-	}); err != nil {
-		return nil, err
 	}
 	slices.Sort(rdsNames)
-	rdsNames = slices.Compact(rdsNames)
-	if len(rdsNames) > 0 {
-		if err := s.get(resource.RouteType, rdsNames, func(a *anypb.Any) error {
-			rc := &route.RouteConfiguration{}
-			if err := a.UnmarshalTo(rc); err != nil {
-				return err
-			}
-			out.RouteConfig[rc.Name] = rc
-			return nil
-		}); err != nil {
-			return nil, err
-		}
+	if err := collect(s, resource.RouteType, slices.Compact(rdsNames), out.RouteConfig, (*route.RouteConfiguration).GetName); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// collect asks for the resources of a type (names nil: all of them; none
+// at all: nothing is asked) and keeps those of the answer in into, by key.
+func collect[T proto.Message](s *session, typeURL string, names []string, into map[string]T, key func(T) string) error {
+	if names != nil && len(names) == 0 {
+		return nil
+	}
+	return s.get(typeURL, names, func(a *anypb.Any) error {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			return err
+		}
+		r, ok := m.(T)
+		if !ok {
+			return fmt.Errorf("a %s among the %s answer", a.TypeUrl, typeURL)
+		}
+		into[key(r)] = r
+		return nil
+	})
 }
 
 func edsName(c *cluster.Cluster) string {
@@ -120,8 +111,6 @@ type session struct {
 	stream   discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	node     *core.Node
 	sentNode bool
-	versions map[string]string
-	nonces   map[string]string
 }
 
 // get subscribes to a type (names nil: all of them) and hands each
@@ -139,7 +128,6 @@ func (s *session) get(typeURL string, names []string, fn func(*anypb.Any) error)
 		if err != nil {
 			return fmt.Errorf("ads: %s: %w", typeURL, err)
 		}
-		s.versions[resp.TypeUrl], s.nonces[resp.TypeUrl] = resp.VersionInfo, resp.Nonce
 		ack := &discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
 		if resp.TypeUrl == typeURL {
 			ack.ResourceNames = names

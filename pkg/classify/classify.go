@@ -254,7 +254,7 @@ func (ix *Index) Classify(node *core.Node) string {
 		}
 		return kind + "/" + ns + "/" + selected
 	}
-	if ix.served[ns] && Kind(node) == generate.Envoy {
+	if ix.served[ns] && kind == generate.Envoy.String() {
 		// Its own namespace's services by their short names.
 		return kind + "/" + ns + "/"
 	}

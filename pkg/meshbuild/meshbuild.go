@@ -62,9 +62,10 @@ type Builder struct {
 	last    *Built
 	joined  map[id]*joined
 	sharing map[string][]id // host → the services that define it
-	// plaintext are the namespaces whose PeerAuthentication (or, without
-	// one, the mesh's) is DISABLE.
-	plaintext map[string]bool
+	// peerModes are the modes of the PeerAuthentications without a
+	// selector: by namespace, and the mesh's (the root namespace's).
+	peerModes map[string]meshv1.MTLSMode
+	meshPeers meshv1.MTLSMode
 }
 
 type id struct{ namespace, name string }
@@ -220,7 +221,8 @@ func (b *Builder) join() {
 			}
 		}
 	}
-	b.joined, b.sharing, b.plaintext = services, sharing, plaintextNamespaces(security, services)
+	b.joined, b.sharing = services, sharing
+	b.peerModes, b.meshPeers = peerModes(security)
 	list := make([]*generate.Service, 0, len(services))
 	restricted := false
 	for svc, j := range services {
@@ -332,7 +334,7 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 	if out.ServiceAccounts = generate.ServiceAccounts(out.Endpoints); len(out.ServiceAccounts) > 0 {
 		out.ConfigVersion += "a" + strings.Join(out.ServiceAccounts, ",")
 	}
-	if out.PlaintextPeers = b.plaintext[out.Namespace]; out.PlaintextPeers {
+	if out.PlaintextPeers = cmp.Or(b.peerModes[out.Namespace], b.meshPeers) == meshv1.MTLSMode_MTLS_MODE_DISABLE; out.PlaintextPeers {
 		// Its clusters and its load assignments change.
 		out.ConfigVersion += "d"
 		out.Version += "d"
@@ -340,12 +342,12 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 	return out
 }
 
-// plaintextNamespaces returns the namespaces of services whose
-// workloads take plaintext alone, as far as the policies without a
-// selector say: the namespace's PeerAuthentication is DISABLE, or it has
-// none and the mesh's (the root namespace's) is. Policies with a selector
-// are not inferred, as istiod does not infer them either.
-func plaintextNamespaces(security []*generate.Policy, services map[id]*joined) map[string]bool {
+// peerModes returns the modes of the PeerAuthentications without a
+// selector, by namespace, and the mesh's: a namespace's services take
+// plaintext alone when its own, or without one the mesh's, is DISABLE.
+// Policies with a selector are not inferred, as istiod does not infer
+// them either.
+func peerModes(security []*generate.Policy) (map[string]meshv1.MTLSMode, meshv1.MTLSMode) {
 	var mesh meshv1.MTLSMode
 	ns := map[string]meshv1.MTLSMode{}
 	for _, p := range security {
@@ -359,13 +361,7 @@ func plaintextNamespaces(security []*generate.Policy, services map[id]*joined) m
 			ns[p.Namespace] = pa.Mode
 		}
 	}
-	out := map[string]bool{}
-	for svc := range services {
-		if cmp.Or(ns[svc.namespace], mesh) == meshv1.MTLSMode_MTLS_MODE_DISABLE {
-			out[svc.namespace] = true
-		}
-	}
-	return out
+	return ns, mesh
 }
 
 // MeshOf builds the view of a set of stored objects at once: for tools

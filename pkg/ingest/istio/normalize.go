@@ -610,14 +610,8 @@ func (n *normalizer) retries(in Input, f string, r *httpRetry) (*meshv1.RetryPol
 	}
 	out := &meshv1.RetryPolicy{Attempts: uint32(r.Attempts), RetryOn: r.RetryOn,
 		RetryIgnorePreviousHosts: r.RetryIgnorePreviousHosts, RetryRemoteLocalities: r.RetryRemoteLocalities}
-	var ok bool
-	if out.PerTryTimeout, ok = n.duration(in, f+".perTryTimeout", r.PerTryTimeout); !ok {
-		return nil, false
-	}
-	if out.Backoff, ok = n.duration(in, f+".backoff", r.Backoff); !ok {
-		return nil, false
-	}
-	return out, true
+	ok := n.durations(in, f, durationField{"perTryTimeout", r.PerTryTimeout, &out.PerTryTimeout}, durationField{"backoff", r.Backoff, &out.Backoff})
+	return out, ok
 }
 
 // l4Match reports whether a tcp or tls match alternative can apply: one
@@ -1150,14 +1144,9 @@ func (n *normalizer) connectionPool(in Input, f string, cp *connectionPool) (*me
 			return nil, false
 		}
 		out.MaxConnections = uint32(t.MaxConnections)
-		for _, d := range []struct {
-			field, value string
-			into         **durationpb.Duration
-		}{{"connectTimeout", t.ConnectTimeout, &out.ConnectTimeout}, {"maxConnectionDuration", t.MaxConnectionDuration, &out.MaxConnectionDuration},
-			{"idleTimeout", t.IdleTimeout, &out.IdleTimeout}} {
-			if *d.into, ok = n.duration(in, f+".tcp."+d.field, d.value); !ok {
-				return nil, false
-			}
+		if !n.durations(in, f+".tcp", durationField{"connectTimeout", t.ConnectTimeout, &out.ConnectTimeout},
+			durationField{"maxConnectionDuration", t.MaxConnectionDuration, &out.MaxConnectionDuration}, durationField{"idleTimeout", t.IdleTimeout, &out.IdleTimeout}) {
+			return nil, false
 		}
 	}
 	h := cp.HTTP
@@ -1190,6 +1179,25 @@ func (n *normalizer) connectionPool(in Input, f string, cp *connectionPool) (*me
 	return out, true
 }
 
+// durationField is a duration field of an input (field, under some path),
+// its value and where it goes.
+type durationField struct {
+	field, value string
+	into         **durationpb.Duration
+}
+
+// durations reads duration fields under f, each into its place, and
+// reports whether all were durations (the first that is not is a problem).
+func (n *normalizer) durations(in Input, f string, ds ...durationField) bool {
+	for _, d := range ds {
+		var ok bool
+		if *d.into, ok = n.duration(in, f+"."+d.field, d.value); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // outlierDetection reads a traffic policy's outlierDetection (at f).
 func (n *normalizer) outlierDetection(in Input, f string, od *outlierDetection) (*meshv1.OutlierDetection, bool) {
 	for _, p := range []struct {
@@ -1206,12 +1214,6 @@ func (n *normalizer) outlierDetection(in Input, f string, od *outlierDetection) 
 		MaxEjectionPercent: uint32(od.MaxEjectionPercent), MinHealthPercent: uint32(od.MinHealthPercent),
 		SplitExternalLocalOriginErrors: od.SplitExternalLocalOriginErrors, ConsecutiveLocalOriginFailures: od.ConsecutiveLocalOriginFailures,
 	}
-	var ok bool
-	if out.Interval, ok = n.duration(in, f+".interval", od.Interval); !ok {
-		return nil, false
-	}
-	if out.BaseEjectionTime, ok = n.duration(in, f+".baseEjectionTime", od.BaseEjectionTime); !ok {
-		return nil, false
-	}
-	return out, true
+	ok := n.durations(in, f, durationField{"interval", od.Interval, &out.Interval}, durationField{"baseEjectionTime", od.BaseEjectionTime, &out.BaseEjectionTime})
+	return out, ok
 }

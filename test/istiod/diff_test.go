@@ -49,7 +49,11 @@ func TestAgainstIstiod(t *testing.T) {
 	work := t.TempDir()
 	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work)
 	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work)
-	ours := startShardpilot(t, ctx, cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")), kubeconfig, work)
+	ourBin, err := filepath.Abs(cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := startShardpilot(t, ctx, ourBin, kubeconfig, work)
 
 	var failed []string
 	var report strings.Builder
@@ -334,25 +338,9 @@ func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work string
 		"--grpcAddr", grpcAddr, "--httpAddr", http, "--httpsAddr", testutil.FreeAddr(t), "--monitoringAddr", testutil.FreeAddr(t),
 		"--secureGRPCAddr", testutil.FreeAddr(t), "--domain", "cluster.local", "--log_output_level", "default:warn"}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pilot-discovery"), args...)
-	cmd.Dir = work
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "REVISION=default", "PILOT_ENABLE_ANALYSIS=false", "POD_NAME=istiod-0",
 		"PILOT_MAX_REQUESTS_PER_SECOND=1000")
-	logs, err := os.Create(filepath.Join(work, "istiod.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logs.Name())
-			t.Logf("istiod's log (end):\n%s", tail(b, 4000))
-		}
-	})
+	startProcess(t, "istiod", cmd, work)
 	testutil.Eventually(t, time.Minute, "istiod ready", func() (bool, string) {
 		return ready("http://" + http + "/ready"), "not ready"
 	})
@@ -378,22 +366,7 @@ func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work st
 		admin := testutil.FreeAddr(t)
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), append(args, "--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
 			"--admin-addr", admin, "--log-level", "warn")...)
-		logs, err := os.Create(filepath.Join(work, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("%s (build it with make build, or set SHARDPILOT_BIN): %v", name, err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			_ = cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(logs.Name())
-				t.Logf("%s's log (end):\n%s", name, tail(b, 4000))
-			}
-		})
+		startProcess(t, name+" (make build, or set SHARDPILOT_BIN)", cmd, work)
 		return admin
 	}
 	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
@@ -408,6 +381,31 @@ func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work st
 		return ready("http://" + pusher + "/readyz"), "not ready"
 	})
 	return ads
+}
+
+// startProcess starts cmd in work, its output in work/<its binary>.log,
+// and interrupts it when the test ends, showing the log's end if the test
+// failed.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd, work string) {
+	t.Helper()
+	cmd.Dir = work
+	logs, err := os.Create(filepath.Join(work, filepath.Base(cmd.Path)+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logs.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			t.Logf("%s's log (end):\n%s", name, tail(b, 4000))
+		}
+	})
 }
 
 func tail(b []byte, n int) string {

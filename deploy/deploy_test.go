@@ -345,12 +345,14 @@ func TestChart(t *testing.T) {
 			}
 			for _, f := range flags {
 				// A file of a Secret (TLS, credentials, the admin token)
-				// is set only when its Secret is named; the chart must
-				// still be able to set it.
+				// is set only when its Secret is named, an override of
+				// the mesh's MeshConfig only when its value is; the chart
+				// must still be able to set them.
 				if slices.Contains(env, f[1]) {
 					continue
 				}
-				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER"
+				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
+					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY"
 				if !optional || !strings.Contains(helpers, f[1]) {
 					t.Errorf("pusher flag %s is not set by the chart", f[1])
 				}

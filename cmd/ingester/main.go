@@ -111,7 +111,7 @@ func paths(list string) []string {
 func run(ctx context.Context, args []string) error {
 	var common cli.Common
 	var remote cli.Remote
-	var meshDir, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
+	var meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
 	var leaderTTL, syncMax, zkSession time.Duration
 	var ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts string
 	host, _ := os.Hostname()
@@ -130,6 +130,7 @@ func run(ctx context.Context, args []string) error {
 	parts := fs.Int("kube-namespace-parts", 1, "split each cluster's namespaces into this many parts (by a hash of their names), each a source with a leader election of its own, so that as many ingester replicas share one large cluster's ingest (each part's leader watches the cluster and writes its part's namespaces); a part takes over what the cluster's earlier parts wrote in its namespaces when the number changes")
 	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
+	fs.StringVar(&meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
 	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
@@ -217,14 +218,14 @@ func run(ctx context.Context, args []string) error {
 			ready.Set("mesh directory synced", false)
 		}
 		g.Go(func() error {
-			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, DomainSuffix: domainSuffix, Election: election, MaxDelay: syncMax,
+			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, MeshNamespace: meshNamespace, DomainSuffix: domainSuffix, Election: election, MaxDelay: syncMax,
 				Log: log, Metrics: ingestMetrics,
 				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
 		})
 	}
 	for _, c := range clusters {
 		g.Go(func() error {
-			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, DomainSuffix: domainSuffix, MaxDelay: syncMax,
+			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: meshNamespace, DomainSuffix: domainSuffix, MaxDelay: syncMax,
 				NamespaceSelector: selector, Parts: *parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
 		})
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
@@ -56,9 +57,9 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
 	var rootNamespace, kubeconfig, tokenAudience, outbound string
 	sharedGateways := fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
-	autoMTLS := fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS, as Istio's meshConfig.enableAutoMtls; in effect only where proxies get workload certificates (an authenticated ADS with a CA)")
+	autoMTLS := fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS; in effect only where proxies get workload certificates (an authenticated ADS with a CA). Given, it overrides the mesh's MeshConfig enableAutoMtls (on by default)")
 	workloadCerts := fs.String("workload-certificates", "pushers", "where Envoys get their workload certificate and the mesh's root (SDS \"default\" and \"ROOTCA\"): pushers (over ADS, from the pushers' CA; shardpilot's own bootstrap) or agent (from Istio's agent beside each Envoy, on its sds-grpc cluster, as istiod configures injected sidecars)")
-	fs.StringVar(&outbound, "outbound-traffic-policy", "ALLOW_ANY", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502), as Istio's meshConfig.outboundTrafficPolicy")
+	fs.StringVar(&outbound, "outbound-traffic-policy", "", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502); empty: the mesh's MeshConfig outboundTrafficPolicy (ALLOW_ANY by default)")
 	var tokens bool
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
 	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
@@ -161,8 +162,20 @@ func run(ctx context.Context, args []string) error {
 	if *workloadCerts != "pushers" && *workloadCerts != "agent" {
 		return fmt.Errorf("--workload-certificates %q: want pushers or agent", *workloadCerts)
 	}
-	if outbound != "ALLOW_ANY" && outbound != "REGISTRY_ONLY" {
-		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY or REGISTRY_ONLY", outbound)
+	overrides := &meshv1.MeshConfig{}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "auto-mtls" {
+			overrides.EnableAutoMtls = autoMTLS
+		}
+	})
+	switch outbound {
+	case "":
+	case "ALLOW_ANY":
+		overrides.OutboundTrafficPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_ALLOW_ANY
+	case "REGISTRY_ONLY":
+		overrides.OutboundTrafficPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
+	default:
+		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY, REGISTRY_ONLY or empty (the mesh's)", outbound)
 	}
 	if tokens && (kubeconfig == "" || adsClientCA == "") {
 		return errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
@@ -288,7 +301,7 @@ func run(ctx context.Context, args []string) error {
 		if adsClientCA != "" {
 			authenticated = &policy
 		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, RegistryOnly: outbound == "REGISTRY_ONLY", NoAutoMTLS: !*autoMTLS, TrustDomain: trustDomain, AgentCertificates: *workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
+		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, MeshOverrides: overrides, TrustDomain: trustDomain, AgentCertificates: *workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
 			XDS: xcfg,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})

@@ -456,16 +456,19 @@ func (b *Bus) caughtUp(ctx context.Context, cons jetstream.Consumer, next uint64
 }
 
 // ScopeSubjects are the subjects of the events a pusher scoped to some
-// namespaces follows: every kind in those namespaces, every Sidecar and
-// Gateway (which decide scopes and gateway classes), resyncs and events of
-// unknown keys.
+// namespaces follows: every kind in those namespaces, every object of the
+// mesh-wide kinds (model.MeshWide), resyncs and events of unknown keys.
 func ScopeSubjects(namespaces []string) []string {
-	out := []string{SubjectPrefix + "._resync", SubjectPrefix + "._unknown",
-		SubjectPrefix + "." + string(model.KindScope) + ".>", SubjectPrefix + "." + string(model.KindGateway) + ".>"}
+	out := []string{SubjectPrefix + "._resync", SubjectPrefix + "._unknown"}
+	for _, k := range model.Kinds {
+		if model.MeshWide(k) {
+			out = append(out, SubjectPrefix+"."+string(k)+".>")
+		}
+	}
 	// Filters must not overlap: the namespaces' subjects name every other kind.
 	for _, ns := range namespaces {
 		for _, k := range model.Kinds {
-			if k != model.KindScope && k != model.KindGateway {
+			if !model.MeshWide(k) {
 				out = append(out, SubjectPrefix+"."+string(k)+"."+ns)
 			}
 		}

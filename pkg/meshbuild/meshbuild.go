@@ -10,6 +10,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/proto"
 )
 
 // Entry is a stored object and the store revision that last wrote it.
@@ -33,6 +34,9 @@ type Built struct {
 	RootNamespace string
 	// Restricted says some service limits who may see it (exportTo).
 	Restricted bool
+	// Settings is the mesh's MeshConfig as stored (nil: none), before the
+	// builder's overrides.
+	Settings *meshv1.MeshConfig
 	// Changed lists the services rebuilt when only endpoints changed since
 	// the previous build (empty, not nil, when nothing did); it is nil when
 	// everything was joined again.
@@ -47,11 +51,15 @@ type Builder struct {
 	// apply to every namespace (generate.DefaultRootNamespace by default).
 	RootNamespace string
 	// NoAutoMTLS, TrustDomain and AgentCertificates are the mesh's (see
-	// generate.Mesh).
+	// generate.Mesh); NoAutoMTLS turns automatic mutual TLS off whatever
+	// the mesh's settings say.
 	NoAutoMTLS        bool
 	TrustDomain       string
 	AgentCertificates bool
-	objs              map[model.Key]Entry
+	// Overrides are settings that win over the mesh's (its MeshConfig
+	// object): the fields they set (see proto.Merge).
+	Overrides *meshv1.MeshConfig
+	objs      map[model.Key]Entry
 	// shards finds each service's endpoint objects.
 	shards map[id]map[model.Key]bool
 	// Since the last build: the services whose endpoints changed, and
@@ -187,8 +195,16 @@ func (b *Builder) join() {
 	var scopes []Scope
 	var gateways []*generate.Gateway
 	var security []*generate.Policy
+	var settings *meshv1.MeshConfig
+	var settingsKey model.Key
+	var settingsRev int64
 	for k, e := range b.objs {
 		switch o := e.Object.(type) {
+		case *meshv1.MeshConfig:
+			// One is expected; of several, the first by key.
+			if settings == nil || k.String() < settingsKey.String() {
+				settings, settingsKey, settingsRev = o, k, e.ModRev
+			}
 		case *meshv1.Service:
 			services[id{k.Namespace, k.Name}] = &joined{svc: &generate.Service{Namespace: k.Namespace, Name: k.Name, Spec: o}, serviceRev: e.ModRev}
 		case *meshv1.TrafficPolicy:
@@ -221,6 +237,20 @@ func (b *Builder) join() {
 			}
 		}
 	}
+	config := b.settings(settings)
+	if lb := config.GetLocalityLb(); lb != nil {
+		// The mesh's locality balancing is each policy's that has none.
+		for _, j := range services {
+			if j.svc.Policy.GetLocalityLb() == nil {
+				tp := &meshv1.TrafficPolicy{}
+				if j.svc.Policy != nil {
+					tp = proto.CloneOf(j.svc.Policy)
+				}
+				tp.LocalityLb = lb
+				j.svc.Policy = tp
+			}
+		}
+	}
 	b.joined, b.sharing = services, sharing
 	b.peerModes, b.meshPeers = peerModes(security)
 	list := make([]*generate.Service, 0, len(services))
@@ -239,8 +269,26 @@ func (b *Builder) join() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
 	})
 	m.Policies = security
-	m.NoAutoMTLS, m.TrustDomain, m.AgentCertificates = b.NoAutoMTLS, b.TrustDomain, b.AgentCertificates
-	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace}
+	m.Settings = generate.Settings{NoAutoMTLS: b.NoAutoMTLS || !config.GetEnableAutoMtls(), TrustDomain: b.TrustDomain,
+		AgentCertificates: b.AgentCertificates, Config: config, ConfigVersion: strconv.FormatInt(settingsRev, 10)}
+	m.RegistryOnly = config.GetOutboundTrafficPolicy() == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
+	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace, Settings: settings}
+}
+
+// settings are the mesh's settings in effect: those stored, with the
+// overrides, and automatic mutual TLS on unless either says otherwise.
+func (b *Builder) settings(stored *meshv1.MeshConfig) *meshv1.MeshConfig {
+	out := &meshv1.MeshConfig{}
+	if stored != nil {
+		out = proto.CloneOf(stored)
+	}
+	if b.Overrides != nil {
+		proto.Merge(out, b.Overrides)
+	}
+	if out.EnableAutoMtls == nil {
+		out.EnableAutoMtls = proto.Bool(true)
+	}
+	return out
 }
 
 // update rebuilds the services whose endpoints changed, and those sharing

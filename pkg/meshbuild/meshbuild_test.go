@@ -8,6 +8,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/proto"
 )
 
 func service(name string, hosts ...string) *meshv1.Service {
@@ -193,5 +194,48 @@ func TestPlaintextPeers(t *testing.T) {
 	m = b.Build().Mesh
 	if s := m.Service("s.off"); s.PlaintextPeers || s.ConfigVersion == before {
 		t.Errorf("after the mesh's policy turned PERMISSIVE: %v (config version %s before)", summary(s), before)
+	}
+}
+
+// TestMeshSettings: the stored MeshConfig is the mesh's settings, the
+// builder's overrides win over what they set, automatic mutual TLS is on
+// unless either turns it off, the mesh's locality balancing is each
+// policy's that has none, and a change of the settings changes their
+// version.
+func TestMeshSettings(t *testing.T) {
+	b := New()
+	b.Set(model.Key{Kind: model.KindService, Namespace: "shop", Name: "a"}, Entry{service("a", "a.shop"), 1})
+	b.Set(model.Key{Kind: model.KindService, Namespace: "shop", Name: "b"}, Entry{service("b", "b.shop"), 2})
+	b.Set(model.Key{Kind: model.KindTrafficPolicy, Namespace: "shop", Name: "b"}, Entry{&meshv1.TrafficPolicy{Host: "b.shop",
+		LocalityLb: &meshv1.LocalityLb{Disabled: true}}, 3})
+	m := b.Build().Mesh
+	if m.NoAutoMTLS || m.RegistryOnly || m.Config.GetEnableAutoMtls() != true || m.Service("a.shop").Policy != nil {
+		t.Fatalf("without settings: %+v", m.Settings)
+	}
+	meshLb := &meshv1.LocalityLb{Failover: []*meshv1.LocalityLb_Failover{{From: "eu", To: "us"}}}
+	key := model.Key{Kind: model.KindMeshConfig, Namespace: "istio-system", Name: "istio"}
+	b.Set(key, Entry{&meshv1.MeshConfig{EnableAutoMtls: new(false), ConnectTimeout: nil, LocalityLb: meshLb,
+		OutboundTrafficPolicy: meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY}, 4})
+	built := b.Build()
+	m = built.Mesh
+	if !m.NoAutoMTLS || !m.RegistryOnly || m.ConfigVersion != "4" || built.Settings == nil {
+		t.Errorf("stored settings: %+v, registry only %v", m.Settings, m.RegistryOnly)
+	}
+	if lb := m.Service("a.shop").Policy.GetLocalityLb(); !proto.Equal(lb, meshLb) {
+		t.Errorf("a service without a policy: locality %v, want the mesh's", lb)
+	}
+	if lb := m.Service("b.shop").Policy.GetLocalityLb(); !lb.GetDisabled() {
+		t.Errorf("a policy's own locality setting: %v", lb)
+	}
+	b.Overrides = &meshv1.MeshConfig{EnableAutoMtls: new(true), OutboundTrafficPolicy: meshv1.OutboundPolicy_OUTBOUND_POLICY_ALLOW_ANY}
+	b.Set(key, Entry{&meshv1.MeshConfig{EnableAutoMtls: new(false), OutboundTrafficPolicy: meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY}, 5})
+	m = b.Build().Mesh
+	if m.NoAutoMTLS || m.RegistryOnly || m.ConfigVersion != "5" || m.Service("a.shop").Policy != nil {
+		t.Errorf("overridden: %+v, registry only %v", m.Settings, m.RegistryOnly)
+	}
+	b.NoAutoMTLS = true
+	b.Delete(key)
+	if m = b.Build().Mesh; !m.NoAutoMTLS || m.ConfigVersion != "0" {
+		t.Errorf("forced off: %+v", m.Settings)
 	}
 }

@@ -27,14 +27,22 @@ const (
 	KindAuthorization Kind = "authorizationpolicies"
 	KindPeerAuth      Kind = "peerauthentications"
 	KindRequestAuth   Kind = "requestauthentications"
+	KindMeshConfig    Kind = "meshconfigs"
 )
 
 // Kinds lists every kind, in the order a consumer should apply a full load
 // and a writer should write: each kind before the kinds that refer to it
 // (a route rule names hosts, and subsets its traffic policy defines).
 // Deletions go in the reverse order.
-var Kinds = []Kind{KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope,
+var Kinds = []Kind{KindMeshConfig, KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope,
 	KindAuthorization, KindPeerAuth, KindRequestAuth}
+
+// MeshWide reports whether every consumer holds all objects of a kind,
+// whatever namespaces it serves: Sidecars and Gateways (which decide
+// scopes and gateway classes) and the mesh's settings.
+func MeshWide(k Kind) bool {
+	return k == KindScope || k == KindGateway || k == KindMeshConfig
+}
 
 // ErrBadKey is returned for a key outside the /mesh/v1/ layout.
 var ErrBadKey = errors.New("model: bad key")
@@ -67,6 +75,8 @@ func New(k Kind) Object {
 		return &meshv1.PeerAuthentication{}
 	case KindRequestAuth:
 		return &meshv1.RequestAuthentication{}
+	case KindMeshConfig:
+		return &meshv1.MeshConfig{}
 	}
 	return nil
 }
@@ -92,6 +102,8 @@ func KindOf(o Object) Kind {
 		return KindPeerAuth
 	case *meshv1.RequestAuthentication:
 		return KindRequestAuth
+	case *meshv1.MeshConfig:
+		return KindMeshConfig
 	}
 	return ""
 }

@@ -11,8 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // FieldError says which field of an object is invalid and why. Field is a
@@ -52,6 +54,8 @@ func Validate(o Object) error {
 		return validatePeerAuth(o)
 	case *meshv1.RequestAuthentication:
 		return validateRequestAuth(o)
+	case *meshv1.MeshConfig:
+		return validateMeshConfig(o)
 	}
 	return fmt.Errorf("model: validate: unknown object type %T", o)
 }
@@ -608,6 +612,35 @@ func validateRequestAuth(r *meshv1.RequestAuthentication) error {
 				return fieldErr(fmt.Sprintf("%s.fromHeaders[%d].name", f, k), "a header name is required")
 			}
 		}
+	}
+	return nil
+}
+
+// validateMeshConfig checks the mesh's settings; field paths name the
+// fields of Istio's MeshConfig, under the ConfigMap's `mesh` key.
+func validateMeshConfig(m *meshv1.MeshConfig) error {
+	for _, d := range []struct {
+		field string
+		value *durationpb.Duration
+		min   time.Duration
+	}{
+		{"mesh.connectTimeout", m.ConnectTimeout, time.Millisecond},
+		{"mesh.protocolDetectionTimeout", m.ProtocolDetectionTimeout, 0},
+		{"mesh.dnsRefreshRate", m.DnsRefreshRate, time.Millisecond},
+		{"mesh.defaultHttpRetryPolicy.perTryTimeout", m.DefaultHttpRetry.GetPerTryTimeout(), time.Millisecond},
+	} {
+		if d.value == nil {
+			continue
+		}
+		if err := d.value.CheckValid(); err != nil || d.value.AsDuration() < d.min {
+			return fieldErr(d.field, "%s is not a duration of at least %s", d.value.AsDuration(), d.min)
+		}
+	}
+	if m.TrustDomain != "" && !ValidHostname(m.TrustDomain) && !dnsLabel.MatchString(m.TrustDomain) {
+		return fieldErr("mesh.trustDomain", "%q is not a DNS name", m.TrustDomain)
+	}
+	if m.RootNamespace != "" && !dnsLabel.MatchString(m.RootNamespace) {
+		return fieldErr("mesh.rootNamespace", "%q is not a namespace name", m.RootNamespace)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,17 +76,16 @@ type Config struct {
 	RootNamespace string
 	// NoAutoMTLS turns off automatic mutual TLS (Envoys' clusters to
 	// endpoints with a sidecar), for proxies that cannot get workload
-	// certificates.
+	// certificates, whatever the mesh's settings say.
 	NoAutoMTLS bool
+	// MeshOverrides are settings that win over the mesh's MeshConfig: the
+	// fields they set (the operator's flags).
+	MeshOverrides *meshv1.MeshConfig
 	// TrustDomain is the mesh's SPIFFE trust domain (default cluster.local).
 	TrustDomain string
 	// AgentCertificates says Envoys get their workload certificates from
 	// Istio's agent beside them (see generate.Mesh).
 	AgentCertificates bool
-	// RegistryOnly is the mesh's outbound traffic policy (a Sidecar's
-	// overrides it): traffic to destinations no service names is refused
-	// (REGISTRY_ONLY) rather than passed through (ALLOW_ANY, the default).
-	RegistryOnly bool
 	// SharedGatewayNamespaces are the namespaces whose gateway proxies any
 	// namespace's Gateways may select; a gateway proxy of another namespace
 	// is selected by its own namespace's alone (see
@@ -204,6 +204,9 @@ type Pusher struct {
 	consumed  atomic.Uint64 // the stream sequence of the last event consumed
 	// lru holds per-service generated resources by their inputs' versions.
 	lru *lru.Cache[string, any]
+	// settings are the mesh's stored settings of the last generation
+	// (owned by the generating goroutine).
+	settings *meshv1.MeshConfig
 	// index classifies proxies; last is the mesh of the last generation,
 	// for a class seen between generations.
 	index       atomic.Pointer[classify.Index]
@@ -363,7 +366,7 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
-	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates},
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
 		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
@@ -554,6 +557,7 @@ func (p *Pusher) generate(c change) {
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
+	p.noteSettings(built.Settings)
 	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
 		// The build joined everything again (endpoints of a DNS service
 		// are part of its clusters), or endpoints changed the ports
@@ -590,6 +594,29 @@ func (p *Pusher) generate(c change) {
 	p.m.generations.WithLabelValues(kind).Inc()
 	p.m.genTime.Observe(time.Since(start).Seconds())
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// noteSettings logs the mesh's settings when they change, and warns of
+// those the pushers take from their own configuration instead.
+func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {
+	if s == p.settings {
+		return
+	}
+	p.settings = s
+	if s == nil {
+		p.cfg.Log.Info("mesh settings: istiod's defaults (no MeshConfig stored)")
+		return
+	}
+	p.cfg.Log.Info("mesh settings applied", "from", s.GetOrigin().GetLocation(), "version", s.GetOrigin().GetSourceVersion())
+	for _, d := range []struct{ field, mesh, own, flag string }{
+		{"trustDomain", s.TrustDomain, cmp.Or(p.cfg.TrustDomain, "cluster.local"), "--trust-domain"},
+		{"rootNamespace", s.RootNamespace, p.state.rootNamespace(), "--root-namespace"},
+	} {
+		if d.mesh != "" && d.mesh != d.own {
+			p.cfg.Log.Warn("the mesh's MeshConfig differs from the pushers' own setting, which applies", "field", d.field,
+				"meshconfig", d.mesh, "pushers", d.own, "flag", d.flag)
+		}
+	}
 }
 
 // generateEndpoints hands the load assignments to the sink, and their
@@ -665,7 +692,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	}
 	proxy, view := p.index.Load().View(class)
 	view.RegistryOnly = view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY ||
-		view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_UNSET && p.cfg.RegistryOnly
+		view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_UNSET && mesh.RegistryOnly
 	m := mesh.For(view)
 	// Its inbound security (an Envoy's virtual inbound listener, a
 	// proxyless class's servers' listeners) follows the policies that
@@ -702,7 +729,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	if proxy == generate.Envoy {
 		clusters = append(clusters, generate.JWKSClusters(security)...)
 	}
-	clusters = append(clusters, generate.CatchAllClusters(proxy)...)
+	clusters = append(clusters, generate.CatchAllClusters(m, proxy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
 	listeners := generate.Listeners(m, proxy, security)
@@ -838,9 +865,9 @@ func (pr *prints) keep(classes []string) {
 }
 
 // classPrint hashes what a class's clusters, routes and listeners are made
-// of: the kind of proxy, its view, the services it sees with the versions
-// of their configuration (not of their endpoints), every route rule, and
-// the removed clusters it still serves (lingering).
+// of: the kind of proxy, its view, the mesh's settings, the services it
+// sees with the versions of their configuration (not of their endpoints),
+// every route rule, and the removed clusters it still serves (lingering).
 func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering, servers string) uint64 {
 	h := fnv.New64a()
 	write := func(parts ...string) {
@@ -849,7 +876,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 			h.Write([]byte{0})
 		}
 	}
-	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly))
+	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly), m.ConfigVersion)
 	write(view.Egress...)
 	for _, il := range view.Ingress {
 		write("i", strconv.FormatUint(uint64(il.Port), 10), il.Protocol.String(), il.DefaultEndpoint)
@@ -943,7 +970,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 			})...)
 		}
 	}
-	clusters = append(clusters, generate.CatchAllClusters(generate.Envoy)...)
+	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
 	p.publishClusters(class, clusters)
 	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))
 	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws))
@@ -957,7 +984,7 @@ func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.
 	if kind == "eds" || kind == "eds@" {
 		version = s.Version
 	}
-	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + strings.Join(m.Owned(s), ",")
+	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
 	if v, ok := p.lru.Get(key); ok {
 		p.m.cache.WithLabelValues(kind, "hit").Inc()
 		return v.([]R)

@@ -90,12 +90,12 @@ func sidecarsOf(ns, root string, sidecars map[model.Key]*meshv1.Scope) []*meshv1
 	return out
 }
 
-// scopePrefixes are the store prefixes of a scope: every kind but Sidecars
-// and Gateways (loaded whole) in each of its namespaces.
+// scopePrefixes are the store prefixes of a scope: every kind but the
+// mesh-wide ones (loaded whole) in each of its namespaces.
 func scopePrefixes(namespaces []string) []string {
 	var out []string
 	for _, k := range model.Kinds {
-		if k == model.KindScope || k == model.KindGateway {
+		if model.MeshWide(k) {
 			continue
 		}
 		for _, ns := range namespaces {
@@ -106,7 +106,7 @@ func scopePrefixes(namespaces []string) []string {
 }
 
 // load reads what the pusher follows: everything, or for a pusher serving
-// some namespaces, every Sidecar and Gateway first and then, at the same
+// some namespaces, every object of the mesh-wide kinds first and then, at the same
 // revision, what their scope needs. It returns the scope (nil: the whole
 // mesh).
 func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, scope []string, err error) {
@@ -125,7 +125,13 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 		return items, rev, nil, err
 	}
 	loader := p.cfg.Loader.(ScopedLoader)
-	items, rev, errs, err = loader.ListPrefixes(ctx, 0, model.Prefix+string(model.KindScope)+"/", model.Prefix+string(model.KindGateway)+"/")
+	var whole []string
+	for _, k := range model.Kinds {
+		if model.MeshWide(k) {
+			whole = append(whole, model.Prefix+string(k)+"/")
+		}
+	}
+	items, rev, errs, err = loader.ListPrefixes(ctx, 0, whole...)
 	if err != nil {
 		return nil, 0, nil, err
 	}

@@ -33,6 +33,7 @@ type state struct {
 type meshSettings struct {
 	noAutoMTLS, agentCertificates bool
 	trustDomain                   string
+	overrides                     *meshv1.MeshConfig
 }
 
 // newState returns an empty state; root, when set, is the mesh's root
@@ -42,8 +43,15 @@ func newState(root string, ms meshSettings, opts ...classify.Option) *state {
 	if root != "" {
 		b.RootNamespace = root
 	}
-	b.NoAutoMTLS, b.TrustDomain, b.AgentCertificates = ms.noAutoMTLS, ms.trustDomain, ms.agentCertificates
+	b.NoAutoMTLS, b.TrustDomain, b.AgentCertificates, b.Overrides = ms.noAutoMTLS, ms.trustDomain, ms.agentCertificates, ms.overrides
 	return &state{b: b, tombstones: map[model.Key]int64{}, indexOpts: opts}
+}
+
+// rootNamespace returns the mesh's root namespace.
+func (s *state) rootNamespace() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.RootNamespace
 }
 
 // reset replaces the content with a full load at rev.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,35 @@ const minPercent = 95.0
 // compares the facts that concern the case's hosts. make diff-istiod runs
 // it; without ISTIO_BIN it is skipped.
 func TestAgainstIstiod(t *testing.T) {
+	differential(t, "", func(string) bool { return true })
+}
+
+// meshSettings are a MeshConfig whose every field the pushers act on
+// differs from istiod's default.
+const meshSettings = `connectTimeout: 3s
+protocolDetectionTimeout: 100ms
+dnsRefreshRate: 30s
+h2UpgradePolicy: UPGRADE
+enableAutoMtls: false
+outboundTrafficPolicy: {mode: REGISTRY_ONLY}
+pathNormalization: {normalization: MERGE_SLASHES}
+defaultHttpRetryPolicy: {attempts: 4, retryOn: "5xx,503", perTryTimeout: 2s}
+localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}
+`
+
+// TestAgainstIstiodMeshConfig compares some cases again under a MeshConfig
+// that changes every default the pushers take from it: istiod reads it
+// from its file, shardpilot from the ConfigMap istio of istio-system.
+func TestAgainstIstiodMeshConfig(t *testing.T) {
+	differential(t, meshSettings, func(name string) bool {
+		return slices.Contains([]string{"01-bookinfo", "05-timeouts-retries", "08-subset-port-policy", "10-serviceentry-dns",
+			"11-locality-failover", "13-sidecar-scope"}, name)
+	})
+}
+
+// differential runs both control planes with the mesh's settings (YAML
+// of Istio's MeshConfig) and compares the facts of the cases named.
+func differential(t *testing.T, settings string, named func(string) bool) {
 	istioBin := os.Getenv("ISTIO_BIN")
 	if istioBin == "" {
 		t.Skip("ISTIO_BIN is not set: make diff-istiod ISTIO_BIN=$(hack/istio-binaries.sh <istio source>)")
@@ -47,8 +77,10 @@ func TestAgainstIstiod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work)
-	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work)
+	settings = "rootNamespace: istio-system\ntrustDomain: cluster.local\n" + settings
+	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work, settings)
+	cases = slices.DeleteFunc(cases, func(c testCase) bool { return !named(c.name) })
+	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work, settings)
 	ourBin, err := filepath.Abs(cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +132,7 @@ type testCase struct{ name, ns string }
 // startCases starts a kube-apiserver holding Istio's CRDs (from Istio's
 // tree src) and every case of testdata/cases beside Bookinfo, each in a
 // namespace of its own, and returns its kubeconfig and the cases.
-func startCases(t *testing.T, ctx context.Context, src, work string) (string, []testCase) {
+func startCases(t *testing.T, ctx context.Context, src, work, settings string) (string, []testCase) {
 	t.Helper()
 	kc, err := kubetest.Start()
 	if err != nil {
@@ -118,6 +150,8 @@ func startCases(t *testing.T, ctx context.Context, src, work string) (string, []
 	}
 	a.apply(t, ctx, crds)
 	a.apply(t, ctx, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n"))
+	a.create(t, ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "istio", "namespace": "istio-system"}, "data": map[string]any{"mesh": settings}}})
 	testutil.Eventually(t, time.Minute, "Istio's CRDs served", func() (bool, string) {
 		_, err := kc.Client.Discovery().ServerResourcesForGroupVersion("networking.istio.io/v1")
 		return err == nil, fmt.Sprint(err)
@@ -327,10 +361,10 @@ func (a *applier) create(t *testing.T, ctx context.Context, obj *unstructured.Un
 
 // startIstiod runs pilot-discovery against the apiserver and returns its
 // plaintext ADS address once it is ready.
-func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work string) string {
+func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, settings string) string {
 	t.Helper()
 	mesh := filepath.Join(work, "mesh.yaml")
-	if err := os.WriteFile(mesh, []byte("rootNamespace: istio-system\ntrustDomain: cluster.local\n"), 0o644); err != nil {
+	if err := os.WriteFile(mesh, []byte(settings), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	grpcAddr, http := testutil.FreeAddr(t), testutil.FreeAddr(t)

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -296,6 +297,9 @@ type Source struct {
 	Etcd         *clientv3.Client
 	MeshDir      string
 	DomainSuffix string
+	// MeshNamespace is the namespace of the mesh's ConfigMap (see
+	// istio.Options).
+	MeshNamespace string
 	// MaxDelay bounds how long a change waits for the directory to be
 	// quiet (see ingest.Loop).
 	MaxDelay time.Duration
@@ -318,7 +322,7 @@ func (s Source) Run(ctx context.Context) error {
 	src, err := yamldir.New(yamldir.Config{
 		Dir:       s.MeshDir,
 		Syncer:    syncer,
-		Normalize: istio.Options{DomainSuffix: s.DomainSuffix, Shard: name},
+		Normalize: istio.Options{DomainSuffix: s.DomainSuffix, Shard: name, MeshNamespace: s.MeshNamespace},
 		Log:       s.Log.With("source", name),
 		OnSynced:  s.OnSynced,
 		MaxDelay:  s.MaxDelay,
@@ -336,6 +340,9 @@ type KubeSource struct {
 	Cluster      string
 	Kube         *rest.Config
 	DomainSuffix string
+	// MeshNamespace is the namespace of the mesh's ConfigMap (see
+	// kube.Config).
+	MeshNamespace string
 	// MaxDelay bounds how long a change waits for the cluster to be quiet.
 	MaxDelay          time.Duration
 	NamespaceSelector labels.Selector
@@ -379,7 +386,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 		}
 		src, err := kube.New(kube.Config{
 			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts, Informers: shared,
-			DomainSuffix: k.DomainSuffix, NamespaceSelector: k.NamespaceSelector,
+			DomainSuffix: k.DomainSuffix, MeshNamespace: k.MeshNamespace, NamespaceSelector: k.NamespaceSelector,
 			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
 		})
 		if err != nil {
@@ -498,18 +505,16 @@ type Pusher struct {
 	// released ScopeGrace after its last left (default 5m).
 	ScopeByProxies bool
 	ScopeGrace     time.Duration
-	// NoAutoMTLS turns automatic mutual TLS off (see pusher.Config); it is
-	// off anyway when Envoys can get no workload certificate (no Secrets in
-	// XDS, no AgentCertificates).
-	NoAutoMTLS bool
+	// MeshOverrides are settings that win over the mesh's MeshConfig (see
+	// pusher.Config). Automatic mutual TLS is off anyway when Envoys can
+	// get no workload certificate (no Secrets in XDS, no
+	// AgentCertificates).
+	MeshOverrides *meshv1.MeshConfig
 	// TrustDomain is the mesh's SPIFFE trust domain.
 	TrustDomain string
 	// AgentCertificates says Envoys get their workload certificates from
 	// Istio's agent beside them, not from the pushers (see pusher.Config).
 	AgentCertificates bool
-	// RegistryOnly is the mesh's outbound traffic policy: REGISTRY_ONLY
-	// when set, else ALLOW_ANY (a Sidecar's overrides it).
-	RegistryOnly bool
 	// SharedGatewayNamespaces binds gateway proxies to their namespace's
 	// Gateways, but for these namespaces' (see pusher.Config); nil: none
 	// bound, as istiod.
@@ -551,8 +556,8 @@ func (p Pusher) Run(ctx context.Context) error {
 		}
 	}
 	ps, err := pusher.New(pusher.Config{
-		RootNamespace: p.RootNamespace, NoAutoMTLS: p.NoAutoMTLS || (p.XDS.Secrets == nil && !p.AgentCertificates), TrustDomain: p.TrustDomain,
-		AgentCertificates: p.AgentCertificates, RegistryOnly: p.RegistryOnly, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		RootNamespace: p.RootNamespace, NoAutoMTLS: p.XDS.Secrets == nil && !p.AgentCertificates, MeshOverrides: p.MeshOverrides, TrustDomain: p.TrustDomain,
+		AgentCertificates: p.AgentCertificates, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {

@@ -55,7 +55,7 @@ const (
 )
 
 var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway,
-	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication}
+	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindConfigMap}
 
 // Options configure normalization.
 type Options struct {
@@ -66,6 +66,9 @@ type Options struct {
 	DefaultNamespace string
 	// Shard names the endpoint shard the endpoints belong to.
 	Shard string
+	// MeshNamespace is the namespace of the mesh's ConfigMap (see
+	// MeshConfigName). Default istio-system.
+	MeshNamespace string
 }
 
 func (o *Options) defaults() {
@@ -77,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.Shard == "" {
 		o.Shard = "default"
+	}
+	if o.MeshNamespace == "" {
+		o.MeshNamespace = "istio-system"
 	}
 }
 
@@ -164,6 +170,8 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 			if n.decode(in, &spec) {
 				n.requestAuthentication(in, &spec)
 			}
+		case KindConfigMap:
+			n.meshConfig(in)
 		}
 	}
 	for _, s := range services {
@@ -231,6 +239,8 @@ func keyOf(r Resource) (model.Key, bool) {
 		kind = model.KindPeerAuth
 	case KindRequestAuthentication:
 		kind = model.KindRequestAuth
+	case KindConfigMap:
+		kind = model.KindMeshConfig
 	default:
 		return model.Key{}, false
 	}
@@ -250,7 +260,9 @@ func (n *normalizer) admit(in Input) bool {
 		n.problem(in, "kind", "the kind is missing")
 	case !slices.Contains(kinds, r.Kind):
 		n.problem(in, "kind", "unknown kind %q: want one of %s", r.Kind, strings.Join(kinds, ", "))
-	case group != GroupOf(r.Kind) || !slices.Contains(Versions, version):
+	case r.Kind == KindConfigMap && r.APIVersion != "v1":
+		n.problem(in, "apiVersion", "%q is not v1", r.APIVersion)
+	case r.Kind != KindConfigMap && (group != GroupOf(r.Kind) || !slices.Contains(Versions, version)):
 		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, GroupOf(r.Kind), strings.Join(Versions, ","))
 	case r.Metadata.Name == "":
 		n.problem(in, "metadata.name", "a name is required")

@@ -14,6 +14,8 @@ type Resource struct {
 	Metadata   Metadata        `json:"metadata"`
 	Spec       json.RawMessage `json:"spec"`
 	Status     json.RawMessage `json:"status,omitempty"`
+	// Data is a ConfigMap's.
+	Data map[string]string `json:"data,omitempty"`
 }
 
 // Metadata is the part of Kubernetes object metadata the normalizer reads.

@@ -620,3 +620,56 @@ func TestPartsShareInformers(t *testing.T) {
 	service(inPart[1], "later")
 	parts[1].object(t, key(inPart[1], "later"), "part 1 to follow its namespace after part 0 stopped", nil)
 }
+
+// TestMeshConfigMap: the mesh's ConfigMap is read whatever namespaces the
+// mesh selects, and read again when it changes; settings that cannot be
+// read get an Event on the ConfigMap and keep those in effect; another
+// ConfigMap is not read at all.
+func TestMeshConfigMap(t *testing.T) {
+	kc := kubetest.Get(t)
+	_, cli := testutil.Etcd(t)
+	ctx := context.Background()
+	ns := kc.Namespace(t, nil)
+	cms := kc.Client.CoreV1().ConfigMaps(ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "istio"}, Data: map[string]string{"mesh": "connectTimeout: 3s\nh2UpgradePolicy: UPGRADE"}}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Data: map[string]string{"mesh": "garbage: ["}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := startSource(t, kc, cli, "c1", func(c *kube.Config) {
+		c.MeshNamespace = ns
+		c.NamespaceSelector = labels.SelectorFromSet(labels.Set{"in-mesh": "none-of-them"})
+	})
+	key := model.Key{Kind: model.KindMeshConfig, Namespace: ns, Name: "istio"}.String()
+	timeout := func(want time.Duration) func(model.Object) (bool, string) {
+		return func(o model.Object) (bool, string) {
+			mc := o.(*meshv1.MeshConfig)
+			return mc.GetConnectTimeout().AsDuration() == want && mc.H2Upgrade, fmt.Sprintf("connect timeout %v, h2 %v", mc.GetConnectTimeout().AsDuration(), mc.H2Upgrade)
+		}
+	}
+	r.object(t, key, "the mesh's settings", timeout(3*time.Second))
+
+	cm.Data["mesh"] = "connectTimeout: 1m30s\nh2UpgradePolicy: UPGRADE"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, key, "the changed settings", timeout(90*time.Second))
+
+	cm.Data["mesh"] = "connectTimeout: soon"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventFor(t, kc, ns, "ConfigMap", "istio", "connectTimeout")
+	r.object(t, key, "the settings in effect kept", timeout(90*time.Second))
+	items, _, _, err := r.st.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Key.Kind == model.KindMeshConfig && it.Key.Name != "istio" {
+			t.Errorf("another ConfigMap was read: %v", it.Key)
+		}
+	}
+}

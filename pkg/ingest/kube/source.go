@@ -22,11 +22,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -60,6 +63,10 @@ type Config struct {
 	Syncer  ingest.Sink
 	// DomainSuffix completes Service host names. Default cluster.local.
 	DomainSuffix string
+	// MeshNamespace holds the mesh's settings, Istio's MeshConfig in the
+	// ConfigMap istio (key mesh), read by the part that owns the namespace
+	// whatever NamespaceSelector says. Default istio-system.
+	MeshNamespace string
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
 	// like Istio's discoverySelectors; nil selects all.
 	NamespaceSelector labels.Selector
@@ -102,6 +109,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DomainSuffix == "" {
 		c.DomainSuffix = "cluster.local"
+	}
+	if c.MeshNamespace == "" {
+		c.MeshNamespace = "istio-system"
 	}
 	if c.Parts == 0 {
 		c.Parts = 1
@@ -242,6 +252,9 @@ type watched struct {
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
 	istio      map[string]cache.GenericLister // by kind
+	// meshConfig holds the mesh's ConfigMap, for the part that owns its
+	// namespace (nil for the others).
+	meshConfig corelisters.ConfigMapLister
 	// slicesByPod finds the EndpointSlices naming a Pod (index byPod).
 	slicesByPod cache.Indexer
 }
@@ -331,6 +344,26 @@ func (s *Source) Run(ctx context.Context) error {
 			return err
 		}
 		w.istio[kind] = gi.Lister()
+	}
+	if PartOf(s.cfg.MeshNamespace, s.cfg.Parts) == s.cfg.Part {
+		// One ConfigMap of one namespace, watched by this part alone.
+		mesh := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithNamespace(s.cfg.MeshNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", istio.MeshConfigName).String()
+			}))
+		cms := mesh.Core().V1().ConfigMaps()
+		if err := watch(istio.KindConfigMap, cms.Informer(), s.handler(istio.KindConfigMap, w, loop.Changed)); err != nil {
+			return err
+		}
+		w.meshConfig = cms.Lister()
+		meshStop := make(chan struct{})
+		defer func() { close(meshStop); mesh.Shutdown() }()
+		mesh.Start(meshStop)
+		for typ, ok := range mesh.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, typ, ctx.Err())
+			}
+		}
 	}
 	// Started by the first source, the informers run until the last
 	// stops (Start starts only those not running yet).
@@ -549,6 +582,7 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 		for kind := range istioResources {
 			scope = append(scope, kind)
 		}
+		scope = append(scope, istio.KindConfigMap)
 		more, p := s.istioObjects(w, selected, now, refs)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
@@ -661,7 +695,16 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 			inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: u.GetResourceVersion(), ObservedAt: now})
 		}
 	}
-	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster})
+	if w.meshConfig != nil {
+		if cm, err := w.meshConfig.ConfigMaps(s.cfg.MeshNamespace).Get(istio.MeshConfigName); err == nil {
+			loc := location(istio.KindConfigMap, cm.Namespace, cm.Name)
+			refs[loc] = cm
+			inputs = append(inputs, istio.Input{Location: loc, SourceVersion: cm.ResourceVersion, ObservedAt: now,
+				Resource: istio.Resource{APIVersion: "v1", Kind: istio.KindConfigMap, Data: cm.Data,
+					Metadata: istio.Metadata{Name: cm.Name, Namespace: cm.Namespace, ResourceVersion: cm.ResourceVersion}}})
+		}
+	}
+	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace})
 	return objs, append(problems, more...)
 }
 

@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"cmp"
 	"strings"
 	"time"
 
@@ -36,16 +37,25 @@ func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 		out = append(out, ServiceClusters(m, s, proxy)...)
 	}
 	out = append(out, InboundClusters(m, proxy)...)
-	return append(out, CatchAllClusters(proxy)...)
+	return append(out, CatchAllClusters(m, proxy)...)
 }
 
 // CatchAllClusters are the clusters that belong to no service: Envoy's
 // passthrough and black hole clusters.
-func CatchAllClusters(proxy Proxy) []*cluster.Cluster {
+func CatchAllClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	if proxy != Envoy {
 		return nil
 	}
-	return sidecarClusters()
+	return sidecarClusters(m)
+}
+
+// connectTimeout is how long a cluster's connections may take to open
+// (MeshConfig connectTimeout, 10s by default).
+func (m *Mesh) connectTimeout() *durationpb.Duration {
+	if t := m.Config.GetConnectTimeout(); t != nil {
+		return t
+	}
+	return durationpb.New(10 * time.Second)
 }
 
 // ServiceClusters returns one service's clusters; they depend on the
@@ -58,14 +68,14 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 	for _, h := range m.Owned(s) {
 		for _, p := range s.Spec.Ports {
 			policy := effectivePolicy(s.Policy, nil, p.Number)
-			c := outboundCluster(ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
+			c := outboundCluster(m, ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
 			mutualTLS(c, m, s, h, p.Number, "", policy, proxy)
-			out = append(out, dnsCluster(c, s, h, p, nil, proxy))
+			out = append(out, dnsCluster(m, c, s, h, p, nil, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
 				policy := effectivePolicy(s.Policy, sub, p.Number)
-				c := outboundCluster(ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
+				c := outboundCluster(m, ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
 				mutualTLS(c, m, s, h, p.Number, sub.Name, policy, proxy)
-				out = append(out, dnsCluster(c, s, h, p, sub.Labels, proxy))
+				out = append(out, dnsCluster(m, c, s, h, p, sub.Labels, proxy))
 			}
 		}
 	}
@@ -129,7 +139,7 @@ func portPolicy(ps []*meshv1.PortPolicy, port uint32) *meshv1.PortPolicy {
 // itself on the port when it lists no endpoint. A proxyless gRPC client
 // gets LOGICAL_DNS for both (grpc-go resolves one name). Clusters of other
 // services are returned as they are.
-func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, subset map[string]string, proxy Proxy) *cluster.Cluster {
+func dnsCluster(m *Mesh, c *cluster.Cluster, s *Service, host string, p *meshv1.Port, subset map[string]string, proxy Proxy) *cluster.Cluster {
 	if !ResolvesNames(s.Spec) {
 		return c
 	}
@@ -153,22 +163,23 @@ func dnsCluster(c *cluster.Cluster, s *Service, host string, p *meshv1.Port, sub
 	c.LoadAssignment = cla
 	c.DnsLookupFamily = cluster.Cluster_V4_ONLY
 	if proxy == Envoy {
-		// Resolved again as the answer's TTL says, every minute when it
-		// carried none, with a little jitter, through c-ares.
-		c.DnsRefreshRate, c.RespectDnsTtl = DNSRefreshRate, true //nolint:staticcheck // the fields istiod sets
-		c.DnsJitter = durationpb.New(100 * time.Millisecond)     //nolint:staticcheck // as istiod sets it
+		// Resolved again as the answer's TTL says, every minute (the
+		// mesh's dnsRefreshRate) when it carried none, with a little
+		// jitter, through c-ares.
+		c.DnsRefreshRate, c.RespectDnsTtl = cmp.Or(m.Config.GetDnsRefreshRate(), dnsRefreshRate), true //nolint:staticcheck // the fields istiod sets
+		c.DnsJitter = durationpb.New(100 * time.Millisecond)                                           //nolint:staticcheck // as istiod sets it
 		c.TypedDnsResolverConfig = &core.TypedExtensionConfig{Name: "envoy.network.dns_resolver.cares",
 			TypedConfig: mustAny(&cares.CaresDnsResolverConfig{UdpMaxQueries: wrapperspb.UInt32(100)})}
 	}
 	return c
 }
 
-func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, proxy Proxy) *cluster.Cluster {
+func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, lb meshv1.LoadBalancer, proxy Proxy) *cluster.Cluster {
 	c := &cluster.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: name},
-		ConnectTimeout:       durationpb.New(10 * time.Second),
+		ConnectTimeout:       m.connectTimeout(),
 		LbPolicy:             lbPolicy(lb, proxy),
 	}
 	if proxy == Envoy {
@@ -196,7 +207,7 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 	}
 	outlierDetection(c, policy.GetOutlierDetection())
 	if proxy == Envoy {
-		if opts := upstreamHTTPOptions(p, cp); opts != nil {
+		if opts := upstreamHTTPOptions(p, cp, m.Config.GetH2Upgrade()); opts != nil {
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(opts)}
 		}
 	}
@@ -211,10 +222,11 @@ func outboundCluster(name string, p *meshv1.Port, policy *meshv1.TrafficPolicy, 
 
 // upstreamHTTPOptions are how an Envoy speaks HTTP to a service port, as
 // istiod decides it: HTTP/2 to gRPC and HTTP/2 ports, and to HTTP ports
-// the policy upgrades; the client's protocol when the policy says so; the
+// the policy upgrades (or, where it says nothing, the mesh:
+// meshUpgrade); the client's protocol when the policy says so; the
 // connection pool's idle timeout and per-connection limits. nil leaves
 // Envoy's default, HTTP/1.1.
-func upstreamHTTPOptions(p *meshv1.Port, cp *meshv1.ConnectionPool) *upstreamhttp.HttpProtocolOptions {
+func upstreamHTTPOptions(p *meshv1.Port, cp *meshv1.ConnectionPool, meshUpgrade bool) *upstreamhttp.HttpProtocolOptions {
 	opts := &upstreamhttp.HttpProtocolOptions{}
 	h2 := func() *core.Http2ProtocolOptions {
 		o := &core.Http2ProtocolOptions{}
@@ -223,7 +235,8 @@ func upstreamHTTPOptions(p *meshv1.Port, cp *meshv1.ConnectionPool) *upstreamhtt
 		}
 		return o
 	}
-	upgrade := cp.GetH2UpgradePolicy() == meshv1.ConnectionPool_H2_UPGRADE_UPGRADE && isHTTP(p)
+	policy := cp.GetH2UpgradePolicy()
+	upgrade := isHTTP(p) && (policy == meshv1.ConnectionPool_H2_UPGRADE_UPGRADE || policy == meshv1.ConnectionPool_H2_UPGRADE_DEFAULT && meshUpgrade)
 	switch {
 	case cp.GetUseClientProtocol():
 		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{

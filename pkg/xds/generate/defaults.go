@@ -33,9 +33,10 @@ const defaultRetries = 2
 // that the previous-hosts predicate refuses.
 const hostSelectionRetries = 5
 
-// DNSRefreshRate is how often a DNS cluster resolves again when its answer
-// carried no TTL (MeshConfig dnsRefreshRate); a TTL is respected.
-var DNSRefreshRate = durationpb.New(60e9)
+// dnsRefreshRate is how often a DNS cluster resolves again when its answer
+// carried no TTL and the mesh's dnsRefreshRate says nothing; a TTL is
+// respected.
+var dnsRefreshRate = durationpb.New(60e9)
 
 // Retry predicates, marshalled once and shared by every route (generated
 // resources are never modified).

@@ -106,7 +106,7 @@ func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 		manager := func(routeName string) []*listener.Filter {
 			return []*listener.Filter{{
 				Name:       "envoy.filters.network.http_connection_manager",
-				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("gateway_"+num, routeName, gatewayManager))},
+				ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager(m, "gateway_"+num, routeName, gatewayManager))},
 			}}
 		}
 		if slices.Contains(ports, port) && !tls[port] {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -18,7 +17,6 @@ import (
 	originaldst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -104,7 +102,7 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 			Name:                 InboundClusterName(port),
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
 			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
-			ConnectTimeout:       durationpb.New(10 * time.Second),
+			ConnectTimeout:       m.connectTimeout(),
 			UpstreamBindConfig:   &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()},
 		}
 		defaultEndpoint(c, endpoints[port])
@@ -181,7 +179,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
 			}),
 		}
-		envoyManager(manager, false)
+		envoyManager(manager, m.Config, false)
 		chain.Filters = []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},

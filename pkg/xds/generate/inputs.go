@@ -90,6 +90,27 @@ type Route struct {
 	Version string
 }
 
+// Settings are the mesh-wide settings every view of a mesh shares.
+type Settings struct {
+	// NoAutoMTLS turns off automatic mutual TLS (MeshConfig
+	// enableAutoMtls: false): clusters use TLS only as policies ask.
+	NoAutoMTLS bool
+	// TrustDomain is the mesh's SPIFFE trust domain ("": cluster.local).
+	TrustDomain string
+	// AgentCertificates says Envoys get their workload certificate and
+	// the mesh's root from Istio's agent beside them (its sds-grpc
+	// cluster), as istiod configures them, instead of from the pushers
+	// over ADS.
+	AgentCertificates bool
+	// Config holds the rest of the mesh's settings (Istio's MeshConfig,
+	// what the generators act on); nil, or a field unset, is istiod's
+	// default.
+	Config *meshv1.MeshConfig
+	// ConfigVersion changes whenever Config does: every generated
+	// resource may depend on it.
+	ConfigVersion string
+}
+
 // Mesh is everything a generation reads, indexed for lookups. Build it with
 // NewMesh; it is read-only afterwards.
 type Mesh struct {
@@ -102,16 +123,7 @@ type Mesh struct {
 	// RegistryOnly refuses an Envoy's traffic to destinations no service
 	// names (a view's, see View.RegistryOnly).
 	RegistryOnly bool
-	// NoAutoMTLS turns off automatic mutual TLS (MeshConfig
-	// enableAutoMtls: false): clusters use TLS only as policies ask.
-	NoAutoMTLS bool
-	// TrustDomain is the mesh's SPIFFE trust domain ("": cluster.local).
-	TrustDomain string
-	// AgentCertificates says Envoys get their workload certificate and
-	// the mesh's root from Istio's agent beside them (its sds-grpc
-	// cluster), as istiod configures them, instead of from the pushers
-	// over ADS.
-	AgentCertificates bool
+	Settings
 	// Namespace is the namespace of the view's proxies ("" for a view of
 	// the whole mesh): its services are also reached by their short names.
 	Namespace string
@@ -171,8 +183,7 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
-		NoAutoMTLS: m.NoAutoMTLS, TrustDomain: m.TrustDomain, AgentCertificates: m.AgentCertificates,
-		Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
+		Settings: m.Settings, Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
 			out.Services[i] = n
@@ -297,7 +308,7 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
-	out.NoAutoMTLS, out.TrustDomain, out.AgentCertificates = m.NoAutoMTLS, m.TrustDomain, m.AgentCertificates
+	out.Settings = m.Settings
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}
 		for _, tag := range v.Sources {

@@ -34,7 +34,7 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			name := ListenerName(host, p.Number)
 			out = append(out, &listener.Listener{
 				Name:        name,
-				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(name, name, apiManager))},
+				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(m, name, name, apiManager))},
 			})
 		})
 		return out
@@ -59,14 +59,14 @@ func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 			// through, as istiod's sniffing listeners do.
 			ListenerFilters: []*listener.ListenerFilter{{Name: "envoy.filters.listener.http_inspector",
 				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})}}},
-			ListenerFiltersTimeout:           durationpb.New(0),
+			ListenerFiltersTimeout:           cmp.Or(m.Config.GetProtocolDetectionTimeout(), durationpb.New(0)),
 			ContinueOnListenerFiltersTimeout: true,
 			FilterChains: []*listener.FilterChain{{
 				FilterChainMatch:              &listener.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: []string{"http/1.1", "h2c"}},
 				TransportSocketConnectTimeout: durationpb.New(15 * time.Second),
 				Filters: []*listener.Filter{{
 					Name:       "envoy.filters.network.http_connection_manager",
-					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager("outbound_0.0.0.0_"+num, num, sidecarManager))},
+					ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(httpConnectionManager(m, "outbound_0.0.0.0_"+num, num, sidecarManager))},
 				}},
 			}},
 			DefaultFilterChain: &listener.FilterChain{Name: "PassthroughFilterChain", Filters: []*listener.Filter{tcpProxyFilter(passthrough, passthrough)}},
@@ -91,7 +91,7 @@ const (
 // httpConnectionManager fetches its routes over RDS; its filters are, for
 // an Envoy, the fault filter, then the CORS filter (both configured per
 // route) and the router, which grpc-go requires to be last and typed.
-func httpConnectionManager(statPrefix, routeName string, kind managerKind) *hcm.HttpConnectionManager {
+func httpConnectionManager(mesh *Mesh, statPrefix, routeName string, kind managerKind) *hcm.HttpConnectionManager {
 	rds := ads()
 	if kind != apiManager {
 		// An Envoy waits for its routes however long they take.
@@ -119,28 +119,52 @@ func httpConnectionManager(statPrefix, routeName string, kind managerKind) *hcm.
 	}
 	m.HttpFilters = slices.Insert(m.HttpFilters, 1, &hcm.HttpFilter{Name: corsFilterName,
 		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}})
-	envoyManager(m, kind == gatewayManager)
+	envoyManager(m, mesh.Config, kind == gatewayManager)
 	return m
 }
 
 // envoyManager sets what istiod sets on every Envoy's HTTP connection
 // manager: 100-continue proxied, websocket upgrades allowed, no stream
-// idle timeout, paths
-// normalized (escaped slashes kept); and at a gateway, which takes
-// traffic from outside, the client's address from the connection and its
-// certificate's details sanitized.
-func envoyManager(m *hcm.HttpConnectionManager, gateway bool) {
+// idle timeout, paths normalized as the mesh says (by default RFC 3986's
+// normalization, escaped slashes kept); and at a gateway, which takes
+// traffic from outside, the client's address from the connection (past
+// the trusted proxies in front) and its certificate's details handled as
+// the mesh's gateway topology says (sanitized and set by default).
+func envoyManager(m *hcm.HttpConnectionManager, mc *meshv1.MeshConfig, gateway bool) {
 	m.CodecType = hcm.HttpConnectionManager_AUTO
 	m.Proxy_100Continue = true
 	m.UpgradeConfigs = []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
 	m.StreamIdleTimeout = durationpb.New(0)
 	m.NormalizePath = wrapperspb.Bool(true)
 	m.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_KEEP_UNCHANGED
+	switch mc.GetPathNormalization() {
+	case meshv1.PathNormalization_PATH_NORMALIZATION_NONE:
+		m.NormalizePath = wrapperspb.Bool(false)
+	case meshv1.PathNormalization_PATH_NORMALIZATION_MERGE_SLASHES:
+		m.MergeSlashes = true
+	case meshv1.PathNormalization_PATH_NORMALIZATION_DECODE_AND_MERGE_SLASHES:
+		m.MergeSlashes = true
+		m.PathWithEscapedSlashesAction = hcm.HttpConnectionManager_UNESCAPE_AND_FORWARD
+	}
 	m.UseRemoteAddress = wrapperspb.Bool(gateway)
-	if gateway {
-		m.ForwardClientCertDetails = hcm.HttpConnectionManager_SANITIZE_SET
+	if !gateway {
+		return
+	}
+	m.XffNumTrustedHops = mc.GetGatewayTrustedProxies()
+	m.ForwardClientCertDetails = clientCertDetails[mc.GetGatewayClientCert()]
+	if m.ForwardClientCertDetails == hcm.HttpConnectionManager_SANITIZE_SET || m.ForwardClientCertDetails == hcm.HttpConnectionManager_APPEND_FORWARD {
 		m.SetCurrentClientCertDetails = &hcm.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
 	}
+}
+
+// clientCertDetails maps the mesh's gateway setting to Envoy's.
+var clientCertDetails = map[meshv1.ClientCertDetails]hcm.HttpConnectionManager_ForwardClientCertDetails{
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_DEFAULT:             hcm.HttpConnectionManager_SANITIZE_SET,
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_SANITIZE:            hcm.HttpConnectionManager_SANITIZE,
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_FORWARD_ONLY:        hcm.HttpConnectionManager_FORWARD_ONLY,
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_APPEND_FORWARD:      hcm.HttpConnectionManager_APPEND_FORWARD,
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_SANITIZE_SET:        hcm.HttpConnectionManager_SANITIZE_SET,
+	meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_ALWAYS_FORWARD_ONLY: hcm.HttpConnectionManager_ALWAYS_FORWARD_ONLY,
 }
 
 // mustAny wraps a message; marshalling a valid generated message cannot fail.

@@ -199,6 +199,7 @@ func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) 
 // destinations resolve to. Equal inputs give an equal virtual host.
 func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	var b strings.Builder
+	b.WriteString("mesh=" + m.ConfigVersion + " ")
 	if s := m.Service(host); s != nil {
 		// What its domains depend on.
 		_, ns, _ := kubeHost(host)
@@ -256,7 +257,7 @@ func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHo
 	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
 	rr := m.routeByHost[host]
 	if rr == nil {
-		vh.Routes = []*route.Route{defaultRoute(m.Service(host), host, port, envoy)}
+		vh.Routes = []*route.Route{defaultRoute(m, m.Service(host), host, port, envoy)}
 		return vh
 	}
 	vh.Routes = httpRoutes(m, rr, nil, port, envoy)
@@ -454,7 +455,8 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		a.HashPolicy = append(a.HashPolicy, hashPolicy(t.hash)...)
 	}
 	// A single destination that hashes keeps its retries on the same host.
-	a.RetryPolicy = retryPolicy(h.Retries, len(h.Route) == 1 && targets[0].hash != nil)
+	// A route without retries of its own has the mesh's.
+	a.RetryPolicy = retryPolicy(cmp.Or(h.Retries, m.Config.GetDefaultHttpRetry()), len(h.Route) == 1 && targets[0].hash != nil)
 	if len(targets) == 1 {
 		return a, targets[0].headers
 	}
@@ -463,10 +465,10 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 
 // defaultRoute sends all of host:port's traffic to its service, with the
 // defaults of a route that says nothing.
-func defaultRoute(s *Service, host string, port uint32, envoy bool) *route.Route {
+func defaultRoute(m *Mesh, s *Service, host string, port uint32, envoy bool) *route.Route {
 	a := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(port, "", host)}}
 	setTimeout(a, nil, envoy)
-	a.RetryPolicy = retryPolicy(nil, false)
+	a.RetryPolicy = retryPolicy(m.Config.GetDefaultHttpRetry(), false)
 	if s != nil {
 		a.HashPolicy = hashPolicy(serviceHash(s.Policy, port))
 	}

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
@@ -31,13 +30,13 @@ const (
 
 // sidecarClusters are the catch-all clusters every sidecar gets: traffic to
 // where the client dialled (outbound and inbound passthrough), and nowhere.
-func sidecarClusters() []*cluster.Cluster {
+func sidecarClusters(m *Mesh) []*cluster.Cluster {
 	originalDst := func(name string) *cluster.Cluster {
 		return &cluster.Cluster{
 			Name:                 name,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
 			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
-			ConnectTimeout:       durationpb.New(10 * time.Second),
+			ConnectTimeout:       m.connectTimeout(),
 		}
 	}
 	return []*cluster.Cluster{
@@ -46,7 +45,7 @@ func sidecarClusters() []*cluster.Cluster {
 		{
 			Name:                 BlackHoleCluster,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
-			ConnectTimeout:       durationpb.New(10 * time.Second),
+			ConnectTimeout:       m.connectTimeout(),
 		},
 	}
 }

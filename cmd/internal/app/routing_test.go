@@ -115,3 +115,52 @@ func TestProxylessHeaderRoutingAndRetries(t *testing.T) {
 		t.Errorf("20 RPCs took %d attempts on the flaky backend; want retries (about 40)", attempts)
 	}
 }
+
+// meshRetries is the mesh's ConfigMap with a default retry policy.
+func meshRetries(policy string) string {
+	return `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: istio, namespace: istio-system}
+data:
+  mesh: |
+    defaultHttpRetryPolicy: ` + policy + "\n"
+}
+
+// TestProxylessMeshRetries: the mesh's MeshConfig sets the retries of
+// routes that name none, and a change of it reaches a real grpc-go client:
+// with none, every other call to a flaky backend fails; with the mesh's
+// policy, none does.
+func TestProxylessMeshRetries(t *testing.T) {
+	flaky, _ := startFlakyBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", flaky)))
+	writeMesh(t, dir, "mesh.yaml", meshRetries("{attempts: 0}"))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	// Calls alternate between failing and succeeding while nothing retries.
+	testutil.Eventually(t, 20*time.Second, "calls failing without retries", func() (bool, string) {
+		failed := 0
+		for range 10 {
+			if err := call(); status.Code(err) == codes.Unavailable {
+				failed++
+			}
+		}
+		return failed >= 4, fmt.Sprintf("%d of 10 calls failed", failed)
+	})
+	writeMesh(t, dir, "mesh.yaml", meshRetries("{attempts: 3, retryOn: unavailable}"))
+	testutil.Eventually(t, 20*time.Second, "the mesh's retries hiding the failures", func() (bool, string) {
+		for i := range 20 {
+			if err := call(); err != nil {
+				return false, fmt.Sprintf("call %d: %v", i, err)
+			}
+		}
+		return true, ""
+	})
+}

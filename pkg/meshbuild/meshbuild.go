@@ -74,6 +74,9 @@ type Builder struct {
 	// selector: by namespace, and the mesh's (the root namespace's).
 	peerModes map[string]meshv1.MTLSMode
 	meshPeers meshv1.MTLSMode
+	// peerSelectors are the PeerAuthentications with a selector, by
+	// namespace, ordered by name.
+	peerSelectors map[string][]*generate.Policy
 }
 
 type id struct{ namespace, name string }
@@ -253,6 +256,7 @@ func (b *Builder) join() {
 	}
 	b.joined, b.sharing = services, sharing
 	b.peerModes, b.meshPeers = peerModes(security)
+	b.peerSelectors = peerSelectors(security)
 	list := make([]*generate.Service, 0, len(services))
 	restricted := false
 	for svc, j := range services {
@@ -382,19 +386,47 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 	if out.ServiceAccounts = generate.ServiceAccounts(out.Endpoints); len(out.ServiceAccounts) > 0 {
 		out.ConfigVersion += "a" + strings.Join(out.ServiceAccounts, ",")
 	}
-	if out.PlaintextPeers = cmp.Or(b.peerModes[out.Namespace], b.meshPeers) == meshv1.MTLSMode_MTLS_MODE_DISABLE; out.PlaintextPeers {
+	// The namespace's (or the mesh's) mode decides its clusters, as
+	// istiod has it; each workload's policy, its endpoints.
+	out.PlaintextPeers = cmp.Or(b.peerModes[out.Namespace], b.meshPeers) == meshv1.MTLSMode_MTLS_MODE_DISABLE
+	out.PlaintextDefault = out.PlaintextPeers
+	if out.PlaintextPeers {
 		// Its clusters and its load assignments change.
 		out.ConfigVersion += "d"
 		out.Version += "d"
+	}
+	for _, p := range b.peerSelectors[out.Namespace] {
+		pa := p.Spec.(*meshv1.PeerAuthentication)
+		if slices.ContainsFunc(out.Endpoints, func(ep *meshv1.Endpoint) bool { return model.Selects(pa.Selector, ep.Labels) }) {
+			// Its load assignments follow the policy.
+			out.PeerPolicies = append(out.PeerPolicies, pa)
+			out.Version += "q" + p.Version
+		}
+	}
+	return out
+}
+
+// peerSelectors returns the PeerAuthentications with a selector, by
+// namespace and ordered by name: each workload's first decides whether
+// its clients' automatic mutual TLS reaches it, as istiod has it.
+func peerSelectors(security []*generate.Policy) map[string][]*generate.Policy {
+	out := map[string][]*generate.Policy{}
+	for _, p := range security {
+		if pa, ok := p.Spec.(*meshv1.PeerAuthentication); ok && len(pa.Selector) > 0 {
+			out[p.Namespace] = append(out[p.Namespace], p)
+		}
+	}
+	for _, list := range out {
+		slices.SortFunc(list, func(a, b *generate.Policy) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return out
 }
 
 // peerModes returns the modes of the PeerAuthentications without a
 // selector, by namespace, and the mesh's: a namespace's services take
-// plaintext alone when its own, or without one the mesh's, is DISABLE.
-// Policies with a selector are not inferred, as istiod does not infer
-// them either.
+// plaintext alone when its own, or without one the mesh's, is DISABLE
+// (policies with a selector decide for their workloads' endpoints, see
+// peerSelectors).
 func peerModes(security []*generate.Policy) (map[string]meshv1.MTLSMode, meshv1.MTLSMode) {
 	var mesh meshv1.MTLSMode
 	ns := map[string]meshv1.MTLSMode{}

@@ -558,10 +558,11 @@ func (p *Pusher) generate(c change) {
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
 	p.noteSettings(built.Settings)
-	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
+	if !c.full && (built.Changed == nil || p.serverPorts.changed(mesh, built.Changed)) {
 		// The build joined everything again (endpoints of a DNS service
 		// are part of its clusters), or endpoints changed the ports
-		// proxyless servers serve: generate the classes again.
+		// proxyless servers serve or gateways listen on: generate the
+		// classes again.
 		c.full = true
 	}
 	if c.full {
@@ -705,7 +706,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	if proxy == generate.Proxyless {
 		for _, s := range mesh.Services {
 			if view.Namespace == "" || s.Namespace == view.Namespace {
-				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
+				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(mesh, s) + "|"
 			}
 		}
 		for _, pol := range mesh.Policies {
@@ -740,6 +741,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 }
 
 // serverPorts remembers the ports each service's proxyless servers got
+// (and the gateway ports it maps to target ports)
 // listeners for at the last full generation.
 type serverPorts struct {
 	mu    sync.Mutex
@@ -751,17 +753,21 @@ func (s *serverPorts) record(mesh *generate.Mesh) {
 	defer s.mu.Unlock()
 	s.print = make(map[string]string, len(mesh.Services))
 	for _, svc := range mesh.Services {
-		s.print[svc.Namespace+"/"+svc.Name] = generate.ServicePortsPrint(svc)
+		s.print[svc.Namespace+"/"+svc.Name] = portsPrint(mesh, svc)
 	}
 }
 
+func portsPrint(mesh *generate.Mesh, svc *generate.Service) string {
+	return generate.ServicePortsPrint(svc) + "|" + generate.GatewayTargetsPrint(mesh.Gateways, svc)
+}
+
 // of returns a service's ports as recorded (computed when it is new).
-func (s *serverPorts) of(svc *generate.Service) string {
+func (s *serverPorts) of(mesh *generate.Mesh, svc *generate.Service) string {
 	s.mu.Lock()
 	print, ok := s.print[svc.Namespace+"/"+svc.Name]
 	s.mu.Unlock()
 	if !ok {
-		print = generate.ServicePortsPrint(svc)
+		print = portsPrint(mesh, svc)
 	}
 	return print
 }
@@ -769,11 +775,11 @@ func (s *serverPorts) of(svc *generate.Service) string {
 // changed reports whether endpoint changes gave a service another set of
 // served ports: the listeners of proxyless servers must be generated
 // again, not only the load assignments.
-func (s *serverPorts) changed(services []*generate.Service) bool {
+func (s *serverPorts) changed(mesh *generate.Mesh, services []*generate.Service) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, svc := range services {
-		if s.print[svc.Namespace+"/"+svc.Name] != generate.ServicePortsPrint(svc) {
+		if s.print[svc.Namespace+"/"+svc.Name] != portsPrint(mesh, svc) {
 			return true
 		}
 	}

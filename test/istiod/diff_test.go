@@ -20,6 +20,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/structpb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -126,8 +127,14 @@ func istioSource(t *testing.T, bin string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// testCase is one case: its file's name and its namespace.
-type testCase struct{ name, ns string }
+// testCase is one case: its file's name, its namespace and its network
+// (10.<net>.0.0/16); gateway says its proxy is the namespace's ingress
+// gateway (the file's first line says "# proxy: gateway"), not a sidecar.
+type testCase struct {
+	name, ns string
+	net      int
+	gateway  bool
+}
 
 // startCases starts a kube-apiserver holding Istio's CRDs (from Istio's
 // tree src) and every case of testdata/cases beside Bookinfo, each in a
@@ -164,6 +171,10 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 	if err != nil {
 		t.Fatal(err)
 	}
+	gateway, err := os.ReadFile(filepath.Join("testdata", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var cases []testCase
 	for i, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
@@ -172,10 +183,14 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(100+i))
+		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n"))}
+		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(c.net))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
+		if c.gateway {
+			a.apply(t, ctx, []byte(fill.Replace(string(gateway))))
+		}
 		a.apply(t, ctx, []byte(fill.Replace(string(body))))
-		cases = append(cases, testCase{name, ns})
+		cases = append(cases, c)
 	}
 	return kubeconfig, cases
 }
@@ -186,9 +201,12 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 func settledFacts(t *testing.T, ctx context.Context, c testCase, istiod, ours string) (theirs, mine Facts) {
 	t.Helper()
 	node := sidecar(c.ns)
+	if c.gateway {
+		node = gatewayProxy(c.ns, c.net)
+	}
 	testutil.Eventually(t, 2*time.Minute, c.name+": both control planes serve the case, settled", func() (bool, string) {
-		t1, err1 := caseFacts(ctx, istiod, node, c.ns)
-		m1, err2 := caseFacts(ctx, ours, node, c.ns)
+		t1, err1 := caseFacts(ctx, istiod, node, c)
+		m1, err2 := caseFacts(ctx, ours, node, c)
 		if err1 != nil || err2 != nil {
 			return false, fmt.Sprintf("istiod: %v; shardpilot: %v", err1, err2)
 		}
@@ -212,10 +230,25 @@ func sidecar(ns string) *core.Node {
 		UserAgentName: "envoy", Cluster: "client." + ns}
 }
 
+// gatewayProxy is the ingress gateway of namespace ns (testdata/gateway.yaml)
+// as Istio's agent announces it.
+func gatewayProxy(ns string, net int) *core.Node {
+	ip := fmt.Sprintf("10.%d.0.50", net)
+	meta, _ := structpb.NewStruct(map[string]any{
+		"NAMESPACE": ns, "LABELS": map[string]any{"istio": "ingressgateway-" + ns, "app": "ingressgateway"}, "ISTIO_VERSION": "1.30.3",
+		"CLUSTER_ID": "Kubernetes", "MESH_ID": "cluster.local", "SERVICE_ACCOUNT": "ingressgateway", "WORKLOAD_NAME": "ingressgateway",
+		"INSTANCE_IPS": ip, "NAME": "ingressgateway-0", "PROXY_CONFIG": map[string]any{},
+	})
+	return &core.Node{Id: "router~" + ip + "~ingressgateway-0." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta,
+		UserAgentName: "envoy", Cluster: "ingressgateway." + ns}
+}
+
 // caseFacts fetches a proxy's configuration and keeps the facts of the
 // resources that concern the hosts of its namespace: their clusters, load
-// assignments, virtual hosts, and the outbound listeners of their ports.
-func caseFacts(ctx context.Context, addr string, node *core.Node, ns string) (Facts, error) {
+// assignments, virtual hosts, and the outbound listeners of their ports
+// (a gateway's listeners, all of them).
+func caseFacts(ctx context.Context, addr string, node *core.Node, c testCase) (Facts, error) {
+	ns := c.ns
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	cfg, err := Fetch(ctx, addr, node)
@@ -247,15 +280,18 @@ func caseFacts(ctx context.Context, addr string, node *core.Node, ns string) (Fa
 			}
 		}
 	}
-	// The outbound listeners of the case's service ports.
+	// The outbound listeners of the case's service ports: on 0.0.0.0, and
+	// on a virtual IP those that send to the case's services.
 	ports := map[string]bool{}
 	for name := range cfg.Clusters {
 		if host, port, _, ok := generate.ParseClusterName(name); ok && mine(host) {
-			ports["0.0.0.0_"+strconv.FormatUint(uint64(port), 10)] = true
+			ports["_"+strconv.FormatUint(uint64(port), 10)] = true
 		}
 	}
 	for name, l := range cfg.Listeners {
-		if ports[name] {
+		addr, port, _ := strings.Cut(name, "_")
+		ours := ports["_"+port] && (addr == "0.0.0.0" || strings.Contains(prototext.Format(l), "."+ns+".svc."))
+		if ours || c.gateway {
 			if err := add(Of("listener "+name, l)); err != nil {
 				return nil, err
 			}

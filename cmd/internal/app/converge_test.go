@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -111,6 +114,15 @@ func (rp *runningPusher) content() []byte {
 func waitConverged(t *testing.T, cli *clientv3.Client, what string, ps ...*runningPusher) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		// The source has written the mesh: a store still empty is
+		// "converged" too.
+		services, err := cli.Get(context.Background(), model.Prefix+string(model.KindService)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		if services.Count == 0 {
+			return false, "the store holds no service yet"
+		}
 		rev, err := store.New(cli).Revision(context.Background())
 		if err != nil {
 			return false, err.Error()
@@ -145,7 +157,16 @@ func TestRestartedPusherConverges(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	synced := make(chan struct{})
+	var once sync.Once
+	go func() {
+		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
+	}()
+	select { // the whole mesh is in the store
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mesh directory was never synced")
+	}
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 
@@ -192,7 +213,16 @@ func TestDeltaReconnectToAnotherReplica(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	synced := make(chan struct{})
+	var once sync.Once
+	go func() {
+		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
+	}()
+	select { // the whole mesh is in the store
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mesh directory was never synced")
+	}
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)
@@ -263,7 +293,16 @@ func TestSotWReconnectToAnotherReplica(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	go func() { srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t)}.Run(ctx) }()
+	synced := make(chan struct{})
+	var once sync.Once
+	go func() {
+		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
+	}()
+	select { // the whole mesh is in the store
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mesh directory was never synced")
+	}
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)

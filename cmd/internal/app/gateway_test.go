@@ -96,3 +96,73 @@ func TestGatewayRouterGetsItsGateway(t *testing.T) {
 		return ok, fmt.Sprint("http.80 = ", rc)
 	})
 }
+
+// gatewayService is the gateway Deployment's Service: port 80 to the
+// unprivileged 8080 of the workloads labelled istio: ingressgateway.
+const gatewayService = `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ingressgateway, namespace: istio-system}
+spec:
+  hosts: [ingressgateway.istio-system.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http2, protocol: HTTP2, targetPort: 8080}]
+  workloadSelector: {labels: {istio: ingressgateway}}
+`
+
+const gatewayPod = `
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: ingressgateway-1, namespace: istio-system}
+spec: {address: 10.0.0.3, labels: {istio: ingressgateway}}
+`
+
+// TestGatewayListensOnTargetPort: a router listens where its Service
+// sends the Gateway's port, as istiod has it, and moves there when the
+// gateway's workloads appear (an endpoint change alone).
+func TestGatewayListensOnTargetPort(t *testing.T) {
+	a := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), ingress, gatewayService))
+	cp := startControlPlane(t, yamlSource(dir))
+	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}, "NAMESPACE": "istio-system"})
+	node := &core.Node{Id: "router~10.0.0.3~ingress-1.istio-system~istio-system.svc.cluster.local", Metadata: meta}
+	listeners := func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}); err != nil {
+			return false, err.Error()
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, res := range resp.Resources {
+			m, _ := res.UnmarshalNew()
+			names = append(names, m.(interface{ GetName() string }).GetName())
+		}
+		return false, fmt.Sprint(names)
+	}
+	want := func(what, names string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+			_, got := listeners()
+			return got == names, got
+		})
+	}
+	want("no workload yet: the server's port", "[0.0.0.0_80]")
+	writeMesh(t, dir, "pod.yaml", gatewayPod)
+	want("the gateway's workload came: its target port", "[0.0.0.0_8080]")
+}

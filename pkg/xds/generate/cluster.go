@@ -144,7 +144,7 @@ func dnsCluster(m *Mesh, c *cluster.Cluster, s *Service, host string, p *meshv1.
 		return c
 	}
 	res := s.Spec.Resolution
-	cla := loadAssignment(c.Name, s, p, subset, false) // names, not workloads with sidecars
+	cla := loadAssignment(c.Name, s, p, subset, meshv1.ClientTLS_MODE_DISABLE) // names, not workloads with sidecars
 	if len(s.Endpoints) == 0 {
 		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, p.Number)}}}}}}
@@ -208,7 +208,7 @@ func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.Traffi
 	outlierDetection(c, policy.GetOutlierDetection())
 	if proxy == Envoy {
 		if opts := upstreamHTTPOptions(p, cp, m.Config.GetH2Upgrade()); opts != nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(opts)}
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptions: mustAny(opts)}
 		}
 	}
 	if proxy == Envoy && LocalityAware(policy) && len(policy.GetLocalityLb().GetDistribute()) > 0 && c.LbPolicy != cluster.Cluster_RING_HASH {
@@ -219,6 +219,9 @@ func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.Traffi
 	c.TransportSocket = upstreamTLS(policy.GetTls(), proxy)
 	return c
 }
+
+// httpProtocolOptions is the key of a cluster's HTTP protocol options.
+const httpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 // upstreamHTTPOptions are how an Envoy speaks HTTP to a service port, as
 // istiod decides it: HTTP/2 to gRPC and HTTP/2 ports, and to HTTP ports
@@ -293,9 +296,9 @@ func upstreamTLS(t *meshv1.ClientTLS, proxy Proxy) *core.TransportSocket {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
 		ctx.CommonTlsContext = meshCertificates(Proxyless, false)
 	case meshv1.ClientTLS_MODE_MUTUAL:
-		name := t.CredentialName
-		if name == "" {
-			name = "default"
+		name := "default"
+		if t.CredentialName != "" {
+			name = CredentialResource(t.CredentialName)
 		}
 		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(name)}
 	}

@@ -262,7 +262,7 @@ func TestAutoMTLS(t *testing.T) {
 		t.Errorf("auto mTLS off, yet %v", c.TransportSocketMatches)
 	}
 	m.NoAutoMTLS = false
-	svc.PlaintextPeers = true
+	svc.PlaintextPeers, svc.PlaintextDefault = true, true
 	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
 		t.Errorf("its PeerAuthentication disables mutual TLS, yet %v", c.TransportSocketMatches)
 	}
@@ -271,7 +271,24 @@ func TestAutoMTLS(t *testing.T) {
 			t.Errorf("its PeerAuthentication disables mutual TLS, yet its endpoints say %v", md)
 		}
 	}
-	svc.PlaintextPeers = false
+	// A workload's own PeerAuthentication decides its endpoints, as
+	// istiod checks each: STRICT marks them, DISABLE (on their port) not.
+	marked := func() bool {
+		md := generate.LoadAssignments(m)[0].Endpoints[0].LbEndpoints[0].GetMetadata()
+		return md.GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue() == "istio"
+	}
+	svc.PeerPolicies = []*meshv1.PeerAuthentication{{Selector: map[string]string{"app": "nothing"}, Mode: meshv1.MTLSMode_MTLS_MODE_STRICT},
+		{Selector: svc.Endpoints[0].Labels, Mode: meshv1.MTLSMode_MTLS_MODE_STRICT}}
+	if !marked() {
+		t.Error("a workload whose policy is STRICT in a DISABLE namespace: endpoint not marked")
+	}
+	svc.PlaintextPeers, svc.PlaintextDefault = false, false
+	svc.PeerPolicies = []*meshv1.PeerAuthentication{{Selector: svc.Endpoints[0].Labels, Mode: meshv1.MTLSMode_MTLS_MODE_STRICT,
+		PortModes: map[uint32]meshv1.MTLSMode{80: meshv1.MTLSMode_MTLS_MODE_DISABLE}}}
+	if marked() {
+		t.Error("a workload whose policy disables mutual TLS on its port: endpoint marked")
+	}
+	svc.PeerPolicies = nil
 	svc.Spec.MeshExternal = true
 	if c := cartCluster(t, m, "outbound|80||cart.shop.svc.cluster.local", generate.Envoy); c.TransportSocketMatches != nil {
 		t.Errorf("a service outside the mesh, yet %v", c.TransportSocketMatches)

@@ -30,10 +30,10 @@ func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignme
 	var out []*endpoint.ClusterLoadAssignment
 	for _, h := range m.Owned(s) {
 		for _, p := range s.Spec.Ports {
-			out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil, takesMutualTLS(s, effectivePolicy(s.Policy, nil, p.Number))))
+			out = append(out, loadAssignment(ClusterName(p.Number, "", h), s, p, nil, effectivePolicy(s.Policy, nil, p.Number).GetTls().GetMode()))
 			for _, sub := range s.Policy.GetSubsets() {
 				out = append(out, loadAssignment(ClusterName(p.Number, sub.Name, h), s, p, sub.Labels,
-					takesMutualTLS(s, effectivePolicy(s.Policy, sub, p.Number))))
+					effectivePolicy(s.Policy, sub, p.Number).GetTls().GetMode()))
 			}
 		}
 	}
@@ -42,9 +42,10 @@ func ServiceLoadAssignments(m *Mesh, s *Service) []*endpoint.ClusterLoadAssignme
 
 // loadAssignment groups the service's endpoints that match the subset
 // labels by locality. Every locality gets a positive weight: grpc-go drops a
-// locality without one. With mtls, the endpoints that have a sidecar say
-// so, for the clusters' transport socket matches.
-func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]string, mtls bool) *endpoint.ClusterLoadAssignment {
+// locality without one. Under a policy's TLS mode tls, the endpoints
+// reached by Istio's mutual TLS that have a sidecar say so, for the
+// clusters' transport socket matches (see takesMutualTLS).
+func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]string, tls meshv1.ClientTLS_Mode) *endpoint.ClusterLoadAssignment {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	byLocality := map[string]*endpoint.LocalityLbEndpoints{}
 	for _, ep := range s.Endpoints {
@@ -70,7 +71,7 @@ func loadAssignment(name string, s *Service, p *meshv1.Port, subset map[string]s
 			}},
 			HealthStatus:        healthStatus(ep.Health),
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
-			Metadata:            endpointMetadata(ep, mtls),
+			Metadata:            endpointMetadata(ep, takesMutualTLS(tls, s, ep, endpointPort(ep, p))),
 		})
 	}
 	slices.SortFunc(cla.Endpoints, func(a, b *endpoint.LocalityLbEndpoints) int {

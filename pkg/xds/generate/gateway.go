@@ -2,10 +2,12 @@ package generate
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -15,7 +17,9 @@ import (
 	snicluster "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -31,9 +35,10 @@ func (g *Gateway) Key() string { return g.Namespace + "/" + g.Name }
 // GatewayRouteName is Istio's name for a gateway's plain HTTP routes on a port.
 func GatewayRouteName(port uint32) string { return "http." + strconv.FormatUint(uint64(port), 10) }
 
-// gatewayHTTPSRouteName names the routes of the TLS-terminating servers on a port.
-func gatewayHTTPSRouteName(port uint32) string {
-	return "https." + strconv.FormatUint(uint64(port), 10)
+// gatewayHTTPSRouteName names the routes of a TLS-terminating server, as
+// Istio does: "https.<port>.<port name>.<gateway>.<namespace>".
+func gatewayHTTPSRouteName(g *Gateway, s *meshv1.GatewayServer) string {
+	return "https." + strconv.FormatUint(uint64(s.Port), 10) + "." + s.PortName + "." + g.Name + "." + g.Namespace
 }
 
 // gatewayHTTP reports whether a gateway server serves plain HTTP that the
@@ -60,25 +65,13 @@ func gatewayTerminates(s *meshv1.GatewayServer) bool {
 	return false
 }
 
-// gatewayRouteName returns the route configuration a server's traffic is
-// routed by, or "" for a server that is not routed.
-func gatewayRouteName(s *meshv1.GatewayServer) string {
-	switch {
-	case gatewayHTTP(s):
-		return GatewayRouteName(s.Port)
-	case gatewayTerminates(s):
-		return gatewayHTTPSRouteName(s.Port)
-	}
-	return ""
-}
-
 // gatewayPorts returns the routed ports of the gateways, in order, and
 // whether each terminates TLS (a port where any server does).
 func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 	tls := map[uint32]bool{}
 	for _, g := range gws {
 		for _, s := range g.Spec.Servers {
-			if gatewayRouteName(s) != "" {
+			if gatewayHTTP(s) || gatewayTerminates(s) {
 				tls[s.Port] = tls[s.Port] || gatewayTerminates(s)
 			}
 		}
@@ -99,10 +92,18 @@ func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 	ports, tls := gatewayPorts(gws)
 	l4 := gatewayL4Ports(gws)
+	listen := ListenPorts(m, gws)
 	var out []*listener.Listener
+	bound := map[uint32]bool{}
 	for _, port := range slices.Sorted(maps.Keys(union(ports, l4))) {
-		num := strconv.FormatUint(uint64(port), 10)
-		l := &listener.Listener{Name: "0.0.0.0_" + num, Address: socketAddress("0.0.0.0", port)}
+		lport := listen(port)
+		if bound[lport] {
+			continue // two server ports on one target port: the first wins
+		}
+		bound[lport] = true
+		num := strconv.FormatUint(uint64(lport), 10)
+		l := &listener.Listener{Name: "0.0.0.0_" + num, Address: socketAddress("0.0.0.0", lport), TrafficDirection: core.TrafficDirection_OUTBOUND,
+			MaxConnectionsToAcceptPerSocketEvent: wrapperspb.UInt32(1)}
 		manager := func(routeName string) []*listener.Filter {
 			return []*listener.Filter{{
 				Name:       "envoy.filters.network.http_connection_manager",
@@ -110,19 +111,21 @@ func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 			}}
 		}
 		if slices.Contains(ports, port) && !tls[port] {
-			l.FilterChains = []*listener.FilterChain{{Filters: manager(GatewayRouteName(port))}}
+			l.FilterChains = []*listener.FilterChain{{Filters: manager(GatewayRouteName(lport)), TransportSocketConnectTimeout: durationpb.New(15 * time.Second)}}
 			out = append(out, l)
 			continue // HTTP wins a port a TCP server shares
 		}
 		seen := map[string]bool{}
-		add := func(name string, names []string, socket *core.TransportSocket, filters []*listener.Filter) {
+		add := func(names []string, socket *core.TransportSocket, filters []*listener.Filter) {
 			key := strings.Join(names, ",")
 			if seen[key] {
 				return // Envoy rejects two chains with one match; the first wins
 			}
 			seen[key] = true
-			l.FilterChains = append(l.FilterChains, &listener.FilterChain{Name: name,
-				FilterChainMatch: &listener.FilterChainMatch{ServerNames: names}, TransportSocket: socket, Filters: filters})
+			// Unnamed, as istiod sends them.
+			l.FilterChains = append(l.FilterChains, &listener.FilterChain{
+				FilterChainMatch: &listener.FilterChainMatch{ServerNames: names}, TransportSocket: socket, Filters: filters,
+				TransportSocketConnectTimeout: durationpb.New(15 * time.Second)})
 		}
 		var tcp *listener.Filter
 		for _, g := range gws {
@@ -133,13 +136,13 @@ func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 				name := g.Key() + "/" + cmp.Or(srv.Name, num)
 				switch {
 				case gatewayTerminates(srv):
-					add(name, serverNames(srv), downstreamTLS(srv.Tls), manager(gatewayHTTPSRouteName(port)))
+					add(serverNames(srv), downstreamTLS(srv.Tls), manager(gatewayHTTPSRouteName(g, srv)))
 				case gatewayPassthrough(srv):
 					for _, c := range passthroughChains(m, g, srv) {
-						add(name+"/"+c.names[0], c.names, nil, []*listener.Filter{l4Proxy(name, c.targets)})
+						add(c.names, nil, []*listener.Filter{l4Proxy(name, c.targets)})
 					}
 				case gatewayAutoPassthrough(srv):
-					add(name, serverNames(srv), nil, []*listener.Filter{{Name: "envoy.filters.network.sni_cluster",
+					add(serverNames(srv), nil, []*listener.Filter{{Name: "envoy.filters.network.sni_cluster",
 						ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&snicluster.SniCluster{})}},
 						tcpProxyFilter(name, BlackHoleCluster)})
 				case srv.Protocol == meshv1.Protocol_PROTOCOL_TCP && tcp == nil:
@@ -155,7 +158,7 @@ func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
 		if len(l.FilterChains) > 0 {
 			l.ListenerFilters = []*listener.ListenerFilter{{
 				Name:       "envoy.filters.listener.tls_inspector",
-				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})},
+				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{InitialReadBufferSize: wrapperspb.UInt32(512)})},
 			}}
 			if tcp != nil {
 				l.DefaultFilterChain = &listener.FilterChain{Name: "tcp", Filters: []*listener.Filter{tcp}}
@@ -316,14 +319,14 @@ func serverNames(srv *meshv1.GatewayServer) []string {
 // "<credential>-cacert", ISTIO_MUTUAL by the mesh's "ROOTCA", as in Istio.
 func downstreamTLS(t *meshv1.GatewayTLS) *core.TransportSocket {
 	sds := func(name string) *tlsv3.SdsSecretConfig { return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()} }
-	cert := t.CredentialName
-	if t.Mode == "ISTIO_MUTUAL" || cert == "" {
+	cert := CredentialResource(t.CredentialName)
+	if t.Mode == "ISTIO_MUTUAL" || t.CredentialName == "" {
 		cert = "default"
 	}
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(cert)},
 		AlpnProtocols:                  []string{"h2", "http/1.1"},
-	}}
+	}, RequireClientCertificate: wrapperspb.Bool(false)}
 	switch t.Mode {
 	case "MUTUAL":
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
@@ -335,23 +338,129 @@ func downstreamTLS(t *meshv1.GatewayTLS) *core.TransportSocket {
 	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 
-// GatewayRoutes returns a router's route configurations: per routed port
-// (and, on a TLS port, for its terminating servers), a virtual host for
-// every host of the VirtualServices bound to a gateway whose server on
-// that port admits the host.
+// ListenPorts returns the port a router listens on for its gateways'
+// servers' ports, as istiod resolves them: a Service whose workloads the
+// Gateway's selector selects (a Kubernetes Service of the gateway
+// Deployment, by its endpoints' labels) and that has the server's port
+// maps it to its target port (8080 for port 80 of Istio's ingress
+// gateway, which cannot bind 80 unprivileged); without one the server's
+// port is the listener's. The first such Service, by namespace and name,
+// decides.
+func ListenPorts(m *Mesh, gws []*Gateway) func(uint32) uint32 {
+	listen := map[uint32]uint32{}
+	for _, g := range gws {
+		for _, srv := range g.Spec.Servers {
+			if _, ok := listen[srv.Port]; ok {
+				continue
+			}
+			listen[srv.Port] = srv.Port
+			if target := gatewayTarget(m, g, srv.Port); target != 0 {
+				listen[srv.Port] = target
+			}
+		}
+	}
+	return func(port uint32) uint32 { return cmp.Or(listen[port], port) }
+}
+
+// CredentialResource is the SDS resource of a credential (a TLS Secret of
+// the proxy's namespace): its name as Istio names it,
+// "kubernetes://<name>"; its CA certificate is "<that>-cacert".
+func CredentialResource(name string) string {
+	if strings.HasPrefix(name, "kubernetes://") {
+		return name
+	}
+	return "kubernetes://" + name
+}
+
+// GatewayTargetsPrint names the gateways' server ports a service maps to
+// its target ports (see ListenPorts): when its endpoints change it (the
+// gateway's pods came, or listen elsewhere), the routers' listeners are
+// generated again, not only the load assignments.
+func GatewayTargetsPrint(gws []*Gateway, s *Service) string {
+	// Gateways mostly share a few selectors: each is looked for once
+	// among the service's endpoints, and only for a port one of its
+	// gateways' servers has.
+	type group struct {
+		selector map[string]string
+		ports    map[uint32]bool
+	}
+	groups := map[string]*group{}
+	var keys []string
+	for _, g := range gws {
+		if len(g.Spec.Selector) == 0 {
+			continue
+		}
+		key := fmt.Sprint(g.Spec.Selector) // sorted by fmt
+		gr := groups[key]
+		if gr == nil {
+			gr = &group{selector: g.Spec.Selector, ports: map[uint32]bool{}}
+			groups[key] = gr
+			keys = append(keys, key)
+		}
+		for _, srv := range g.Spec.Servers {
+			gr.ports[srv.Port] = true
+		}
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, key := range keys {
+		gr := groups[key]
+		if !slices.ContainsFunc(s.Spec.Ports, func(p *meshv1.Port) bool { return gr.ports[p.Number] }) {
+			continue
+		}
+		i := slices.IndexFunc(s.Endpoints, func(ep *meshv1.Endpoint) bool { return model.Selects(gr.selector, ep.Labels) })
+		if i < 0 {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if gr.ports[p.Number] {
+				fmt.Fprintf(&b, "%s:%d=%d;", key, p.Number, cmp.Or(s.Endpoints[i].Ports[p.Name], p.TargetPort, p.Number))
+			}
+		}
+	}
+	return b.String()
+}
+
+// gatewayTarget returns the target port of a gateway's server port on the
+// first Service of the gateway's workloads that has it, or 0.
+func gatewayTarget(m *Mesh, g *Gateway, port uint32) uint32 {
+	if len(g.Spec.Selector) == 0 {
+		return 0
+	}
+	for _, s := range m.Services {
+		for _, p := range s.Spec.Ports {
+			if p.Number != port {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				if model.Selects(g.Spec.Selector, ep.Labels) {
+					return cmp.Or(ep.Ports[p.Name], p.TargetPort, port)
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// GatewayRoutes returns a router's route configurations: per plain HTTP
+// port, and per TLS-terminating server, a virtual host for every host of
+// the VirtualServices bound to a gateway whose server admits the host.
 func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 	ports, tls := gatewayPorts(gws)
+	listen := ListenPorts(m, gws)
 	var out []*route.RouteConfiguration
-	for _, port := range ports {
-		name := GatewayRouteName(port)
-		if tls[port] {
-			name = gatewayHTTPSRouteName(port)
+	named := map[string]bool{}
+	// build routes the servers on port that take selects.
+	build := func(name string, port uint32, take func(*Gateway, *meshv1.GatewayServer) bool) {
+		if named[name] {
+			return // two server ports on one target port: the first wins
 		}
-		rc := &route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
+		named[name] = true
+		rc := &route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
 		seen := map[string]bool{}
 		for _, g := range gws {
 			for _, srv := range g.Spec.Servers {
-				if srv.Port != port || gatewayRouteName(srv) != name {
+				if srv.Port != port || !take(g, srv) {
 					continue
 				}
 				for _, r := range m.Routes {
@@ -363,7 +472,9 @@ func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 							continue
 						}
 						seen[host] = true
-						vh := &route.VirtualHost{Name: host + ":" + strconv.FormatUint(uint64(port), 10), Domains: []string{host, host + ":" + strconv.FormatUint(uint64(port), 10)}}
+						// The port is ignored in host matching.
+						vh := &route.VirtualHost{Name: host + ":" + strconv.FormatUint(uint64(port), 10), Domains: []string{strings.ToLower(host)},
+							IncludeRequestAttemptCount: true}
 						if srv.GetTls().GetHttpsRedirect() {
 							vh.RequireTls = route.VirtualHost_ALL
 						}
@@ -374,6 +485,25 @@ func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
 			}
 		}
 		out = append(out, rc)
+	}
+	for _, port := range ports {
+		if !tls[port] {
+			// Named by the port the gateway listens on, as its listener
+			// refers to them.
+			build(GatewayRouteName(listen(port)), port, func(_ *Gateway, srv *meshv1.GatewayServer) bool { return gatewayHTTP(srv) })
+			continue
+		}
+		for _, g := range gws {
+			for _, srv := range g.Spec.Servers {
+				if srv.Port == port && gatewayTerminates(srv) {
+					// Servers of one name (a port name given twice) share it.
+					name := gatewayHTTPSRouteName(g, srv)
+					build(name, port, func(og *Gateway, os *meshv1.GatewayServer) bool {
+						return gatewayTerminates(os) && gatewayHTTPSRouteName(og, os) == name
+					})
+				}
+			}
+		}
 	}
 	return out
 }

@@ -53,6 +53,13 @@ type Service struct {
 	// namespace's or the mesh's PeerAuthentication is DISABLE): clients
 	// get no automatic mutual TLS to them.
 	PlaintextPeers bool
+	// PeerPolicies are the PeerAuthentications with a selector that
+	// select some of its workloads, first first: the first that selects
+	// a workload and sets a mode (on its port, or for all) decides whether
+	// its clients' automatic mutual TLS reaches it; for the others,
+	// PlaintextDefault (the namespace's or the mesh's is DISABLE) does.
+	PeerPolicies     []*meshv1.PeerAuthentication
+	PlaintextDefault bool
 }
 
 // routable reports whether the service gets clusters and routes: a

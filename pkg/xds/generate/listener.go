@@ -150,6 +150,7 @@ func envoyManager(m *hcm.HttpConnectionManager, mc *meshv1.MeshConfig, gateway b
 	if !gateway {
 		return
 	}
+	m.ServerName = "istio-envoy"
 	m.XffNumTrustedHops = mc.GetGatewayTrustedProxies()
 	m.ForwardClientCertDetails = clientCertDetails[mc.GetGatewayClientCert()]
 	if m.ForwardClientCertDetails == hcm.HttpConnectionManager_SANITIZE_SET || m.ForwardClientCertDetails == hcm.HttpConnectionManager_APPEND_FORWARD {

@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +128,52 @@ func TestMeshConfig(t *testing.T) {
 		if mgr.XffNumTrustedHops != 2 || mgr.ForwardClientCertDetails != hcm.HttpConnectionManager_FORWARD_ONLY || mgr.SetCurrentClientCertDetails != nil {
 			t.Errorf("gateway %s: trusted hops %d, client cert %v (%v)", mgr.StatPrefix, mgr.XffNumTrustedHops, mgr.ForwardClientCertDetails, mgr.SetCurrentClientCertDetails)
 		}
+	}
+}
+
+// TestGatewayTargetPorts: a gateway listens on the target port of the
+// Service of its workloads that has the server's port (8080 for 80, as
+// Istio's ingress gateway runs unprivileged), its plain HTTP routes named
+// by that port, its TLS server's by Istio's per-server name; without such
+// a Service, on the server's port. The print that tells endpoint changes
+// apart follows the gateway's workloads.
+func TestGatewayTargetPorts(t *testing.T) {
+	gw := &generate.Gateway{Namespace: "edge", Name: "public", Spec: &meshv1.Gateway{Selector: map[string]string{"istio": "ingress"},
+		Servers: []*meshv1.GatewayServer{
+			{Port: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}},
+			{Port: 443, PortName: "https", Protocol: meshv1.Protocol_PROTOCOL_HTTPS, Hosts: []string{"*"}, Tls: &meshv1.GatewayTLS{Mode: "SIMPLE", CredentialName: "cert"}},
+			{Port: 9000, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}},
+		}}}
+	svc := &generate.Service{Namespace: "edge", Name: "ingress", Spec: &meshv1.Service{Hostnames: []string{"ingress.edge.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+		Ports: []*meshv1.Port{{Name: "http2", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP2, TargetPort: 8080},
+			{Name: "https", Number: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS}}}}
+	before := generate.GatewayTargetsPrint([]*generate.Gateway{gw}, svc)
+	svc.Endpoints = []*meshv1.Endpoint{{Address: "10.0.0.5", Labels: map[string]string{"istio": "ingress", "app": "gw"},
+		Ports: map[string]uint32{"http2": 8080, "https": 8443}}}
+	if generate.GatewayTargetsPrint([]*generate.Gateway{gw}, svc) == before {
+		t.Error("the gateway's workloads arrived and the print did not change")
+	}
+	m := generate.NewMesh([]*generate.Service{svc}, nil)
+	names := func(ls []*listener.Listener) []string {
+		var out []string
+		for _, l := range ls {
+			if err := l.Validate(); err != nil {
+				t.Fatalf("%s: %v", l.Name, err)
+			}
+			out = append(out, l.Name)
+		}
+		return out
+	}
+	got := names(generate.GatewayListeners(m, []*generate.Gateway{gw}))
+	if strings.Join(got, " ") != "0.0.0.0_8080 0.0.0.0_8443 0.0.0.0_9000" {
+		t.Errorf("listeners %v, want 8080 and 8443 (the Service's target ports) and 9000 (no Service has it)", got)
+	}
+	var routes []string
+	for _, rc := range generate.GatewayRoutes(m, []*generate.Gateway{gw}) {
+		routes = append(routes, rc.Name)
+	}
+	if strings.Join(routes, " ") != "http.8080 https.443.https.public.edge http.9000" {
+		t.Errorf("route configurations %v", routes)
 	}
 }

@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 
@@ -8,8 +9,10 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -37,6 +40,7 @@ func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32
 		return
 	}
 	sni := "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+	h2 := speaksH2(c)
 	switch t := policy.GetTls(); t.GetMode() {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
 		if t.Sni != "" {
@@ -46,13 +50,13 @@ func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32
 		if len(sans) == 0 {
 			sans = m.identities(s)
 		}
-		c.TransportSocket = tlsSocket(istioMutual(sni, sans, m.AgentCertificates))
+		c.TransportSocket = tlsSocket(istioMutual(sni, sans, m.AgentCertificates, h2))
 	case meshv1.ClientTLS_MODE_UNSPECIFIED:
 		if s.Spec.GetMeshExternal() || s.PlaintextPeers || m.NoAutoMTLS {
 			return
 		}
 		c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
-			{Name: "tlsMode-istio", Match: tlsModeIstio(), TransportSocket: tlsSocket(istioMutual(sni, m.identities(s), m.AgentCertificates))},
+			{Name: "tlsMode-istio", Match: tlsModeIstio(), TransportSocket: tlsSocket(istioMutual(sni, m.identities(s), m.AgentCertificates, h2))},
 			{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer",
 				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbuffer.RawBuffer{})}}},
 		}
@@ -63,11 +67,24 @@ func tlsModeIstio() *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}}
 }
 
+// speaksH2 reports whether a cluster speaks HTTP/2 to its endpoints (its
+// protocol options say so explicitly).
+func speaksH2(c *cluster.Cluster) bool {
+	var opts upstreamhttp.HttpProtocolOptions
+	a := c.TypedExtensionProtocolOptions[httpProtocolOptions]
+	return a != nil && a.UnmarshalTo(&opts) == nil && opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
+}
+
 // istioMutual is an Envoy's side of Istio's mutual TLS: its workload
 // certificate ("default") and the mesh's root ("ROOTCA") over SDS (from
 // Istio's agent, agent), TLS 1.2
-// to 1.3, Istio's ALPN, and the server's identity checked.
-func istioMutual(sni string, sans []string, agent bool) *tlsv3.UpstreamTlsContext {
+// to 1.3, Istio's ALPN (with h2 for a cluster that speaks HTTP/2), and
+// the server's identity checked.
+func istioMutual(sni string, sans []string, agent, h2 bool) *tlsv3.UpstreamTlsContext {
+	alpn := []string{"istio-peer-exchange", "istio"}
+	if h2 {
+		alpn = append(alpn, "h2")
+	}
 	names := &tlsv3.CertificateValidationContext{}
 	for _, san := range sans {
 		names.MatchSubjectAltNames = append(names.MatchSubjectAltNames, //nolint:staticcheck // the field istiod sets
@@ -76,7 +93,7 @@ func istioMutual(sni string, sans []string, agent bool) *tlsv3.UpstreamTlsContex
 	return &tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{
 		TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
 			TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
-		AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
+		AlpnProtocols:                  alpn,
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{workloadSecret("default", agent)},
 		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 			DefaultValidationContext: names, ValidationContextSdsSecretConfig: workloadSecret("ROOTCA", agent)}},
@@ -110,19 +127,35 @@ func ServiceAccounts(eps []*meshv1.Endpoint) []string {
 	return slices.Compact(out)
 }
 
-// takesMutualTLS reports whether a service's workloads (on a port and
-// subset, under its effective policy) are reached by Istio's mutual TLS,
-// as far as the service says: the policy asks for it, or leaves TLS to
-// the mesh and the workloads do not turn it off. Their load assignments
-// then mark the endpoints that have a sidecar, as istiod's do.
-func takesMutualTLS(s *Service, policy *meshv1.TrafficPolicy) bool {
-	switch policy.GetTls().GetMode() {
+// takesMutualTLS reports whether an endpoint of a service is reached by
+// Istio's mutual TLS on a port, as istiod decides it for each endpoint:
+// its effective policy's TLS mode asks for it, or leaves TLS to the mesh
+// and the workload's PeerAuthentication does not turn it off. Its load
+// assignment then marks it when it has a sidecar.
+func takesMutualTLS(tls meshv1.ClientTLS_Mode, s *Service, ep *meshv1.Endpoint, port uint32) bool {
+	switch tls {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
 		return true
 	case meshv1.ClientTLS_MODE_UNSPECIFIED:
-		return !s.PlaintextPeers
+		return !plaintextWorkload(s, ep, port)
 	}
 	return false
+}
+
+// plaintextWorkload reports whether an endpoint's workload takes
+// plaintext alone on a port (see Service.PeerPolicies), as istiod checks
+// each endpoint.
+func plaintextWorkload(s *Service, ep *meshv1.Endpoint, port uint32) bool {
+	for _, pa := range s.PeerPolicies {
+		if !model.Selects(pa.Selector, ep.Labels) {
+			continue
+		}
+		mode := cmp.Or(pa.PortModes[port], pa.Mode)
+		if mode != meshv1.MTLSMode_MTLS_MODE_UNSET {
+			return mode == meshv1.MTLSMode_MTLS_MODE_DISABLE
+		}
+	}
+	return s.PlaintextDefault
 }
 
 // endpointMetadata says, for Envoy's transport socket match, that an

@@ -5,11 +5,13 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -120,7 +122,15 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 				switch {
 				case isHTTP(p):
 					http[p.Number] = true
-				case p.Protocol == meshv1.Protocol_PROTOCOL_TLS || p.Protocol == meshv1.Protocol_PROTOCOL_HTTPS:
+				case (p.Protocol == meshv1.Protocol_PROTOCOL_TCP || isTLS(p)) && len(s.Spec.Addresses) > 0 && !m.routesTLS(h):
+					// At its virtual IPs, whatever SNI a client sends, as
+					// istiod has it (a TLS port without tls routes).
+					for _, a := range s.Spec.Addresses {
+						if _, taken := vips[vip{a, p.Number}]; !taken {
+							vips[vip{a, p.Number}] = l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false))
+						}
+					}
+				case isTLS(p):
 					if named[p.Number] == nil {
 						named[p.Number] = map[string]bool{}
 					}
@@ -133,12 +143,6 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 						FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{h}},
 						Filters:          []*listener.Filter{l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))},
 					})
-				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP && len(s.Spec.Addresses) > 0:
-					for _, a := range s.Spec.Addresses {
-						if _, taken := vips[vip{a, p.Number}]; !taken {
-							vips[vip{a, p.Number}] = l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false))
-						}
-					}
 				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP:
 					if _, taken := owner[p.Number]; !taken {
 						owner[p.Number] = l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false))
@@ -182,13 +186,28 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 	for _, v := range slices.SortedFunc(maps.Keys(vips), func(a, b vip) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port)) }) {
 		num := strconv.FormatUint(uint64(v.port), 10)
 		out = append(out, &listener.Listener{
-			Name:         v.addr + "_" + num,
-			Address:      socketAddress(v.addr, v.port),
-			BindToPort:   wrapperspb.Bool(false),
-			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{vips[v]}}},
+			Name:                             v.addr + "_" + num,
+			Address:                          socketAddress(v.addr, v.port),
+			BindToPort:                       wrapperspb.Bool(false),
+			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
+			ListenerFiltersTimeout:           cmp.Or(m.Config.GetProtocolDetectionTimeout(), durationpb.New(0)),
+			ContinueOnListenerFiltersTimeout: true,
+			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{vips[v]},
+				TransportSocketConnectTimeout: durationpb.New(15 * time.Second)}},
 		})
 	}
 	return out
+}
+
+// isTLS reports whether a port carries TLS the proxy does not terminate.
+func isTLS(p *meshv1.Port) bool {
+	return p.Protocol == meshv1.Protocol_PROTOCOL_TLS || p.Protocol == meshv1.Protocol_PROTOCOL_HTTPS
+}
+
+// routesTLS reports whether a route rule routes a host's TLS by SNI.
+func (m *Mesh) routesTLS(host string) bool {
+	r := m.routeByHost[host]
+	return r != nil && len(r.Rule.GetTls()) > 0
 }
 
 // l4Target is a weighted cluster of a tcp or tls route.

@@ -8,6 +8,7 @@ import (
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -97,10 +98,11 @@ func (k *KubeCredentials) Namespace(namespace string) map[string]types.Resource 
 			k.log.Warn("TLS Secret without a certificate or key; not served", "namespace", namespace, "secret", s.Name)
 			continue
 		}
-		out[s.Name] = &tlsv3.Secret{Name: s.Name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		name := generate.CredentialResource(s.Name)
+		out[name] = &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 			CertificateChain: inline(cert), PrivateKey: inline(key)}}}
 		if ca := s.Data["ca.crt"]; len(ca) > 0 {
-			out[s.Name+"-cacert"] = &tlsv3.Secret{Name: s.Name + "-cacert", Type: &tlsv3.Secret_ValidationContext{
+			out[name+"-cacert"] = &tlsv3.Secret{Name: name + "-cacert", Type: &tlsv3.Secret_ValidationContext{
 				ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: inline(ca)}}}
 		}
 	}

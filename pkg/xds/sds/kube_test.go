@@ -77,7 +77,7 @@ func TestGatewayCredentials(t *testing.T) {
 		return out
 	}
 	got := held(gateway)
-	if got["public-cert"] != string(read(certFile)) || got["public-cert-cacert"] != string(read(test.CertFile)) || got["default"] == "" || len(got) != 4 {
+	if got["kubernetes://public-cert"] != string(read(certFile)) || got["kubernetes://public-cert-cacert"] != string(read(test.CertFile)) || got["default"] == "" || len(got) != 4 {
 		t.Fatalf("the gateway's identity holds %d secrets: %v", len(got), keys(got))
 	}
 	if got := held(other); len(got) != 2 {
@@ -91,15 +91,15 @@ func TestGatewayCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the renewed certificate is served", func() (bool, string) {
-		return held(gateway)["public-cert"] == string(read(renewed)), "the old one"
+		return held(gateway)["kubernetes://public-cert"] == string(read(renewed)), "the old one"
 	})
 	if err := kc.Client.CoreV1().Secrets(ns).Delete(ctx, "public-cert", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the deleted Secret is no longer served", func() (bool, string) {
 		got := held(gateway)
-		_, a := got["public-cert"]
-		_, b := got["public-cert-cacert"]
+		_, a := got["kubernetes://public-cert"]
+		_, b := got["kubernetes://public-cert-cacert"]
 		return !a && !b && len(got) == 2, fmtKeys(got)
 	})
 }

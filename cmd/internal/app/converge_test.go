@@ -111,6 +111,22 @@ func (rp *runningPusher) content() []byte {
 	return b.Bytes()
 }
 
+// syncedSource runs the YAML source of dir until ctx ends (its error to
+// done) and returns once the whole mesh is in the store.
+func syncedSource(t *testing.T, ctx context.Context, cli *clientv3.Client, dir string, done chan<- error) {
+	t.Helper()
+	synced := make(chan struct{})
+	var once sync.Once
+	go func() {
+		done <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
+	}()
+	select {
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mesh directory was never synced")
+	}
+}
+
 func waitConverged(t *testing.T, cli *clientv3.Client, what string, ps ...*runningPusher) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
@@ -157,16 +173,7 @@ func TestRestartedPusherConverges(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	synced := make(chan struct{})
-	var once sync.Once
-	go func() {
-		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
-	}()
-	select { // the whole mesh is in the store
-	case <-synced:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mesh directory was never synced")
-	}
+	syncedSource(t, ctx, cli, dir, srcDone)
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 
@@ -213,16 +220,7 @@ func TestDeltaReconnectToAnotherReplica(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	synced := make(chan struct{})
-	var once sync.Once
-	go func() {
-		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
-	}()
-	select { // the whole mesh is in the store
-	case <-synced:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mesh directory was never synced")
-	}
+	syncedSource(t, ctx, cli, dir, srcDone)
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)
@@ -293,16 +291,7 @@ func TestSotWReconnectToAnotherReplica(t *testing.T) {
 	_, nc := testutil.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	srcDone, relayDone := make(chan error, 1), make(chan error, 1)
-	synced := make(chan struct{})
-	var once sync.Once
-	go func() {
-		srcDone <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t), OnSynced: func(ingest.Result) { once.Do(func() { close(synced) }) }}.Run(ctx)
-	}()
-	select { // the whole mesh is in the store
-	case <-synced:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mesh directory was never synced")
-	}
+	syncedSource(t, ctx, cli, dir, srcDone)
 	go func() { relayDone <- app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(t)}.Run(ctx) }()
 	defer func() { cancel(); <-srcDone; <-relayDone }()
 	p1, p2 := startPusher(t, cli, nc), startPusher(t, cli, nc)

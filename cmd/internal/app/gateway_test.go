@@ -37,6 +37,19 @@ spec:
   - route: [{destination: {host: greeter}}]
 `
 
+// ingressRouter is an ADS client of the pushers at addr and the node of a
+// router proxy of istio-system labelled istio: ingressgateway.
+func ingressRouter(t *testing.T, addr string) (discovery.AggregatedDiscoveryServiceClient, *core.Node) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}, "NAMESPACE": "istio-system"})
+	return discovery.NewAggregatedDiscoveryServiceClient(conn), &core.Node{Id: "router~10.0.0.3~ingress-1.istio-system~istio-system.svc.cluster.local", Metadata: meta}
+}
+
 // TestGatewayRouterGetsItsGateway: a router proxy whose labels a Gateway
 // selects gets that gateway's listener and the routes of the
 // VirtualServices bound to it.
@@ -45,14 +58,7 @@ func TestGatewayRouterGetsItsGateway(t *testing.T) {
 	dir := t.TempDir()
 	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), ingress))
 	cp := startControlPlane(t, yamlSource(dir))
-	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
-	meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}, "NAMESPACE": "istio-system"})
-	node := &core.Node{Id: "router~10.0.0.3~ingress-1.istio-system~istio-system.svc.cluster.local", Metadata: meta}
+	ads, node := ingressRouter(t, cp.ads)
 
 	fetch := func(typeURL string, names ...string) []*discovery.DiscoveryResponse {
 		t.Helper()
@@ -126,14 +132,7 @@ func TestGatewayListensOnTargetPort(t *testing.T) {
 	dir := t.TempDir()
 	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), ingress, gatewayService))
 	cp := startControlPlane(t, yamlSource(dir))
-	conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
-	meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}, "NAMESPACE": "istio-system"})
-	node := &core.Node{Id: "router~10.0.0.3~ingress-1.istio-system~istio-system.svc.cluster.local", Metadata: meta}
+	ads, node := ingressRouter(t, cp.ads)
 	listeners := func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -74,12 +74,13 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
 	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
 	var caCert, caKey, caSealKeys, caTrust string
-	var certTTL time.Duration
+	var certTTL, maxCertTTL time.Duration
 	fs.StringVar(&caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file: a Secret (or a KMS/CSI driver's file) mounted into the pushers alone")
 	fs.StringVar(&caKey, "ca-key-file", "", "PEM key of --ca-cert-file")
 	fs.StringVar(&caSealKeys, "ca-seal-key-file", "", "instead of --ca-cert-file: a root is made on the first start and kept in etcd under "+ca.SealedRootKey+", sealed (AES-256-GCM) with the key of this file, which the pushers alone hold: one key per line, 32 bytes in base64 (openssl rand -base64 32); the first seals, every one opens, to replace it")
 	fs.StringVar(&caTrust, "ca-trust-file", "", "PEM CA certificates proxies trust beside the one that signs (\"ROOTCA\"): while the root is replaced, the next one before it signs and the previous one until what it signed has expired")
-	fs.DurationVar(&certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it)")
+	fs.DurationVar(&certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it), and of those Istio's agents get from the CA service when they ask for none")
+	fs.DurationVar(&maxCertTTL, "workload-cert-max-ttl", 90*24*time.Hour, "longest lifetime of a certificate Istio's agents get from the CA service on the ADS port (istio.v1.auth.IstioCertificateService/CreateCertificate): what they ask for, capped")
 	fs.BoolVar(&plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
@@ -186,8 +187,8 @@ func run(ctx context.Context, args []string) error {
 	if (caCert != "" || caSealKeys != "" || caTrust != "") && adsClientCA == "" {
 		return errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
-	if certTTL < time.Minute {
-		return fmt.Errorf("--workload-cert-ttl %s: want at least a minute", certTTL)
+	if certTTL < time.Minute || maxCertTTL < certTTL {
+		return fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", certTTL, maxCertTTL)
 	}
 	var kube kubernetes.Interface
 	if kubeconfig != "" {
@@ -255,6 +256,7 @@ func run(ctx context.Context, args []string) error {
 
 	ready := telemetry.NewReadiness()
 	var secrets *sds.Secrets
+	var certificates *ca.Service
 	var credentials func(context.Context) error
 	if adsClientCA != "" {
 		// Authenticated proxies are served their workload certificates.
@@ -282,6 +284,11 @@ func run(ctx context.Context, args []string) error {
 		if secrets, err = sds.New(scfg); err != nil {
 			return err
 		}
+		// Istio's agents ask the same CA, on the same port.
+		if certificates, err = ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: certTTL, MaxTTL: maxCertTTL,
+			Log: log.With("part", "ca")}, reg); err != nil {
+			return err
+		}
 		xcfg.Secrets = secrets
 		if creds != nil {
 			creds.Changed = secrets.CredentialsChanged
@@ -302,7 +309,7 @@ func run(ctx context.Context, args []string) error {
 			authenticated = &policy
 		}
 		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, MeshOverrides: overrides, TrustDomain: trustDomain, AgentCertificates: *workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
-			XDS: xcfg,
+			XDS: xcfg, Certificates: certificates,
 			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
 	})
 	me := store.Member{Role: "pusher", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis),

@@ -187,20 +187,7 @@ func (c *CA) Issue(id identity.ID, ttl time.Duration) (*Workload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ca: %w", err)
 	}
-	now := time.Now()
-	notAfter := now.Add(ttl)
-	if notAfter.After(c.root.NotAfter) {
-		notAfter = c.root.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{id.TrustDomain}},
-		NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{uri},
-	}
+	tmpl := c.template(serial, id, uri, ttl)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, &key.PublicKey, c.key)
 	if err != nil {
 		return nil, fmt.Errorf("ca: issue for %s: %w", id, err)
@@ -214,7 +201,26 @@ func (c *CA) Issue(id identity.ID, ttl time.Duration) (*Workload, error) {
 		// An operator's intermediate: proxies are sent the chain to it.
 		chain = append(chain, c.rootPEM...)
 	}
-	return &Workload{CertPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), NotAfter: notAfter, Serial: serial}, nil
+	return &Workload{CertPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), NotAfter: tmpl.NotAfter, Serial: serial}, nil
+}
+
+// template is a workload certificate for an identity (at uri), valid for
+// ttl but never past the root's own expiry.
+func (c *CA) template(serial *big.Int, id identity.ID, uri *url.URL, ttl time.Duration) *x509.Certificate {
+	now := time.Now()
+	notAfter := now.Add(ttl)
+	if notAfter.After(c.root.NotAfter) {
+		notAfter = c.root.NotAfter
+	}
+	return &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{Organization: []string{id.TrustDomain}},
+		NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:         []*url.URL{uri},
+	}
 }
 
 func isSelfSigned(c *x509.Certificate) bool {

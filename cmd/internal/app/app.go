@@ -21,6 +21,7 @@ import (
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,6 +49,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	securityv1 "istio.io/api/security/v1alpha1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -505,6 +507,9 @@ type Pusher struct {
 	// released ScopeGrace after its last left (default 5m).
 	ScopeByProxies bool
 	ScopeGrace     time.Duration
+	// Certificates, when set, is Istio's CA service, served on the ADS
+	// port for Istio's agents.
+	Certificates *ca.Service
 	// MeshOverrides are settings that win over the mesh's MeshConfig (see
 	// pusher.Config). Automatic mutual TLS is off anyway when Envoys can
 	// get no workload certificate (no Secrets in XDS, no
@@ -600,6 +605,9 @@ func (p Pusher) Run(ctx context.Context) error {
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if p.Dump != nil {
 			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: p.Dump, Policy: p.Policy})
+		}
+		if p.Certificates != nil {
+			securityv1.RegisterIstioCertificateServiceServer(r, p.Certificates)
 		}
 	}
 	srv, err := server.New(xcfg)

@@ -22,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -121,6 +122,8 @@ type cpOptions struct {
 	sharedGateways []string
 	// clientCA: see app.Pusher.ClientCA.
 	clientCA *identity.ClientCA
+	// certificates: see app.Pusher.Certificates.
+	certificates *ca.Service
 }
 
 // startControlPlaneWith is startControlPlane with its pusher tuned.
@@ -148,7 +151,7 @@ func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *contro
 	})
 	g.Go(func() error {
 		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg, Policy: policy,
-			SharedGatewayNamespaces: o.sharedGateways, ClientCA: o.clientCA,
+			SharedGatewayNamespaces: o.sharedGateways, ClientCA: o.clientCA, Certificates: o.certificates,
 			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
 	})
 	t.Cleanup(cp.stop)

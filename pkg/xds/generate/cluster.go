@@ -189,9 +189,10 @@ func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.Traffi
 	}
 	if ch := policy.GetConsistentHash(); ch != nil {
 		c.LbPolicy = cluster.Cluster_RING_HASH
-		if ch.MinimumRingSize > 0 {
+		if size := ch.MinimumRingSize; size > 0 || proxy == Envoy {
+			// An Envoy is told Envoy's own default, as istiod tells it.
 			c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{
-				MinimumRingSize: wrapperspb.UInt64(ch.MinimumRingSize)}}
+				MinimumRingSize: wrapperspb.UInt64(cmp.Or(size, 1024))}}
 		}
 	}
 	cp := policy.GetConnectionPool()

@@ -1,0 +1,151 @@
+package ca
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pb "istio.io/api/security/v1alpha1"
+)
+
+// Service is Istio's certificate service (istio.v1.auth.IstioCertificateService)
+// over the mesh's CA, as Istio's agent calls it at its caAddress: a caller
+// authenticated by its service account token or its current mesh
+// certificate (a renewal) sends a CSR and gets a certificate for its own
+// SPIFFE identity, with the chain up to the root.
+type Service struct {
+	pb.UnimplementedIstioCertificateServiceServer
+	CA *CA
+	// Identify returns the caller's identity (see identity.Policy.Identify).
+	Identify func(context.Context) (identity.ID, bool, error)
+	// TTL is a certificate's validity when the request asks for none;
+	// MaxTTL caps what a request asks for.
+	TTL, MaxTTL time.Duration
+	Log         *slog.Logger
+	results     *prometheus.CounterVec
+}
+
+// NewService checks the configuration and registers the service's
+// metrics with reg (nil: unregistered).
+func NewService(s *Service, reg prometheus.Registerer) (*Service, error) {
+	if s.CA == nil || s.Identify == nil {
+		return nil, errors.New("ca: the certificate service needs a CA and a way to identify callers")
+	}
+	if s.TTL <= 0 || s.MaxTTL < s.TTL {
+		return nil, fmt.Errorf("ca: certificate TTL %v, maximum %v: want 0 < TTL <= maximum", s.TTL, s.MaxTTL)
+	}
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	s.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ca_certificate_requests_total",
+		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, error)."},
+		[]string{"result"})
+	if reg != nil {
+		if err := reg.Register(s.results); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// CreateCertificate signs the caller's CSR for the caller's identity.
+func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	id, ok, err := s.Identify(ctx)
+	switch {
+	case err != nil:
+		return nil, s.refuse(codes.Unauthenticated, "unauthenticated", id, "%v", err)
+	case !ok:
+		return nil, s.refuse(codes.Unauthenticated, "unauthenticated", id, "no client certificate and no service account token")
+	}
+	csr, err := parseCSR(req.GetCsr())
+	if err != nil {
+		return nil, s.refuse(codes.InvalidArgument, "csr", id, "%v", err)
+	}
+	if err := namesOnly(csr, id); err != nil {
+		return nil, s.refuse(codes.PermissionDenied, "identity", id, "%v", err)
+	}
+	ttl := s.TTL
+	if req.GetValidityDuration() > 0 {
+		ttl = min(time.Duration(req.GetValidityDuration())*time.Second, s.MaxTTL)
+	}
+	leaf, notAfter, err := s.CA.Sign(csr, id, ttl)
+	if err != nil {
+		s.results.WithLabelValues("error").Inc()
+		s.Log.Error("certificate not signed", "identity", id, "err", err)
+		return nil, status.Error(codes.Internal, "shardpilot: the certificate could not be signed")
+	}
+	s.results.WithLabelValues("issued").Inc()
+	s.Log.Debug("certificate issued", "identity", id, "expires", notAfter)
+	// As Istio answers: the certificate, the chain above it, the root.
+	chain := []string{string(leaf)}
+	if !isSelfSigned(s.CA.root) {
+		chain = append(chain, string(s.CA.rootPEM))
+	}
+	return &pb.IstioCertificateResponse{CertChain: append(chain, string(s.CA.TrustPEM()))}, nil
+}
+
+// refuse counts and logs a refusal and returns its error.
+func (s *Service) refuse(code codes.Code, reason string, id identity.ID, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	s.results.WithLabelValues(reason).Inc()
+	s.Log.Warn("certificate request refused", "reason", reason, "identity", id, "detail", msg)
+	return status.Error(code, "shardpilot: "+msg)
+}
+
+// parseCSR decodes and checks a PEM certificate request.
+func parseCSR(text string) (*x509.CertificateRequest, error) {
+	block, _ := pem.Decode([]byte(text))
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("the CSR is not a PEM certificate request")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the CSR cannot be read: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("the CSR's signature is not its key's: %w", err)
+	}
+	return csr, nil
+}
+
+// namesOnly checks that a CSR names no identity but the caller's.
+func namesOnly(csr *x509.CertificateRequest, id identity.ID) error {
+	for _, u := range csr.URIs {
+		if u.String() != id.String() {
+			return fmt.Errorf("the CSR names %s; the caller is %s", u, id)
+		}
+	}
+	if len(csr.DNSNames) > 0 || len(csr.IPAddresses) > 0 || len(csr.EmailAddresses) > 0 {
+		return fmt.Errorf("the CSR names DNS names, addresses or emails; a workload certificate names its SPIFFE identity %s alone", id)
+	}
+	return nil
+}
+
+// Sign issues a certificate for an identity over a CSR's key, valid for
+// ttl (never past the root's own expiry), and returns it in PEM.
+func (c *CA) Sign(csr *x509.CertificateRequest, id identity.ID, ttl time.Duration) ([]byte, time.Time, error) {
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	uri, err := url.Parse(id.String())
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("ca: %w", err)
+	}
+	tmpl := c.template(serial, id, uri, ttl)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, csr.PublicKey, c.key)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("ca: sign for %s: %w", id, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), tmpl.NotAfter, nil
+}

@@ -1,0 +1,111 @@
+package ca_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pb "istio.io/api/security/v1alpha1"
+)
+
+// newCSR returns a PEM certificate request naming uris (and dns names) as
+// Istio's agent makes one.
+func newCSR(t *testing.T, uris []string, dns ...string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{DNSNames: dns}
+	for _, u := range uris {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, parsed)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+// TestCertificateService: a caller gets a certificate for its own
+// identity over its CSR's key, with the chain Istio returns (the
+// certificate, then the root), valid for what it asked up to the maximum;
+// a caller without an identity, a CSR naming another identity or a DNS
+// name, and garbage are refused with a reason.
+func TestCertificateService(t *testing.T) {
+	test := testutil.NewCA(t)
+	root, err := ca.FromFiles(test.CertFile, test.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "cart"}
+	var caller struct {
+		id  identity.ID
+		ok  bool
+		err error
+	}
+	svc, err := ca.NewService(&ca.Service{CA: root, TTL: time.Hour, MaxTTL: 24 * time.Hour, Log: testutil.Log(t),
+		Identify: func(context.Context) (identity.ID, bool, error) { return caller.id, caller.ok, caller.err }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller.id, caller.ok = id, true
+	ask := func(csr string, seconds int64) (*pb.IstioCertificateResponse, error) {
+		return svc.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: csr, ValidityDuration: seconds})
+	}
+	resp, err := ask(newCSR(t, []string{id.String()}), 7*24*3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.CertChain) != 2 || resp.CertChain[1] != string(root.TrustPEM()) {
+		t.Fatalf("chain of %d: want the certificate and the root", len(resp.CertChain))
+	}
+	leaf := verify(t, &ca.Workload{CertPEM: []byte(resp.CertChain[0])}, root.RootPEM(), id)
+	if ttl := time.Until(leaf.NotAfter); ttl > 24*time.Hour || ttl < 23*time.Hour {
+		t.Errorf("asked for a week, valid for %v: want the maximum, a day", ttl)
+	}
+	if resp, err = ask(newCSR(t, nil), 0); err != nil {
+		t.Fatalf("a CSR naming nothing: %v", err)
+	}
+	leaf = verify(t, &ca.Workload{CertPEM: []byte(resp.CertChain[0])}, root.RootPEM(), id)
+	if ttl := time.Until(leaf.NotAfter); ttl > time.Hour {
+		t.Errorf("asked for nothing, valid for %v: want the default, an hour", ttl)
+	}
+
+	for _, c := range []struct {
+		name string
+		csr  string
+		code codes.Code
+		set  func()
+	}{
+		{"another identity", newCSR(t, []string{"spiffe://cluster.local/ns/payments/sa/api"}), codes.PermissionDenied, nil},
+		{"a DNS name", newCSR(t, []string{id.String()}, "cart.shop.svc"), codes.PermissionDenied, nil},
+		{"garbage", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", codes.InvalidArgument, nil},
+		{"not PEM", "hello", codes.InvalidArgument, nil},
+		{"no identity", newCSR(t, []string{id.String()}), codes.Unauthenticated, func() { caller.ok = false }},
+		{"a bad token", newCSR(t, []string{id.String()}), codes.Unauthenticated, func() { caller.ok, caller.err = true, errors.New("the token is not valid") }},
+	} {
+		if c.set != nil {
+			c.set()
+		}
+		if _, err := ask(c.csr, 0); status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", c.name, err, c.code)
+		}
+	}
+}

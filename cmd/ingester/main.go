@@ -131,6 +131,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
+	rootCerts := fs.Bool("root-cert-configmap", true, "publish the roots proxies trust (which the pushers holding the CA write to etcd) in every namespace of each cluster's mesh as Istio's ConfigMap istio-ca-root-cert (key root-cert.pem), as istiod does, for Istio's agents; off when istiod still writes it (a migration that keeps istiod's root)")
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
 	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
@@ -224,6 +225,11 @@ func run(ctx context.Context, args []string) error {
 		})
 	}
 	for _, c := range clusters {
+		if *rootCerts {
+			g.Go(func() error {
+				return app.RootCerts{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, NamespaceSelector: selector, Election: election, Log: log}.Run(ctx)
+			})
+		}
 		g.Go(func() error {
 			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: meshNamespace, DomainSuffix: domainSuffix, MaxDelay: syncMax,
 				NamespaceSelector: selector, Parts: *parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)

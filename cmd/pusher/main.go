@@ -272,6 +272,10 @@ func run(ctx context.Context, args []string) error {
 		if err == nil && caTrust != "" {
 			err = root.AlsoTrust(caTrust)
 		}
+		if err == nil {
+			// For Istio's agents, in every namespace (the ingesters' part).
+			err = ca.PublishTrust(ctx, etcd, root)
+		}
 		if err != nil {
 			return err
 		}

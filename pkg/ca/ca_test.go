@@ -264,3 +264,32 @@ func BenchmarkIssue(b *testing.B) {
 		}
 	}
 }
+
+// TestPublishTrust: the pushers' etcd user publishes the roots proxies
+// trust, which the ingesters' user reads (and may not write); publishing
+// what is there already writes nothing.
+func TestPublishTrust(t *testing.T) {
+	_, _, as := testutil.EtcdWithRoles(t)
+	ctx := testutil.Context(t)
+	c, err := ca.FromStore(ctx, as("pusher"), "cluster.local", ca.SealKeys{sealKey(1)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.PublishTrust(ctx, as("pusher"), c); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := as("ingester").Get(ctx, store.TrustKey)
+	if err != nil || len(resp.Kvs) != 1 || !bytes.Equal(resp.Kvs[0].Value, c.TrustPEM()) {
+		t.Fatalf("the ingesters read %v (%v), want the roots", resp, err)
+	}
+	rev := resp.Kvs[0].ModRevision
+	if err := ca.PublishTrust(ctx, as("pusher"), c); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := as("ingester").Get(ctx, store.TrustKey); resp.Kvs[0].ModRevision != rev {
+		t.Error("the same roots were written again")
+	}
+	if _, err := as("ingester").Put(ctx, store.TrustKey, "forged"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the ingesters wrote the roots: %v", err)
+	}
+}

@@ -219,3 +219,20 @@ func reseal(ctx context.Context, cli *clientv3.Client, keys SealKeys, plain []by
 	}
 	log.Info("the root is sealed with the first seal key now", "key", SealedRootKey, "seal_key", keyID(keys[0]))
 }
+
+// PublishTrust writes the roots proxies trust (TrustPEM, public) to
+// store.TrustKey, unless it holds them already: the ingesters publish
+// them in every namespace for Istio's agents.
+func PublishTrust(ctx context.Context, cli *clientv3.Client, c *CA) error {
+	resp, err := cli.Get(ctx, store.TrustKey)
+	if err != nil {
+		return fmt.Errorf("ca: read %s: %w", store.TrustKey, err)
+	}
+	if len(resp.Kvs) > 0 && bytes.Equal(resp.Kvs[0].Value, c.TrustPEM()) {
+		return nil
+	}
+	if _, err := cli.Put(ctx, store.TrustKey, string(c.TrustPEM())); err != nil {
+		return fmt.Errorf("ca: write %s: %w", store.TrustKey, err)
+	}
+	return nil
+}

@@ -17,6 +17,11 @@ import (
 // sealed root (ca.SealedRootKey). No other role is granted any of it.
 const PusherPrefix = "/shardpilot/pusher/"
 
+// TrustKey holds the roots proxies trust (PEM, public): the pushers, which
+// hold the CA, write it; the ingesters read it, to publish it in every
+// namespace as Istio's istio-ca-root-cert ConfigMap.
+const TrustKey = "/shardpilot/trust/roots"
+
 // Access is what a grant allows.
 type Access string
 
@@ -45,8 +50,9 @@ type EtcdRole struct {
 // lists them:
 //   - the ingesters write the mesh (their writes fenced by the elections
 //     they campaign in) and announce themselves;
-//   - the pushers read the mesh, announce themselves and keep the CA's
-//     sealed root under PusherPrefix, which nobody else may read;
+//   - the pushers read the mesh, announce themselves, keep the CA's
+//     sealed root under PusherPrefix, which nobody else may read, and
+//     publish the roots proxies trust (TrustKey), which the ingesters read;
 //   - shardctl reads the mesh and the members' announcements.
 func EtcdRoles() []EtcdRole {
 	return []EtcdRole{
@@ -54,11 +60,13 @@ func EtcdRoles() []EtcdRole {
 			{model.Prefix, ReadWrite},
 			{ElectionPrefix, ReadWrite},
 			{MemberPrefix + "ingester/", ReadWrite},
+			{TrustKey, Read},
 		}},
 		{Name: "shardpilot-pusher", Part: "pusher", Grants: []Grant{
 			{model.Prefix, Read},
 			{MemberPrefix + "pusher/", ReadWrite},
 			{PusherPrefix, ReadWrite},
+			{TrustKey, ReadWrite},
 		}},
 		{Name: "shardpilot-shardctl", Part: "shardctl", Grants: []Grant{
 			{model.Prefix, Read},

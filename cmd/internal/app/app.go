@@ -403,6 +403,29 @@ func (k KubeSource) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// RootCerts publishes the mesh's roots in one cluster's namespaces (see
+// kube.RootCerts), led by one replica.
+type RootCerts struct {
+	Etcd              *clientv3.Client
+	Cluster           string
+	Kube              *rest.Config
+	NamespaceSelector labels.Selector
+	Election          Election
+	Log               *slog.Logger
+}
+
+// Run publishes until ctx is done.
+func (r RootCerts) Run(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(r.Kube)
+	if err != nil {
+		return fmt.Errorf("app: cluster %s: %w", r.Cluster, err)
+	}
+	name := "rootcerts/" + r.Cluster
+	return led(ctx, r.Etcd, r.Election, name, r.Log, nil, func(ctx context.Context) error {
+		return (&kube.RootCerts{Client: client, Etcd: r.Etcd, NamespaceSelector: r.NamespaceSelector, Log: r.Log.With("part", name)}).Run(ctx)
+	})
+}
+
 // ZooKeeperSource runs the ZooKeeper source of one ensemble into the store.
 type ZooKeeperSource struct {
 	Etcd *clientv3.Client

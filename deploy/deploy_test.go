@@ -352,7 +352,7 @@ func TestChart(t *testing.T) {
 					continue
 				}
 				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
-					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY"
+					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES"
 				if !optional || !strings.Contains(helpers, f[1]) {
 					t.Errorf("pusher flag %s is not set by the chart", f[1])
 				}

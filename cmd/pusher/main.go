@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,10 +51,11 @@ func run(ctx context.Context, args []string) error {
 	remote.Register(fs)
 	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
 	fs.StringVar(&verifyKeyFile, "bus-verify-key-file", "", "PEM file of the ed25519 public key (openssl pkey -pubout) of the relay's --bus-signing-key-file (two while the key is rotated): change events without a signature of one of them are refused, and the mesh is read from the store instead")
-	var adsCert, adsKey, adsClientCA, trustDomain string
+	var adsCert, adsKey, adsCertNames, adsClientCA, trustDomain string
 	var plaintext bool
 	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
+	fs.StringVar(&adsCertNames, "ads-cert-names", "", "instead of --ads-cert-file: comma-separated DNS names of a certificate the mesh's CA signs for ADS (the pushers' Services proxies dial, istiod.<namespace>.svc for a drop-in), so that Istio's agents verify it against the roots of istio-ca-root-cert; valid for --workload-cert-ttl, renewed after two thirds of it")
 	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
 	var rootNamespace, kubeconfig, tokenAudience, outbound string
 	sharedGateways := fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
@@ -137,8 +139,14 @@ func run(ctx context.Context, args []string) error {
 	switch {
 	case plaintext && (adsCert != "" || adsKey != "" || adsClientCA != ""):
 		return errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
-	case !plaintext && (adsCert == "" || adsKey == ""):
-		return errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
+	case plaintext && adsCertNames != "":
+		return errors.New("--ads-plaintext and --ads-cert-names are alternatives: give one")
+	case adsCertNames != "" && (adsCert != "" || adsKey != ""):
+		return errors.New("--ads-cert-names and --ads-cert-file are alternatives: give one")
+	case adsCertNames != "" && adsClientCA == "":
+		return errors.New("--ads-cert-names: the certificate comes from the mesh's CA, which serves authenticated proxies only; give --ads-client-ca-file and the CA")
+	case !plaintext && adsCertNames == "" && (adsCert == "" || adsKey == ""):
+		return errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file, or --ads-cert-names for a certificate of the mesh's CA (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
 	}
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
@@ -212,22 +220,6 @@ func run(ctx context.Context, args []string) error {
 			policy.Tokens.Audiences = []string{tokenAudience}
 		}
 	}
-	var clientCA *identity.ClientCA
-	if !plaintext {
-		tc, ca, err := identity.ServerTLSWithClientCA(adsCert, adsKey, adsClientCA, tokens, log)
-		if adsClientCA != "" {
-			clientCA = ca
-		}
-		if err != nil {
-			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-client-ca-file: %w", err)
-		}
-		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
-		if adsClientCA != "" {
-			xcfg.Authorize = policy.Authorize
-		} else {
-			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
-		}
-	}
 	busCfg, err := verifyingBus(remote.Stream, verifyKeyFile, log)
 	if err != nil {
 		return err
@@ -257,10 +249,10 @@ func run(ctx context.Context, args []string) error {
 	ready := telemetry.NewReadiness()
 	var secrets *sds.Secrets
 	var certificates *ca.Service
-	var credentials func(context.Context) error
+	var readCredentials func(context.Context) error
+	var root *ca.CA
 	if adsClientCA != "" {
 		// Authenticated proxies are served their workload certificates.
-		var root *ca.CA
 		if caCert != "" {
 			root, err = ca.FromFiles(caCert, caKey)
 		} else {
@@ -298,7 +290,30 @@ func run(ctx context.Context, args []string) error {
 			creds.Changed = secrets.CredentialsChanged
 			read := &atomic.Bool{}
 			ready.Check("gateway credentials read", read.Load)
-			credentials = func(ctx context.Context) error { return creds.Run(ctx, func() { read.Store(true) }) }
+			readCredentials = func(ctx context.Context) error { return creds.Run(ctx, func() { read.Store(true) }) }
+		}
+	}
+	var clientCA *identity.ClientCA
+	if !plaintext {
+		var tc *tls.Config
+		var cca *identity.ClientCA
+		if adsCert != "" {
+			tc, cca, err = identity.ServerTLSWithClientCA(adsCert, adsKey, adsClientCA, tokens, log)
+		} else {
+			// Signed by the mesh's CA, as Istio's agents verify istiod's.
+			tc, cca, err = identity.ServerTLSFromSource(root.ServingCertificate(cli.List(adsCertNames), certTTL), adsClientCA, tokens, log)
+		}
+		if err != nil {
+			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-cert-names, --ads-client-ca-file: %w", err)
+		}
+		if adsClientCA != "" {
+			clientCA = cca
+		}
+		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
+		if adsClientCA != "" {
+			xcfg.Authorize = policy.Authorize
+		} else {
+			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 		}
 	}
 	status := server.NewStatus()
@@ -325,8 +340,8 @@ func run(ctx context.Context, args []string) error {
 	if secrets != nil {
 		g.Go(func() error { return secrets.Run(ctx) })
 	}
-	if credentials != nil {
-		g.Go(func() error { return credentials(ctx) })
+	if readCredentials != nil {
+		g.Go(func() error { return readCredentials(ctx) })
 	}
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
 	g.Go(func() error { return page.Run(ctx) })

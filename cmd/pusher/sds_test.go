@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -117,5 +121,70 @@ func TestPusherServesCertificates(t *testing.T) {
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("not signed by the root served as ROOTCA: %v", err)
+	}
+}
+
+// TestADSCertificateFromTheMeshCA runs the pusher with --ads-cert-names: it
+// serves ADS with a certificate its own CA signs for those names, which a
+// client verifies against the roots the pusher published for the
+// istio-ca-root-cert ConfigMaps (as Istio's agent verifies istiod), and
+// which a client dialling another name refuses.
+func TestADSCertificateFromTheMeshCA(t *testing.T) {
+	etcd, cli := testutil.Etcd(t)
+	nats, _ := testutil.NATS(t)
+	boot := testutil.NewCA(t)
+	proxyCert, proxyKey := boot.Issue(t, "reviews", "spiffe://cluster.local/ns/demo/sa/reviews")
+	ads, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	seal := filepath.Join(t.TempDir(), "seal")
+	if err := os.WriteFile(seal, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
+			"--ads-cert-names", "shardpilot-pusher.mesh.svc,istiod.istio-system.svc", "--ads-client-ca-file", boot.CertFile,
+			"--ca-seal-key-file", seal, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn"})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pusher: %v", err)
+		}
+	}()
+	var roots []byte
+	testutil.Eventually(t, 30*time.Second, "the pusher publishes the mesh's roots", func() (bool, string) {
+		resp, err := cli.Get(context.Background(), store.TrustKey)
+		if err != nil || len(resp.Kvs) == 0 {
+			return false, fmt.Sprint("nothing at ", store.TrustKey, err)
+		}
+		roots = resp.Kvs[0].Value
+		return true, ""
+	})
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(roots) {
+		t.Fatalf("%s holds no certificate", store.TrustKey)
+	}
+	proxy, err := tls.LoadX509KeyPair(proxyCert, proxyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func(name string) error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ads, &tls.Config{RootCAs: pool, ServerName: name,
+			Certificates: []tls.Certificate{proxy}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	testutil.Eventually(t, 30*time.Second, "ADS verifies as istiod.istio-system.svc", func() (bool, string) {
+		err := handshake("istiod.istio-system.svc")
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := handshake("shardpilot-pusher.mesh.svc"); err != nil {
+		t.Errorf("the pushers' Service name: %v", err)
+	}
+	if err := handshake("elsewhere.example.com"); err == nil {
+		t.Error("a client dialling another name accepted the certificate")
 	}
 }

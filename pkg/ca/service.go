@@ -2,8 +2,12 @@ package ca
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -148,4 +152,44 @@ func (c *CA) Sign(csr *x509.CertificateRequest, id identity.ID, ttl time.Duratio
 		return nil, time.Time{}, fmt.Errorf("ca: sign for %s: %w", id, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), tmpl.NotAfter, nil
+}
+
+// ServingCertificate is a source of the pushers' own TLS certificate for
+// the names proxies dial (their Services; istiod's, for a drop-in), signed
+// by the mesh's CA so that Istio's agents verify it against the roots of
+// istio-ca-root-cert, valid for ttl and renewed after two thirds of it.
+func (c *CA) ServingCertificate(names []string, ttl time.Duration) identity.CertSource {
+	return func() (*tls.Certificate, time.Time, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		serial, err := serialNumber()
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		now := time.Now()
+		notAfter := now.Add(ttl)
+		if notAfter.After(c.root.NotAfter) {
+			notAfter = c.root.NotAfter
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: serial,
+			Subject:      pkix.Name{Organization: []string{"shardpilot"}, CommonName: names[0]},
+			NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
+			NotAfter:     notAfter,
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSNames:     names,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, &key.PublicKey, c.key)
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("ca: the pushers' certificate: %w", err)
+		}
+		chain := [][]byte{der}
+		if !isSelfSigned(c.root) {
+			chain = append(chain, c.root.Raw)
+		}
+		return &tls.Certificate{Certificate: chain, PrivateKey: key}, now.Add(ttl * 2 / 3), nil
+	}
 }

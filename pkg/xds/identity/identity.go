@@ -7,6 +7,7 @@ package identity
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -215,13 +216,46 @@ func newServerTLS(certFile, keyFile, clientCAFile string, auth tls.ClientAuthTyp
 	}, r, nil
 }
 
+// CertSource issues a server certificate (the mesh's CA, for the names
+// proxies dial) and says when to ask for the next one.
+type CertSource func() (cert *tls.Certificate, renewAt time.Time, err error)
+
+// ServerTLSFromSource is ServerTLSWithClientCA serving a certificate from
+// source, asked again once its renewal time has passed (a failure keeps
+// the last one until it expires).
+func ServerTLSFromSource(source CertSource, clientCAFile string, optional bool, log *slog.Logger) (*tls.Config, *ClientCA, error) {
+	if source == nil {
+		return nil, nil, errors.New("identity: a certificate source is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth := tls.RequireAndVerifyClientCert
+	if optional {
+		auth = tls.VerifyClientCertIfGiven
+	}
+	r := &reloader{source: source, caFile: clientCAFile, auth: auth, log: log}
+	if err := r.load(); err != nil {
+		return nil, nil, err
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"h2"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
+	}, &ClientCA{r: r}, nil
+}
+
 // recheck is how often the files are looked at again.
 var recheck = 5 * time.Second
 
 type reloader struct {
 	certFile, keyFile, caFile string
-	auth                      tls.ClientAuthType
-	log                       *slog.Logger
+	// source, when set, issues the certificate instead of the files;
+	// renewAt is when to ask it again.
+	source  CertSource
+	renewAt time.Time
+	auth    tls.ClientAuthType
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	cfg     *tls.Config
@@ -244,11 +278,11 @@ func (r *reloader) config() *tls.Config {
 	defer r.mu.Unlock()
 	if time.Since(r.checked) > recheck {
 		r.checked = time.Now()
-		if r.fileStamp() != r.stamp {
+		if r.fileStamp() != r.stamp || r.source != nil && time.Now().After(r.renewAt) {
 			if err := r.loadLocked(); err != nil {
 				r.log.Warn("cannot reload the ADS certificate; serving the last one", "err", err)
 			} else {
-				r.log.Info("ADS certificate reloaded", "cert", r.certFile)
+				r.log.Info("ADS certificate reloaded", "cert", cmp.Or(r.certFile, "from the mesh's CA"), "renew_at", r.renewAt)
 			}
 		}
 	}
@@ -277,9 +311,19 @@ func (r *reloader) load() error {
 
 func (r *reloader) loadLocked() error {
 	stamp := r.fileStamp()
-	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
-	if err != nil {
-		return fmt.Errorf("identity: %s, %s: %w", r.certFile, r.keyFile, err)
+	var cert tls.Certificate
+	if r.source != nil {
+		c, renewAt, err := r.source()
+		if err != nil {
+			return fmt.Errorf("identity: the ADS certificate: %w", err)
+		}
+		cert, r.renewAt = *c, renewAt
+	} else {
+		c, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+		if err != nil {
+			return fmt.Errorf("identity: %s, %s: %w", r.certFile, r.keyFile, err)
+		}
+		cert = c
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}, Certificates: []tls.Certificate{cert}}
 	if r.caFile != "" {

@@ -38,25 +38,7 @@ func TestPusherServesCertificates(t *testing.T) {
 	boot := testutil.NewCA(t)
 	serverCert, serverKey := boot.Issue(t, "pusher")
 	proxyCert, proxyKey := boot.Issue(t, "reviews", "spiffe://cluster.local/ns/demo/sa/reviews")
-	ads, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	seal := filepath.Join(t.TempDir(), "seal")
-	if err := os.WriteFile(seal, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
-			"--ads-cert-file", serverCert, "--ads-key-file", serverKey, "--ads-client-ca-file", boot.CertFile,
-			"--ca-seal-key-file", seal,
-			"--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn"})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("pusher: %v", err)
-		}
-	}()
+	ads := runSealedPusher(t, etcd.Endpoint, nats.URL, "--ads-cert-file", serverCert, "--ads-key-file", serverKey, "--ads-client-ca-file", boot.CertFile)
 
 	tc, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile, CertFile: proxyCert, KeyFile: proxyKey}).ClientConfig()
 	if err != nil {
@@ -134,24 +116,7 @@ func TestADSCertificateFromTheMeshCA(t *testing.T) {
 	nats, _ := testutil.NATS(t)
 	boot := testutil.NewCA(t)
 	proxyCert, proxyKey := boot.Issue(t, "reviews", "spiffe://cluster.local/ns/demo/sa/reviews")
-	ads, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	seal := filepath.Join(t.TempDir(), "seal")
-	if err := os.WriteFile(seal, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
-			"--ads-cert-names", "shardpilot-pusher.mesh.svc,istiod.istio-system.svc", "--ads-client-ca-file", boot.CertFile,
-			"--ca-seal-key-file", seal, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn"})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("pusher: %v", err)
-		}
-	}()
+	ads := runSealedPusher(t, etcd.Endpoint, nats.URL, "--ads-cert-names", "shardpilot-pusher.mesh.svc,istiod.istio-system.svc", "--ads-client-ca-file", boot.CertFile)
 	var roots []byte
 	testutil.Eventually(t, 30*time.Second, "the pusher publishes the mesh's roots", func() (bool, string) {
 		resp, err := cli.Get(context.Background(), store.TrustKey)
@@ -187,4 +152,29 @@ func TestADSCertificateFromTheMeshCA(t *testing.T) {
 	if err := handshake("elsewhere.example.com"); err == nil {
 		t.Error("a client dialling another name accepted the certificate")
 	}
+}
+
+// runSealedPusher runs the pusher with a CA whose root it keeps in etcd
+// sealed, and the flags given, until the test ends; it returns the ADS
+// address.
+func runSealedPusher(t *testing.T, etcd, nats string, flags ...string) string {
+	t.Helper()
+	ads, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	seal := filepath.Join(t.TempDir(), "seal")
+	if err := os.WriteFile(seal, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--etcd-endpoints", etcd, "--nats-url", nats, "--ca-seal-key-file", seal,
+			"--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn"}, flags...))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pusher: %v", err)
+		}
+	})
+	return ads
 }

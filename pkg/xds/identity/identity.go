@@ -205,7 +205,11 @@ func newServerTLS(certFile, keyFile, clientCAFile string, auth tls.ClientAuthTyp
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, auth: auth, log: log}
+	return started(&reloader{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, auth: auth, log: log})
+}
+
+// started loads r and returns the server configuration that follows it.
+func started(r *reloader) (*tls.Config, *reloader, error) {
 	if err := r.load(); err != nil {
 		return nil, nil, err
 	}
@@ -234,15 +238,11 @@ func ServerTLSFromSource(source CertSource, clientCAFile string, optional bool, 
 	if optional {
 		auth = tls.VerifyClientCertIfGiven
 	}
-	r := &reloader{source: source, caFile: clientCAFile, auth: auth, log: log}
-	if err := r.load(); err != nil {
+	tc, r, err := started(&reloader{source: source, caFile: clientCAFile, auth: auth, log: log})
+	if err != nil {
 		return nil, nil, err
 	}
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		NextProtos:         []string{"h2"},
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
-	}, &ClientCA{r: r}, nil
+	return tc, &ClientCA{r: r}, nil
 }
 
 // recheck is how often the files are looked at again.

@@ -8,15 +8,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -28,6 +33,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // agentCSR makes a key and a CSR for a SPIFFE identity, as Istio's agent
@@ -47,6 +53,26 @@ func agentCSR(t *testing.T, spiffe string) (string, *ecdsa.PrivateKey) {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), key
+}
+
+// agentControlPlane serves ADS with tc to proxies authenticated by their
+// certificate or their service account token (reviewed by kc), workload
+// certificates over SDS and Istio's CA service, both from root, for the
+// mesh in dir.
+func agentControlPlane(t *testing.T, kc *kubetest.Cluster, root *ca.CA, tc *tls.Config, dir string) *controlPlane {
+	t.Helper()
+	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
+		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
+	sec, err := sds.New(sds.Config{CA: root, TTL: time.Hour, Identify: policy.Identify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: time.Hour, MaxTTL: 24 * time.Hour, Log: testutil.Log(t)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startControlPlaneWith(t, cpOptions{xds: server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
+		Authorize: policy.Authorize, Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(dir))
 }
 
 // TestIstioAgentCertificates: what Istio's agent does at its caAddress,
@@ -89,18 +115,7 @@ func TestIstioAgentCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
-		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
-	sec, err := sds.New(sds.Config{CA: root, TTL: time.Hour, Identify: policy.Identify})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs, err := ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: time.Hour, MaxTTL: 24 * time.Hour, Log: testutil.Log(t)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := startControlPlaneWith(t, cpOptions{xds: server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize: policy.Authorize, Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(t.TempDir()))
+	cp := agentControlPlane(t, kc, root, tc, t.TempDir())
 
 	// ask calls CreateCertificate over TLS with a token ("": none) or a
 	// client certificate (nil: none).
@@ -183,4 +198,141 @@ func TestIstioAgentCertificates(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.code)
 		}
 	}
+}
+
+// TestIstioAgentFlow does what Istio's agent does for a proxyless gRPC
+// workload, step by step, against the real API server: it reads the
+// mesh's roots from the istio-ca-root-cert ConfigMap the ingester wrote,
+// verifies the pushers' ADS certificate (signed by the mesh's CA for the
+// name it dials) against them, gets a certificate for its service account
+// with a token for audience istio-ca, and writes the files grpc-go reads.
+// A grpc-go xDS server and client, each with what its agent got, then talk
+// Istio's mutual TLS (ISTIO_MUTUAL, STRICT), routed by the pushers.
+func TestIstioAgentFlow(t *testing.T) {
+	kc := kubetest.Get(t)
+	selector := map[string]string{"agent-flow": fmt.Sprint(time.Now().UnixNano())}
+	ns := kc.Namespace(t, selector)
+	ctx := testutil.Context(t)
+	for _, sa := range []string{"greeter", "client"} {
+		if _, err := kc.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, etcd := testutil.Etcd(t)
+	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pushers publish the roots; an ingester writes the ConfigMaps.
+	if err := ca.PublishTrust(ctx, etcd, root); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	published := make(chan error, 1)
+	go func() {
+		published <- (&kube.RootCerts{Client: kc.Client, Etcd: etcd, NamespaceSelector: labels.SelectorFromSet(selector), Log: testutil.Log(t)}).Run(rctx)
+	}()
+	t.Cleanup(func() { cancel(); <-published })
+	var rootPEM string
+	testutil.Eventually(t, 30*time.Second, "the ingester writes istio-ca-root-cert", func() (bool, string) {
+		cm, err := kc.Client.CoreV1().ConfigMaps(ns).Get(ctx, kube.RootCertConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		rootPEM = cm.Data[kube.RootCertKey]
+		return rootPEM != "", "empty"
+	})
+
+	// The pushers: ADS with a certificate of the mesh's CA, proxies
+	// authenticated by their token or their certificate.
+	meshRoot := filepath.Join(t.TempDir(), "root.pem")
+	if err := os.WriteFile(meshRoot, root.RootPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tc, _, err := identity.ServerTLSFromSource(root.ServingCertificate([]string{"localhost", "istiod.istio-system.svc"}, time.Hour), meshRoot, true, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cp := agentControlPlane(t, kc, root, tc, dir)
+	_, port, _ := net.SplitHostPort(cp.ads)
+	discovery := "localhost:" + port // the name the certificate carries
+
+	// agent gets an account's certificate and writes what grpc-go reads:
+	// its bootstrap's channel credentials and certificate provider.
+	agent := func(account string) (channel, providers string) {
+		tr, err := kc.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account, &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{Audiences: []string{"istio-ca"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
+			t.Fatal("istio-ca-root-cert holds no certificate")
+		}
+		conn, err := grpc.NewClient(discovery, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})),
+			grpc.WithPerRPCCredentials(bearer(tr.Status.Token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		csr, key := agentCSR(t, "spiffe://cluster.local/ns/"+ns+"/sa/"+account)
+		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: csr, ValidityDuration: 3600})
+		if err != nil {
+			t.Fatalf("%s's agent: CreateCertificate, verifying the pushers against istio-ca-root-cert: %v", account, err)
+		}
+		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := t.TempDir()
+		files := map[string]string{"cert-chain.pem": strings.Join(resp.CertChain[:len(resp.CertChain)-1], ""),
+			"key.pem": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})), "root-cert.pem": rootPEM}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(out, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cert, keyFile, rootFile := filepath.Join(out, "cert-chain.pem"), filepath.Join(out, "key.pem"), filepath.Join(out, "root-cert.pem")
+		channel = fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q, "certificate_file": %q, "private_key_file": %q}}`, rootFile, cert, keyFile)
+		providers = fmt.Sprintf(`, "certificate_providers": {"default": {"plugin_name": "file_watcher",
+			"config": {"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "1s"}}}`, cert, keyFile, rootFile)
+		return channel, providers
+	}
+
+	serverChannel, serverProviders := agent("greeter")
+	srv := startXDSServerIn(t, ns, discovery, "sidecar~127.0.0.1~greeter-1."+ns+"~"+ns+".svc.cluster.local", serverChannel, serverProviders)
+	writeMesh(t, dir, "greeter.yaml", strings.ReplaceAll(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: greeter, namespace: NS}
+spec:
+  hosts: [greeter.NS.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 50051, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: greeter}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: greeter-1, namespace: NS}
+spec: {address: 127.0.0.1, ports: {grpc: `+strconv.Itoa(srv.backend.port)+`}, labels: {app: greeter}, serviceAccount: greeter}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: NS}
+spec:
+  host: greeter.NS.svc.cluster.local
+  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: NS}
+spec: {mtls: {mode: STRICT}}
+`, "NS", ns))
+	srv.waitServing(t)
+
+	channel, providers := agent("client")
+	conn := dialMutualXDS(t, discovery, ns, "client-1", channel, providers, "xds:///greeter."+ns+".svc.cluster.local:50051")
+	waitFor(t, conn, codes.OK, codes.OK, "the client calls the greeter over Istio's mutual TLS")
 }

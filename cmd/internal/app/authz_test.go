@@ -34,12 +34,18 @@ type xdsServer struct {
 // set, its certificate providers (for mutual TLS).
 func startXDSServer(t *testing.T, ads, nodeID, channel, providers string) *xdsServer {
 	t.Helper()
+	return startXDSServerIn(t, "demo", ads, nodeID, channel, providers)
+}
+
+// startXDSServerIn is startXDSServer for a workload of namespace ns.
+func startXDSServerIn(t *testing.T, ns, ads, nodeID, channel, providers string) *xdsServer {
+	t.Helper()
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "server_features": ["xds_v3"], "channel_creds": [%s]}],
-		"node": {"id": %q, "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": {"app": "greeter"}}},
+		"node": {"id": %q, "metadata": {"GENERATOR": "grpc", "NAMESPACE": %q, "LABELS": {"app": "greeter"}}},
 		"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%%s"
 		%s
-	}`, ads, channel, nodeID, providers)
+	}`, ads, channel, nodeID, ns, providers)
 	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +74,32 @@ func startXDSServer(t *testing.T, ads, nodeID, channel, providers string) *xdsSe
 	port := lis.Addr().(*net.TCPAddr).Port
 	s.backend = backend{addr: fmt.Sprintf("127.0.0.1:%d", port), port: port}
 	return s
+}
+
+// dialMutualXDS dials target through grpc-go's xDS resolver as a client
+// (account) of namespace ns whose bootstrap has the channel credentials
+// and certificate providers given: xDS credentials, for Istio's mutual TLS.
+func dialMutualXDS(t *testing.T, ads, ns, account, channel, providers, target string) *grpc.ClientConn {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "server_features": ["xds_v3"], "channel_creds": [%s]}],
+		"node": {"id": "sidecar~127.0.0.1~%s.%s~%s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %q}}
+		%s
+	}`, ads, channel, account, ns, ns, ns, providers)
+	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // waitServing waits until the server has its listener from the pusher.
@@ -193,25 +225,7 @@ spec:
 
 	dial := func(account string) *grpc.ClientConn {
 		channel, providers := agent(account)
-		bootstrap := fmt.Sprintf(`{
-			"xds_servers": [{"server_uri": %q, "server_features": ["xds_v3"], "channel_creds": [%s]}],
-			"node": {"id": "sidecar~127.0.0.1~%s.demo~demo.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}
-			%s
-		}`, cp.ads, channel, account, providers)
-		resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-		if err != nil {
-			t.Fatal(err)
-		}
-		creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient("xds:///greeter.demo.svc.cluster.local:50051", grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
+		return dialMutualXDS(t, cp.ads, "demo", account, channel, providers, "xds:///greeter.demo.svc.cluster.local:50051")
 	}
 	waitFor(t, dial("client"), codes.OK, codes.OK, "the named principal is served over mutual TLS")
 	waitFor(t, dial("intruder"), codes.PermissionDenied, codes.PermissionDenied, "another identity of demo is refused")

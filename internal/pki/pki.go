@@ -117,3 +117,39 @@ func (ca *CA) write(name, typ string, der []byte) (string, error) {
 	}
 	return p, nil
 }
+
+// IssueCA writes an intermediate CA certificate and its key for name,
+// signed by this CA (as Istio's cacerts hold one under an organization's
+// root), valid as long as the root.
+func (ca *CA) IssueCA(name string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              ca.cert.NotAfter,
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return "", "", fmt.Errorf("pki: issue CA %s: %w", name, err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	if certFile, err = ca.write(name+"-ca.pem", "CERTIFICATE", der); err != nil {
+		return "", "", err
+	}
+	keyFile, err = ca.write(name+"-ca-key.pem", "EC PRIVATE KEY", kb)
+	return certFile, keyFile, err
+}

@@ -31,3 +31,13 @@ func (ca *CA) Issue(t testing.TB, name string, uris ...string) (certFile, keyFil
 	}
 	return certFile, keyFile
 }
+
+// IssueCA writes an intermediate CA under this root.
+func (ca *CA) IssueCA(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile, err := ca.CA.IssueCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -107,5 +108,78 @@ func TestCertificateService(t *testing.T) {
 		if _, err := ask(c.csr, 0); status.Code(err) != c.code {
 			t.Errorf("%s: %v, want %v", c.name, err, c.code)
 		}
+	}
+}
+
+// TestIntermediateUnderIstiosRoot: during a migration the pushers sign
+// with an intermediate under the organization's Istio root (as istiod
+// does from cacerts) and trust that root too: a certificate they issue
+// verifies against Istio's root alone with the chain they return, and a
+// certificate istiod's intermediate issues verifies against the roots
+// they give their proxies. Proxies of both trust each other.
+func TestIntermediateUnderIstiosRoot(t *testing.T) {
+	istio := testutil.NewCA(t)
+	oursCert, oursKey := istio.IssueCA(t, "shardpilot")
+	theirsCert, theirsKey := istio.IssueCA(t, "istiod")
+	ours, err := ca.FromFiles(oursCert, oursKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ours.AlsoTrust(istio.CertFile); err != nil {
+		t.Fatal(err)
+	}
+	id := identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "cart"}
+	svc, err := ca.NewService(&ca.Service{CA: ours, TTL: time.Hour, MaxTTL: time.Hour,
+		Identify: func(context.Context) (identity.ID, bool, error) { return id, true, nil }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := svc.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: newCSR(t, []string{id.String()})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.CertChain) != 3 {
+		t.Fatalf("chain of %d: want the certificate, the intermediate and the roots", len(resp.CertChain))
+	}
+	chainTo := func(leafPEM string, intermediates []string, rootsPEM []byte) error {
+		block, _ := pem.Decode([]byte(leafPEM))
+		leaf, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return err
+		}
+		inter, roots := x509.NewCertPool(), x509.NewCertPool()
+		for _, c := range intermediates {
+			inter.AppendCertsFromPEM([]byte(c))
+		}
+		roots.AppendCertsFromPEM(rootsPEM)
+		_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		return err
+	}
+	istioRoot, err := os.ReadFile(istio.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chainTo(resp.CertChain[0], resp.CertChain[1:2], istioRoot); err != nil {
+		t.Errorf("istiod's proxies (trusting Istio's root) refuse ours: %v", err)
+	}
+	theirs, err := ca.FromFiles(theirsCert, theirsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := theirs.Issue(identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "api"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := w.CertPEM
+	var parts []string
+	for {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		parts = append(parts, string(pem.EncodeToMemory(block)))
+	}
+	if err := chainTo(parts[0], parts[1:], ours.TrustPEM()); err != nil {
+		t.Errorf("our proxies refuse istiod's: %v", err)
 	}
 }

@@ -73,6 +73,12 @@ diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) 
 	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
 		$(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod
 
+.PHONY: e2e-istio-agent
+e2e-istio-agent: build ## Run Istio's own agent (pilot-agent of ISTIO_BIN, from make istio-binaries) in its proxyless mode against shardpilot and a kube-apiserver: certificates from the pushers' CA service, a gRPC server and client talking Istio's mutual TLS.
+	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
+	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
+		$(GO) test -count=1 -timeout 10m -v -run 'TestIstioAgent$$' ./test/istiod
+
 .PHONY: kube-binaries
 kube-binaries: ## Build (once, into a cache folder) the kube-apiserver and etcd the Kubernetes tests run.
 	hack/kube-binaries.sh

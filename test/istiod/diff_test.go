@@ -422,23 +422,7 @@ func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, setti
 // returns the pusher's ADS address once it is ready.
 func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work string) string {
 	t.Helper()
-	etcd, err := embedded.StartEtcd(filepath.Join(work, "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Close() })
-	nats, err := embedded.StartNATS(filepath.Join(work, "nats"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nats.Close() })
-	run := func(name string, args ...string) string {
-		admin := testutil.FreeAddr(t)
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), append(args, "--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
-			"--admin-addr", admin, "--log-level", "warn")...)
-		startProcess(t, name+" (make build, or set SHARDPILOT_BIN)", cmd, work)
-		return admin
-	}
+	run := shardpilotRunner(t, ctx, bin, work)
 	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
 	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
 		return ready("http://" + ingester + "/readyz"), "not ready"
@@ -451,6 +435,30 @@ func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work st
 		return ready("http://" + pusher + "/readyz"), "not ready"
 	})
 	return ads
+}
+
+// shardpilotRunner starts etcd and NATS in the test process and returns
+// what runs one of shardpilot's binaries from bin against them (its
+// admin address back).
+func shardpilotRunner(t *testing.T, ctx context.Context, bin, work string) func(name string, args ...string) string {
+	t.Helper()
+	etcd, err := embedded.StartEtcd(filepath.Join(work, "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	nats, err := embedded.StartNATS(filepath.Join(work, "nats"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nats.Close() })
+	return func(name string, args ...string) string {
+		admin := testutil.FreeAddr(t)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), append(args, "--etcd-endpoints", etcd.Endpoint, "--nats-url", nats.URL,
+			"--admin-addr", admin, "--log-level", "warn")...)
+		startProcess(t, name+" (make build, or set SHARDPILOT_BIN)", cmd, work)
+		return admin
+	}
 }
 
 // startProcess starts cmd in work, its output in work/<its binary>.log,

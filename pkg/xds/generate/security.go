@@ -137,6 +137,12 @@ func ServerListenerName(addr string) string {
 	return "grpc/server?xds.resource.listening_address=" + addr
 }
 
+// IstioServerListenerName is the name a server asks for with the bootstrap
+// Istio's agent writes (server_listener_resource_name_template).
+func IstioServerListenerName(addr string) string {
+	return "xds.istio.io/grpc/lds/inbound/" + addr
+}
+
 // servicePorts returns the ports a service's workloads serve gRPC or HTTP
 // on: the target ports of its HTTP ports and the ports its endpoints give
 // them; none for a service outside the mesh (not static).
@@ -229,11 +235,15 @@ func ServerListeners(m *Mesh, namespace string, sec Security) []*listener.Listen
 		}
 		for _, host := range []string{"0.0.0.0", "::"} {
 			addr := netip.AddrPortFrom(netip.MustParseAddr(host), uint16(port)).String()
-			out = append(out, &listener.Listener{
-				Name:         ServerListenerName(addr),
-				Address:      socketAddress(host, port),
-				FilterChains: []*listener.FilterChain{chain},
-			})
+			// By grpc-go's default name and by the one Istio's agent has
+			// servers ask for.
+			for _, name := range []string{ServerListenerName(addr), IstioServerListenerName(addr)} {
+				out = append(out, &listener.Listener{
+					Name:         name,
+					Address:      socketAddress(host, port),
+					FilterChains: []*listener.FilterChain{chain},
+				})
+			}
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"strings"
 	"testing"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -57,7 +58,9 @@ func TestServerListeners(t *testing.T) {
 	}
 	ls := generate.ServerListeners(m, "demo", sec)
 	check(t, "server-listeners-proxyless.json", ls)
-	if len(ls) != 2 || ls[0].Name != "grpc/server?xds.resource.listening_address=0.0.0.0:50051" || ls[1].Name != "grpc/server?xds.resource.listening_address=[::]:50051" {
+	// By grpc-go's default name and by the one Istio's agent's bootstrap has.
+	if got := strings.Join(names(ls), " "); got != "grpc/server?xds.resource.listening_address=0.0.0.0:50051 xds.istio.io/grpc/lds/inbound/0.0.0.0:50051 "+
+		"grpc/server?xds.resource.listening_address=[::]:50051 xds.istio.io/grpc/lds/inbound/[::]:50051" {
 		t.Fatalf("listeners %v", names(ls))
 	}
 	validateInside(t, ls)

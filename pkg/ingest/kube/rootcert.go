@@ -127,13 +127,16 @@ func (r *RootCerts) Run(ctx context.Context) error {
 func (r *RootCerts) follow(ctx context.Context) error {
 	resp, err := r.Etcd.Get(ctx, store.TrustKey)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("kube: root certificates: read %s: %w", store.TrustKey, err)
 	}
 	if len(resp.Kvs) > 0 {
 		r.setRoots(string(resp.Kvs[0].Value))
 	}
 	for wr := range r.Etcd.Watch(clientv3.WithRequireLeader(ctx), store.TrustKey, clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
+		if err := wr.Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("kube: root certificates: watch %s: %w", store.TrustKey, err)
 		}
 		for _, ev := range wr.Events {
@@ -142,7 +145,10 @@ func (r *RootCerts) follow(ctx context.Context) error {
 			}
 		}
 	}
-	return ctx.Err()
+	if ctx.Err() != nil {
+		return nil // the end of the run, not a failure
+	}
+	return fmt.Errorf("kube: root certificates: the watch of %s ended", store.TrustKey)
 }
 
 func (r *RootCerts) setRoots(roots string) {

@@ -58,7 +58,7 @@ func FuzzApplyEvent(f *testing.F) {
 			generate.Routes(m, proxy)
 		}
 		generate.LoadAssignments(m)
-		generate.GatewayListeners(m, m.Gateways)
-		generate.GatewayRoutes(m, m.Gateways)
+		generate.GatewayListeners(m, m.Gateways, generate.ListenPorts(m, m.Gateways))
+		generate.GatewayRoutes(m, m.Gateways, generate.ListenPorts(m, m.Gateways))
 	})
 }

@@ -558,7 +558,7 @@ func (p *Pusher) generate(c change) {
 	previous := p.index.Swap(index)
 	p.last.Store(mesh)
 	p.noteSettings(built.Settings)
-	if !c.full && (built.Changed == nil || p.serverPorts.changed(mesh, built.Changed)) {
+	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
 		// The build joined everything again (endpoints of a DNS service
 		// are part of its clusters), or endpoints changed the ports
 		// proxyless servers serve or gateways listen on: generate the
@@ -706,7 +706,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	if proxy == generate.Proxyless {
 		for _, s := range mesh.Services {
 			if view.Namespace == "" || s.Namespace == view.Namespace {
-				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(mesh, s) + "|"
+				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
 			}
 		}
 		for _, pol := range mesh.Policies {
@@ -740,46 +740,50 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
 	publish(p, class, resource.ListenerType, listeners)
 }
 
-// serverPorts remembers the ports each service's proxyless servers got
-// (and the gateway ports it maps to target ports)
-// listeners for at the last full generation.
+// serverPorts remembers, from the last full generation, the ports each
+// service's proxyless servers got listeners for and the target ports it
+// gives the gateways' server ports; and the gateways' selectors, which
+// change only with a full generation.
 type serverPorts struct {
-	mu    sync.Mutex
-	print map[string]string
+	mu      sync.Mutex
+	print   map[string]string
+	targets generate.GatewayTargets
 }
 
 func (s *serverPorts) record(mesh *generate.Mesh) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.targets = generate.NewGatewayTargets(mesh.Gateways)
 	s.print = make(map[string]string, len(mesh.Services))
 	for _, svc := range mesh.Services {
-		s.print[svc.Namespace+"/"+svc.Name] = portsPrint(mesh, svc)
+		s.print[svc.Namespace+"/"+svc.Name] = s.printOf(svc)
 	}
 }
 
-func portsPrint(mesh *generate.Mesh, svc *generate.Service) string {
-	return generate.ServicePortsPrint(svc) + "|" + generate.GatewayTargetsPrint(mesh.Gateways, svc)
+// printOf prints a service's ports; s.mu is held.
+func (s *serverPorts) printOf(svc *generate.Service) string {
+	return generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
 }
 
 // of returns a service's ports as recorded (computed when it is new).
-func (s *serverPorts) of(mesh *generate.Mesh, svc *generate.Service) string {
+func (s *serverPorts) of(svc *generate.Service) string {
 	s.mu.Lock()
-	print, ok := s.print[svc.Namespace+"/"+svc.Name]
-	s.mu.Unlock()
-	if !ok {
-		print = portsPrint(mesh, svc)
+	defer s.mu.Unlock()
+	if print, ok := s.print[svc.Namespace+"/"+svc.Name]; ok {
+		return print
 	}
-	return print
+	return s.printOf(svc)
 }
 
 // changed reports whether endpoint changes gave a service another set of
-// served ports: the listeners of proxyless servers must be generated
-// again, not only the load assignments.
-func (s *serverPorts) changed(mesh *generate.Mesh, services []*generate.Service) bool {
+// served ports, or moved a gateway's target port: the listeners of
+// proxyless servers or routers must be generated again, not only the load
+// assignments.
+func (s *serverPorts) changed(services []*generate.Service) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, svc := range services {
-		if s.print[svc.Namespace+"/"+svc.Name] != portsPrint(mesh, svc) {
+		if s.print[svc.Namespace+"/"+svc.Name] != s.printOf(svc) {
 			return true
 		}
 	}
@@ -978,8 +982,9 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 	}
 	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
 	p.publishClusters(class, clusters)
-	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws))
-	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws))
+	listen := generate.ListenPorts(mesh, gws)
+	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws, listen))
+	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws, listen))
 }
 
 // cached returns a service's resources of one kind from the LRU cache, or

@@ -69,12 +69,12 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 		for _, p := range s.Spec.Ports {
 			policy := effectivePolicy(s.Policy, nil, p.Number)
 			c := outboundCluster(m, ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
-			mutualTLS(c, m, s, h, p.Number, "", policy, proxy)
+			mutualTLS(c, m, s, h, p, "", policy, proxy)
 			out = append(out, dnsCluster(m, c, s, h, p, nil, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
 				policy := effectivePolicy(s.Policy, sub, p.Number)
 				c := outboundCluster(m, ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
-				mutualTLS(c, m, s, h, p.Number, sub.Name, policy, proxy)
+				mutualTLS(c, m, s, h, p, sub.Name, policy, proxy)
 				out = append(out, dnsCluster(m, c, s, h, p, sub.Labels, proxy))
 			}
 		}
@@ -221,6 +221,19 @@ func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.Traffi
 	return c
 }
 
+// speaksH2 reports whether an Envoy speaks HTTP/2 to a service port by
+// its cluster's explicit protocol options (not when it follows its
+// client's protocol): to gRPC and HTTP/2 ports, and to HTTP ports the
+// policy upgrades or, where it says nothing, the mesh (meshUpgrade).
+func speaksH2(p *meshv1.Port, cp *meshv1.ConnectionPool, meshUpgrade bool) bool {
+	if cp.GetUseClientProtocol() {
+		return false
+	}
+	policy := cp.GetH2UpgradePolicy()
+	return p.Protocol == meshv1.Protocol_PROTOCOL_GRPC || p.Protocol == meshv1.Protocol_PROTOCOL_HTTP2 ||
+		isHTTP(p) && (policy == meshv1.ConnectionPool_H2_UPGRADE_UPGRADE || policy == meshv1.ConnectionPool_H2_UPGRADE_DEFAULT && meshUpgrade)
+}
+
 // httpProtocolOptions is the key of a cluster's HTTP protocol options.
 const httpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
@@ -239,14 +252,12 @@ func upstreamHTTPOptions(p *meshv1.Port, cp *meshv1.ConnectionPool, meshUpgrade 
 		}
 		return o
 	}
-	policy := cp.GetH2UpgradePolicy()
-	upgrade := isHTTP(p) && (policy == meshv1.ConnectionPool_H2_UPGRADE_UPGRADE || policy == meshv1.ConnectionPool_H2_UPGRADE_DEFAULT && meshUpgrade)
 	switch {
 	case cp.GetUseClientProtocol():
 		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{
 			UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{
 				HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: h2()}}
-	case p.Protocol == meshv1.Protocol_PROTOCOL_GRPC || p.Protocol == meshv1.Protocol_PROTOCOL_HTTP2 || upgrade:
+	case speaksH2(p, cp, meshUpgrade):
 		opts.UpstreamProtocolOptions = &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
 			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
 				ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2()}}}

@@ -80,19 +80,19 @@ func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 }
 
 // GatewayListeners returns a router's listeners: one bound listener per
-// port of its gateways. A plain HTTP port routes through "http.<port>". A
-// TLS port chooses a filter chain by SNI among the servers' hosts: a
-// terminating server's (its certificate from SDS: its credential name,
-// "default" for ISTIO_MUTUAL) routes through "https.<port>"; a PASSTHROUGH
+// port of its gateways, on the port listen maps it to (see ListenPorts). A
+// plain HTTP port routes through "http.<listen port>". A TLS port chooses
+// a filter chain by SNI among the servers' hosts: a terminating server's
+// (its certificate from SDS: its credential, "default" for ISTIO_MUTUAL)
+// routes through its own route configuration; a PASSTHROUGH
 // server's chains send each SNI host of the bound VirtualServices' tls
 // routes on, still encrypted; an AUTO_PASSTHROUGH server's sends a
 // connection to the cluster its SNI names ("outbound_.<port>_.<subset>_.<host>",
 // see SNIClusters). A TCP server's port sends connections by
 // the bound VirtualServices' tcp routes.
-func GatewayListeners(m *Mesh, gws []*Gateway) []*listener.Listener {
+func GatewayListeners(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*listener.Listener {
 	ports, tls := gatewayPorts(gws)
 	l4 := gatewayL4Ports(gws)
-	listen := ListenPorts(m, gws)
 	var out []*listener.Listener
 	bound := map[uint32]bool{}
 	for _, port := range slices.Sorted(maps.Keys(union(ports, l4))) {
@@ -345,21 +345,85 @@ func downstreamTLS(t *meshv1.GatewayTLS) *core.TransportSocket {
 // maps it to its target port (8080 for port 80 of Istio's ingress
 // gateway, which cannot bind 80 unprivileged); without one the server's
 // port is the listener's. The first such Service, by namespace and name,
-// decides.
+// decides. A router's listeners and routes take the same one.
 func ListenPorts(m *Mesh, gws []*Gateway) func(uint32) uint32 {
 	listen := map[uint32]uint32{}
-	for _, g := range gws {
-		for _, srv := range g.Spec.Servers {
-			if _, ok := listen[srv.Port]; ok {
-				continue
-			}
-			listen[srv.Port] = srv.Port
-			if target := gatewayTarget(m, g, srv.Port); target != 0 {
-				listen[srv.Port] = target
-			}
+	for _, g := range NewGatewayTargets(gws).groups {
+		for _, s := range m.Services {
+			g.targets(s, func(port, target uint32) {
+				if _, ok := listen[port]; !ok {
+					listen[port] = target
+				}
+			})
 		}
 	}
 	return func(port uint32) uint32 { return cmp.Or(listen[port], port) }
+}
+
+// GatewayTargets are the selectors of a set of gateways, each with the
+// server ports of the gateways that have it: what, with the services'
+// endpoints, decides where their routers listen (see ListenPorts). They
+// change with the gateways alone: build them once for a set.
+type GatewayTargets struct{ groups []*targetGroup }
+
+// targetGroup is one selector and its gateways' server ports.
+type targetGroup struct {
+	key      string
+	selector map[string]string
+	ports    map[uint32]bool
+}
+
+// NewGatewayTargets groups gateways by selector (gateways mostly share a
+// few), in the order of their keys.
+func NewGatewayTargets(gws []*Gateway) GatewayTargets {
+	by := map[string]*targetGroup{}
+	for _, g := range gws {
+		if len(g.Spec.Selector) == 0 {
+			continue
+		}
+		key := fmt.Sprint(g.Spec.Selector) // fmt sorts a map's keys
+		if by[key] == nil {
+			by[key] = &targetGroup{key: key, selector: g.Spec.Selector, ports: map[uint32]bool{}}
+		}
+		for _, srv := range g.Spec.Servers {
+			by[key].ports[srv.Port] = true
+		}
+	}
+	var out GatewayTargets
+	for _, key := range slices.Sorted(maps.Keys(by)) {
+		out.groups = append(out.groups, by[key])
+	}
+	return out
+}
+
+// targets calls fn with each of the group's server ports a service has
+// and the port its first endpoint the selector selects listens on for it;
+// not at all when the selector selects none.
+func (g *targetGroup) targets(s *Service, fn func(port, target uint32)) {
+	if !slices.ContainsFunc(s.Spec.Ports, func(p *meshv1.Port) bool { return g.ports[p.Number] }) {
+		return
+	}
+	i := slices.IndexFunc(s.Endpoints, func(ep *meshv1.Endpoint) bool { return model.Selects(g.selector, ep.Labels) })
+	if i < 0 {
+		return
+	}
+	for _, p := range s.Spec.Ports {
+		if g.ports[p.Number] {
+			fn(p.Number, cmp.Or(s.Endpoints[i].Ports[p.Name], p.TargetPort, p.Number))
+		}
+	}
+}
+
+// Print names the gateways' server ports a service maps to target ports:
+// when its endpoints change it (the gateway's pods came, or listen
+// elsewhere), the routers' listeners are generated again, not only the
+// load assignments.
+func (t GatewayTargets) Print(s *Service) string {
+	var b strings.Builder
+	for _, g := range t.groups {
+		g.targets(s, func(port, target uint32) { fmt.Fprintf(&b, "%s:%d=%d;", g.key, port, target) })
+	}
+	return b.String()
 }
 
 // CredentialResource is the SDS resource of a credential (a TLS Secret of
@@ -372,82 +436,12 @@ func CredentialResource(name string) string {
 	return "kubernetes://" + name
 }
 
-// GatewayTargetsPrint names the gateways' server ports a service maps to
-// its target ports (see ListenPorts): when its endpoints change it (the
-// gateway's pods came, or listen elsewhere), the routers' listeners are
-// generated again, not only the load assignments.
-func GatewayTargetsPrint(gws []*Gateway, s *Service) string {
-	// Gateways mostly share a few selectors: each is looked for once
-	// among the service's endpoints, and only for a port one of its
-	// gateways' servers has.
-	type group struct {
-		selector map[string]string
-		ports    map[uint32]bool
-	}
-	groups := map[string]*group{}
-	var keys []string
-	for _, g := range gws {
-		if len(g.Spec.Selector) == 0 {
-			continue
-		}
-		key := fmt.Sprint(g.Spec.Selector) // sorted by fmt
-		gr := groups[key]
-		if gr == nil {
-			gr = &group{selector: g.Spec.Selector, ports: map[uint32]bool{}}
-			groups[key] = gr
-			keys = append(keys, key)
-		}
-		for _, srv := range g.Spec.Servers {
-			gr.ports[srv.Port] = true
-		}
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, key := range keys {
-		gr := groups[key]
-		if !slices.ContainsFunc(s.Spec.Ports, func(p *meshv1.Port) bool { return gr.ports[p.Number] }) {
-			continue
-		}
-		i := slices.IndexFunc(s.Endpoints, func(ep *meshv1.Endpoint) bool { return model.Selects(gr.selector, ep.Labels) })
-		if i < 0 {
-			continue
-		}
-		for _, p := range s.Spec.Ports {
-			if gr.ports[p.Number] {
-				fmt.Fprintf(&b, "%s:%d=%d;", key, p.Number, cmp.Or(s.Endpoints[i].Ports[p.Name], p.TargetPort, p.Number))
-			}
-		}
-	}
-	return b.String()
-}
-
-// gatewayTarget returns the target port of a gateway's server port on the
-// first Service of the gateway's workloads that has it, or 0.
-func gatewayTarget(m *Mesh, g *Gateway, port uint32) uint32 {
-	if len(g.Spec.Selector) == 0 {
-		return 0
-	}
-	for _, s := range m.Services {
-		for _, p := range s.Spec.Ports {
-			if p.Number != port {
-				continue
-			}
-			for _, ep := range s.Endpoints {
-				if model.Selects(g.Spec.Selector, ep.Labels) {
-					return cmp.Or(ep.Ports[p.Name], p.TargetPort, port)
-				}
-			}
-		}
-	}
-	return 0
-}
-
 // GatewayRoutes returns a router's route configurations: per plain HTTP
-// port, and per TLS-terminating server, a virtual host for every host of
+// port (named by the port listen maps it to), and per TLS-terminating
+// server, a virtual host for every host of
 // the VirtualServices bound to a gateway whose server admits the host.
-func GatewayRoutes(m *Mesh, gws []*Gateway) []*route.RouteConfiguration {
+func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route.RouteConfiguration {
 	ports, tls := gatewayPorts(gws)
-	listen := ListenPorts(m, gws)
 	var out []*route.RouteConfiguration
 	named := map[string]bool{}
 	// build routes the servers on port that take selects.

@@ -196,8 +196,8 @@ func testGateways() []*generate.Gateway {
 
 func TestGenerate(t *testing.T) {
 	m := testMesh()
-	check(t, "gateway-listeners.json", generate.GatewayListeners(m, testGateways()))
-	check(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways()))
+	check(t, "gateway-listeners.json", generate.GatewayListeners(m, testGateways(), generate.ListenPorts(m, testGateways())))
+	check(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways(), generate.ListenPorts(m, testGateways())))
 	check(t, "endpoints.json", generate.LoadAssignments(m))
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
 		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))

@@ -83,7 +83,7 @@ func TestGatewayL4(t *testing.T) {
 		}
 	}
 	gws := []*generate.Gateway{gw}
-	check(t, "gateway-l4-listeners.json", generate.GatewayListeners(m, gws))
+	check(t, "gateway-l4-listeners.json", generate.GatewayListeners(m, gws, generate.ListenPorts(m, gws)))
 	var clusters []*cluster.Cluster
 	for _, s := range m.Services {
 		clusters = append(clusters, generate.ServiceClusters(m, s, generate.Envoy)...)

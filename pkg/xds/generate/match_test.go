@@ -42,7 +42,7 @@ func TestMatchGateways(t *testing.T) {
 	}
 	gw := &generate.Gateway{Namespace: "shop", Name: "ingress", Spec: &meshv1.Gateway{Servers: []*meshv1.GatewayServer{
 		{Port: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}}}}}
-	rcs := generate.GatewayRoutes(m, []*generate.Gateway{gw})
+	rcs := generate.GatewayRoutes(m, []*generate.Gateway{gw}, generate.ListenPorts(m, []*generate.Gateway{gw}))
 	if len(rcs) != 1 || len(rcs[0].VirtualHosts) != 1 {
 		t.Fatalf("gateway routes %v", rcs)
 	}

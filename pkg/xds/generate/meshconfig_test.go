@@ -120,7 +120,7 @@ func TestMeshConfig(t *testing.T) {
 	if dns == 0 {
 		t.Error("no DNS cluster")
 	}
-	gws := managers(t, generate.GatewayListeners(gm, testGateways()))
+	gws := managers(t, generate.GatewayListeners(gm, testGateways(), generate.ListenPorts(gm, testGateways())))
 	if len(gws) == 0 {
 		t.Fatal("no gateway connection manager")
 	}
@@ -148,10 +148,12 @@ func TestGatewayTargetPorts(t *testing.T) {
 		Resolution: meshv1.Resolution_RESOLUTION_STATIC,
 		Ports: []*meshv1.Port{{Name: "http2", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP2, TargetPort: 8080},
 			{Name: "https", Number: 443, Protocol: meshv1.Protocol_PROTOCOL_HTTPS}}}}
-	before := generate.GatewayTargetsPrint([]*generate.Gateway{gw}, svc)
+	gws := []*generate.Gateway{gw}
+	targets := generate.NewGatewayTargets(gws)
+	before := targets.Print(svc)
 	svc.Endpoints = []*meshv1.Endpoint{{Address: "10.0.0.5", Labels: map[string]string{"istio": "ingress", "app": "gw"},
 		Ports: map[string]uint32{"http2": 8080, "https": 8443}}}
-	if generate.GatewayTargetsPrint([]*generate.Gateway{gw}, svc) == before {
+	if targets.Print(svc) == before {
 		t.Error("the gateway's workloads arrived and the print did not change")
 	}
 	m := generate.NewMesh([]*generate.Service{svc}, nil)
@@ -165,12 +167,13 @@ func TestGatewayTargetPorts(t *testing.T) {
 		}
 		return out
 	}
-	got := names(generate.GatewayListeners(m, []*generate.Gateway{gw}))
+	listen := generate.ListenPorts(m, gws)
+	got := names(generate.GatewayListeners(m, gws, listen))
 	if strings.Join(got, " ") != "0.0.0.0_8080 0.0.0.0_8443 0.0.0.0_9000" {
 		t.Errorf("listeners %v, want 8080 and 8443 (the Service's target ports) and 9000 (no Service has it)", got)
 	}
 	var routes []string
-	for _, rc := range generate.GatewayRoutes(m, []*generate.Gateway{gw}) {
+	for _, rc := range generate.GatewayRoutes(m, gws, listen) {
 		routes = append(routes, rc.Name)
 	}
 	if strings.Join(routes, " ") != "http.8080 https.443.https.public.edge http.9000" {

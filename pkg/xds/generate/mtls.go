@@ -9,7 +9,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -35,12 +34,12 @@ const DefaultTrustDomain = "cluster.local"
 // tlsMode: istio) and in plaintext to the rest, as istiod's automatic
 // mutual TLS does. The client expects the service's workload identities
 // and names the cluster in its SNI (outbound_.<port>_.<subset>_.<host>).
-func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32, subset string, policy *meshv1.TrafficPolicy, proxy Proxy) {
+func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, p *meshv1.Port, subset string, policy *meshv1.TrafficPolicy, proxy Proxy) {
 	if proxy != Envoy {
 		return
 	}
-	sni := "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
-	h2 := speaksH2(c)
+	sni := "outbound_." + strconv.FormatUint(uint64(p.Number), 10) + "_." + subset + "_." + host
+	h2 := speaksH2(p, policy.GetConnectionPool(), m.Config.GetH2Upgrade())
 	switch t := policy.GetTls(); t.GetMode() {
 	case meshv1.ClientTLS_MODE_ISTIO_MUTUAL:
 		if t.Sni != "" {
@@ -65,14 +64,6 @@ func mutualTLS(c *cluster.Cluster, m *Mesh, s *Service, host string, port uint32
 
 func tlsModeIstio() *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}}
-}
-
-// speaksH2 reports whether a cluster speaks HTTP/2 to its endpoints (its
-// protocol options say so explicitly).
-func speaksH2(c *cluster.Cluster) bool {
-	var opts upstreamhttp.HttpProtocolOptions
-	a := c.TypedExtensionProtocolOptions[httpProtocolOptions]
-	return a != nil && a.UnmarshalTo(&opts) == nil && opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
 }
 
 // istioMutual is an Envoy's side of Istio's mutual TLS: its workload

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,9 +64,6 @@ type meshSettings struct {
 	} `json:"defaultConfig"`
 }
 
-// unknownField finds the field name in protojson's unknown-field error.
-var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
-
 // meshConfig reads the mesh's ConfigMap. Another ConfigMap is ignored,
 // with a warning; settings that cannot be read keep the ones in effect.
 func (n *normalizer) meshConfig(in Input) {
@@ -86,29 +82,19 @@ func (n *normalizer) meshConfig(in Input) {
 		n.problem(in, f, "%d bytes is more than the %d a ConfigMap can hold", len(text), maxMeshConfig)
 		return
 	}
-	raw, err := meshJSON(text)
-	if err != nil {
-		n.problem(in, f, "%v", err)
-		return
-	}
 	// Istio's own types say which fields exist and what they hold.
 	var pb istiomesh.MeshConfig
-	raw, err = goDurations(raw, pb.ProtoReflect().Descriptor())
+	raw, unknown, modeSet, err := meshJSON(text, pb.ProtoReflect().Descriptor())
 	if err != nil {
 		n.problem(in, f, "%v", err)
 		return
 	}
+	for _, field := range unknown {
+		n.warn(in, f+"."+field, "not a field of Istio's MeshConfig; ignored")
+	}
 	if err := protojson.Unmarshal(raw, &pb); err != nil {
-		m := unknownField.FindStringSubmatch(err.Error())
-		if m == nil {
-			n.problem(in, f, "not Istio's MeshConfig: %s", strings.TrimPrefix(err.Error(), "proto: "))
-			return
-		}
-		n.warn(in, f+"."+m[1], "not a field of Istio's MeshConfig; ignored")
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &pb); err != nil {
-			n.problem(in, f, "not Istio's MeshConfig: %s", strings.TrimPrefix(err.Error(), "proto: "))
-			return
-		}
+		n.problem(in, f, "not Istio's MeshConfig: %s", strings.TrimPrefix(err.Error(), "proto: "))
+		return
 	}
 	var unapplied []string
 	pb.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
@@ -132,63 +118,74 @@ func (n *normalizer) meshConfig(in Input) {
 		n.problem(in, f, "%v", err)
 		return
 	}
-	if out, ok := n.meshSettings(in, f, &s, namesMode(raw)); ok {
+	if out, ok := n.meshSettings(in, f, &s, modeSet); ok {
 		n.emit(in, out)
 	}
 }
 
-// meshJSON turns the settings' YAML into JSON; anchors and aliases are
-// refused, so that a few bytes cannot expand into gigabytes.
-func meshJSON(text string) ([]byte, error) {
+// meshJSON turns the settings' YAML into the JSON protojson reads for md
+// (Istio's MeshConfig), without the fields md does not have (returned, by
+// path), and says whether it names the outbound traffic policy's mode.
+// Anchors and aliases are refused, so that a few bytes cannot expand into
+// gigabytes.
+func meshJSON(text string, md protoreflect.MessageDescriptor) (raw []byte, unknown []string, modeSet bool, err error) {
 	var node yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &node); err != nil {
-		return nil, fmt.Errorf("malformed YAML: %w", err)
+		return nil, nil, false, fmt.Errorf("malformed YAML: %w", err)
 	}
 	if line := aliased(&node); line > 0 {
-		return nil, fmt.Errorf("line %d: anchors and aliases are not accepted in the mesh's settings", line)
+		return nil, nil, false, fmt.Errorf("line %d: anchors and aliases are not accepted in the mesh's settings", line)
 	}
 	var v any
 	if err := node.Decode(&v); err != nil {
-		return nil, fmt.Errorf("malformed YAML: %w", err)
+		return nil, nil, false, fmt.Errorf("malformed YAML: %w", err)
 	}
 	if v == nil {
-		return []byte("{}"), nil
+		v = map[string]any{}
 	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, errors.New("the settings must be a mapping of MeshConfig's fields")
-	}
-	return json.Marshal(v)
-}
-
-// goDurations rewrites the durations of a message's JSON written as Go
-// durations ("100ms", "1m30s"), which Istio accepts, into the seconds
-// protojson reads ("0.1s").
-func goDurations(raw []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, err
-	}
-	if err := rewriteDurations(v, md, ""); err != nil {
-		return nil, err
-	}
-	return json.Marshal(v)
-}
-
-func rewriteDurations(v any, md protoreflect.MessageDescriptor, path string) error {
-	obj, ok := v.(map[string]any)
+	top, ok := v.(map[string]any)
 	if !ok {
-		return nil // protojson says what is wrong with it
+		return nil, nil, false, errors.New("the settings must be a mapping of MeshConfig's fields")
 	}
+	if err := prepare(top, md, "", &unknown); err != nil {
+		return nil, nil, false, err
+	}
+	slices.Sort(unknown)
+	// REGISTRY_ONLY is Istio's zero value, which protojson's output leaves
+	// out, and where the YAML names no mode the mesh keeps ALLOW_ANY.
+	policy, _ := cmp.Or(top["outboundTrafficPolicy"], top["outbound_traffic_policy"]).(map[string]any)
+	_, modeSet = policy["mode"]
+	raw, err = json.Marshal(top)
+	return raw, unknown, modeSet, err
+}
+
+// prepare readies a message's decoded YAML for protojson: it takes out the
+// fields md does not have (appending their paths to unknown), and rewrites
+// durations written as Go durations ("100ms", "1m30s"), which Istio
+// accepts, into the seconds protojson reads ("0.1s").
+func prepare(obj map[string]any, md protoreflect.MessageDescriptor, path string, unknown *[]string) error {
 	for key, val := range obj {
-		fd := md.Fields().ByJSONName(key)
+		f := strings.TrimPrefix(path+"."+key, ".")
+		fd := cmp.Or(md.Fields().ByJSONName(key), md.Fields().ByName(protoreflect.Name(key)))
 		if fd == nil {
-			fd = md.Fields().ByName(protoreflect.Name(key))
-		}
-		if fd == nil || fd.Message() == nil {
+			*unknown = append(*unknown, f)
+			delete(obj, key)
 			continue
 		}
-		f := strings.TrimPrefix(path+"."+key, ".")
-		if fd.Message().FullName() == "google.protobuf.Duration" && !fd.IsList() && !fd.IsMap() {
+		if fd.Message() == nil {
+			continue // a scalar: protojson says what is wrong with it
+		}
+		sub, elems := fd.Message(), []any{val}
+		switch {
+		case fd.IsMap():
+			sub, elems = fd.MapValue().Message(), nil
+			m, _ := val.(map[string]any)
+			for _, e := range m {
+				elems = append(elems, e)
+			}
+		case fd.IsList():
+			elems, _ = val.([]any)
+		case sub.FullName() == "google.protobuf.Duration":
 			str, ok := val.(string)
 			if !ok {
 				continue
@@ -200,47 +197,15 @@ func rewriteDurations(v any, md protoreflect.MessageDescriptor, path string) err
 			obj[key] = strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 			continue
 		}
-		var elems []any
-		switch {
-		case fd.IsList():
-			elems, _ = val.([]any)
-		case fd.IsMap():
-			if m, ok := val.(map[string]any); ok && fd.MapValue().Message() != nil {
-				for _, e := range m {
-					elems = append(elems, e)
-				}
-			}
-			if fd.MapValue().Message() == nil {
-				continue
-			}
-		default:
-			elems = []any{val}
-		}
-		sub := fd.Message()
-		if fd.IsMap() {
-			sub = fd.MapValue().Message()
-		}
 		for _, e := range elems {
-			if err := rewriteDurations(e, sub, f); err != nil {
-				return err
+			if m, ok := e.(map[string]any); ok && sub != nil {
+				if err := prepare(m, sub, f, unknown); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
-}
-
-// namesMode reports whether the settings name the outbound traffic
-// policy's mode: its REGISTRY_ONLY is Istio's zero value, which the
-// canonical JSON leaves out, and where the YAML names no mode the mesh
-// keeps ALLOW_ANY.
-func namesMode(raw []byte) bool {
-	var top map[string]any
-	if json.Unmarshal(raw, &top) != nil {
-		return false
-	}
-	policy, _ := cmp.Or(top["outboundTrafficPolicy"], top["outbound_traffic_policy"]).(map[string]any)
-	_, ok := policy["mode"]
-	return ok
 }
 
 // aliased returns the line of the first anchor or alias under node, or 0.

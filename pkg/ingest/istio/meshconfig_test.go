@@ -50,6 +50,20 @@ func TestMeshConfigRejects(t *testing.T) {
 			t.Fatalf("objects %v: want connectTimeout 90s applied", objs)
 		}
 	})
+	t.Run("unknown fields, nested too", func(t *testing.T) {
+		objs, problems := istio.Normalize([]istio.Input{meshInput("conectTimeout: 2s\ndefaultHttpRetryPolicy: {attempts: 3, atempts: 4}")}, istio.Options{})
+		var got []string
+		for _, p := range problems {
+			got = append(got, p.Error())
+		}
+		if len(problems) != 2 || !strings.Contains(got[0], "data.mesh.conectTimeout: not a field") ||
+			!strings.Contains(got[1], "data.mesh.defaultHttpRetryPolicy.atempts: not a field") {
+			t.Fatalf("problems %v: want each unknown field named", got)
+		}
+		if len(objs) != 1 || objs[0].Object.(*meshv1.MeshConfig).GetDefaultHttpRetry().GetAttempts() != 3 {
+			t.Fatalf("objects %v: want the rest applied", objs)
+		}
+	})
 	t.Run("empty", func(t *testing.T) {
 		objs, problems := istio.Normalize([]istio.Input{meshInput("")}, istio.Options{})
 		if len(problems) != 0 || len(objs) != 1 {

@@ -70,23 +70,11 @@ func NewCA(dir, name string, validity time.Duration) (*CA, error) {
 // localhost, 127.0.0.1 and name, and for clients, with the given URI names
 // (a SPIFFE ID, say), valid as long as the root.
 func (ca *CA) Issue(name string, uris ...string) (certFile, keyFile string, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		return "", "", err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     ca.cert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost", name},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost", name},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 	}
 	for _, u := range uris {
 		parsed, err := url.Parse(u)
@@ -95,6 +83,32 @@ func (ca *CA) Issue(name string, uris ...string) (certFile, keyFile string, err 
 		}
 		tmpl.URIs = append(tmpl.URIs, parsed)
 	}
+	return ca.issue(name, name, tmpl)
+}
+
+// IssueCA writes an intermediate CA certificate and its key for name,
+// signed by this CA (as Istio's cacerts hold one under an organization's
+// root), valid as long as the root.
+func (ca *CA) IssueCA(name string) (certFile, keyFile string, err error) {
+	return ca.issue(name, name+"-ca", &x509.Certificate{
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	})
+}
+
+// issue signs tmpl for name with a new key, valid as long as the root,
+// and writes both as file.pem and file-key.pem.
+func (ca *CA) issue(name, file string, tmpl *x509.Certificate) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
+		return "", "", err
+	}
+	tmpl.Subject = pkix.Name{CommonName: name}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), ca.cert.NotAfter
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return "", "", fmt.Errorf("pki: issue %s: %w", name, err)
@@ -103,10 +117,10 @@ func (ca *CA) Issue(name string, uris ...string) (certFile, keyFile string, err 
 	if err != nil {
 		return "", "", err
 	}
-	if certFile, err = ca.write(name+".pem", "CERTIFICATE", der); err != nil {
+	if certFile, err = ca.write(file+".pem", "CERTIFICATE", der); err != nil {
 		return "", "", err
 	}
-	keyFile, err = ca.write(name+"-key.pem", "EC PRIVATE KEY", kb)
+	keyFile, err = ca.write(file+"-key.pem", "EC PRIVATE KEY", kb)
 	return certFile, keyFile, err
 }
 
@@ -116,40 +130,4 @@ func (ca *CA) write(name, typ string, der []byte) (string, error) {
 		return "", fmt.Errorf("pki: %w", err)
 	}
 	return p, nil
-}
-
-// IssueCA writes an intermediate CA certificate and its key for name,
-// signed by this CA (as Istio's cacerts hold one under an organization's
-// root), valid as long as the root.
-func (ca *CA) IssueCA(name string) (certFile, keyFile string, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		return "", "", err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              ca.cert.NotAfter,
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return "", "", fmt.Errorf("pki: issue CA %s: %w", name, err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return "", "", err
-	}
-	if certFile, err = ca.write(name+"-ca.pem", "CERTIFICATE", der); err != nil {
-		return "", "", err
-	}
-	keyFile, err = ca.write(name+"-ca-key.pem", "EC PRIVATE KEY", kb)
-	return certFile, keyFile, err
 }

@@ -179,18 +179,9 @@ func (c *CA) Issue(id identity.ID, ttl time.Duration) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	serial, err := serialNumber()
+	tmpl, der, err := c.workload(&key.PublicKey, id, ttl)
 	if err != nil {
 		return nil, err
-	}
-	uri, err := url.Parse(id.String())
-	if err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
-	}
-	tmpl := c.template(serial, id, uri, ttl)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, &key.PublicKey, c.key)
-	if err != nil {
-		return nil, fmt.Errorf("ca: issue for %s: %w", id, err)
 	}
 	kb, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -201,26 +192,46 @@ func (c *CA) Issue(id identity.ID, ttl time.Duration) (*Workload, error) {
 		// An operator's intermediate: proxies are sent the chain to it.
 		chain = append(chain, c.rootPEM...)
 	}
-	return &Workload{CertPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), NotAfter: tmpl.NotAfter, Serial: serial}, nil
+	return &Workload{CertPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), NotAfter: tmpl.NotAfter, Serial: tmpl.SerialNumber}, nil
 }
 
-// template is a workload certificate for an identity (at uri), valid for
-// ttl but never past the root's own expiry.
-func (c *CA) template(serial *big.Int, id identity.ID, uri *url.URL, ttl time.Duration) *x509.Certificate {
+// workload signs a workload certificate for an identity over pub.
+func (c *CA) workload(pub crypto.PublicKey, id identity.ID, ttl time.Duration) (*x509.Certificate, []byte, error) {
+	uri, err := url.Parse(id.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: %w", err)
+	}
+	tmpl, der, err := c.sign(pub, ttl, func(t *x509.Certificate) {
+		t.Subject = pkix.Name{Organization: []string{id.TrustDomain}}
+		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		t.URIs = []*url.URL{uri}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: issue for %s: %w", id, err)
+	}
+	return tmpl, der, nil
+}
+
+// sign signs a certificate over pub, valid for ttl but never past the
+// root's own expiry, that name completes (its names and usages).
+func (c *CA) sign(pub crypto.PublicKey, ttl time.Duration, name func(*x509.Certificate)) (*x509.Certificate, []byte, error) {
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, nil, err
+	}
 	now := time.Now()
-	notAfter := now.Add(ttl)
-	if notAfter.After(c.root.NotAfter) {
-		notAfter = c.root.NotAfter
-	}
-	return &x509.Certificate{
+	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{id.TrustDomain}},
 		NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
-		NotAfter:     notAfter,
+		NotAfter:     now.Add(ttl),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{uri},
 	}
+	if tmpl.NotAfter.After(c.root.NotAfter) {
+		tmpl.NotAfter = c.root.NotAfter
+	}
+	name(tmpl)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, pub, c.key)
+	return tmpl, der, err
 }
 
 func isSelfSigned(c *x509.Certificate) bool {

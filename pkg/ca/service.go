@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,18 +137,9 @@ func namesOnly(csr *x509.CertificateRequest, id identity.ID) error {
 // Sign issues a certificate for an identity over a CSR's key, valid for
 // ttl (never past the root's own expiry), and returns it in PEM.
 func (c *CA) Sign(csr *x509.CertificateRequest, id identity.ID, ttl time.Duration) ([]byte, time.Time, error) {
-	serial, err := serialNumber()
+	tmpl, der, err := c.workload(csr.PublicKey, id, ttl)
 	if err != nil {
 		return nil, time.Time{}, err
-	}
-	uri, err := url.Parse(id.String())
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("ca: %w", err)
-	}
-	tmpl := c.template(serial, id, uri, ttl)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, csr.PublicKey, c.key)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("ca: sign for %s: %w", id, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), tmpl.NotAfter, nil
 }
@@ -164,25 +154,11 @@ func (c *CA) ServingCertificate(names []string, ttl time.Duration) identity.Cert
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		serial, err := serialNumber()
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		now := time.Now()
-		notAfter := now.Add(ttl)
-		if notAfter.After(c.root.NotAfter) {
-			notAfter = c.root.NotAfter
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial,
-			Subject:      pkix.Name{Organization: []string{"shardpilot"}, CommonName: names[0]},
-			NotBefore:    now.Add(-5 * time.Minute), // clocks disagree
-			NotAfter:     notAfter,
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			DNSNames:     names,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, c.root, &key.PublicKey, c.key)
+		_, der, err := c.sign(&key.PublicKey, ttl, func(t *x509.Certificate) {
+			t.Subject = pkix.Name{Organization: []string{"shardpilot"}, CommonName: names[0]}
+			t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			t.DNSNames = names
+		})
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("ca: the pushers' certificate: %w", err)
 		}
@@ -190,6 +166,6 @@ func (c *CA) ServingCertificate(names []string, ttl time.Duration) identity.Cert
 		if !isSelfSigned(c.root) {
 			chain = append(chain, c.root.Raw)
 		}
-		return &tls.Certificate{Certificate: chain, PrivateKey: key}, now.Add(ttl * 2 / 3), nil
+		return &tls.Certificate{Certificate: chain, PrivateKey: key}, time.Now().Add(ttl * 2 / 3), nil
 	}
 }

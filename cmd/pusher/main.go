@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -247,71 +249,34 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	ready := telemetry.NewReadiness()
+	var root *ca.CA
 	var secrets *sds.Secrets
 	var certificates *ca.Service
 	var readCredentials func(context.Context) error
-	var root *ca.CA
 	if adsClientCA != "" {
-		// Authenticated proxies are served their workload certificates.
-		if caCert != "" {
-			root, err = ca.FromFiles(caCert, caKey)
-		} else {
-			var keys ca.SealKeys
-			if keys, err = ca.ReadSealKeys(caSealKeys); err == nil {
-				root, err = ca.FromStore(ctx, etcd, trustDomain, keys, log.With("part", "ca"))
-			}
-		}
-		if err == nil && caTrust != "" {
-			err = root.AlsoTrust(caTrust)
-		}
-		if err == nil {
-			// For Istio's agents, in every namespace (the ingesters' part).
-			err = ca.PublishTrust(ctx, etcd, root)
-		}
-		if err != nil {
+		// Authenticated proxies are served their workload certificates,
+		// and Istio's agents ask the same CA on the same port.
+		if root, err = meshCA(ctx, etcd, caCert, caKey, caSealKeys, caTrust, trustDomain, log); err != nil {
 			return err
 		}
-		var creds *sds.KubeCredentials
-		scfg := sds.Config{CA: root, TTL: certTTL, Identify: policy.Identify, Log: log.With("part", "sds"), Registerer: reg}
-		if kube != nil {
-			creds = sds.NewKubeCredentials(kube, log.With("part", "credentials"))
-			scfg.Credentials = creds
-		}
-		if secrets, err = sds.New(scfg); err != nil {
-			return err
-		}
-		// Istio's agents ask the same CA, on the same port.
-		if certificates, err = ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: certTTL, MaxTTL: maxCertTTL,
-			Log: log.With("part", "ca")}, reg); err != nil {
+		var check func() bool
+		if secrets, certificates, readCredentials, check, err = workloadCertificates(root, policy, kube, certTTL, maxCertTTL, log, reg); err != nil {
 			return err
 		}
 		xcfg.Secrets = secrets
-		if creds != nil {
-			creds.Changed = secrets.CredentialsChanged
-			read := &atomic.Bool{}
-			ready.Check("gateway credentials read", read.Load)
-			readCredentials = func(ctx context.Context) error { return creds.Run(ctx, func() { read.Store(true) }) }
+		if check != nil {
+			ready.Check("gateway credentials read", check)
 		}
 	}
 	var clientCA *identity.ClientCA
 	if !plaintext {
-		var tc *tls.Config
-		var cca *identity.ClientCA
-		if adsCert != "" {
-			tc, cca, err = identity.ServerTLSWithClientCA(adsCert, adsKey, adsClientCA, tokens, log)
-		} else {
-			// Signed by the mesh's CA, as Istio's agents verify istiod's.
-			tc, cca, err = identity.ServerTLSFromSource(root.ServingCertificate(cli.List(adsCertNames), certTTL), adsClientCA, tokens, log)
-		}
+		tc, cca, err := adsTLS(adsCert, adsKey, adsCertNames, adsClientCA, root, certTTL, tokens, log)
 		if err != nil {
-			return fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-cert-names, --ads-client-ca-file: %w", err)
-		}
-		if adsClientCA != "" {
-			clientCA = cca
+			return err
 		}
 		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
 		if adsClientCA != "" {
-			xcfg.Authorize = policy.Authorize
+			clientCA, xcfg.Authorize = cca, policy.Authorize
 		} else {
 			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 		}
@@ -369,4 +334,72 @@ func verifyingBus(stream, verifyKeyFile string, log *slog.Logger) (bus.Config, e
 		return cfg, fmt.Errorf("--stream: %w", err)
 	}
 	return cfg, nil
+}
+
+// meshCA loads the mesh's CA (an operator's root or intermediate, or one
+// kept in etcd sealed), adds the roots proxies also trust, and publishes
+// them for Istio's agents in every namespace (the ingesters' part).
+func meshCA(ctx context.Context, etcd *clientv3.Client, certFile, keyFile, sealKeysFile, trustFile, trustDomain string, log *slog.Logger) (*ca.CA, error) {
+	var root *ca.CA
+	var err error
+	if certFile != "" {
+		root, err = ca.FromFiles(certFile, keyFile)
+	} else {
+		var keys ca.SealKeys
+		if keys, err = ca.ReadSealKeys(sealKeysFile); err == nil {
+			root, err = ca.FromStore(ctx, etcd, trustDomain, keys, log.With("part", "ca"))
+		}
+	}
+	if err == nil && trustFile != "" {
+		err = root.AlsoTrust(trustFile)
+	}
+	if err == nil {
+		err = ca.PublishTrust(ctx, etcd, root)
+	}
+	return root, err
+}
+
+// workloadCertificates serves root's workload certificates over SDS and
+// Istio's CA service, and, with a Kubernetes client, its TLS Secrets as
+// gateway credentials: readCredentials then follows them, and read says
+// whether they were read.
+func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.Interface, ttl, maxTTL time.Duration, log *slog.Logger,
+	reg prometheus.Registerer) (secrets *sds.Secrets, certificates *ca.Service, readCredentials func(context.Context) error, read func() bool, err error) {
+	var creds *sds.KubeCredentials
+	scfg := sds.Config{CA: root, TTL: ttl, Identify: policy.Identify, Log: log.With("part", "sds"), Registerer: reg}
+	if kube != nil {
+		creds = sds.NewKubeCredentials(kube, log.With("part", "credentials"))
+		scfg.Credentials = creds
+	}
+	if secrets, err = sds.New(scfg); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if certificates, err = ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: ttl, MaxTTL: maxTTL, Log: log.With("part", "ca")}, reg); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if creds != nil {
+		creds.Changed = secrets.CredentialsChanged
+		done := &atomic.Bool{}
+		readCredentials = func(ctx context.Context) error { return creds.Run(ctx, func() { done.Store(true) }) }
+		read = done.Load
+	}
+	return secrets, certificates, readCredentials, read, nil
+}
+
+// adsTLS is ADS's TLS configuration: the files' certificate, or one the
+// mesh's CA signs for names (as Istio's agents verify istiod's), and
+// client certificates of clientCA required (optional with tokens).
+func adsTLS(certFile, keyFile, names, clientCA string, root *ca.CA, ttl time.Duration, tokens bool, log *slog.Logger) (*tls.Config, *identity.ClientCA, error) {
+	var tc *tls.Config
+	var cca *identity.ClientCA
+	var err error
+	if certFile != "" {
+		tc, cca, err = identity.ServerTLSWithClientCA(certFile, keyFile, clientCA, tokens, log)
+	} else {
+		tc, cca, err = identity.ServerTLSFromSource(root.ServingCertificate(cli.List(names), ttl), clientCA, tokens, log)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ads-cert-file, --ads-key-file, --ads-cert-names, --ads-client-ca-file: %w", err)
+	}
+	return tc, cca, nil
 }

@@ -22,14 +22,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -253,7 +250,7 @@ type watched struct {
 	namespaces corelisters.NamespaceLister
 	istio      map[string]cache.GenericLister // by kind
 	// meshConfig holds the mesh's ConfigMap, for the part that owns its
-	// namespace (nil for the others).
+	// namespace (nil for the others; see watchMeshConfig).
 	meshConfig corelisters.ConfigMapLister
 	// slicesByPod finds the EndpointSlices naming a Pod (index byPod).
 	slicesByPod cache.Indexer
@@ -345,26 +342,11 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 		w.istio[kind] = gi.Lister()
 	}
-	if PartOf(s.cfg.MeshNamespace, s.cfg.Parts) == s.cfg.Part {
-		// One ConfigMap of one namespace, watched by this part alone.
-		mesh := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithNamespace(s.cfg.MeshNamespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", istio.MeshConfigName).String()
-			}))
-		cms := mesh.Core().V1().ConfigMaps()
-		if err := watch(istio.KindConfigMap, cms.Informer(), s.handler(istio.KindConfigMap, w, loop.Changed)); err != nil {
-			return err
-		}
-		w.meshConfig = cms.Lister()
-		meshStop := make(chan struct{})
-		defer func() { close(meshStop); mesh.Shutdown() }()
-		mesh.Start(meshStop)
-		for typ, ok := range mesh.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, typ, ctx.Err())
-			}
-		}
+	stopMesh, err := s.watchMeshConfig(ctx, w, watch, loop.Changed)
+	if err != nil {
+		return err
 	}
+	defer stopMesh()
 	// Started by the first source, the informers run until the last
 	// stops (Start starts only those not running yet).
 	factory.Start(stop)
@@ -695,14 +677,8 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 			inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: u.GetResourceVersion(), ObservedAt: now})
 		}
 	}
-	if w.meshConfig != nil {
-		if cm, err := w.meshConfig.ConfigMaps(s.cfg.MeshNamespace).Get(istio.MeshConfigName); err == nil {
-			loc := location(istio.KindConfigMap, cm.Namespace, cm.Name)
-			refs[loc] = cm
-			inputs = append(inputs, istio.Input{Location: loc, SourceVersion: cm.ResourceVersion, ObservedAt: now,
-				Resource: istio.Resource{APIVersion: "v1", Kind: istio.KindConfigMap, Data: cm.Data,
-					Metadata: istio.Metadata{Name: cm.Name, Namespace: cm.Namespace, ResourceVersion: cm.ResourceVersion}}})
-		}
+	if in, ok := s.meshConfigInput(w, now, refs); ok {
+		inputs = append(inputs, in)
 	}
 	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace})
 	return objs, append(problems, more...)

@@ -56,6 +56,7 @@ outboundTrafficPolicy: {mode: REGISTRY_ONLY}
 pathNormalization: {normalization: MERGE_SLASHES}
 defaultHttpRetryPolicy: {attempts: 4, retryOn: "5xx,503", perTryTimeout: 2s}
 localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}
+defaultConfig: {gatewayTopology: {numTrustedProxies: 2, forwardClientCertDetails: APPEND_FORWARD}}
 `
 
 // TestAgainstIstiodMeshConfig compares some cases again under a MeshConfig
@@ -64,17 +65,14 @@ localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}
 func TestAgainstIstiodMeshConfig(t *testing.T) {
 	differential(t, meshSettings, func(name string) bool {
 		return slices.Contains([]string{"01-bookinfo", "05-timeouts-retries", "08-subset-port-policy", "10-serviceentry-dns",
-			"11-locality-failover", "13-sidecar-scope"}, name)
+			"11-locality-failover", "13-sidecar-scope", "17-ingress-gateway", "18-gateway-tls", "19-websocket"}, name)
 	})
 }
 
 // differential runs both control planes with the mesh's settings (YAML
 // of Istio's MeshConfig) and compares the facts of the cases named.
 func differential(t *testing.T, settings string, named func(string) bool) {
-	istioBin := os.Getenv("ISTIO_BIN")
-	if istioBin == "" {
-		t.Skip("ISTIO_BIN is not set: make diff-istiod ISTIO_BIN=$(hack/istio-binaries.sh <istio source>)")
-	}
+	istioBin, ourBin := binaries(t, "diff-istiod")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	work := t.TempDir()
@@ -82,10 +80,6 @@ func differential(t *testing.T, settings string, named func(string) bool) {
 	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work, settings)
 	cases = slices.DeleteFunc(cases, func(c testCase) bool { return !named(c.name) })
 	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work, settings)
-	ourBin, err := filepath.Abs(cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ours := startShardpilot(t, ctx, ourBin, kubeconfig, work)
 
 	var failed []string
@@ -136,10 +130,25 @@ type testCase struct {
 	gateway  bool
 }
 
-// startCases starts a kube-apiserver holding Istio's CRDs (from Istio's
-// tree src) and every case of testdata/cases beside Bookinfo, each in a
-// namespace of its own, and returns its kubeconfig and the cases.
-func startCases(t *testing.T, ctx context.Context, src, work, settings string) (string, []testCase) {
+// binaries returns the folders of Istio's binaries (ISTIO_BIN) and of
+// shardpilot's (SHARDPILOT_BIN, else the repository's .bin), skipping the
+// test without Istio's: make target builds them.
+func binaries(t *testing.T, target string) (istio, ours string) {
+	t.Helper()
+	istio = os.Getenv("ISTIO_BIN")
+	if istio == "" {
+		t.Skip("ISTIO_BIN is not set: make " + target + " ISTIO_BIN=$(hack/istio-binaries.sh <istio source>)")
+	}
+	ours, err := filepath.Abs(cmp.Or(os.Getenv("SHARDPILOT_BIN"), filepath.Join("..", "..", ".bin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return istio, ours
+}
+
+// startKube starts a kube-apiserver for the test and writes its
+// kubeconfig into work.
+func startKube(t *testing.T, work string) (*kubetest.Cluster, string) {
 	t.Helper()
 	kc, err := kubetest.Start()
 	if err != nil {
@@ -150,6 +159,15 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 	if err := kc.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	return kc, kubeconfig
+}
+
+// startCases starts a kube-apiserver holding Istio's CRDs (from Istio's
+// tree src) and every case of testdata/cases beside Bookinfo, each in a
+// namespace of its own, and returns its kubeconfig and the cases.
+func startCases(t *testing.T, ctx context.Context, src, work, settings string) (string, []testCase) {
+	t.Helper()
+	kc, kubeconfig := startKube(t, work)
 	a := &applier{kc: kc}
 	crds, err := os.ReadFile(filepath.Join(src, "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -75,6 +75,73 @@ func agentControlPlane(t *testing.T, kc *kubetest.Cluster, root *ca.CA, tc *tls.
 		Authorize: policy.Authorize, Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(dir))
 }
 
+// sealedCA is the mesh's CA with its root kept in etcd, the etcd client,
+// and a file holding the root (what authenticates proxies' certificates).
+func sealedCA(t *testing.T) (*ca.CA, *clientv3.Client, string) {
+	t.Helper()
+	_, etcd := testutil.Etcd(t)
+	root, err := ca.FromStore(testutil.Context(t), etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "root.pem")
+	if err := os.WriteFile(file, root.RootPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return root, etcd, file
+}
+
+// serviceAccounts creates service accounts in ns.
+func serviceAccounts(t *testing.T, kc *kubetest.Cluster, ns string, names ...string) {
+	t.Helper()
+	for _, sa := range names {
+		if _, err := kc.Client.CoreV1().ServiceAccounts(ns).Create(testutil.Context(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// saToken is a service account's token for an audience, bound to an
+// object when bound is set.
+func saToken(t *testing.T, kc *kubetest.Cluster, ns, account, audience string, bound *authnv1.BoundObjectReference) string {
+	t.Helper()
+	tr, err := kc.Client.CoreV1().ServiceAccounts(ns).CreateToken(testutil.Context(t), account, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, BoundObjectRef: bound}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// createCertificate asks the CA service at addr over TLS (tc) for a
+// certificate over csr, with a token ("": none) and tc's client
+// certificate, if any.
+func createCertificate(ctx context.Context, t *testing.T, addr string, tc *tls.Config, token, csr string) (*pb.IstioCertificateResponse, error) {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return pb.NewIstioCertificateServiceClient(conn).CreateCertificate(rctx, &pb.IstioCertificateRequest{Csr: csr, ValidityDuration: 3600})
+}
+
+// pemPool is a pool of a PEM bundle's certificates.
+func pemPool(t *testing.T, bundle []byte) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(bundle) {
+		t.Fatal("no PEM certificate")
+	}
+	return pool
+}
+
 // TestIstioAgentCertificates: what Istio's agent does at its caAddress,
 // against the real API server: a service account token for audience
 // istio-ca gets a certificate for the account's SPIFFE identity over the
@@ -86,29 +153,8 @@ func TestIstioAgentCertificates(t *testing.T) {
 	kc := kubetest.Get(t)
 	ns := kc.Namespace(t, nil)
 	ctx := testutil.Context(t)
-	accounts := kc.Client.CoreV1().ServiceAccounts(ns)
-	if _, err := accounts.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	token := func(audience string, bound *authnv1.BoundObjectReference) string {
-		tr, err := accounts.CreateToken(ctx, "agent", &authnv1.TokenRequest{
-			Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, BoundObjectRef: bound}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-
-	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Proxies' certificates from the mesh's CA authenticate them.
-	meshRoot := filepath.Join(t.TempDir(), "root.pem")
-	if err := os.WriteFile(meshRoot, root.RootPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	serviceAccounts(t, kc, ns, "agent")
+	root, _, meshRoot := sealedCA(t)
 	boot := testutil.NewCA(t)
 	serverCert, serverKey := boot.Issue(t, "pusher")
 	tc, err := identity.ServerTLSOptionalCert(serverCert, serverKey, meshRoot, testutil.Log(t))
@@ -116,42 +162,27 @@ func TestIstioAgentCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := agentControlPlane(t, kc, root, tc, t.TempDir())
-
-	// ask calls CreateCertificate over TLS with a token ("": none) or a
-	// client certificate (nil: none).
+	bootRoot, err := os.ReadFile(boot.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ask calls CreateCertificate with a token ("": none) or a client
+	// certificate (nil: none).
 	ask := func(tok string, cert *tls.Certificate, csr string) (*pb.IstioCertificateResponse, error) {
-		roots := x509.NewCertPool()
-		pemBytes, err := os.ReadFile(boot.CertFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots.AppendCertsFromPEM(pemBytes)
-		cfg := &tls.Config{RootCAs: roots, ServerName: "pusher", MinVersion: tls.VersionTLS12}
+		cfg := &tls.Config{RootCAs: pemPool(t, bootRoot), ServerName: "pusher", MinVersion: tls.VersionTLS12}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
-		if tok != "" {
-			opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
-		}
-		conn, err := grpc.NewClient(cp.ads, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return pb.NewIstioCertificateServiceClient(conn).CreateCertificate(rctx, &pb.IstioCertificateRequest{Csr: csr, ValidityDuration: 3600})
+		return createCertificate(ctx, t, cp.ads, cfg, tok, csr)
 	}
 	me := "spiffe://cluster.local/ns/" + ns + "/sa/agent"
 	csr, key := agentCSR(t, me)
-	resp, err := ask(token("istio-ca", nil), nil, csr)
+	resp, err := ask(saToken(t, kc, ns, "agent", "istio-ca", nil), nil, csr)
 	if err != nil {
 		t.Fatalf("the agent's first certificate: %v", err)
 	}
 	leaf := parseLeaf(t, []byte(resp.CertChain[0]))
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(resp.CertChain[len(resp.CertChain)-1]))
+	roots := pemPool(t, []byte(resp.CertChain[len(resp.CertChain)-1]))
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("the certificate does not chain to the root returned last: %v", err)
 	}
@@ -160,11 +191,7 @@ func TestIstioAgentCertificates(t *testing.T) {
 	}
 
 	// Renewal: the certificate is the credential.
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	current, err := tls.X509KeyPair([]byte(resp.CertChain[0]), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	current, err := tls.X509KeyPair([]byte(resp.CertChain[0]), keyPEM(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +206,7 @@ func TestIstioAgentCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orphan := token("istio-ca", &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+	orphan := saToken(t, kc, ns, "agent", "istio-ca", &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 	if err := kc.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,16 +215,68 @@ func TestIstioAgentCertificates(t *testing.T) {
 		name, token, csr string
 		code             codes.Code
 	}{
-		{"another audience", token("kubernetes", nil), csr, codes.Unauthenticated},
+		{"another audience", saToken(t, kc, ns, "agent", "kubernetes", nil), csr, codes.Unauthenticated},
 		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6a3ViZS1zeXN0ZW06YWRtaW4ifQ.c2lnbmF0dXJl", csr, codes.Unauthenticated},
 		{"a token whose pod is gone", orphan, csr, codes.Unauthenticated},
-		{"a CSR naming another namespace's identity", token("istio-ca", nil), other, codes.PermissionDenied},
+		{"a CSR naming another namespace's identity", saToken(t, kc, ns, "agent", "istio-ca", nil), other, codes.PermissionDenied},
 		{"no credential", "", csr, codes.Unauthenticated},
 	} {
 		if _, err := ask(c.token, nil, c.csr); status.Code(err) != c.code {
 			t.Errorf("%s: %v, want %v", c.name, err, c.code)
 		}
 	}
+}
+
+// keyPEM encodes a private key as PEM.
+func keyPEM(t *testing.T, key *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// agentFiles writes what an agent writes for grpc-go from its CA's answer
+// and the roots of istio-ca-root-cert, and returns the bootstrap's channel
+// credentials and certificate provider over them.
+func agentFiles(t *testing.T, resp *pb.IstioCertificateResponse, key *ecdsa.PrivateKey, rootPEM string) (channel, providers string) {
+	t.Helper()
+	out := t.TempDir()
+	cert, keyFile, rootFile := filepath.Join(out, "cert-chain.pem"), filepath.Join(out, "key.pem"), filepath.Join(out, "root-cert.pem")
+	for file, content := range map[string][]byte{cert: []byte(strings.Join(resp.CertChain[:len(resp.CertChain)-1], "")),
+		keyFile: keyPEM(t, key), rootFile: []byte(rootPEM)} {
+		if err := os.WriteFile(file, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	channel = fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q, "certificate_file": %q, "private_key_file": %q}}`, rootFile, cert, keyFile)
+	providers = fmt.Sprintf(`, "certificate_providers": {"default": {"plugin_name": "file_watcher",
+		"config": {"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "1s"}}}`, cert, keyFile, rootFile)
+	return channel, providers
+}
+
+// publishedRoots runs the ingesters' publisher of the mesh's roots for
+// the namespaces selector selects, and returns the roots of ns's
+// istio-ca-root-cert once written.
+func publishedRoots(t *testing.T, kc *kubetest.Cluster, etcd *clientv3.Client, selector map[string]string, ns string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	published := make(chan error, 1)
+	go func() {
+		published <- (&kube.RootCerts{Client: kc.Client, Etcd: etcd, NamespaceSelector: labels.SelectorFromSet(selector), Log: testutil.Log(t)}).Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-published })
+	var roots string
+	testutil.Eventually(t, 30*time.Second, "the ingester writes istio-ca-root-cert", func() (bool, string) {
+		cm, err := kc.Client.CoreV1().ConfigMaps(ns).Get(ctx, kube.RootCertConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		roots = cm.Data[kube.RootCertKey]
+		return roots != "", "empty"
+	})
+	return roots
 }
 
 // TestIstioAgentFlow does what Istio's agent does for a proxyless gRPC
@@ -213,42 +292,16 @@ func TestIstioAgentFlow(t *testing.T) {
 	selector := map[string]string{"agent-flow": fmt.Sprint(time.Now().UnixNano())}
 	ns := kc.Namespace(t, selector)
 	ctx := testutil.Context(t)
-	for _, sa := range []string{"greeter", "client"} {
-		if _, err := kc.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	serviceAccounts(t, kc, ns, "greeter", "client")
+	root, etcd, meshRoot := sealedCA(t)
 	// The pushers publish the roots; an ingester writes the ConfigMaps.
 	if err := ca.PublishTrust(ctx, etcd, root); err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	published := make(chan error, 1)
-	go func() {
-		published <- (&kube.RootCerts{Client: kc.Client, Etcd: etcd, NamespaceSelector: labels.SelectorFromSet(selector), Log: testutil.Log(t)}).Run(rctx)
-	}()
-	t.Cleanup(func() { cancel(); <-published })
-	var rootPEM string
-	testutil.Eventually(t, 30*time.Second, "the ingester writes istio-ca-root-cert", func() (bool, string) {
-		cm, err := kc.Client.CoreV1().ConfigMaps(ns).Get(ctx, kube.RootCertConfigMap, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		rootPEM = cm.Data[kube.RootCertKey]
-		return rootPEM != "", "empty"
-	})
+	rootPEM := publishedRoots(t, kc, etcd, selector, ns)
 
 	// The pushers: ADS with a certificate of the mesh's CA, proxies
 	// authenticated by their token or their certificate.
-	meshRoot := filepath.Join(t.TempDir(), "root.pem")
-	if err := os.WriteFile(meshRoot, root.RootPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	tc, _, err := identity.ServerTLSFromSource(root.ServingCertificate([]string{"localhost", "istiod.istio-system.svc"}, time.Hour), meshRoot, true, testutil.Log(t))
 	if err != nil {
 		t.Fatal(err)
@@ -258,78 +311,21 @@ func TestIstioAgentFlow(t *testing.T) {
 	_, port, _ := net.SplitHostPort(cp.ads)
 	discovery := "localhost:" + port // the name the certificate carries
 
-	// agent gets an account's certificate and writes what grpc-go reads:
-	// its bootstrap's channel credentials and certificate provider.
+	// agent gets an account's certificate, verifying the pushers against
+	// istio-ca-root-cert, and writes what grpc-go reads.
 	agent := func(account string) (channel, providers string) {
-		tr, err := kc.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account, &authnv1.TokenRequest{
-			Spec: authnv1.TokenRequestSpec{Audiences: []string{"istio-ca"}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
-			t.Fatal("istio-ca-root-cert holds no certificate")
-		}
-		conn, err := grpc.NewClient(discovery, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})),
-			grpc.WithPerRPCCredentials(bearer(tr.Status.Token)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		csr, key := agentCSR(t, "spiffe://cluster.local/ns/"+ns+"/sa/"+account)
-		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: csr, ValidityDuration: 3600})
+		resp, err := createCertificate(ctx, t, discovery, &tls.Config{RootCAs: pemPool(t, []byte(rootPEM)), MinVersion: tls.VersionTLS12},
+			saToken(t, kc, ns, account, "istio-ca", nil), csr)
 		if err != nil {
 			t.Fatalf("%s's agent: CreateCertificate, verifying the pushers against istio-ca-root-cert: %v", account, err)
 		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := t.TempDir()
-		files := map[string]string{"cert-chain.pem": strings.Join(resp.CertChain[:len(resp.CertChain)-1], ""),
-			"key.pem": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})), "root-cert.pem": rootPEM}
-		for name, content := range files {
-			if err := os.WriteFile(filepath.Join(out, name), []byte(content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cert, keyFile, rootFile := filepath.Join(out, "cert-chain.pem"), filepath.Join(out, "key.pem"), filepath.Join(out, "root-cert.pem")
-		channel = fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q, "certificate_file": %q, "private_key_file": %q}}`, rootFile, cert, keyFile)
-		providers = fmt.Sprintf(`, "certificate_providers": {"default": {"plugin_name": "file_watcher",
-			"config": {"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "1s"}}}`, cert, keyFile, rootFile)
-		return channel, providers
+		return agentFiles(t, resp, key, rootPEM)
 	}
 
 	serverChannel, serverProviders := agent("greeter")
 	srv := startXDSServerIn(t, ns, discovery, "sidecar~127.0.0.1~greeter-1."+ns+"~"+ns+".svc.cluster.local", serverChannel, serverProviders)
-	writeMesh(t, dir, "greeter.yaml", strings.ReplaceAll(`
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: greeter, namespace: NS}
-spec:
-  hosts: [greeter.NS.svc.cluster.local]
-  location: MESH_INTERNAL
-  ports: [{number: 50051, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  workloadSelector: {labels: {app: greeter}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: greeter-1, namespace: NS}
-spec: {address: 127.0.0.1, ports: {grpc: `+strconv.Itoa(srv.backend.port)+`}, labels: {app: greeter}, serviceAccount: greeter}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: greeter, namespace: NS}
-spec:
-  host: greeter.NS.svc.cluster.local
-  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {name: default, namespace: NS}
-spec: {mtls: {mode: STRICT}}
-`, "NS", ns))
+	writeMesh(t, dir, "greeter.yaml", testutil.StrictGreeter(ns, srv.backend.port))
 	srv.waitServing(t)
 
 	channel, providers := agent("client")

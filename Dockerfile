@@ -12,5 +12,5 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/ingester ./
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ingester /out/pusher /out/standalone /out/shardctl /
 USER 65532:65532
-EXPOSE 15010 15014 15015
+EXPOSE 15010 15012 15014 15015 15017
 ENTRYPOINT ["/pusher"]

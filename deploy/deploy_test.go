@@ -7,8 +7,10 @@ package deploy_test
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -256,7 +258,9 @@ func TestChart(t *testing.T) {
 		"etcd.auth.roles.enabled=true":                   "etcd.auth.roles.secretName",
 		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s,etcd.auth.username=u": "alternatives",
 		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s":                      "etcd.auth.roles.rootSecretName",
-		"nats.auth.type=token": "/nats/auth/type",
+		"nats.auth.type=token":   "/nats/auth/type",
+		"injection.enabled=true": "injection.enabled: Istio's agents dial ADS and the CA over TLS",
+		"pusher.ads.remoteClusters[0].clusterID=east,pusher.ads.remoteClusters[0].secretName=s": "set pusher.ads.tokens",
 	} {
 		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
@@ -277,6 +281,7 @@ func TestChart(t *testing.T) {
 		"large":   {filepath.Join("helm", "examples", "values-large.yaml")},
 		"trial":   {filepath.Join("helm", "examples", "values-trial.yaml")},
 		"secured": {filepath.Join("helm", "examples", "values-secured.yaml")},
+		"istio":   {filepath.Join("helm", "examples", "values-istio-migration.yaml")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
@@ -352,7 +357,8 @@ func TestChart(t *testing.T) {
 					continue
 				}
 				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
-					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES"
+					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES" ||
+					f[1] == "SHARDPILOT_TOKEN_REVIEW_CLUSTERS"
 				if !optional || !strings.Contains(helpers, f[1]) {
 					t.Errorf("pusher flag %s is not set by the chart", f[1])
 				}
@@ -411,6 +417,15 @@ func TestChart(t *testing.T) {
 				}
 			}
 
+			// ADS over TLS on Istio's 15012; 15010 in plaintext alone.
+			tlsOn := v["pusher"].(map[string]any)["ads"].(map[string]any)["tls"].(map[string]any)["secretName"] != ""
+			ports, _, _ := unstructured.NestedSlice(find(objs, "Service", "sp-pusher").Object, "spec", "ports")
+			if got := fmt.Sprint(ports[0].(map[string]any)["port"]); got != map[bool]string{true: "15012", false: "15010"}[tlsOn] {
+				t.Errorf("the pushers' Service serves ADS on %s (TLS: %v)", got, tlsOn)
+			}
+			if name == "istio" {
+				checkInjection(t, objs, ns)
+			}
 			if err := kc.Apply(context.Background(), objs, ns, true); err != nil {
 				t.Fatalf("server-side dry run: %v", err)
 			}
@@ -419,6 +434,61 @@ func TestChart(t *testing.T) {
 				t.Errorf("helm install --dry-run=server printed no NOTES:\n%s", out)
 			}
 		})
+	}
+}
+
+// checkInjection: the discovery-address webhook is served by the
+// ingesters on the port their Service names, with a certificate for that
+// Service which the webhook's caBundle verifies, and points pods at the
+// pushers' TLS port.
+func checkInjection(t *testing.T, objs []*unstructured.Unstructured, ns string) {
+	t.Helper()
+	hook := find(objs, "MutatingWebhookConfiguration", "sp-discovery-address")
+	if hook == nil {
+		t.Fatal("no MutatingWebhookConfiguration")
+	}
+	wh := hook.Object["webhooks"].([]any)[0].(map[string]any)
+	svc, _, _ := unstructured.NestedMap(wh, "clientConfig", "service")
+	if fmt.Sprintf("%v %v %v", svc["name"], svc["port"], svc["path"]) != "sp-ingester 15017 /inject" {
+		t.Errorf("the webhook is called at %v, want the ingesters' Service, port 15017, /inject", svc)
+	}
+	ports, _, _ := unstructured.NestedSlice(find(objs, "Service", "sp-ingester").Object, "spec", "ports")
+	if !slices.ContainsFunc(ports, func(p any) bool { return fmt.Sprint(p.(map[string]any)["port"]) == "15017" }) {
+		t.Errorf("the ingesters' Service has no port 15017: %v", ports)
+	}
+	secret := find(objs, "Secret", "sp-inject-tls")
+	if secret == nil {
+		t.Fatal("no Secret with the webhook's certificate")
+	}
+	der := func(key string) []byte {
+		b, err := base64.StdEncoding.DecodeString(fmt.Sprint(secret.Object["data"].(map[string]any)[key]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	bundle, err := base64.StdEncoding.DecodeString(fmt.Sprint(wh["clientConfig"].(map[string]any)["caBundle"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	block, _ := pem.Decode(der("tls.crt"))
+	if !roots.AppendCertsFromPEM(bundle) || block == nil {
+		t.Fatal("no certificate in the caBundle or the Secret")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "sp-ingester." + ns + ".svc"}); err != nil {
+		t.Errorf("the caBundle does not verify the webhook's certificate for its Service: %v", err)
+	}
+	ctr := find(objs, "Deployment", "sp-ingester").Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	envs, _, _ := unstructured.NestedSlice(ctr, "env")
+	if !slices.ContainsFunc(envs, func(e any) bool {
+		return e.(map[string]any)["name"] == "SHARDPILOT_INJECT_DISCOVERY_ADDRESS" && e.(map[string]any)["value"] == "sp-pusher."+ns+".svc:15012"
+	}) {
+		t.Errorf("the ingesters do not point pods at sp-pusher.%s.svc:15012: %v", ns, envs)
 	}
 }
 
@@ -502,6 +572,20 @@ func TestChartShards(t *testing.T) {
 	}
 	if got := data(t, find(added, "ConfigMap", "sp-placement"), "pay"); strings.Contains(got, "checkout") {
 		t.Errorf("pay is still placed checkout: %q", got)
+	}
+	// With injection, pods are pointed at their namespace's Service, and
+	// only the namespaces of a shard are selected.
+	injected, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--namespace", "sp", "--set", set+",injection.enabled=true,pusher.ads.tls.secretName=t")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := find(injected, "MutatingWebhookConfiguration", "sp-discovery-address")
+	if got := fmt.Sprint(hook.Object["webhooks"].([]any)[0].(map[string]any)["namespaceSelector"]); got !=
+		"map[matchExpressions:[map[key:kubernetes.io/metadata.name operator:In values:[payments checkout catalog]]] matchLabels:map[shardpilot.io/discovery:enabled]]" {
+		t.Errorf("the webhook selects namespaces %s, want the labelled ones of a shard", got)
+	}
+	if env := fmt.Sprint(find(injected, "Deployment", "sp-ingester").Object["spec"]); !strings.Contains(env, "SHARDPILOT_INJECT_DISCOVERY_ADDRESS value:sp-xds-{namespace}.sp.svc:15012") {
+		t.Errorf("the ingesters do not point pods at their namespace's Service: %.2000s", env)
 	}
 	out, err := exec.Command(h, "template", "sp", chart, "--set", "pusher.shards[0].name=a,pusher.shards[0].namespaces={x},pusher.shards[1].name=b,pusher.shards[1].namespaces={x}").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "namespace x is in shards a and b") {

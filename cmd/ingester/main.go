@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,16 +18,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
+	"github.com/shardpilot/shardpilot/pkg/inject"
 	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -132,6 +136,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
 	rootCerts := fs.Bool("root-cert-configmap", true, "publish the roots proxies trust (which the pushers holding the CA write to etcd) in every namespace of each cluster's mesh as Istio's ConfigMap istio-ca-root-cert (key root-cert.pem), as istiod does, for Istio's agents; off when istiod still writes it (a migration that keeps istiod's root)")
+	var hook injectFlags
+	hook.register(fs)
 	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
 	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
@@ -175,6 +181,9 @@ func run(ctx context.Context, args []string) error {
 	if err := common.ApplyMemoryLimit(); err != nil {
 		return err
 	}
+	if err := hook.validate(); err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
 	if err != nil {
 		return err
@@ -199,6 +208,11 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	reg := telemetry.NewRegistry()
+	serveHook, err := hook.start(log, reg)
+	if err != nil {
+		adminLis.Close()
+		return err
+	}
 	ingestMetrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
@@ -240,6 +254,9 @@ func run(ctx context.Context, args []string) error {
 			return app.ZooKeeperSource{Etcd: conns.Etcd, Config: z, Election: election, Log: log, Metrics: ingestMetrics}.Run(ctx)
 		})
 	}
+	if serveHook != nil {
+		g.Go(func() error { return serveHook(ctx) })
+	}
 	var rl atomic.Pointer[relay.Relay]
 	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
 	g.Go(func() error {
@@ -262,4 +279,51 @@ func run(ctx context.Context, args []string) error {
 			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// injectFlags are the flags of the webhook that points new pods' Istio
+// agents at their namespace's pushers.
+type injectFlags struct{ addr, cert, key, address string }
+
+func (f *injectFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "inject-addr", "", "address to serve the discovery-address webhook on (HTTPS, path "+inject.Path+"; Istio's injector uses :15017): the API server calls it for the new pods of the namespaces its MutatingWebhookConfiguration selects, and their Istio agents are pointed at --inject-discovery-address for ADS and certificates (empty: not served)")
+	fs.StringVar(&f.cert, "inject-cert-file", "", "PEM certificate the webhook is served with (read again when it changes); the MutatingWebhookConfiguration's caBundle must verify it")
+	fs.StringVar(&f.key, "inject-key-file", "", "PEM key of --inject-cert-file")
+	fs.StringVar(&f.address, "inject-discovery-address", "", "the pushers' address new pods' Istio agents dial, {namespace} standing for the pod's namespace: a shard's Service of the namespace (<release>-xds-{namespace}.<release namespace>.svc:15012) or the pushers' (<release>-pusher.<release namespace>.svc:15012)")
+}
+
+func (f *injectFlags) validate() error {
+	if f.addr == "" {
+		if f.cert != "" || f.key != "" || f.address != "" {
+			return errors.New("--inject-cert-file, --inject-key-file, --inject-discovery-address are for the webhook: give --inject-addr too")
+		}
+		return nil
+	}
+	if f.cert == "" || f.key == "" || f.address == "" {
+		return errors.New("--inject-addr: give --inject-cert-file, --inject-key-file and --inject-discovery-address")
+	}
+	if _, err := inject.New(f.address, nil, nil); err != nil {
+		return fmt.Errorf("--inject-discovery-address: %w", err)
+	}
+	return nil
+}
+
+// start listens for the webhook, when asked; serve answers until ctx ends.
+func (f *injectFlags) start(log *slog.Logger, reg prometheus.Registerer) (serve func(context.Context) error, err error) {
+	if f.addr == "" {
+		return nil, nil
+	}
+	w, err := inject.New(f.address, log.With("part", "inject"), reg)
+	if err != nil {
+		return nil, fmt.Errorf("--inject-discovery-address: %w", err)
+	}
+	tc, err := identity.ServerTLS(f.cert, f.key, "", log)
+	if err != nil {
+		return nil, fmt.Errorf("--inject-cert-file, --inject-key-file: %w", err)
+	}
+	lis, err := cli.Listen(log, "discovery-address webhook", "inject-addr", f.addr)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return w.Serve(ctx, lis, tc) }, nil
 }

@@ -81,3 +81,22 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectFlags: the webhook's flags go together, and an address that is
+// no host:port is refused before anything starts.
+func TestInjectFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--inject-discovery-address", "sp:15012"}, "give --inject-addr too"},
+		{[]string{"--inject-addr", ":0"}, "give --inject-cert-file, --inject-key-file and --inject-discovery-address"},
+		{[]string{"--inject-addr", ":0", "--inject-cert-file", "c.pem", "--inject-key-file", "k.pem", "--inject-discovery-address", "sp-xds-{namespace}"},
+			"--inject-discovery-address"},
+	} {
+		err := run(context.Background(), append(c.args, "--mesh-dir", t.TempDir(), "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ingester %q: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}

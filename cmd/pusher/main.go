@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,8 @@ func run(ctx context.Context, args []string) error {
 	var tokens bool
 	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
 	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
+	clusterID := fs.String("cluster-id", "Kubernetes", "ID of the cluster of --kubeconfig, as its proxies' agents name it (Istio's CLUSTER_ID): their tokens are reviewed by its API server, as are those of proxies that name no cluster")
+	remoteClusters := fs.String("token-review-clusters", "", "with --ads-tokens, the other clusters whose proxies are served: comma-separated <cluster ID>=<kubeconfig path>; a proxy's token is reviewed by the API server of the cluster it names in its ClusterID request metadata, and a proxy naming a cluster not listed is refused")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
 	var namespaces, namespacesFile string
 	var scopeByProxies bool
@@ -217,10 +220,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	policy := identity.Policy{TrustDomain: trustDomain, Required: true, Streams: streams}
 	if tokens {
-		policy.Tokens = &identity.Tokens{Client: kube, TrustDomain: trustDomain}
-		if tokenAudience != "" {
-			policy.Tokens.Audiences = []string{tokenAudience}
+		if policy.Tokens, err = tokenReview(kube, *clusterID, *remoteClusters, tokenAudience, trustDomain); err != nil {
+			return err
 		}
+	} else if *remoteClusters != "" {
+		return errors.New("--token-review-clusters: give --ads-tokens too")
 	}
 	busCfg, err := verifyingBus(remote.Stream, verifyKeyFile, log)
 	if err != nil {
@@ -384,6 +388,36 @@ func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.I
 		read = done.Load
 	}
 	return secrets, certificates, readCredentials, read, nil
+}
+
+// tokenReview reviews proxies' service account tokens for audience with
+// the API server of their cluster: local's (clusterID), or one of remote,
+// a list of <cluster ID>=<kubeconfig path>.
+func tokenReview(local kubernetes.Interface, clusterID, remote, audience, trustDomain string) (*identity.Tokens, error) {
+	if clusterID == "" {
+		return nil, errors.New("--cluster-id: want the ID of the cluster of --kubeconfig (Istio's default is Kubernetes)")
+	}
+	t := &identity.Tokens{Client: local, Cluster: clusterID, TrustDomain: trustDomain, Remote: map[string]kubernetes.Interface{}}
+	if audience != "" {
+		t.Audiences = []string{audience}
+	}
+	for _, item := range cli.List(remote) {
+		id, path, ok := strings.Cut(item, "=")
+		if id, path = strings.TrimSpace(id), strings.TrimSpace(path); !ok || id == "" || path == "" {
+			return nil, fmt.Errorf("--token-review-clusters: %q: want <cluster ID>=<kubeconfig path>", item)
+		}
+		if _, dup := t.Remote[id]; dup || id == clusterID {
+			return nil, fmt.Errorf("--token-review-clusters: cluster %q is given twice (--cluster-id is %q)", id, clusterID)
+		}
+		kc, err := cli.KubeConfig(path)
+		if err == nil {
+			t.Remote[id], err = kubernetes.NewForConfig(kc)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--token-review-clusters: cluster %s: %w", id, err)
+		}
+	}
+	return t, nil
 }
 
 // adsTLS is ADS's TLS configuration: the files' certificate, or one the

@@ -93,6 +93,12 @@ func TestSeparateProcesses(t *testing.T) {
 // TestADSNeedsTLSOrConsent: ADS is TLS unless plaintext is asked for, and
 // the flags that contradict each other are refused before anything starts.
 func TestADSNeedsTLSOrConsent(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{"--ads-cert-file", "c.pem", "--ads-key-file", "k.pem", "--ads-client-ca-file", "ca.pem", "--ca-seal-key-file", "seal", "--ads-tokens", "--kubeconfig", kubeconfig}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -107,6 +113,11 @@ func TestADSNeedsTLSOrConsent(t *testing.T) {
 		{[]string{"--ads-cert-file", "c.pem", "--ads-key-file", "k.pem", "--ads-client-ca-file", "ca.pem"}, "which need a CA: give --ca-cert-file and --ca-key-file"},
 		{[]string{"--ads-cert-file", "c.pem", "--ads-key-file", "k.pem", "--ads-client-ca-file", "ca.pem", "--ca-cert-file", "r.pem", "--ca-key-file", "r-key.pem", "--ca-seal-key-file", "seal"}, "--ca-cert-file and --ca-seal-key-file are alternatives"},
 		{[]string{"--ads-plaintext", "--ca-seal-key-file", "seal"}, "workload certificates are served to authenticated proxies only"},
+		{[]string{"--ads-plaintext", "--token-review-clusters", "east=" + kubeconfig}, "--token-review-clusters: give --ads-tokens too"},
+		{append([]string{"--token-review-clusters", "east"}, tokens...), `"east": want <cluster ID>=<kubeconfig path>`},
+		{append([]string{"--token-review-clusters", "Kubernetes=" + kubeconfig}, tokens...), `cluster "Kubernetes" is given twice`},
+		{append([]string{"--token-review-clusters", "east=/nonexistent"}, tokens...), "--token-review-clusters: cluster east"},
+		{append([]string{"--cluster-id", ""}, tokens...), "--cluster-id: want the ID"},
 	} {
 		err := run(context.Background(), append(c.args, "--etcd-endpoints", "http://127.0.0.1:1", "--log-level", "error"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

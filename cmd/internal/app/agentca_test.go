@@ -28,12 +28,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 )
 
 // agentCSR makes a key and a CSR for a SPIFFE identity, as Istio's agent
@@ -56,13 +58,12 @@ func agentCSR(t *testing.T, spiffe string) (string, *ecdsa.PrivateKey) {
 }
 
 // agentControlPlane serves ADS with tc to proxies authenticated by their
-// certificate or their service account token (reviewed by kc), workload
-// certificates over SDS and Istio's CA service, both from root, for the
-// mesh in dir.
-func agentControlPlane(t *testing.T, kc *kubetest.Cluster, root *ca.CA, tc *tls.Config, dir string) *controlPlane {
+// certificate or their service account token (reviewed as tokens says),
+// workload certificates over SDS and Istio's CA service, both from root,
+// for the mesh in dir.
+func agentControlPlane(t *testing.T, tokens *identity.Tokens, root *ca.CA, tc *tls.Config, dir string) *controlPlane {
 	t.Helper()
-	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
-		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
+	policy := identity.Policy{TrustDomain: "cluster.local", Required: true, Tokens: tokens}
 	sec, err := sds.New(sds.Config{CA: root, TTL: time.Hour, Identify: policy.Identify})
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +74,31 @@ func agentControlPlane(t *testing.T, kc *kubetest.Cluster, root *ca.CA, tc *tls.
 	}
 	return startControlPlaneWith(t, cpOptions{xds: server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 		Authorize: policy.Authorize, Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(dir))
+}
+
+// caControlPlane is an agentControlPlane with a sealed CA and a serving
+// certificate for "pusher" from a test root, which accepts client
+// certificates of the mesh's root; client is what verifies it.
+func caControlPlane(t *testing.T, tokens *identity.Tokens) (cp *controlPlane, client *tls.Config) {
+	t.Helper()
+	root, _, meshRoot := sealedCA(t)
+	boot := testutil.NewCA(t)
+	serverCert, serverKey := boot.Issue(t, "pusher")
+	tc, err := identity.ServerTLSOptionalCert(serverCert, serverKey, meshRoot, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootRoot, err := os.ReadFile(boot.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agentControlPlane(t, tokens, root, tc, t.TempDir()), &tls.Config{RootCAs: pemPool(t, bootRoot), ServerName: "pusher", MinVersion: tls.VersionTLS12}
+}
+
+// clusterTokens reviews tokens for Istio's audience with kc, the cluster
+// "Kubernetes".
+func clusterTokens(kc *kubetest.Cluster) *identity.Tokens {
+	return &identity.Tokens{Client: kc.Client, Cluster: "Kubernetes", Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}
 }
 
 // sealedCA is the mesh's CA with its root kept in etcd, the etcd client,
@@ -154,22 +180,11 @@ func TestIstioAgentCertificates(t *testing.T) {
 	ns := kc.Namespace(t, nil)
 	ctx := testutil.Context(t)
 	serviceAccounts(t, kc, ns, "agent")
-	root, _, meshRoot := sealedCA(t)
-	boot := testutil.NewCA(t)
-	serverCert, serverKey := boot.Issue(t, "pusher")
-	tc, err := identity.ServerTLSOptionalCert(serverCert, serverKey, meshRoot, testutil.Log(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := agentControlPlane(t, kc, root, tc, t.TempDir())
-	bootRoot, err := os.ReadFile(boot.CertFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, client := caControlPlane(t, clusterTokens(kc))
 	// ask calls CreateCertificate with a token ("": none) or a client
 	// certificate (nil: none).
 	ask := func(tok string, cert *tls.Certificate, csr string) (*pb.IstioCertificateResponse, error) {
-		cfg := &tls.Config{RootCAs: pemPool(t, bootRoot), ServerName: "pusher", MinVersion: tls.VersionTLS12}
+		cfg := client.Clone()
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
@@ -223,6 +238,48 @@ func TestIstioAgentCertificates(t *testing.T) {
 	} {
 		if _, err := ask(c.token, nil, c.csr); status.Code(err) != c.code {
 			t.Errorf("%s: %v, want %v", c.name, err, c.code)
+		}
+	}
+}
+
+// TestTokensOfSeveralClusters: Istio's agent names its cluster in the
+// ClusterID request metadata, and that cluster's API server reviews its
+// token (two real apiservers here, "Kubernetes" and "east"). A token of one
+// cluster presented as the other's, and a cluster the pushers do not
+// serve, are refused.
+func TestTokensOfSeveralClusters(t *testing.T) {
+	local, east := kubetest.Get(t), kubetest.StartAnother(t)
+	ns := local.Namespace(t, nil)
+	east.CreateNamespace(t, ns, nil)
+	serviceAccounts(t, local, ns, "agent")
+	serviceAccounts(t, east, ns, "agent")
+	ctx := testutil.Context(t)
+	tokens := clusterTokens(local)
+	tokens.Remote = map[string]kubernetes.Interface{"east": east.Client}
+	cp, client := caControlPlane(t, tokens)
+	csr, _ := agentCSR(t, "spiffe://cluster.local/ns/"+ns+"/sa/agent")
+	localToken, eastToken := saToken(t, local, ns, "agent", "istio-ca", nil), saToken(t, east, ns, "agent", "istio-ca", nil)
+	for _, c := range []struct {
+		name, cluster, token string
+		code                 codes.Code
+	}{
+		{"east's token, naming east", "east", eastToken, codes.OK},
+		{"the local token, naming its cluster", "Kubernetes", localToken, codes.OK},
+		{"the local token, naming none", "", localToken, codes.OK},
+		{"east's token, naming none", "", eastToken, codes.Unauthenticated},
+		{"the local token, naming east", "east", localToken, codes.Unauthenticated},
+		{"a cluster not served", "west", eastToken, codes.Unauthenticated},
+	} {
+		cctx := ctx
+		if c.cluster != "" {
+			cctx = metadata.AppendToOutgoingContext(ctx, "ClusterID", c.cluster)
+		}
+		_, err := createCertificate(cctx, t, cp.ads, client, c.token, csr)
+		if status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", c.name, err, c.code)
+		}
+		if c.cluster == "west" && !strings.Contains(fmt.Sprint(err), `cluster "west"`) {
+			t.Errorf("%s: %v, want a reason naming the cluster", c.name, err)
 		}
 	}
 }
@@ -307,7 +364,7 @@ func TestIstioAgentFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cp := agentControlPlane(t, kc, root, tc, dir)
+	cp := agentControlPlane(t, clusterTokens(kc), root, tc, dir)
 	_, port, _ := net.SplitHostPort(cp.ads)
 	discovery := "localhost:" + port // the name the certificate carries
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -21,15 +22,24 @@ import (
 // (TokenReview), and its service account is the identity,
 // spiffe://<trust domain>/ns/<namespace>/sa/<account>. Reviews are
 // remembered for a minute.
+//
+// A proxy of another cluster says which in its "ClusterID" request
+// metadata, as Istio's agent sends it: that cluster's API server reviews
+// its token. A proxy that names none, or Cluster, is Client's.
 type Tokens struct {
 	Client kubernetes.Interface
+	// Cluster is the ID of Client's cluster (Istio's CLUSTER_ID).
+	Cluster string
+	// Remote are the API servers of the other clusters whose proxies are
+	// served, by cluster ID.
+	Remote map[string]kubernetes.Interface
 	// Audiences the token must be for (Istio's "istio-ca"); empty: the
 	// API server's own.
 	Audiences   []string
 	TrustDomain string
 
 	mu   sync.Mutex
-	seen map[[32]byte]review
+	seen map[[32]byte]review // by the hash of cluster and token
 }
 
 type review struct {
@@ -57,7 +67,15 @@ func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	if token == "" {
 		return ID{}, false, nil
 	}
-	key := sha256.Sum256([]byte(token))
+	cluster := ""
+	if v := md.Get(ClusterIDMetadata); len(v) == 1 {
+		cluster = v[0]
+	}
+	client, err := t.reviewer(cluster)
+	if err != nil {
+		return ID{}, true, err
+	}
+	key := sha256.Sum256([]byte(cluster + "\x00" + token))
 	now := time.Now()
 	t.mu.Lock()
 	r, ok := t.seen[key]
@@ -65,7 +83,7 @@ func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	if ok && now.Before(r.until) {
 		return r.id, true, r.err
 	}
-	id, err, final := t.review(ctx, token)
+	id, err, final := t.review(ctx, client, token)
 	if !final {
 		return id, true, err // the API server did not answer: ask again next time
 	}
@@ -78,11 +96,27 @@ func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	return id, true, err
 }
 
+// ClusterIDMetadata is the request metadata in which Istio's agent names
+// its cluster.
+const ClusterIDMetadata = "clusterid"
+
+// reviewer is the API server of the cluster a proxy names.
+func (t *Tokens) reviewer(cluster string) (kubernetes.Interface, error) {
+	if cluster == "" || cluster == t.Cluster {
+		return t.Client, nil
+	}
+	if c, ok := t.Remote[cluster]; ok {
+		return c, nil
+	}
+	known := append([]string{t.Cluster}, slices.Sorted(maps.Keys(t.Remote))...)
+	return nil, fmt.Errorf("the proxy says it is in cluster %q (request metadata ClusterID); tokens are reviewed for clusters %q", cluster, known)
+}
+
 // review asks the API server; final is false when it did not answer.
-func (t *Tokens) review(ctx context.Context, token string) (id ID, err error, final bool) {
+func (t *Tokens) review(ctx context.Context, client kubernetes.Interface, token string) (id ID, err error, final bool) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := t.Client.AuthenticationV1().TokenReviews().Create(rctx, &authnv1.TokenReview{
+	res, err := client.AuthenticationV1().TokenReviews().Create(rctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {

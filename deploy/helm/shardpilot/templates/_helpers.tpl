@@ -121,6 +121,14 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: ca-trust
   configMap: {name: {{ . }}, items: [{key: roots.pem, path: roots.pem}]}
 {{- end }}
+{{- range $i, $c := $v.pusher.ads.remoteClusters }}
+- name: cluster-{{ $i }}
+  secret: {secretName: {{ $c.secretName }}, items: [{key: {{ $c.key | default $c.clusterID | quote }}, path: kubeconfig}]}
+{{- end }}
+{{- end }}
+{{- if and (eq .component "ingester") $v.injection.enabled }}
+- name: inject-tls
+  secret: {secretName: {{ $v.injection.secretName | default (printf "%s-inject-tls" .root.Release.Name) }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
 {{- end }}
 {{- if $v.adminToken.secretName }}
 - name: admin-token
@@ -176,6 +184,12 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if $v.pusher.ads.ca.trustConfigMap }}
 - {name: ca-trust, mountPath: /etc/shardpilot/ca-trust, readOnly: true}
 {{- end }}
+{{- range $i, $c := $v.pusher.ads.remoteClusters }}
+- {name: cluster-{{ $i }}, mountPath: /etc/shardpilot/clusters/{{ $c.clusterID }}, readOnly: true}
+{{- end }}
+{{- end }}
+{{- if and (eq .component "ingester") $v.injection.enabled }}
+- {name: inject-tls, mountPath: /etc/shardpilot/inject-tls, readOnly: true}
 {{- end }}
 {{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
@@ -284,4 +298,27 @@ the etcd-roles hook) or the one shared. Takes (dict "root" . "component"
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The port proxies dial for ADS: 15012 over TLS (where Istio's agents
+dial istiod for ADS and certificates), 15010 in plaintext, served only when
+no TLS Secret is given (as istiod's plaintext port). */}}
+{{- define "shardpilot.adsPort" -}}
+{{- ternary 15012 15010 (not (empty .Values.pusher.ads.tls.secretName)) -}}
+{{- end -}}
+
+{{/* The ADS port's name in the Services: https-xds over TLS, grpc-xds in
+plaintext. */}}
+{{- define "shardpilot.adsPortName" -}}
+{{- ternary "https-xds" "grpc-xds" (not (empty .Values.pusher.ads.tls.secretName)) -}}
+{{- end -}}
+
+{{/* The pushers' --token-review-clusters: each remote cluster's ID and
+the kubeconfig mounted from its Secret. */}}
+{{- define "shardpilot.remoteClusters" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- $out = append $out (printf "%s=/etc/shardpilot/clusters/%s/kubeconfig" .clusterID .clusterID) -}}
+{{- end -}}
+{{- join "," $out -}}
 {{- end -}}

@@ -156,19 +156,8 @@ func EndpointID(ep *meshv1.Endpoint) string {
 
 func validateRouteRule(r *meshv1.RouteRule) error {
 	if len(r.Hosts) == 0 {
-		// A delegate: its http routes serve the routes that delegate to it.
-		switch {
-		case len(r.Http) == 0:
-			return fieldErr("spec.hosts", "at least one host is required (a delegate, without hosts, needs http routes)")
-		case len(r.Tcp) > 0 || len(r.Tls) > 0:
-			return fieldErr("spec.hosts", "a delegate (without hosts) has http routes only")
-		case len(r.Gateways) > 0:
-			return fieldErr("spec.gateways", "a delegate (without hosts) takes the gateways of the routes that delegate to it")
-		}
-		for i, h := range r.Http {
-			if h.Delegate != nil {
-				return fieldErr(fmt.Sprintf("spec.http[%d].delegate", i), "a delegate cannot delegate further (one level, as in Istio)")
-			}
+		if err := validateDelegate(r); err != nil {
+			return err
 		}
 	}
 	for i, h := range r.Hosts {
@@ -177,57 +166,8 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 		}
 	}
 	for i, h := range r.Http {
-		f := fmt.Sprintf("spec.http[%d]", i)
-		for j, m := range h.Match {
-			mf := fmt.Sprintf("%s.match[%d]", f, j)
-			if err := validateStringMatch(mf+".uri", m.Uri); err != nil {
-				return err
-			}
-			if err := validateStringMatch(mf+".method", m.Method); err != nil {
-				return err
-			}
-			for _, set := range []struct {
-				field string
-				m     map[string]*meshv1.StringMatch
-			}{{"headers", m.Headers}, {"queryParams", m.QueryParams}, {"withoutHeaders", m.WithoutHeaders}} {
-				for _, name := range slices.Sorted(maps.Keys(set.m)) {
-					if err := validateStringMatch(mf+"."+set.field+"."+name, set.m[name]); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		for j, o := range h.GetCors().GetAllowOrigins() {
-			if err := validateStringMatch(fmt.Sprintf("%s.corsPolicy.allowOrigins[%d]", f, j), o); err != nil {
-				return err
-			}
-		}
-		actions := 0
-		for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil, h.Delegate != nil} {
-			if set {
-				actions++
-			}
-		}
-		if actions == 0 {
-			return fieldErr(f+".route", "at least one destination (or a redirect, a direct response, a delegate) is required")
-		}
-		if actions > 1 {
-			return fieldErr(f, "a route either routes to destinations, redirects, responds directly or delegates: one of them")
-		}
-		if dr := h.DirectResponse; dr != nil && (dr.Status < 200 || dr.Status > 599) {
-			return fieldErr(f+".directResponse.status", "%d is not an HTTP status (200 to 599)", dr.Status)
-		}
-		if m := h.Mirror; m != nil && !ValidHostname(m.GetDestination().GetHost()) {
-			return fieldErr(f+".mirror.host", "%q is not a DNS name", m.GetDestination().GetHost())
-		}
-		if err := validateDestinations(f, h.Route); err != nil {
+		if err := validateHTTPRoute(fmt.Sprintf("spec.http[%d]", i), h); err != nil {
 			return err
-		}
-		if h.Timeout != nil && h.Timeout.AsDuration() < 0 {
-			return fieldErr(f+".timeout", "must not be negative")
-		}
-		if rp := h.Retries; rp != nil && rp.PerTryTimeout != nil && rp.PerTryTimeout.AsDuration() < 0 {
-			return fieldErr(f+".retries.perTryTimeout", "must not be negative")
 		}
 	}
 	for _, section := range []struct {
@@ -235,26 +175,112 @@ func validateRouteRule(r *meshv1.RouteRule) error {
 		routes []*meshv1.L4Route
 	}{{"tcp", r.Tcp}, {"tls", r.Tls}} {
 		for i, l4 := range section.routes {
-			f := fmt.Sprintf("spec.%s[%d]", section.name, i)
-			if len(l4.Route) == 0 {
-				return fieldErr(f+".route", "at least one destination is required")
-			}
-			for j, m := range l4.Match {
-				if m.Port > 65535 {
-					return fieldErr(fmt.Sprintf("%s.match[%d].port", f, j), "%d is not a port number", m.Port)
-				}
-				for k, h := range m.SniHosts {
-					if h != "*" && !ValidHostname(strings.TrimPrefix(h, "*.")) {
-						return fieldErr(fmt.Sprintf("%s.match[%d].sniHosts[%d]", f, j, k), "%q is not a DNS name", h)
-					}
-				}
-			}
-			if err := validateDestinations(f, l4.Route); err != nil {
+			if err := validateL4Route(fmt.Sprintf("spec.%s[%d]", section.name, i), l4); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// validateDelegate checks a route rule without hosts: a delegate, whose
+// http routes serve the routes that delegate to it.
+func validateDelegate(r *meshv1.RouteRule) error {
+	switch {
+	case len(r.Http) == 0:
+		return fieldErr("spec.hosts", "at least one host is required (a delegate, without hosts, needs http routes)")
+	case len(r.Tcp) > 0 || len(r.Tls) > 0:
+		return fieldErr("spec.hosts", "a delegate (without hosts) has http routes only")
+	case len(r.Gateways) > 0:
+		return fieldErr("spec.gateways", "a delegate (without hosts) takes the gateways of the routes that delegate to it")
+	}
+	for i, h := range r.Http {
+		if h.Delegate != nil {
+			return fieldErr(fmt.Sprintf("spec.http[%d].delegate", i), "a delegate cannot delegate further (one level, as in Istio)")
+		}
+	}
+	return nil
+}
+
+// validateHTTPMatch checks an http route's match conditions (at f).
+func validateHTTPMatch(f string, m *meshv1.HTTPMatch) error {
+	if err := validateStringMatch(f+".uri", m.Uri); err != nil {
+		return err
+	}
+	if err := validateStringMatch(f+".method", m.Method); err != nil {
+		return err
+	}
+	for _, set := range []struct {
+		field string
+		m     map[string]*meshv1.StringMatch
+	}{{"headers", m.Headers}, {"queryParams", m.QueryParams}, {"withoutHeaders", m.WithoutHeaders}} {
+		for _, name := range slices.Sorted(maps.Keys(set.m)) {
+			if err := validateStringMatch(f+"."+set.field+"."+name, set.m[name]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validateHTTPRoute checks one http route (at f).
+func validateHTTPRoute(f string, h *meshv1.HTTPRoute) error {
+	for j, m := range h.Match {
+		if err := validateHTTPMatch(fmt.Sprintf("%s.match[%d]", f, j), m); err != nil {
+			return err
+		}
+	}
+	for j, o := range h.GetCors().GetAllowOrigins() {
+		if err := validateStringMatch(fmt.Sprintf("%s.corsPolicy.allowOrigins[%d]", f, j), o); err != nil {
+			return err
+		}
+	}
+	actions := 0
+	for _, set := range []bool{len(h.Route) > 0, h.Redirect != nil, h.DirectResponse != nil, h.Delegate != nil} {
+		if set {
+			actions++
+		}
+	}
+	if actions == 0 {
+		return fieldErr(f+".route", "at least one destination (or a redirect, a direct response, a delegate) is required")
+	}
+	if actions > 1 {
+		return fieldErr(f, "a route either routes to destinations, redirects, responds directly or delegates: one of them")
+	}
+	if dr := h.DirectResponse; dr != nil && (dr.Status < 200 || dr.Status > 599) {
+		return fieldErr(f+".directResponse.status", "%d is not an HTTP status (200 to 599)", dr.Status)
+	}
+	if m := h.Mirror; m != nil && !ValidHostname(m.GetDestination().GetHost()) {
+		return fieldErr(f+".mirror.host", "%q is not a DNS name", m.GetDestination().GetHost())
+	}
+	if err := validateDestinations(f, h.Route); err != nil {
+		return err
+	}
+	if h.Timeout != nil && h.Timeout.AsDuration() < 0 {
+		return fieldErr(f+".timeout", "must not be negative")
+	}
+	if rp := h.Retries; rp != nil && rp.PerTryTimeout != nil && rp.PerTryTimeout.AsDuration() < 0 {
+		return fieldErr(f+".retries.perTryTimeout", "must not be negative")
+	}
+	return nil
+}
+
+// validateL4Route checks one tcp or tls route (at f).
+func validateL4Route(f string, l4 *meshv1.L4Route) error {
+	if len(l4.Route) == 0 {
+		return fieldErr(f+".route", "at least one destination is required")
+	}
+	for j, m := range l4.Match {
+		if m.Port > 65535 {
+			return fieldErr(fmt.Sprintf("%s.match[%d].port", f, j), "%d is not a port number", m.Port)
+		}
+		for k, h := range m.SniHosts {
+			if h != "*" && !ValidHostname(strings.TrimPrefix(h, "*.")) {
+				return fieldErr(fmt.Sprintf("%s.match[%d].sniHosts[%d]", f, j, k), "%q is not a DNS name", h)
+			}
+		}
+	}
+	return validateDestinations(f, l4.Route)
 }
 
 // validateDestinations checks a route's destinations: each a host and a

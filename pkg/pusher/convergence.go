@@ -12,7 +12,8 @@ import (
 
 // convergence numbers generations (epochs) and measures, when a proxy ACKs
 // a response sent from an epoch, how long ago the changes of every epoch it
-// newly confirms were observed at their source (design invariant 5).
+// newly confirms were observed at their source: the convergence time the
+// dashboards and the load test report.
 type convergence struct {
 	hist prometheus.Histogram
 

@@ -1,10 +1,9 @@
 package pusher
 
 import (
+	"maps"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -19,10 +18,9 @@ import (
 // that starts with every push of the last wave written and answered, or
 // after period at the latest.
 type linger struct {
-	period time.Duration // zero or less: clusters go at once
-	mu     sync.Mutex
-	last   map[string]map[string]*cluster.Cluster // class → name → cluster
-	gone   map[string]map[string]lingering        // class → name → removed cluster
+	period time.Duration                          // zero or less: clusters go at once
+	last   classMemo[map[string]*cluster.Cluster] // name → cluster
+	gone   classMemo[map[string]lingering]        // name → removed cluster
 }
 
 type lingering struct {
@@ -40,17 +38,13 @@ func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delive
 	if l.period <= 0 {
 		return list, time.Time{}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last, l.gone = map[string]map[string]*cluster.Cluster{}, map[string]map[string]lingering{}
-	}
 	current := make(map[string]*cluster.Cluster, len(list))
 	for _, c := range list {
 		current[c.Name] = c
 	}
-	gone := l.gone[class]
-	for name, c := range l.last[class] {
+	gone, _ := l.gone.get(class)
+	last, _ := l.last.get(class)
+	for name, c := range last {
 		if _, ok := current[name]; !ok {
 			if _, already := gone[name]; !already {
 				if gone == nil {
@@ -60,7 +54,7 @@ func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delive
 			}
 		}
 	}
-	l.last[class] = current
+	l.last.set(class, current)
 	var next time.Time
 	out := list
 	for name, g := range gone {
@@ -78,9 +72,9 @@ func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delive
 		}
 	}
 	if len(gone) == 0 {
-		delete(l.gone, class)
+		l.gone.forget(class)
 	} else {
-		l.gone[class] = gone
+		l.gone.set(class, gone)
 	}
 	return out, next
 }
@@ -88,24 +82,12 @@ func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delive
 // key names the clusters a class still serves after their removal, for
 // the class's print: when they go the class is generated again.
 func (l *linger) key(class string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	names := make([]string, 0, len(l.gone[class]))
-	for name := range l.gone[class] {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ",")
+	gone, _ := l.gone.get(class)
+	return strings.Join(slices.Sorted(maps.Keys(gone)), ",")
 }
 
 // keep forgets the classes not listed (dropped by the sink).
 func (l *linger) keep(classes []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for class := range l.last {
-		if !slices.Contains(classes, class) {
-			delete(l.last, class)
-			delete(l.gone, class)
-		}
-	}
+	l.last.keep(classes)
+	l.gone.keep(classes)
 }

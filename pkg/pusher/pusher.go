@@ -1,35 +1,23 @@
 package pusher
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"google.golang.org/protobuf/proto"
-	"hash/fnv"
 	"log/slog"
-	"maps"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
-	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
-	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -53,7 +41,8 @@ type Sink interface {
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Patch sets some resources of a table and removes some names.
 	Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error)
-	// Classes returns the classes the sink serves.
+	// Classes returns the classes the sink serves, with those being
+	// filled (FillClass).
 	Classes() []string
 	// Backlog returns how many proxy watches still have a change due: while
 	// it is not zero, the last generation is still being written, and the
@@ -207,11 +196,17 @@ type Pusher struct {
 	// settings are the mesh's stored settings of the last generation
 	// (owned by the generating goroutine).
 	settings *meshv1.MeshConfig
-	// index classifies proxies; last is the mesh of the last generation,
-	// for a class seen between generations.
-	index       atomic.Pointer[classify.Index]
-	last        atomic.Pointer[generate.Mesh]
-	conv        *convergence
+	// index classifies proxies (read by the streams).
+	index atomic.Pointer[classify.Index]
+	conv  *convergence
+	// inbox carries the work of the owner, the goroutine that generates
+	// (owner.go); stopped is closed when it has stopped. What follows,
+	// up to the metrics, is the owner's alone.
+	inbox   chan func()
+	stopped chan struct{}
+	// last is the mesh of the last generation, for a class or locality
+	// seen between generations.
+	last        *generate.Mesh
 	sizes       sizes
 	routes      routeMemo
 	prints      prints
@@ -219,11 +214,12 @@ type Pusher struct {
 	linger      linger
 	// gen numbers the generations; delivered says whether the last wave of
 	// pushes was written and answered when the current one began.
-	gen       atomic.Uint64
-	delivered atomic.Bool
-	// lingerDue is set while a generation is scheduled to drop lingering
-	// clusters at the latest.
-	lingerDue atomic.Bool
+	gen       uint64
+	delivered bool
+	// lingerTimer asks for the generation that drops lingering clusters at
+	// the latest, at lingerAt.
+	lingerTimer *time.Timer
+	lingerAt    time.Time
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
 	// eds holds, by service, the names of the load assignments last
@@ -246,34 +242,6 @@ type Pusher struct {
 		mu         sync.Mutex
 		namespaces []string
 	}
-}
-
-// sizes keeps, per type, the largest class's resource count and bytes of
-// a generation.
-type sizes struct {
-	mu           sync.Mutex
-	count, bytes map[string]int
-}
-
-func (s *sizes) observe(typ string, count, bytes int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.count == nil {
-		s.count, s.bytes = map[string]int{}, map[string]int{}
-	}
-	s.count[typ] = max(s.count[typ], count)
-	s.bytes[typ] = max(s.bytes[typ], bytes)
-}
-
-// flush sets the gauges and starts over.
-func (s *sizes) flush(m metrics) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for typ, n := range s.count {
-		m.resources.WithLabelValues(typ).Set(float64(n))
-		m.configBytes.WithLabelValues(typ).Set(float64(s.bytes[typ]))
-	}
-	s.count, s.bytes = nil, nil
 }
 
 // change is what the debouncer merges: how many changes, since when, and
@@ -368,7 +336,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
 		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
-		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}}
+		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {
 		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
@@ -402,630 +370,33 @@ func (p *Pusher) Following() bool { return p.following.Load() }
 // reflect, 0 before the first generation.
 func (p *Pusher) GeneratedRevision() int64 { return p.generated.Load() }
 
-// Run follows the store and generates until ctx is done.
+// Run follows the store and generates until ctx is done; nothing it
+// started outlives it.
 func (p *Pusher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { p.own(ctx) })
+	if p.cfg.ScopeByProxies {
+		wg.Go(func() { p.served.expire(ctx, p.cfg.ScopeGrace) })
+	}
 	wg.Go(func() {
-		_ = p.debouncer.Run(ctx, p.generate)
+		err = p.debouncer.Run(ctx, func(c change) { p.onOwner(func() { p.generate(c) }) })
 	})
 	p.follow(ctx)
 	wg.Wait()
+	if p.lingerTimer != nil {
+		p.lingerTimer.Stop()
+	}
+	if err != nil {
+		return fmt.Errorf("pusher: %w", err)
+	}
 	return nil
-}
-
-// errReload ends a pass of follow so that the next one loads the store again.
-var errReload = errors.New("pusher: reload requested")
-
-func (p *Pusher) follow(ctx context.Context) {
-	if p.cfg.ScopeByProxies {
-		go p.served.expire(ctx, p.cfg.ScopeGrace)
-	}
-	for {
-		pass, cancel := context.WithCancel(ctx)
-		p.served.setReload(cancel)
-		err := p.followOnce(pass)
-		rescoped := pass.Err() != nil // asked for while following
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if rescoped {
-			err = fmt.Errorf("%w: the namespaces served changed", errReload)
-		}
-		switch {
-		case errors.Is(err, model.ErrRefused):
-			// Not the relay's: its change is not applied, and the store
-			// says what is true.
-			p.m.events.WithLabelValues("refused").Inc()
-			p.cfg.Log.Error("change event refused; reloading the mesh from the store", "reason", err)
-			continue
-		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):
-			p.cfg.Log.Info("reloading the mesh from the store", "reason", err)
-			continue
-		}
-		p.cfg.Log.Warn("lost the store or the change stream; serving the last config", "err", err, "retry_in", p.cfg.RetryDelay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(p.cfg.RetryDelay):
-		}
-	}
-}
-
-// followOnce loads the store and follows the stream until an error.
-func (p *Pusher) followOnce(ctx context.Context) error {
-	// Take the stream position before the load: every event at or before
-	// it is in the load, and later ones older than the load are skipped.
-	seq, err := p.cfg.Feed.LastSeq(ctx)
-	if err != nil {
-		return err
-	}
-	items, rev, scope, err := p.load(ctx)
-	if err != nil {
-		return err
-	}
-	p.scope = scope
-	p.m.scope.Set(float64(len(scope)))
-	p.state.reset(items, rev)
-	p.m.loads.Inc()
-	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
-	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
-	p.consumed.Store(seq)
-	p.following.Store(true)
-	defer p.following.Store(false)
-	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
-		if err := p.apply(ctx, ev); err != nil {
-			return err
-		}
-		p.consumed.Store(n)
-		return nil
-	}
-	if scope != nil {
-		return p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
-	}
-	return p.cfg.Feed.Consume(ctx, seq+1, fn)
-}
-
-// revisionJump is how far past the last applied revision an event may be
-// before the store is asked whether it has come that far: a forged event
-// far in the future would otherwise hold its key until the store caught up.
-const revisionJump = 1 << 20
-
-func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
-	if ev == nil {
-		// Its change would be lost: read the store again instead.
-		p.m.events.WithLabelValues("invalid").Inc()
-		return fmt.Errorf("%w: an undecodable change event", errReload)
-	}
-	if ev.Revision > p.state.revision()+revisionJump {
-		rev, err := p.cfg.Loader.Revision(ctx)
-		if err != nil {
-			return err
-		}
-		if ev.Revision > rev {
-			p.m.events.WithLabelValues("invalid").Inc()
-			p.cfg.Log.Warn("change event beyond the store's revision refused", "key", ev.Key, "revision", ev.Revision, "store_revision", rev)
-			return nil
-		}
-	}
-	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
-		if ev.Revision > p.state.revision() {
-			return fmt.Errorf("%w: resync at revision %d", errReload, ev.Revision)
-		}
-		return nil
-	}
-	k, err := model.ParseKey(ev.Key)
-	if err == nil {
-		var changed bool
-		var obj model.Object
-		changed, obj, err = p.state.apply(k, ev)
-		if err == nil {
-			if !changed {
-				p.m.events.WithLabelValues("skipped").Inc()
-				return nil
-			}
-			p.m.events.WithLabelValues("applied").Inc()
-			if err := p.rescope(k, obj); err != nil {
-				return err
-			}
-			observed := time.Now() // a delete: observed when it arrives
-			if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
-				observed = obj.GetOrigin().GetObservedAt().AsTime()
-				p.m.applyLag.Observe(time.Since(observed).Seconds())
-			}
-			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
-			return nil
-		}
-	}
-	// Its change would be lost: read the store again instead.
-	p.m.events.WithLabelValues("invalid").Inc()
-	return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
-}
-
-// generate rebuilds the resources and hands them to the sink. Endpoint
-// changes alone rebuild only the load assignments of the services whose
-// endpoints changed (the EDS fast path). Per-service resources come from
-// an LRU cache keyed by the versions of their inputs, so a generation
-// costs what changed, not the mesh.
-func (p *Pusher) generate(c change) {
-	start := time.Now()
-	p.m.debounce.Observe(start.Sub(c.since).Seconds())
-	p.conv.begin(c.observed)
-	p.delivered.Store(p.cfg.Sink.Backlog() == 0)
-	p.gen.Add(1)
-	built, index, rev := p.state.mesh()
-	mesh := built.Mesh
-	previous := p.index.Swap(index)
-	p.last.Store(mesh)
-	p.noteSettings(built.Settings)
-	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
-		// The build joined everything again (endpoints of a DNS service
-		// are part of its clusters), or endpoints changed the ports
-		// proxyless servers serve or gateways listen on: generate the
-		// classes again.
-		c.full = true
-	}
-	if c.full {
-		p.serverPorts.record(mesh)
-	}
-	p.generateEndpoints(built)
-	if c.full {
-		classes := p.cfg.Sink.Classes()
-		for _, class := range classes {
-			p.generateClass(mesh, class)
-		}
-		p.routes.keep(classes)
-		p.prints.keep(classes)
-		p.linger.keep(classes)
-		if previous != nil && !previous.Same(index) {
-			// Sidecars, exportTo or Gateways changed: a connected proxy may
-			// belong to another class now.
-			select {
-			case p.classesChanged <- struct{}{}:
-			default:
-			}
-		}
-		p.sizes.flush(p.m)
-	}
-	p.generated.Store(rev)
-	kind := "full"
-	if !c.full {
-		kind = "eds"
-	}
-	p.m.generations.WithLabelValues(kind).Inc()
-	p.m.genTime.Observe(time.Since(start).Seconds())
-	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
-}
-
-// noteSettings logs the mesh's settings when they change, and warns of
-// those the pushers take from their own configuration instead.
-func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {
-	if s == p.settings {
-		return
-	}
-	p.settings = s
-	if s == nil {
-		p.cfg.Log.Info("mesh settings: istiod's defaults (no MeshConfig stored)")
-		return
-	}
-	p.cfg.Log.Info("mesh settings applied", "from", s.GetOrigin().GetLocation(), "version", s.GetOrigin().GetSourceVersion())
-	for _, d := range []struct{ field, mesh, own, flag string }{
-		{"trustDomain", s.TrustDomain, cmp.Or(p.cfg.TrustDomain, "cluster.local"), "--trust-domain"},
-		{"rootNamespace", s.RootNamespace, p.state.rootNamespace(), "--root-namespace"},
-	} {
-		if d.mesh != "" && d.mesh != d.own {
-			p.cfg.Log.Warn("the mesh's MeshConfig differs from the pushers' own setting, which applies", "field", d.field,
-				"meshconfig", d.mesh, "pushers", d.own, "flag", d.flag)
-		}
-	}
-}
-
-// generateEndpoints hands the load assignments to the sink, and their
-// variants to each locality's table: every service's after a join, only
-// the changed services' after an endpoint change.
-func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
-	mesh := built.Mesh
-	if built.Changed == nil || p.eds == nil {
-		p.eds = make(map[string][]string, len(mesh.Services))
-		var eds []*endpoint.ClusterLoadAssignment
-		for _, s := range mesh.Services {
-			las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
-			p.eds[s.Namespace+"/"+s.Name] = names(las)
-			eds = append(eds, las...)
-		}
-		p.edsCount = len(eds)
-		publish(p, "", resource.EndpointType, eds)
-		p.localities.generate(p, mesh, nil, nil)
-		return
-	}
-	if len(built.Changed) == 0 {
-		return
-	}
-	set := map[string]types.Resource{}
-	var remove []string
-	for _, s := range built.Changed {
-		id := s.Namespace + "/" + s.Name
-		remove = append(remove, p.eds[id]...)
-		las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
-		for _, la := range las {
-			set[la.ClusterName] = la
-		}
-		p.edsCount += len(las) - len(p.eds[id])
-		p.eds[id] = names(las)
-	}
-	_, _, size, err := p.cfg.Sink.Patch("", resource.EndpointType, set, remove)
-	if err != nil {
-		p.cfg.Log.Error("cache update failed", "class", "", "type", resource.EndpointType, "err", err)
-		return
-	}
-	p.sizes.observe("ClusterLoadAssignment", p.edsCount, size)
-	p.localities.generate(p, mesh, built.Changed, remove)
-}
-
-func names(las []*endpoint.ClusterLoadAssignment) []string {
-	out := make([]string, len(las))
-	for i, la := range las {
-		out[i] = la.ClusterName
-	}
-	return out
 }
 
 // ClassesChanged receives after a generation in which what decides
 // classes changed (Sidecars, exportTo, Gateways): connected proxies may
 // belong to another class now.
 func (p *Pusher) ClassesChanged() <-chan struct{} { return p.classesChanged }
-
-// FillClass generates the resources of a class seen for the first time,
-// from the last generation's mesh, before its first proxy is served.
-func (p *Pusher) FillClass(class string) {
-	p.prints.forget(class) // its tables are new, whatever it had before
-	if m := p.last.Load(); m != nil {
-		p.generateClass(m, class)
-	}
-}
-
-// generateClass generates the clusters, routes and listeners of one class
-// from the part of the mesh its view sees.
-func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
-	if gateways, ok := classify.Gateways(class); ok {
-		p.generateRouter(mesh, class, gateways)
-		return
-	}
-	proxy, view := p.index.Load().View(class)
-	view.RegistryOnly = view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY ||
-		view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_UNSET && mesh.RegistryOnly
-	m := mesh.For(view)
-	// Its inbound security (an Envoy's virtual inbound listener, a
-	// proxyless class's servers' listeners) follows the policies that
-	// apply; a proxyless class also follows the ports its namespace serves.
-	security := mesh.PoliciesFor(view.Namespace, view.Policies)
-	var servers string
-	for _, pol := range security {
-		servers += "|" + pol.Tag() + "@" + pol.Version
-	}
-	if proxy == generate.Proxyless {
-		for _, s := range mesh.Services {
-			if view.Namespace == "" || s.Namespace == view.Namespace {
-				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
-			}
-		}
-		for _, pol := range mesh.Policies {
-			// The namespaces with policies have classes of their own.
-			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
-		}
-	}
-	if !p.prints.changed(class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
-		// Nothing this class sees changed: its resources would be the same.
-		p.m.classes.WithLabelValues("unchanged").Inc()
-		return
-	}
-	p.m.classes.WithLabelValues("generated").Inc()
-	var clusters []*cluster.Cluster
-	for _, s := range m.Services {
-		clusters = append(clusters, cached(p, "cds", proxy.String(), m, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
-			return generate.ServiceClusters(m, s, proxy)
-		})...)
-	}
-	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
-	if proxy == generate.Envoy {
-		clusters = append(clusters, generate.JWKSClusters(security)...)
-	}
-	clusters = append(clusters, generate.CatchAllClusters(m, proxy)...)
-	p.publishClusters(class, clusters)
-	publish(p, class, resource.RouteType, p.routes.reuse(class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
-	listeners := generate.Listeners(m, proxy, security)
-	if proxy == generate.Proxyless {
-		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
-	}
-	publish(p, class, resource.ListenerType, listeners)
-}
-
-// serverPorts remembers, from the last full generation, the ports each
-// service's proxyless servers got listeners for and the target ports it
-// gives the gateways' server ports; and the gateways' selectors, which
-// change only with a full generation.
-type serverPorts struct {
-	mu      sync.Mutex
-	print   map[string]string
-	targets generate.GatewayTargets
-}
-
-func (s *serverPorts) record(mesh *generate.Mesh) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.targets = generate.NewGatewayTargets(mesh.Gateways)
-	s.print = make(map[string]string, len(mesh.Services))
-	for _, svc := range mesh.Services {
-		s.print[svc.Namespace+"/"+svc.Name] = s.printOf(svc)
-	}
-}
-
-// printOf prints a service's ports; s.mu is held.
-func (s *serverPorts) printOf(svc *generate.Service) string {
-	return generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
-}
-
-// of returns a service's ports as recorded (computed when it is new).
-func (s *serverPorts) of(svc *generate.Service) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if print, ok := s.print[svc.Namespace+"/"+svc.Name]; ok {
-		return print
-	}
-	return s.printOf(svc)
-}
-
-// changed reports whether endpoint changes gave a service another set of
-// served ports, or moved a gateway's target port: the listeners of
-// proxyless servers or routers must be generated again, not only the load
-// assignments.
-func (s *serverPorts) changed(services []*generate.Service) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, svc := range services {
-		if s.print[svc.Namespace+"/"+svc.Name] != s.printOf(svc) {
-			return true
-		}
-	}
-	return false
-}
-
-// virtualHost returns the virtual hosts for a kind of proxy from the LRU
-// cache, keyed by the versions of their inputs: a VirtualService change
-// regenerates only the virtual hosts of the hosts it names.
-func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
-	return func(m *generate.Mesh, host string, port uint32) *route.VirtualHost {
-		key := "vh|" + proxy.String() + "|" + host + ":" + strconv.FormatUint(uint64(port), 10) + "|" + generate.VirtualHostInputs(m, host, port)
-		if v, ok := p.lru.Get(key); ok {
-			p.m.cache.WithLabelValues("vh", "hit").Inc()
-			return v.(*route.VirtualHost)
-		}
-		p.m.cache.WithLabelValues("vh", "miss").Inc()
-		vh := generate.VirtualHost(m, host, port)
-		if proxy == generate.Envoy {
-			vh = generate.SidecarVirtualHost(m, host, port)
-		}
-		p.lru.Add(key, vh)
-		return vh
-	}
-}
-
-// routeMemo keeps each class's last route configurations, so that one
-// made of the same virtual hosts is handed to the cache as the same object
-// and neither encoded nor sent again: only the route configurations a
-// change touched are new.
-type routeMemo struct {
-	mu   sync.Mutex
-	last map[string]map[string]*route.RouteConfiguration // class → name → configuration
-}
-
-func (r *routeMemo) reuse(class string, rcs []*route.RouteConfiguration) []*route.RouteConfiguration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last = map[string]map[string]*route.RouteConfiguration{}
-	}
-	prev := r.last[class]
-	next := make(map[string]*route.RouteConfiguration, len(rcs))
-	for i, rc := range rcs {
-		if old, ok := prev[rc.Name]; ok && slices.Equal(old.VirtualHosts, rc.VirtualHosts) {
-			rcs[i] = old
-		}
-		next[rc.Name] = rcs[i]
-	}
-	r.last[class] = next
-	return rcs
-}
-
-// prints holds, per class, a hash of everything its last generation read,
-// so that a change the class does not see costs it nothing.
-type prints struct {
-	mu   sync.Mutex
-	last map[string]uint64
-}
-
-// changed records a class's print and reports whether it differs from
-// the last one.
-func (pr *prints) changed(class string, print uint64) bool {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if pr.last == nil {
-		pr.last = map[string]uint64{}
-	}
-	old, ok := pr.last[class]
-	pr.last[class] = print
-	return !ok || old != print
-}
-
-func (pr *prints) forget(class string) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	delete(pr.last, class)
-}
-
-// keep forgets the classes not listed (dropped by the sink).
-func (pr *prints) keep(classes []string) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	for class := range pr.last {
-		if !slices.Contains(classes, class) {
-			delete(pr.last, class)
-		}
-	}
-}
-
-// classPrint hashes what a class's clusters, routes and listeners are made
-// of: the kind of proxy, its view, the mesh's settings, the services it
-// sees with the versions of their configuration (not of their endpoints),
-// every route rule, and the removed clusters it still serves (lingering).
-func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering, servers string) uint64 {
-	h := fnv.New64a()
-	write := func(parts ...string) {
-		for _, s := range parts {
-			h.Write([]byte(s))
-			h.Write([]byte{0})
-		}
-	}
-	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly), m.ConfigVersion)
-	write(view.Egress...)
-	for _, il := range view.Ingress {
-		write("i", strconv.FormatUint(uint64(il.Port), 10), il.Protocol.String(), il.DefaultEndpoint)
-	}
-	for _, port := range slices.Sorted(maps.Keys(view.EgressPorts)) {
-		write(strconv.FormatUint(uint64(port), 10))
-		write(view.EgressPorts[port]...)
-	}
-	for _, s := range m.Services {
-		write("s", s.Namespace, s.Name, s.ConfigVersion)
-	}
-	for _, r := range m.Routes {
-		write("r", r.Namespace, r.Name, r.Version)
-	}
-	return h.Sum64()
-}
-
-// publishClusters hands over a class's clusters with those it lost less
-// than ClusterLinger ago (make before break), and schedules the generation
-// that drops them.
-func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
-	out, next := p.linger.apply(class, clusters, p.gen.Load(), p.delivered.Load(), time.Now())
-	publish(p, class, resource.ClusterType, out)
-	if next.IsZero() {
-		return
-	}
-	// A generation to drop them: held (up to the maximum hold) until this
-	// one's pushes are written and answered, and one at the latest.
-	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
-	if p.lingerDue.CompareAndSwap(false, true) {
-		time.AfterFunc(time.Until(next), func() {
-			p.lingerDue.Store(false)
-			p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
-		})
-	}
-}
-
-// tooLarge reports, and logs and counts, resources a class's proxies could
-// not receive: the clusters or listeners of proxyless clients above what
-// grpc-go takes in one message.
-func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool {
-	if !strings.HasPrefix(class, generate.Proxyless.String()) || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
-		return false
-	}
-	size := 0
-	for _, r := range list {
-		size += proto.Size(r)
-	}
-	if size <= p.cfg.MaxProxylessResponse {
-		return false
-	}
-	p.m.tooLarge.Inc()
-	p.cfg.Log.Error("resources too large for proxyless clients; the class keeps its last ones",
-		"class", class, "type", typeURL, "resources", len(list), "bytes", size, "limit", p.cfg.MaxProxylessResponse,
-		"hint", "limit what these clients see with a Sidecar (egress hosts)")
-	return true
-}
-
-// keep forgets the classes not listed (dropped by the sink).
-func (r *routeMemo) keep(classes []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for class := range r.last {
-		if !slices.Contains(classes, class) {
-			delete(r.last, class)
-		}
-	}
-}
-
-// generateRouter generates the resources of a class of gateway proxies:
-// every service's clusters, and the listeners and routes of its gateways.
-func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []string) {
-	var gws []*generate.Gateway
-	for _, g := range mesh.Gateways {
-		if slices.Contains(selected, g.Key()) {
-			gws = append(gws, g)
-		}
-	}
-	var clusters []*cluster.Cluster
-	auto := generate.AutoPassthrough(gws)
-	for _, s := range mesh.Services {
-		cs := cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
-			return generate.ServiceClusters(m, s, generate.Envoy)
-		})
-		clusters = append(clusters, cs...)
-		if auto {
-			// Cached like the clusters they copy, so that a generation
-			// hands the same objects over and nothing is encoded again.
-			clusters = append(clusters, cached(p, "sni", generate.Envoy.String(), mesh, s, func(*generate.Mesh, *generate.Service) []*cluster.Cluster {
-				return generate.SNIClusters(cs)
-			})...)
-		}
-	}
-	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
-	p.publishClusters(class, clusters)
-	listen := generate.ListenPorts(mesh, gws)
-	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws, listen))
-	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws, listen))
-}
-
-// cached returns a service's resources of one kind from the LRU cache, or
-// generates and caches them.
-func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
-	// Load assignments follow endpoints; clusters only the service and its policy.
-	version := s.ConfigVersion
-	if kind == "eds" || kind == "eds@" {
-		version = s.Version
-	}
-	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
-	if v, ok := p.lru.Get(key); ok {
-		p.m.cache.WithLabelValues(kind, "hit").Inc()
-		return v.([]R)
-	}
-	p.m.cache.WithLabelValues(kind, "miss").Inc()
-	out := gen(m, s)
-	p.lru.Add(key, out)
-	return out
-}
-
-// publish hands resources to the sink, which validates each new one: a
-// proxy must never be sent what it would reject.
-func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
-	out := make(map[string]types.Resource, len(list))
-	for _, r := range list {
-		out[gcpcache.GetResourceName(r)] = r
-	}
-	if tooLarge(p, class, typeURL, list) {
-		return
-	}
-	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
-	if err != nil {
-		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
-		return
-	}
-	p.sizes.observe(typeURL[strings.LastIndex(typeURL, ".")+1:], len(out), size)
-	if changed+removed > 0 {
-		p.cfg.Log.Debug("resources updated", "class", class, "type", typeURL, "changed", changed, "removed", removed)
-	}
-}
 
 // gatewayScope returns the index options of the shared gateway namespaces.
 func gatewayScope(namespaces []string) []classify.Option {

@@ -10,5 +10,10 @@
 // serving and terminating conditions, with each Pod's labels and service
 // account and each Node's region and zone.
 //
-// Source.Run owns its informers and returns after they have stopped.
+// A cluster's informers (Informers) are shared by the sources of its
+// namespace parts that one process leads: they start with the first
+// source and stop after the last. Source.Run returns after its own
+// handlers, and the informers it was the last to use, have stopped. The
+// mesh's MeshConfig and the root certificates' ConfigMaps have watches of
+// their own (meshconfig.go, rootcert.go).
 package kube

@@ -134,13 +134,21 @@ func (c *Cache) newTable(typeURL string) *Table {
 	return t
 }
 
-// Classes returns every class the cache holds, in order.
+// Classes returns every class the cache holds, and those being filled by
+// AddClass, in order: a generation that starts while a class is filled
+// generates it too, so that what the fill read before that generation is
+// replaced (the class's fill and the generations run in turn).
 func (c *Cache) Classes() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]string, 0, len(c.classes))
 	for class := range c.classes {
 		out = append(out, class)
+	}
+	for k := range c.filling {
+		if k.typeURL == c.cfg.Types[0] {
+			out = append(out, k.class)
+		}
 	}
 	slices.Sort(out)
 	return out

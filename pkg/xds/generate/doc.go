@@ -2,7 +2,8 @@
 // functions from model values to xDS messages, with no I/O and no state,
 // so that each can be tested with plain values. Files follow what they
 // generate (clusters, endpoints, listeners, routes, virtual hosts,
-// gateways, inbound and security) and the rules they share (defaults.go:
+// gateways, inbound; security: policies, rbac.go, jwt.go, and servers.go,
+// the proxyless servers' listeners) and the rules they share (defaults.go:
 // what istiod sets where the user is silent; mtls.go: Istio's mutual TLS).
 //
 // Two kinds of proxy are served. Envoy sidecars get an outbound listener per

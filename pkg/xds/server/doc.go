@@ -6,9 +6,9 @@
 // changes the stream's per-type watch (its subscription set, its ACKed
 // version) under the stream's lock; a table that changes marks the watch
 // due and queues the stream for the server's senders, a fixed pool, one of
-// which computes the response from the table's log and writes it. At most one response per type is in
-// flight. Responses go out in the order clusters, endpoints, listeners,
-// routes when several are due. SotW requests are decoded by the server's
+// which computes the response from the table's log and writes it. At most
+// one response per type is in flight. Responses go out in the order
+// secrets, clusters, endpoints, listeners, routes when several are due. SotW requests are decoded by the server's
 // own codec without allocating; everything else uses the proto codec.
 //
 // The xDS rules follow go-control-plane's: a SotW type is a wildcard

@@ -1,0 +1,138 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/model"
+)
+
+// errReload ends a pass of follow so that the next one loads the store again.
+var errReload = errors.New("pusher: reload requested")
+
+func (p *Pusher) follow(ctx context.Context) {
+	for {
+		pass, cancel := context.WithCancel(ctx)
+		p.served.setReload(cancel)
+		err := p.followOnce(pass)
+		rescoped := pass.Err() != nil // asked for while following
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if rescoped {
+			err = fmt.Errorf("%w: the namespaces served changed", errReload)
+		}
+		switch {
+		case errors.Is(err, model.ErrRefused):
+			// Not the relay's: its change is not applied, and the store
+			// says what is true.
+			p.m.events.WithLabelValues("refused").Inc()
+			p.cfg.Log.Error("change event refused; reloading the mesh from the store", "reason", err)
+			continue
+		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):
+			p.cfg.Log.Info("reloading the mesh from the store", "reason", err)
+			continue
+		}
+		p.cfg.Log.Warn("lost the store or the change stream; serving the last config", "err", err, "retry_in", p.cfg.RetryDelay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.cfg.RetryDelay):
+		}
+	}
+}
+
+// followOnce loads the store and follows the stream until an error.
+func (p *Pusher) followOnce(ctx context.Context) error {
+	// Take the stream position before the load: every event at or before
+	// it is in the load, and later ones older than the load are skipped.
+	seq, err := p.cfg.Feed.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	items, rev, scope, err := p.load(ctx)
+	if err != nil {
+		return err
+	}
+	p.scope = scope
+	p.m.scope.Set(float64(len(scope)))
+	p.state.reset(items, rev)
+	p.m.loads.Inc()
+	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
+	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+	p.consumed.Store(seq)
+	p.following.Store(true)
+	defer p.following.Store(false)
+	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
+		if err := p.apply(ctx, ev); err != nil {
+			return err
+		}
+		p.consumed.Store(n)
+		return nil
+	}
+	if scope != nil {
+		return p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
+	}
+	return p.cfg.Feed.Consume(ctx, seq+1, fn)
+}
+
+// revisionJump is how far past the last applied revision an event may be
+// before the store is asked whether it has come that far: a forged event
+// far in the future would otherwise hold its key until the store caught up.
+const revisionJump = 1 << 20
+
+func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
+	if ev == nil {
+		// Its change would be lost: read the store again instead.
+		p.m.events.WithLabelValues("invalid").Inc()
+		return fmt.Errorf("%w: an undecodable change event", errReload)
+	}
+	if ev.Revision > p.state.revision()+revisionJump {
+		rev, err := p.cfg.Loader.Revision(ctx)
+		if err != nil {
+			return err
+		}
+		if ev.Revision > rev {
+			p.m.events.WithLabelValues("invalid").Inc()
+			p.cfg.Log.Warn("change event beyond the store's revision refused", "key", ev.Key, "revision", ev.Revision, "store_revision", rev)
+			return nil
+		}
+	}
+	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
+		if ev.Revision > p.state.revision() {
+			return fmt.Errorf("%w: resync at revision %d", errReload, ev.Revision)
+		}
+		return nil
+	}
+	k, err := model.ParseKey(ev.Key)
+	if err == nil {
+		var changed bool
+		var obj model.Object
+		changed, obj, err = p.state.apply(k, ev)
+		if err == nil {
+			if !changed {
+				p.m.events.WithLabelValues("skipped").Inc()
+				return nil
+			}
+			p.m.events.WithLabelValues("applied").Inc()
+			if err := p.rescope(k, obj); err != nil {
+				return err
+			}
+			observed := time.Now() // a delete: observed when it arrives
+			if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
+				observed = obj.GetOrigin().GetObservedAt().AsTime()
+				p.m.applyLag.Observe(time.Since(observed).Seconds())
+			}
+			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
+			return nil
+		}
+	}
+	// Its change would be lost: read the store again instead.
+	p.m.events.WithLabelValues("invalid").Inc()
+	return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
+}

@@ -1,0 +1,375 @@
+package pusher
+
+import (
+	"cmp"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/classify"
+	"github.com/shardpilot/shardpilot/pkg/meshbuild"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// generate rebuilds the resources and hands them to the sink. Endpoint
+// changes alone rebuild only the load assignments of the services whose
+// endpoints changed (the EDS fast path). Per-service resources come from
+// an LRU cache keyed by the versions of their inputs, so a generation
+// costs what changed, not the mesh.
+func (p *Pusher) generate(c change) {
+	start := time.Now()
+	p.m.debounce.Observe(start.Sub(c.since).Seconds())
+	p.conv.begin(c.observed)
+	p.delivered = p.cfg.Sink.Backlog() == 0
+	p.gen++
+	built, index, rev := p.state.mesh()
+	mesh := built.Mesh
+	previous := p.index.Swap(index)
+	p.last = mesh
+	p.noteSettings(built.Settings)
+	if !c.full && (built.Changed == nil || p.serverPorts.changed(built.Changed)) {
+		// The build joined everything again (endpoints of a DNS service
+		// are part of its clusters), or endpoints changed the ports
+		// proxyless servers serve or gateways listen on: generate the
+		// classes again.
+		c.full = true
+	}
+	if c.full {
+		p.serverPorts.record(mesh)
+	}
+	p.generateEndpoints(built)
+	if c.full {
+		classes := p.cfg.Sink.Classes()
+		for _, class := range classes {
+			p.generateClass(mesh, class)
+		}
+		p.routes.keep(classes)
+		p.prints.keep(classes)
+		p.linger.keep(classes)
+		if previous != nil && !previous.Same(index) {
+			// Sidecars, exportTo or Gateways changed: a connected proxy may
+			// belong to another class now.
+			select {
+			case p.classesChanged <- struct{}{}:
+			default:
+			}
+		}
+		p.sizes.flush(p.m)
+	}
+	p.generated.Store(rev)
+	kind := "full"
+	if !c.full {
+		kind = "eds"
+	}
+	p.m.generations.WithLabelValues(kind).Inc()
+	p.m.genTime.Observe(time.Since(start).Seconds())
+	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// noteSettings logs the mesh's settings when they change, and warns of
+// those the pushers take from their own configuration instead.
+func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {
+	if s == p.settings {
+		return
+	}
+	p.settings = s
+	if s == nil {
+		p.cfg.Log.Info("mesh settings: istiod's defaults (no MeshConfig stored)")
+		return
+	}
+	p.cfg.Log.Info("mesh settings applied", "from", s.GetOrigin().GetLocation(), "version", s.GetOrigin().GetSourceVersion())
+	for _, d := range []struct{ field, mesh, own, flag string }{
+		{"trustDomain", s.TrustDomain, cmp.Or(p.cfg.TrustDomain, "cluster.local"), "--trust-domain"},
+		{"rootNamespace", s.RootNamespace, p.state.rootNamespace(), "--root-namespace"},
+	} {
+		if d.mesh != "" && d.mesh != d.own {
+			p.cfg.Log.Warn("the mesh's MeshConfig differs from the pushers' own setting, which applies", "field", d.field,
+				"meshconfig", d.mesh, "pushers", d.own, "flag", d.flag)
+		}
+	}
+}
+
+// generateEndpoints hands the load assignments to the sink, and their
+// variants to each locality's table: every service's after a join, only
+// the changed services' after an endpoint change.
+func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
+	mesh := built.Mesh
+	if built.Changed == nil || p.eds == nil {
+		p.eds = make(map[string][]string, len(mesh.Services))
+		var eds []*endpoint.ClusterLoadAssignment
+		for _, s := range mesh.Services {
+			las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
+			p.eds[s.Namespace+"/"+s.Name] = names(las)
+			eds = append(eds, las...)
+		}
+		p.edsCount = len(eds)
+		publish(p, "", resource.EndpointType, eds)
+		p.localities.generate(p, mesh, nil, nil)
+		return
+	}
+	if len(built.Changed) == 0 {
+		return
+	}
+	set := map[string]types.Resource{}
+	var remove []string
+	for _, s := range built.Changed {
+		id := s.Namespace + "/" + s.Name
+		remove = append(remove, p.eds[id]...)
+		las := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
+		for _, la := range las {
+			set[la.ClusterName] = la
+		}
+		p.edsCount += len(las) - len(p.eds[id])
+		p.eds[id] = names(las)
+	}
+	_, _, size, err := p.cfg.Sink.Patch("", resource.EndpointType, set, remove)
+	if err != nil {
+		p.cfg.Log.Error("cache update failed", "class", "", "type", resource.EndpointType, "err", err)
+		return
+	}
+	p.sizes.observe("ClusterLoadAssignment", p.edsCount, size)
+	p.localities.generate(p, mesh, built.Changed, remove)
+}
+
+func names(las []*endpoint.ClusterLoadAssignment) []string {
+	out := make([]string, len(las))
+	for i, la := range las {
+		out[i] = la.ClusterName
+	}
+	return out
+}
+
+// generateClass generates the clusters, routes and listeners of one class
+// from the part of the mesh its view sees.
+func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
+	if gateways, ok := classify.Gateways(class); ok {
+		p.generateRouter(mesh, class, gateways)
+		return
+	}
+	proxy, view := p.index.Load().View(class)
+	view.RegistryOnly = view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY ||
+		view.Outbound == meshv1.OutboundPolicy_OUTBOUND_POLICY_UNSET && mesh.RegistryOnly
+	m := mesh.For(view)
+	// Its inbound security (an Envoy's virtual inbound listener, a
+	// proxyless class's servers' listeners) follows the policies that
+	// apply; a proxyless class also follows the ports its namespace serves.
+	security := mesh.PoliciesFor(view.Namespace, view.Policies)
+	var servers string
+	for _, pol := range security {
+		servers += "|" + pol.Tag() + "@" + pol.Version
+	}
+	if proxy == generate.Proxyless {
+		for _, s := range mesh.Services {
+			if view.Namespace == "" || s.Namespace == view.Namespace {
+				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
+			}
+		}
+		for _, pol := range mesh.Policies {
+			// The namespaces with policies have classes of their own.
+			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
+		}
+	}
+	if !printChanged(&p.prints, class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
+		// Nothing this class sees changed: its resources would be the same.
+		p.m.classes.WithLabelValues("unchanged").Inc()
+		return
+	}
+	p.m.classes.WithLabelValues("generated").Inc()
+	var clusters []*cluster.Cluster
+	for _, s := range m.Services {
+		clusters = append(clusters, cached(p, "cds", proxy.String(), m, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+			return generate.ServiceClusters(m, s, proxy)
+		})...)
+	}
+	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
+	if proxy == generate.Envoy {
+		clusters = append(clusters, generate.JWKSClusters(security)...)
+	}
+	clusters = append(clusters, generate.CatchAllClusters(m, proxy)...)
+	p.publishClusters(class, clusters)
+	publish(p, class, resource.RouteType, reuseRoutes(&p.routes, class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
+	listeners := generate.Listeners(m, proxy, security)
+	if proxy == generate.Proxyless {
+		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
+	}
+	publish(p, class, resource.ListenerType, listeners)
+}
+
+// virtualHost returns the virtual hosts for a kind of proxy from the LRU
+// cache, keyed by the versions of their inputs: a VirtualService change
+// regenerates only the virtual hosts of the hosts it names.
+func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
+	return func(m *generate.Mesh, host string, port uint32) *route.VirtualHost {
+		key := "vh|" + proxy.String() + "|" + host + ":" + strconv.FormatUint(uint64(port), 10) + "|" + generate.VirtualHostInputs(m, host, port)
+		if v, ok := p.lru.Get(key); ok {
+			p.m.cache.WithLabelValues("vh", "hit").Inc()
+			return v.(*route.VirtualHost)
+		}
+		p.m.cache.WithLabelValues("vh", "miss").Inc()
+		vh := generate.VirtualHost(m, host, port)
+		if proxy == generate.Envoy {
+			vh = generate.SidecarVirtualHost(m, host, port)
+		}
+		p.lru.Add(key, vh)
+		return vh
+	}
+}
+
+// classPrint hashes what a class's clusters, routes and listeners are made
+// of: the kind of proxy, its view, the mesh's settings, the services it
+// sees with the versions of their configuration (not of their endpoints),
+// every route rule, and the removed clusters it still serves (lingering).
+func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering, servers string) uint64 {
+	h := fnv.New64a()
+	write := func(parts ...string) {
+		for _, s := range parts {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+	}
+	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly), m.ConfigVersion)
+	write(view.Egress...)
+	for _, il := range view.Ingress {
+		write("i", strconv.FormatUint(uint64(il.Port), 10), il.Protocol.String(), il.DefaultEndpoint)
+	}
+	for _, port := range slices.Sorted(maps.Keys(view.EgressPorts)) {
+		write(strconv.FormatUint(uint64(port), 10))
+		write(view.EgressPorts[port]...)
+	}
+	for _, s := range m.Services {
+		write("s", s.Namespace, s.Name, s.ConfigVersion)
+	}
+	for _, r := range m.Routes {
+		write("r", r.Namespace, r.Name, r.Version)
+	}
+	return h.Sum64()
+}
+
+// publishClusters hands over a class's clusters with those it lost less
+// than ClusterLinger ago (make before break), and schedules the generation
+// that drops them.
+func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
+	now := time.Now()
+	out, next := p.linger.apply(class, clusters, p.gen, p.delivered, now)
+	publish(p, class, resource.ClusterType, out)
+	if next.IsZero() {
+		return
+	}
+	// A generation to drop them: held (up to the maximum hold) until this
+	// one's pushes are written and answered, and one at the latest.
+	p.debouncer.Add(change{1, now, true, time.Time{}})
+	if p.lingerAt.After(now) {
+		return // one is due already
+	}
+	p.lingerAt = next
+	request := func() { p.debouncer.Add(change{1, time.Now(), true, time.Time{}}) }
+	if p.lingerTimer == nil {
+		p.lingerTimer = time.AfterFunc(next.Sub(now), request)
+	} else {
+		p.lingerTimer.Reset(next.Sub(now))
+	}
+}
+
+// tooLarge reports, and logs and counts, resources a class's proxies could
+// not receive: the clusters or listeners of proxyless clients above what
+// grpc-go takes in one message.
+func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool {
+	if !strings.HasPrefix(class, generate.Proxyless.String()) || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
+		return false
+	}
+	size := 0
+	for _, r := range list {
+		size += proto.Size(r)
+	}
+	if size <= p.cfg.MaxProxylessResponse {
+		return false
+	}
+	p.m.tooLarge.Inc()
+	p.cfg.Log.Error("resources too large for proxyless clients; the class keeps its last ones",
+		"class", class, "type", typeURL, "resources", len(list), "bytes", size, "limit", p.cfg.MaxProxylessResponse,
+		"hint", "limit what these clients see with a Sidecar (egress hosts)")
+	return true
+}
+
+// generateRouter generates the resources of a class of gateway proxies:
+// every service's clusters, and the listeners and routes of its gateways.
+func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []string) {
+	var gws []*generate.Gateway
+	for _, g := range mesh.Gateways {
+		if slices.Contains(selected, g.Key()) {
+			gws = append(gws, g)
+		}
+	}
+	var clusters []*cluster.Cluster
+	auto := generate.AutoPassthrough(gws)
+	for _, s := range mesh.Services {
+		cs := cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
+			return generate.ServiceClusters(m, s, generate.Envoy)
+		})
+		clusters = append(clusters, cs...)
+		if auto {
+			// Cached like the clusters they copy, so that a generation
+			// hands the same objects over and nothing is encoded again.
+			clusters = append(clusters, cached(p, "sni", generate.Envoy.String(), mesh, s, func(*generate.Mesh, *generate.Service) []*cluster.Cluster {
+				return generate.SNIClusters(cs)
+			})...)
+		}
+	}
+	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
+	p.publishClusters(class, clusters)
+	listen := generate.ListenPorts(mesh, gws)
+	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws, listen))
+	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws, listen))
+}
+
+// cached returns a service's resources of one kind from the LRU cache, or
+// generates and caches them.
+func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
+	// Load assignments follow endpoints; clusters only the service and its policy.
+	version := s.ConfigVersion
+	if kind == "eds" || kind == "eds@" {
+		version = s.Version
+	}
+	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
+	if v, ok := p.lru.Get(key); ok {
+		p.m.cache.WithLabelValues(kind, "hit").Inc()
+		return v.([]R)
+	}
+	p.m.cache.WithLabelValues(kind, "miss").Inc()
+	out := gen(m, s)
+	p.lru.Add(key, out)
+	return out
+}
+
+// publish hands resources to the sink, which validates each new one: a
+// proxy must never be sent what it would reject.
+func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
+	out := make(map[string]types.Resource, len(list))
+	for _, r := range list {
+		out[gcpcache.GetResourceName(r)] = r
+	}
+	if tooLarge(p, class, typeURL, list) {
+		return
+	}
+	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
+	if err != nil {
+		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
+		return
+	}
+	p.sizes.observe(typeURL[strings.LastIndex(typeURL, ".")+1:], len(out), size)
+	if changed+removed > 0 {
+		p.cfg.Log.Debug("resources updated", "class", class, "type", typeURL, "changed", changed, "removed", removed)
+	}
+}

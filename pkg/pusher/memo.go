@@ -1,0 +1,136 @@
+package pusher
+
+import (
+	"slices"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// The owner's memos (owner.go): what a generation keeps for the next.
+
+// classMemo holds a value per class; a class the sink dropped is
+// forgotten at the next full generation.
+type classMemo[V any] struct{ by map[string]V }
+
+func (m *classMemo[V]) get(class string) (V, bool) {
+	v, ok := m.by[class]
+	return v, ok
+}
+
+func (m *classMemo[V]) set(class string, v V) {
+	if m.by == nil {
+		m.by = map[string]V{}
+	}
+	m.by[class] = v
+}
+
+func (m *classMemo[V]) forget(class string) { delete(m.by, class) }
+
+// keep forgets the classes not listed (dropped by the sink).
+func (m *classMemo[V]) keep(classes []string) {
+	for class := range m.by {
+		if !slices.Contains(classes, class) {
+			delete(m.by, class)
+		}
+	}
+}
+
+// sizes keeps, per type, the largest class's resource count and bytes of
+// a generation.
+type sizes struct {
+	count, bytes map[string]int
+}
+
+func (s *sizes) observe(typ string, count, bytes int) {
+	if s.count == nil {
+		s.count, s.bytes = map[string]int{}, map[string]int{}
+	}
+	s.count[typ] = max(s.count[typ], count)
+	s.bytes[typ] = max(s.bytes[typ], bytes)
+}
+
+// flush sets the gauges and starts over.
+func (s *sizes) flush(m metrics) {
+	for typ, n := range s.count {
+		m.resources.WithLabelValues(typ).Set(float64(n))
+		m.configBytes.WithLabelValues(typ).Set(float64(s.bytes[typ]))
+	}
+	s.count, s.bytes = nil, nil
+}
+
+// serverPorts remembers, from the last full generation, the ports each
+// service's proxyless servers got listeners for and the target ports it
+// gives the gateways' server ports; and the gateways' selectors, which
+// change only with a full generation.
+type serverPorts struct {
+	print   map[string]string
+	targets generate.GatewayTargets
+}
+
+func (s *serverPorts) record(mesh *generate.Mesh) {
+	s.targets = generate.NewGatewayTargets(mesh.Gateways)
+	s.print = make(map[string]string, len(mesh.Services))
+	for _, svc := range mesh.Services {
+		s.print[svc.Namespace+"/"+svc.Name] = s.printOf(svc)
+	}
+}
+
+// printOf prints a service's ports.
+func (s *serverPorts) printOf(svc *generate.Service) string {
+	return generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
+}
+
+// of returns a service's ports as recorded (computed when it is new).
+func (s *serverPorts) of(svc *generate.Service) string {
+	if print, ok := s.print[svc.Namespace+"/"+svc.Name]; ok {
+		return print
+	}
+	return s.printOf(svc)
+}
+
+// changed reports whether endpoint changes gave a service another set of
+// served ports, or moved a gateway's target port: the listeners of
+// proxyless servers or routers must be generated again, not only the load
+// assignments.
+func (s *serverPorts) changed(services []*generate.Service) bool {
+	for _, svc := range services {
+		if s.print[svc.Namespace+"/"+svc.Name] != s.printOf(svc) {
+			return true
+		}
+	}
+	return false
+}
+
+// routeMemo keeps each class's last route configurations by name, so that
+// one made of the same virtual hosts is handed to the cache as the same
+// object and neither encoded nor sent again: only the route configurations
+// a change touched are new.
+type routeMemo = classMemo[map[string]*route.RouteConfiguration]
+
+// reuseRoutes returns a class's route configurations, the last ones where
+// they are made of the same virtual hosts.
+func reuseRoutes(r *routeMemo, class string, rcs []*route.RouteConfiguration) []*route.RouteConfiguration {
+	prev, _ := r.get(class)
+	next := make(map[string]*route.RouteConfiguration, len(rcs))
+	for i, rc := range rcs {
+		if old, ok := prev[rc.Name]; ok && slices.Equal(old.VirtualHosts, rc.VirtualHosts) {
+			rcs[i] = old
+		}
+		next[rc.Name] = rcs[i]
+	}
+	r.set(class, next)
+	return rcs
+}
+
+// prints holds, per class, a hash of everything its last generation read,
+// so that a change the class does not see costs it nothing.
+type prints = classMemo[uint64]
+
+// printChanged records a class's print and reports whether it differs from
+// the last one.
+func printChanged(pr *prints, class string, print uint64) bool {
+	old, ok := pr.get(class)
+	pr.set(class, print)
+	return !ok || old != print
+}

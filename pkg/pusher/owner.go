@@ -1,0 +1,62 @@
+package pusher
+
+import "context"
+
+// One goroutine, the owner, generates: every generation, and the fill of
+// a class or a locality seen for the first time, runs on it in turn, as a
+// message from the goroutine that asks (the debouncer, a proxy's stream).
+// What generations keep between them (the last mesh, the memos, the
+// lingering clusters, the endpoint names) is its alone and carries no
+// lock. A fill that read the mesh before a change could otherwise finish
+// after the change's generation, which did not see the class yet, and
+// serve the class the old mesh until the next change.
+
+// own runs the messages until ctx ends.
+func (p *Pusher) own(ctx context.Context) {
+	defer close(p.stopped)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case fn := <-p.inbox:
+			fn()
+		}
+	}
+}
+
+// onOwner runs fn on the owner and waits for it; it does not run fn once
+// the owner has stopped.
+func (p *Pusher) onOwner(fn func()) {
+	done := make(chan struct{})
+	select {
+	case p.inbox <- func() { defer close(done); fn() }:
+		<-done
+	case <-p.stopped:
+	}
+}
+
+// FillClass generates the resources of a class seen for the first time,
+// from the last generation's mesh, before its first proxy is served. The
+// sink lists the class from when its tables exist, so a generation after
+// the fill generates it too; before the first generation there is nothing
+// to fill from, and the first generation fills it. A fill asked before Run
+// waits for it.
+func (p *Pusher) FillClass(class string) {
+	p.onOwner(func() {
+		p.prints.forget(class) // its tables are new, whatever it had before
+		if p.last != nil {
+			p.generateClass(p.last, class)
+		}
+	})
+}
+
+// FillLocality generates the load assignments of a locality seen for the
+// first time, from the last generation's mesh, before its first proxy is
+// served.
+func (p *Pusher) FillLocality(class string) {
+	p.onOwner(func() {
+		if p.last != nil && p.cfg.Localities != nil {
+			p.localities.fill(p, p.last, class)
+		}
+	})
+}

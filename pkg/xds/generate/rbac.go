@@ -1,0 +1,368 @@
+package generate
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rbacconfig "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// rbacOptions say what a proxy can check: a JWT's claims (jwt: an Envoy
+// with a JWT filter), and whether the traffic is HTTP at all (tcp: no
+// paths, methods, hosts or headers).
+type rbacOptions struct {
+	jwt, tcp bool
+}
+
+// RBACFilters returns the RBAC HTTP filters of a class's
+// AuthorizationPolicies for a proxyless gRPC server (no JWT), as Istio
+// evaluates them: a request matching a DENY rule is denied; then, when
+// any ALLOW policy applies, a request matching none of their rules is
+// denied. No policy: no filter.
+func RBACFilters(sec Security) []*hcm.HttpFilter {
+	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{})
+	var out []*hcm.HttpFilter
+	if len(deny) > 0 {
+		// grpc-go refuses a listener whose HTTP filters share a name (the
+		// DENY and ALLOW filters of one workload did): the DENY filter has
+		// a name of its own, the one istiod gives it for gRPC.
+		f := rbacFilter(rbacconfig.RBAC_DENY, deny)
+		f.Name = "envoy.filters.http.rbac.DENY"
+		out = append(out, f)
+	}
+	if anyAllow {
+		out = append(out, rbacFilter(rbacconfig.RBAC_ALLOW, allow))
+	}
+	return out
+}
+
+// rbacPolicies translates the AuthorizationPolicies of a class into the
+// policies of a DENY and an ALLOW RBAC filter, and says whether any ALLOW
+// policy applies (an ALLOW filter is needed even with no rule: it denies
+// everything).
+func rbacPolicies(sec Security, opts rbacOptions) (deny, allow map[string]*rbacconfig.Policy, anyAllow bool) {
+	deny, allow = map[string]*rbacconfig.Policy{}, map[string]*rbacconfig.Policy{}
+	for _, p := range sec {
+		ap, ok := p.Spec.(*meshv1.AuthorizationPolicy)
+		if !ok {
+			continue
+		}
+		isDeny := ap.Action == meshv1.AuthorizationPolicy_ACTION_DENY
+		anyAllow = anyAllow || !isDeny
+		for i, r := range ap.Rules {
+			policy, ok := rbacPolicy(r, isDeny, opts)
+			if !ok {
+				continue
+			}
+			name := fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]", p.Namespace, p.Name, i)
+			if isDeny {
+				deny[name] = policy
+			} else {
+				allow[name] = policy
+			}
+		}
+	}
+	return deny, allow, anyAllow
+}
+
+func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy) *hcm.HttpFilter {
+	return &hcm.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcm.HttpFilter_TypedConfig{
+		TypedConfig: mustAny(&rbac.RBAC{Rules: &rbacconfig.RBAC{Action: action, Policies: policies}})}}
+}
+
+// rbacPolicy translates one rule. What the proxy cannot check (a JWT's
+// principal or claims without a JWT filter; paths, methods, hosts and
+// headers of TCP traffic) fails closed: an ALLOW rule naming it matches
+// nothing (ok false: left out), a DENY rule matches regardless of it.
+func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool, opts rbacOptions) (*rbacconfig.Policy, bool) {
+	var principals []*rbacconfig.Principal
+	var perms []*rbacconfig.Permission
+	if len(r.From) > 0 {
+		var alts []*rbacconfig.Principal
+		for _, src := range r.From {
+			id, checked := sourcePrincipal(src, opts)
+			if !checked && !isDeny {
+				continue // this source can never be proven
+			}
+			alts = append(alts, id)
+		}
+		if len(alts) == 0 {
+			return nil, false
+		}
+		principals = append(principals, orIDs(alts))
+	}
+	if len(r.To) > 0 {
+		var alts []*rbacconfig.Permission
+		for _, op := range r.To {
+			perm, checked := operationPermission(op, opts)
+			if !checked && !isDeny {
+				continue
+			}
+			alts = append(alts, perm)
+		}
+		if len(alts) == 0 {
+			return nil, false
+		}
+		perms = append(perms, orPermissions(alts))
+	}
+	for _, c := range r.When {
+		switch {
+		case c.Key == "destination.port":
+			perms = append(perms, valuesPermission(c, func(v string) *rbacconfig.Permission {
+				n, _ := strconv.ParseUint(v, 10, 32)
+				return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
+			}))
+		case strings.HasPrefix(c.Key, "request.auth."):
+			id, checked := claimCondition(c, opts)
+			if !checked {
+				if !isDeny {
+					return nil, false
+				}
+				continue
+			}
+			principals = append(principals, id)
+		case strings.HasPrefix(c.Key, "request.headers[") && opts.tcp:
+			if !isDeny {
+				return nil, false
+			}
+		default:
+			principals = append(principals, conditionPrincipal(c))
+		}
+	}
+	p := &rbacconfig.Policy{
+		Permissions: []*rbacconfig.Permission{andPermissions(perms)},
+		Principals:  []*rbacconfig.Principal{andIDs(principals)},
+	}
+	return p, true
+}
+
+var anyID = &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Any{Any: true}}
+
+var anyPermission = &rbacconfig.Permission{Rule: &rbacconfig.Permission_Any{Any: true}}
+
+func andIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
+	switch len(ids) {
+	case 0:
+		return anyID
+	case 1:
+		return ids[0]
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_AndIds{AndIds: &rbacconfig.Principal_Set{Ids: ids}}}
+}
+
+func orIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_OrIds{OrIds: &rbacconfig.Principal_Set{Ids: ids}}}
+}
+
+func notID(id *rbacconfig.Principal) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_NotId{NotId: id}}
+}
+
+func andPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
+	switch len(ps) {
+	case 0:
+		return anyPermission
+	case 1:
+		return ps[0]
+	}
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_AndRules{AndRules: &rbacconfig.Permission_Set{Rules: ps}}}
+}
+
+func orPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
+	if len(ps) == 1 {
+		return ps[0]
+	}
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_OrRules{OrRules: &rbacconfig.Permission_Set{Rules: ps}}}
+}
+
+func notPermission(p *rbacconfig.Permission) *rbacconfig.Permission {
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_NotRule{NotRule: p}}
+}
+
+// stringMatch is Istio's string match: exact, "*" for any value, a prefix
+// ("abc*") or a suffix ("*abc").
+func stringMatch(v string, ignoreCase bool) *matcher.StringMatcher {
+	switch {
+	case v == "*":
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: ".+"}}}
+	case strings.HasSuffix(v, "*"):
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: strings.TrimSuffix(v, "*")}, IgnoreCase: ignoreCase}
+	case strings.HasPrefix(v, "*"):
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Suffix{Suffix: strings.TrimPrefix(v, "*")}, IgnoreCase: ignoreCase}
+	}
+	return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: v}, IgnoreCase: ignoreCase}
+}
+
+// principalName matches the SPIFFE ID of the peer's certificate.
+func principalName(m *matcher.StringMatcher) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Authenticated_{Authenticated: &rbacconfig.Principal_Authenticated{PrincipalName: m}}}
+}
+
+func principalMatch(v string) *rbacconfig.Principal {
+	if v == "*" {
+		return principalName(stringMatch("*", false))
+	}
+	// Istio's principals leave out "spiffe://".
+	if strings.HasPrefix(v, "*") {
+		return principalName(stringMatch(v, false))
+	}
+	return principalName(stringMatch("spiffe://"+v, false))
+}
+
+func namespaceMatch(ns string) *rbacconfig.Principal {
+	return principalName(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{
+		SafeRegex: &matcher.RegexMatcher{Regex: ".*/ns/" + regexp.QuoteMeta(ns) + "/.*"}}})
+}
+
+func ipMatch(v string) *rbacconfig.Principal {
+	prefix, err := netip.ParsePrefix(v)
+	if err != nil {
+		addr, _ := netip.ParseAddr(v)
+		prefix = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_DirectRemoteIp{DirectRemoteIp: &core.CidrRange{
+		AddressPrefix: prefix.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(prefix.Bits()))}}}
+}
+
+func headerID(name string, m *matcher.StringMatcher) *rbacconfig.Principal {
+	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Header{Header: &route.HeaderMatcher{
+		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
+}
+
+// field adds the match of one list of a source: any of its values.
+func field(ids *[]*rbacconfig.Principal, values []string, not bool, match func(string) *rbacconfig.Principal) {
+	if len(values) == 0 {
+		return
+	}
+	var alts []*rbacconfig.Principal
+	for _, v := range values {
+		alts = append(alts, match(v))
+	}
+	id := orIDs(alts)
+	if not {
+		id = notID(id)
+	}
+	*ids = append(*ids, id)
+}
+
+// sourcePrincipal translates a source; checked is false when it names
+// request principals the proxy cannot check (they are left out).
+func sourcePrincipal(src *meshv1.AuthorizationSource, opts rbacOptions) (id *rbacconfig.Principal, checked bool) {
+	var ids []*rbacconfig.Principal
+	field(&ids, src.Principals, false, principalMatch)
+	field(&ids, src.NotPrincipals, true, principalMatch)
+	field(&ids, src.Namespaces, false, namespaceMatch)
+	field(&ids, src.NotNamespaces, true, namespaceMatch)
+	field(&ids, src.IpBlocks, false, ipMatch)
+	field(&ids, src.NotIpBlocks, true, ipMatch)
+	checked = len(src.Unchecked) == 0
+	if len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0 {
+		if opts.jwt && !opts.tcp && requestPrincipalsSupported(src.RequestPrincipals) && requestPrincipalsSupported(src.NotRequestPrincipals) {
+			field(&ids, src.RequestPrincipals, false, requestPrincipal)
+			field(&ids, src.NotRequestPrincipals, true, requestPrincipal)
+		} else {
+			checked = false
+		}
+	}
+	return andIDs(ids), checked
+}
+
+func permissionField(perms *[]*rbacconfig.Permission, values []string, not bool, match func(string) *rbacconfig.Permission) {
+	if len(values) == 0 {
+		return
+	}
+	var alts []*rbacconfig.Permission
+	for _, v := range values {
+		alts = append(alts, match(v))
+	}
+	p := orPermissions(alts)
+	if not {
+		p = notPermission(p)
+	}
+	*perms = append(*perms, p)
+}
+
+func headerPermission(name string, m *matcher.StringMatcher) *rbacconfig.Permission {
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_Header{Header: &route.HeaderMatcher{
+		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
+}
+
+// operationPermission translates an operation; checked is false for a
+// TCP port when it names HTTP fields (paths, methods, hosts), which are
+// then left out.
+func operationPermission(op *meshv1.AuthorizationOperation, opts rbacOptions) (perm *rbacconfig.Permission, checked bool) {
+	var perms []*rbacconfig.Permission
+	checked = true
+	if opts.tcp {
+		checked = len(op.Paths)+len(op.NotPaths)+len(op.Methods)+len(op.NotMethods)+len(op.Hosts)+len(op.NotHosts) == 0
+	} else {
+		path := func(v string) *rbacconfig.Permission {
+			return &rbacconfig.Permission{Rule: &rbacconfig.Permission_UrlPath{UrlPath: &matcher.PathMatcher{
+				Rule: &matcher.PathMatcher_Path{Path: stringMatch(v, false)}}}}
+		}
+		method := func(v string) *rbacconfig.Permission { return headerPermission(":method", stringMatch(v, false)) }
+		host := func(v string) *rbacconfig.Permission { return headerPermission(":authority", stringMatch(v, true)) }
+		permissionField(&perms, op.Paths, false, path)
+		permissionField(&perms, op.NotPaths, true, path)
+		permissionField(&perms, op.Methods, false, method)
+		permissionField(&perms, op.NotMethods, true, method)
+		permissionField(&perms, op.Hosts, false, host)
+		permissionField(&perms, op.NotHosts, true, host)
+	}
+	port := func(v string) *rbacconfig.Permission {
+		n, _ := strconv.ParseUint(v, 10, 32)
+		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
+	}
+	permissionField(&perms, portStrings(op.Ports), false, port)
+	permissionField(&perms, portStrings(op.NotPorts), true, port)
+	return andPermissions(perms), checked
+}
+
+func portStrings(ports []uint32) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = strconv.FormatUint(uint64(p), 10)
+	}
+	return out
+}
+
+func valuesPermission(c *meshv1.AuthorizationCondition, match func(string) *rbacconfig.Permission) *rbacconfig.Permission {
+	var perms []*rbacconfig.Permission
+	permissionField(&perms, c.Values, false, match)
+	permissionField(&perms, c.NotValues, true, match)
+	return andPermissions(perms)
+}
+
+// conditionPrincipal translates a "when" condition on the source or the
+// request's headers.
+func conditionPrincipal(c *meshv1.AuthorizationCondition) *rbacconfig.Principal {
+	var match func(string) *rbacconfig.Principal
+	switch c.Key {
+	case "source.ip":
+		match = ipMatch
+	case "source.namespace":
+		match = namespaceMatch
+	case "source.principal":
+		match = principalMatch
+	default: // request.headers[<name>]
+		name := strings.TrimSuffix(strings.TrimPrefix(c.Key, "request.headers["), "]")
+		match = func(v string) *rbacconfig.Principal { return headerID(strings.ToLower(name), stringMatch(v, false)) }
+	}
+	var ids []*rbacconfig.Principal
+	field(&ids, c.Values, false, match)
+	field(&ids, c.NotValues, true, match)
+	return andIDs(ids)
+}

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,11 +25,11 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/inject"
-	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -112,103 +111,165 @@ func paths(list string) []string {
 	return out
 }
 
-func run(ctx context.Context, args []string) error {
-	var common cli.Common
-	var remote cli.Remote
-	var meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
-	var leaderTTL, syncMax, zkSession time.Duration
-	var ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts string
+// options are the ingester's flags.
+type options struct {
+	common                                                                                  cli.Common
+	remote                                                                                  cli.Remote
+	meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
+	leaderTTL, syncMax, zkSession                                                           time.Duration
+	ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts                               string
+	hook                                                                                    injectFlags
+	parts                                                                                   *int
+	rootCerts                                                                               *bool
+}
+
+// register defines the flags on fs.
+func (o *options) register(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
+	o.common.Register(fs, ":15015")
+	o.remote.Register(fs)
+	fs.StringVar(&o.meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
+	fs.StringVar(&o.signingKeyFile, "bus-signing-key-file", "", "PEM file of an ed25519 private key (openssl genpkey -algorithm ed25519) the relay signs every change event with; pushers given its public key (--bus-verify-key-file) refuse events without its signature, so that a NATS credential alone cannot forge config")
+	fs.StringVar(&o.kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
+	fs.StringVar(&o.ensembles, "zookeeper", "", `ZooKeeper ensembles to watch for Dubbo and Curator registrations: "<id>=<host:port>[,<host:port>...]", ensembles separated by ';'`)
+	fs.StringVar(&o.dubboRoots, "zookeeper-dubbo-roots", "/dubbo", "comma-separated paths Dubbo registers under (one per registry group; empty: none)")
+	fs.StringVar(&o.curatorRoots, "zookeeper-curator-roots", "/services", "comma-separated base paths of Curator service discovery (empty: none)")
+	fs.StringVar(&o.zkNamespace, "zookeeper-namespace", "default", `namespace of a registered service whose provider names none (a "namespace" URL parameter, or Curator metadata)`)
+	fs.StringVar(&o.zkHosts, "zookeeper-host-template", "{service}.{namespace}.svc.{domain}", "hostname of a registered service: {service} is the Dubbo interface (lowercased) or the Curator service name, {domain} the domain suffix")
+	fs.DurationVar(&o.zkSession, "zookeeper-session-timeout", 10*time.Second, "ZooKeeper session timeout")
+	o.parts = fs.Int("kube-namespace-parts", 1, "split each cluster's namespaces into this many parts (by a hash of their names), each a source with a leader election of its own, so that as many ingester replicas share one large cluster's ingest (each part's leader watches the cluster and writes its part's namespaces); a part takes over what the cluster's earlier parts wrote in its namespaces when the number changes")
+	fs.StringVar(&o.nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
+	fs.StringVar(&o.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
+	fs.StringVar(&o.meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
+	o.rootCerts = fs.Bool("root-cert-configmap", true, "publish the roots proxies trust (which the pushers holding the CA write to etcd) in every namespace of each cluster's mesh as Istio's ConfigMap istio-ca-root-cert (key root-cert.pem), as istiod does, for Istio's agents; off when istiod still writes it (a migration that keeps istiod's root)")
+	o.hook.register(fs)
+	fs.StringVar(&o.leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
+	fs.DurationVar(&o.syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
+	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
+}
+
+// validated is what the flags say, checked.
+type validated struct {
+	clusters []cluster
+	zks      []zookeeper.Config
+	selector labels.Selector
+	bus      bus.Config
+}
+
+// validate checks the flags before anything starts.
+func (o *options) validate() (v validated, err error) {
+	v.clusters, err = parseKubeconfigs(o.kubeconfigs)
+	if err != nil {
+		return v, err
+	}
+	if *o.parts < 1 || *o.parts > 256 {
+		return v, fmt.Errorf("--kube-namespace-parts %d: want 1 to 256", *o.parts)
+	}
+	v.zks, err = parseEnsembles(o.ensembles)
+	if err != nil {
+		return v, err
+	}
+	for i := range v.zks {
+		v.zks[i].DubboRoots, v.zks[i].CuratorRoots, v.zks[i].SessionTimeout, v.zks[i].MaxDelay = paths(o.dubboRoots), paths(o.curatorRoots), o.zkSession, o.syncMax
+		v.zks[i].Naming = zookeeper.Naming{HostTemplate: o.zkHosts, Namespace: o.zkNamespace, DomainSuffix: o.domainSuffix}
+		if err := v.zks[i].Validate(); err != nil {
+			return v, fmt.Errorf("--zookeeper %s: %w", v.zks[i].Ensemble, err)
+		}
+	}
+	if o.meshDir == "" && len(v.clusters) == 0 && len(v.zks) == 0 {
+		return v, errors.New("nothing to ingest: give --mesh-dir, --kubeconfig, --zookeeper or several")
+	}
+	v.selector, err = labels.Parse(o.nsSelector)
+	if err != nil {
+		return v, fmt.Errorf("--namespace-selector %q: %w", o.nsSelector, err)
+	}
+	v.bus = bus.Config{Stream: o.remote.Stream}
+	if o.signingKeyFile != "" {
+		if v.bus.Sign, err = cli.SigningKey("bus-signing-key-file", o.signingKeyFile); err != nil {
+			return v, err
+		}
+	}
+	if err := v.bus.Validate(); err != nil {
+		return v, fmt.Errorf("--stream: %w", err)
+	}
+	return v, o.hook.validate()
+}
+
+// startSources starts, in g, the sources of v: the mesh directory, each
+// cluster (and its root certificates' ConfigMaps) and each ZooKeeper
+// ensemble, each under its election.
+func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validated, etcd *clientv3.Client, election app.Election, ready *telemetry.Readiness,
+	log *slog.Logger, ingestMetrics *ingest.Metrics, kubeMetrics *kube.Metrics) {
+	if o.meshDir != "" {
+		if o.leaderID == "" {
+			// Unelected, this replica syncs the directory itself; elected,
+			// a follower has nothing to sync and is ready as it is.
+			ready.Set("mesh directory synced", false)
+		}
+		g.Go(func() error {
+			return app.Source{Etcd: etcd, MeshDir: o.meshDir, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, Election: election, MaxDelay: o.syncMax,
+				Log: log, Metrics: ingestMetrics,
+				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
+		})
+	}
+	for _, c := range v.clusters {
+		if *o.rootCerts {
+			g.Go(func() error {
+				return app.RootCerts{Etcd: etcd, Cluster: c.id, Kube: c.kube, NamespaceSelector: v.selector, Election: election, Log: log}.Run(ctx)
+			})
+		}
+		g.Go(func() error {
+			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
+				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
+		})
+	}
+	for _, z := range v.zks {
+		g.Go(func() error {
+			return app.ZooKeeperSource{Etcd: etcd, Config: z, Election: election, Log: log, Metrics: ingestMetrics}.Run(ctx)
+		})
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	var o options
 	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
-	common.Register(fs, ":15015")
-	remote.Register(fs)
-	fs.StringVar(&meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
-	fs.StringVar(&signingKeyFile, "bus-signing-key-file", "", "PEM file of an ed25519 private key (openssl genpkey -algorithm ed25519) the relay signs every change event with; pushers given its public key (--bus-verify-key-file) refuse events without its signature, so that a NATS credential alone cannot forge config")
-	fs.StringVar(&kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
-	fs.StringVar(&ensembles, "zookeeper", "", `ZooKeeper ensembles to watch for Dubbo and Curator registrations: "<id>=<host:port>[,<host:port>...]", ensembles separated by ';'`)
-	fs.StringVar(&dubboRoots, "zookeeper-dubbo-roots", "/dubbo", "comma-separated paths Dubbo registers under (one per registry group; empty: none)")
-	fs.StringVar(&curatorRoots, "zookeeper-curator-roots", "/services", "comma-separated base paths of Curator service discovery (empty: none)")
-	fs.StringVar(&zkNamespace, "zookeeper-namespace", "default", `namespace of a registered service whose provider names none (a "namespace" URL parameter, or Curator metadata)`)
-	fs.StringVar(&zkHosts, "zookeeper-host-template", "{service}.{namespace}.svc.{domain}", "hostname of a registered service: {service} is the Dubbo interface (lowercased) or the Curator service name, {domain} the domain suffix")
-	fs.DurationVar(&zkSession, "zookeeper-session-timeout", 10*time.Second, "ZooKeeper session timeout")
-	parts := fs.Int("kube-namespace-parts", 1, "split each cluster's namespaces into this many parts (by a hash of their names), each a source with a leader election of its own, so that as many ingester replicas share one large cluster's ingest (each part's leader watches the cluster and writes its part's namespaces); a part takes over what the cluster's earlier parts wrote in its namespaces when the number changes")
-	fs.StringVar(&nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
-	fs.StringVar(&domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
-	fs.StringVar(&meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
-	rootCerts := fs.Bool("root-cert-configmap", true, "publish the roots proxies trust (which the pushers holding the CA write to etcd) in every namespace of each cluster's mesh as Istio's ConfigMap istio-ca-root-cert (key root-cert.pem), as istiod does, for Istio's agents; off when istiod still writes it (a migration that keeps istiod's root)")
-	var hook injectFlags
-	hook.register(fs)
-	fs.StringVar(&leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
-	fs.DurationVar(&syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
-	fs.DurationVar(&leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
+	o.register(fs)
 	if err := cli.Parse(fs, "shardpilot ingester: sources → etcd, and etcd → NATS JetStream.", args); err != nil {
 		return err
 	}
-	clusters, err := parseKubeconfigs(kubeconfigs)
+	v, err := o.validate()
 	if err != nil {
 		return err
 	}
-	if *parts < 1 || *parts > 256 {
-		return fmt.Errorf("--kube-namespace-parts %d: want 1 to 256", *parts)
+	busCfg := v.bus
+	if err := o.common.ApplyMemoryLimit(); err != nil {
+		return err
 	}
-	zks, err := parseEnsembles(ensembles)
+	log, err := telemetry.NewLogger(os.Stderr, o.common.LogLevel, o.common.LogFormat)
 	if err != nil {
 		return err
 	}
-	for i := range zks {
-		zks[i].DubboRoots, zks[i].CuratorRoots, zks[i].SessionTimeout, zks[i].MaxDelay = paths(dubboRoots), paths(curatorRoots), zkSession, syncMax
-		zks[i].Naming = zookeeper.Naming{HostTemplate: zkHosts, Namespace: zkNamespace, DomainSuffix: domainSuffix}
-		if err := zks[i].Validate(); err != nil {
-			return fmt.Errorf("--zookeeper %s: %w", zks[i].Ensemble, err)
-		}
-	}
-	if meshDir == "" && len(clusters) == 0 && len(zks) == 0 {
-		return errors.New("nothing to ingest: give --mesh-dir, --kubeconfig, --zookeeper or several")
-	}
-	selector, err := labels.Parse(nsSelector)
-	if err != nil {
-		return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
-	}
-	busCfg := bus.Config{Stream: remote.Stream}
-	if signingKeyFile != "" {
-		if busCfg.Sign, err = cli.SigningKey("bus-signing-key-file", signingKeyFile); err != nil {
-			return err
-		}
-	}
-	if err := busCfg.Validate(); err != nil {
-		return fmt.Errorf("--stream: %w", err)
-	}
-	if err := common.ApplyMemoryLimit(); err != nil {
-		return err
-	}
-	if err := hook.validate(); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
+	adminToken, err := o.common.AdminTokens(log)
 	if err != nil {
 		return err
 	}
-	adminToken, err := common.AdminTokens(log)
-	if err != nil {
-		return err
-	}
-	conns, err := app.Connect(remote, "shardpilot-ingester", log)
+	conns, err := app.Connect(o.remote, "shardpilot-ingester", log)
 	if err != nil {
 		return err
 	}
 	defer conns.Close()
-	adminLis, err := cli.Listen(log, "admin", "admin-addr", common.AdminAddr)
+	adminLis, err := cli.Listen(log, "admin", "admin-addr", o.common.AdminAddr)
 	if err != nil {
 		return err
 	}
-	adminTLSLis, adminTLS, err := common.AdminTLS(log)
+	adminTLSLis, adminTLS, err := o.common.AdminTLS(log)
 	if err != nil {
 		adminLis.Close()
 		return err
 	}
 
 	reg := telemetry.NewRegistry()
-	serveHook, err := hook.start(log, reg)
+	serveHook, err := o.hook.start(log, reg)
 	if err != nil {
 		adminLis.Close()
 		return err
@@ -223,53 +284,26 @@ func run(ctx context.Context, args []string) error {
 	}
 	// Each source and the relay has its election; replicas spread them,
 	// each leading its fair share, so that ingest scales past one leader.
-	election := app.Election{ID: leaderID, TTL: leaderTTL, Share: &app.Share{Etcd: conns.Etcd, Role: "ingester", Every: leaderTTL / 2, Log: log}}
+	election := app.Election{ID: o.leaderID, TTL: o.leaderTTL, Share: &app.Share{Etcd: conns.Etcd, Role: "ingester", Every: o.leaderTTL / 2, Log: log}}
 	ready := telemetry.NewReadiness()
+	rl, err := app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: busCfg, Election: election, Log: log, Registerer: reg}.Build()
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	if meshDir != "" {
-		if leaderID == "" {
-			// Unelected, this replica syncs the directory itself; elected,
-			// a follower has nothing to sync and is ready as it is.
-			ready.Set("mesh directory synced", false)
-		}
-		g.Go(func() error {
-			return app.Source{Etcd: conns.Etcd, MeshDir: meshDir, MeshNamespace: meshNamespace, DomainSuffix: domainSuffix, Election: election, MaxDelay: syncMax,
-				Log: log, Metrics: ingestMetrics,
-				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
-		})
-	}
-	for _, c := range clusters {
-		if *rootCerts {
-			g.Go(func() error {
-				return app.RootCerts{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, NamespaceSelector: selector, Election: election, Log: log}.Run(ctx)
-			})
-		}
-		g.Go(func() error {
-			return app.KubeSource{Etcd: conns.Etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: meshNamespace, DomainSuffix: domainSuffix, MaxDelay: syncMax,
-				NamespaceSelector: selector, Parts: *parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
-		})
-	}
-	for _, z := range zks {
-		g.Go(func() error {
-			return app.ZooKeeperSource{Etcd: conns.Etcd, Config: z, Election: election, Log: log, Metrics: ingestMetrics}.Run(ctx)
-		})
-	}
+	o.startSources(ctx, g, v, conns.Etcd, election, ready, log, ingestMetrics, kubeMetrics)
 	if serveHook != nil {
 		g.Go(func() error { return serveHook(ctx) })
 	}
-	var rl atomic.Pointer[relay.Relay]
-	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
-	g.Go(func() error {
-		return app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: busCfg, Election: election,
-			Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
-	})
-	name := leaderID
+	ready.Check("relay following the store", rl.Relay.Healthy)
+	g.Go(func() error { return rl.Run(ctx) })
+	name := o.leaderID
 	if name == "" {
-		name = host
+		name, _ = os.Hostname()
 	}
-	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis), Started: time.Now()}
+	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis), Started: time.Now()}
 	if adminTLSLis != nil {
-		me.AdminTLS = cli.Advertised(common.AdvertiseHost, adminTLSLis)
+		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}
 	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
 	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestMetrics)})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -100,3 +102,5 @@ func TestInjectFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

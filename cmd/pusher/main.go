@@ -23,11 +23,9 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ca"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -40,212 +38,225 @@ import (
 
 func main() { cli.Main("pusher", run) }
 
-func run(ctx context.Context, args []string) error {
-	var common cli.Common
-	var remote cli.Remote
-	var adsAddr, verifyKeyFile string
-	var quiet, maxDelay, maxHold, linger time.Duration
-	var xcfg server.Config
-	var maxStreams int
+// options are the pusher's flags.
+type options struct {
+	common cli.Common
+	remote cli.Remote
+	name   string
+
+	// ADS and its TLS, proxies' identities, and Istio's agents' tokens.
+	adsAddr, adsCert, adsKey, adsCertNames, adsClientCA string
+	plaintext, tokens                                   bool
+	kubeconfig, tokenAudience                           string
+	clusterID, remoteClusters                           *string
+	xcfg                                                server.Config
+	maxStreams                                          int
+	maxPerIdentity, window                              *int
+
+	// The mesh's CA and workload certificates.
+	caCert, caKey, caSealKeys, caTrust string
+	certTTL, maxCertTTL                time.Duration
+	workloadCerts                      *string
+
+	// What is generated, and when.
+	verifyKeyFile, trustDomain, rootNamespace, outbound string
+	sharedGateways                                      *string
+	autoMTLS                                            *bool
+	namespaces, namespacesFile                          string
+	scopeByProxies                                      bool
+	quiet, maxDelay, maxHold, linger, scopeGrace        time.Duration
+}
+
+// register defines the flags on fs.
+func (o *options) register(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
-	var name string
-	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
-	common.Register(fs, ":15014")
-	remote.Register(fs)
-	fs.StringVar(&adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
-	fs.StringVar(&verifyKeyFile, "bus-verify-key-file", "", "PEM file of the ed25519 public key (openssl pkey -pubout) of the relay's --bus-signing-key-file (two while the key is rotated): change events without a signature of one of them are refused, and the mesh is read from the store instead")
-	var adsCert, adsKey, adsCertNames, adsClientCA, trustDomain string
-	var plaintext bool
-	fs.StringVar(&adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
-	fs.StringVar(&adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
-	fs.StringVar(&adsCertNames, "ads-cert-names", "", "instead of --ads-cert-file: comma-separated DNS names of a certificate the mesh's CA signs for ADS (the pushers' Services proxies dial, istiod.<namespace>.svc for a drop-in), so that Istio's agents verify it against the roots of istio-ca-root-cert; valid for --workload-cert-ttl, renewed after two thirds of it")
-	fs.StringVar(&adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
-	var rootNamespace, kubeconfig, tokenAudience, outbound string
-	sharedGateways := fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
-	autoMTLS := fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS; in effect only where proxies get workload certificates (an authenticated ADS with a CA). Given, it overrides the mesh's MeshConfig enableAutoMtls (on by default)")
-	workloadCerts := fs.String("workload-certificates", "pushers", "where Envoys get their workload certificate and the mesh's root (SDS \"default\" and \"ROOTCA\"): pushers (over ADS, from the pushers' CA; shardpilot's own bootstrap) or agent (from Istio's agent beside each Envoy, on its sds-grpc cluster, as istiod configures injected sidecars)")
-	fs.StringVar(&outbound, "outbound-traffic-policy", "", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502); empty: the mesh's MeshConfig outboundTrafficPolicy (ALLOW_ANY by default)")
-	var tokens bool
-	fs.BoolVar(&tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
-	fs.StringVar(&tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
-	clusterID := fs.String("cluster-id", "Kubernetes", "ID of the cluster of --kubeconfig, as its proxies' agents name it (Istio's CLUSTER_ID): their tokens are reviewed by its API server, as are those of proxies that name no cluster")
-	remoteClusters := fs.String("token-review-clusters", "", "with --ads-tokens, the other clusters whose proxies are served: comma-separated <cluster ID>=<kubeconfig path>; a proxy's token is reviewed by the API server of the cluster it names in its ClusterID request metadata, and a proxy naming a cluster not listed is refused")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
-	var namespaces, namespacesFile string
-	var scopeByProxies bool
-	var scopeGrace time.Duration
-	fs.BoolVar(&scopeByProxies, "scope-by-proxies", false, "serve the namespaces of the proxies connected (of --namespaces, when given): a namespace's scope is loaded when its first proxy comes (which retries until then) and released --scope-grace after its last one left")
-	fs.DurationVar(&scopeGrace, "scope-grace", 5*time.Minute, "with --scope-by-proxies, how long a namespace stays loaded after its last proxy left (longer than a refused proxy takes to retry)")
-	fs.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces whose proxies this pusher serves (its shard): it loads and follows only what their Sidecars let them see, and refuses proxies of other namespaces (empty: every namespace, the whole mesh)")
-	fs.StringVar(&namespacesFile, "namespaces-file", "", "file listing the namespaces whose proxies this pusher serves, as --namespaces (separated by commas, spaces or lines; # comments), read again every second: a shard's placement, changed at run time (a ConfigMap volume). On a change the pusher loads what its new namespaces see and ends the streams of proxies of namespaces it no longer serves, which reconnect to their new shard; an unreadable file keeps the last placement")
-	fs.StringVar(&rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
-	fs.StringVar(&trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
-	var caCert, caKey, caSealKeys, caTrust string
-	var certTTL, maxCertTTL time.Duration
-	fs.StringVar(&caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file: a Secret (or a KMS/CSI driver's file) mounted into the pushers alone")
-	fs.StringVar(&caKey, "ca-key-file", "", "PEM key of --ca-cert-file")
-	fs.StringVar(&caSealKeys, "ca-seal-key-file", "", "instead of --ca-cert-file: a root is made on the first start and kept in etcd under "+ca.SealedRootKey+", sealed (AES-256-GCM) with the key of this file, which the pushers alone hold: one key per line, 32 bytes in base64 (openssl rand -base64 32); the first seals, every one opens, to replace it")
-	fs.StringVar(&caTrust, "ca-trust-file", "", "PEM CA certificates proxies trust beside the one that signs (\"ROOTCA\"): while the root is replaced, the next one before it signs and the previous one until what it signed has expired")
-	fs.DurationVar(&certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it), and of those Istio's agents get from the CA service when they ask for none")
-	fs.DurationVar(&maxCertTTL, "workload-cert-max-ttl", 90*24*time.Hour, "longest lifetime of a certificate Istio's agents get from the CA service on the ADS port (istio.v1.auth.IstioCertificateService/CreateCertificate): what they ask for, capped")
-	fs.BoolVar(&plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
-	fs.StringVar(&name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
-	fs.DurationVar(&quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
-	fs.DurationVar(&maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
-	fs.DurationVar(&linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
-	fs.DurationVar(&maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
-	fs.DurationVar(&xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
-	fs.Float64Var(&xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
-	fs.IntVar(&xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
-	fs.DurationVar(&xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
-	fs.IntVar(&maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
-	maxPerIdentity := fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
-	fs.IntVar(&xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")
-	fs.IntVar(&xcfg.MaxNames, "max-subscribed-names", 50000, "most resource names one stream may subscribe to of one type; more end its stream with RESOURCE_EXHAUSTED")
-	fs.IntVar(&xcfg.MaxLocalities, "max-locality-classes", 1000, "most localities whose load assignments are kept apart (a table each); proxies of further localities are served the mesh-wide ones")
-	fs.DurationVar(&xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
-	fs.DurationVar(&xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
-	fs.IntVar(&xcfg.ReadBufferSize, "grpc-read-buffer", 0, "bytes of each connection's gRPC read buffer (0: 32 KiB in plaintext, where gRPC takes it from a pool only while reading; 1 KiB over TLS, whose connections gRPC cannot pool and which buffers each record itself: 32 KiB there would be held by every connection)")
-	fs.IntVar(&xcfg.WriteBufferSize, "grpc-write-buffer", 16<<10, "bytes of each connection's gRPC write buffer (pooled: held only while writing, so by each proxy slow to read while changes flow)")
-	window := fs.Int("grpc-window", 1<<20, "HTTP/2 flow-control window, in bytes, granted to each proxy's requests per stream and per connection (negative: grown by gRPC's estimate)")
-	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
-		return err
+	o.common.Register(fs, ":15014")
+	o.remote.Register(fs)
+	fs.StringVar(&o.adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.StringVar(&o.verifyKeyFile, "bus-verify-key-file", "", "PEM file of the ed25519 public key (openssl pkey -pubout) of the relay's --bus-signing-key-file (two while the key is rotated): change events without a signature of one of them are refused, and the mesh is read from the store instead")
+	fs.StringVar(&o.adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
+	fs.StringVar(&o.adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
+	fs.StringVar(&o.adsCertNames, "ads-cert-names", "", "instead of --ads-cert-file: comma-separated DNS names of a certificate the mesh's CA signs for ADS (the pushers' Services proxies dial, istiod.<namespace>.svc for a drop-in), so that Istio's agents verify it against the roots of istio-ca-root-cert; valid for --workload-cert-ttl, renewed after two thirds of it")
+	fs.StringVar(&o.adsClientCA, "ads-client-ca-file", "", "PEM CA of the proxies' client certificates: every proxy must present one, and its SPIFFE ID (spiffe://<trust domain>/ns/<namespace>/sa/<account>) decides the namespace it is served; a node claiming another is refused")
+	o.sharedGateways = fs.String("shared-gateway-namespaces", "istio-system,istio-ingress", `namespaces whose gateway proxies ("router~" nodes) any namespace's Gateways may select, as a shared ingress; a gateway proxy of another namespace is selected by its own namespace's Gateways alone, so that labels a node claims cannot take it into another namespace's Gateways ("*": any Gateway selects any gateway proxy, as istiod does by default)`)
+	o.autoMTLS = fs.Bool("auto-mtls", true, "give Envoys Istio's mutual TLS to the endpoints that have a sidecar (labelled security.istio.io/tlsMode: istio) and plaintext to the rest, where no DestinationRule sets TLS; in effect only where proxies get workload certificates (an authenticated ADS with a CA). Given, it overrides the mesh's MeshConfig enableAutoMtls (on by default)")
+	o.workloadCerts = fs.String("workload-certificates", "pushers", "where Envoys get their workload certificate and the mesh's root (SDS \"default\" and \"ROOTCA\"): pushers (over ADS, from the pushers' CA; shardpilot's own bootstrap) or agent (from Istio's agent beside each Envoy, on its sds-grpc cluster, as istiod configures injected sidecars)")
+	fs.StringVar(&o.outbound, "outbound-traffic-policy", "", "what sidecars do with traffic to destinations no service names, unless their Sidecar says: ALLOW_ANY (passed through) or REGISTRY_ONLY (refused; HTTP answered 502); empty: the mesh's MeshConfig outboundTrafficPolicy (ALLOW_ANY by default)")
+	fs.BoolVar(&o.tokens, "ads-tokens", false, "also authenticate proxies without a client certificate by a Kubernetes service account token (\"authorization: Bearer <token>\", reviewed by the API server of --kubeconfig), as istiod does")
+	fs.StringVar(&o.tokenAudience, "ads-token-audience", "istio-ca", "the audience a service account token must be for (empty: the API server's own)")
+	o.clusterID = fs.String("cluster-id", "Kubernetes", "ID of the cluster of --kubeconfig, as its proxies' agents name it (Istio's CLUSTER_ID): their tokens are reviewed by its API server, as are those of proxies that name no cluster")
+	o.remoteClusters = fs.String("token-review-clusters", "", "with --ads-tokens, the other clusters whose proxies are served: comma-separated <cluster ID>=<kubeconfig path>; a proxy's token is reviewed by the API server of the cluster it names in its ClusterID request metadata, and a proxy naming a cluster not listed is refused")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", `Kubernetes cluster whose TLS Secrets are served as gateway credentials (a Gateway's credentialName, to the identities of the Secret's namespace) and which reviews tokens (--ads-tokens): a kubeconfig path, or "in-cluster" (empty: none)`)
+	fs.BoolVar(&o.scopeByProxies, "scope-by-proxies", false, "serve the namespaces of the proxies connected (of --namespaces, when given): a namespace's scope is loaded when its first proxy comes (which retries until then) and released --scope-grace after its last one left")
+	fs.DurationVar(&o.scopeGrace, "scope-grace", 5*time.Minute, "with --scope-by-proxies, how long a namespace stays loaded after its last proxy left (longer than a refused proxy takes to retry)")
+	fs.StringVar(&o.namespaces, "namespaces", "", "comma-separated namespaces whose proxies this pusher serves (its shard): it loads and follows only what their Sidecars let them see, and refuses proxies of other namespaces (empty: every namespace, the whole mesh)")
+	fs.StringVar(&o.namespacesFile, "namespaces-file", "", "file listing the namespaces whose proxies this pusher serves, as --namespaces (separated by commas, spaces or lines; # comments), read again every second: a shard's placement, changed at run time (a ConfigMap volume). On a change the pusher loads what its new namespaces see and ends the streams of proxies of namespaces it no longer serves, which reconnect to their new shard; an unreadable file keeps the last placement")
+	fs.StringVar(&o.rootNamespace, "root-namespace", "istio-system", "the mesh's root namespace: its security policies apply to every namespace (its PeerAuthentication without selector is the mesh's default)")
+	fs.StringVar(&o.trustDomain, "trust-domain", "cluster.local", "the mesh's SPIFFE trust domain: client certificates of another are refused")
+	fs.StringVar(&o.caCert, "ca-cert-file", "", "PEM root (or intermediate) the mesh's workload certificates are signed with, with --ca-key-file: a Secret (or a KMS/CSI driver's file) mounted into the pushers alone")
+	fs.StringVar(&o.caKey, "ca-key-file", "", "PEM key of --ca-cert-file")
+	fs.StringVar(&o.caSealKeys, "ca-seal-key-file", "", "instead of --ca-cert-file: a root is made on the first start and kept in etcd under "+ca.SealedRootKey+", sealed (AES-256-GCM) with the key of this file, which the pushers alone hold: one key per line, 32 bytes in base64 (openssl rand -base64 32); the first seals, every one opens, to replace it")
+	fs.StringVar(&o.caTrust, "ca-trust-file", "", "PEM CA certificates proxies trust beside the one that signs (\"ROOTCA\"): while the root is replaced, the next one before it signs and the previous one until what it signed has expired")
+	fs.DurationVar(&o.certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it), and of those Istio's agents get from the CA service when they ask for none")
+	fs.DurationVar(&o.maxCertTTL, "workload-cert-max-ttl", 90*24*time.Hour, "longest lifetime of a certificate Istio's agents get from the CA service on the ADS port (istio.v1.auth.IstioCertificateService/CreateCertificate): what they ask for, capped")
+	fs.BoolVar(&o.plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
+	fs.StringVar(&o.name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
+	fs.DurationVar(&o.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
+	fs.DurationVar(&o.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&o.linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
+	fs.DurationVar(&o.maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
+	fs.DurationVar(&o.xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
+	fs.Float64Var(&o.xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
+	fs.IntVar(&o.xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
+	fs.DurationVar(&o.xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
+	fs.IntVar(&o.maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
+	o.maxPerIdentity = fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
+	fs.IntVar(&o.xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")
+	fs.IntVar(&o.xcfg.MaxNames, "max-subscribed-names", 50000, "most resource names one stream may subscribe to of one type; more end its stream with RESOURCE_EXHAUSTED")
+	fs.IntVar(&o.xcfg.MaxLocalities, "max-locality-classes", 1000, "most localities whose load assignments are kept apart (a table each); proxies of further localities are served the mesh-wide ones")
+	fs.DurationVar(&o.xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
+	fs.DurationVar(&o.xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
+	fs.IntVar(&o.xcfg.ReadBufferSize, "grpc-read-buffer", 0, "bytes of each connection's gRPC read buffer (0: 32 KiB in plaintext, where gRPC takes it from a pool only while reading; 1 KiB over TLS, whose connections gRPC cannot pool and which buffers each record itself: 32 KiB there would be held by every connection)")
+	fs.IntVar(&o.xcfg.WriteBufferSize, "grpc-write-buffer", 16<<10, "bytes of each connection's gRPC write buffer (pooled: held only while writing, so by each proxy slow to read while changes flow)")
+	o.window = fs.Int("grpc-window", 1<<20, "HTTP/2 flow-control window, in bytes, granted to each proxy's requests per stream and per connection (negative: grown by gRPC's estimate)")
+}
+
+// validate checks the flags before anything starts, and returns the
+// namespaces served (--namespaces) and the mesh settings given as flags.
+func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1.MeshConfig, err error) {
+	if *o.maxPerIdentity < 1 || o.xcfg.MaxNodeBytes < 1 || o.xcfg.MaxNames < 1 || o.xcfg.MaxLocalities < 1 {
+		return nil, nil, fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-locality-classes %d: want positive numbers",
+			*o.maxPerIdentity, o.xcfg.MaxNodeBytes, o.xcfg.MaxNames, o.xcfg.MaxLocalities)
 	}
-	if *maxPerIdentity < 1 || xcfg.MaxNodeBytes < 1 || xcfg.MaxNames < 1 || xcfg.MaxLocalities < 1 {
-		return fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-locality-classes %d: want positive numbers",
-			*maxPerIdentity, xcfg.MaxNodeBytes, xcfg.MaxNames, xcfg.MaxLocalities)
+	if o.maxStreams < 1 {
+		return nil, nil, fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)
 	}
-	if maxStreams < 1 {
-		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", maxStreams)
+	if o.xcfg.ReadBufferSize < 0 || o.xcfg.WriteBufferSize < 1 {
+		return nil, nil, fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want a read buffer of 0 (the default for the transport) or more, and a positive write buffer", o.xcfg.ReadBufferSize, o.xcfg.WriteBufferSize)
 	}
-	if xcfg.ReadBufferSize < 0 || xcfg.WriteBufferSize < 1 {
-		return fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want a read buffer of 0 (the default for the transport) or more, and a positive write buffer", xcfg.ReadBufferSize, xcfg.WriteBufferSize)
-	}
-	if xcfg.ReadBufferSize == 0 {
+	if o.xcfg.ReadBufferSize == 0 {
 		// Measured with 1,000 proxies (loadtest run --tls): 63 KiB of heap
 		// per proxy over TLS with 32 KiB, 32 KiB with 1 KiB; 16 KiB in
 		// plaintext, where the 32 KiB are pooled.
-		xcfg.ReadBufferSize = 32 << 10
-		if !plaintext {
-			xcfg.ReadBufferSize = 1 << 10
+		o.xcfg.ReadBufferSize = 32 << 10
+		if !o.plaintext {
+			o.xcfg.ReadBufferSize = 1 << 10
 		}
 	}
-	if *window >= 0 && *window < 64<<10 || *window > math.MaxInt32 {
-		return fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *window, math.MaxInt32)
+	if *o.window >= 0 && *o.window < 64<<10 || *o.window > math.MaxInt32 {
+		return nil, nil, fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *o.window, math.MaxInt32)
 	}
-	xcfg.MaxStreamsPerConnection, xcfg.InitialWindowSize = uint32(maxStreams), int32(*window)
-	if namespaces != "" && namespacesFile != "" {
-		return errors.New("--namespaces and --namespaces-file are alternatives: give one")
+	o.xcfg.MaxStreamsPerConnection, o.xcfg.InitialWindowSize = uint32(o.maxStreams), int32(*o.window)
+	if o.namespaces != "" && o.namespacesFile != "" {
+		return nil, nil, errors.New("--namespaces and --namespaces-file are alternatives: give one")
 	}
-	served, err := app.ParseNamespaces(namespaces, "--namespaces")
+	served, err = app.ParseNamespaces(o.namespaces, "--namespaces")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	switch {
-	case plaintext && (adsCert != "" || adsKey != "" || adsClientCA != ""):
-		return errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
-	case plaintext && adsCertNames != "":
-		return errors.New("--ads-plaintext and --ads-cert-names are alternatives: give one")
-	case adsCertNames != "" && (adsCert != "" || adsKey != ""):
-		return errors.New("--ads-cert-names and --ads-cert-file are alternatives: give one")
-	case adsCertNames != "" && adsClientCA == "":
-		return errors.New("--ads-cert-names: the certificate comes from the mesh's CA, which serves authenticated proxies only; give --ads-client-ca-file and the CA")
-	case !plaintext && adsCertNames == "" && (adsCert == "" || adsKey == ""):
-		return errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file, or --ads-cert-names for a certificate of the mesh's CA (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
+	case o.plaintext && (o.adsCert != "" || o.adsKey != "" || o.adsClientCA != ""):
+		return nil, nil, errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
+	case o.plaintext && o.adsCertNames != "":
+		return nil, nil, errors.New("--ads-plaintext and --ads-cert-names are alternatives: give one")
+	case o.adsCertNames != "" && (o.adsCert != "" || o.adsKey != ""):
+		return nil, nil, errors.New("--ads-cert-names and --ads-cert-file are alternatives: give one")
+	case o.adsCertNames != "" && o.adsClientCA == "":
+		return nil, nil, errors.New("--ads-cert-names: the certificate comes from the mesh's CA, which serves authenticated proxies only; give --ads-client-ca-file and the CA")
+	case *o.remoteClusters != "" && !o.tokens:
+		return nil, nil, errors.New("--token-review-clusters: give --ads-tokens too")
+	case !o.plaintext && o.adsCertNames == "" && (o.adsCert == "" || o.adsKey == ""):
+		return nil, nil, errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file, or --ads-cert-names for a certificate of the mesh's CA (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
 	}
-	if err := common.ApplyMemoryLimit(); err != nil {
-		return err
+	if (o.caCert == "") != (o.caKey == "") {
+		return nil, nil, errors.New("--ca-cert-file and --ca-key-file go together")
 	}
-	log, err := telemetry.NewLogger(os.Stderr, common.LogLevel, common.LogFormat)
-	if err != nil {
-		return err
+	if o.caCert != "" && o.caSealKeys != "" {
+		return nil, nil, errors.New("--ca-cert-file and --ca-seal-key-file are alternatives: give one")
 	}
-	adminToken, err := common.AdminTokens(log)
-	if err != nil {
-		return err
+	if o.adsClientCA != "" && o.caCert == "" && o.caSealKeys == "" {
+		return nil, nil, errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
 	}
-	if (caCert == "") != (caKey == "") {
-		return errors.New("--ca-cert-file and --ca-key-file go together")
+	if *o.workloadCerts != "pushers" && *o.workloadCerts != "agent" {
+		return nil, nil, fmt.Errorf("--workload-certificates %q: want pushers or agent", *o.workloadCerts)
 	}
-	if caCert != "" && caSealKeys != "" {
-		return errors.New("--ca-cert-file and --ca-seal-key-file are alternatives: give one")
-	}
-	if adsClientCA != "" && caCert == "" && caSealKeys == "" {
-		return errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
-	}
-	if *workloadCerts != "pushers" && *workloadCerts != "agent" {
-		return fmt.Errorf("--workload-certificates %q: want pushers or agent", *workloadCerts)
-	}
-	overrides := &meshv1.MeshConfig{}
+	overrides = &meshv1.MeshConfig{}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "auto-mtls" {
-			overrides.EnableAutoMtls = autoMTLS
+			overrides.EnableAutoMtls = o.autoMTLS
 		}
 	})
-	switch outbound {
+	switch o.outbound {
 	case "":
 	case "ALLOW_ANY":
 		overrides.OutboundTrafficPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_ALLOW_ANY
 	case "REGISTRY_ONLY":
 		overrides.OutboundTrafficPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
 	default:
-		return fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY, REGISTRY_ONLY or empty (the mesh's)", outbound)
+		return nil, nil, fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY, REGISTRY_ONLY or empty (the mesh's)", o.outbound)
 	}
-	if tokens && (kubeconfig == "" || adsClientCA == "") {
-		return errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
+	if o.tokens && (o.kubeconfig == "" || o.adsClientCA == "") {
+		return nil, nil, errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
 	}
-	if kubeconfig != "" && adsClientCA == "" {
-		return errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
+	if o.kubeconfig != "" && o.adsClientCA == "" {
+		return nil, nil, errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
-	if (caCert != "" || caSealKeys != "" || caTrust != "") && adsClientCA == "" {
-		return errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	if (o.caCert != "" || o.caSealKeys != "" || o.caTrust != "") && o.adsClientCA == "" {
+		return nil, nil, errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
 	}
-	if certTTL < time.Minute || maxCertTTL < certTTL {
-		return fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", certTTL, maxCertTTL)
+	if o.certTTL < time.Minute || o.maxCertTTL < o.certTTL {
+		return nil, nil, fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", o.certTTL, o.maxCertTTL)
 	}
-	var kube kubernetes.Interface
-	if kubeconfig != "" {
-		kc, err := cli.KubeConfig(kubeconfig)
-		if err != nil {
-			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-		}
-		if kube, err = kubernetes.NewForConfig(kc); err != nil {
-			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-		}
+	return served, overrides, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	var o options
+	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
+	o.register(fs)
+	if err := cli.Parse(fs, "shardpilot pusher: etcd + NATS JetStream → xDS (ADS) for every proxy.", args); err != nil {
+		return err
+	}
+	served, overrides, err := o.validate(fs)
+	if err != nil {
+		return err
+	}
+	if err := o.common.ApplyMemoryLimit(); err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, o.common.LogLevel, o.common.LogFormat)
+	if err != nil {
+		return err
+	}
+	adminToken, err := o.common.AdminTokens(log)
+	if err != nil {
+		return err
 	}
 	reg := telemetry.NewRegistry()
-	streams, err := identity.NewStreamLimit(*maxPerIdentity, reg)
+	kube, policy, err := o.identities(reg)
 	if err != nil {
 		return err
 	}
-	policy := identity.Policy{TrustDomain: trustDomain, Required: true, Streams: streams}
-	if tokens {
-		if policy.Tokens, err = tokenReview(kube, *clusterID, *remoteClusters, tokenAudience, trustDomain); err != nil {
-			return err
-		}
-	} else if *remoteClusters != "" {
-		return errors.New("--token-review-clusters: give --ads-tokens too")
-	}
-	busCfg, err := verifyingBus(remote.Stream, verifyKeyFile, log)
+	busCfg, err := verifyingBus(o.remote.Stream, o.verifyKeyFile, log)
 	if err != nil {
 		return err
 	}
-	conns, err := app.Connect(remote, "shardpilot-pusher", log)
+	conns, err := app.Connect(o.remote, "shardpilot-pusher", log)
 	if err != nil {
 		return err
 	}
 	defer conns.Close()
 	etcd, nc := conns.Etcd, conns.NATS
-	adsLis, err := cli.Listen(log, "ADS", "ads-addr", adsAddr)
+	adsLis, err := cli.Listen(log, "ADS", "ads-addr", o.adsAddr)
 	if err != nil {
 		return err
 	}
-	adminLis, err := cli.Listen(log, "admin", "admin-addr", common.AdminAddr)
+	adminLis, err := cli.Listen(log, "admin", "admin-addr", o.common.AdminAddr)
 	if err != nil {
 		adsLis.Close()
 		return err
 	}
-	adminTLSLis, adminTLS, err := common.AdminTLS(log)
+	adminTLSLis, adminTLS, err := o.common.AdminTLS(log)
 	if err != nil {
 		adsLis.Close()
 		adminLis.Close()
@@ -253,57 +264,30 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	ready := telemetry.NewReadiness()
-	var root *ca.CA
-	var secrets *sds.Secrets
-	var certificates *ca.Service
-	var readCredentials func(context.Context) error
-	if adsClientCA != "" {
-		// Authenticated proxies are served their workload certificates,
-		// and Istio's agents ask the same CA on the same port.
-		if root, err = meshCA(ctx, etcd, caCert, caKey, caSealKeys, caTrust, trustDomain, log); err != nil {
-			return err
-		}
-		var check func() bool
-		if secrets, certificates, readCredentials, check, err = workloadCertificates(root, policy, kube, certTTL, maxCertTTL, log, reg); err != nil {
-			return err
-		}
-		xcfg.Secrets = secrets
-		if check != nil {
-			ready.Check("gateway credentials read", check)
-		}
+	sec, err := o.secure(ctx, etcd, kube, policy, ready, log, reg)
+	if err != nil {
+		return err
 	}
-	var clientCA *identity.ClientCA
-	if !plaintext {
-		tc, cca, err := adsTLS(adsCert, adsKey, adsCertNames, adsClientCA, root, certTTL, tokens, log)
-		if err != nil {
-			return err
-		}
-		xcfg.GRPCOptions = append(xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
-		if adsClientCA != "" {
-			clientCA, xcfg.Authorize = cca, policy.Authorize
-		} else {
-			log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
-		}
-	}
+	secrets, certificates, readCredentials, clientCA := sec.secrets, sec.certificates, sec.readCredentials, sec.clientCA
 	status := server.NewStatus()
-	dump := &app.ConfigDump{Status: status}
-	var ps atomic.Pointer[pusher.Pusher]
-	ready.Check("mesh loaded", func() bool { p := ps.Load(); return p != nil && p.GeneratedRevision() > 0 })
-	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
+	var authenticated *identity.Policy
+	if o.adsClientCA != "" {
+		authenticated = &policy
+	}
+	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger,
+		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Status: status}.Build()
+	if err != nil {
+		return err
+	}
+	ps := built.Pusher
+	ready.Check("mesh loaded", func() bool { return ps.GeneratedRevision() > 0 })
+	ready.Check("following the store", ps.Following)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		var authenticated *identity.Policy
-		if adsClientCA != "" {
-			authenticated = &policy
-		}
-		return app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: rootNamespace, Namespaces: served, NamespacesFile: namespacesFile, ScopeByProxies: scopeByProxies, ScopeGrace: scopeGrace, MeshOverrides: overrides, TrustDomain: trustDomain, AgentCertificates: *workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*sharedGateways)...), Policy: authenticated, Quiet: quiet, MaxDelay: maxDelay, MaxHold: maxHold, ClusterLinger: linger,
-			XDS: xcfg, Certificates: certificates,
-			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
-	})
-	me := store.Member{Role: "pusher", Name: name, Admin: cli.Advertised(common.AdvertiseHost, adminLis),
-		ADS: cli.Advertised(common.AdvertiseHost, adsLis), Started: time.Now()}
+	g.Go(func() error { return built.Run(ctx) })
+	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis),
+		ADS: cli.Advertised(o.common.AdvertiseHost, adsLis), Started: time.Now()}
 	if adminTLSLis != nil {
-		me.AdminTLS = cli.Advertised(common.AdvertiseHost, adminTLSLis)
+		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}
 	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
 	if secrets != nil {
@@ -316,9 +300,83 @@ func run(ctx context.Context, args []string) error {
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump}}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// identities makes what identifies proxies: the Kubernetes client of
+// --kubeconfig (nil without), and the policy, with the streams each
+// identity may hold and, with --ads-tokens, the clusters that review
+// tokens.
+func (o *options) identities(reg prometheus.Registerer) (kubernetes.Interface, identity.Policy, error) {
+	var kube kubernetes.Interface
+	if o.kubeconfig != "" {
+		kc, err := cli.KubeConfig(o.kubeconfig)
+		if err == nil {
+			kube, err = kubernetes.NewForConfig(kc)
+		}
+		if err != nil {
+			return nil, identity.Policy{}, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
+		}
+	}
+	streams, err := identity.NewStreamLimit(*o.maxPerIdentity, reg)
+	if err != nil {
+		return nil, identity.Policy{}, err
+	}
+	policy := identity.Policy{TrustDomain: o.trustDomain, Required: true, Streams: streams}
+	if o.tokens {
+		if policy.Tokens, err = tokenReview(kube, *o.clusterID, *o.remoteClusters, o.tokenAudience, o.trustDomain); err != nil {
+			return nil, identity.Policy{}, err
+		}
+	}
+	return kube, policy, nil
+}
+
+// security is what authenticates proxies and serves their certificates.
+type security struct {
+	secrets         *sds.Secrets
+	certificates    *ca.Service
+	readCredentials func(context.Context) error
+	clientCA        *identity.ClientCA
+}
+
+// secure sets up ADS's TLS in o.xcfg and, for authenticated proxies, the
+// mesh's CA, their workload certificates and Istio's CA service.
+func (o *options) secure(ctx context.Context, etcd *clientv3.Client, kube kubernetes.Interface, policy identity.Policy, ready *telemetry.Readiness,
+	log *slog.Logger, reg prometheus.Registerer) (security, error) {
+	var sec security
+	var root *ca.CA
+	var err error
+	if o.adsClientCA != "" {
+		// Authenticated proxies are served their workload certificates,
+		// and Istio's agents ask the same CA on the same port.
+		if root, err = meshCA(ctx, etcd, o.caCert, o.caKey, o.caSealKeys, o.caTrust, o.trustDomain, log); err != nil {
+			return sec, err
+		}
+		var check func() bool
+		if sec.secrets, sec.certificates, sec.readCredentials, check, err = workloadCertificates(root, policy, kube, o.certTTL, o.maxCertTTL, log, reg); err != nil {
+			return sec, err
+		}
+		o.xcfg.Secrets = sec.secrets
+		if check != nil {
+			ready.Check("gateway credentials read", check)
+		}
+	}
+	if o.plaintext {
+		return sec, nil
+	}
+	tc, cca, err := adsTLS(o.adsCert, o.adsKey, o.adsCertNames, o.adsClientCA, root, o.certTTL, o.tokens, log)
+	if err != nil {
+		return sec, err
+	}
+	o.xcfg.GRPCOptions = append(o.xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
+	if o.adsClientCA != "" {
+		sec.clientCA, o.xcfg.Authorize = cca, policy.Authorize
+	} else {
+		log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
+	}
+	return sec, nil
 }
 
 // verifyingBus returns the configuration of the bus a pusher reads: the

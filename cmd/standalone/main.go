@@ -24,12 +24,9 @@ import (
 	"github.com/shardpilot/shardpilot/internal/pki"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
-	"github.com/shardpilot/shardpilot/pkg/relay"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"golang.org/x/sync/errgroup"
 )
@@ -72,17 +69,27 @@ func run(ctx context.Context, args []string) error {
 	return serve(ctx, c, log)
 }
 
-func serve(ctx context.Context, c config, log *slog.Logger) error {
-	adminToken, err := c.AdminTokens(log)
-	if err != nil {
-		return err
+// startEmbedded starts etcd and NATS in the process, in c.dataDir (a
+// temporary one, removed by stop, when it is empty), and connects to them;
+// stop closes what it started, in reverse.
+func startEmbedded(c *config, log *slog.Logger) (conns *app.Conns, stop func(), err error) {
+	var undo []func()
+	stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "shardpilot-")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer os.RemoveAll(dir)
+		undo = append(undo, func() { os.RemoveAll(dir) })
 		c.dataDir = dir
 	}
 	var etcdOpts embedded.EtcdOptions
@@ -90,27 +97,38 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	var remote cli.Remote
 	if c.secure {
 		if remote, etcdOpts, natsOpts, err = secureEmbedded(c.dataDir); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	etcd, err := embedded.StartEtcdWith(c.dataDir, etcdOpts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer etcd.Close()
+	undo = append(undo, etcd.Close)
 	nats, err := embedded.StartNATSWith(c.dataDir, 0, natsOpts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer nats.Close()
+	undo = append(undo, nats.Close)
 	log.Info("embedded servers started", "etcd", etcd.Endpoint, "nats", nats.URL, "data_dir", c.dataDir, "secure", c.secure)
 	remote.Etcd.Endpoints, remote.NATS.URL = etcd.Endpoint, nats.URL
+	if conns, err = app.Connect(remote, "shardpilot-standalone", log); err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, conns.Close)
+	return conns, stop, nil
+}
 
-	conns, err := app.Connect(remote, "shardpilot-standalone", log)
+func serve(ctx context.Context, c config, log *slog.Logger) error {
+	adminToken, err := c.AdminTokens(log)
 	if err != nil {
 		return err
 	}
-	defer conns.Close()
+	conns, stop, err := startEmbedded(&c, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	etcdCli, nc := conns.Etcd, conns.NATS
 
 	adsLis, err := cli.Listen(log, "ADS", "ads-addr", c.adsAddr)
@@ -135,27 +153,32 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 
 	reg := telemetry.NewRegistry()
 	status := server.NewStatus()
-	dump := &app.ConfigDump{Status: status}
+	busCfg := bus.Config{}
+	rl, err := app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Build()
+	if err != nil {
+		return err
+	}
+	built, err := app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
+		Log: log, Registerer: reg, Status: status}.Build()
+	if err != nil {
+		return err
+	}
+	ps := built.Pusher
 	ready := telemetry.NewReadiness()
 	// Ready once the pusher serves a generation that includes the first
 	// sync of the mesh directory.
 	var synced atomic.Bool
 	var syncedRev atomic.Int64
-	var ps atomic.Pointer[pusher.Pusher]
 	ready.Check("mesh loaded", func() bool {
-		p := ps.Load()
-		return synced.Load() && p != nil && p.GeneratedRevision() > 0 && p.GeneratedRevision() >= syncedRev.Load()
+		return synced.Load() && ps.GeneratedRevision() > 0 && ps.GeneratedRevision() >= syncedRev.Load()
 	})
-
-	ready.Check("following the store", func() bool { p := ps.Load(); return p != nil && p.Following() })
-	var rl atomic.Pointer[relay.Relay]
-	ready.Check("relay following the store", func() bool { r := rl.Load(); return r == nil || r.Healthy() })
+	ready.Check("following the store", ps.Following)
+	ready.Check("relay following the store", rl.Relay.Healthy)
 
 	ingestMetrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	busCfg := bus.Config{}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Metrics: ingestMetrics,
@@ -166,13 +189,8 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 				}
 			}}.Run(ctx)
 	})
-	g.Go(func() error {
-		return app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg, Started: func(r *relay.Relay) { rl.Store(r) }}.Run(ctx)
-	})
-	g.Go(func() error {
-		return app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
-			Log: log, Registerer: reg, Status: status, Dump: dump, Started: func(p *pusher.Pusher, _ *cache.Cache) { ps.Store(p) }}.Run(ctx)
-	})
+	g.Go(func() error { return rl.Run(ctx) })
+	g.Go(func() error { return built.Run(ctx) })
 	host, _ := os.Hostname()
 	for _, m := range []store.Member{
 		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now()},
@@ -185,7 +203,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": dump, "/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
 	})
 	err = g.Wait()
 	log.Info("stopped")

@@ -366,3 +366,5 @@ func TestAdoptedObjects(t *testing.T) {
 	}
 	want(t, st, "/mesh/v1/services/ns/a", "/mesh/v1/services/other/c")
 }
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
 	"time"
+
+	"github.com/shardpilot/shardpilot/internal/testutil"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -197,3 +200,5 @@ func TestTokenOverTLSOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

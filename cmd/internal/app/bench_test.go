@@ -18,9 +18,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/store"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -93,14 +91,13 @@ func benchEndpointChange(b *testing.B, proxies int) {
 	cctx, cancel := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(cctx)
 	g.Go(func() error { return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: testutil.Log(b)}.Run(gctx) })
-	var ps *pusher.Pusher
-	started := make(chan struct{})
-	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(b),
-			Started: func(p *pusher.Pusher, _ *cache.Cache) { ps = p; close(started) }}.Run(gctx)
-	})
+	built, err := app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(b)}.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ps := built.Pusher
+	g.Go(func() error { return built.Run(gctx) })
 	defer func() { cancel(); _ = g.Wait() }()
-	<-started
 	testutil.Eventually(b, 30*time.Second, "the pusher loads the mesh", func() (bool, string) {
 		rev, _ := st.Revision(ctx)
 		return ps.GeneratedRevision() >= rev, fmt.Sprint(ps.GeneratedRevision(), rev)

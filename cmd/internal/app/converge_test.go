@@ -70,18 +70,16 @@ func startPusherWith(t *testing.T, cli *clientv3.Client, nc *nats.Conn, set func
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rp := &runningPusher{ads: lis.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	started := make(chan struct{})
-	p := app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t),
-		Started: func(p *pusher.Pusher, c *cache.Cache) { rp.p, rp.c = p, c; close(started) }}
+	p := app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: testutil.Log(t)}
 	if set != nil {
 		set(&p)
 	}
-	go func() { rp.done <- p.Run(ctx) }()
-	select {
-	case <-started:
-	case err := <-rp.done:
+	built, err := p.Build()
+	if err != nil {
 		t.Fatalf("the pusher did not start: %v", err)
 	}
+	rp.p, rp.c = built.Pusher, built.Cache
+	go func() { rp.done <- built.Run(ctx) }()
 	t.Cleanup(rp.stop)
 	return rp
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -29,12 +28,13 @@ import (
 
 // ConfigDump serves /debug/config_dump?proxy=<id>: every resource the
 // pusher holds for a connected proxy's class, as JSON.
+// A pusher's Build makes it.
 type ConfigDump struct {
-	Status *server.Status
-	cache  atomic.Pointer[cache.Cache]
-	pusher atomic.Pointer[pusher.Pusher]
+	status *server.Status
+	cache  *cache.Cache
+	pusher *pusher.Pusher
 	// localities holds the load assignments of proxies with a locality.
-	localities atomic.Pointer[cache.Cache]
+	localities *cache.Cache
 }
 
 func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,16 +43,12 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "config_dump: ?proxy=<node id> is required (see /debug/syncz for the connected proxies)", http.StatusBadRequest)
 		return
 	}
-	node := d.Status.Node(id)
+	node := d.status.Node(id)
 	if node == nil {
 		http.Error(w, fmt.Sprintf("config_dump: proxy %q is not connected to this replica", id), http.StatusNotFound)
 		return
 	}
-	c, ps := d.cache.Load(), d.pusher.Load()
-	if c == nil || ps == nil {
-		http.Error(w, "config_dump: the pusher is starting", http.StatusServiceUnavailable)
-		return
-	}
+	c, ps := d.cache, d.pusher
 	class := ps.Classify(node)
 	dump := map[string]any{"proxy": id, "class": class}
 	resources := map[string][]json.RawMessage{}
@@ -60,7 +56,7 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		held := c.Resources(class, typeURL)
 		if typeURL == resource.EndpointType {
 			// A proxy with a locality is served its locality's.
-			if lc, l := d.localities.Load(), generate.LocalityName(node.GetLocality()); lc != nil && l != "" {
+			if lc, l := d.localities, generate.LocalityName(node.GetLocality()); lc != nil && l != "" {
 				if own := lc.Resources(l, typeURL); own != nil {
 					held = own
 				}
@@ -143,10 +139,7 @@ const (
 // select proxies, and no matcher selects all (up to csdsMaxUnmatched). A
 // caller with a SPIFFE identity is answered for its namespace's proxies.
 func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
-	cch, ps := c.Dump.cache.Load(), c.Dump.pusher.Load()
-	if cch == nil || ps == nil {
-		return nil, status.Error(codes.Unavailable, "csds: the pusher is starting")
-	}
+	cch, ps := c.Dump.cache, c.Dump.pusher
 	limit := c.MaxUnmatched
 	if limit == 0 {
 		limit = csdsMaxUnmatched
@@ -168,7 +161,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	// for its own identity: another stream claiming the same id is
 	// another proxy.
 	var streams []server.StreamStatus
-	for _, st := range c.Dump.Status.Streams() {
+	for _, st := range c.Dump.status.Streams() {
 		if st.Node != nil && (!identified || classify.Namespace(st.Node) == id.Namespace) {
 			streams = append(streams, st)
 		}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/relay"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -80,8 +78,8 @@ type controlPlane struct {
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
 	nats   *nats.Conn
-	pusher atomic.Pointer[pusher.Pusher]
-	relay  atomic.Pointer[relay.Relay]
+	pusher *pusher.Pusher
+	relay  *relay.Relay
 	cancel context.CancelFunc
 	g      *errgroup.Group
 }
@@ -143,23 +141,25 @@ func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *contro
 		g.Go(func() error { return src(ctx, cli, log) })
 	}
 	status := server.NewStatus()
-	dump := &app.ConfigDump{Status: status}
 	reg := prometheus.NewRegistry()
-	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: dump, etcd: cli, nats: nc, cancel: cancel, g: g}
-	g.Go(func() error {
-		return app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log, Started: func(r *relay.Relay) { cp.relay.Store(r) }}.Run(ctx)
-	})
-	g.Go(func() error {
-		return app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Dump: dump, Registerer: reg, XDS: xcfg, Policy: policy,
-			SharedGatewayNamespaces: o.sharedGateways, ClientCA: o.clientCA, Certificates: o.certificates,
-			Started: func(p *pusher.Pusher, _ *cache.Cache) { cp.pusher.Store(p) }}.Run(ctx)
-	})
+	rl, err := app.Relay{Etcd: cli, NATS: nc, Bus: bus.Config{}, Log: log}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := app.Pusher{Etcd: cli, NATS: nc, ADS: lis, Log: log, Status: status, Registerer: reg, XDS: xcfg, Policy: policy,
+		SharedGatewayNamespaces: o.sharedGateways, ClientCA: o.clientCA, Certificates: o.certificates}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: ps.Dump, etcd: cli, nats: nc, cancel: cancel, g: g,
+		pusher: ps.Pusher, relay: rl.Relay}
+	g.Go(func() error { return rl.Run(ctx) })
+	g.Go(func() error { return ps.Run(ctx) })
 	t.Cleanup(cp.stop)
 	// A pusher refuses proxies (UNAVAILABLE) until it has loaded the mesh;
 	// a proxy retries, and the tests start once it would be served.
 	testutil.Eventually(t, 20*time.Second, "the pusher to load the mesh", func() (bool, string) {
-		p := cp.pusher.Load()
-		return p != nil && p.GeneratedRevision() > 0, "not loaded"
+		return cp.pusher.GeneratedRevision() > 0, "not loaded"
 	})
 	return cp
 }
@@ -173,10 +173,7 @@ func (cp *controlPlane) settled(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		p := cp.pusher.Load()
-		if p == nil {
-			return false, "no pusher yet"
-		}
+		p := cp.pusher
 		return resp.Count > 0 && p.GeneratedRevision() >= resp.Header.Revision, fmt.Sprintf("generated %d, store at %d", p.GeneratedRevision(), resp.Header.Revision)
 	})
 }

@@ -33,8 +33,7 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", b)))
 	allOn(t, conn, b.addr, "RPCs follow the endpoint after the stream was deleted")
 	testutil.Eventually(t, 20*time.Second, "the relay and the pusher follow the store again", func() (bool, string) {
-		p, r := cp.pusher.Load(), cp.relay.Load()
-		return p != nil && r != nil && p.Following() && r.Healthy(), "not yet"
+		return cp.pusher.Following() && cp.relay.Healthy(), "not yet"
 	})
 	if _, err := js.Stream(ctx, "SHARDPILOT_MESH"); err != nil {
 		t.Errorf("the stream was not made again: %v", err)

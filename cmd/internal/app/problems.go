@@ -1,0 +1,69 @@
+package app
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"slices"
+
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
+)
+
+// Problem is one rejected input, as /debug/problems serves it.
+type Problem struct {
+	Source   string `json:"source"`
+	Location string `json:"location"`
+	Resource string `json:"resource,omitempty"`
+	Field    string `json:"field,omitempty"`
+	Reason   string `json:"reason"`
+	// Warning says the object applies all the same (a field that has no
+	// effect yet); otherwise it is rejected.
+	Warning bool `json:"warning,omitempty"`
+}
+
+// Problems lists the current problems of the sources this process syncs,
+// ordered by source and location.
+func Problems(m *ingest.Metrics) []Problem {
+	out := []Problem{}
+	for source, problems := range m.Problems() {
+		for _, p := range problems {
+			out = append(out, Problem{Source: source, Location: p.Location, Resource: p.Resource, Field: p.Field, Reason: p.Reason, Warning: p.Warning})
+		}
+	}
+	slices.SortFunc(out, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Location, b.Location), cmp.Compare(a.Resource, b.Resource))
+	})
+	return out
+}
+
+// ProblemsHandler serves /debug/problems: the current problems as JSON.
+func ProblemsHandler(m *ingest.Metrics) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(Problems(m))
+	})
+}
+
+// Rejections lists the sources' current problems for the status page.
+func Rejections(m *ingest.Metrics) func() []statuspage.Rejected {
+	return func() []statuspage.Rejected {
+		var out []statuspage.Rejected
+		for _, p := range Problems(m) {
+			where, why := p.Location, p.Reason
+			if p.Resource != "" {
+				where += " (" + p.Resource + ")"
+			}
+			if p.Field != "" {
+				why = p.Field + ": " + why
+			}
+			if p.Warning {
+				why = "warning (applied): " + why
+			}
+			out = append(out, statuspage.Rejected{Source: p.Source, Location: where, Reason: why})
+		}
+		return out
+	}
+}

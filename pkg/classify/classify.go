@@ -229,42 +229,43 @@ func (ix *Index) Classify(node *core.Node) string {
 				}
 			}
 		}
-		return Router + "/" + strings.Join(keys, ",")
+		return Class{Kind: Router, Gateways: keys}.String()
 	}
-	kind := Kind(node).String()
+	c := Class{Kind: Kind(node).String()}
 	ns := Namespace(node)
 	if ix == nil || ns == "" {
-		return kind
+		return c.String()
 	}
 	labels := nodeLabels(node)
-	selected := ix.selected(ns, labels)
+	c.Tags = ix.selected(ns, labels)
 	if s := ix.scope(ns, labels); s != nil {
-		name := ix.scopeName(ns, s)
+		c.Namespace, c.Sidecar = ns, ix.scopeName(ns, s)
 		if s.Namespace != ns && !ix.own[ns] {
 			// The mesh's default Sidecar in a namespace with nothing of
 			// its own: one class for all of them, however many clients
 			// claim.
-			ns = Elsewhere
+			c.Namespace = Elsewhere
 		}
-		return kind + "/" + ns + "/" + name + selected
+		return c.String()
 	}
-	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 || selected != "" || len(ix.sourceNamespaces) > 0 {
+	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 || len(c.Tags) > 0 || len(ix.sourceNamespaces) > 0 {
+		c.Namespace = ns
 		if !ix.own[ns] {
-			ns = Elsewhere
+			c.Namespace = Elsewhere
 		}
-		return kind + "/" + ns + "/" + selected
+		return c.String()
 	}
-	if ix.served[ns] && kind == generate.Envoy.String() {
+	if ix.served[ns] && c.Kind == generate.Envoy.String() {
 		// Its own namespace's services by their short names.
-		return kind + "/" + ns + "/"
+		c.Namespace = ns
 	}
-	return kind
+	return c.String()
 }
 
-// selected returns "/<tag>,<tag>..." for the security policies with a
-// selector that select a workload, then the source selectors of route
-// matches that do (see generate.SelectorTag), or "" for none.
-func (ix *Index) selected(namespace string, labels map[string]string) string {
+// selected returns the tags of the security policies with a selector that
+// select a workload, then of the source selectors of route matches that do
+// (see generate.SelectorTag).
+func (ix *Index) selected(namespace string, labels map[string]string) []string {
 	var tags []string
 	for _, list := range [][]*generate.Policy{ix.policies[namespace], ix.root} {
 		for _, p := range list {
@@ -278,44 +279,33 @@ func (ix *Index) selected(namespace string, labels map[string]string) string {
 			tags = append(tags, tag)
 		}
 	}
-	if len(tags) == 0 {
-		return ""
-	}
-	return "/" + strings.Join(tags, ",")
+	return tags
 }
 
 // Gateways returns the keys of the Gateways of a router class, and whether
 // the class is one.
 func Gateways(class string) ([]string, bool) {
-	keys, ok := strings.CutPrefix(class, Router+"/")
-	if !ok {
-		return nil, false
-	}
-	return strings.Split(keys, ","), true
+	c := ParseClass(class)
+	return c.Gateways, c.Kind == Router
 }
 
 // View returns the proxy kind and view of a (non-router) class.
 func (ix *Index) View(class string) (generate.Proxy, generate.View) {
-	parts := strings.SplitN(class, "/", 4)
-	kind := generate.Envoy
-	if parts[0] == generate.Proxyless.String() {
-		kind = generate.Proxyless
-	}
-	if len(parts) < 3 {
+	c := ParseClass(class)
+	kind := c.Proxy()
+	if c.Namespace == "" {
 		return kind, generate.View{}
 	}
-	v := generate.View{Namespace: parts[1]}
-	if len(parts) == 4 {
-		for _, tag := range strings.Split(parts[3], ",") {
-			if strings.HasPrefix(tag, "l:") {
-				v.Sources = append(v.Sources, tag)
-			} else {
-				v.Policies = append(v.Policies, tag)
-			}
+	v := generate.View{Namespace: c.Namespace}
+	for _, tag := range c.Tags {
+		if strings.HasPrefix(tag, "l:") {
+			v.Sources = append(v.Sources, tag)
+		} else {
+			v.Policies = append(v.Policies, tag)
 		}
 	}
-	if ix != nil && parts[2] != "" {
-		if s := ix.find(parts[1], parts[2]); s != nil {
+	if ix != nil && c.Sidecar != "" {
+		if s := ix.find(c.Namespace, c.Sidecar); s != nil {
 			for _, e := range s.Spec.Egress {
 				if e.Port != 0 {
 					if v.EgressPorts == nil {

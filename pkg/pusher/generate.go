@@ -286,7 +286,7 @@ func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
 // not receive: the clusters or listeners of proxyless clients above what
 // grpc-go takes in one message.
 func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool {
-	if !strings.HasPrefix(class, generate.Proxyless.String()) || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
+	if classify.ParseClass(class).Kind != generate.Proxyless.String() || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
 		return false
 	}
 	size := 0

@@ -60,8 +60,10 @@ func (s *Share) lead(ctx context.Context, election string, run func(context.Cont
 		s.mu.Unlock()
 	}()
 	ctx, cancel := context.WithCancelCause(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait() // the watcher does not outlive the lead
 	defer cancel(nil)
-	go func() {
+	watching.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
@@ -75,7 +77,7 @@ func (s *Share) lead(ctx context.Context, election string, run func(context.Cont
 				}
 			}
 		}
-	}()
+	})
 	err := run(ctx)
 	if errors.Is(context.Cause(ctx), errYielded) {
 		return errYielded

@@ -1,0 +1,65 @@
+package classify
+
+import (
+	"strings"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// Class is a class of proxies, all served the same resources. For a
+// sidecar or a proxyless client: its kind and, unless every proxy of the
+// kind is alike, the namespace it sees from (Elsewhere for the namespaces
+// with nothing of their own), the Sidecar that scopes it ("" for none) and
+// the tags of the security policies and route sources that select it. For
+// a gateway proxy (Kind Router): the keys of the Gateways that select it.
+//
+// Its String is the cache's key; ParseClass reads one back. The grammar
+// lives here alone:
+//
+//	<kind>                                    every proxy of the kind
+//	<kind>/<namespace>/<sidecar>[/<tag>,...]  a namespace's proxies
+//	router/<gateway key>,...                  a gateway proxy
+type Class struct {
+	Kind      string
+	Namespace string
+	Sidecar   string
+	Tags      []string
+	Gateways  []string
+}
+
+// String is the class's key.
+func (c Class) String() string {
+	switch {
+	case c.Kind == Router:
+		return Router + "/" + strings.Join(c.Gateways, ",")
+	case c.Namespace == "":
+		return c.Kind
+	case len(c.Tags) == 0:
+		return c.Kind + "/" + c.Namespace + "/" + c.Sidecar
+	}
+	return c.Kind + "/" + c.Namespace + "/" + c.Sidecar + "/" + strings.Join(c.Tags, ",")
+}
+
+// ParseClass reads a class's key.
+func ParseClass(key string) Class {
+	if gateways, ok := strings.CutPrefix(key, Router+"/"); ok {
+		return Class{Kind: Router, Gateways: strings.Split(gateways, ",")}
+	}
+	parts := strings.SplitN(key, "/", 4)
+	c := Class{Kind: parts[0]}
+	if len(parts) >= 3 {
+		c.Namespace, c.Sidecar = parts[1], parts[2]
+	}
+	if len(parts) == 4 {
+		c.Tags = strings.Split(parts[3], ",")
+	}
+	return c
+}
+
+// Proxy is the kind of proxy of a sidecar or proxyless class.
+func (c Class) Proxy() generate.Proxy {
+	if c.Kind == generate.Proxyless.String() {
+		return generate.Proxyless
+	}
+	return generate.Envoy
+}

@@ -1,0 +1,28 @@
+package classify
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestClassKeys: every kind of class reads back from its key as it was.
+func TestClassKeys(t *testing.T) {
+	for key, want := range map[string]Class{
+		"envoy":                          {Kind: "envoy"},
+		"proxyless":                      {Kind: "proxyless"},
+		"envoy/shop/":                    {Kind: "envoy", Namespace: "shop"},
+		"envoy/~/default":                {Kind: "envoy", Namespace: Elsewhere, Sidecar: "default"},
+		"proxyless/shop/narrow/p1,l:ab":  {Kind: "proxyless", Namespace: "shop", Sidecar: "narrow", Tags: []string{"p1", "l:ab"}},
+		"envoy/shop//p1":                 {Kind: "envoy", Namespace: "shop", Tags: []string{"p1"}},
+		"router/istio-system/gw,shop/gw": {Kind: Router, Gateways: []string{"istio-system/gw", "shop/gw"}},
+		"router/":                        {Kind: Router, Gateways: []string{""}},
+	} {
+		got := ParseClass(key)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ParseClass(%q) = %+v, want %+v", key, got, want)
+		}
+		if got.String() != key {
+			t.Errorf("%+v.String() = %q, want %q", got, got.String(), key)
+		}
+	}
+}

@@ -280,8 +280,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	ps := built.Pusher
+	// Ready once a config is loaded, and ready it stays: with etcd or NATS
+	// out of reach it serves its last config (stale is a metric, an alert
+	// and a state of the status page), as a proxy is better served that
+	// than refused.
 	ready.Check("mesh loaded", func() bool { return ps.GeneratedRevision() > 0 })
-	ready.Check("following the store", ps.Following)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return built.Run(ctx) })
 	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis),
@@ -296,7 +299,7 @@ func run(ctx context.Context, args []string) error {
 	if readCredentials != nil {
 		g.Go(func() error { return readCredentials(ctx) })
 	}
-	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams})
+	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams, Stale: ps.Stale})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,

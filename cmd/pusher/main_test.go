@@ -88,6 +88,25 @@ func TestSeparateProcesses(t *testing.T) {
 	if code, body := get("http://" + ingesterAdmin + "/"); code != http.StatusOK || !strings.Contains(body, "shardpilot ingester") || !strings.Contains(body, "Rejected objects") {
 		t.Errorf("ingester's status page: %d %.200s", code, body)
 	}
+
+	// NATS goes: the pusher serves its last config and stays in its
+	// Service (ready); it says it is stale.
+	nats.Close()
+	testutil.Eventually(t, 60*time.Second, "the pusher to say it is stale", func() (bool, string) {
+		_, body := get("http://" + admin + "/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "shardpilot_pusher_stale_seconds "); ok {
+				return v != "0", line
+			}
+		}
+		return false, "no shardpilot_pusher_stale_seconds"
+	})
+	if code, body := get("http://" + admin + "/readyz"); code != http.StatusOK {
+		t.Errorf("the pusher without NATS: /readyz %d %s, want it ready, serving its last config", code, body)
+	}
+	if _, body := get("http://" + admin + "/"); !strings.Contains(body, "stale: not following the store") {
+		t.Errorf("the status page does not say the pusher is stale: %.300s", body)
+	}
 }
 
 // TestADSNeedsTLSOrConsent: ADS is TLS unless plaintext is asked for, and

@@ -172,8 +172,8 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	ready.Check("mesh loaded", func() bool {
 		return synced.Load() && ps.GeneratedRevision() > 0 && ps.GeneratedRevision() >= syncedRev.Load()
 	})
-	ready.Check("following the store", ps.Following)
-	ready.Check("relay following the store", rl.Relay.Healthy)
+	// Ready it stays through an outage of etcd or NATS, serving its last
+	// config (stale is a metric and a state of the status page).
 
 	ingestMetrics, err := ingest.NewMetrics(reg)
 	if err != nil {
@@ -199,7 +199,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
-	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Rejected: app.Rejections(ingestMetrics)})
+	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Stale: ps.Stale, Rejected: app.Rejections(ingestMetrics)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,

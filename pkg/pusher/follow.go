@@ -67,7 +67,10 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 	p.consumed.Store(seq)
 	p.following.Store(true)
-	defer p.following.Store(false)
+	defer func() {
+		p.lostAt.Store(time.Now().UnixNano())
+		p.following.Store(false)
+	}()
 	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
 		if err := p.apply(ctx, ev); err != nil {
 			return err

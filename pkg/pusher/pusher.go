@@ -188,9 +188,12 @@ type Pusher struct {
 	state     *state
 	debouncer *debounce.Debouncer[change]
 	m         metrics
-	generated atomic.Int64  // revision of the last generation, 0 before the first
-	following atomic.Bool   // the store is loaded and the stream followed
-	consumed  atomic.Uint64 // the stream sequence of the last event consumed
+	generated atomic.Int64 // revision of the last generation, 0 before the first
+	following atomic.Bool  // the store is loaded and the stream followed
+	// lostAt is when the pusher last stopped following (its start before
+	// it first did), in Unix nanoseconds.
+	lostAt   atomic.Int64
+	consumed atomic.Uint64 // the stream sequence of the last event consumed
 	// lru holds per-service generated resources by their inputs' versions.
 	lru *lru.Cache[string, any]
 	// settings are the mesh's stored settings of the last generation
@@ -337,8 +340,15 @@ func New(cfg Config) (*Pusher, error) {
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
 		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
+	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	if cfg.Registerer != nil {
+		stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_stale_seconds",
+			Help: "Seconds since the pusher last followed the store's changes (0 while it does): it serves what it generated last, which may be that old, and stays ready (etcd or NATS out of reach)."},
+			func() float64 { return p.Stale().Seconds() })
+		if err := cfg.Registerer.Register(stale); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
 		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
 			Help: "Change events in the stream this pusher has not consumed yet: the stream's last sequence minus the last one consumed (read at each scrape)."},
 			p.busLag)
@@ -365,6 +375,16 @@ func (p *Pusher) busLag() float64 {
 // loaded the store and reads the change stream. While it does not, it
 // serves what it generated last.
 func (p *Pusher) Following() bool { return p.following.Load() }
+
+// Stale says how long the pusher has not followed the store's changes: 0
+// while it does. What it serves may be that old. It stays ready: a proxy
+// is better served the last config than none.
+func (p *Pusher) Stale() time.Duration {
+	if p.following.Load() {
+		return 0
+	}
+	return time.Since(time.Unix(0, p.lostAt.Load()))
+}
 
 // GeneratedRevision returns the store revision the served resources
 // reflect, 0 before the first generation.

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
@@ -78,10 +79,12 @@ type controlPlane struct {
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
 	nats   *nats.Conn
-	pusher *pusher.Pusher
-	relay  *relay.Relay
-	cancel context.CancelFunc
-	g      *errgroup.Group
+	// natsServer is the NATS server, which a test may stop.
+	natsServer *embedded.NATS
+	pusher     *pusher.Pusher
+	relay      *relay.Relay
+	cancel     context.CancelFunc
+	g          *errgroup.Group
 }
 
 // source runs one ingest source of the control plane.
@@ -129,7 +132,7 @@ func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *contro
 	t.Helper()
 	xcfg, policy := o.xds, o.policy
 	_, cli := testutil.Etcd(t)
-	_, nc := testutil.NATS(t)
+	natsServer, nc := testutil.NATS(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +155,7 @@ func startControlPlaneWith(t *testing.T, o cpOptions, sources ...source) *contro
 		t.Fatal(err)
 	}
 	cp := &controlPlane{ads: lis.Addr().String(), reg: reg, status: status, dump: ps.Dump, etcd: cli, nats: nc, cancel: cancel, g: g,
-		pusher: ps.Pusher, relay: rl.Relay}
+		pusher: ps.Pusher, relay: rl.Relay, natsServer: natsServer}
 	g.Go(func() error { return rl.Run(ctx) })
 	g.Go(func() error { return ps.Run(ctx) })
 	t.Cleanup(cp.stop)

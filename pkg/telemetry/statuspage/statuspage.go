@@ -52,6 +52,9 @@ type Config struct {
 	Streams func() []server.StreamStatus
 	// Rejected lists what the sources rejected; nil: no such section.
 	Rejected func() []Rejected
+	// Stale, when set, says how long a pusher has not followed the store
+	// (0 while it does): the page shows it as a state of its own.
+	Stale func() time.Duration
 	// Every is how often the registry is sampled (default 5s), Window the
 	// span each point's quantiles cover (default 1m) and Keep how far back
 	// the charts go (default 15m).
@@ -239,6 +242,7 @@ type view struct {
 	ShowRejected  bool
 	Rejected      []Rejected
 	RejectedTotal string
+	Stale         string
 }
 
 type proxyRow struct {
@@ -269,6 +273,11 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s := p.series(streamsMetric, func(s sample) float64 { return s.streams }); len(s) > 0 {
 		v.Streams = fmt.Sprintf("%.0f", s[len(s)-1].Values[0])
+	}
+	if p.cfg.Stale != nil {
+		if d := p.cfg.Stale(); d > 0 {
+			v.Stale = d.Round(time.Second).String()
+		}
 	}
 	if p.cfg.Streams != nil {
 		v.ShowProxies = true

@@ -1,7 +1,7 @@
 # One image with every command: /ingester, /pusher, /standalone and the
 # /shardctl CLI (the chart picks one with `command`). Static binaries on distroless, run as
 # its non-root user.
-#   make image            # docker build -t ghcr.io/shardpilot/shardpilot:dev .
+#   make image            # docker build -t ghcr.io/shardpilot/shardpilot:<release> .
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -113,10 +113,12 @@ bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkIngestFromKubernetes -benchtime 1x -timeout 30m ./pkg/ingest/kube/
 
-IMAGE ?= ghcr.io/shardpilot/shardpilot:dev
+# The release (internal/version), which is also the chart's appVersion.
+VERSION := $(shell sed -n 's/^var Release = "\(.*\)"/\1/p' internal/version/version.go)
+IMAGE ?= ghcr.io/shardpilot/shardpilot:$(VERSION)
 
 .PHONY: image
-image: ## Build the image (ingester, pusher, standalone) with docker: IMAGE=<name:tag>.
+image: ## Build the image (ingester, pusher, standalone, shardctl) with docker, tagged with the release, the chart's appVersion (IMAGE=<name:tag> to name it otherwise); push it to your registry and set the chart's image.repository.
 	docker build -t $(IMAGE) .
 
 $(HELM):

@@ -22,6 +22,7 @@ import (
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -657,5 +658,27 @@ func TestChartCASeal(t *testing.T) {
 	}
 	if find(objs, "Secret", "sp-ca-seal") != nil {
 		t.Error("a seal key is made beside the operator's CA")
+	}
+}
+
+// TestVersion: the chart's appVersion (the image tag it pulls by default)
+// is the release the commands report, and make image tags the image so.
+func TestVersion(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("helm", "shardpilot", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		t.Fatal(err)
+	}
+	if chart.AppVersion != version.Release {
+		t.Errorf("the chart's appVersion is %q, the commands' release %q", chart.AppVersion, version.Release)
+	}
+	out, err := exec.Command("make", "-C", "..", "-n", "image").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "shardpilot:"+version.Release+" ") {
+		t.Errorf("make image does not tag the image with the release %s: %v\n%s", version.Release, err, out)
 	}
 }

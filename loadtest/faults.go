@@ -178,16 +178,20 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			return p.waitReady(ctx, time.Minute)
 		}},
 		{fmt.Sprintf("NATS stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
-			// A pusher that cannot follow the store says so on /readyz,
-			// and is ready again once it follows.
+			// A pusher that cannot follow the store stays ready, serving
+			// its last config, and says it is stale.
 			_ = nats.cmd.Process.Signal(syscall.SIGSTOP)
-			fell := false
+			fell, stale := false, false
 			for until := time.Now().Add(sc.FaultHold); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
 				fell = fell || !servers[1].ready()
+				stale = stale || servers[1].stale()
 			}
 			_ = nats.cmd.Process.Signal(syscall.SIGCONT)
-			if !fell {
-				return fmt.Errorf("%s stayed ready while NATS was stopped", servers[1].name)
+			switch {
+			case fell:
+				return fmt.Errorf("%s went unready while NATS was stopped: it has a config to serve", servers[1].name)
+			case !stale:
+				return fmt.Errorf("%s did not say it was stale while NATS was stopped", servers[1].name)
 			}
 			return servers[1].waitReady(ctx, time.Minute)
 		}},

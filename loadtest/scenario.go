@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -411,6 +412,26 @@ func (p *proc) ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// stale reports whether a pusher says it does not follow the store
+// (shardpilot_pusher_stale_seconds above 0).
+func (p *proc) stale() bool {
+	// /metrics reads the stream's last sequence, which waits up to a
+	// second while NATS does not answer.
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "shardpilot_pusher_stale_seconds "); ok {
+			return v != "0"
+		}
+	}
+	return false
 }
 
 // waitReady polls /readyz, or for the baseline its ADS port.

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
@@ -301,7 +302,7 @@ func run(ctx context.Context, args []string) error {
 	if name == "" {
 		name, _ = os.Hostname()
 	}
-	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis), Started: time.Now()}
+	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis), Started: time.Now(), Version: version.String()}
 	if adminTLSLis != nil {
 		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/cmd/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
+	"github.com/shardpilot/shardpilot/internal/version"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ca"
@@ -288,7 +289,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return built.Run(ctx) })
 	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis),
-		ADS: cli.Advertised(o.common.AdvertiseHost, adsLis), Started: time.Now()}
+		ADS: cli.Advertised(o.common.AdvertiseHost, adsLis), Started: time.Now(), Version: version.String()}
 	if adminTLSLis != nil {
 		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -140,9 +142,41 @@ func members(ctx context.Context, o *options, args []string) error {
 	if o.output == "json" {
 		return writeJSON(o.stdout, ms)
 	}
-	t := newTable(o.stdout, "NAME", "ROLE", "ADMIN", "ADS", "AGE")
+	t := newTable(o.stdout, "NAME", "ROLE", "ADMIN", "ADS", "AGE", "VERSION")
 	for _, m := range ms {
-		t.row(m.Name, m.Role, m.Admin, m.ADS, age(m.Started))
+		t.row(m.Name, m.Role, m.Admin, m.ADS, age(m.Started), m.Version)
+	}
+	return t.flush()
+}
+
+// versions prints shardctl's version and, when etcd answers, every
+// member's.
+func versions(ctx context.Context, o *options, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected arguments %q", args)
+	}
+	var ms []store.Member
+	err := errors.New("the members' versions are what etcd holds: drop --admin-addrs")
+	if o.admin == "" {
+		ms, err = o.find(ctx, "")
+	}
+	if o.output == "json" {
+		out := map[string]any{"client": version.String()}
+		if err == nil {
+			out["members"] = ms
+		}
+		if werr := writeJSON(o.stdout, out); werr != nil {
+			return werr
+		}
+		return err
+	}
+	fmt.Fprintf(o.stdout, "client: %s\n", version.String())
+	if err != nil {
+		return err
+	}
+	t := newTable(o.stdout, "NAME", "ROLE", "VERSION")
+	for _, m := range ms {
+		t.row(m.Name, m.Role, cmp.Or(m.Version, "(not announced)"))
 	}
 	return t.flush()
 }

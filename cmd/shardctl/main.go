@@ -34,6 +34,7 @@ Commands:
   proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners or endpoints
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
+  version                            shardctl's version and every announced pusher's and ingester's
   bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
                                      as nats-server users and nsc commands; needs no etcd
   etcd-roles [apply <password-dir>]  the etcd role and user of each part (ingester, pusher, shardctl) with the
@@ -58,6 +59,7 @@ var commands = map[string]command{
 	"members":         {"members", members},
 	"bus-permissions": {"bus-permissions [<stream>]", busPermissions},
 	"etcd-roles":      {"etcd-roles [apply <password-dir>]", etcdRoles},
+	"version":         {"version", versions},
 }
 
 // options are the flags every command takes.
@@ -96,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, bus-permissions or etcd-roles (see --help)", args[0])
+		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, version, bus-permissions or etcd-roles (see --help)", args[0])
 	}
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("--output %q: want table or json", o.output)

@@ -23,6 +23,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -211,6 +212,17 @@ func TestAgainstTwoPushers(t *testing.T) {
 		}
 	})
 
+	t.Run("version", func(t *testing.T) {
+		out, _, err := shardctl(etcd.Endpoint, "version")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client and every member, each with its release.
+		if !strings.Contains(out, "client: shardpilot "+version.Release) || strings.Count(out, "shardpilot "+version.Release) != 4 {
+			t.Errorf("version: want the client's and the 3 members' versions, got\n%s", out)
+		}
+	})
+
 	var rows []proxyRow
 	testutil.Eventually(t, 30*time.Second, "every proxy is listed once, in its final state", func() (bool, string) {
 		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status", "-o", "json")
@@ -396,6 +408,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
 		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints"},
 		{[]string{"members", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
+		{[]string{"version", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
 		{[]string{"analyze", "--admin-token-file", "/nonexistent"}, "--admin-token-file"},
 	} {
 		var out bytes.Buffer

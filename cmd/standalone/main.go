@@ -22,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/pki"
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -193,8 +194,8 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	g.Go(func() error { return built.Run(ctx) })
 	host, _ := os.Hostname()
 	for _, m := range []store.Member{
-		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now()},
-		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, Started: time.Now()},
+		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now(), Version: version.String()},
+		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, Started: time.Now(), Version: version.String()},
 	} {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}

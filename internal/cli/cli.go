@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 )
@@ -96,7 +97,7 @@ func fromEnv(fs *flag.FlagSet, prefix string) error {
 
 // Usage prints the summary and every flag with its default and twin.
 func Usage(w io.Writer, fs *flag.FlagSet, prefix, summary string) {
-	fmt.Fprintf(w, "%s\n\nUsage: %s [flags]\n\nFlags (each also read from its environment variable):\n", summary, fs.Name())
+	fmt.Fprintf(w, "%s\n\nUsage: %s [flags]\n       (--version alone prints the version)\n\nFlags (each also read from its environment variable):\n", summary, fs.Name())
 	fs.VisitAll(func(f *flag.Flag) {
 		def := ""
 		if f.DefValue != "" {
@@ -230,6 +231,10 @@ func ParseSize(s string) (int64, error) {
 // Main runs a command: run gets a context cancelled on SIGINT or SIGTERM,
 // and an error other than a request for help exits with status 1.
 func Main(name string, run func(ctx context.Context, args []string) error) {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String())
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

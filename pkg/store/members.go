@@ -34,6 +34,8 @@ type Member struct {
 	// ADS is the host:port proxies connect to, for a pusher.
 	ADS     string    `json:"ads,omitempty"`
 	Started time.Time `json:"started"`
+	// Version is the shardpilot the process runs (internal/version).
+	Version string `json:"version,omitempty"`
 }
 
 // Announce keeps m under MemberPrefix, attached to a lease of ttl that it

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/shardpilot/shardpilot/internal/version"
 )
 
 // NewLogger returns a structured logger writing to w at level ("debug",
@@ -41,7 +42,7 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // NewRegistry returns a Prometheus registry with the Go and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
 	return reg
 }
 

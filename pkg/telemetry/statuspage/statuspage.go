@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
 
@@ -230,6 +231,7 @@ var page = template.Must(template.New("page").Parse(pageHTML))
 // view is what the template renders.
 type view struct {
 	Title, Now    string
+	Version       string
 	Convergence   Chart
 	Latest        []string // p50, p99 now
 	BusLag        *Chart
@@ -259,7 +261,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	v := view{Title: p.cfg.Title, Now: time.Now().UTC().Format(time.RFC3339)}
+	v := view{Title: p.cfg.Title, Now: time.Now().UTC().Format(time.RFC3339), Version: version.String()}
 	// The charts span the time since the start, from a minute to Keep.
 	span := min(max(time.Since(p.started).Round(time.Minute)+time.Minute, time.Minute), p.cfg.Keep)
 	conv := p.Convergence()

@@ -259,8 +259,10 @@ func TestChart(t *testing.T) {
 		"etcd.auth.roles.enabled=true":                   "etcd.auth.roles.secretName",
 		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s,etcd.auth.username=u": "alternatives",
 		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s":                      "etcd.auth.roles.rootSecretName",
-		"nats.auth.type=token":   "/nats/auth/type",
-		"injection.enabled=true": "injection.enabled: Istio's agents dial ADS and the CA over TLS",
+		"nats.auth.type=token":               "/nats/auth/type",
+		"injection.enabled=true":             "injection.enabled: Istio's agents dial ADS and the CA over TLS",
+		"imagePullSecrets[0].secret=regcred": "/imagePullSecrets/0",
+		"extraEnv[0].value=x":                "/extraEnv/0",
 		"pusher.ads.remoteClusters[0].clusterID=east,pusher.ads.remoteClusters[0].secretName=s": "set pusher.ads.tokens",
 	} {
 		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
@@ -283,6 +285,7 @@ func TestChart(t *testing.T) {
 		"trial":   {filepath.Join("helm", "examples", "values-trial.yaml")},
 		"secured": {filepath.Join("helm", "examples", "values-secured.yaml")},
 		"istio":   {filepath.Join("helm", "examples", "values-istio-migration.yaml")},
+		"knobs":   {filepath.Join("testdata", "values-knobs.yaml")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
@@ -427,6 +430,17 @@ func TestChart(t *testing.T) {
 			if name == "istio" {
 				checkInjection(t, objs, ns)
 			}
+			if name == "knobs" {
+				checkPodKnobs(t, objs)
+			}
+			// The standard labels, so that tools and two releases tell
+			// each other's objects apart.
+			for _, obj := range objs {
+				l := obj.GetLabels()
+				if l["app.kubernetes.io/name"] != "shardpilot" || l["app.kubernetes.io/instance"] != "sp" || l["app.kubernetes.io/version"] == "" {
+					t.Errorf("%s %s: labels %v, want app.kubernetes.io/name, instance and version", obj.GetKind(), obj.GetName(), l)
+				}
+			}
 			if err := kc.Apply(context.Background(), objs, ns, true); err != nil {
 				t.Fatalf("server-side dry run: %v", err)
 			}
@@ -435,6 +449,22 @@ func TestChart(t *testing.T) {
 				t.Errorf("helm install --dry-run=server printed no NOTES:\n%s", out)
 			}
 		})
+	}
+}
+
+// checkPodKnobs: every pod knob of values-knobs.yaml reaches the pods of
+// both parts.
+func checkPodKnobs(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, d := range []string{"sp-pusher", "sp-ingester"} {
+		tmpl, _, _ := unstructured.NestedMap(find(objs, "Deployment", d).Object, "spec", "template")
+		got := fmt.Sprint(tmpl)
+		for _, want := range []string{"imagePullSecrets:[map[name:regcred]]", "nodeSelector:map[kubernetes.io/os:linux]", "key:dedicated",
+			"nodeAffinity", "priorityClassName:system-cluster-critical", "annotations:map[example.com/team:mesh]", "team:mesh", "name:GODEBUG"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("%s: no %s in its pod template", d, want)
+			}
+		}
 	}
 }
 

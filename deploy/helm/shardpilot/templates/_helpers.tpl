@@ -3,6 +3,9 @@
 {{- end -}}
 
 {{- define "shardpilot.labels" -}}
+app.kubernetes.io/name: shardpilot
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: shardpilot
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
@@ -53,6 +56,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "shardpilot.podSpec" -}}
 securityContext:
   {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- if .root.Values.topologySpread.enabled }}
 topologySpreadConstraints:
 - maxSkew: {{ .root.Values.topologySpread.maxSkew }}
@@ -322,3 +344,4 @@ the kubeconfig mounted from its Secret. */}}
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+

@@ -262,12 +262,22 @@ func TestChart(t *testing.T) {
 		"nats.auth.type=token":               "/nats/auth/type",
 		"injection.enabled=true":             "injection.enabled: Istio's agents dial ADS and the CA over TLS",
 		"imagePullSecrets[0].secret=regcred": "/imagePullSecrets/0",
-		"extraEnv[0].value=x":                "/extraEnv/0",
+		"pusher.autoscaling.minReplicas=5,pusher.autoscaling.maxReplicas=2": "minReplicas 5 is above maxReplicas 2",
+		"etcd.endpoints=etcd:2379":        "/etcd/endpoints",
+		"pusher.resources.limits.cpu=abc": "/pusher/resources/limits/cpu",
+		"extraEnv[0].value=x":             "/extraEnv/0",
 		"pusher.ads.remoteClusters[0].clusterID=east,pusher.ads.remoteClusters[0].secretName=s": "set pusher.ads.tokens",
 	} {
 		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("helm template --set %s: %v, want an error naming %s:\n%.500s", set, err, want, out)
+		}
+	}
+
+	// Valid values the schema once refused.
+	for _, set := range []string{"pusher.debounce.maxHold=1m30s", "pusher.resources.requests.cpu=500m", "etcd.endpoints=https://a:2379\\,https://b:2379"} {
+		if out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput(); err != nil {
+			t.Errorf("helm template --set %s: %v\n%.500s", set, err, out)
 		}
 	}
 
@@ -447,6 +457,14 @@ func TestChart(t *testing.T) {
 			out := run(t, h, append([]string{"install", "sp", chart, "--namespace", ns, "--dry-run=server", "--kubeconfig", kubeconfig}, args...)...)
 			if !strings.Contains(out, "Proxies connect to ADS") {
 				t.Errorf("helm install --dry-run=server printed no NOTES:\n%s", out)
+			}
+			tlsSecret := v["pusher"].(map[string]any)["ads"].(map[string]any)["tls"].(map[string]any)["secretName"]
+			trial, _ := v["trial"].(map[string]any)["enabled"].(bool)
+			if got := strings.Contains(out, "WARNING: ADS is served in plaintext"); got != (tlsSecret == "") {
+				t.Errorf("NOTES warn of plaintext ADS: %v, with TLS Secret %q", got, tlsSecret)
+			}
+			if got := strings.Contains(out, "WARNING: trial mode"); got != trial {
+				t.Errorf("NOTES warn of trial mode: %v, trial %v", got, trial)
 			}
 		})
 	}

@@ -730,3 +730,32 @@ func TestVersion(t *testing.T) {
 		t.Errorf("make image does not tag the image with the release %s: %v\n%s", version.Release, err, out)
 	}
 }
+
+// TestChartMonitoring: the ServiceMonitors and the PrometheusRule carry the
+// labels the Prometheus operator's selectors look for, and a
+// ServiceMonitor selects its own release's Services alone.
+func TestChartMonitoring(t *testing.T) {
+	h := helm(t)
+	out := run(t, h, "template", "sp", filepath.Join("helm", "shardpilot"), "--set",
+		"serviceMonitor.enabled=true,serviceMonitor.labels.release=kps,prometheusRule.enabled=true,prometheusRule.labels.release=kps")
+	objs, err := kubetest.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, names := range map[string][]string{"ServiceMonitor": {"sp-pusher", "sp-ingester"}, "PrometheusRule": {"sp"}} {
+		for _, name := range names {
+			obj := find(objs, kind, name)
+			if obj == nil {
+				t.Fatalf("no %s %s", kind, name)
+			}
+			if obj.GetLabels()["release"] != "kps" {
+				t.Errorf("%s %s: labels %v, want release: kps", kind, name, obj.GetLabels())
+			}
+			if kind == "ServiceMonitor" {
+				if got, _, _ := unstructured.NestedString(obj.Object, "spec", "selector", "matchLabels", "app.kubernetes.io/instance"); got != "sp" {
+					t.Errorf("ServiceMonitor %s selects the Services of release %q, want sp's alone", name, got)
+				}
+			}
+		}
+	}
+}

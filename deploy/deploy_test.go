@@ -7,10 +7,8 @@ package deploy_test
 import (
 	"bufio"
 	"context"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +20,6 @@ import (
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
-	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -248,38 +245,7 @@ func TestChart(t *testing.T) {
 		helpers += string(b)
 	}
 
-	// Values that cannot work are refused with what to change.
-	for set, want := range map[string]string{
-		"etcd.tls.secretName=etcd-tls":                   "etcd.endpoints must be https://",
-		"nats.auth.type=creds":                           "nats.auth.secretName",
-		"etcd.auth.username=root":                        "etcd.auth.secretName",
-		"nats.auth.type=password,nats.auth.secretName=s": "nats.auth.user",
-		"pusher.ads.ca.secretName=ca":                    "pusher.ads.tls.secretName",
-		"pusher.ads.ca.sealSecretName=seal":              "pusher.ads.tls.secretName",
-		"etcd.auth.roles.enabled=true":                   "etcd.auth.roles.secretName",
-		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s,etcd.auth.username=u": "alternatives",
-		"etcd.auth.roles.enabled=true,etcd.auth.roles.secretName=s":                      "etcd.auth.roles.rootSecretName",
-		"nats.auth.type=token":               "/nats/auth/type",
-		"injection.enabled=true":             "injection.enabled: Istio's agents dial ADS and the CA over TLS",
-		"imagePullSecrets[0].secret=regcred": "/imagePullSecrets/0",
-		"pusher.autoscaling.minReplicas=5,pusher.autoscaling.maxReplicas=2": "minReplicas 5 is above maxReplicas 2",
-		"etcd.endpoints=etcd:2379":        "/etcd/endpoints",
-		"pusher.resources.limits.cpu=abc": "/pusher/resources/limits/cpu",
-		"extraEnv[0].value=x":             "/extraEnv/0",
-		"pusher.ads.remoteClusters[0].clusterID=east,pusher.ads.remoteClusters[0].secretName=s": "set pusher.ads.tokens",
-	} {
-		out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), want) {
-			t.Errorf("helm template --set %s: %v, want an error naming %s:\n%.500s", set, err, want, out)
-		}
-	}
-
-	// Valid values the schema once refused.
-	for _, set := range []string{"pusher.debounce.maxHold=1m30s", "pusher.resources.requests.cpu=500m", "etcd.endpoints=https://a:2379\\,https://b:2379"} {
-		if out, err := exec.Command(h, "template", "sp", chart, "--set", set).CombinedOutput(); err != nil {
-			t.Errorf("helm template --set %s: %v\n%.500s", set, err, out)
-		}
-	}
+	checkSchema(t, h, chart)
 
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -393,64 +359,10 @@ func TestChart(t *testing.T) {
 				}
 			}
 			if name == "secured" {
-				// Each part signs in to etcd as its own user, with its own
-				// password alone; a hook Job makes the users first.
-				for part, key := range map[string]string{"sp-pusher": "pusher", "sp-ingester": "ingester"} {
-					d := find(objs, "Deployment", part)
-					vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
-					if !slices.ContainsFunc(vols, func(v any) bool {
-						items, _, _ := unstructured.NestedSlice(v.(map[string]any), "secret", "items")
-						return v.(map[string]any)["name"] == "etcd-auth" && len(items) == 1 && items[0].(map[string]any)["key"] == key
-					}) {
-						t.Errorf("%s does not mount its etcd password alone: %v", part, vols)
-					}
-					ctr := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-					envs, _, _ := unstructured.NestedSlice(ctr, "env")
-					if !slices.ContainsFunc(envs, func(e any) bool {
-						return e.(map[string]any)["name"] == "SHARDPILOT_ETCD_USERNAME" && e.(map[string]any)["value"] == "shardpilot-"+key
-					}) {
-						t.Errorf("%s does not sign in to etcd as shardpilot-%s", part, key)
-					}
-				}
-				job := find(objs, "Job", "sp-etcd-roles")
-				if job == nil {
-					t.Fatal("no Job making the etcd users")
-				}
-				if hook := job.GetAnnotations()["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
-					t.Errorf("the etcd users' Job runs at %q, want before install and upgrade", hook)
-				}
-				// Pushers sign in to NATS with credentials of their own.
-				for part, secret := range map[string]string{"sp-pusher": "shardpilot-nats-pusher", "sp-ingester": "shardpilot-nats-ingester"} {
-					vols, _, _ := unstructured.NestedSlice(find(objs, "Deployment", part).Object, "spec", "template", "spec", "volumes")
-					if !slices.ContainsFunc(vols, func(v any) bool {
-						got, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
-						return v.(map[string]any)["name"] == "nats-auth" && got == secret
-					}) {
-						t.Errorf("%s does not sign in to NATS with %s: %v", part, secret, vols)
-					}
-				}
+				checkSecured(t, objs)
 			}
 
-			// ADS over TLS on Istio's 15012; 15010 in plaintext alone.
-			tlsOn := v["pusher"].(map[string]any)["ads"].(map[string]any)["tls"].(map[string]any)["secretName"] != ""
-			ports, _, _ := unstructured.NestedSlice(find(objs, "Service", "sp-pusher").Object, "spec", "ports")
-			if got := fmt.Sprint(ports[0].(map[string]any)["port"]); got != map[bool]string{true: "15012", false: "15010"}[tlsOn] {
-				t.Errorf("the pushers' Service serves ADS on %s (TLS: %v)", got, tlsOn)
-			}
-			if name == "istio" {
-				checkInjection(t, objs, ns)
-			}
-			if name == "knobs" {
-				checkPodKnobs(t, objs)
-			}
-			// The standard labels, so that tools and two releases tell
-			// each other's objects apart.
-			for _, obj := range objs {
-				l := obj.GetLabels()
-				if l["app.kubernetes.io/name"] != "shardpilot" || l["app.kubernetes.io/instance"] != "sp" || l["app.kubernetes.io/version"] == "" {
-					t.Errorf("%s %s: labels %v, want app.kubernetes.io/name, instance and version", obj.GetKind(), obj.GetName(), l)
-				}
-			}
+			checkServed(t, name, objs, v, ns)
 			if err := kc.Apply(context.Background(), objs, ns, true); err != nil {
 				t.Fatalf("server-side dry run: %v", err)
 			}
@@ -458,86 +370,8 @@ func TestChart(t *testing.T) {
 			if !strings.Contains(out, "Proxies connect to ADS") {
 				t.Errorf("helm install --dry-run=server printed no NOTES:\n%s", out)
 			}
-			tlsSecret := v["pusher"].(map[string]any)["ads"].(map[string]any)["tls"].(map[string]any)["secretName"]
-			trial, _ := v["trial"].(map[string]any)["enabled"].(bool)
-			if got := strings.Contains(out, "WARNING: ADS is served in plaintext"); got != (tlsSecret == "") {
-				t.Errorf("NOTES warn of plaintext ADS: %v, with TLS Secret %q", got, tlsSecret)
-			}
-			if got := strings.Contains(out, "WARNING: trial mode"); got != trial {
-				t.Errorf("NOTES warn of trial mode: %v, trial %v", got, trial)
-			}
+			checkNotes(t, out, v)
 		})
-	}
-}
-
-// checkPodKnobs: every pod knob of values-knobs.yaml reaches the pods of
-// both parts.
-func checkPodKnobs(t *testing.T, objs []*unstructured.Unstructured) {
-	t.Helper()
-	for _, d := range []string{"sp-pusher", "sp-ingester"} {
-		tmpl, _, _ := unstructured.NestedMap(find(objs, "Deployment", d).Object, "spec", "template")
-		got := fmt.Sprint(tmpl)
-		for _, want := range []string{"imagePullSecrets:[map[name:regcred]]", "nodeSelector:map[kubernetes.io/os:linux]", "key:dedicated",
-			"nodeAffinity", "priorityClassName:system-cluster-critical", "annotations:map[example.com/team:mesh]", "team:mesh", "name:GODEBUG"} {
-			if !strings.Contains(got, want) {
-				t.Errorf("%s: no %s in its pod template", d, want)
-			}
-		}
-	}
-}
-
-// checkInjection: the discovery-address webhook is served by the
-// ingesters on the port their Service names, with a certificate for that
-// Service which the webhook's caBundle verifies, and points pods at the
-// pushers' TLS port.
-func checkInjection(t *testing.T, objs []*unstructured.Unstructured, ns string) {
-	t.Helper()
-	hook := find(objs, "MutatingWebhookConfiguration", "sp-discovery-address")
-	if hook == nil {
-		t.Fatal("no MutatingWebhookConfiguration")
-	}
-	wh := hook.Object["webhooks"].([]any)[0].(map[string]any)
-	svc, _, _ := unstructured.NestedMap(wh, "clientConfig", "service")
-	if fmt.Sprintf("%v %v %v", svc["name"], svc["port"], svc["path"]) != "sp-ingester 15017 /inject" {
-		t.Errorf("the webhook is called at %v, want the ingesters' Service, port 15017, /inject", svc)
-	}
-	ports, _, _ := unstructured.NestedSlice(find(objs, "Service", "sp-ingester").Object, "spec", "ports")
-	if !slices.ContainsFunc(ports, func(p any) bool { return fmt.Sprint(p.(map[string]any)["port"]) == "15017" }) {
-		t.Errorf("the ingesters' Service has no port 15017: %v", ports)
-	}
-	secret := find(objs, "Secret", "sp-inject-tls")
-	if secret == nil {
-		t.Fatal("no Secret with the webhook's certificate")
-	}
-	der := func(key string) []byte {
-		b, err := base64.StdEncoding.DecodeString(fmt.Sprint(secret.Object["data"].(map[string]any)[key]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	bundle, err := base64.StdEncoding.DecodeString(fmt.Sprint(wh["clientConfig"].(map[string]any)["caBundle"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	block, _ := pem.Decode(der("tls.crt"))
-	if !roots.AppendCertsFromPEM(bundle) || block == nil {
-		t.Fatal("no certificate in the caBundle or the Secret")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "sp-ingester." + ns + ".svc"}); err != nil {
-		t.Errorf("the caBundle does not verify the webhook's certificate for its Service: %v", err)
-	}
-	ctr := find(objs, "Deployment", "sp-ingester").Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-	envs, _, _ := unstructured.NestedSlice(ctr, "env")
-	if !slices.ContainsFunc(envs, func(e any) bool {
-		return e.(map[string]any)["name"] == "SHARDPILOT_INJECT_DISCOVERY_ADDRESS" && e.(map[string]any)["value"] == "sp-pusher."+ns+".svc:15012"
-	}) {
-		t.Errorf("the ingesters do not point pods at sp-pusher.%s.svc:15012: %v", ns, envs)
 	}
 }
 
@@ -706,56 +540,5 @@ func TestChartCASeal(t *testing.T) {
 	}
 	if find(objs, "Secret", "sp-ca-seal") != nil {
 		t.Error("a seal key is made beside the operator's CA")
-	}
-}
-
-// TestVersion: the chart's appVersion (the image tag it pulls by default)
-// is the release the commands report, and make image tags the image so.
-func TestVersion(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("helm", "shardpilot", "Chart.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chart struct {
-		AppVersion string `json:"appVersion"`
-	}
-	if err := yaml.Unmarshal(b, &chart); err != nil {
-		t.Fatal(err)
-	}
-	if chart.AppVersion != version.Release {
-		t.Errorf("the chart's appVersion is %q, the commands' release %q", chart.AppVersion, version.Release)
-	}
-	out, err := exec.Command("make", "-C", "..", "-n", "image").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "shardpilot:"+version.Release+" ") {
-		t.Errorf("make image does not tag the image with the release %s: %v\n%s", version.Release, err, out)
-	}
-}
-
-// TestChartMonitoring: the ServiceMonitors and the PrometheusRule carry the
-// labels the Prometheus operator's selectors look for, and a
-// ServiceMonitor selects its own release's Services alone.
-func TestChartMonitoring(t *testing.T) {
-	h := helm(t)
-	out := run(t, h, "template", "sp", filepath.Join("helm", "shardpilot"), "--set",
-		"serviceMonitor.enabled=true,serviceMonitor.labels.release=kps,prometheusRule.enabled=true,prometheusRule.labels.release=kps")
-	objs, err := kubetest.Decode([]byte(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for kind, names := range map[string][]string{"ServiceMonitor": {"sp-pusher", "sp-ingester"}, "PrometheusRule": {"sp"}} {
-		for _, name := range names {
-			obj := find(objs, kind, name)
-			if obj == nil {
-				t.Fatalf("no %s %s", kind, name)
-			}
-			if obj.GetLabels()["release"] != "kps" {
-				t.Errorf("%s %s: labels %v, want release: kps", kind, name, obj.GetLabels())
-			}
-			if kind == "ServiceMonitor" {
-				if got, _, _ := unstructured.NestedString(obj.Object, "spec", "selector", "matchLabels", "app.kubernetes.io/instance"); got != "sp" {
-					t.Errorf("ServiceMonitor %s selects the Services of release %q, want sp's alone", name, got)
-				}
-			}
-		}
 	}
 }

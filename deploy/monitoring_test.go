@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -348,5 +349,23 @@ func statusPage(t *testing.T, admin string, proxies int) {
 			t.Fatal(err)
 		}
 		run(t, browser, append(headless, "--hide-scrollbars", "--window-size=1280,1400", "--screenshot="+abs, url)...)
+	}
+}
+
+// TestAlertRuleCopies: the alert rules beside the dashboards (for those
+// without the chart) are the chart's, word for word.
+func TestAlertRuleCopies(t *testing.T) {
+	for _, name := range []string{"alerts.yaml", "shardpilot-dashboard.json"} {
+		a, err := os.ReadFile(filepath.Join("dashboards", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join("helm", "shardpilot", "files", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("dashboards/%s and the chart's files/%s differ: edit both", name, name)
+		}
 	}
 }

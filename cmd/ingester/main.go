@@ -243,14 +243,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	busCfg := v.bus
-	if err := o.common.ApplyMemoryLimit(); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(os.Stderr, o.common.LogLevel, o.common.LogFormat)
-	if err != nil {
-		return err
-	}
-	adminToken, err := o.common.AdminTokens(log)
+	log, adminToken, err := o.common.Start()
 	if err != nil {
 		return err
 	}

@@ -222,14 +222,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := o.common.ApplyMemoryLimit(); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(os.Stderr, o.common.LogLevel, o.common.LogFormat)
-	if err != nil {
-		return err
-	}
-	adminToken, err := o.common.AdminTokens(log)
+	log, adminToken, err := o.common.Start()
 	if err != nil {
 		return err
 	}

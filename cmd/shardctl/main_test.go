@@ -212,16 +212,7 @@ func TestAgainstTwoPushers(t *testing.T) {
 		}
 	})
 
-	t.Run("version", func(t *testing.T) {
-		out, _, err := shardctl(etcd.Endpoint, "version")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The client and every member, each with its release.
-		if !strings.Contains(out, "client: shardpilot "+version.Release) || strings.Count(out, "shardpilot "+version.Release) != 4 {
-			t.Errorf("version: want the client's and the 3 members' versions, got\n%s", out)
-		}
-	})
+	t.Run("version", func(t *testing.T) { checkVersions(t, etcd.Endpoint, 3) })
 
 	var rows []proxyRow
 	testutil.Eventually(t, 30*time.Second, "every proxy is listed once, in its final state", func() (bool, string) {
@@ -452,4 +443,17 @@ func listen(t *testing.T) (net.Listener, string) {
 		t.Fatal(err)
 	}
 	return lis, lis.Addr().String()
+}
+
+// checkVersions: shardctl version prints its own version and each of the
+// members' (all of this release).
+func checkVersions(t *testing.T, etcd string, members int) {
+	t.Helper()
+	out, _, err := shardctl(etcd, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "client: shardpilot "+version.Release) || strings.Count(out, "shardpilot "+version.Release) != members+1 {
+		t.Errorf("version: want the client's and the %d members' versions, got\n%s", members, out)
+	}
 }

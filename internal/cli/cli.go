@@ -154,6 +154,24 @@ func (c *Common) AdminToken() (string, error) {
 	return tok, nil
 }
 
+// Start applies --memory-limit and returns the logger of --log-level and
+// --log-format and the admin token of --admin-token-file (nil when not
+// given): what every long-running command does first.
+func (c *Common) Start() (*slog.Logger, telemetry.TokenSource, error) {
+	if err := c.ApplyMemoryLimit(); err != nil {
+		return nil, nil, err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, c.LogLevel, c.LogFormat)
+	if err != nil {
+		return nil, nil, err
+	}
+	token, err := c.AdminTokens(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, token, nil
+}
+
 // AdminTokens returns the token of --admin-token-file, read again when the
 // file changes (nil when not given).
 func (c *Common) AdminTokens(log *slog.Logger) (telemetry.TokenSource, error) {

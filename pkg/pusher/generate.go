@@ -116,7 +116,7 @@ func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 		}
 		p.edsCount = len(eds)
 		publish(p, "", resource.EndpointType, eds)
-		p.localities.generate(p, mesh, nil, nil)
+		p.generateLocalities(mesh, nil, nil)
 		return
 	}
 	if len(built.Changed) == 0 {
@@ -140,7 +140,7 @@ func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 		return
 	}
 	p.sizes.observe("ClusterLoadAssignment", p.edsCount, size)
-	p.localities.generate(p, mesh, built.Changed, remove)
+	p.generateLocalities(mesh, built.Changed, remove)
 }
 
 func names(las []*endpoint.ClusterLoadAssignment) []string {

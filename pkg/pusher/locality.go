@@ -8,12 +8,9 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
-// localities generates the load assignments of the localities the sink
-// holds (with those being filled), the owner's work (owner.go).
-type localities struct{}
-
-// fill generates a new locality's load assignments from mesh.
-func (localities) fill(p *Pusher, mesh *generate.Mesh, class string) {
+// fillLocality generates a locality's load assignments from mesh: the
+// owner's work (owner.go), as every locality generation is.
+func (p *Pusher) fillLocality(mesh *generate.Mesh, class string) {
 	out := map[string]types.Resource{}
 	for _, s := range mesh.Services {
 		for _, la := range p.localityAssignments(mesh, s, class) {
@@ -34,16 +31,16 @@ func (p *Pusher) localityAssignments(mesh *generate.Mesh, s *generate.Service, c
 	})
 }
 
-// generate hands each locality its variants of the load assignments: of
+// generateLocalities hands each locality its variants of the load assignments: of
 // every service when changed is nil, else of the changed services, whose
 // previous assignments were named remove.
-func (localities) generate(p *Pusher, mesh *generate.Mesh, changed []*generate.Service, remove []string) {
+func (p *Pusher) generateLocalities(mesh *generate.Mesh, changed []*generate.Service, remove []string) {
 	if p.cfg.Localities == nil {
 		return
 	}
 	for _, class := range p.cfg.Localities.Classes() {
 		if changed == nil {
-			localities{}.fill(p, mesh, class)
+			p.fillLocality(mesh, class)
 			continue
 		}
 		set := map[string]types.Resource{}

@@ -56,7 +56,7 @@ func (p *Pusher) FillClass(class string) {
 func (p *Pusher) FillLocality(class string) {
 	p.onOwner(func() {
 		if p.last != nil && p.cfg.Localities != nil {
-			p.localities.fill(p, p.last, class)
+			p.fillLocality(p.last, class)
 		}
 	})
 }

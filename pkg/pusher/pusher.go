@@ -231,8 +231,6 @@ type Pusher struct {
 	// services' assignments.
 	eds      map[string][]string
 	edsCount int
-	// localities generates the load assignments of proxies' localities.
-	localities localities
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces (owned by the following
 	// goroutine).

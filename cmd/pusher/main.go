@@ -369,7 +369,7 @@ func (o *options) secure(ctx context.Context, etcd *clientv3.Client, kube kubern
 	}
 	o.xcfg.GRPCOptions = append(o.xcfg.GRPCOptions, grpc.Creds(credentials.NewTLS(tc)))
 	if o.adsClientCA != "" {
-		sec.clientCA, o.xcfg.Authorize = cca, policy.Authorize
+		sec.clientCA = cca
 	} else {
 		log.Warn("ADS proxies are not authenticated: any client reads any namespace's config by claiming it; give --ads-client-ca-file")
 	}

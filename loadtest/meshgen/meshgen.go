@@ -81,9 +81,9 @@ type Change struct {
 	Service int
 }
 
-// Sink is where the mesh is written: a directory of YAML (Dir), or the
+// Destination is where the mesh is written: a directory of YAML (Dir), or the
 // Kubernetes API.
-type Sink interface {
+type Destination interface {
 	// Put creates or replaces what one file of YAML documents holds.
 	Put(name string, yaml []byte) error
 	// Delete removes what Put wrote under name in a namespace.
@@ -113,10 +113,10 @@ func (d Dir) Delete(_, name string) error {
 	return nil
 }
 
-// Mesh is the synthetic mesh in a sink.
+// Mesh is the synthetic mesh in a destination.
 type Mesh struct {
 	spec Spec
-	sink Sink
+	dest Destination
 	// marker and route hold each service's current change numbers.
 	marker, route map[int]int
 	// dynamic holds the dynamic services that exist, by the change that added them.
@@ -136,16 +136,16 @@ func Write(dir string, spec Spec) (*Mesh, error) {
 	return WriteTo(Dir(dir), spec)
 }
 
-// WriteTo writes the initial mesh into a sink.
-func WriteTo(sink Sink, spec Spec) (*Mesh, error) {
+// WriteTo writes the initial mesh into a destination.
+func WriteTo(dest Destination, spec Spec) (*Mesh, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Mesh{spec: spec, sink: sink, marker: map[int]int{}, route: map[int]int{}, next: 1}
+	m := &Mesh{spec: spec, dest: dest, marker: map[int]int{}, route: map[int]int{}, next: 1}
 	if spec.Sidecars {
 		for ns := range spec.Namespaces {
 			name := "ns-" + strconv.Itoa(ns)
-			if err := sink.Put("sidecar-"+name, fmt.Appendf(nil, sidecarYAML, name, DynamicNamespace)); err != nil {
+			if err := dest.Put("sidecar-"+name, fmt.Appendf(nil, sidecarYAML, name, DynamicNamespace)); err != nil {
 				return nil, err
 			}
 		}
@@ -235,7 +235,7 @@ func (m *Mesh) Apply(kind Kind, pick int, made func(Change)) (Change, error) {
 	default:
 		i := pick % len(m.dynamic)
 		m.dynamic = append(m.dynamic[:i], m.dynamic[i+1:]...)
-		return c, m.sink.Delete(DynamicNamespace, DynamicName(c.Service))
+		return c, m.dest.Delete(DynamicNamespace, DynamicName(c.Service))
 	}
 }
 
@@ -374,5 +374,5 @@ func (m *Mesh) render(name string, d serviceData) error {
 	if err := serviceTmpl.Execute(&b, d); err != nil {
 		return fmt.Errorf("meshgen: render %s: %w", name, err)
 	}
-	return m.sink.Put(name, b.Bytes())
+	return m.dest.Put(name, b.Bytes())
 }

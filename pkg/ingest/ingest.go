@@ -42,8 +42,8 @@ type Store interface {
 	Revision(ctx context.Context) (int64, error)
 }
 
-// Sink is what a source writes what it read through: a *Syncer.
-type Sink interface {
+// Writer is what a source writes what it read through: a *Syncer.
+type Writer interface {
 	Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error)
 	SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error)
 	// Forget makes the next sync read the store again.
@@ -54,7 +54,7 @@ type Sink interface {
 	Stored(ctx context.Context, k model.Key) (model.Object, error)
 }
 
-var _ Sink = (*Syncer)(nil)
+var _ Writer = (*Syncer)(nil)
 
 // Config configures a Syncer.
 type Config struct {

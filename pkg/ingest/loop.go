@@ -27,10 +27,10 @@ type Loop struct {
 	Resync time.Duration
 	// RetryDelay is the pause before retrying a failed sync. Default 1s.
 	RetryDelay time.Duration
-	// Sink, when set, is what Sync writes through: while a sync left
+	// Writer, when set, is what Sync writes through: while a sync left
 	// objects waiting for what other sources write, the Loop retries them
 	// every PendingEvery (default 5s) until none wait.
-	Sink         Sink
+	Writer       Writer
 	PendingEvery time.Duration
 	Log          *slog.Logger
 
@@ -75,7 +75,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer resync.Stop()
 	var retry <-chan time.Time // set while objects are pending
 	armRetry := func() {
-		if retry == nil && l.Sink != nil && l.Sink.Pending() {
+		if retry == nil && l.Writer != nil && l.Writer.Pending() {
 			retry = time.After(l.PendingEvery)
 		}
 	}
@@ -112,7 +112,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			pending, full = true, true
 		case <-retry:
 			retry = nil
-			if _, err := l.Sink.RetryPending(ctx); err != nil && ctx.Err() == nil {
+			if _, err := l.Writer.RetryPending(ctx); err != nil && ctx.Err() == nil {
 				l.Log.Warn("retrying the objects that wait for other sources failed", "err", err)
 			}
 			armRetry()

@@ -134,7 +134,7 @@ func TestLoopWithoutQuietSyncsAtOnce(t *testing.T) {
 
 // pendingSink is a Sink whose objects wait until its third retry.
 type pendingSink struct {
-	Sink
+	Writer
 	retries []time.Duration
 	start   time.Time
 }
@@ -152,7 +152,7 @@ func (p *pendingSink) RetryPending(context.Context) (Result, error) {
 func TestLoopRetriesPendingObjects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sink := &pendingSink{start: time.Now()}
-		l := NewLoop(Loop{Sink: sink, PendingEvery: 5 * time.Second, Resync: time.Hour,
+		l := NewLoop(Loop{Writer: sink, PendingEvery: 5 * time.Second, Resync: time.Hour,
 			Sync: func(context.Context, bool) error { return nil }})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,11 +15,11 @@ import (
 // dashboards and the load test report.
 type convergence struct {
 	hist prometheus.Histogram
+	// next begins the next epoch on the cache, which numbers what its
+	// tables hold (the xDS server reads it there).
+	next func() int64
 
-	mu sync.Mutex
-	// epoch is read on every push and every change notification, so
-	// without the lock; it is written under it, with recent.
-	epoch  atomic.Int64
+	mu     sync.Mutex
 	recent []epochRecord // the last maxEpochs epochs, oldest first
 }
 
@@ -32,10 +31,8 @@ type epochRecord struct {
 	observed time.Time
 }
 
-func newConvergence(h prometheus.Histogram) *convergence {
-	c := &convergence{hist: h}
-	c.epoch.Store(1)
-	return c
+func newConvergence(h prometheus.Histogram, next func() int64) *convergence {
+	return &convergence{hist: h, next: next}
 }
 
 // begin starts the epoch of a generation, before it hands anything over:
@@ -43,16 +40,12 @@ func newConvergence(h prometheus.Histogram) *convergence {
 func (c *convergence) begin(observed time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.epoch.Add(1)
+	e := c.next()
 	c.recent = append(c.recent, epochRecord{e, observed})
 	if len(c.recent) > maxEpochs {
 		c.recent = c.recent[len(c.recent)-maxEpochs:]
 	}
 }
-
-// Epoch returns the current epoch: a response sent now contains every
-// change up to it.
-func (p *Pusher) Epoch() int64 { return p.conv.epoch.Load() }
 
 // Confirmed measures the epochs (from, to] that an ACK of a type confirms.
 // A response goes out only when what the proxy watches changed, so an ACK

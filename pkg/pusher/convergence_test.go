@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 
 func TestConfirmedMeasuresOnlyTheNewlyConfirmedEpochs(t *testing.T) {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})
-	p := &Pusher{conv: newConvergence(h)}
+	var epoch atomic.Int64
+	epoch.Store(1)
+	p := &Pusher{conv: newConvergence(h, func() int64 { return epoch.Add(1) })}
 	observed := time.Now().Add(-time.Second)
 	for range 5 { // epochs 2..6
 		p.conv.begin(observed)

@@ -10,7 +10,7 @@
 //
 // Changes are debounced before a generation: a short quiet period takes
 // one sync's events together, and while the last generation's responses
-// are still due (Sink.Backlog) the batch waits, up to a maximum hold.
+// are still due (Tables.Backlog) the batch waits, up to a maximum hold.
 // The generators' view of the mesh comes from a meshbuild.Builder, which
 // rebuilds only the services an endpoint change touches. Proxies are
 // grouped into classes (see package classify); a generation builds each

@@ -23,7 +23,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
-// generate rebuilds the resources and hands them to the sink. Endpoint
+// generate rebuilds the resources and hands them to the tables. Endpoint
 // changes alone rebuild only the load assignments of the services whose
 // endpoints changed (the EDS fast path). Per-service resources come from
 // an LRU cache keyed by the versions of their inputs, so a generation
@@ -32,7 +32,7 @@ func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
 	p.conv.begin(c.observed)
-	p.delivered = p.cfg.Sink.Backlog() == 0
+	p.delivered = p.cfg.Tables.Backlog() == 0
 	p.gen++
 	built, index, rev := p.state.mesh()
 	mesh := built.Mesh
@@ -51,7 +51,7 @@ func (p *Pusher) generate(c change) {
 	}
 	p.generateEndpoints(built)
 	if c.full {
-		classes := p.cfg.Sink.Classes()
+		classes := p.cfg.Tables.Classes()
 		for _, class := range classes {
 			p.generateClass(mesh, class)
 		}
@@ -101,7 +101,7 @@ func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {
 	}
 }
 
-// generateEndpoints hands the load assignments to the sink, and their
+// generateEndpoints hands the load assignments to the tables, and their
 // variants to each locality's table: every service's after a join, only
 // the changed services' after an endpoint change.
 func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
@@ -134,7 +134,7 @@ func (p *Pusher) generateEndpoints(built *meshbuild.Built) {
 		p.edsCount += len(las) - len(p.eds[id])
 		p.eds[id] = names(las)
 	}
-	_, _, size, err := p.cfg.Sink.Patch("", resource.EndpointType, set, remove)
+	_, _, size, err := p.cfg.Tables.Patch("", resource.EndpointType, set, remove)
 	if err != nil {
 		p.cfg.Log.Error("cache update failed", "class", "", "type", resource.EndpointType, "err", err)
 		return
@@ -353,7 +353,7 @@ func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.
 	return out
 }
 
-// publish hands resources to the sink, which validates each new one: a
+// publish hands resources to the tables, which validates each new one: a
 // proxy must never be sent what it would reject.
 func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
@@ -363,7 +363,7 @@ func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
 	if tooLarge(p, class, typeURL, list) {
 		return
 	}
-	changed, removed, size, err := p.cfg.Sink.Update(class, typeURL, out)
+	changed, removed, size, err := p.cfg.Tables.Update(class, typeURL, out)
 	if err != nil {
 		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)
 		return

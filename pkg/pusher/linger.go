@@ -86,7 +86,7 @@ func (l *linger) key(class string) string {
 	return strings.Join(slices.Sorted(maps.Keys(gone)), ",")
 }
 
-// keep forgets the classes not listed (dropped by the sink).
+// keep forgets the classes not listed (dropped by the tables).
 func (l *linger) keep(classes []string) {
 	l.last.keep(classes)
 	l.gone.keep(classes)

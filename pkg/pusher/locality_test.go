@@ -64,7 +64,7 @@ func TestLocalityTables(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: shared, Localities: local}, time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: shared, Localities: local}, time.Second)
 		defer stop()
 		local.AddClass("r1/z1/", p.FillLocality)
 		if got := regionPriorities(local, "r1/z1/"); got["r1"] != 0 || got["r2"] != 1 {

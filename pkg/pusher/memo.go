@@ -9,7 +9,7 @@ import (
 
 // The owner's memos (owner.go): what a generation keeps for the next.
 
-// classMemo holds a value per class; a class the sink dropped is
+// classMemo holds a value per class; a class the tables dropped is
 // forgotten at the next full generation.
 type classMemo[V any] struct{ by map[string]V }
 
@@ -27,7 +27,7 @@ func (m *classMemo[V]) set(class string, v V) {
 
 func (m *classMemo[V]) forget(class string) { delete(m.by, class) }
 
-// keep forgets the classes not listed (dropped by the sink).
+// keep forgets the classes not listed (dropped by the tables).
 func (m *classMemo[V]) keep(classes []string) {
 	for class := range m.by {
 		if !slices.Contains(classes, class) {

@@ -37,7 +37,7 @@ func (p *Pusher) onOwner(fn func()) {
 
 // FillClass generates the resources of a class seen for the first time,
 // from the last generation's mesh, before its first proxy is served. The
-// sink lists the class from when its tables exist, so a generation after
+// tables list the class from when its tables exist, so a generation after
 // the fill generates it too; before the first generation there is nothing
 // to fill from, and the first generation fills it. A fill asked before Run
 // waits for it.

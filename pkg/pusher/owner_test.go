@@ -65,7 +65,7 @@ func TestClassFilledDuringAGeneration(t *testing.T) {
 			t.Fatal(err)
 		}
 		sink := &gatedSink{Cache: c, class: "envoy/ns/", release: make(chan struct{})}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, time.Second)
 		defer stop()
 		added := make(chan struct{})
 		go func() {

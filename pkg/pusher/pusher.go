@@ -35,19 +35,22 @@ type Feed interface {
 	Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error
 }
 
-// Sink receives the generated resources of a class and type; the cache.
-type Sink interface {
+// Tables receive the generated resources of a class and type: the cache.
+type Tables interface {
 	// Update makes a table hold exactly resources.
 	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Patch sets some resources of a table and removes some names.
 	Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error)
-	// Classes returns the classes the sink serves, with those being
+	// Classes returns the classes the tables serve, with those being
 	// filled (FillClass).
 	Classes() []string
 	// Backlog returns how many proxy watches still have a change due: while
 	// it is not zero, the last generation is still being written, and the
 	// next one waits (up to MaxDelay) to take more changes together.
 	Backlog() int64
+	// BeginEpoch numbers a new generation before it updates any table
+	// (see cache.Cache.BeginEpoch).
+	BeginEpoch() int64
 }
 
 // The classes of proxy the pusher generates for, and the types it serves per
@@ -100,18 +103,18 @@ type Config struct {
 	ScopeGrace time.Duration
 	Loader     Loader
 	Feed       Feed
-	Sink       Sink
+	Tables     Tables
 	// Localities, when set, receives the load assignments as the proxies
 	// of each locality class it holds see them (see FillLocality); their
 	// class is generate.LocalityName of the proxy's locality.
-	Localities Sink
+	Localities Tables
 	Log        *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Quiet is the debounce quiet period: it takes the events of one
 	// store transaction or source sync together. Batching beyond that
 	// adapts to load: a generation waits while the last one's pushes are
-	// still being written (Sink.Backlog), and each stream coalesces what
+	// still being written (Tables.Backlog), and each stream coalesces what
 	// changes while its last response is in flight. Default 10ms.
 	Quiet time.Duration
 	// MaxDelay bounds how long a change waits for the quiet period.
@@ -139,8 +142,8 @@ type Config struct {
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
-	if c.Loader == nil || c.Feed == nil || c.Sink == nil {
-		return errors.New("pusher: a loader, a feed and a sink are required")
+	if c.Loader == nil || c.Feed == nil || c.Tables == nil {
+		return errors.New("pusher: a loader, a feed and tables are required")
 	}
 	if c.ScopeGrace == 0 {
 		c.ScopeGrace = 5 * time.Minute
@@ -226,7 +229,7 @@ type Pusher struct {
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
 	// eds holds, by service, the names of the load assignments last
-	// handed to the sink, and edsCount how many there are (owned by the
+	// handed to the tables, and edsCount how many there are (owned by the
 	// generating goroutine): an endpoint change replaces only its
 	// services' assignments.
 	eds      map[string][]string
@@ -279,7 +282,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay, MaxHold: cfg.MaxHold,
-		Hold: func() bool { return cfg.Sink.Backlog() > 0 },
+		Hold: func() bool { return cfg.Tables.Backlog() > 0 },
 		Merge: func(a, b change) change {
 			observed := a.observed
 			if observed.IsZero() || (!b.observed.IsZero() && b.observed.Before(observed)) {
@@ -336,7 +339,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
-		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence),
+		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))

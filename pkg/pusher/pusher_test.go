@@ -84,9 +84,12 @@ func (f *scriptedFeed) Consume(ctx context.Context, _ uint64, fn func(uint64, *m
 
 // recordingSink keeps the last resources per class and type.
 type recordingSink struct {
-	mu  sync.Mutex
-	got map[string]map[string]types.Resource
+	mu    sync.Mutex
+	got   map[string]map[string]types.Resource
+	epoch atomic.Int64
 }
+
+func (s *recordingSink) BeginEpoch() int64 { return s.epoch.Add(1) }
 
 func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
@@ -160,7 +163,7 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 					func() ([]model.Stored, int64, error) { return []model.Stored{stored("b", 80)}, 20, nil },
 				}}
 				sink := &recordingSink{}
-				p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{first}}, Sink: sink}, 5*time.Second)
+				p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{first}}, Tables: sink}, 5*time.Second)
 				if loader.calls != 2 {
 					t.Errorf("loaded %d times, want 2", loader.calls)
 				}
@@ -194,7 +197,7 @@ func TestEventBeyondTheStoreIsRefused(t *testing.T) {
 			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: b.Key.String(), Revision: 12, Value: value},
 		}}}}
 		sink := &recordingSink{}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 5*time.Second)
 		if got := sink.clusters(); len(got) != 2 {
 			t.Errorf("serving clusters %v, want a's and b's", got)
 		}
@@ -214,7 +217,7 @@ func TestPusherKeepsServingWhileTheStoreIsDown(t *testing.T) {
 		}}
 		sink := &recordingSink{}
 		feed := &scriptedFeed{batches: []feedBatch{{end: errors.New("nats: connection closed")}}}
-		_, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 10*time.Second)
+		_, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 10*time.Second)
 		if loader.calls < 3 {
 			t.Errorf("loaded %d times, want retries while the store is down", loader.calls)
 		}
@@ -231,7 +234,10 @@ func TestMain(m *testing.M) { shtest.VerifyNoLeaks(m) }
 type countingSink struct {
 	mu      sync.Mutex
 	updates map[string]int
+	epoch   atomic.Int64
 }
+
+func (s *countingSink) BeginEpoch() int64 { return s.epoch.Add(1) }
 
 func (s *countingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
@@ -282,7 +288,7 @@ func TestEndpointChangeRegeneratesOnlyWhatChanged(t *testing.T) {
 		}}
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{endpointsEvent(t, "a", 11, "10.0.0.1")}}}}
 		sink := &countingSink{}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 5*time.Second)
 		stop()
 		// The load built clusters once per class; the endpoint change took
 		// the fast path and rebuilt endpoints alone.
@@ -329,7 +335,7 @@ func TestRouteChangeRegeneratesOnlyTheRoutesItTouches(t *testing.T) {
 		change := &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: 11, Key: rule.Key.String(), Value: v}
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{change}}}}
 		sink := &recordingSink{}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, time.Second)
 		before := sink.resources("envoy", resource.RouteType)
 		time.Sleep(4 * time.Second)
 		synctest.Wait()
@@ -388,7 +394,7 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: changed.Key.String(), Revision: 11, Value: value}}}}}
 		sink := &scopedSink{classes: []string{"envoy/a/default", "envoy/b/default"}}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink}, 5*time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 5*time.Second)
 		stop()
 		generated := testutil.ToFloat64(p.m.classes.WithLabelValues("generated"))
 		unchanged := testutil.ToFloat64(p.m.classes.WithLabelValues("unchanged"))
@@ -418,7 +424,7 @@ func TestTooLargeForProxylessIsNotServed(t *testing.T) {
 			func() ([]model.Stored, int64, error) { return objs, 10, nil },
 		}}
 		sink := &recordingSink{}
-		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{}, Sink: sink, MaxProxylessResponse: 1000}, 5*time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{}, Tables: sink, MaxProxylessResponse: 1000}, 5*time.Second)
 		stop()
 		if got := len(sink.resources("proxyless", resource.ClusterType)); got != 0 {
 			t.Errorf("proxyless class handed %d clusters, want none (too large)", got)
@@ -454,7 +460,7 @@ func TestRemovedClustersLinger(t *testing.T) {
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/b", Revision: 11}}}}}
 		sink := &busySink{}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Sink: sink, ClusterLinger: 30 * time.Second}, time.Second)
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 30 * time.Second}, time.Second)
 		sink.backlog.Store(1) // the proxies are busy from here on
 		// b is removed at 2s; busy, the generation waits for the maximum
 		// hold (5s).

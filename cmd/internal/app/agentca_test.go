@@ -73,7 +73,7 @@ func agentControlPlane(t *testing.T, tokens *identity.Tokens, root *ca.CA, tc *t
 		t.Fatal(err)
 	}
 	return startControlPlaneWith(t, cpOptions{xds: server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize: policy.Authorize, Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(dir))
+		Secrets: sec}, policy: &policy, certificates: certs}, yamlSource(dir))
 }
 
 // caControlPlane is an agentControlPlane with a sealed CA and a serving

@@ -55,7 +55,7 @@ func TestClientCAReplaced(t *testing.T) {
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", startBackend(t))))
 	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true}
 	cp := startControlPlaneWith(t, cpOptions{
-		xds:      server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}, Authorize: policy.Authorize},
+		xds:      server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
 		policy:   policy,
 		clientCA: clientCA,
 	}, yamlSource(dir))

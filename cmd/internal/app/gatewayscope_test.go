@@ -46,7 +46,7 @@ func TestGatewayLabelsDoNotCrossNamespaces(t *testing.T) {
 	writeMesh(t, dir, "gateway.yaml", paymentsGateway)
 	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true}
 	cp := startControlPlaneWith(t, cpOptions{
-		xds:            server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}, Authorize: policy.Authorize},
+		xds:            server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
 		policy:         policy,
 		sharedGateways: []string{"istio-system"},
 	}, yamlSource(dir))

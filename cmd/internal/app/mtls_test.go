@@ -78,7 +78,6 @@ func TestMutualTLS(t *testing.T) {
 	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: streams}
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize:   policy.Authorize,
 	}, policy, yamlSource(dir))
 	const target = "xds:///greeter.demo.svc.cluster.local:50051"
 

@@ -6,14 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/classify"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -49,11 +46,12 @@ type Pusher struct {
 	// proxy (/debug/config_dump, CSDS).
 	Status *server.Status
 	// XDS tunes the xDS server (connection age, stream rate, senders,
-	// send timeout, class idle time, gRPC buffers): its cache, classifier,
-	// log, registry, status and readiness are the pusher's own.
+	// send timeout, class idle time, gRPC buffers, TLS): its cache,
+	// classifier, callbacks, log, registry and status are the pusher's own.
 	XDS server.Config
-	// Policy, when set, is how proxies are identified; CSDS callers are
-	// identified and scoped the same way.
+	// Policy, when set, is how proxies are identified: a stream's node
+	// must match its peer's certificate (identity.Policy.Authorize). CSDS
+	// callers are identified and scoped the same way.
 	Policy *identity.Policy
 	// ClientCA, when set, is the client CA of the ADS TLS configuration:
 	// when its file changes, the streams of proxies it no longer trusts end.
@@ -161,7 +159,7 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	}
 	out.Pusher, err = pusher.New(pusher.Config{
 		RootNamespace: p.RootNamespace, NoAutoMTLS: p.XDS.Secrets == nil && !p.AgentCertificates, MeshOverrides: p.MeshOverrides, TrustDomain: p.TrustDomain,
-		AgentCertificates: p.AgentCertificates, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Sink: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		AgentCertificates: p.AgentCertificates, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Tables: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
 	})
 	if err != nil {
@@ -177,34 +175,13 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 }
 
 // xdsConfig is the xDS server's configuration: it answers from the caches
-// and asks the pusher for classes and fills.
+// and calls into the pusher through callbacks.
 func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDump) server.Config {
 	xcfg := p.XDS
-	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged, xcfg.Convergence = c, ps, ps.ClassesChanged(), ps
+	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged = c, ps, ps.ClassesChanged()
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
-	xcfg.Authorize = servedOnly(ps, xcfg.Authorize)
-	if p.ScopeByProxies {
-		// A namespace's scope is loaded with its first proxy: the
-		// proxy retries until it is.
-		authorize := xcfg.Authorize
-		xcfg.Authorize = func(ctx context.Context, node *core.Node) (*core.Node, error) {
-			if authorize != nil {
-				var err error
-				if node, err = authorize(ctx, node); err != nil {
-					return nil, err
-				}
-			}
-			ns := classify.Namespace(node)
-			if err := ps.Admit(ns); err != nil {
-				ps.Left(ns)
-				return nil, status.Errorf(codes.Unavailable, "shardpilot: loading what namespace %q sees; retry", ns)
-			}
-			return node, nil
-		}
-		xcfg.Closed = func(node *core.Node) { ps.Left(classify.Namespace(node)) }
-	}
+	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies}
 	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
-	xcfg.Ready = func() bool { return ps.GeneratedRevision() > 0 }
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if dump != nil {
 			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: dump, Policy: p.Policy})
@@ -244,26 +221,6 @@ func (b *BuiltPusher) Run(ctx context.Context) error {
 		})
 	}
 	return g.Wait()
-}
-
-// servedOnly refuses the proxies of namespaces a pusher does not serve
-// (none when it serves every one), after authorize, which says which
-// namespace a proxy is of.
-func servedOnly(ps *pusher.Pusher, authorize func(context.Context, *core.Node) (*core.Node, error)) func(context.Context, *core.Node) (*core.Node, error) {
-	return func(ctx context.Context, node *core.Node) (*core.Node, error) {
-		if authorize != nil {
-			var err error
-			if node, err = authorize(ctx, node); err != nil {
-				return nil, err
-			}
-		}
-		if ns := classify.Namespace(node); !ps.Serves(ns) {
-			served, _ := ps.Placement()
-			return nil, status.Errorf(codes.FailedPrecondition, "shardpilot: this pusher serves the proxies of namespaces %s, not of %q: connect to the pushers of its shard",
-				cmp.Or(strings.Join(served, ","), "(none)"), ns)
-		}
-		return node, nil
-	}
 }
 
 // localities serves the load assignments of the proxies of each locality

@@ -138,9 +138,8 @@ func securedControlPlane(t *testing.T, ttl time.Duration, sources ...source) (*c
 	t.Cleanup(func() { cancel(); <-done })
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize:   identity.Policy{TrustDomain: "cluster.local", Required: true}.Authorize,
 		Secrets:     sec,
-	}, nil, sources...)
+	}, &identity.Policy{TrustDomain: "cluster.local", Required: true}, sources...)
 	return cp, boot
 }
 

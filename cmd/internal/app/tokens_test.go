@@ -79,7 +79,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	}
 	cp := startControlPlaneXDS(t, server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
-		Authorize:   policy.Authorize, Secrets: sec,
+		Secrets:     sec,
 	}, &policy, yamlSource(t.TempDir()))
 
 	// dial connects to the ADS port over TLS, presenting a token (none: "").

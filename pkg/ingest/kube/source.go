@@ -57,7 +57,7 @@ type Config struct {
 	Cluster string
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
-	Syncer  ingest.Sink
+	Syncer  ingest.Writer
 	// DomainSuffix completes Service host names. Default cluster.local.
 	DomainSuffix string
 	// MeshNamespace holds the mesh's settings, Istio's MeshConfig in the
@@ -310,8 +310,8 @@ func (s *Source) Run(ctx context.Context) error {
 
 	var w *watched
 	loop := ingest.NewLoop(ingest.Loop{
-		Sink:  s.cfg.Syncer,
-		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
+		Writer: s.cfg.Syncer,
+		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
 		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
 	})
 	w = &watched{

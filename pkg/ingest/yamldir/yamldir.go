@@ -30,7 +30,7 @@ import (
 type Config struct {
 	// Dir is the directory to read, recursively.
 	Dir    string
-	Syncer ingest.Sink
+	Syncer ingest.Writer
 	// Normalize configures the normalizer (domain suffix, default namespace, shard).
 	Normalize istio.Options
 	Log       *slog.Logger
@@ -184,8 +184,8 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	loop := ingest.NewLoop(ingest.Loop{
-		Sink:  s.cfg.Syncer,
-		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
+		Writer: s.cfg.Syncer,
+		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
 		Sync: func(ctx context.Context, full bool) error {
 			paths, all, first := s.events.take()
 			if full {

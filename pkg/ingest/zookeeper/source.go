@@ -36,7 +36,7 @@ type Config struct {
 	DubboRoots, CuratorRoots []string
 	// Naming makes hostnames and namespaces; its Shard is set by New.
 	Naming Naming
-	Syncer ingest.Sink
+	Syncer ingest.Writer
 	Log    *slog.Logger
 	// Quiet, MaxDelay, Resync and RetryDelay pace the syncs (see ingest.Loop).
 	Quiet, MaxDelay, Resync, RetryDelay time.Duration
@@ -132,8 +132,8 @@ func New(cfg Config) (*Source, error) {
 // Run watches the ensemble and syncs until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
 	s.loop = ingest.NewLoop(ingest.Loop{
-		Sink:  s.cfg.Syncer,
-		Quiet: s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay,
+		Writer: s.cfg.Syncer,
+		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay,
 		Log: s.cfg.Log, Sync: s.sync,
 	})
 	conn, _, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(zkLogger{s.cfg.Log}), zk.WithEventCallback(s.event))

@@ -78,6 +78,8 @@ type Cache struct {
 	// due counts the watches notified of a change that have not yet been
 	// answered from it (see Table.Due).
 	due atomic.Int64
+	// epoch numbers the generations the tables hold (see BeginEpoch).
+	epoch atomic.Int64
 
 	mu     sync.RWMutex
 	tables map[tableKey]*Table
@@ -85,8 +87,9 @@ type Cache struct {
 	// reaches them, Table does not.
 	filling map[tableKey]*Table
 	classes map[string]bool
-	// adding serialises AddClass.
-	adding sync.Mutex
+	// adding holds a channel per class being added, closed once it is:
+	// a class is filled once, while other classes are filled beside it.
+	adding map[string]chan struct{}
 	// visible memoizes what each class may see of the shared tables.
 	visible visibility
 }
@@ -96,7 +99,7 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[string]bool{},
+	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[string]bool{}, adding: map[string]chan struct{}{},
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
 			Help: "Generated resources not served because they failed validation (the last valid version, if any, stays)."})}
 	if cfg.Registerer != nil {
@@ -104,6 +107,7 @@ func New(cfg Config) (*Cache, error) {
 			return nil, fmt.Errorf("cache: register metrics: %w", err)
 		}
 	}
+	c.epoch.Store(1)
 	for _, t := range cfg.SharedTypes {
 		c.tables[tableKey{Shared, t}] = c.newTable(t)
 	}
@@ -120,6 +124,15 @@ func New(cfg Config) (*Cache, error) {
 // been answered from yet, or a response that was not yet ACKed: while it
 // is not zero, the last wave of pushes is still being written.
 func (c *Cache) Backlog() int64 { return c.due.Load() }
+
+// Epoch returns the epoch of the generation the tables hold: a response
+// sent now contains every change up to it. A new cache holds epoch 1.
+func (c *Cache) Epoch() int64 { return c.epoch.Load() }
+
+// BeginEpoch starts and returns the epoch of a new generation; the
+// generator begins it before it updates a table, so that a response sent
+// from then on may contain its changes.
+func (c *Cache) BeginEpoch() int64 { return c.epoch.Add(1) }
 
 func (c *Cache) newTable(typeURL string) *Table {
 	t := newTable(typeURL, c.cfg.LogSize, &c.due, func(name string, err error) {
@@ -182,14 +195,25 @@ func (c *Cache) Table(class, typeURL string) (*Table, error) {
 // AddClass adds the tables of a class not held yet and calls fill, which
 // may Update them, before any Table call can return them: no proxy is
 // served a new class's tables empty. It reports whether the class was new.
+// A class is filled once: a second AddClass of it waits for the first.
+// No lock is held while fill runs, so classes are filled side by side.
 func (c *Cache) AddClass(class string, fill func(class string)) bool {
-	c.adding.Lock()
-	defer c.adding.Unlock()
 	c.mu.Lock()
-	if c.classes[class] {
+	for {
+		if c.classes[class] {
+			c.mu.Unlock()
+			return false
+		}
+		wait, ok := c.adding[class]
+		if !ok {
+			break
+		}
 		c.mu.Unlock()
-		return false
+		<-wait
+		c.mu.Lock()
 	}
+	done := make(chan struct{})
+	c.adding[class] = done
 	for _, t := range c.cfg.Types {
 		c.filling[tableKey{class, t}] = c.newTable(t)
 	}
@@ -206,6 +230,8 @@ func (c *Cache) AddClass(class string, fill func(class string)) bool {
 		delete(c.filling, k)
 	}
 	c.classes[class] = true
+	delete(c.adding, class)
+	close(done)
 	return true
 }
 
@@ -216,8 +242,8 @@ func (c *Cache) RemoveClass(class string) bool {
 	if slices.Contains(c.cfg.Classes, class) {
 		return false
 	}
-	c.adding.Lock()
-	defer c.adding.Unlock()
+	// A class being added is not held yet, so not removed: RemoveClass
+	// does not wait for a fill.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.classes[class] {

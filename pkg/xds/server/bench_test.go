@@ -101,7 +101,7 @@ func (f *fleet) pushAll(tb testing.TB) int {
 		}
 		n++
 		st.mu.Lock()
-		_ = st.answeredLocked(st.watches[0], false, nil)
+		_, _ = st.answeredLocked(st.watches[0], false, nil)
 		st.mu.Unlock()
 	}
 	return n

@@ -31,18 +31,70 @@ type Visibility interface {
 
 var _ Visibility = (*cache.Cache)(nil)
 
-// Tables is the cache the server answers from.
+// Tables are the tables of one cache, a class's per type: the cache of
+// clusters, listeners and routes, the secrets of each identity or the load
+// assignments of each locality.
 type Tables interface {
 	// Table returns the table of a class and type, cache.ErrNoClass for
 	// a class not held yet, or cache.ErrNotServed.
 	Table(class, typeURL string) (*cache.Table, error)
-	// AddClass adds a class's tables, filled by fill before they are served.
+	// AddClass adds a class's tables, filled by fill before they are
+	// served. The server holds none of its locks while it calls it.
 	AddClass(class string, fill func(class string)) bool
 	// RemoveClass drops a class's tables.
 	RemoveClass(class string) bool
 }
 
 var _ Tables = (*cache.Cache)(nil)
+
+// Cache is the cache most types are answered from: its tables and the
+// generation they hold.
+type Cache interface {
+	Tables
+	// Epoch numbers the generation the tables hold: a response sent now
+	// contains every change up to it. The generator begins each epoch on
+	// the cache before it updates the tables, so that a table's change
+	// notification reads the epoch of the change without calling out.
+	Epoch() int64
+}
+
+var _ Cache = (*cache.Cache)(nil)
+
+// Callbacks are the server's calls into the control plane around it, as
+// go-control-plane's server callbacks are. The server makes each on the
+// goroutine of the stream concerned and with none of its locks held: a
+// callback may block (a proxy's admission may load what its namespace
+// sees) but must not call back into the server. Embed NoCallbacks to
+// implement some of them.
+type Callbacks interface {
+	// Ready says whether there is a config to serve (the pusher has loaded
+	// the mesh): until there is, a new subscription is refused with
+	// UNAVAILABLE, never answered with an empty config a proxy would apply.
+	Ready() bool
+	// Admit checks a stream's node against the stream's context (its
+	// peer's certificate) when the node first arrives, and returns the
+	// node to serve it as; an error ends the stream with it.
+	Admit(ctx context.Context, node *core.Node) (*core.Node, error)
+	// Closed is told of the end of every stream Admit admitted.
+	Closed(node *core.Node)
+	// Confirmed is told of the epochs (from, to] that an ACK of a type
+	// newly confirms (see Cache.Epoch).
+	Confirmed(typeURL string, from, to int64)
+}
+
+// NoCallbacks are callbacks that do nothing: always ready, every proxy
+// admitted as it comes.
+type NoCallbacks struct{}
+
+func (NoCallbacks) Ready() bool { return true }
+
+func (NoCallbacks) Admit(_ context.Context, node *core.Node) (*core.Node, error) { return node, nil }
+
+func (NoCallbacks) Closed(*core.Node) {}
+
+func (NoCallbacks) Confirmed(string, int64, int64) {}
+
+var _ Callbacks = NoCallbacks{}
 
 // Classifier tells the class of a proxy and fills the tables of a class
 // seen for the first time.
@@ -60,17 +112,15 @@ func (OneClass) FillClass(string)             {}
 
 // Config configures a Server.
 type Config struct {
-	Cache   Tables
+	Cache   Cache
 	Classes Classifier
+	// Callbacks are told of streams and ACKs; default NoCallbacks.
+	Callbacks Callbacks
 	// ClassesChanged, when set, says that what decides classes changed
 	// (Sidecars, exportTo, Gateways): the server ends the stream of every
 	// proxy whose class is no longer the one it is served from.
 	ClassesChanged <-chan struct{}
-	// Ready, when set, says whether there is a config to serve (the pusher
-	// has loaded the mesh): until it is, a new subscription is refused with
-	// UNAVAILABLE, never answered with an empty config a proxy would apply.
-	Ready func() bool
-	Log   *slog.Logger
+	Log            *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// DrainTimeout bounds the graceful stop. Default 10s.
@@ -86,21 +136,10 @@ type Config struct {
 	// locality from a table per locality; proxies without one are served
 	// the cache's.
 	Localities LocalitySource
-	// Authorize, when set, checks a stream's node against the stream's
-	// context (its peer's certificate) when the node first arrives, and
-	// returns the node to serve it as; an error ends the stream with it.
-	Authorize func(context.Context, *core.Node) (*core.Node, error)
-	// Closed, when set, is told of the end of every stream Authorize
-	// admitted (or every stream whose node arrived, without Authorize).
-	Closed func(*core.Node)
 	// MaxConnectionAge closes a proxy's connection after this long (with a
 	// grace period for the stream to move), so that load rebalances across
 	// replicas as they scale. Default 30m; negative disables.
 	MaxConnectionAge time.Duration
-	// Convergence, when set, learns which generations each ACK confirms:
-	// Epoch numbers the generation a response is sent from, and Confirmed
-	// is told of the epochs (from, to] an ACK of a type newly confirms.
-	Convergence Convergence
 	// Register, when set, registers more services on the xDS gRPC server
 	// (Envoy's client status discovery service, for one).
 	Register func(grpc.ServiceRegistrar)
@@ -163,6 +202,9 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Callbacks == nil {
+		c.Callbacks = NoCallbacks{}
+	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
 	}
@@ -217,12 +259,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Convergence connects generations to the ACKs that confirm them.
-type Convergence interface {
-	Epoch() int64
-	Confirmed(typeURL string, from, to int64)
-}
-
 // Server is an xDS server.
 type Server struct {
 	cfg    Config
@@ -241,11 +277,13 @@ type Server struct {
 }
 
 // classSet counts the streams of each class of one cache, and since when
-// a class has had none, so that idle classes are dropped.
+// a class has had none, so that idle classes are dropped. Its lock guards
+// the counts alone: a new class's tables are added and filled without it.
 type classSet struct {
 	tables Tables
 	fill   func(class string)
-	sync.Mutex
+
+	mu      sync.Mutex
 	streams map[string]int
 	idle    map[string]time.Time
 }
@@ -266,35 +304,29 @@ func (c *classSet) table(class, typeURL string) (*cache.Table, error) {
 }
 
 // join counts a stream in its class and returns the class's table of a
-// type; the class is not dropped while the stream counts.
-func (c *classSet) join(class, typeURL string) (*cache.Table, error) {
-	c.Lock()
-	defer c.Unlock()
-	c.streams[class]++
-	delete(c.idle, class)
-	return c.table(class, typeURL)
-}
-
-// joinBounded is join for a class that may be new only while fewer than
-// limit classes are held; ok is false (and nothing counted) beyond.
-func (c *classSet) joinBounded(class, typeURL string, limit int) (t *cache.Table, ok bool, err error) {
-	c.Lock()
-	defer c.Unlock()
-	if _, held := c.streams[class]; !held {
+// type; the class is not dropped while the stream counts. A class not held
+// yet may be added only while fewer than limit classes are (0: any
+// number); ok is false (and nothing counted) beyond.
+func (c *classSet) join(class, typeURL string, limit int) (t *cache.Table, ok bool, err error) {
+	c.mu.Lock()
+	if _, held := c.streams[class]; !held && limit > 0 {
 		if _, idle := c.idle[class]; !idle && len(c.streams)+len(c.idle) >= limit {
+			c.mu.Unlock()
 			return nil, false, nil
 		}
 	}
 	c.streams[class]++
 	delete(c.idle, class)
+	c.mu.Unlock()
+	// Counted, the class is not dropped while it is added and filled.
 	t, err = c.table(class, typeURL)
 	return t, true, err
 }
 
 // leave uncounts a stream from its class.
 func (c *classSet) leave(class string) {
-	c.Lock()
-	defer c.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.streams[class]--; c.streams[class] <= 0 {
 		delete(c.streams, class)
 		c.idle[class] = time.Now()
@@ -303,8 +335,8 @@ func (c *classSet) leave(class string) {
 
 // dropIdle drops the classes without a stream for idle.
 func (c *classSet) dropIdle(now time.Time, idle time.Duration) {
-	c.Lock()
-	defer c.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for class, since := range c.idle {
 		if now.Sub(since) >= idle {
 			delete(c.idle, class)
@@ -423,7 +455,8 @@ func (s *Server) table(class, typeURL string) (*cache.Table, error) {
 // join counts a stream in its class and returns the class's table of a
 // type.
 func (s *Server) join(class, typeURL string) (*cache.Table, error) {
-	return s.classes.join(class, typeURL)
+	t, _, err := s.classes.join(class, typeURL, 0)
+	return t, err
 }
 
 // leave uncounts a stream from its class.
@@ -518,12 +551,7 @@ func (s *Server) Shed(leave func(*core.Node) bool, why string) int {
 // shedClose is how long after ending a shed stream its connection is closed.
 const shedClose = 100 * time.Millisecond
 
-func (s *Server) epoch() int64 {
-	if s.cfg.Convergence == nil {
-		return 1
-	}
-	return s.cfg.Convergence.Epoch()
-}
+func (s *Server) epoch() int64 { return s.cfg.Cache.Epoch() }
 
 // Run serves on lis until ctx is done.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {

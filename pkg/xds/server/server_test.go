@@ -207,8 +207,8 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestNotReadyIsUnavailable: before there is a config to serve, a proxy is
 // told to retry (UNAVAILABLE) rather than sent an empty one it would apply.
 func TestNotReadyIsUnavailable(t *testing.T) {
-	var ready atomic.Bool
-	c, ads, ctx := serve(t, server.Config{Ready: ready.Load})
+	ready := &readyWhen{}
+	c, ads, ctx := serve(t, server.Config{Callbacks: ready})
 	ask := func() (*discovery.DiscoveryResponse, error) {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
@@ -228,6 +228,14 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 		t.Fatalf("once loaded: %v (%v), want the one cluster", resp, err)
 	}
 }
+
+// readyWhen is ready once set.
+type readyWhen struct {
+	server.NoCallbacks
+	atomic.Bool
+}
+
+func (r *readyWhen) Ready() bool { return r.Load() }
 
 // byNode puts every proxy in a class of its own, named by its node id.
 type byNode struct{}

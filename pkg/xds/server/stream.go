@@ -78,6 +78,9 @@ type stream struct {
 	stopped  chan struct{}
 	queuedAt time.Time
 
+	// mu guards what follows against the senders and the status readers.
+	// The handler, the only goroutine that changes the node, the classes
+	// and the watches, reads them without it.
 	mu      sync.Mutex
 	closed  bool
 	node    *core.Node
@@ -196,8 +199,8 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		st.mu.Lock()
 		node := st.node
 		st.mu.Unlock()
-		if node != nil && s.cfg.Closed != nil {
-			s.cfg.Closed(node)
+		if node != nil {
+			s.cfg.Callbacks.Closed(node)
 		}
 	}()
 	for {
@@ -260,46 +263,57 @@ func (st *stream) recv(r any) error {
 	return err
 }
 
-// requestLocked applies what every request may carry, its node, and
-// returns the stream's watch of the request's type (nil for a type not
-// served). fixed is the type of a single-type stream.
-func (st *stream) requestLocked(hasNode bool, node, typeURL []byte, fixed string) (*watch, error) {
-	if st.closed {
-		return nil, errClosed
-	}
+// request applies what every request may carry, its node, and returns the
+// stream's watch of the request's type (nil for a type not served), made
+// at the type's first request. It runs on the handler, and makes its
+// calls out (the proxy's admission, readiness, its class and a new
+// class's fill) without the stream's lock. fixed is the type of a
+// single-type stream.
+func (st *stream) request(hasNode bool, node, typeURL []byte, fixed string) (*watch, error) {
 	if hasNode {
-		if err := st.nodeLocked(node); err != nil {
+		if err := st.admit(node); err != nil {
 			return nil, err
 		}
 	}
-	return st.watchLocked(typeURL, fixed)
+	return st.watchOf(typeURL, fixed)
 }
 
 // applySotW applies one decoded SotW request. An ACK whose names did not
 // change allocates nothing.
 func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	// A request may make the class, or change what it sees: names left
-	// out before are looked at again (nothing to do for most streams).
-	defer st.reviewAskedLocked()
-	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
+	w, err := st.request(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
+	}
+	st.mu.Lock()
+	ack, err := st.applySotWLocked(w, r)
+	// A request may make the class, or change what it sees: names left
+	// out before are looked at again (nothing to do for most streams).
+	st.reviewAskedLocked()
+	st.mu.Unlock()
+	st.confirm(ack)
+	return err
+}
+
+// applySotWLocked applies a SotW request to the watch of its type, and
+// returns what its ACK confirms.
+func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, err error) {
+	if st.closed {
+		return ack, errClosed
 	}
 	first := w.set == nil
 	if len(r.nonce) > 0 {
 		if string(r.nonce) != w.nonce {
-			return nil // a stale nonce: the request is superseded
+			return ack, nil // a stale nonce: the request is superseded
 		}
 		if w.inflight {
-			if err := st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
-				return err
+			if ack, err = st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
+				return ack, err
 			}
 		}
 	}
 	if !first && r.fp == w.reqFP {
-		return nil
+		return ack, nil
 	}
 	if first {
 		w.legacy = len(r.ends) == 0
@@ -309,7 +323,7 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 	// request's bytes, no name is copied. No names at all may mean the
 	// wildcard, which is decided below.
 	if len(r.ends) > st.srv.cfg.MaxNames {
-		return st.tooManyNames(len(r.ends))
+		return ack, st.tooManyNames(len(r.ends))
 	}
 	view := st.visibleLocked(w)
 	var set *cache.Set
@@ -341,11 +355,11 @@ func (st *stream) applySotW(r *sotwRequest, typeURL string) error {
 			w.version, w.fresh, w.prev = at, false, nil
 			w.status.Sent, w.status.Acked = v, v
 			w.credited = st.srv.epoch()
-			return nil
+			return ack, nil
 		}
 	}
 	w.Notify()
-	return nil
+	return ack, nil
 }
 
 // receiveDelta reads and applies one Delta request.
@@ -354,17 +368,28 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 	if err := st.recv(r); err != nil {
 		return err
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	defer st.reviewAskedLocked()
-	w, err := st.requestLocked(r.hasNode, r.node, r.typeURL, typeURL)
+	w, err := st.request(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
 	}
+	st.mu.Lock()
+	ack, err := st.applyDeltaLocked(w, r)
+	st.reviewAskedLocked()
+	st.mu.Unlock()
+	st.confirm(ack)
+	return err
+}
+
+// applyDeltaLocked applies a Delta request to the watch of its type, and
+// returns what its ACK confirms.
+func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation, err error) {
+	if st.closed {
+		return ack, errClosed
+	}
 	first := w.set == nil
 	if len(r.nonce) > 0 && string(r.nonce) == w.nonce && w.inflight {
-		if err := st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
-			return err
+		if ack, err = st.answeredLocked(w, r.hasError, r.errorDetail); err != nil {
+			return ack, err
 		}
 	}
 	wildcard := w.wildcard
@@ -391,13 +416,13 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		wildcard = true // a first request that names nothing asks for everything
 	}
 	if !first && wildcard == w.wildcard && len(add) == 0 && len(remove) == 0 {
-		return nil
+		return ack, nil
 	}
 	if view := st.visibleLocked(w); view != nil {
 		names := append(w.explicitLocked(), add...)
 		names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
 		if len(names) > st.srv.cfg.MaxNames {
-			return st.tooManyNames(len(names))
+			return ack, st.tooManyNames(len(names))
 		}
 		st.subscribeDeltaLocked(w, view, names, wildcard, true)
 	} else {
@@ -409,7 +434,7 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 			names = append(names, add...)
 			names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
 			if len(names) > st.srv.cfg.MaxNames {
-				return st.tooManyNames(len(names))
+				return ack, st.tooManyNames(len(names))
 			}
 			named := w.table.Subscribe(w, names, false)
 			if w.named != nil {
@@ -428,7 +453,7 @@ func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
 		w.initial = r.initial
 	}
 	w.Notify()
-	return nil
+	return ack, nil
 }
 
 // subscribeLocked makes set, which w holds a subscription to, what it is
@@ -446,9 +471,10 @@ func (st *stream) subscribeLocked(w *watch, set *cache.Set) {
 	w.set, w.fresh = set, true
 }
 
-// nodeLocked records the stream's node from its encoding; a node that
-// names another proxy than the stream's first is refused.
-func (st *stream) nodeLocked(b []byte) error {
+// admit records the stream's node from its encoding, as the callbacks
+// admit it; a node that names another proxy than the stream's first is
+// refused.
+func (st *stream) admit(b []byte) error {
 	if st.node != nil && (bytes.Equal(b, st.nodeRaw) || sameID(b, st.node.GetId())) {
 		// Envoy sends its node with every request; its metadata, a
 		// map, may be encoded in another order each time. A stream's
@@ -466,22 +492,22 @@ func (st *stream) nodeLocked(b []byte) error {
 	if st.node != nil && n.GetId() != st.node.GetId() {
 		return status.Errorf(codes.InvalidArgument, "shardpilot: the node changed from %q to %q on one stream", st.node.GetId(), n.GetId())
 	}
-	if auth := st.srv.cfg.Authorize; auth != nil {
-		authorized, err := auth(st.ctx, n)
-		if err != nil {
-			st.srv.cfg.Log.Warn("proxy refused", "proxy", n.GetId(), "err", err)
-			return err
-		}
-		n = authorized
+	admitted, err := st.srv.cfg.Callbacks.Admit(st.ctx, n)
+	if err != nil {
+		st.srv.cfg.Log.Warn("proxy refused", "proxy", n.GetId(), "err", err)
+		return err
 	}
+	n = admitted
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	st.node, st.nodeRaw = n, append(st.nodeRaw[:0], b...)
 	return nil
 }
 
-// watchLocked returns the stream's watch of a type, creating it (and
+// watchOf returns the stream's watch of a type, making it (and
 // classifying the proxy) at the type's first request. An unserved type
 // is answered with nothing: nil and no error.
-func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
+func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 	if len(requested) == 0 && fixed == "" {
 		return nil, status.Error(codes.InvalidArgument, "shardpilot: a request without type_url on an aggregated stream")
 	}
@@ -498,32 +524,24 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 		return nil, status.Error(codes.InvalidArgument, "shardpilot: the first request of a stream must carry a node")
 	}
 	if typeURL == resource.SecretType && st.srv.secrets != nil {
-		return st.secretWatchLocked(typeURL)
+		return st.secretWatch(typeURL)
 	}
-	if ready := st.srv.cfg.Ready; ready != nil && !ready() {
+	if !st.srv.cfg.Callbacks.Ready() {
 		return nil, errNotReady
 	}
 	if typeURL == resource.EndpointType && st.srv.localities != nil {
-		if locality := st.srv.cfg.Localities.Class(st.node); locality != "" {
-			// Localities are the proxies' word: bounded, so that made-up
-			// ones cannot grow the server's tables without end.
-			t, ok, err := st.srv.localities.joinBounded(locality, typeURL, st.srv.cfg.MaxLocalities)
-			if err != nil {
-				return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
-			}
-			if ok {
-				st.locality = locality
-				return st.addWatchLocked(typeURL, t), nil
-			}
-			st.srv.m.limited.WithLabelValues(limitLocality).Inc()
-			st.srv.cfg.Log.Warn("locality classes at their limit; serving the mesh-wide load assignments", "proxy", st.node.GetId(), "locality", locality, "limit", st.srv.cfg.MaxLocalities)
+		if w, err := st.localityWatch(typeURL); w != nil || err != nil {
+			return w, err
 		}
 	}
 	var t *cache.Table
 	var err error
 	if st.class == "" {
-		st.class = st.srv.cfg.Classes.Classify(st.node)
-		t, err = st.srv.join(st.class, typeURL)
+		class := st.srv.cfg.Classes.Classify(st.node)
+		t, err = st.srv.join(class, typeURL)
+		st.mu.Lock()
+		st.class = class // counted in its class, left when the stream ends
+		st.mu.Unlock()
 	} else {
 		t, err = st.srv.table(st.class, typeURL)
 	}
@@ -533,6 +551,40 @@ func (st *stream) watchLocked(requested []byte, fixed string) (*watch, error) {
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
+	}
+	return st.addWatch(typeURL, t)
+}
+
+// localityWatch makes the stream's watch of the load assignments of its
+// proxy's locality; nil when it has none, or when there are too many.
+func (st *stream) localityWatch(typeURL string) (*watch, error) {
+	locality := st.srv.cfg.Localities.Class(st.node)
+	if locality == "" {
+		return nil, nil
+	}
+	// Localities are the proxies' word: bounded, so that made-up ones
+	// cannot grow the server's tables without end.
+	t, ok, err := st.srv.localities.join(locality, typeURL, st.srv.cfg.MaxLocalities)
+	if !ok {
+		st.srv.m.limited.WithLabelValues(limitLocality).Inc()
+		st.srv.cfg.Log.Warn("locality classes at their limit; serving the mesh-wide load assignments", "proxy", st.node.GetId(), "locality", locality, "limit", st.srv.cfg.MaxLocalities)
+		return nil, nil
+	}
+	st.mu.Lock()
+	st.locality = locality
+	st.mu.Unlock()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
+	}
+	return st.addWatch(typeURL, t)
+}
+
+// addWatch adds the stream's watch of a type's table.
+func (st *stream) addWatch(typeURL string, t *cache.Table) (*watch, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil, errClosed
 	}
 	return st.addWatchLocked(typeURL, t), nil
 }
@@ -545,9 +597,9 @@ func (st *stream) addWatchLocked(typeURL string, t *cache.Table) *watch {
 	return w
 }
 
-// secretWatchLocked creates the stream's watch of its identity's secrets;
-// a stream without an identity is served none.
-func (st *stream) secretWatchLocked(typeURL string) (*watch, error) {
+// secretWatch makes the stream's watch of its identity's secrets; a
+// stream without an identity is served none.
+func (st *stream) secretWatch(typeURL string) (*watch, error) {
 	class := st.srv.cfg.Secrets.Class(st.ctx)
 	if class == "" {
 		if !st.noSecrets {
@@ -556,22 +608,40 @@ func (st *stream) secretWatchLocked(typeURL string) (*watch, error) {
 		}
 		return nil, nil
 	}
-	t, err := st.srv.secrets.join(class, typeURL)
+	t, _, err := st.srv.secrets.join(class, typeURL, 0)
+	st.mu.Lock()
+	st.secrets = class
+	st.mu.Unlock()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 	}
-	st.secrets = class
-	return st.addWatchLocked(typeURL, t), nil
+	return st.addWatch(typeURL, t)
+}
+
+// confirmation is what an ACK newly confirms: the epochs (from, to] of
+// a type; none when to is 0.
+type confirmation struct {
+	typeURL  string
+	from, to int64
+}
+
+// confirm tells the callbacks what an ACK confirmed, once the stream's
+// lock is released.
+func (st *stream) confirm(c confirmation) {
+	if c.to > 0 {
+		st.srv.cfg.Callbacks.Confirmed(c.typeURL, c.from, c.to)
+	}
 }
 
 // answeredLocked records the ACK or, with an error detail, the NACK of the
 // in-flight response of w, and wakes the sender if changes waited for it.
-func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) error {
+// It returns what an ACK confirms.
+func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) (ack confirmation, _ error) {
 	var nack *rpcstatus.Status
 	if nacked {
 		nack = &rpcstatus.Status{}
 		if err := proto.Unmarshal(detail, nack); err != nil {
-			return status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
+			return ack, status.Errorf(codes.InvalidArgument, "shardpilot: request for %s: error_detail: %v", w.short, err)
 		}
 	}
 	w.inflight = false
@@ -585,17 +655,14 @@ func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) error {
 	} else {
 		w.status.Acked = w.status.Sent
 		if w.epoch > w.credited {
-			from := w.credited
+			ack = confirmation{w.typeURL, w.credited, w.epoch}
 			w.credited = w.epoch
-			if s.cfg.Convergence != nil {
-				s.cfg.Convergence.Confirmed(w.typeURL, from, w.epoch)
-			}
 		}
 	}
 	if w.dirty.Load() {
 		st.wakeUp()
 	}
-	return nil
+	return ack, nil
 }
 
 // push sends every due response, in push order.

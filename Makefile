@@ -107,7 +107,7 @@ bench: ## Run the benchmarks.
 
 .PHONY: bench-push
 bench-push: ## Measure one endpoint change with 50 vs 1,000 connected proxies in 50 classes, and heap per proxy.
-	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkEndpointChange -benchtime 20x -count 3 -timeout 30m ./cmd/internal/app/
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -run '^$$' -bench BenchmarkEndpointChange -benchtime 20x -count 3 -timeout 30m ./test/e2e/
 
 .PHONY: bench-ingest
 bench-ingest: ## Measure ingesting 2,000 Services / 20,000 endpoints from a real apiserver into etcd.

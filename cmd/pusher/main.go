@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/internal/version"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"

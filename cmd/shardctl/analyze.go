@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/app"
 	"github.com/shardpilot/shardpilot/pkg/store"
 )
 

@@ -153,6 +153,39 @@ spec:
 // example mesh plus one broken file, with proxyless grpc-go clients and one
 // proxy that NACKs, and checks what every command prints.
 func TestAgainstTwoPushers(t *testing.T) {
+	f := startTwoPushers(t)
+	t.Run("members", f.members)
+	t.Run("version", func(t *testing.T) { checkVersions(t, f.etcd, 3) })
+	f.listed(t)
+	t.Run("table", f.table)
+	t.Run("proxy-config", f.proxyConfig)
+	t.Run("analyze", f.analyze)
+	t.Run("unreachable pusher", f.unreachable)
+	t.Run("pusher stops", f.pusherStops)
+}
+
+// The proxies of TestAgainstTwoPushers.
+const (
+	grpcA   = "sidecar~127.0.0.1~grpc-a.demo~demo.svc.cluster.local"
+	grpcB1  = "sidecar~127.0.0.2~grpc-b1.demo~demo.svc.cluster.local"
+	grpcB2  = "sidecar~127.0.0.3~grpc-b2.demo~demo.svc.cluster.local"
+	nacking = "sidecar~192.168.0.9~nacker.demo~demo.svc.cluster.local"
+)
+
+// wantRows are the proxies listed, in order, with their pushers.
+var wantRows = []struct{ proxy, pusher string }{{grpcA, "pusher-a"}, {grpcB1, "pusher-b"}, {grpcB2, "pusher-b"}, {nacking, "pusher-a"}}
+
+// twoPushers is an ingester and two pushers with their proxies connected.
+type twoPushers struct {
+	etcd    string
+	etcdCli *clientv3.Client
+	a, b    *process
+}
+
+// startTwoPushers starts the processes and connects the proxies: three
+// grpc-go clients, one on pusher a and two on pusher b, and one that NACKs
+// its clusters, on a.
+func startTwoPushers(t *testing.T) *twoPushers {
 	etcd, etcdCli := testutil.Etcd(t)
 	nats, _ := testutil.NATS(t)
 	bin := t.TempDir()
@@ -189,34 +222,19 @@ func TestAgainstTwoPushers(t *testing.T) {
 	a := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-a")
 	b := start(t, filepath.Join(bin, "pusher"), env, "--name", "pusher-b")
 
-	const (
-		grpcA   = "sidecar~127.0.0.1~grpc-a.demo~demo.svc.cluster.local"
-		grpcB1  = "sidecar~127.0.0.2~grpc-b1.demo~demo.svc.cluster.local"
-		grpcB2  = "sidecar~127.0.0.3~grpc-b2.demo~demo.svc.cluster.local"
-		nacking = "sidecar~192.168.0.9~nacker.demo~demo.svc.cluster.local"
-	)
 	dialXDS(t, a.ads, grpcA)
 	dialXDS(t, b.ads, grpcB1)
 	dialXDS(t, b.ads, grpcB2)
 	nackClusters(t, a.ads, nacking)
+	return &twoPushers{etcd: etcd.Endpoint, etcdCli: etcdCli, a: a, b: b}
+}
 
-	t.Run("members", func(t *testing.T) {
-		out, _, err := shardctl(etcd.Endpoint, "members")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"pusher-a  ", "pusher-b  ", "ingester-0", a.admin, b.ads} {
-			if !strings.Contains(out, want) {
-				t.Errorf("members: no %q in\n%s", want, out)
-			}
-		}
-	})
-
-	t.Run("version", func(t *testing.T) { checkVersions(t, etcd.Endpoint, 3) })
-
+// listed waits until every proxy is listed once, in its final state, and
+// checks which pusher each is on and the NACK.
+func (f *twoPushers) listed(t *testing.T) {
 	var rows []proxyRow
 	testutil.Eventually(t, 30*time.Second, "every proxy is listed once, in its final state", func() (bool, string) {
-		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status", "-o", "json")
+		out, errOut, err := shardctl(f.etcd, "proxy-status", "-o", "json")
 		if err != nil {
 			return false, fmt.Sprint(err, errOut)
 		}
@@ -236,8 +254,7 @@ func TestAgainstTwoPushers(t *testing.T) {
 		}
 		return rows[3].Types["CDS"].State == "NACKED", out
 	})
-	want := []struct{ proxy, pusher string }{{grpcA, "pusher-a"}, {grpcB1, "pusher-b"}, {grpcB2, "pusher-b"}, {nacking, "pusher-a"}}
-	for i, w := range want {
+	for i, w := range wantRows {
 		if r := rows[i]; r.Proxy != w.proxy || r.Pusher != w.pusher || r.Streams != 1 {
 			t.Errorf("row %d: proxy %s on %s with %d streams, want %s on %s with 1", i, r.Proxy, r.Pusher, r.Streams, w.proxy, w.pusher)
 		}
@@ -246,145 +263,164 @@ func TestAgainstTwoPushers(t *testing.T) {
 		t.Errorf("the NACK: %+v, want the message of the version sent", n)
 	}
 
-	t.Run("table", func(t *testing.T) {
-		out, _, err := shardctl(etcd.Endpoint, "proxy-status")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("shardctl proxy-status\n%s", out)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PUSHER CDS LDS EDS RDS API CLASS AGE" {
-			t.Fatalf("proxy-status:\n%s", out)
-		}
-		for i, w := range want {
-			f := strings.Fields(lines[i+1])
-			state := "SYNCED SYNCED SYNCED SYNCED"
-			if w.proxy == nacking {
-				state = "NACKED - - -"
-			}
-			if f[0] != w.proxy || f[1] != w.pusher || strings.Join(f[2:6], " ") != state || f[6] != "SotW" {
-				t.Errorf("line %q: want %s on %s, %s", lines[i+1], w.proxy, w.pusher, state)
-			}
-		}
-		out, _, err = shardctl(etcd.Endpoint, "proxy-status", nacking)
-		t.Logf("shardctl proxy-status %s\n%s", nacking, out)
-		if err != nil || !strings.Contains(out, "pusher-a ("+a.admin+")") || !strings.Contains(out, "rejected by test") {
-			t.Errorf("proxy-status %s: %v\n%s", nacking, err, out)
-		}
-		if _, _, err := shardctl(etcd.Endpoint, "proxy-status", "nobody"); err == nil || !strings.Contains(err.Error(), `"nobody" is connected to no pusher`) {
-			t.Errorf("an unknown proxy: %v", err)
-		}
-	})
+}
 
-	t.Run("proxy-config", func(t *testing.T) {
-		for what, wants := range map[string][]string{
-			"clusters":  {"greeter.demo.svc.cluster.local", "50051", "outbound", "EDS"},
-			"listeners": {"greeter.demo.svc.cluster.local:50051", "(API listener)", "Route:"},
-			"routes":    {"greeter.demo.svc.cluster.local"},
-			"endpoints": {"127.0.0.1:50061", "127.0.0.2:50061", "outbound|50051||greeter.demo.svc.cluster.local"},
-		} {
-			out, _, err := shardctl(etcd.Endpoint, "proxy-config", grpcB1, what)
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			t.Logf("shardctl proxy-config %s %s\n%s", grpcB1, what, out)
-			for _, w := range wants {
-				if !strings.Contains(out, w) {
-					t.Errorf("proxy-config %s: no %q in\n%s", what, w, out)
-				}
-			}
+// members lists every process.
+func (f *twoPushers) members(t *testing.T) {
+	out, _, err := shardctl(f.etcd, "members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pusher-a  ", "pusher-b  ", "ingester-0", f.a.admin, f.b.ads} {
+		if !strings.Contains(out, want) {
+			t.Errorf("members: no %q in\n%s", want, out)
 		}
-		// JSON is the resources themselves; the endpoints are exactly
-		// those the proxy's clusters take from EDS, not the whole mesh's.
-		decodeAll := func(what string, into func(json.RawMessage) (string, error)) []string {
-			t.Helper()
-			out, _, err := shardctl(etcd.Endpoint, "proxy-config", what, grpcA, "-o", "json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var raw []json.RawMessage
-			if err := json.Unmarshal([]byte(out), &raw); err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, r := range raw {
-				n, err := into(r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n != "" {
-					names = append(names, n)
-				}
-			}
-			slices.Sort(names)
-			return names
-		}
-		assignments := decodeAll("endpoints", func(r json.RawMessage) (string, error) {
-			var cla endpoint.ClusterLoadAssignment
-			err := protojson.Unmarshal(r, &cla)
-			return cla.GetClusterName(), err
-		})
-		eds := decodeAll("clusters", func(r json.RawMessage) (string, error) {
-			var c cluster.Cluster
-			err := protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(r, &c)
-			if c.GetType() != cluster.Cluster_EDS {
-				return "", err
-			}
-			return cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()), err
-		})
-		if !slices.Contains(assignments, "outbound|50051||greeter.demo.svc.cluster.local") || !slices.Equal(assignments, eds) {
-			t.Errorf("endpoints of %s: %v, want those its EDS clusters name: %v", grpcA, assignments, eds)
-		}
-		if _, _, err := shardctl(etcd.Endpoint, "proxy-config", grpcA, "secrets"); err == nil || !strings.Contains(err.Error(), "want clusters, routes, listeners or endpoints") {
-			t.Errorf("an unknown type: %v", err)
-		}
-	})
+	}
+}
 
-	t.Run("analyze", func(t *testing.T) {
-		out, _, err := shardctl(etcd.Endpoint, "analyze")
-		if err != nil {
-			t.Fatal(err)
+// table: proxy-status as a table, for all and for one proxy.
+func (f *twoPushers) table(t *testing.T) {
+	out, _, err := shardctl(f.etcd, "proxy-status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shardctl proxy-status\n%s", out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PUSHER CDS LDS EDS RDS API CLASS AGE" {
+		t.Fatalf("proxy-status:\n%s", out)
+	}
+	for i, w := range wantRows {
+		f := strings.Fields(lines[i+1])
+		state := "SYNCED SYNCED SYNCED SYNCED"
+		if w.proxy == nacking {
+			state = "NACKED - - -"
 		}
-		t.Logf("shardctl analyze\n%s", out)
-		for _, w := range []string{"SOURCE", "yaml", "broken.yaml", "VirtualService demo/broken", "destination.host"} {
+		if f[0] != w.proxy || f[1] != w.pusher || strings.Join(f[2:6], " ") != state || f[6] != "SotW" {
+			t.Errorf("line %q: want %s on %s, %s", lines[i+1], w.proxy, w.pusher, state)
+		}
+	}
+	out, _, err = shardctl(f.etcd, "proxy-status", nacking)
+	t.Logf("shardctl proxy-status %s\n%s", nacking, out)
+	if err != nil || !strings.Contains(out, "pusher-a ("+f.a.admin+")") || !strings.Contains(out, "rejected by test") {
+		t.Errorf("proxy-status %s: %v\n%s", nacking, err, out)
+	}
+	if _, _, err := shardctl(f.etcd, "proxy-status", "nobody"); err == nil || !strings.Contains(err.Error(), `"nobody" is connected to no pusher`) {
+		t.Errorf("an unknown proxy: %v", err)
+	}
+}
+
+// proxyConfig: what a proxy is served, as text and as JSON.
+func (f *twoPushers) proxyConfig(t *testing.T) {
+	for what, wants := range map[string][]string{
+		"clusters":  {"greeter.demo.svc.cluster.local", "50051", "outbound", "EDS"},
+		"listeners": {"greeter.demo.svc.cluster.local:50051", "(API listener)", "Route:"},
+		"routes":    {"greeter.demo.svc.cluster.local"},
+		"endpoints": {"127.0.0.1:50061", "127.0.0.2:50061", "outbound|50051||greeter.demo.svc.cluster.local"},
+	} {
+		out, _, err := shardctl(f.etcd, "proxy-config", grpcB1, what)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("shardctl proxy-config %s %s\n%s", grpcB1, what, out)
+		for _, w := range wants {
 			if !strings.Contains(out, w) {
-				t.Errorf("analyze: no %q in\n%s", w, out)
+				t.Errorf("proxy-config %s: no %q in\n%s", what, w, out)
 			}
 		}
-		out, _, err = shardctl(etcd.Endpoint, "analyze", "-o", "json")
-		var problems []map[string]string
-		if err != nil || json.Unmarshal([]byte(out), &problems) != nil || len(problems) != 1 || problems[0]["source"] != "yaml" {
-			t.Errorf("analyze -o json: %v\n%s", err, out)
-		}
-	})
-
-	t.Run("unreachable pusher", func(t *testing.T) {
-		// A pusher that is announced but does not answer: the others'
-		// proxies are still listed, with a warning naming it.
-		ctx := testutil.Context(t)
-		dead := store.Member{Role: "pusher", Name: "pusher-gone", Admin: testutil.FreeAddr(t)}
-		v, _ := json.Marshal(dead)
-		key := store.MemberPrefix + "pusher/gone"
-		if _, err := etcdCli.Put(ctx, key, string(v)); err != nil {
+	}
+	// JSON is the resources themselves; the endpoints are exactly
+	// those the proxy's clusters take from EDS, not the whole mesh's.
+	decodeAll := func(what string, into func(json.RawMessage) (string, error)) []string {
+		t.Helper()
+		out, _, err := shardctl(f.etcd, "proxy-config", what, grpcA, "-o", "json")
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer etcdCli.Delete(ctx, key)
-		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status")
-		if err == nil || !strings.Contains(err.Error(), "1 of 3 could not be asked") ||
-			!strings.Contains(errOut, "pusher pusher-gone ("+dead.Admin+")") || strings.Count(out, "\n") != 5 {
-			t.Errorf("with an unreachable pusher: %v\nstderr: %s\nstdout: %s", err, errOut, out)
+		var raw []json.RawMessage
+		if err := json.Unmarshal([]byte(out), &raw); err != nil {
+			t.Fatal(err)
 		}
+		var names []string
+		for _, r := range raw {
+			n, err := into(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != "" {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	assignments := decodeAll("endpoints", func(r json.RawMessage) (string, error) {
+		var cla endpoint.ClusterLoadAssignment
+		err := protojson.Unmarshal(r, &cla)
+		return cla.GetClusterName(), err
 	})
+	eds := decodeAll("clusters", func(r json.RawMessage) (string, error) {
+		var c cluster.Cluster
+		err := protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(r, &c)
+		if c.GetType() != cluster.Cluster_EDS {
+			return "", err
+		}
+		return cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()), err
+	})
+	if !slices.Contains(assignments, "outbound|50051||greeter.demo.svc.cluster.local") || !slices.Equal(assignments, eds) {
+		t.Errorf("endpoints of %s: %v, want those its EDS clusters name: %v", grpcA, assignments, eds)
+	}
+	if _, _, err := shardctl(f.etcd, "proxy-config", grpcA, "secrets"); err == nil || !strings.Contains(err.Error(), "want clusters, routes, listeners or endpoints") {
+		t.Errorf("an unknown type: %v", err)
+	}
+}
 
-	t.Run("pusher stops", func(t *testing.T) {
-		b.stop()
-		// It withdrew its announcement on the way out: no warning, and
-		// only the proxies of the other pusher.
-		out, errOut, err := shardctl(etcd.Endpoint, "proxy-status")
-		if err != nil || errOut != "" || strings.Contains(out, "pusher-b") || !strings.Contains(out, grpcA) {
-			t.Errorf("after pusher-b stopped: %v %s\n%s", err, errOut, out)
+// analyze: the problem of the broken file.
+func (f *twoPushers) analyze(t *testing.T) {
+	out, _, err := shardctl(f.etcd, "analyze")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shardctl analyze\n%s", out)
+	for _, w := range []string{"SOURCE", "yaml", "broken.yaml", "VirtualService demo/broken", "destination.host"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("analyze: no %q in\n%s", w, out)
 		}
-	})
+	}
+	out, _, err = shardctl(f.etcd, "analyze", "-o", "json")
+	var problems []map[string]string
+	if err != nil || json.Unmarshal([]byte(out), &problems) != nil || len(problems) != 1 || problems[0]["source"] != "yaml" {
+		t.Errorf("analyze -o json: %v\n%s", err, out)
+	}
+}
+
+// unreachable: a pusher that is announced but does not answer.
+func (f *twoPushers) unreachable(t *testing.T) {
+	// A pusher that is announced but does not answer: the others'
+	// proxies are still listed, with a warning naming it.
+	ctx := testutil.Context(t)
+	dead := store.Member{Role: "pusher", Name: "pusher-gone", Admin: testutil.FreeAddr(t)}
+	v, _ := json.Marshal(dead)
+	key := store.MemberPrefix + "pusher/gone"
+	if _, err := f.etcdCli.Put(ctx, key, string(v)); err != nil {
+		t.Fatal(err)
+	}
+	defer f.etcdCli.Delete(ctx, key)
+	out, errOut, err := shardctl(f.etcd, "proxy-status")
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 could not be asked") ||
+		!strings.Contains(errOut, "pusher pusher-gone ("+dead.Admin+")") || strings.Count(out, "\n") != 5 {
+		t.Errorf("with an unreachable pusher: %v\nstderr: %s\nstdout: %s", err, errOut, out)
+	}
+}
+
+// pusherStops: a pusher that stops withdraws its announcement.
+func (f *twoPushers) pusherStops(t *testing.T) {
+	f.b.stop()
+	// It withdrew its announcement on the way out: no warning, and
+	// only the proxies of the other pusher.
+	out, errOut, err := shardctl(f.etcd, "proxy-status")
+	if err != nil || errOut != "" || strings.Contains(out, "pusher-b") || !strings.Contains(out, grpcA) {
+		t.Errorf("after pusher-b stopped: %v %s\n%s", err, errOut, out)
+	}
 }
 
 // TestFlags: bad flags and commands are refused with what is wrong.

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/shardpilot/shardpilot/cmd/internal/app"
+	"github.com/shardpilot/shardpilot/internal/app"
 	"github.com/shardpilot/shardpilot/internal/cli"
 	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/pki"

@@ -233,7 +233,38 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatalf("the consumer consumes some subjects: %v", err)
 	}
 
-	// What neither may do, and what the consumer may not do either.
+	all := forbidden(ctx, relayJS, consJS, cons)
+	var wg sync.WaitGroup
+	for _, a := range all {
+		wg.Go(func() {
+			if err := timed(ctx, a.do); err == nil {
+				t.Errorf("%s: allowed", a.what)
+			}
+		})
+	}
+	wg.Wait()
+	s, err := relayJS.Stream(ctx, "SHARDPILOT_MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 || !slices.Equal(info.Config.Subjects, []string{bus.SubjectPrefix + ".>"}) {
+		t.Errorf("the stream holds %d messages on %v after the attempts, want 3 on mesh.v1.>", info.State.Msgs, info.Config.Subjects)
+	}
+}
+
+// attempt is something a role may not do.
+type attempt struct {
+	what string
+	do   func(context.Context) error
+}
+
+// forbidden is what neither the relay nor the consumer may do, and what
+// the consumer may not do either.
+func forbidden(ctx context.Context, relayJS, consJS jetstream.JetStream, cons *bus.Bus) []attempt {
 	widened := func(js jetstream.JetStream) error {
 		_, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "SHARDPILOT_MESH", Subjects: []string{bus.SubjectPrefix + ".>", "evil.>"}, Storage: jetstream.FileStorage})
 		return err
@@ -261,10 +292,6 @@ func TestRolePermissions(t *testing.T) {
 	}
 	// A refused request is never answered: the attempts wait for their
 	// time-outs side by side.
-	type attempt struct {
-		what string
-		do   func(context.Context) error
-	}
 	var all []attempt
 	for what, do := range attempts {
 		for role, js := range map[bus.Role]jetstream.JetStream{bus.RoleRelay: relayJS, bus.RoleConsumer: consJS} {
@@ -279,26 +306,7 @@ func TestRolePermissions(t *testing.T) {
 			return err
 		}})
 	}
-	var wg sync.WaitGroup
-	for _, a := range all {
-		wg.Go(func() {
-			if err := timed(ctx, a.do); err == nil {
-				t.Errorf("%s: allowed", a.what)
-			}
-		})
-	}
-	wg.Wait()
-	s, err := relayJS.Stream(ctx, "SHARDPILOT_MESH")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 3 || !slices.Equal(info.Config.Subjects, []string{bus.SubjectPrefix + ".>"}) {
-		t.Errorf("the stream holds %d messages on %v after the attempts, want 3 on mesh.v1.>", info.State.Msgs, info.Config.Subjects)
-	}
+	return all
 }
 
 var errStop = errors.New("stop")

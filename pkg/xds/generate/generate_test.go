@@ -88,7 +88,32 @@ func testMesh() *generate.Mesh {
 		Gateways: []string{"istio-system/ingress"},
 		Http:     []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local"}}}}},
 	}}
-	// Every other route and policy feature, on ratings.
+	ratings, ratingsRoute := ratingsMesh()
+	// A TCP service gets a TCP proxy listener on its port.
+	mysql := &generate.Service{
+		Namespace: "db", Name: "mysql",
+		Spec: &meshv1.Service{
+			Hostnames:  []string{"mysql.db.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "tcp-mysql", Number: 3306, Protocol: meshv1.Protocol_PROTOCOL_TCP}},
+		},
+		Endpoints: []*meshv1.Endpoint{{Address: "10.3.0.1"}},
+	}
+	// A VirtualService bound to the ingress gateway, for an external host.
+	ingressRoute := &generate.Route{Namespace: "bookinfo", Name: "bookinfo", Rule: &meshv1.RouteRule{
+		Hosts:    []string{"bookinfo.example.com"},
+		Gateways: []string{"istio-system/ingress"},
+		Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/reviews"}}}},
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v1"}}},
+		}},
+	}}
+	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings, mysql}, []*generate.Route{route, gatewayOnly, ratingsRoute, ingressRoute})
+}
+
+// ratingsMesh is the ratings service and its routes: every route and
+// policy feature reviews does not use.
+func ratingsMesh() (*generate.Service, *generate.Route) {
 	ratings := &generate.Service{
 		Namespace: "bookinfo", Name: "ratings",
 		Spec: &meshv1.Service{
@@ -139,26 +164,7 @@ func testMesh() *generate.Mesh {
 			},
 		},
 	}}
-	// A TCP service gets a TCP proxy listener on its port.
-	mysql := &generate.Service{
-		Namespace: "db", Name: "mysql",
-		Spec: &meshv1.Service{
-			Hostnames:  []string{"mysql.db.svc.cluster.local"},
-			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
-			Ports:      []*meshv1.Port{{Name: "tcp-mysql", Number: 3306, Protocol: meshv1.Protocol_PROTOCOL_TCP}},
-		},
-		Endpoints: []*meshv1.Endpoint{{Address: "10.3.0.1"}},
-	}
-	// A VirtualService bound to the ingress gateway, for an external host.
-	ingressRoute := &generate.Route{Namespace: "bookinfo", Name: "bookinfo", Rule: &meshv1.RouteRule{
-		Hosts:    []string{"bookinfo.example.com"},
-		Gateways: []string{"istio-system/ingress"},
-		Http: []*meshv1.HTTPRoute{{
-			Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: "/reviews"}}}},
-			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "reviews.bookinfo.svc.cluster.local", Subset: "v1"}}},
-		}},
-	}}
-	return generate.NewMesh([]*generate.Service{reviews, greeter, external, ratings, mysql}, []*generate.Route{route, gatewayOnly, ratingsRoute, ingressRoute})
+	return ratings, ratingsRoute
 }
 
 type validatable interface {

@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const paymentsGateway = `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: pay, namespace: payments}
+spec:
+  selector: {istio: payments-gateway}
+  servers:
+  - port: {number: 8443, name: http, protocol: HTTP}
+    hosts: ["payments/*"]
+`
+
+// TestGatewayLabelsDoNotCrossNamespaces: over mutual TLS, a router whose
+// certificate is shop's and whose node claims the payments gateway's labels
+// is served no listener of payments' Gateway; payments' own router is.
+func TestGatewayLabelsDoNotCrossNamespaces(t *testing.T) {
+	ca := testutil.NewCA(t)
+	serverCert, serverKey := ca.Issue(t, "pusher")
+	shopCert, shopKey := ca.Issue(t, "shop", "spiffe://cluster.local/ns/shop/sa/gateway")
+	payCert, payKey := ca.Issue(t, "payments", "spiffe://cluster.local/ns/payments/sa/gateway")
+	tc, err := identity.ServerTLS(serverCert, serverKey, ca.CertFile, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeMesh(t, dir, "gateway.yaml", paymentsGateway)
+	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true}
+	cp := NewCluster(t, Options{
+		XDS:            server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
+		Policy:         policy,
+		SharedGateways: []string{"istio-system"},
+	}, yamlSource(dir))
+
+	// listeners returns the listeners a router of ns is served; a stream
+	// the server ends (its class changed while the mesh arrived) is an
+	// error to retry.
+	listeners := func(cert, key, ns string) ([]string, error) {
+		t.Helper()
+		conn := dialTLS(t, cp.ads, ca.CertFile, cert, key)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return nil, err
+		}
+		meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "payments-gateway"}})
+		node := &core.Node{Id: "router~10.0.0.7~gw." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}); err != nil {
+			return nil, err
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, a := range resp.Resources {
+			l := &listenerv3.Listener{}
+			if err := a.UnmarshalTo(l); err != nil {
+				return nil, err
+			}
+			names = append(names, l.Name)
+		}
+		return names, nil
+	}
+	testutil.Eventually(t, 20*time.Second, "payments' router is served its Gateway's listener", func() (bool, string) {
+		got, err := listeners(payCert, payKey, "payments")
+		return slices.Contains(got, "0.0.0.0_8443"), fmt.Sprint(got, err)
+	})
+	if got, err := listeners(shopCert, shopKey, "shop"); err != nil || slices.Contains(got, "0.0.0.0_8443") {
+		t.Errorf("shop's router claiming payments' labels was served %v (%v)", got, err)
+	}
+}

@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/grpc/xds"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// dialXDSWithCert dials target through grpc-go's xDS resolver over mTLS:
+// its bootstrap's "tls" channel credentials watch the certificate files
+// (grpc-go's file-watcher certificate provider).
+func dialXDSWithCert(t *testing.T, ads, target, nodeID, namespace, ca, cert, key string) *grpc.ClientConn {
+	t.Helper()
+	meta := `"GENERATOR": "grpc"`
+	if namespace != "" {
+		meta += fmt.Sprintf(`, "NAMESPACE": %q`, namespace)
+	}
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "server_features": ["xds_v3"],
+			"channel_creds": [{"type": "tls", "config": {"ca_certificate_file": %q, "certificate_file": %q, "private_key_file": %q}}]}],
+		"node": {"id": %q, "metadata": {%s}}
+	}`, ads, ca, cert, key, nodeID, meta)
+	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestMutualTLS serves ADS over mTLS with identities from SPIFFE client
+// certificates: a grpc-go xDS client with a certificate for namespace demo
+// routes real RPCs; a client without a certificate, one whose node claims
+// another namespace than its certificate, and one of another trust domain
+// are refused; CSDS answers a caller for its own namespace's proxies.
+func TestMutualTLS(t *testing.T) {
+	ca := testutil.NewCA(t)
+	serverCert, serverKey := ca.Issue(t, "pusher")
+	demoCert, demoKey := ca.Issue(t, "client-demo", "spiffe://cluster.local/ns/demo/sa/client")
+	otherCert, otherKey := ca.Issue(t, "client-other", "spiffe://cluster.local/ns/other/sa/client")
+	foreignCert, foreignKey := ca.Issue(t, "client-foreign", "spiffe://evil.example/ns/demo/sa/client")
+	plainCert, plainKey := ca.Issue(t, "client-no-spiffe")
+
+	tc, err := identity.ServerTLS(serverCert, serverKey, ca.CertFile, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	// One policy for ADS and CSDS, as cmd/pusher has it.
+	streams, err := identity.NewStreamLimit(8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: streams}
+	cp := NewCluster(t, Options{XDS: server.Config{
+		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
+	}, Policy: policy}, yamlSource(dir))
+	const target = "xds:///greeter.demo.svc.cluster.local:50051"
+
+	t.Run("served its namespace", func(t *testing.T) {
+		conn := dialXDSWithCert(t, cp.ads, target, "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local", "demo", ca.CertFile, demoCert, demoKey)
+		allOn(t, conn, a.addr, "a client with a certificate for demo calls the greeter")
+	})
+
+	t.Run("a node that claims no namespace is given its certificate's", func(t *testing.T) {
+		conn := dialXDSWithCert(t, cp.ads, target, "anonymous-client", "", ca.CertFile, demoCert, demoKey)
+		allOn(t, conn, a.addr, "a client that names no namespace calls the greeter")
+		if ns := cp.status.Node("anonymous-client").GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "demo" {
+			t.Errorf("served as namespace %q, want its certificate's, demo", ns)
+		}
+	})
+
+	// adsCall opens an ADS stream with the given client credentials and
+	// node, and returns the error of its first answer.
+	adsCall := func(t *testing.T, creds credentials.TransportCredentials, node *core.Node) error {
+		t.Helper()
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+			_, err = s.Recv()
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	tlsWith := func(cert, key string) credentials.TransportCredentials { return tlsCreds(t, ca.CertFile, cert, key) }
+	demoNode := func(ns string) *core.Node {
+		return &core.Node{Id: "sidecar~10.0.0.1~x." + ns + "~" + ns + ".svc.cluster.local",
+			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}
+	}
+	for _, c := range []struct {
+		name  string
+		creds credentials.TransportCredentials
+		node  *core.Node
+		code  codes.Code
+		says  string
+	}{
+		{"without a certificate", tlsWith("", ""), demoNode("demo"), codes.Unavailable, ""},
+		{"plaintext", insecure.NewCredentials(), demoNode("demo"), codes.Unavailable, ""},
+		{"claims another namespace", tlsWith(demoCert, demoKey), demoNode("payments"), codes.PermissionDenied, `claims namespace "payments"`},
+		{"an id of another namespace, metadata of its own", tlsWith(demoCert, demoKey), &core.Node{Id: "sidecar~10.0.0.1~x.payments~payments.svc.cluster.local",
+			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue("demo")}}}, codes.PermissionDenied, `names namespace "payments" in its id`},
+		{"another trust domain", tlsWith(foreignCert, foreignKey), demoNode("demo"), codes.PermissionDenied, `trust domain "evil.example"`},
+		{"a certificate without a SPIFFE ID", tlsWith(plainCert, plainKey), demoNode("demo"), codes.PermissionDenied, "carries no SPIFFE ID"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := adsCall(t, c.creds, c.node)
+			if grpcstatus.Code(err) != c.code || !strings.Contains(fmt.Sprint(err), c.says) {
+				t.Errorf("got %v, want %s saying %q", err, c.code, c.says)
+			}
+		})
+	}
+	if err := adsCall(t, tlsWith(demoCert, demoKey), demoNode("demo")); err != nil {
+		t.Errorf("the demo certificate with a demo node: %v", err)
+	}
+
+	t.Run("CSDS answers for the caller's namespace", func(t *testing.T) {
+		conn := dialXDSWithCert(t, cp.ads, target, "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local", "demo", ca.CertFile, demoCert, demoKey)
+		allOn(t, conn, a.addr, "a client of demo calls the greeter")
+		proxies := func(cert, key string) []string {
+			conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(cert, key)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, c := range resp.Config {
+				ids = append(ids, c.GetNode().GetId())
+			}
+			return ids
+		}
+		if got := proxies(demoCert, demoKey); len(got) != 1 || got[0] != "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local" {
+			t.Errorf("demo's caller sees %v, want demo's grpc-go client", got)
+		}
+		if got := proxies(otherCert, otherKey); len(got) != 0 {
+			t.Errorf("another namespace's caller sees %v", got)
+		}
+		// A caller of another trust domain is refused, as ADS refuses it.
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(foreignCert, foreignKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
+		if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
+			t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
+		}
+	})
+
+	t.Run("one identity holds a bounded number of streams", func(t *testing.T) {
+		// Streams of demo's identity until one is refused: the limit (8)
+		// counts the ones the subtests above left open too.
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(demoCert, demoKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+		var refused error
+		for i := 0; i < 9 && refused == nil; i++ {
+			s, err := ads.StreamAggregatedResources(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Send(&discovery.DiscoveryRequest{Node: demoNode("demo"), TypeUrl: resource.ClusterType}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				refused = err
+			}
+		}
+		if grpcstatus.Code(refused) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(refused), "spiffe://cluster.local/ns/demo/sa/client holds 8 streams") {
+			t.Fatalf("the ninth stream of one identity: %v, want ResourceExhausted naming it", refused)
+		}
+		if got := streams.Held(identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}); got != 8 {
+			t.Errorf("demo holds %d streams, want 8", got)
+		}
+		if err := adsCall(t, tlsWith(otherCert, otherKey), demoNode("other")); err != nil {
+			t.Errorf("another identity, meanwhile: %v", err)
+		}
+	})
+
+	t.Run("CSDS answers for a stream from its own node", func(t *testing.T) {
+		// Two proxies of two namespaces claim one id (of no namespace):
+		// each is served its certificate's namespace, and other's caller,
+		// asking for that id, is answered from other's stream alone.
+		const shared = "shared-proxy-id"
+		demo := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, demoCert, demoKey)
+		allOn(t, demo, a.addr, "demo's proxy calls the greeter")
+		other := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, otherCert, otherKey)
+		allOn(t, other, a.addr, "other's proxy calls the greeter")
+		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(otherCert, otherKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		csds := statusv3.NewClientStatusDiscoveryServiceClient(conn)
+		for i := range 30 {
+			resp, err := csds.FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{
+				NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: shared}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Config) != 1 {
+				t.Fatalf("request %d: %d configs for %s, want other's one", i, len(resp.Config), shared)
+			}
+			if ns := resp.Config[0].GetNode().GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "other" {
+				t.Fatalf("request %d: other's caller was answered from a node of namespace %q", i, ns)
+			}
+		}
+	})
+}

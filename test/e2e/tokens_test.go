@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/sds"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// bearer sends a service account token with every RPC.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return true }
+
+// TestServiceAccountTokens: a proxy without a client certificate presents
+// its Kubernetes service account token; the pusher has the real API server
+// review it and serves the proxy as that service account: its namespace's
+// config, and a workload certificate for its SPIFFE identity over SDS (the
+// way an agent bootstraps). A token for another audience, a forged token,
+// a node claiming another namespace, and no credential at all are refused.
+func TestServiceAccountTokens(t *testing.T) {
+	kc := kubetest.Get(t)
+	ns := kc.Namespace(t, nil)
+	ctx := testutil.Context(t)
+	if _, err := kc.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "client"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := func(audience string) string {
+		tr, err := kc.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "client", &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+
+	boot := testutil.NewCA(t)
+	serverCert, serverKey := boot.Issue(t, "pusher")
+	tc, err := identity.ServerTLSOptionalCert(serverCert, serverKey, boot.CertFile, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
+		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
+	_, etcd := testutil.Etcd(t)
+	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := sds.New(sds.Config{CA: root, TTL: time.Hour, Identify: policy.Identify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := NewCluster(t, Options{XDS: server.Config{
+		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
+		Secrets:     sec,
+	}, Policy: &policy}, yamlSource(t.TempDir()))
+
+	// dial connects to the ADS port over TLS, presenting a token (none: "").
+	dial := func(tok string) *grpc.ClientConn {
+		c, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile}).ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
+		if tok != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+		}
+		conn, err := grpc.NewClient(cp.ads, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	// fetch asks for the workload certificate with a token (none: "").
+	fetch := func(tok, nodeNamespace string) (*x509.Certificate, error) {
+		conn := dial(tok)
+		defer conn.Close()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+		if err != nil {
+			return nil, err
+		}
+		node := &core.Node{Id: "agent~client", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(nodeNamespace)}}}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.SecretType, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
+			return nil, err
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range resp.Resources {
+			var sec tlsv3.Secret
+			if err := a.UnmarshalTo(&sec); err != nil {
+				t.Fatal(err)
+			}
+			if sec.Name == "default" {
+				return parseLeaf(t, sec.GetTlsCertificate().GetCertificateChain().GetInlineBytes()), nil
+			}
+		}
+		return nil, nil
+	}
+	leaf, err := fetch(token("istio-ca"), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf == nil || len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/client" {
+		t.Fatalf("workload certificate %v, want the service account's identity", leaf)
+	}
+	// CSDS on the ADS port identifies its callers as the proxies: one
+	// without a token or certificate is refused, one with a token sees its
+	// namespace's proxies only.
+	csds := func(tok string) (int, error) {
+		conn := dial(tok)
+		defer conn.Close()
+		resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{})
+		return len(resp.GetConfig()), err
+	}
+	if _, err := csds(""); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("CSDS without a credential: %v, want Unauthenticated", err)
+	}
+	if _, err := csds(token("istio-ca")); err != nil {
+		t.Errorf("CSDS with a token: %v", err)
+	}
+	for name, c := range map[string]struct {
+		token, namespace string
+		code             codes.Code
+		says             string
+	}{
+		"another audience":       {token("other"), ns, codes.PermissionDenied, "audiences"},
+		"a forged token":         {"eyJhbGciOiJSUzI1NiJ9.e30.c2ln", ns, codes.PermissionDenied, "not valid"},
+		"another namespace":      {token("istio-ca"), "payments", codes.PermissionDenied, `claims namespace "payments"`},
+		"neither token nor cert": {"", ns, codes.Unauthenticated, "service account token"},
+	} {
+		if _, err := fetch(c.token, c.namespace); status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want %s saying %q", name, err, c.code, c.says)
+		}
+	}
+}
+
+func parseLeaf(t *testing.T, chain []byte) *x509.Certificate {
+	t.Helper()
+	certs, err := parsePEM(chain)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("certificate chain: %v", err)
+	}
+	return certs[0]
+}
+
+func parsePEM(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return out, nil
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+}

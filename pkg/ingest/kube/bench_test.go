@@ -33,52 +33,7 @@ func BenchmarkIngestFromKubernetes(b *testing.B) {
 	kc := kubetest.Get(b)
 	ns := kc.Namespace(b, nil)
 	ctx := context.Background()
-	setup := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	errs := make(chan error, 1)
-	for i := range services {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			name := fmt.Sprintf("svc-%04d", i)
-			if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-			}, metav1.CreateOptions{}); err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-				return
-			}
-			es := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-				AddressType: discoveryv1.AddressTypeIPv4,
-				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
-			}
-			for j := range perService {
-				es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-					Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)},
-					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-				})
-			}
-			if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
-	b.Logf("created %d Services and %d endpoints in the apiserver in %s", services, services*perService, time.Since(setup).Round(time.Millisecond))
+	createServices(b, kc, ns, services, perService)
 
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{kc.Etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -152,4 +107,56 @@ func BenchmarkIngestFromKubernetes(b *testing.B) {
 			cluster, res.Written, took.Round(time.Millisecond), float64(settled.HeapInuse-before.HeapInuse)/(1<<20),
 			float64(after.TotalAlloc-before.TotalAlloc)/(1<<20))
 	}
+}
+
+// createServices creates services Services with an EndpointSlice of
+// perService endpoints each, 32 at a time.
+func createServices(b *testing.B, kc *kubetest.Cluster, ns string, services, perService int) {
+	ctx := context.Background()
+	setup := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	errs := make(chan error, 1)
+	for i := range services {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			name := fmt.Sprintf("svc-%04d", i)
+			if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			}, metav1.CreateOptions{}); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+				return
+			}
+			es := &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			}
+			for j := range perService {
+				es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+					Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				})
+			}
+			if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.Logf("created %d Services and %d endpoints in the apiserver in %s", services, services*perService, time.Since(setup).Round(time.Millisecond))
 }

@@ -150,69 +150,9 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	ns := kc.Namespace(t, nil)
 	node := "node-" + ns
 
-	if _, err := kc.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
-		Labels: map[string]string{"topology.kubernetes.io/region": "eu-west1", "topology.kubernetes.io/zone": "eu-west1-b"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "reviews-1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
-		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "reviews",
-			Containers: []corev1.Container{{Name: "app", Image: "reviews"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Labels: map[string]string{"app": "reviews"}},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
-			{Name: "http-web", Port: 9080, TargetPort: intstr.FromInt32(8080)},
-			{Name: "api", Port: 9090, AppProtocol: ptr.To("grpc")},
-			{Name: "metrics", Port: 9100},
-			{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "reviews-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "reviews"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{
-			endpoint("10.1.0.1", "reviews-1", ns, true, true, false),
-			endpoint("10.1.0.2", "reviews-2", ns, false, true, true),
-			endpoint("10.1.0.3", "reviews-3", ns, false, false, false),
-		},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http-web"), Port: ptr.To[int32](8080)}, {Name: ptr.To("api"), Port: ptr.To[int32](9090)}},
-	}
-	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	slice := createWorkload(t, kc, ns, node)
 	host := "reviews." + ns + ".svc.cluster.local"
-	apply(t, kc, istioObject("ServiceEntry", "v1beta1", ns, "payments", map[string]any{
-		"hosts": []any{"payments.example.com"}, "resolution": "STATIC",
-		"ports":     []any{map[string]any{"number": 443, "name": "https", "protocol": "HTTPS"}},
-		"endpoints": []any{map[string]any{"address": "10.2.0.1"}},
-	}))
-	apply(t, kc, istioObject("VirtualService", "v1alpha3", ns, "reviews", map[string]any{
-		"hosts": []any{"reviews"},
-		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v1"}}}}},
-	}))
-	apply(t, kc, istioObject("DestinationRule", "v1", ns, "reviews", map[string]any{
-		"host": "reviews", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}},
-	}))
-	apply(t, kc, istioObject("Sidecar", "v1", ns, "default", map[string]any{
-		"egress": []any{map[string]any{"hosts": []any{"./*"}}},
-	}))
-	apply(t, kc, istioObject("WorkloadEntry", "v1", ns, "vm-1", map[string]any{
-		"address": "10.4.0.1", "labels": map[string]any{"app": "vm"}, "locality": "us-west1/us-west1-a",
-	}))
-	apply(t, kc, istioObject("ServiceEntry", "v1", ns, "vms", map[string]any{
-		"hosts": []any{"vms.internal"}, "resolution": "STATIC",
-		"ports":            []any{map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}},
-		"workloadSelector": map[string]any{"labels": map[string]any{"app": "vm"}},
-	}))
-	apply(t, kc, istioObject("Gateway", "v1", ns, "ingress", map[string]any{
-		"selector": map[string]any{"istio": "ingressgateway"},
-		"servers":  []any{map[string]any{"port": map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": []any{"*/reviews.example.com"}}},
-	}))
+	applyIstioKinds(t, kc, ns)
 
 	r := startSource(t, kc, cli, "c1", nil)
 	r.object(t, "/mesh/v1/services/"+ns+"/reviews@c1", "the Service is normalized", func(o model.Object) (bool, string) {
@@ -252,31 +192,7 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.1" && e.Endpoints[0].GetLocality().GetZone() == "us-west1-a", fmt.Sprint(e)
 	})
 
-	// A Pod's labels and a Node's zone reach the endpoints on them.
-	pod, err := kc.Client.CoreV1().Pods(ns).Get(ctx, "reviews-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Labels["version"] = "v2"
-	if _, err := kc.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Pod's new labels reach its endpoint", func(o model.Object) (bool, string) {
-		ep := o.(*meshv1.Endpoints).Endpoints[0]
-		return ep.Labels["version"] == "v2", fmt.Sprint(ep)
-	})
-	n, err := kc.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Labels["topology.kubernetes.io/zone"] = "eu-west1-c"
-	if _, err := kc.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Node's new zone reaches the endpoints on it", func(o model.Object) (bool, string) {
-		ep := o.(*meshv1.Endpoints).Endpoints[0]
-		return ep.GetLocality().GetZone() == "eu-west1-c", fmt.Sprint(ep)
-	})
+	podAndNodeFollowed(t, kc, r, ns, node)
 	// A VirtualService naming a Service that does not exist yet is
 	// written once the Service is.
 	apply(t, kc, istioObject("VirtualService", "v1", ns, "ratings", map[string]any{
@@ -309,6 +225,112 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	}
 	r.absent(t, "/mesh/v1/services/"+ns+"/reviews@c1", "a deleted Service leaves the store")
 	r.absent(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a deleted Service's endpoints leave the store")
+}
+
+// createWorkload creates a Node with a zone, a Pod on it, the reviews
+// Service and its EndpointSlice, which it returns.
+func createWorkload(t *testing.T, kc *kubetest.Cluster, ns, node string) *discoveryv1.EndpointSlice {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kc.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
+		Labels: map[string]string{"topology.kubernetes.io/region": "eu-west1", "topology.kubernetes.io/zone": "eu-west1-b"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews-1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "reviews",
+			Containers: []corev1.Container{{Name: "app", Image: "reviews"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Labels: map[string]string{"app": "reviews"}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "http-web", Port: 9080, TargetPort: intstr.FromInt32(8080)},
+			{Name: "api", Port: 9090, AppProtocol: ptr.To("grpc")},
+			{Name: "metrics", Port: 9100},
+			{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "reviews-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "reviews"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			endpoint("10.1.0.1", "reviews-1", ns, true, true, false),
+			endpoint("10.1.0.2", "reviews-2", ns, false, true, true),
+			endpoint("10.1.0.3", "reviews-3", ns, false, false, false),
+		},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http-web"), Port: ptr.To[int32](8080)}, {Name: ptr.To("api"), Port: ptr.To[int32](9090)}},
+	}
+	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return slice
+}
+
+// applyIstioKinds applies one object of each Istio kind the source reads.
+func applyIstioKinds(t *testing.T, kc *kubetest.Cluster, ns string) {
+	t.Helper()
+	apply(t, kc, istioObject("ServiceEntry", "v1beta1", ns, "payments", map[string]any{
+		"hosts": []any{"payments.example.com"}, "resolution": "STATIC",
+		"ports":     []any{map[string]any{"number": 443, "name": "https", "protocol": "HTTPS"}},
+		"endpoints": []any{map[string]any{"address": "10.2.0.1"}},
+	}))
+	apply(t, kc, istioObject("VirtualService", "v1alpha3", ns, "reviews", map[string]any{
+		"hosts": []any{"reviews"},
+		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v1"}}}}},
+	}))
+	apply(t, kc, istioObject("DestinationRule", "v1", ns, "reviews", map[string]any{
+		"host": "reviews", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}},
+	}))
+	apply(t, kc, istioObject("Sidecar", "v1", ns, "default", map[string]any{
+		"egress": []any{map[string]any{"hosts": []any{"./*"}}},
+	}))
+	apply(t, kc, istioObject("WorkloadEntry", "v1", ns, "vm-1", map[string]any{
+		"address": "10.4.0.1", "labels": map[string]any{"app": "vm"}, "locality": "us-west1/us-west1-a",
+	}))
+	apply(t, kc, istioObject("ServiceEntry", "v1", ns, "vms", map[string]any{
+		"hosts": []any{"vms.internal"}, "resolution": "STATIC",
+		"ports":            []any{map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}},
+		"workloadSelector": map[string]any{"labels": map[string]any{"app": "vm"}},
+	}))
+	apply(t, kc, istioObject("Gateway", "v1", ns, "ingress", map[string]any{
+		"selector": map[string]any{"istio": "ingressgateway"},
+		"servers":  []any{map[string]any{"port": map[string]any{"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": []any{"*/reviews.example.com"}}},
+	}))
+}
+
+// podAndNodeFollowed: a Pod's labels and a Node's zone reach the
+// endpoints on them.
+func podAndNodeFollowed(t *testing.T, kc *kubetest.Cluster, r *running, ns, node string) {
+	t.Helper()
+	ctx := context.Background()
+	pod, err := kc.Client.CoreV1().Pods(ns).Get(ctx, "reviews-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels["version"] = "v2"
+	if _, err := kc.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Pod's new labels reach its endpoint", func(o model.Object) (bool, string) {
+		ep := o.(*meshv1.Endpoints).Endpoints[0]
+		return ep.Labels["version"] == "v2", fmt.Sprint(ep)
+	})
+	n, err := kc.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["topology.kubernetes.io/zone"] = "eu-west1-c"
+	if _, err := kc.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "a Node's new zone reaches the endpoints on it", func(o model.Object) (bool, string) {
+		ep := o.(*meshv1.Endpoints).Endpoints[0]
+		return ep.GetLocality().GetZone() == "eu-west1-c", fmt.Sprint(ep)
+	})
 }
 
 func portSummary(ps []*meshv1.Port) string {

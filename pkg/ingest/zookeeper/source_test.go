@@ -177,22 +177,7 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 
 	dubbo := "dubbo-" + strings.ToLower(iface)
 	first := <-results
-	if got := endpoints(t, st, dubbo); len(got) != 2 || got["10.0.0.1:50051"] != "v1" || got["10.0.0.2:50051"] != "v2" {
-		t.Fatalf("Dubbo endpoints after the first sync: %v", got)
-	}
-	if got := endpoints(t, st, "curator-orders"); len(got) != 1 || got["10.1.0.1:8080"] != "v1" {
-		t.Fatalf("Curator endpoints after the first sync: %v", got)
-	}
-	var reasons []string
-	for _, p := range first.Problems {
-		reasons = append(reasons, p.Error())
-	}
-	slices.Sort(reasons)
-	if len(reasons) != 2 || !strings.Contains(reasons[0], "a:/dubbo/"+iface+" providers/tri%3A%2F%2Fbroken%zz") ||
-		!strings.Contains(reasons[0], "undecodable provider URL") || !strings.Contains(reasons[1], "a:/services/orders two") ||
-		!strings.Contains(reasons[1], "address: no host") {
-		t.Fatalf("problems: %q", reasons)
-	}
+	checkFirstSync(t, st, first, dubbo)
 
 	// One more provider: synced alone, not the whole registry again.
 	register(t, p2, "tri://10.0.0.3:50051/"+iface+"?interface="+iface+"&version=v2&side=provider")
@@ -231,16 +216,57 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 
 	// ZooKeeper restarts: nothing is removed meanwhile, and the watches
 	// still work after.
-	// The watcher reads the store itself (no t.Fatal off the test's
-	// goroutine) and is stopped however the test ends.
-	var lowest int
+	lowest := watchLowest(t, st, dubbo)
+	zks.Stop()
+	time.Sleep(time.Second)
+	zks.Restart()
+	testutil.Eventually(t, 30*time.Second, "the provider session to come back after the restart", func() (bool, string) {
+		return p2.State() == zk.StateHasSession, p2.State().String()
+	})
+	register(t, p2, "tri://10.0.0.4:50051/"+iface+"?interface="+iface+"&version=v3&side=provider")
+	testutil.Eventually(t, 30*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
+		got := endpoints(t, st, dubbo)
+		return len(got) == 3 && got["10.0.0.4:50051"] == "v3", fmt.Sprint(got)
+	})
+	if n := lowest(); n < 2 {
+		t.Errorf("during the ZooKeeper restart etcd held as few as %d of the 2 endpoints", n)
+	}
+}
+
+// checkFirstSync checks the first sync: the Dubbo and Curator endpoints,
+// and a problem for each undecodable entry.
+func checkFirstSync(t *testing.T, st *store.Store, first ingest.Result, dubbo string) {
+	t.Helper()
+	if got := endpoints(t, st, dubbo); len(got) != 2 || got["10.0.0.1:50051"] != "v1" || got["10.0.0.2:50051"] != "v2" {
+		t.Fatalf("Dubbo endpoints after the first sync: %v", got)
+	}
+	if got := endpoints(t, st, "curator-orders"); len(got) != 1 || got["10.1.0.1:8080"] != "v1" {
+		t.Fatalf("Curator endpoints after the first sync: %v", got)
+	}
+	var reasons []string
+	for _, p := range first.Problems {
+		reasons = append(reasons, p.Error())
+	}
+	slices.Sort(reasons)
+	if len(reasons) != 2 || !strings.Contains(reasons[0], "a:/dubbo/"+iface+" providers/tri%3A%2F%2Fbroken%zz") ||
+		!strings.Contains(reasons[0], "undecodable provider URL") || !strings.Contains(reasons[1], "a:/services/orders two") ||
+		!strings.Contains(reasons[1], "address: no host") {
+		t.Fatalf("problems: %q", reasons)
+	}
+}
+
+// watchLowest watches how many endpoints of the Dubbo service etcd holds
+// until the returned function is called, which returns the fewest seen.
+// The watcher reads the store itself (no t.Fatal off the test's
+// goroutine) and is stopped however the test ends.
+func watchLowest(t *testing.T, st *store.Store, dubbo string) func() int {
+	lowest := 1 << 30
 	watching := make(chan struct{})
 	watched := make(chan struct{})
-	stopWatching := sync.OnceFunc(func() { close(watching); <-watched })
-	defer stopWatching()
+	stop := sync.OnceFunc(func() { close(watching); <-watched })
+	t.Cleanup(stop)
 	go func() {
 		defer close(watched)
-		lowest = 1 << 30
 		for {
 			if items, _, _, err := st.List(context.Background()); err == nil {
 				n := 0
@@ -258,21 +284,7 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 			}
 		}
 	}()
-	zks.Stop()
-	time.Sleep(time.Second)
-	zks.Restart()
-	testutil.Eventually(t, 30*time.Second, "the provider session to come back after the restart", func() (bool, string) {
-		return p2.State() == zk.StateHasSession, p2.State().String()
-	})
-	register(t, p2, "tri://10.0.0.4:50051/"+iface+"?interface="+iface+"&version=v3&side=provider")
-	testutil.Eventually(t, 30*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
-		got := endpoints(t, st, dubbo)
-		return len(got) == 3 && got["10.0.0.4:50051"] == "v3", fmt.Sprint(got)
-	})
-	stopWatching()
-	if lowest < 2 {
-		t.Errorf("during the ZooKeeper restart etcd held as few as %d of the 2 endpoints", lowest)
-	}
+	return func() int { stop(); return lowest }
 }
 
 // TestSourceSessionExpiry: the source's own session expires while it is

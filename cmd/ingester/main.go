@@ -200,7 +200,7 @@ func (o *options) validate() (v validated, err error) {
 // cluster (and its root certificates' ConfigMaps) and each ZooKeeper
 // ensemble, each under its election.
 func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validated, etcd *clientv3.Client, election app.Election, ready *telemetry.Readiness,
-	log *slog.Logger, ingestMetrics *ingest.Metrics, kubeMetrics *kube.Metrics) {
+	log *slog.Logger, ingestReport *ingest.Report, kubeMetrics *kube.Metrics) {
 	if o.meshDir != "" {
 		if o.leaderID == "" {
 			// Unelected, this replica syncs the directory itself; elected,
@@ -209,7 +209,7 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		}
 		g.Go(func() error {
 			return app.Source{Etcd: etcd, MeshDir: o.meshDir, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, Election: election, MaxDelay: o.syncMax,
-				Log: log, Metrics: ingestMetrics,
+				Log: log, Report: ingestReport,
 				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
 		})
 	}
@@ -221,12 +221,12 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		}
 		g.Go(func() error {
 			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
-				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Metrics: ingestMetrics, KubeMetrics: kubeMetrics}.Run(ctx)
+				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics}.Run(ctx)
 		})
 	}
 	for _, z := range v.zks {
 		g.Go(func() error {
-			return app.ZooKeeperSource{Etcd: etcd, Config: z, Election: election, Log: log, Metrics: ingestMetrics}.Run(ctx)
+			return app.ZooKeeperSource{Etcd: etcd, Config: z, Election: election, Log: log, Report: ingestReport}.Run(ctx)
 		})
 	}
 }
@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string) error {
 		adminLis.Close()
 		return err
 	}
-	ingestMetrics, err := ingest.NewMetrics(reg)
+	ingestReport, err := ingest.NewReport(reg)
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	o.startSources(ctx, g, v, conns.Etcd, election, ready, log, ingestMetrics, kubeMetrics)
+	o.startSources(ctx, g, v, conns.Etcd, election, ready, log, ingestReport, kubeMetrics)
 	if serveHook != nil {
 		g.Go(func() error { return serveHook(ctx) })
 	}
@@ -300,11 +300,11 @@ func run(ctx context.Context, args []string) error {
 		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}
 	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
-	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestMetrics)})
+	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
-			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestReport)}}).Run(ctx)
 	})
 	return g.Wait()
 }

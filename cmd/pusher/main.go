@@ -263,13 +263,13 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	secrets, certificates, readCredentials, clientCA := sec.secrets, sec.certificates, sec.readCredentials, sec.clientCA
-	status := server.NewStatus()
+	status := server.NewStreams()
 	var authenticated *identity.Policy
 	if o.adsClientCA != "" {
 		authenticated = &policy
 	}
 	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger,
-		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Status: status}.Build()
+		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Streams: status}.Build()
 	if err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ func run(ctx context.Context, args []string) error {
 	if readCredentials != nil {
 		g.Go(func() error { return readCredentials(ctx) })
 	}
-	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Streams, Stale: ps.Stale})
+	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Status, Stale: ps.Stale})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,

@@ -83,7 +83,7 @@ func streams(ctx context.Context, o *options, proxy string) ([]proxyRow, error) 
 }
 
 func row(m store.Member, st server.StreamStatus) proxyRow {
-	r := proxyRow{Proxy: st.Proxy, Pusher: m.Name, Admin: m.Admin, Class: st.Class, API: "SotW", Connected: st.Since,
+	r := proxyRow{Proxy: st.Proxy, Pusher: m.Name, Admin: m.Admin, Class: string(st.Class), API: "SotW", Connected: st.Since,
 		Types: make(map[string]typeState, len(st.Types))}
 	if st.Delta {
 		r.API = "Delta"

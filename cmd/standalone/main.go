@@ -153,14 +153,14 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	}
 
 	reg := telemetry.NewRegistry()
-	status := server.NewStatus()
+	status := server.NewStreams()
 	busCfg := bus.Config{}
 	rl, err := app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Build()
 	if err != nil {
 		return err
 	}
 	built, err := app.Pusher{Etcd: etcdCli, NATS: nc, Bus: busCfg, ADS: adsLis, Quiet: c.quiet, MaxDelay: c.maxDelay, MaxHold: c.maxHold, ClusterLinger: c.linger,
-		Log: log, Registerer: reg, Status: status}.Build()
+		Log: log, Registerer: reg, Streams: status}.Build()
 	if err != nil {
 		return err
 	}
@@ -176,13 +176,13 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	// Ready it stays through an outage of etcd or NATS, serving its last
 	// config (stale is a metric and a state of the status page).
 
-	ingestMetrics, err := ingest.NewMetrics(reg)
+	ingestReport, err := ingest.NewReport(reg)
 	if err != nil {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Metrics: ingestMetrics,
+		return app.Source{Etcd: etcdCli, MeshDir: c.meshDir, DomainSuffix: c.domainSuffix, Log: log, Report: ingestReport,
 			OnSynced: func(r ingest.Result) {
 				if !synced.Load() {
 					syncedRev.Store(r.Revision)
@@ -200,11 +200,11 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
-	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Streams, Stale: ps.Stale, Rejected: app.Rejections(ingestMetrics)})
+	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestMetrics)}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestReport)}}).Run(ctx)
 	})
 	err = g.Wait()
 	log.Info("stopped")

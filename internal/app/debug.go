@@ -30,7 +30,7 @@ import (
 // pusher holds for a connected proxy's class, as JSON.
 // A pusher's Build makes it.
 type ConfigDump struct {
-	status *server.Status
+	status *server.Streams
 	cache  *cache.Cache
 	pusher *pusher.Pusher
 	// localities holds the load assignments of proxies with a locality.
@@ -52,12 +52,12 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	class := ps.Classify(node)
 	dump := map[string]any{"proxy": id, "class": class}
 	resources := map[string][]json.RawMessage{}
-	add := func(class, typeURL string) {
+	add := func(class cache.Class, typeURL string) {
 		held := c.Resources(class, typeURL)
 		if typeURL == resource.EndpointType {
 			// A proxy with a locality is served its locality's.
 			if lc, l := d.localities, generate.LocalityName(node.GetLocality()); lc != nil && l != "" {
-				if own := lc.Resources(l, typeURL); own != nil {
+				if own := lc.Resources(cache.Class(l), typeURL); own != nil {
 					held = own
 				}
 			}
@@ -101,7 +101,7 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // edsNames returns the names of the load assignments a class's clusters
 // take from EDS: what the cache lets the class's streams see of them.
-func edsNames(c *cache.Cache, class string) *cache.View {
+func edsNames(c *cache.Cache, class cache.Class) *cache.View {
 	return c.Visible(class, resource.EndpointType)
 }
 
@@ -161,7 +161,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	// for its own identity: another stream claiming the same id is
 	// another proxy.
 	var streams []server.StreamStatus
-	for _, st := range c.Dump.status.Streams() {
+	for _, st := range c.Dump.status.Status() {
 		if st.Node != nil && (!identified || classify.Namespace(st.Node) == id.Namespace) {
 			streams = append(streams, st)
 		}

@@ -146,7 +146,7 @@ func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, lo
 // forgetting runs a source for one leadership term, and forgets its
 // problems when the term ends: a replica that no longer syncs a source
 // does not list its problems (the leader does).
-func forgetting(m *ingest.Metrics, source string, run func(context.Context) error) func(context.Context) error {
+func forgetting(m *ingest.Report, source string, run func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		defer m.Forget(source)
 		return run(ctx)

@@ -24,7 +24,7 @@ type Problem struct {
 
 // Problems lists the current problems of the sources this process syncs,
 // ordered by source and location.
-func Problems(m *ingest.Metrics) []Problem {
+func Problems(m *ingest.Report) []Problem {
 	out := []Problem{}
 	for source, problems := range m.Problems() {
 		for _, p := range problems {
@@ -38,7 +38,7 @@ func Problems(m *ingest.Metrics) []Problem {
 }
 
 // ProblemsHandler serves /debug/problems: the current problems as JSON.
-func ProblemsHandler(m *ingest.Metrics) http.Handler {
+func ProblemsHandler(m *ingest.Report) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -48,7 +48,7 @@ func ProblemsHandler(m *ingest.Metrics) http.Handler {
 }
 
 // Rejections lists the sources' current problems for the status page.
-func Rejections(m *ingest.Metrics) func() []statuspage.Rejected {
+func Rejections(m *ingest.Report) func() []statuspage.Rejected {
 	return func() []statuspage.Rejected {
 		var out []statuspage.Rejected
 		for _, p := range Problems(m) {

@@ -41,10 +41,10 @@ type Pusher struct {
 	Quiet, MaxDelay, MaxHold, ClusterLinger time.Duration
 	Log                                     *slog.Logger
 	Registerer                              prometheus.Registerer
-	// Status, when set, records every proxy stream's versions
+	// Streams, when set, records every proxy stream's versions
 	// (/debug/syncz); the built pusher then serves the cache's content per
 	// proxy (/debug/config_dump, CSDS).
-	Status *server.Status
+	Streams *server.Streams
 	// XDS tunes the xDS server (connection age, stream rate, senders,
 	// send timeout, class idle time, gRPC buffers, TLS): its cache,
 	// classifier, callbacks, log, registry and status are the pusher's own.
@@ -165,8 +165,8 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Status != nil {
-		out.Dump = &ConfigDump{status: p.Status, cache: c, localities: lc, pusher: out.Pusher}
+	if p.Streams != nil {
+		out.Dump = &ConfigDump{status: p.Streams, cache: c, localities: lc, pusher: out.Pusher}
 	}
 	if out.srv, err = server.New(p.xdsConfig(out.Pusher, c, lc, out.Dump)); err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDum
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged = c, ps, ps.ClassesChanged()
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
 	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies}
-	xcfg.Log, xcfg.Registerer, xcfg.Status = p.Log.With("part", "xds"), p.Registerer, p.Status
+	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if dump != nil {
 			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: dump, Policy: p.Policy})
@@ -230,6 +230,8 @@ type localities struct {
 	pusher *pusher.Pusher
 }
 
-func (l localities) Class(n *core.Node) string { return generate.LocalityName(n.GetLocality()) }
+func (l localities) Class(n *core.Node) cache.Class {
+	return cache.Class(generate.LocalityName(n.GetLocality()))
+}
 
-func (l localities) Fill(class string) { l.pusher.FillLocality(class) }
+func (l localities) Fill(class cache.Class) { l.pusher.FillLocality(class) }

@@ -56,8 +56,8 @@ type Source struct {
 	MaxDelay time.Duration
 	Election Election
 	Log      *slog.Logger
-	// Metrics may be nil (unregistered).
-	Metrics *ingest.Metrics
+	// Report may be nil (metrics unregistered, problems not kept).
+	Report *ingest.Report
 	// OnSynced is called after every sync.
 	OnSynced func(ingest.Result)
 }
@@ -66,7 +66,7 @@ type Source struct {
 func (s Source) Run(ctx context.Context) error {
 	const name = "yaml"
 	term := &termStore{}
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: s.Log, Metrics: s.Metrics})
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: s.Log, Report: s.Report})
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (s Source) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return led(ctx, s.Etcd, s.Election, "source/"+name, s.Log, term, forgetting(s.Metrics, name, src.Run))
+	return led(ctx, s.Etcd, s.Election, "source/"+name, s.Log, term, forgetting(s.Report, name, src.Run))
 }
 
 // KubeSource runs the Kubernetes source of one cluster into the store.
@@ -103,8 +103,8 @@ type KubeSource struct {
 	Parts    int
 	Election Election
 	Log      *slog.Logger
-	// Metrics may be nil (unregistered).
-	Metrics     *ingest.Metrics
+	// Report may be nil (metrics unregistered, problems not kept).
+	Report      *ingest.Report
 	KubeMetrics *kube.Metrics
 	OnSynced    func(ingest.Result)
 }
@@ -131,7 +131,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 		adopts := func(source string, key model.Key) bool {
 			return source != name && kube.SameCluster(source, k.Cluster) && kube.PartOf(key.Namespace, parts) == part
 		}
-		syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Adopts: adopts, Store: term, Log: k.Log, Metrics: k.Metrics})
+		syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Adopts: adopts, Store: term, Log: k.Log, Report: k.Report})
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 		// Each part is an election of its own: the parts spread over the
 		// replicas as the sources do.
 		g.Go(func() error {
-			return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, forgetting(k.Metrics, name, src.Run))
+			return led(ctx, k.Etcd, k.Election, "source/"+name, k.Log, term, forgetting(k.Report, name, src.Run))
 		})
 	}
 	return g.Wait()
@@ -182,15 +182,15 @@ type ZooKeeperSource struct {
 	Config   zookeeper.Config
 	Election Election
 	Log      *slog.Logger
-	// Metrics may be nil (unregistered).
-	Metrics *ingest.Metrics
+	// Report may be nil (metrics unregistered, problems not kept).
+	Report *ingest.Report
 }
 
 // Run watches the ensemble until ctx is done.
 func (z ZooKeeperSource) Run(ctx context.Context) error {
 	name := zookeeper.SourceName(z.Config.Ensemble)
 	term := &termStore{}
-	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: z.Log, Metrics: z.Metrics})
+	syncer, err := ingest.NewSyncer(ingest.Config{Source: name, Store: term, Log: z.Log, Report: z.Report})
 	if err != nil {
 		return err
 	}
@@ -200,5 +200,5 @@ func (z ZooKeeperSource) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return led(ctx, z.Etcd, z.Election, "source/"+name, z.Log, term, forgetting(z.Metrics, name, src.Run))
+	return led(ctx, z.Etcd, z.Election, "source/"+name, z.Log, term, forgetting(z.Report, name, src.Run))
 }

@@ -3,6 +3,7 @@ package classify
 import (
 	"strings"
 
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -27,7 +28,10 @@ type Class struct {
 	Gateways  []string
 }
 
-// String is the class's key.
+// Key is the class's key in the cache: its String.
+func (c Class) Key() cache.Class { return cache.Class(c.String()) }
+
+// String is the class's key, as text.
 func (c Class) String() string {
 	switch {
 	case c.Kind == Router:
@@ -41,7 +45,8 @@ func (c Class) String() string {
 }
 
 // ParseClass reads a class's key.
-func ParseClass(key string) Class {
+func ParseClass(class cache.Class) Class {
+	key := string(class)
 	if gateways, ok := strings.CutPrefix(key, Router+"/"); ok {
 		return Class{Kind: Router, Gateways: strings.Split(gateways, ",")}
 	}

@@ -3,6 +3,8 @@ package classify
 import (
 	"reflect"
 	"testing"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 )
 
 // TestClassKeys: every kind of class reads back from its key as it was.
@@ -17,7 +19,7 @@ func TestClassKeys(t *testing.T) {
 		"router/istio-system/gw,shop/gw": {Kind: Router, Gateways: []string{"istio-system/gw", "shop/gw"}},
 		"router/":                        {Kind: Router, Gateways: []string{""}},
 	} {
-		got := ParseClass(key)
+		got := ParseClass(cache.Class(key))
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseClass(%q) = %+v, want %+v", key, got, want)
 		}

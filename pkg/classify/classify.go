@@ -19,6 +19,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -211,7 +212,7 @@ func (ix *Index) Same(next *Index) bool {
 
 // Classify returns the class of a proxy. A nil index (before the first
 // build) gives every proxy its kind's class.
-func (ix *Index) Classify(node *core.Node) string {
+func (ix *Index) Classify(node *core.Node) cache.Class {
 	if strings.HasPrefix(node.GetId(), Router+"~") {
 		var keys []string
 		if ix != nil {
@@ -229,12 +230,12 @@ func (ix *Index) Classify(node *core.Node) string {
 				}
 			}
 		}
-		return Class{Kind: Router, Gateways: keys}.String()
+		return Class{Kind: Router, Gateways: keys}.Key()
 	}
 	c := Class{Kind: Kind(node).String()}
 	ns := Namespace(node)
 	if ix == nil || ns == "" {
-		return c.String()
+		return c.Key()
 	}
 	labels := nodeLabels(node)
 	c.Tags = ix.selected(ns, labels)
@@ -246,20 +247,20 @@ func (ix *Index) Classify(node *core.Node) string {
 			// claim.
 			c.Namespace = Elsewhere
 		}
-		return c.String()
+		return c.Key()
 	}
 	if ix.restricted || len(ix.policies[ns]) > 0 || len(ix.root) > 0 || len(c.Tags) > 0 || len(ix.sourceNamespaces) > 0 {
 		c.Namespace = ns
 		if !ix.own[ns] {
 			c.Namespace = Elsewhere
 		}
-		return c.String()
+		return c.Key()
 	}
 	if ix.served[ns] && c.Kind == generate.Envoy.String() {
 		// Its own namespace's services by their short names.
 		c.Namespace = ns
 	}
-	return c.String()
+	return c.Key()
 }
 
 // selected returns the tags of the security policies with a selector that
@@ -284,13 +285,13 @@ func (ix *Index) selected(namespace string, labels map[string]string) []string {
 
 // Gateways returns the keys of the Gateways of a router class, and whether
 // the class is one.
-func Gateways(class string) ([]string, bool) {
+func Gateways(class cache.Class) ([]string, bool) {
 	c := ParseClass(class)
 	return c.Gateways, c.Kind == Router
 }
 
 // View returns the proxy kind and view of a (non-router) class.
-func (ix *Index) View(class string) (generate.Proxy, generate.View) {
+func (ix *Index) View(class cache.Class) (generate.Proxy, generate.View) {
 	c := ParseClass(class)
 	kind := c.Proxy()
 	if c.Namespace == "" {

@@ -7,6 +7,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -46,7 +47,7 @@ func TestClassify(t *testing.T) {
 		{node("router~10.0.0.4~gw.edge~edge.svc.cluster.local", nil), "router/"},
 	}
 	for _, tc := range tests {
-		if got := ix.Classify(tc.node); got != tc.want {
+		if got := ix.Classify(tc.node); string(got) != tc.want {
 			t.Errorf("%s: class %q, want %q", tc.node.Id, got, tc.want)
 		}
 	}
@@ -66,7 +67,7 @@ func TestClassify(t *testing.T) {
 	private := model.Stored{Key: model.Key{Kind: model.KindService, Namespace: "pay", Name: "ledger"},
 		Object: &meshv1.Service{Hostnames: []string{"ledger.pay"}, ExportTo: []string{".", "audit"}}}
 	restricted := index(t, private)
-	for ns, want := range map[string]string{"pay": "envoy/pay/", "audit": "envoy/audit/", "made-up-1": "envoy/~/", "made-up-2": "envoy/~/"} {
+	for ns, want := range map[string]cache.Class{"pay": "envoy/pay/", "audit": "envoy/audit/", "made-up-1": "envoy/~/", "made-up-2": "envoy/~/"} {
 		if got := restricted.Classify(node("x", map[string]any{"NAMESPACE": ns})); got != want {
 			t.Errorf("namespace %s: class %q, want %q", ns, got, want)
 		}
@@ -103,7 +104,7 @@ func TestClassifyBySecurityPolicies(t *testing.T) {
 		node("client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "demo"}):  "proxyless/demo/",
 		node("client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "other"}): "proxyless",
 	} {
-		if got := ix.Classify(n); got != want {
+		if got := ix.Classify(n); string(got) != want {
 			t.Errorf("%s: class %q, want %q", n.Id, got, want)
 		}
 	}
@@ -155,7 +156,7 @@ func TestRootDefaultSidecar(t *testing.T) {
 		node("sidecar~10.0.0.3~x.nowhere~nowhere.svc.cluster.local", nil):     "envoy/~/~default",
 		node("sidecar~10.0.0.4~x.elsewhere~elsewhere.svc.cluster.local", nil): "envoy/~/~default",
 	} {
-		if got := ix.Classify(n); got != want {
+		if got := ix.Classify(n); string(got) != want {
 			t.Errorf("%s: class %q, want %q", n.Id, got, want)
 		}
 	}
@@ -191,11 +192,11 @@ func TestSourceClasses(t *testing.T) {
 		if id == "batch" {
 			ns = "batch"
 		}
-		if got := ix.Classify(node(id, map[string]any{"NAMESPACE": ns, "LABELS": labels})); got != want {
+		if got := ix.Classify(node(id, map[string]any{"NAMESPACE": ns, "LABELS": labels})); string(got) != want {
 			t.Errorf("%s: class %q, want %q", id, got, want)
 		}
 	}
-	if _, v := ix.View("envoy/~//" + tag); len(v.Sources) != 1 || v.Sources[0] != tag || len(v.Policies) != 0 {
+	if _, v := ix.View(cache.Class("envoy/~//" + tag)); len(v.Sources) != 1 || v.Sources[0] != tag || len(v.Policies) != 0 {
 		t.Errorf("view %+v: want the source tag alone", v)
 	}
 	if ix.Same(index(t, rule(map[string]string{"track": "stable"}, "batch"))) {
@@ -232,7 +233,7 @@ func TestGatewaysBoundToNamespace(t *testing.T) {
 		"unbound by *":                       {[]Option{SharedGatewayNamespaces([]string{"*"})}, "shop", "router/payments/pay,shop/shop"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := NewIndex(built, tc.opts...).Classify(router(tc.ns)); got != tc.want {
+			if got := NewIndex(built, tc.opts...).Classify(router(tc.ns)); string(got) != tc.want {
 				t.Errorf("class %q, want %q", got, tc.want)
 			}
 		})

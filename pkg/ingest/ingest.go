@@ -45,7 +45,7 @@ type Store interface {
 // Writer is what a source writes what it read through: a *Syncer.
 type Writer interface {
 	Sync(ctx context.Context, objs []Object, problems []Problem) (Result, error)
-	SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error)
+	SyncPart(ctx context.Context, part []string, objs []Object, problems []Problem) (Result, error)
 	// Forget makes the next sync read the store again.
 	Forget()
 	// Pending, RetryPending and Stored: see Syncer.
@@ -68,9 +68,9 @@ type Config struct {
 	Adopts func(source string, k model.Key) bool
 	Store  Store
 	Log    *slog.Logger
-	// Metrics are shared by every Syncer of a process (they are labelled by
+	// Report is shared by every Syncer of a process (its metrics are labelled by
 	// source); nil keeps them unregistered.
-	Metrics *Metrics
+	Report *Report
 	// MaxObjectSize bounds the encoded size of a stored object. Default
 	// MaxObjectSize.
 	MaxObjectSize int
@@ -108,7 +108,7 @@ func (c *Config) Validate() error {
 // write, not at every sync.
 type Syncer struct {
 	cfg Config
-	m   *Metrics
+	m   *Report
 
 	// loaded says mine and ix hold the store as of the last list plus
 	// this Syncer's writes since.
@@ -141,9 +141,9 @@ func NewSyncer(cfg Config) (*Syncer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := cfg.Metrics
+	m := cfg.Report
 	if m == nil {
-		m, _ = NewMetrics(nil)
+		m, _ = NewReport(nil)
 	}
 	return &Syncer{cfg: cfg, m: m, reported: map[string]bool{}}, nil
 }
@@ -174,19 +174,19 @@ func (s *Syncer) Sync(ctx context.Context, objs []Object, problems []Problem) (R
 }
 
 // SyncPart is Sync for part of the source: objs and problems are what the
-// locations scope names hold now (an entry names a location and every
+// locations part names hold now (an entry names a location and every
 // location it prefixes followed by a space, as KeepLocation does). The
 // rest stays as the last sync left it.
-func (s *Syncer) SyncPart(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error) {
+func (s *Syncer) SyncPart(ctx context.Context, part []string, objs []Object, problems []Problem) (Result, error) {
 	if !s.loaded {
 		if err := s.load(ctx); err != nil {
 			return Result{}, err
 		}
 	}
-	if scope == nil {
-		scope = []string{} // nil would mean everything
+	if part == nil {
+		part = []string{} // nil would mean everything
 	}
-	return s.apply(ctx, scope, objs, problems)
+	return s.apply(ctx, part, objs, problems)
 }
 
 // Pending reports whether objects wait for a host or endpoints that are
@@ -277,13 +277,13 @@ func (s *Syncer) load(ctx context.Context) error {
 	return nil
 }
 
-// InScope reports whether loc lies within scope (see SyncPart); a nil
-// scope holds everything.
-func InScope(scope []string, loc string) bool {
-	if scope == nil {
+// Covers reports whether loc lies within part (see SyncPart); a nil
+// part holds everything.
+func Covers(part []string, loc string) bool {
+	if part == nil {
 		return true
 	}
-	for _, k := range scope {
+	for _, k := range part {
 		if within(loc, k) {
 			return true
 		}
@@ -297,19 +297,19 @@ func within(loc, k string) bool {
 	return loc == k || strings.HasPrefix(loc, k+" ")
 }
 
-// apply syncs the part of the source that scope names (nil: all of it).
-func (s *Syncer) apply(ctx context.Context, scope []string, objs []Object, problems []Problem) (Result, error) {
+// apply syncs the part of the source that part names (nil: all of it).
+func (s *Syncer) apply(ctx context.Context, part []string, objs []Object, problems []Problem) (Result, error) {
 	// What the part held before: it leaves the index, except what a
 	// problem of the source keeps in effect.
 	var before []model.Key
 	for k, h := range s.mine {
-		if InScope(scope, h.location()) {
+		if Covers(part, h.location()) {
 			before = append(before, k)
 			s.ix.remove(k, h.obj)
 		}
 	}
 	for k, o := range s.pending {
-		if InScope(scope, o.Object.GetOrigin().GetLocation()) {
+		if Covers(part, o.Object.GetOrigin().GetLocation()) {
 			delete(s.pending, k)
 		}
 	}
@@ -319,15 +319,15 @@ func (s *Syncer) apply(ctx context.Context, scope []string, objs []Object, probl
 		}
 	}
 
-	valid, unchanged, problems := s.validate(scope, objs, problems)
+	valid, unchanged, problems := s.validate(part, objs, problems)
 	res := Result{Unchanged: unchanged}
-	retried, fixed := s.retry(scope)
+	retried, fixed := s.retry(part)
 	valid = append(valid, retried...)
 
 	// Problems outside the part stay, but for those of a retried object
 	// that is now valid.
 	for _, p := range s.problems {
-		if !InScope(scope, p.Location) && (p.Keep == nil || !fixed[*p.Keep]) {
+		if !Covers(part, p.Location) && (p.Keep == nil || !fixed[*p.Keep]) {
 			problems = append(problems, p)
 		}
 	}

@@ -50,8 +50,10 @@ func (p Problem) Error() string {
 	return b.String()
 }
 
-// Metrics are the ingest metrics, labelled by source.
-type Metrics struct {
+// Report is what the syncers of a process report: the ingest metrics,
+// labelled by source, and each source's current problems (for the status
+// page and the problems endpoint).
+type Report struct {
 	rejected *prometheus.CounterVec
 	warnings *prometheus.CounterVec
 	writes   *prometheus.CounterVec
@@ -65,7 +67,7 @@ type Metrics struct {
 
 // Problems returns every source's current problems, as of its last sync
 // (for the status page).
-func (m *Metrics) Problems() map[string][]Problem {
+func (m *Report) Problems() map[string][]Problem {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.current)
@@ -73,8 +75,8 @@ func (m *Metrics) Problems() map[string][]Problem {
 
 // Forget drops a source's problems, when this process stops syncing it
 // (it lost the source's leadership): the new leader reports them. A nil
-// Metrics forgets nothing.
-func (m *Metrics) Forget(source string) {
+// Report forgets nothing.
+func (m *Report) Forget(source string) {
 	if m == nil {
 		return
 	}
@@ -83,7 +85,7 @@ func (m *Metrics) Forget(source string) {
 	delete(m.current, source)
 }
 
-func (m *Metrics) setProblems(source string, problems []Problem) {
+func (m *Report) setProblems(source string, problems []Problem) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.current == nil {
@@ -92,10 +94,10 @@ func (m *Metrics) setProblems(source string, problems []Problem) {
 	m.current[source] = slices.Clone(problems)
 }
 
-// NewMetrics creates the ingest metrics and registers them on reg (nil
+// NewReport creates a report and registers its metrics on reg (nil
 // registers nothing).
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
+func NewReport(reg prometheus.Registerer) (*Report, error) {
+	m := &Report{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_rejected_objects_total",
 			Help: "Inputs rejected as invalid (normalization and validation errors), by source."}, []string{"source"}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_ignored_fields_total",

@@ -11,9 +11,9 @@ import (
 // changed on their own and against the hosts the mesh knows, stamps the
 // source into the valid ones, and returns them, how many did not change,
 // and the source's problems with every one found.
-func (s *Syncer) validate(scope []string, objs []Object, problems []Problem) (valid []Object, unchanged int, _ []Problem) {
+func (s *Syncer) validate(part []string, objs []Object, problems []Problem) (valid []Object, unchanged int, _ []Problem) {
 	objs, problems = s.split(objs, problems)
-	objs, problems = s.dedupe(scope, objs, problems)
+	objs, problems = s.dedupe(part, objs, problems)
 	// Services and endpoints first, so that what refers to them is checked
 	// against the valid ones.
 	ordered := slices.Clone(objs)
@@ -47,14 +47,14 @@ func (s *Syncer) validate(scope []string, objs []Object, problems []Problem) (va
 	return valid, unchanged, problems
 }
 
-// retry checks again the pending objects outside scope, which a host or
+// retry checks again the pending objects outside part, which a host or
 // endpoint added since may have made valid, and returns those that are
 // now, and their keys.
-func (s *Syncer) retry(scope []string) ([]Object, map[model.Key]bool) {
+func (s *Syncer) retry(part []string) ([]Object, map[model.Key]bool) {
 	var valid []Object
 	fixed := map[model.Key]bool{}
 	for k, o := range s.pending {
-		if InScope(scope, o.Object.GetOrigin().GetLocation()) || model.ValidateRefs(o.Object, s.ix) != nil {
+		if Covers(part, o.Object.GetOrigin().GetLocation()) || model.ValidateRefs(o.Object, s.ix) != nil {
 			continue
 		}
 		delete(s.pending, k)
@@ -138,10 +138,10 @@ func (ix *index) Endpoints(h string) []*meshv1.Endpoint {
 }
 
 // dedupe keeps one object per key: the one already in effect (same
-// location as the stored object, or any stored object outside scope),
+// location as the stored object, or any stored object outside part),
 // else the first. The others are reported; endpoints, which derive from a
 // service, follow their service quietly.
-func (s *Syncer) dedupe(scope []string, objs []Object, problems []Problem) ([]Object, []Problem) {
+func (s *Syncer) dedupe(part []string, objs []Object, problems []Problem) ([]Object, []Problem) {
 	byKey := make(map[model.Key][]int, len(objs))
 	for i, o := range objs {
 		byKey[o.Key] = append(byKey[o.Key], i)
@@ -149,7 +149,7 @@ func (s *Syncer) dedupe(scope []string, objs []Object, problems []Problem) ([]Ob
 	drop := map[int]bool{}
 	for k, idx := range byKey {
 		h, stored := s.mine[k]
-		outside := stored && !InScope(scope, h.location())
+		outside := stored && !Covers(part, h.location())
 		if len(idx) < 2 && !outside {
 			continue
 		}

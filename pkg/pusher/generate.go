@@ -20,6 +20,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -153,7 +154,7 @@ func names(las []*endpoint.ClusterLoadAssignment) []string {
 
 // generateClass generates the clusters, routes and listeners of one class
 // from the part of the mesh its view sees.
-func (p *Pusher) generateClass(mesh *generate.Mesh, class string) {
+func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	if gateways, ok := classify.Gateways(class); ok {
 		p.generateRouter(mesh, class, gateways)
 		return
@@ -260,7 +261,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 // publishClusters hands over a class's clusters with those it lost less
 // than ClusterLinger ago (make before break), and schedules the generation
 // that drops them.
-func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
+func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster) {
 	now := time.Now()
 	out, next := p.linger.apply(class, clusters, p.gen, p.delivered, now)
 	publish(p, class, resource.ClusterType, out)
@@ -285,7 +286,7 @@ func (p *Pusher) publishClusters(class string, clusters []*cluster.Cluster) {
 // tooLarge reports, and logs and counts, resources a class's proxies could
 // not receive: the clusters or listeners of proxyless clients above what
 // grpc-go takes in one message.
-func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool {
+func tooLarge[R types.Resource](p *Pusher, class cache.Class, typeURL string, list []R) bool {
 	if classify.ParseClass(class).Kind != generate.Proxyless.String() || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
 		return false
 	}
@@ -305,7 +306,7 @@ func tooLarge[R types.Resource](p *Pusher, class, typeURL string, list []R) bool
 
 // generateRouter generates the resources of a class of gateway proxies:
 // every service's clusters, and the listeners and routes of its gateways.
-func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []string) {
+func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected []string) {
 	var gws []*generate.Gateway
 	for _, g := range mesh.Gateways {
 		if slices.Contains(selected, g.Key()) {
@@ -334,15 +335,15 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class string, selected []st
 	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws, listen))
 }
 
-// cached returns a service's resources of one kind from the LRU cache, or
-// generates and caches them.
-func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
+// cached returns a service's resources of one kind and variant (a proxy
+// kind, a locality) from the LRU cache, or generates and caches them.
+func cached[R any](p *Pusher, kind, variant string, m *generate.Mesh, s *generate.Service, gen func(*generate.Mesh, *generate.Service) []R) []R {
 	// Load assignments follow endpoints; clusters only the service and its policy.
 	version := s.ConfigVersion
 	if kind == "eds" || kind == "eds@" {
 		version = s.Version
 	}
-	key := kind + "|" + class + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
+	key := kind + "|" + variant + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
 	if v, ok := p.lru.Get(key); ok {
 		p.m.cache.WithLabelValues(kind, "hit").Inc()
 		return v.([]R)
@@ -355,7 +356,7 @@ func cached[R any](p *Pusher, kind, class string, m *generate.Mesh, s *generate.
 
 // publish hands resources to the tables, which validates each new one: a
 // proxy must never be sent what it would reject.
-func publish[R types.Resource](p *Pusher, class, typeURL string, list []R) {
+func publish[R types.Resource](p *Pusher, class cache.Class, typeURL string, list []R) {
 	out := make(map[string]types.Resource, len(list))
 	for _, r := range list {
 		out[gcpcache.GetResourceName(r)] = r

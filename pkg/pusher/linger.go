@@ -7,6 +7,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 )
 
 // linger keeps serving, per class, the clusters the class no longer has
@@ -34,7 +35,7 @@ type lingering struct {
 // what the proxies hold. delivered says the last wave of pushes had been
 // written and answered when gen began. It also returns when the next
 // lingering cluster goes at the latest (zero: none lingers).
-func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delivered bool, now time.Time) ([]*cluster.Cluster, time.Time) {
+func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, delivered bool, now time.Time) ([]*cluster.Cluster, time.Time) {
 	if l.period <= 0 {
 		return list, time.Time{}
 	}
@@ -81,13 +82,13 @@ func (l *linger) apply(class string, list []*cluster.Cluster, gen uint64, delive
 
 // key names the clusters a class still serves after their removal, for
 // the class's print: when they go the class is generated again.
-func (l *linger) key(class string) string {
+func (l *linger) key(class cache.Class) string {
 	gone, _ := l.gone.get(class)
 	return strings.Join(slices.Sorted(maps.Keys(gone)), ",")
 }
 
 // keep forgets the classes not listed (dropped by the tables).
-func (l *linger) keep(classes []string) {
+func (l *linger) keep(classes []cache.Class) {
 	l.last.keep(classes)
 	l.gone.keep(classes)
 }

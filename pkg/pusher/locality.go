@@ -5,12 +5,13 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
 // fillLocality generates a locality's load assignments from mesh: the
 // owner's work (owner.go), as every locality generation is.
-func (p *Pusher) fillLocality(mesh *generate.Mesh, class string) {
+func (p *Pusher) fillLocality(mesh *generate.Mesh, class cache.Class) {
 	out := map[string]types.Resource{}
 	for _, s := range mesh.Services {
 		for _, la := range p.localityAssignments(mesh, s, class) {
@@ -24,10 +25,10 @@ func (p *Pusher) fillLocality(mesh *generate.Mesh, class string) {
 
 // localityAssignments are a service's load assignments as the proxies of
 // a locality see them: mostly the shared objects themselves.
-func (p *Pusher) localityAssignments(mesh *generate.Mesh, s *generate.Service, class string) []*endpoint.ClusterLoadAssignment {
+func (p *Pusher) localityAssignments(mesh *generate.Mesh, s *generate.Service, class cache.Class) []*endpoint.ClusterLoadAssignment {
 	shared := cached(p, "eds", "", mesh, s, generate.ServiceLoadAssignments)
-	return cached(p, "eds@", class, mesh, s, func(_ *generate.Mesh, s *generate.Service) []*endpoint.ClusterLoadAssignment {
-		return generate.LocalityLoadAssignments(s, shared, generate.ParseLocality(class))
+	return cached(p, "eds@", string(class), mesh, s, func(_ *generate.Mesh, s *generate.Service) []*endpoint.ClusterLoadAssignment {
+		return generate.LocalityLoadAssignments(s, shared, generate.ParseLocality(string(class)))
 	})
 }
 

@@ -33,7 +33,7 @@ func event(t *testing.T, s model.Stored) *meshv1.ChangeEvent {
 
 // localities maps a locality table's assignment of a's port 80 to the
 // priority of each region.
-func regionPriorities(c *cache.Cache, class string) map[string]uint32 {
+func regionPriorities(c *cache.Cache, class cache.Class) map[string]uint32 {
 	cla, _ := c.Resources(class, resource.EndpointType)["outbound|80||a.ns.svc.cluster.local"].(*endpoint.ClusterLoadAssignment)
 	out := map[string]uint32{}
 	for _, g := range cla.GetEndpoints() {

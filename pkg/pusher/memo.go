@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -11,24 +12,24 @@ import (
 
 // classMemo holds a value per class; a class the tables dropped is
 // forgotten at the next full generation.
-type classMemo[V any] struct{ by map[string]V }
+type classMemo[V any] struct{ by map[cache.Class]V }
 
-func (m *classMemo[V]) get(class string) (V, bool) {
+func (m *classMemo[V]) get(class cache.Class) (V, bool) {
 	v, ok := m.by[class]
 	return v, ok
 }
 
-func (m *classMemo[V]) set(class string, v V) {
+func (m *classMemo[V]) set(class cache.Class, v V) {
 	if m.by == nil {
-		m.by = map[string]V{}
+		m.by = map[cache.Class]V{}
 	}
 	m.by[class] = v
 }
 
-func (m *classMemo[V]) forget(class string) { delete(m.by, class) }
+func (m *classMemo[V]) forget(class cache.Class) { delete(m.by, class) }
 
 // keep forgets the classes not listed (dropped by the tables).
-func (m *classMemo[V]) keep(classes []string) {
+func (m *classMemo[V]) keep(classes []cache.Class) {
 	for class := range m.by {
 		if !slices.Contains(classes, class) {
 			delete(m.by, class)
@@ -110,7 +111,7 @@ type routeMemo = classMemo[map[string]*route.RouteConfiguration]
 
 // reuseRoutes returns a class's route configurations, the last ones where
 // they are made of the same virtual hosts.
-func reuseRoutes(r *routeMemo, class string, rcs []*route.RouteConfiguration) []*route.RouteConfiguration {
+func reuseRoutes(r *routeMemo, class cache.Class, rcs []*route.RouteConfiguration) []*route.RouteConfiguration {
 	prev, _ := r.get(class)
 	next := make(map[string]*route.RouteConfiguration, len(rcs))
 	for i, rc := range rcs {
@@ -129,7 +130,7 @@ type prints = classMemo[uint64]
 
 // printChanged records a class's print and reports whether it differs from
 // the last one.
-func printChanged(pr *prints, class string, print uint64) bool {
+func printChanged(pr *prints, class cache.Class, print uint64) bool {
 	old, ok := pr.get(class)
 	pr.set(class, print)
 	return !ok || old != print

@@ -1,6 +1,10 @@
 package pusher
 
-import "context"
+import (
+	"context"
+
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+)
 
 // One goroutine, the owner, generates: every generation, and the fill of
 // a class or a locality seen for the first time, runs on it in turn, as a
@@ -41,7 +45,7 @@ func (p *Pusher) onOwner(fn func()) {
 // the fill generates it too; before the first generation there is nothing
 // to fill from, and the first generation fills it. A fill asked before Run
 // waits for it.
-func (p *Pusher) FillClass(class string) {
+func (p *Pusher) FillClass(class cache.Class) {
 	p.onOwner(func() {
 		p.prints.forget(class) // its tables are new, whatever it had before
 		if p.last != nil {
@@ -53,7 +57,7 @@ func (p *Pusher) FillClass(class string) {
 // FillLocality generates the load assignments of a locality seen for the
 // first time, from the last generation's mesh, before its first proxy is
 // served.
-func (p *Pusher) FillLocality(class string) {
+func (p *Pusher) FillLocality(class cache.Class) {
 	p.onOwner(func() {
 		if p.last != nil && p.cfg.Localities != nil {
 			p.fillLocality(p.last, class)

@@ -36,12 +36,12 @@ func (f *chanFeed) Consume(ctx context.Context, _ uint64, fn func(uint64, *meshv
 // clusters until released.
 type gatedSink struct {
 	*cache.Cache
-	class   string
+	class   cache.Class
 	release chan struct{}
 	gated   atomic.Bool
 }
 
-func (s *gatedSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
+func (s *gatedSink) Update(class cache.Class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	if class == s.class && typeURL == resource.ClusterType && s.gated.CompareAndSwap(false, true) {
 		<-s.release
 	}

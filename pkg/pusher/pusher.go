@@ -19,6 +19,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/debounce"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -38,12 +39,12 @@ type Feed interface {
 // Tables receive the generated resources of a class and type: the cache.
 type Tables interface {
 	// Update makes a table hold exactly resources.
-	Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
+	Update(class cache.Class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error)
 	// Patch sets some resources of a table and removes some names.
-	Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error)
+	Patch(class cache.Class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error)
 	// Classes returns the classes the tables serve, with those being
 	// filled (FillClass).
-	Classes() []string
+	Classes() []cache.Class
 	// Backlog returns how many proxy watches still have a change due: while
 	// it is not zero, the last generation is still being written, and the
 	// next one waits (up to MaxDelay) to take more changes together.
@@ -56,7 +57,7 @@ type Tables interface {
 // The classes of proxy the pusher generates for, and the types it serves per
 // class and mesh-wide.
 var (
-	Classes     = []string{generate.Envoy.String(), generate.Proxyless.String()}
+	Classes     = []cache.Class{cache.Class(generate.Envoy.String()), cache.Class(generate.Proxyless.String())}
 	ClassTypes  = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
 	SharedTypes = []string{resource.EndpointType}
 )
@@ -334,12 +335,12 @@ func New(cfg Config) (*Pusher, error) {
 			}
 		}
 	}
-	cache, err := lru.New[string, any](cfg.CacheSize)
+	memo, err := lru.New[string, any](cfg.CacheSize)
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
-		gatewayScope(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: cache, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
+		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
@@ -419,8 +420,8 @@ func (p *Pusher) Run(ctx context.Context) error {
 // belong to another class now.
 func (p *Pusher) ClassesChanged() <-chan struct{} { return p.classesChanged }
 
-// gatewayScope returns the index options of the shared gateway namespaces.
-func gatewayScope(namespaces []string) []classify.Option {
+// gatewayBinding returns the index options of the shared gateway namespaces.
+func gatewayBinding(namespaces []string) []classify.Option {
 	if namespaces == nil {
 		return nil
 	}

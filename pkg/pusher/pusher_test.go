@@ -19,6 +19,7 @@ import (
 	shtest "github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -91,35 +92,35 @@ type recordingSink struct {
 
 func (s *recordingSink) BeginEpoch() int64 { return s.epoch.Add(1) }
 
-func (s *recordingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
+func (s *recordingSink) Update(class cache.Class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.got == nil {
 		s.got = map[string]map[string]types.Resource{}
 	}
-	s.got[class+"|"+typeURL] = res
+	s.got[string(class)+"|"+typeURL] = res
 	return len(res), 0, 0, nil
 }
 
-func (s *recordingSink) Patch(class, typeURL string, set map[string]types.Resource, remove []string) (int, int, int, error) {
+func (s *recordingSink) Patch(class cache.Class, typeURL string, set map[string]types.Resource, remove []string) (int, int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res := maps.Clone(s.got[class+"|"+typeURL])
+	res := maps.Clone(s.got[string(class)+"|"+typeURL])
 	for _, name := range remove {
 		delete(res, name)
 	}
 	maps.Copy(res, set)
-	s.got[class+"|"+typeURL] = res
+	s.got[string(class)+"|"+typeURL] = res
 	return len(set), len(remove), 0, nil
 }
 
-func (s *recordingSink) Classes() []string { return Classes }
-func (s *recordingSink) Backlog() int64    { return 0 }
+func (s *recordingSink) Classes() []cache.Class { return Classes }
+func (s *recordingSink) Backlog() int64         { return 0 }
 
-func (s *recordingSink) resources(class, typeURL string) map[string]types.Resource {
+func (s *recordingSink) resources(class cache.Class, typeURL string) map[string]types.Resource {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.got[class+"|"+typeURL]
+	return s.got[string(class)+"|"+typeURL]
 }
 
 func (s *recordingSink) clusters() []string {
@@ -239,7 +240,7 @@ type countingSink struct {
 
 func (s *countingSink) BeginEpoch() int64 { return s.epoch.Add(1) }
 
-func (s *countingSink) Update(class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
+func (s *countingSink) Update(class cache.Class, typeURL string, res map[string]types.Resource) (int, int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.updates == nil {
@@ -249,12 +250,12 @@ func (s *countingSink) Update(class, typeURL string, res map[string]types.Resour
 	return len(res), 0, 0, nil
 }
 
-func (s *countingSink) Patch(class, typeURL string, set map[string]types.Resource, remove []string) (int, int, int, error) {
+func (s *countingSink) Patch(class cache.Class, typeURL string, set map[string]types.Resource, remove []string) (int, int, int, error) {
 	return s.Update(class, typeURL, set)
 }
 
-func (s *countingSink) Classes() []string { return Classes }
-func (s *countingSink) Backlog() int64    { return 0 }
+func (s *countingSink) Classes() []cache.Class { return Classes }
+func (s *countingSink) Backlog() int64         { return 0 }
 
 func (s *countingSink) count(typeURL string) int {
 	s.mu.Lock()
@@ -361,10 +362,10 @@ func TestRouteChangeRegeneratesOnlyTheRoutesItTouches(t *testing.T) {
 // scopedSink serves the classes it is given.
 type scopedSink struct {
 	recordingSink
-	classes []string
+	classes []cache.Class
 }
 
-func (s *scopedSink) Classes() []string { return s.classes }
+func (s *scopedSink) Classes() []cache.Class { return s.classes }
 
 // TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt: with each namespace's
 // proxies limited to their namespace by a Sidecar, a service change
@@ -393,7 +394,7 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 		}
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: changed.Key.String(), Revision: 11, Value: value}}}}}
-		sink := &scopedSink{classes: []string{"envoy/a/default", "envoy/b/default"}}
+		sink := &scopedSink{classes: []cache.Class{"envoy/a/default", "envoy/b/default"}}
 		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 5*time.Second)
 		stop()
 		generated := testutil.ToFloat64(p.m.classes.WithLabelValues("generated"))

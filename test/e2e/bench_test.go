@@ -53,33 +53,7 @@ func benchEndpointChange(b *testing.B, proxies int) {
 	cli, ps := cp.etcd, cp.pusher
 	st := store.New(cli)
 	ctx := context.Background()
-	put := func(k model.Key, o model.Object) {
-		if _, _, err := st.Put(ctx, k, o); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range benchClasses {
-		ns := fmt.Sprintf("ns-%d", i)
-		put(model.Key{Kind: model.KindService, Namespace: ns, Name: fmt.Sprintf("svc-%d", i)}, &meshv1.Service{
-			Origin: &meshv1.Origin{Source: "bench"}, Hostnames: []string{fmt.Sprintf("svc-%d.%s.svc.cluster.local", i, ns)},
-			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
-			Ports:      []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
-		})
-		put(model.Key{Kind: model.KindEndpoints, Namespace: ns, Name: model.EndpointsName(fmt.Sprintf("svc-%d", i), "bench")}, endpointsOf(i, 0))
-		put(model.Key{Kind: model.KindScope, Namespace: ns, Name: "default"}, &meshv1.Scope{
-			Origin: &meshv1.Origin{Source: "bench"}, Egress: []*meshv1.EgressListener{{Hosts: []string{"./*", "shared/*"}}}})
-	}
-	for i := range benchShared {
-		name := fmt.Sprintf("common-%d", i)
-		put(model.Key{Kind: model.KindService, Namespace: "shared", Name: name}, &meshv1.Service{
-			Origin: &meshv1.Origin{Source: "bench"}, Hostnames: []string{name + ".shared.svc.cluster.local"},
-			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
-			Ports:      []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
-		})
-		put(model.Key{Kind: model.KindEndpoints, Namespace: "shared", Name: model.EndpointsName(name, "bench")}, &meshv1.Endpoints{
-			Origin: &meshv1.Origin{Source: "bench"}, Service: name, Shard: "bench",
-			Endpoints: []*meshv1.Endpoint{{Address: fmt.Sprintf("10.200.%d.%d", i/250, i%250+1)}}})
-	}
+	putBenchMesh(b, st)
 	testutil.Eventually(b, 30*time.Second, "the pusher loads the mesh", func() (bool, string) {
 		rev, _ := st.Revision(ctx)
 		return ps.GeneratedRevision() >= rev, fmt.Sprint(ps.GeneratedRevision(), rev)
@@ -135,7 +109,9 @@ func benchEndpointChange(b *testing.B, proxies int) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	for i := range b.N {
-		put(model.Key{Kind: model.KindEndpoints, Namespace: "ns-0", Name: model.EndpointsName("svc-0", "bench")}, endpointsOf(0, i+1))
+		if _, _, err := st.Put(ctx, model.Key{Kind: model.KindEndpoints, Namespace: "ns-0", Name: model.EndpointsName("svc-0", "bench")}, endpointsOf(0, i+1)); err != nil {
+			b.Fatal(err)
+		}
 		for range watchers {
 			select {
 			case <-updates[0]:
@@ -149,6 +125,39 @@ func benchEndpointChange(b *testing.B, proxies int) {
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / time.Duration(b.N)
 	b.ReportMetric(float64(cpu.Microseconds())/1000, "cpu-ms/change")
 	b.ReportMetric(perProxy, "heap-KB/proxy")
+}
+
+// putBenchMesh writes the benchmark's mesh into the store: a service with
+// a Sidecar per namespace, and the shared namespace's services.
+func putBenchMesh(b *testing.B, st *store.Store) {
+	ctx := context.Background()
+	put := func(k model.Key, o model.Object) {
+		if _, _, err := st.Put(ctx, k, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range benchClasses {
+		ns := fmt.Sprintf("ns-%d", i)
+		put(model.Key{Kind: model.KindService, Namespace: ns, Name: fmt.Sprintf("svc-%d", i)}, &meshv1.Service{
+			Origin: &meshv1.Origin{Source: "bench"}, Hostnames: []string{fmt.Sprintf("svc-%d.%s.svc.cluster.local", i, ns)},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
+		})
+		put(model.Key{Kind: model.KindEndpoints, Namespace: ns, Name: model.EndpointsName(fmt.Sprintf("svc-%d", i), "bench")}, endpointsOf(i, 0))
+		put(model.Key{Kind: model.KindScope, Namespace: ns, Name: "default"}, &meshv1.Scope{
+			Origin: &meshv1.Origin{Source: "bench"}, Egress: []*meshv1.EgressListener{{Hosts: []string{"./*", "shared/*"}}}})
+	}
+	for i := range benchShared {
+		name := fmt.Sprintf("common-%d", i)
+		put(model.Key{Kind: model.KindService, Namespace: "shared", Name: name}, &meshv1.Service{
+			Origin: &meshv1.Origin{Source: "bench"}, Hostnames: []string{name + ".shared.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+			Ports:      []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}},
+		})
+		put(model.Key{Kind: model.KindEndpoints, Namespace: "shared", Name: model.EndpointsName(name, "bench")}, &meshv1.Endpoints{
+			Origin: &meshv1.Origin{Source: "bench"}, Service: name, Shard: "bench",
+			Endpoints: []*meshv1.Endpoint{{Address: fmt.Sprintf("10.200.%d.%d", i/250, i%250+1)}}})
+	}
 }
 
 // simulateEnvoy plays an Envoy sidecar in namespace ns-<class>: wildcard

@@ -75,7 +75,7 @@ type Cluster struct {
 type Replica struct {
 	ads    string
 	reg    *prometheus.Registry
-	status *server.Status
+	status *server.Streams
 	dump   *app.ConfigDump
 	etcd   *clientv3.Client
 	pusher *pusher.Pusher
@@ -177,8 +177,8 @@ func (c *Cluster) AddPusher(t testing.TB, tune func(*app.Pusher)) *Replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Replica{ads: lis.Addr().String(), reg: prometheus.NewRegistry(), status: server.NewStatus(), etcd: c.etcd, done: make(chan error, 1)}
-	cfg := app.Pusher{Etcd: c.etcd, NATS: c.nats, ADS: lis, Log: testutil.Log(t).With("pusher", r.ads), Status: r.status, Registerer: r.reg}
+	r := &Replica{ads: lis.Addr().String(), reg: prometheus.NewRegistry(), status: server.NewStreams(), etcd: c.etcd, done: make(chan error, 1)}
+	cfg := app.Pusher{Etcd: c.etcd, NATS: c.nats, ADS: lis, Log: testutil.Log(t).With("pusher", r.ads), Streams: r.status, Registerer: r.reg}
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -41,7 +41,7 @@ func (c *Cluster) shardPusher(t *testing.T, namespaces []string) *Replica {
 // content renders everything a pusher serves, for comparison.
 func (rp *Replica) content() []byte {
 	var b bytes.Buffer
-	for _, class := range append([]string{cache.Shared}, pusher.Classes...) {
+	for _, class := range append([]cache.Class{cache.Shared}, pusher.Classes...) {
 		types := pusher.ClassTypes
 		if class == cache.Shared {
 			types = pusher.SharedTypes

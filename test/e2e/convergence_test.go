@@ -64,7 +64,7 @@ func TestConvergenceIsMeasured(t *testing.T) {
 	}
 	// The server has measured that ACK once it shows in the stream's status.
 	testutil.Eventually(t, 10*time.Second, "the ACK to be recorded", func() (bool, string) {
-		for _, st := range cp.status.Streams() {
+		for _, st := range cp.status.Status() {
 			if ts := st.Types["Cluster"]; st.Proxy == proxy && ts != nil {
 				return ts.Acked == req.VersionInfo, "acked " + ts.Acked + ", want " + req.VersionInfo
 			}

@@ -42,21 +42,7 @@ func leaderOf(t *testing.T, cli *clientv3.Client, election string) string {
 func TestKubeNamespaceParts(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
-	// Namespaces until each part has two, a service with a backend each.
-	ip := hostIP(t)
-	var namespaces []string
-	backends := map[string]backend{}
-	inPart := [2]int{}
-	for inPart[0] < 2 || inPart[1] < 2 {
-		ns := kc.Namespace(t, nil)
-		if p := kube.PartOf(ns, 2); inPart[p] < 2 {
-			inPart[p]++
-			namespaces = append(namespaces, ns)
-			backends[ns] = startBackendOn(t, ip)
-			createService(t, kc, ns, "svc", 50051)
-			createWorkload(t, kc, ns, "svc", "svc-1", "v1", backends[ns])
-		}
-	}
+	namespaces, backends := namespacesInTwoParts(t, kc)
 	stops := map[string]context.CancelFunc{}
 	var mu sync.Mutex
 	// A replica: its announcement and its sources, until stopped.
@@ -132,7 +118,7 @@ func TestKubeNamespaceParts(t *testing.T) {
 			late = ns
 		}
 	}
-	lateBackend := startBackendOn(t, ip)
+	lateBackend := startBackendOn(t, hostIP(t))
 	createService(t, kc, late, "late", 50051)
 	createWorkload(t, kc, late, "late", "late-1", "v1", lateBackend)
 	testutil.Eventually(t, 30*time.Second, "a Service of the taken-over part to be stored", func() (bool, string) {
@@ -141,6 +127,26 @@ func TestKubeNamespaceParts(t *testing.T) {
 	})
 	allOn(t, dialXDS(t, cp.ads, fmt.Sprintf("xds:///late.%s.svc.cluster.local:50051", late)), lateBackend.addr,
 		"a client of the service created after the takeover")
+}
+
+// namespacesInTwoParts makes namespaces until each of two parts has two,
+// with a service and a backend each.
+func namespacesInTwoParts(t *testing.T, kc *kubetest.Cluster) ([]string, map[string]backend) {
+	ip := hostIP(t)
+	var namespaces []string
+	backends := map[string]backend{}
+	inPart := [2]int{}
+	for inPart[0] < 2 || inPart[1] < 2 {
+		ns := kc.Namespace(t, nil)
+		if p := kube.PartOf(ns, 2); inPart[p] < 2 {
+			inPart[p]++
+			namespaces = append(namespaces, ns)
+			backends[ns] = startBackendOn(t, ip)
+			createService(t, kc, ns, "svc", 50051)
+			createWorkload(t, kc, ns, "svc", "svc-1", "v1", backends[ns])
+		}
+	}
+	return namespaces, backends
 }
 
 // sourceOf returns the source of the stored Service named namespace/name

@@ -56,71 +56,103 @@ func dialXDSWithCert(t *testing.T, ads, target, nodeID, namespace, ca, cert, key
 // another namespace than its certificate, and one of another trust domain
 // are refused; CSDS answers a caller for its own namespace's proxies.
 func TestMutualTLS(t *testing.T) {
-	ca := testutil.NewCA(t)
-	serverCert, serverKey := ca.Issue(t, "pusher")
-	demoCert, demoKey := ca.Issue(t, "client-demo", "spiffe://cluster.local/ns/demo/sa/client")
-	otherCert, otherKey := ca.Issue(t, "client-other", "spiffe://cluster.local/ns/other/sa/client")
-	foreignCert, foreignKey := ca.Issue(t, "client-foreign", "spiffe://evil.example/ns/demo/sa/client")
-	plainCert, plainKey := ca.Issue(t, "client-no-spiffe")
+	f := startMutualTLS(t)
+	t.Run("served its namespace", f.servedItsNamespace)
+	t.Run("a node that claims no namespace is given its certificate's", f.givenItsCertificatesNamespace)
+	f.refused(t)
+	t.Run("CSDS answers for the caller's namespace", f.csdsOfTheCallersNamespace)
+	t.Run("one identity holds a bounded number of streams", f.boundedStreams)
+	t.Run("CSDS answers for a stream from its own node", f.csdsFromItsOwnNode)
+}
 
+// mutualTLS is a pusher serving ADS over mutual TLS, one policy for ADS
+// and CSDS as cmd/pusher has it, with client certificates of namespaces
+// demo and other, of another trust domain and without a SPIFFE ID.
+type mutualTLS struct {
+	cp                      *Cluster
+	ca                      *testutil.CA
+	a                       backend
+	streams                 *identity.StreamLimit
+	demoCert, demoKey       string
+	otherCert, otherKey     string
+	foreignCert, foreignKey string
+	plainCert, plainKey     string
+}
+
+const mtlsTarget = "xds:///greeter.demo.svc.cluster.local:50051"
+
+func startMutualTLS(t *testing.T) *mutualTLS {
+	f := &mutualTLS{ca: testutil.NewCA(t)}
+	ca := f.ca
+	serverCert, serverKey := ca.Issue(t, "pusher")
+	f.demoCert, f.demoKey = ca.Issue(t, "client-demo", "spiffe://cluster.local/ns/demo/sa/client")
+	f.otherCert, f.otherKey = ca.Issue(t, "client-other", "spiffe://cluster.local/ns/other/sa/client")
+	f.foreignCert, f.foreignKey = ca.Issue(t, "client-foreign", "spiffe://evil.example/ns/demo/sa/client")
+	f.plainCert, f.plainKey = ca.Issue(t, "client-no-spiffe")
 	tc, err := identity.ServerTLS(serverCert, serverKey, ca.CertFile, testutil.Log(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startBackend(t)
+	f.a = startBackend(t)
 	dir := t.TempDir()
-	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
-	// One policy for ADS and CSDS, as cmd/pusher has it.
-	streams, err := identity.NewStreamLimit(8, nil)
-	if err != nil {
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", f.a)))
+	if f.streams, err = identity.NewStreamLimit(8, nil); err != nil {
 		t.Fatal(err)
 	}
-	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: streams}
-	cp := NewCluster(t, Options{XDS: server.Config{
+	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: f.streams}
+	f.cp = NewCluster(t, Options{XDS: server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
 	}, Policy: policy}, yamlSource(dir))
-	const target = "xds:///greeter.demo.svc.cluster.local:50051"
+	return f
+}
 
-	t.Run("served its namespace", func(t *testing.T) {
-		conn := dialXDSWithCert(t, cp.ads, target, "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local", "demo", ca.CertFile, demoCert, demoKey)
-		allOn(t, conn, a.addr, "a client with a certificate for demo calls the greeter")
-	})
-
-	t.Run("a node that claims no namespace is given its certificate's", func(t *testing.T) {
-		conn := dialXDSWithCert(t, cp.ads, target, "anonymous-client", "", ca.CertFile, demoCert, demoKey)
-		allOn(t, conn, a.addr, "a client that names no namespace calls the greeter")
-		if ns := cp.status.Node("anonymous-client").GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "demo" {
-			t.Errorf("served as namespace %q, want its certificate's, demo", ns)
-		}
-	})
-
-	// adsCall opens an ADS stream with the given client credentials and
-	// node, and returns the error of its first answer.
-	adsCall := func(t *testing.T, creds credentials.TransportCredentials, node *core.Node) error {
-		t.Helper()
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-		if err != nil {
-			return err
-		}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
-			_, err = s.Recv()
-			return err
-		}
+// adsCall opens an ADS stream with the given client credentials and
+// node, and returns the error of its first answer.
+func (f *mutualTLS) adsCall(t *testing.T, creds credentials.TransportCredentials, node *core.Node) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := dialADS(t, f.cp.ads, creds).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
 		_, err = s.Recv()
 		return err
 	}
-	tlsWith := func(cert, key string) credentials.TransportCredentials { return tlsCreds(t, ca.CertFile, cert, key) }
-	demoNode := func(ns string) *core.Node {
-		return &core.Node{Id: "sidecar~10.0.0.1~x." + ns + "~" + ns + ".svc.cluster.local",
-			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}
+	_, err = s.Recv()
+	return err
+}
+
+// tlsWith are client credentials presenting cert ("": none).
+func (f *mutualTLS) tlsWith(t *testing.T, cert, key string) credentials.TransportCredentials {
+	return tlsCreds(t, f.ca.CertFile, cert, key)
+}
+
+// mtlsNode is a sidecar of a namespace, saying so in its metadata.
+func mtlsNode(ns string) *core.Node {
+	return &core.Node{Id: "sidecar~10.0.0.1~x." + ns + "~" + ns + ".svc.cluster.local",
+		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}
+}
+
+// servedItsNamespace: a client with a certificate for demo calls the greeter.
+func (f *mutualTLS) servedItsNamespace(t *testing.T) {
+	conn := dialXDSWithCert(t, f.cp.ads, mtlsTarget, "sidecar~127.0.0.1~client.demo~demo.svc.cluster.local", "demo", f.ca.CertFile, f.demoCert, f.demoKey)
+	allOn(t, conn, f.a.addr, "a client with a certificate for demo calls the greeter")
+}
+
+// givenItsCertificatesNamespace: a node that claims no namespace is
+// served as its certificate's.
+func (f *mutualTLS) givenItsCertificatesNamespace(t *testing.T) {
+	conn := dialXDSWithCert(t, f.cp.ads, mtlsTarget, "anonymous-client", "", f.ca.CertFile, f.demoCert, f.demoKey)
+	allOn(t, conn, f.a.addr, "a client that names no namespace calls the greeter")
+	if ns := f.cp.status.Node("anonymous-client").GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "demo" {
+		t.Errorf("served as namespace %q, want its certificate's, demo", ns)
 	}
+}
+
+// refused: what ADS refuses, and why.
+func (f *mutualTLS) refused(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		creds credentials.TransportCredentials
@@ -128,124 +160,129 @@ func TestMutualTLS(t *testing.T) {
 		code  codes.Code
 		says  string
 	}{
-		{"without a certificate", tlsWith("", ""), demoNode("demo"), codes.Unavailable, ""},
-		{"plaintext", insecure.NewCredentials(), demoNode("demo"), codes.Unavailable, ""},
-		{"claims another namespace", tlsWith(demoCert, demoKey), demoNode("payments"), codes.PermissionDenied, `claims namespace "payments"`},
-		{"an id of another namespace, metadata of its own", tlsWith(demoCert, demoKey), &core.Node{Id: "sidecar~10.0.0.1~x.payments~payments.svc.cluster.local",
+		{"without a certificate", f.tlsWith(t, "", ""), mtlsNode("demo"), codes.Unavailable, ""},
+		{"plaintext", insecure.NewCredentials(), mtlsNode("demo"), codes.Unavailable, ""},
+		{"claims another namespace", f.tlsWith(t, f.demoCert, f.demoKey), mtlsNode("payments"), codes.PermissionDenied, `claims namespace "payments"`},
+		{"an id of another namespace, metadata of its own", f.tlsWith(t, f.demoCert, f.demoKey), &core.Node{Id: "sidecar~10.0.0.1~x.payments~payments.svc.cluster.local",
 			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue("demo")}}}, codes.PermissionDenied, `names namespace "payments" in its id`},
-		{"another trust domain", tlsWith(foreignCert, foreignKey), demoNode("demo"), codes.PermissionDenied, `trust domain "evil.example"`},
-		{"a certificate without a SPIFFE ID", tlsWith(plainCert, plainKey), demoNode("demo"), codes.PermissionDenied, "carries no SPIFFE ID"},
+		{"another trust domain", f.tlsWith(t, f.foreignCert, f.foreignKey), mtlsNode("demo"), codes.PermissionDenied, `trust domain "evil.example"`},
+		{"a certificate without a SPIFFE ID", f.tlsWith(t, f.plainCert, f.plainKey), mtlsNode("demo"), codes.PermissionDenied, "carries no SPIFFE ID"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := adsCall(t, c.creds, c.node)
+			err := f.adsCall(t, c.creds, c.node)
 			if grpcstatus.Code(err) != c.code || !strings.Contains(fmt.Sprint(err), c.says) {
 				t.Errorf("got %v, want %s saying %q", err, c.code, c.says)
 			}
 		})
 	}
-	if err := adsCall(t, tlsWith(demoCert, demoKey), demoNode("demo")); err != nil {
+	if err := f.adsCall(t, f.tlsWith(t, f.demoCert, f.demoKey), mtlsNode("demo")); err != nil {
 		t.Errorf("the demo certificate with a demo node: %v", err)
 	}
 
-	t.Run("CSDS answers for the caller's namespace", func(t *testing.T) {
-		conn := dialXDSWithCert(t, cp.ads, target, "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local", "demo", ca.CertFile, demoCert, demoKey)
-		allOn(t, conn, a.addr, "a client of demo calls the greeter")
-		proxies := func(cert, key string) []string {
-			conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(cert, key)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []string
-			for _, c := range resp.Config {
-				ids = append(ids, c.GetNode().GetId())
-			}
-			return ids
-		}
-		if got := proxies(demoCert, demoKey); len(got) != 1 || got[0] != "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local" {
-			t.Errorf("demo's caller sees %v, want demo's grpc-go client", got)
-		}
-		if got := proxies(otherCert, otherKey); len(got) != 0 {
-			t.Errorf("another namespace's caller sees %v", got)
-		}
-		// A caller of another trust domain is refused, as ADS refuses it.
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(foreignCert, foreignKey)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_, err = statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
-		if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
-			t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
-		}
-	})
+}
 
-	t.Run("one identity holds a bounded number of streams", func(t *testing.T) {
-		// Streams of demo's identity until one is refused: the limit (8)
-		// counts the ones the subtests above left open too.
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(demoCert, demoKey)))
+// csdsOfTheCallersNamespace: CSDS answers for the caller's namespace
+// alone, and refuses another trust domain as ADS does.
+func (f *mutualTLS) csdsOfTheCallersNamespace(t *testing.T) {
+	conn := dialXDSWithCert(t, f.cp.ads, mtlsTarget, "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local", "demo", f.ca.CertFile, f.demoCert, f.demoKey)
+	allOn(t, conn, f.a.addr, "a client of demo calls the greeter")
+	proxies := func(cert, key string) []string {
+		conn, err := grpc.NewClient(f.cp.ads, grpc.WithTransportCredentials(f.tlsWith(t, cert, key)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
-		var refused error
-		for i := 0; i < 9 && refused == nil; i++ {
-			s, err := ads.StreamAggregatedResources(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Send(&discovery.DiscoveryRequest{Node: demoNode("demo"), TypeUrl: resource.ClusterType}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Recv(); err != nil {
-				refused = err
-			}
+		resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if grpcstatus.Code(refused) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(refused), "spiffe://cluster.local/ns/demo/sa/client holds 8 streams") {
-			t.Fatalf("the ninth stream of one identity: %v, want ResourceExhausted naming it", refused)
+		var ids []string
+		for _, c := range resp.Config {
+			ids = append(ids, c.GetNode().GetId())
 		}
-		if got := streams.Held(identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}); got != 8 {
-			t.Errorf("demo holds %d streams, want 8", got)
-		}
-		if err := adsCall(t, tlsWith(otherCert, otherKey), demoNode("other")); err != nil {
-			t.Errorf("another identity, meanwhile: %v", err)
-		}
-	})
+		return ids
+	}
+	if got := proxies(f.demoCert, f.demoKey); len(got) != 1 || got[0] != "sidecar~127.0.0.1~csds.demo~demo.svc.cluster.local" {
+		t.Errorf("demo's caller sees %v, want demo's grpc-go client", got)
+	}
+	if got := proxies(f.otherCert, f.otherKey); len(got) != 0 {
+		t.Errorf("another namespace's caller sees %v", got)
+	}
+	// A caller of another trust domain is refused, as ADS refuses it.
+	conn, err := grpc.NewClient(f.cp.ads, grpc.WithTransportCredentials(f.tlsWith(t, f.foreignCert, f.foreignKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})
+	if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
+		t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
+	}
+}
 
-	t.Run("CSDS answers for a stream from its own node", func(t *testing.T) {
-		// Two proxies of two namespaces claim one id (of no namespace):
-		// each is served its certificate's namespace, and other's caller,
-		// asking for that id, is answered from other's stream alone.
-		const shared = "shared-proxy-id"
-		demo := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, demoCert, demoKey)
-		allOn(t, demo, a.addr, "demo's proxy calls the greeter")
-		other := dialXDSWithCert(t, cp.ads, target, shared, "", ca.CertFile, otherCert, otherKey)
-		allOn(t, other, a.addr, "other's proxy calls the greeter")
-		conn, err := grpc.NewClient(cp.ads, grpc.WithTransportCredentials(tlsWith(otherCert, otherKey)))
+// boundedStreams: one identity holds a bounded number of streams.
+func (f *mutualTLS) boundedStreams(t *testing.T) {
+	// Streams of demo's identity until one is refused: the limit (8)
+	// counts the ones the subtests above left open too.
+	conn, err := grpc.NewClient(f.cp.ads, grpc.WithTransportCredentials(f.tlsWith(t, f.demoCert, f.demoKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	var refused error
+	for i := 0; i < 9 && refused == nil; i++ {
+		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		csds := statusv3.NewClientStatusDiscoveryServiceClient(conn)
-		for i := range 30 {
-			resp, err := csds.FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{
-				NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: shared}}}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(resp.Config) != 1 {
-				t.Fatalf("request %d: %d configs for %s, want other's one", i, len(resp.Config), shared)
-			}
-			if ns := resp.Config[0].GetNode().GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "other" {
-				t.Fatalf("request %d: other's caller was answered from a node of namespace %q", i, ns)
-			}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: mtlsNode("demo"), TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
 		}
-	})
+		if _, err := s.Recv(); err != nil {
+			refused = err
+		}
+	}
+	if grpcstatus.Code(refused) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(refused), "spiffe://cluster.local/ns/demo/sa/client holds 8 streams") {
+		t.Fatalf("the ninth stream of one identity: %v, want ResourceExhausted naming it", refused)
+	}
+	if got := f.streams.Held(identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}); got != 8 {
+		t.Errorf("demo holds %d streams, want 8", got)
+	}
+	if err := f.adsCall(t, f.tlsWith(t, f.otherCert, f.otherKey), mtlsNode("other")); err != nil {
+		t.Errorf("another identity, meanwhile: %v", err)
+	}
+}
+
+// csdsFromItsOwnNode: CSDS answers for a stream from its own node.
+func (f *mutualTLS) csdsFromItsOwnNode(t *testing.T) {
+	// Two proxies of two namespaces claim one id (of no namespace):
+	// each is served its certificate's namespace, and other's caller,
+	// asking for that id, is answered from other's stream alone.
+	const shared = "shared-proxy-id"
+	demo := dialXDSWithCert(t, f.cp.ads, mtlsTarget, shared, "", f.ca.CertFile, f.demoCert, f.demoKey)
+	allOn(t, demo, f.a.addr, "demo's proxy calls the greeter")
+	other := dialXDSWithCert(t, f.cp.ads, mtlsTarget, shared, "", f.ca.CertFile, f.otherCert, f.otherKey)
+	allOn(t, other, f.a.addr, "other's proxy calls the greeter")
+	conn, err := grpc.NewClient(f.cp.ads, grpc.WithTransportCredentials(f.tlsWith(t, f.otherCert, f.otherKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	csds := statusv3.NewClientStatusDiscoveryServiceClient(conn)
+	for i := range 30 {
+		resp, err := csds.FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{
+			NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: shared}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Config) != 1 {
+			t.Fatalf("request %d: %d configs for %s, want other's one", i, len(resp.Config), shared)
+		}
+		if ns := resp.Config[0].GetNode().GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "other" {
+			t.Fatalf("request %d: other's caller was answered from a node of namespace %q", i, ns)
+		}
+	}
 }

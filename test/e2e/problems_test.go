@@ -33,19 +33,19 @@ spec:
 `)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := func(id string) (*ingest.Metrics, chan error) {
-		m, err := ingest.NewMetrics(nil)
+	start := func(id string) (*ingest.Report, chan error) {
+		m, err := ingest.NewReport(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() {
-			done <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t).With("replica", id), Metrics: m,
+			done <- app.Source{Etcd: cli, MeshDir: dir, Log: testutil.Log(t).With("replica", id), Report: m,
 				Election: app.Election{ID: id, TTL: 2 * time.Second}}.Run(ctx)
 		}()
 		return m, done
 	}
-	served := func(m *ingest.Metrics) []app.Problem {
+	served := func(m *ingest.Report) []app.Problem {
 		rec := httptest.NewRecorder()
 		app.ProblemsHandler(m).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/problems", nil))
 		var got []app.Problem

@@ -118,44 +118,9 @@ func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 	meta, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "demo"})
 	sotwNode := &core.Node{Id: "sidecar~10.0.0.2~early.demo~demo.svc.cluster.local", Metadata: meta}
 	deltaNode := &core.Node{Id: "sidecar~10.0.0.3~early-delta.demo~demo.svc.cluster.local", Metadata: meta}
-	outbound := func(names []string) []string {
-		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !strings.HasPrefix(n, "outbound|") })
-		slices.Sort(names)
-		return names
-	}
-	names := func(rs []*anypb.Any) []string {
-		var out []string
-		for _, r := range rs {
-			m, _ := r.UnmarshalNew()
-			out = append(out, m.(interface{ GetName() string }).GetName())
-		}
-		return out
-	}
 	greeterOnly := []string{"outbound|50051||greeter.demo.svc.cluster.local"}
 
-	// SotW: ACK until both services are there.
-	sotw, err := ads.StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sotwRx := receive(sotw)
-	req := &discovery.DiscoveryRequest{Node: sotwNode, TypeUrl: resource.ClusterType}
-	for {
-		if err := sotw.Send(req); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := sotwRx.next(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req = &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
-		if len(outbound(names(resp.Resources))) == 2 {
-			break
-		}
-	}
-	if err := sotw.Send(req); err != nil {
-		t.Fatal(err)
-	}
+	sotwRx, req := ackedBoth(t, ads, ctx, sotwNode)
 	// Delta: the whole mesh's clusters, ACKed.
 	delta, err := ads.DeltaAggregatedResources(ctx)
 	if err != nil {
@@ -189,7 +154,7 @@ func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 			t.Fatalf("%s: the stream of a proxy whose class changed was not ended", what)
 		}
 	}
-	sotw, err = ads.StreamAggregatedResources(ctx)
+	sotw, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +188,52 @@ func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 		t.Errorf("delta: after reconnecting: %d resources %v, removed %v; want only the cart cluster removed",
 			len(dresp.Resources), names2(dresp.Resources), dresp.RemovedResources)
 	}
+}
+
+// outbound keeps the outbound clusters' names, sorted.
+func outbound(names []string) []string {
+	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !strings.HasPrefix(n, "outbound|") })
+	slices.Sort(names)
+	return names
+}
+
+// names are the names of resources.
+func names(rs []*anypb.Any) []string {
+	var out []string
+	for _, r := range rs {
+		m, _ := r.UnmarshalNew()
+		out = append(out, m.(interface{ GetName() string }).GetName())
+	}
+	return out
+}
+
+// ackedBoth opens a SotW stream for node's clusters and ACKs until both
+// services are there; it returns the stream's receiver and its last ACK.
+func ackedBoth(t *testing.T, ads discovery.AggregatedDiscoveryServiceClient, ctx context.Context, node *core.Node) (*receiver[*discovery.DiscoveryResponse], *discovery.DiscoveryRequest) {
+	t.Helper()
+	sotw, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx := receive(sotw)
+	req := &discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}
+	for {
+		if err := sotw.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req = &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}
+		if len(outbound(names(resp.Resources))) == 2 {
+			break
+		}
+	}
+	if err := sotw.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	return rx, req
 }
 
 // drain waits for a stream's end, skipping responses.

@@ -199,30 +199,7 @@ func TestIstioMutual(t *testing.T) {
 	// The backend's agent, then the backend over mTLS.
 	bCert, bKey := boot.Issue(t, "greeter", "spiffe://cluster.local/ns/demo/sa/greeter")
 	backendSecrets := newSDSClient(t, cp.ads, boot.CertFile, bCert, bKey, "sidecar~127.0.0.1~greeter.demo~demo.svc.cluster.local").next(t, 10*time.Second)
-	pair, err := tls.X509KeyPair(backendSecrets.certPEM, backendSecrets.keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(backendSecrets.rootPEM)
-	var caller atomic.Value
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.RequireAndVerifyClientCert,
-		VerifyPeerCertificate: func(_ [][]byte, chains [][]*x509.Certificate) error {
-			if len(chains) > 0 && len(chains[0][0].URIs) > 0 {
-				caller.Store(chains[0][0].URIs[0].String())
-			}
-			return nil
-		},
-	})))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	b := backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
+	b, roots, caller := mutualBackend(t, backendSecrets)
 	// rule is the greeter's ISTIO_MUTUAL DestinationRule, with subject alt
 	// names when any are given.
 	rule := func(sans ...string) string {
@@ -298,4 +275,36 @@ spec:
 	if _, err := call(plain); err == nil {
 		t.Error("a client without a workload certificate was served")
 	}
+}
+
+// mutualBackend serves the health service over mutual TLS with the
+// secrets an agent fetched, requiring a client certificate of the mesh's
+// root; caller holds the SPIFFE ID of the last client.
+func mutualBackend(t *testing.T, backendSecrets secrets) (backend, *x509.CertPool, *atomic.Value) {
+	t.Helper()
+	pair, err := tls.X509KeyPair(backendSecrets.certPEM, backendSecrets.keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(backendSecrets.rootPEM)
+	var caller atomic.Value
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.RequireAndVerifyClientCert,
+		VerifyPeerCertificate: func(_ [][]byte, chains [][]*x509.Certificate) error {
+			if len(chains) > 0 && len(chains[0][0].URIs) > 0 {
+				caller.Store(chains[0][0].URIs[0].String())
+			}
+			return nil
+		},
+	})))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	b := backend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
+	return b, roots, &caller
 }

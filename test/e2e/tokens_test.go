@@ -82,52 +82,8 @@ func TestServiceAccountTokens(t *testing.T) {
 		Secrets:     sec,
 	}, Policy: &policy}, yamlSource(t.TempDir()))
 
-	// dial connects to the ADS port over TLS, presenting a token (none: "").
-	dial := func(tok string) *grpc.ClientConn {
-		c, err := (&transport.TLSInfo{TrustedCAFile: boot.CertFile}).ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
-		if tok != "" {
-			opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
-		}
-		conn, err := grpc.NewClient(cp.ads, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
-	// fetch asks for the workload certificate with a token (none: "").
-	fetch := func(tok, nodeNamespace string) (*x509.Certificate, error) {
-		conn := dial(tok)
-		defer conn.Close()
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
-		if err != nil {
-			return nil, err
-		}
-		node := &core.Node{Id: "agent~client", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(nodeNamespace)}}}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.SecretType, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
-			return nil, err
-		}
-		resp, err := s.Recv()
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range resp.Resources {
-			var sec tlsv3.Secret
-			if err := a.UnmarshalTo(&sec); err != nil {
-				t.Fatal(err)
-			}
-			if sec.Name == "default" {
-				return parseLeaf(t, sec.GetTlsCertificate().GetCertificateChain().GetInlineBytes()), nil
-			}
-		}
-		return nil, nil
-	}
-	leaf, err := fetch(token("istio-ca"), ns)
+	d := tokenDialer{ads: cp.ads, caFile: boot.CertFile}
+	leaf, err := d.certificate(t, token("istio-ca"), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +94,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	// without a token or certificate is refused, one with a token sees its
 	// namespace's proxies only.
 	csds := func(tok string) (int, error) {
-		conn := dial(tok)
+		conn := d.dial(t, tok)
 		defer conn.Close()
 		resp, err := statusv3.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{})
 		return len(resp.GetConfig()), err
@@ -159,10 +115,62 @@ func TestServiceAccountTokens(t *testing.T) {
 		"another namespace":      {token("istio-ca"), "payments", codes.PermissionDenied, `claims namespace "payments"`},
 		"neither token nor cert": {"", ns, codes.Unauthenticated, "service account token"},
 	} {
-		if _, err := fetch(c.token, c.namespace); status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) {
+		if _, err := d.certificate(t, c.token, c.namespace); status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want %s saying %q", name, err, c.code, c.says)
 		}
 	}
+}
+
+// tokenDialer connects to a pusher's ADS port over TLS, trusting caFile,
+// presenting a service account token.
+type tokenDialer struct{ ads, caFile string }
+
+// dial connects presenting tok (none: "").
+func (d tokenDialer) dial(t *testing.T, tok string) *grpc.ClientConn {
+	c, err := (&transport.TLSInfo{TrustedCAFile: d.caFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
+	if tok != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+	}
+	conn, err := grpc.NewClient(d.ads, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// certificate asks for the workload certificate with tok (none: ""), as
+// an agent whose node claims nodeNamespace.
+func (d tokenDialer) certificate(t *testing.T, tok, nodeNamespace string) (*x509.Certificate, error) {
+	conn := d.dial(t, tok)
+	defer conn.Close()
+	sctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		return nil, err
+	}
+	node := &core.Node{Id: "agent~client", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(nodeNamespace)}}}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.SecretType, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
+		return nil, err
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range resp.Resources {
+		var sec tlsv3.Secret
+		if err := a.UnmarshalTo(&sec); err != nil {
+			t.Fatal(err)
+		}
+		if sec.Name == "default" {
+			return parseLeaf(t, sec.GetTlsCertificate().GetCertificateChain().GetInlineBytes()), nil
+		}
+	}
+	return nil, nil
 }
 
 func parseLeaf(t *testing.T, chain []byte) *x509.Certificate {

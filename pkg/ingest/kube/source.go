@@ -529,8 +529,8 @@ func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventReco
 		res, err = s.cfg.Syncer.Sync(ctx, objs, problems)
 		level = slog.LevelInfo
 	} else {
-		scope, problems := s.part(w, d, now, refs, &objs)
-		res, err = s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+		covered, problems := s.part(w, d, now, refs, &objs)
+		res, err = s.cfg.Syncer.SyncPart(ctx, covered, objs, problems)
 	}
 	if err != nil {
 		return err
@@ -548,10 +548,10 @@ func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventReco
 // locations that covers and the problems found.
 func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runtime.Object, objs *[]ingest.Object) ([]string, []ingest.Problem) {
 	selected := s.namespaceFilter(w)
-	var scope []string
+	var covered []string
 	var problems []ingest.Problem
 	for id := range d.services {
-		scope = append(scope, location("Service", id.Namespace, id.Name))
+		covered = append(covered, location("Service", id.Namespace, id.Name))
 		svc, err := w.services.Services(id.Namespace).Get(id.Name)
 		if err != nil || !selected(svc.Namespace) {
 			continue // gone: its objects go
@@ -562,14 +562,14 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 	}
 	if d.istio {
 		for kind := range istioResources {
-			scope = append(scope, kind)
+			covered = append(covered, kind)
 		}
-		scope = append(scope, istio.KindConfigMap)
+		covered = append(covered, istio.KindConfigMap)
 		more, p := s.istioObjects(w, selected, now, refs)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
 	}
-	return scope, problems
+	return covered, problems
 }
 
 // report puts a Warning Event on every object with a new problem.

@@ -292,11 +292,11 @@ func (s *Source) syncFiles(ctx context.Context, paths map[string]time.Time) erro
 		}
 		reads[path] = r
 	}
-	var scope []string
+	var part []string
 	var inputs []istio.Input
 	var problems []ingest.Problem
 	for path, r := range reads {
-		scope = append(scope, rel(s.cfg.Dir, path))
+		part = append(part, rel(s.cfg.Dir, path))
 		problems = append(problems, r.problems...)
 		if !r.exists || len(r.problems) > 0 {
 			s.parsed.drop(path)
@@ -315,11 +315,11 @@ func (s *Source) syncFiles(ctx context.Context, paths map[string]time.Time) erro
 	}
 	objs, more := istio.Normalize(inputs, s.cfg.Normalize)
 	for _, p := range more {
-		if ingest.InScope(scope, p.Location) {
+		if ingest.Covers(part, p.Location) {
 			problems = append(problems, p)
 		}
 	}
-	res, err := s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+	res, err := s.cfg.Syncer.SyncPart(ctx, part, objs, problems)
 	if err != nil {
 		return err
 	}

@@ -241,15 +241,15 @@ func (s *Source) sync(ctx context.Context, full bool) error {
 	if err != nil {
 		return err // the retry reads everything
 	}
-	var scope []string
+	var part []string
 	for _, u := range units {
-		scope = append(scope, u.location)
+		part = append(part, u.location)
 	}
 	objs, problems, err := s.normalize(ctx, units)
 	if err != nil {
 		return err
 	}
-	res, err := s.cfg.Syncer.SyncPart(ctx, scope, objs, problems)
+	res, err := s.cfg.Syncer.SyncPart(ctx, part, objs, problems)
 	if err != nil {
 		return err
 	}

@@ -321,7 +321,7 @@ func (p *Page) proxies() ([]proxyRow, int, []string, map[string]int) {
 		if s.Delta {
 			kind = "Delta"
 		}
-		row := proxyRow{Proxy: s.Proxy, Class: s.Class, Kind: kind, Since: time.Since(s.Since).Round(time.Second).String(), worst: rank["-"]}
+		row := proxyRow{Proxy: s.Proxy, Class: string(s.Class), Kind: kind, Since: time.Since(s.Since).Round(time.Second).String(), worst: rank["-"]}
 		for _, t := range types {
 			st := state{Name: "-", Class: "none"}
 			if ts, ok := s.Types[t]; ok {

@@ -23,7 +23,7 @@ var ErrNotServed = errors.New("cache: type not served")
 type Config struct {
 	// Classes are the proxy classes that exist from the start; each gets
 	// a table per type. More are added by AddClass.
-	Classes []string
+	Classes []Class
 	// Types are the type URLs each class gets a table of.
 	Types []string
 	// SharedTypes are the type URLs one mesh-wide table serves to every class.
@@ -59,8 +59,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// Class names the tables of one class: the proxies of a class (its key,
+// in the grammar of classify.Class), the secrets of one identity, or the
+// load assignments of one locality. A type of its own, it cannot be
+// taken for a type URL or a resource's name.
+type Class string
+
 // Shared is the class name Update and Table take for a shared type.
-const Shared = ""
+const Shared Class = ""
 
 // fullState reports whether a SotW response of a type must carry every
 // resource the proxy subscribes to (listeners and clusters), rather than
@@ -69,7 +75,10 @@ func fullState(typeURL string) bool {
 	return typeURL == resource.ClusterType || typeURL == resource.ListenerType
 }
 
-type tableKey struct{ class, typeURL string }
+type tableKey struct {
+	class   Class
+	typeURL string
+}
 
 // Cache is the pusher's resource cache: a Table per class and type.
 type Cache struct {
@@ -86,10 +95,10 @@ type Cache struct {
 	// filling holds the tables of classes being filled by AddClass: Update
 	// reaches them, Table does not.
 	filling map[tableKey]*Table
-	classes map[string]bool
+	classes map[Class]bool
 	// adding holds a channel per class being added, closed once it is:
 	// a class is filled once, while other classes are filled beside it.
-	adding map[string]chan struct{}
+	adding map[Class]chan struct{}
 	// visible memoizes what each class may see of the shared tables.
 	visible visibility
 }
@@ -99,7 +108,7 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[string]bool{}, adding: map[string]chan struct{}{},
+	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[Class]bool{}, adding: map[Class]chan struct{}{},
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
 			Help: "Generated resources not served because they failed validation (the last valid version, if any, stays)."})}
 	if cfg.Registerer != nil {
@@ -151,10 +160,10 @@ func (c *Cache) newTable(typeURL string) *Table {
 // AddClass, in order: a generation that starts while a class is filled
 // generates it too, so that what the fill read before that generation is
 // replaced (the class's fill and the generations run in turn).
-func (c *Cache) Classes() []string {
+func (c *Cache) Classes() []Class {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]string, 0, len(c.classes))
+	out := make([]Class, 0, len(c.classes))
 	for class := range c.classes {
 		out = append(out, class)
 	}
@@ -173,7 +182,7 @@ func (c *Cache) Classes() []string {
 // stream that asks for a shared type first still has its class added,
 // whose tables say what of the shared one it may see. It returns
 // ErrNotServed for a type the cache does not serve.
-func (c *Cache) Table(class, typeURL string) (*Table, error) {
+func (c *Cache) Table(class Class, typeURL string) (*Table, error) {
 	key := tableKey{class, typeURL}
 	if slices.Contains(c.cfg.SharedTypes, typeURL) {
 		key.class = Shared
@@ -197,7 +206,7 @@ func (c *Cache) Table(class, typeURL string) (*Table, error) {
 // served a new class's tables empty. It reports whether the class was new.
 // A class is filled once: a second AddClass of it waits for the first.
 // No lock is held while fill runs, so classes are filled side by side.
-func (c *Cache) AddClass(class string, fill func(class string)) bool {
+func (c *Cache) AddClass(class Class, fill func(class Class)) bool {
 	c.mu.Lock()
 	for {
 		if c.classes[class] {
@@ -238,7 +247,7 @@ func (c *Cache) AddClass(class string, fill func(class string)) bool {
 // RemoveClass drops the tables of a class added by AddClass (the classes
 // the cache was made with stay); the caller makes sure no stream watches
 // them. It reports whether the class was held.
-func (c *Cache) RemoveClass(class string) bool {
+func (c *Cache) RemoveClass(class Class) bool {
 	if slices.Contains(c.cfg.Classes, class) {
 		return false
 	}
@@ -261,7 +270,7 @@ func (c *Cache) RemoveClass(class string) bool {
 }
 
 // table returns the table Update writes: a held one or one being filled.
-func (c *Cache) table(class, typeURL string) (*Table, bool) {
+func (c *Cache) table(class Class, typeURL string) (*Table, bool) {
 	k := tableKey{class, typeURL}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -279,7 +288,7 @@ func (c *Cache) table(class, typeURL string) (*Table, bool) {
 //
 // A class the cache does not hold (dropped while it was being generated)
 // is nothing to update.
-func (c *Cache) Update(class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error) {
+func (c *Cache) Update(class Class, typeURL string, resources map[string]types.Resource) (changed, removed, bytes int, err error) {
 	t, ok := c.table(class, typeURL)
 	if !ok {
 		return 0, 0, 0, nil
@@ -289,7 +298,7 @@ func (c *Cache) Update(class, typeURL string, resources map[string]types.Resourc
 
 // Patch sets some resources of the table of a class and type and removes
 // some names, leaving the rest as it is (see Update).
-func (c *Cache) Patch(class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error) {
+func (c *Cache) Patch(class Class, typeURL string, set map[string]types.Resource, remove []string) (changed, removed, bytes int, err error) {
 	t, ok := c.table(class, typeURL)
 	if !ok {
 		return 0, 0, 0, nil
@@ -298,7 +307,7 @@ func (c *Cache) Patch(class, typeURL string, set map[string]types.Resource, remo
 }
 
 // Resources returns what the table of a class and type holds.
-func (c *Cache) Resources(class, typeURL string) map[string]types.Resource {
+func (c *Cache) Resources(class Class, typeURL string) map[string]types.Resource {
 	t, err := c.Table(class, typeURL)
 	if err != nil {
 		return nil

@@ -11,7 +11,7 @@ import (
 )
 
 func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
-	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
+	c, err := New(Config{Classes: []Class{"a"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
 }
 
 func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
-	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
+	c, err := New(Config{Classes: []Class{"a"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestUpdateReportsSizeAndKeepsUnchangedObjects(t *testing.T) {
 // under the same version; their table versions differ.
 func TestResponseVersionsAreContentHashes(t *testing.T) {
 	newCache := func() *Cache {
-		c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}})
+		c, err := New(Config{Classes: []Class{"a"}, Types: []string{resource.ClusterType}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestReuseSharesEncodings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local, err := New(Config{Classes: []string{"r/z/"}, Types: []string{resource.EndpointType}, Reuse: shared})
+	local, err := New(Config{Classes: []Class{"r/z/"}, Types: []string{resource.EndpointType}, Reuse: shared})
 	if err != nil {
 		t.Fatal(err)
 	}

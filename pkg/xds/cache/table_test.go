@@ -195,7 +195,7 @@ func TestSetsAreInterned(t *testing.T) {
 // is not served, and its last valid version stays.
 func TestInvalidResourceKeepsTheLastValid(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c, err := New(Config{Classes: []string{"a"}, Types: []string{resource.ClusterType}, Registerer: reg})
+	c, err := New(Config{Classes: []Class{"a"}, Types: []string{resource.ClusterType}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestSharedTypeNeedsTheClass(t *testing.T) {
 		t.Fatalf("a class not added: %v, want ErrNoClass", err)
 	}
 	filled := false
-	c.AddClass("a", func(string) { filled = true })
+	c.AddClass("a", func(Class) { filled = true })
 	shared, err := c.Table(Shared, resource.EndpointType)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ var emptyView = newView(nil)
 // visibility memoizes each class's view, per version of its cluster table.
 type visibility struct {
 	mu      sync.Mutex
-	classes map[string]visibleNames
+	classes map[Class]visibleNames
 }
 
 type visibleNames struct {
@@ -51,7 +51,7 @@ type visibleNames struct {
 // what the class's EDS clusters name (their EDS service name, else their
 // own): a proxy asking for another's, by name or by wildcard, is not
 // served it. A class the cache does not hold sees nothing.
-func (c *Cache) Visible(class, typeURL string) *View {
+func (c *Cache) Visible(class Class, typeURL string) *View {
 	if typeURL != resource.EndpointType {
 		return nil
 	}
@@ -78,7 +78,7 @@ func (c *Cache) Visible(class, typeURL string) *View {
 		}
 	}
 	if c.visible.classes == nil {
-		c.visible.classes = map[string]visibleNames{}
+		c.visible.classes = map[Class]visibleNames{}
 	}
 	view := newView(names)
 	c.visible.classes[class] = visibleNames{table: t, version: version, view: view}

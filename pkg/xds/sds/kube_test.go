@@ -12,6 +12,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,11 +65,11 @@ func TestGatewayCredentials(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	<-started
 
-	gateway := "spiffe://cluster.local/ns/" + ns + "/sa/ingressgateway"
-	other := "spiffe://cluster.local/ns/other/sa/ingressgateway"
+	gateway := cache.Class("spiffe://cluster.local/ns/" + ns + "/sa/ingressgateway")
+	other := cache.Class("spiffe://cluster.local/ns/other/sa/ingressgateway")
 	s.AddClass(gateway, s.Fill)
 	s.AddClass(other, s.Fill)
-	held := func(class string) map[string]string {
+	held := func(class cache.Class) map[string]string {
 		out := map[string]string{}
 		for name, r := range s.Resources(class, resource.SecretType) {
 			sec := r.(*tlsv3.Secret)

@@ -63,9 +63,9 @@ type Secrets struct {
 	// mu guards, by class: whether it is held (from Fill to RemoveClass),
 	// when its certificate was issued and when it expires.
 	mu       sync.Mutex
-	held     map[string]bool
-	expires  map[string]time.Time
-	issuedAt map[string]time.Time
+	held     map[cache.Class]bool
+	expires  map[cache.Class]time.Time
+	issuedAt map[cache.Class]time.Time
 }
 
 var _ server.SecretSource = (*Secrets)(nil)
@@ -91,7 +91,7 @@ func New(cfg Config) (*Secrets, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Secrets{Cache: c, cfg: cfg, held: map[string]bool{}, expires: map[string]time.Time{}, issuedAt: map[string]time.Time{},
+	s := &Secrets{Cache: c, cfg: cfg, held: map[cache.Class]bool{}, expires: map[cache.Class]time.Time{}, issuedAt: map[cache.Class]time.Time{},
 		issued: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_certificates_issued_total",
 			Help: "Workload certificates issued to proxy identities (first issue and rotation)."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_certificate_failures_total",
@@ -109,16 +109,16 @@ func New(cfg Config) (*Secrets, error) {
 
 // Class names a stream's identity's class: its SPIFFE ID, or "" when the
 // peer has none.
-func (s *Secrets) Class(ctx context.Context) string {
+func (s *Secrets) Class(ctx context.Context) cache.Class {
 	id, ok, err := s.cfg.Identify(ctx)
 	if !ok || err != nil {
 		return ""
 	}
-	return id.String()
+	return cache.Class(id.String())
 }
 
 // Fill issues the class's identity a certificate.
-func (s *Secrets) Fill(class string) {
+func (s *Secrets) Fill(class cache.Class) {
 	s.mu.Lock()
 	s.held[class] = true
 	s.mu.Unlock()
@@ -126,7 +126,7 @@ func (s *Secrets) Fill(class string) {
 }
 
 // renewal records when a held class's certificate is next due.
-func (s *Secrets) renewal(class string, issued, expires time.Time) {
+func (s *Secrets) renewal(class cache.Class, issued, expires time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held[class] {
@@ -136,7 +136,7 @@ func (s *Secrets) renewal(class string, issued, expires time.Time) {
 
 // issue issues a class's certificate and puts it, with the root, in its
 // table. A failure is tried again at the next renewal round.
-func (s *Secrets) issue(class string) {
+func (s *Secrets) issue(class cache.Class) {
 	if err := s.tryIssue(class); err != nil {
 		s.failed.Inc()
 		s.cfg.Log.Error("cannot issue a workload certificate; trying again", "identity", class, "err", err)
@@ -145,8 +145,8 @@ func (s *Secrets) issue(class string) {
 	}
 }
 
-func (s *Secrets) tryIssue(class string) error {
-	u, err := url.Parse(class)
+func (s *Secrets) tryIssue(class cache.Class) error {
+	u, err := url.Parse(string(class))
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (s *Secrets) credentials(namespace string) map[string]types.Resource {
 // identities of that namespace that are held.
 func (s *Secrets) CredentialsChanged(namespace string) {
 	for _, class := range s.Classes() {
-		u, err := url.Parse(class)
+		u, err := url.Parse(string(class))
 		if err != nil {
 			continue
 		}
@@ -211,7 +211,7 @@ func (s *Secrets) CredentialsChanged(namespace string) {
 }
 
 // RemoveClass drops an identity's secrets, with its last proxy.
-func (s *Secrets) RemoveClass(class string) bool {
+func (s *Secrets) RemoveClass(class cache.Class) bool {
 	s.mu.Lock()
 	delete(s.held, class)
 	delete(s.expires, class)
@@ -229,10 +229,10 @@ func inline(b []byte) *core.DataSource {
 const RenewAt = 2.0 / 3
 
 // due returns the classes whose certificates are due for renewal.
-func (s *Secrets) due(now time.Time) []string {
+func (s *Secrets) due(now time.Time) []cache.Class {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	var out []cache.Class
 	for class, until := range s.expires {
 		from := s.issuedAt[class]
 		if now.After(from.Add(time.Duration(float64(until.Sub(from)) * RenewAt))) {

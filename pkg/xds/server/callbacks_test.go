@@ -38,9 +38,9 @@ func (b *blocking) Admit(_ context.Context, n *core.Node) (*core.Node, error) {
 
 func (b *blocking) Confirmed(string, int64, int64) {}
 
-func (b *blocking) Classify(n *core.Node) string { return n.GetId() }
+func (b *blocking) Classify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
 
-func (b *blocking) FillClass(class string) {
+func (b *blocking) FillClass(class cache.Class) {
 	if class == "slow-fill" {
 		b.hold("fill")
 	}
@@ -57,8 +57,8 @@ func TestCallsOutWithoutLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &blocking{c: c, entered: make(chan string), release: make(chan struct{})}
-	status := server.NewStatus()
-	_, ads, ctx := serveCache(t, c, server.Config{Classes: b, Callbacks: b, Status: status})
+	status := server.NewStreams()
+	_, ads, ctx := serveCache(t, c, server.Config{Classes: b, Callbacks: b, Streams: status})
 	open := func(id string) (discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
@@ -86,7 +86,7 @@ func TestCallsOutWithoutLocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			what := <-b.entered
-			within(t, "the streams' status", func() error { _ = status.Streams(); return nil })
+			within(t, "the streams' status", func() error { _ = status.Status(); return nil })
 			within(t, "another proxy", func() error { return served("fast-" + what) })
 			b.release <- struct{}{}
 			if resp, err := waiting.Recv(); err != nil || len(resp.GetResources()) != 1 {

@@ -50,7 +50,7 @@ func TestIdleServer(t *testing.T) {
 	if os.Getenv(idleChildEnv) == "" {
 		t.Skip("run by BenchmarkIdleStreams")
 	}
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +62,8 @@ func TestIdleServer(t *testing.T) {
 	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
 		t.Fatal(err)
 	}
-	status := server.NewStatus()
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Status: status})
+	status := server.NewStreams()
+	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Streams: status})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestIdleServer(t *testing.T) {
 	in := bufio.NewScanner(os.Stdin)
 	enc := json.NewEncoder(os.Stdout)
 	for in.Scan() {
-		_ = enc.Encode(measure(len(status.Streams())))
+		_ = enc.Encode(measure(len(status.Status())))
 	}
 	cancel()
 	<-done

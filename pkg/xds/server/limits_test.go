@@ -99,14 +99,14 @@ func TestPerStreamLimits(t *testing.T) {
 // assignments.
 type localities struct{ *cache.Cache }
 
-func (l localities) Class(n *core.Node) string { return n.GetLocality().GetZone() }
-func (localities) Fill(string)                 {}
+func (l localities) Class(n *core.Node) cache.Class { return cache.Class(n.GetLocality().GetZone()) }
+func (localities) Fill(cache.Class)                 {}
 
 // TestLocalityClassesAreBounded: proxies of more localities than
 // MaxLocalities are served the mesh-wide load assignments, not a table
 // each; a locality held already still gets its own.
 func TestLocalityClassesAreBounded(t *testing.T) {
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, SharedTypes: []string{resource.EndpointType}})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, SharedTypes: []string{resource.EndpointType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestLocalityClassesAreBounded(t *testing.T) {
 		switch zone {
 		case "z1", "z2":
 			testutil.Eventually(t, 10*time.Second, zone+" has its class", func() (bool, string) {
-				return slices.Contains(lc.Classes(), zone), fmt.Sprint(lc.Classes())
+				return slices.Contains(lc.Classes(), cache.Class(zone)), fmt.Sprint(lc.Classes())
 			})
 		case "z3", "z4":
 			want := map[string]float64{"z3": 1, "z4": 2}[zone]
@@ -159,7 +159,7 @@ func counterValueLabelled(t *testing.T, reg *prometheus.Registry, name, label st
 // class's clusters name; one it asked for before its class named it is
 // sent as soon as the class's clusters do (an Envoy does not ask again).
 func TestEDSFollowsTheClassView(t *testing.T) {
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}, SharedTypes: []string{resource.EndpointType}})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType}, SharedTypes: []string{resource.EndpointType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +230,8 @@ func TestEDSFollowsTheClassView(t *testing.T) {
 // fills when the class is first made.
 type fillingClass struct{ c *cache.Cache }
 
-func (fillingClass) Classify(*core.Node) string { return "late" }
-func (f fillingClass) FillClass(class string) {
+func (fillingClass) Classify(*core.Node) cache.Class { return "late" }
+func (f fillingClass) FillClass(class cache.Class) {
 	_, _, _, _ = f.c.Update(class, resource.ClusterType, map[string]types.Resource{"c1": &clusterv3.Cluster{Name: "c1",
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}}})
 }

@@ -26,7 +26,7 @@ import (
 // subscriptions to a shared type are held to its class's names, whatever
 // it asks for by name or by wildcard.
 type Visibility interface {
-	Visible(class, typeURL string) *cache.View
+	Visible(class cache.Class, typeURL string) *cache.View
 }
 
 var _ Visibility = (*cache.Cache)(nil)
@@ -37,12 +37,12 @@ var _ Visibility = (*cache.Cache)(nil)
 type Tables interface {
 	// Table returns the table of a class and type, cache.ErrNoClass for
 	// a class not held yet, or cache.ErrNotServed.
-	Table(class, typeURL string) (*cache.Table, error)
+	Table(class cache.Class, typeURL string) (*cache.Table, error)
 	// AddClass adds a class's tables, filled by fill before they are
 	// served. The server holds none of its locks while it calls it.
-	AddClass(class string, fill func(class string)) bool
+	AddClass(class cache.Class, fill func(class cache.Class)) bool
 	// RemoveClass drops a class's tables.
-	RemoveClass(class string) bool
+	RemoveClass(class cache.Class) bool
 }
 
 var _ Tables = (*cache.Cache)(nil)
@@ -99,16 +99,16 @@ var _ Callbacks = NoCallbacks{}
 // Classifier tells the class of a proxy and fills the tables of a class
 // seen for the first time.
 type Classifier interface {
-	Classify(*core.Node) string
-	FillClass(class string)
+	Classify(*core.Node) cache.Class
+	FillClass(class cache.Class)
 }
 
 // OneClass serves every proxy from one class, whose tables are filled by
 // whoever fills the cache.
-type OneClass string
+type OneClass cache.Class
 
-func (c OneClass) Classify(*core.Node) string { return string(c) }
-func (OneClass) FillClass(string)             {}
+func (c OneClass) Classify(*core.Node) cache.Class { return cache.Class(c) }
+func (OneClass) FillClass(cache.Class)             {}
 
 // Config configures a Server.
 type Config struct {
@@ -128,8 +128,9 @@ type Config struct {
 	// GRPCOptions are added to the gRPC server's options (TLS credentials,
 	// for one); the server sets the in-tap handle itself.
 	GRPCOptions []grpc.ServerOption
-	// Status, when set, records each stream's sent, ACKed and NACKed versions.
-	Status *Status
+	// Streams, when set, is the registry of the open streams, which records
+	// each stream's sent, ACKed and NACKed versions; default a new one.
+	Streams *Streams
 	// Secrets, when set, serves SDS from a table per proxy identity.
 	Secrets SecretSource
 	// Localities, when set, serves the load assignments of a proxy with a
@@ -208,8 +209,8 @@ func (c *Config) Validate() error {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
 	}
-	if c.Status == nil {
-		c.Status = NewStatus()
+	if c.Streams == nil {
+		c.Streams = NewStreams()
 	}
 	if c.MaxConnectionAge == 0 {
 		c.MaxConnectionAge = 30 * time.Minute
@@ -281,20 +282,20 @@ type Server struct {
 // the counts alone: a new class's tables are added and filled without it.
 type classSet struct {
 	tables Tables
-	fill   func(class string)
+	fill   func(class cache.Class)
 
 	mu      sync.Mutex
-	streams map[string]int
-	idle    map[string]time.Time
+	streams map[cache.Class]int
+	idle    map[cache.Class]time.Time
 }
 
-func newClassSet(tables Tables, fill func(string)) *classSet {
-	return &classSet{tables: tables, fill: fill, streams: map[string]int{}, idle: map[string]time.Time{}}
+func newClassSet(tables Tables, fill func(cache.Class)) *classSet {
+	return &classSet{tables: tables, fill: fill, streams: map[cache.Class]int{}, idle: map[cache.Class]time.Time{}}
 }
 
 // table returns a class's table of a type, adding (and filling) the class
 // if it is not held yet.
-func (c *classSet) table(class, typeURL string) (*cache.Table, error) {
+func (c *classSet) table(class cache.Class, typeURL string) (*cache.Table, error) {
 	t, err := c.tables.Table(class, typeURL)
 	if !errors.Is(err, cache.ErrNoClass) {
 		return t, err
@@ -307,7 +308,7 @@ func (c *classSet) table(class, typeURL string) (*cache.Table, error) {
 // type; the class is not dropped while the stream counts. A class not held
 // yet may be added only while fewer than limit classes are (0: any
 // number); ok is false (and nothing counted) beyond.
-func (c *classSet) join(class, typeURL string, limit int) (t *cache.Table, ok bool, err error) {
+func (c *classSet) join(class cache.Class, typeURL string, limit int) (t *cache.Table, ok bool, err error) {
 	c.mu.Lock()
 	if _, held := c.streams[class]; !held && limit > 0 {
 		if _, idle := c.idle[class]; !idle && len(c.streams)+len(c.idle) >= limit {
@@ -324,7 +325,7 @@ func (c *classSet) join(class, typeURL string, limit int) (t *cache.Table, ok bo
 }
 
 // leave uncounts a stream from its class.
-func (c *classSet) leave(class string) {
+func (c *classSet) leave(class cache.Class) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.streams[class]--; c.streams[class] <= 0 {
@@ -352,9 +353,9 @@ type SecretSource interface {
 	Tables
 	// Class names the secrets class of a stream from its context (its
 	// peer's identity); "" when it has none, and is served no secrets.
-	Class(ctx context.Context) string
+	Class(ctx context.Context) cache.Class
 	// Fill fills a class's tables before they are first served.
-	Fill(class string)
+	Fill(class cache.Class)
 }
 
 // LocalitySource serves EDS to proxies with a locality from tables of its
@@ -365,9 +366,9 @@ type LocalitySource interface {
 	Tables
 	// Class names the locality class of a proxy; "" for a proxy without a
 	// locality, which is served the shared load assignments.
-	Class(*core.Node) string
+	Class(*core.Node) cache.Class
 	// Fill fills a class's tables before they are first served.
-	Fill(class string)
+	Fill(class cache.Class)
 }
 
 type metrics struct {
@@ -448,19 +449,19 @@ func shortType(typeURL string) string {
 
 // table returns the table serving a class and type, adding the class
 // (filled by the classifier) when it is new.
-func (s *Server) table(class, typeURL string) (*cache.Table, error) {
+func (s *Server) table(class cache.Class, typeURL string) (*cache.Table, error) {
 	return s.classes.table(class, typeURL)
 }
 
 // join counts a stream in its class and returns the class's table of a
 // type.
-func (s *Server) join(class, typeURL string) (*cache.Table, error) {
+func (s *Server) join(class cache.Class, typeURL string) (*cache.Table, error) {
 	t, _, err := s.classes.join(class, typeURL, 0)
 	return t, err
 }
 
 // leave uncounts a stream from its class.
-func (s *Server) leave(class string) { s.classes.leave(class) }
+func (s *Server) leave(class cache.Class) { s.classes.leave(class) }
 
 // dropIdleClasses drops the classes, the identities' secrets and the
 // localities' load assignments without a
@@ -481,7 +482,7 @@ func (s *Server) dropIdleClasses(now time.Time) {
 // the new CA signed, or not at all.
 func (s *Server) EndUntrusted(trusted func(context.Context) bool) int {
 	n := 0
-	for _, st := range s.cfg.Status.all() {
+	for _, st := range s.cfg.Streams.all() {
 		if !trusted(st.ctx) && st.end(status.Error(codes.Unauthenticated, "shardpilot: the client certificate is no longer trusted (the client CA changed)")) {
 			n++
 		}
@@ -500,7 +501,7 @@ func (s *Server) EndUntrusted(trusted func(context.Context) bool) int {
 // its new class.
 func (s *Server) Reclassify() int {
 	n := 0
-	for _, st := range s.cfg.Status.moved(s.cfg.Classes.Classify) {
+	for _, st := range s.cfg.Streams.moved(s.cfg.Classes.Classify) {
 		if st.end(errMoved) {
 			n++
 		}
@@ -522,7 +523,7 @@ func (s *Server) Shed(leave func(*core.Node) bool, why string) int {
 	n := 0
 	gone := status.Error(codes.Unavailable, why)
 	var remotes []string
-	for _, st := range s.cfg.Status.all() {
+	for _, st := range s.cfg.Streams.all() {
 		st.mu.Lock()
 		node := st.node
 		st.mu.Unlock()
@@ -665,7 +666,7 @@ func (s *Server) watchdog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			for _, st := range s.cfg.Status.all() {
+			for _, st := range s.cfg.Streams.all() {
 				started := st.sending.Load()
 				if started == 0 || now.Sub(time.Unix(0, started)) < s.cfg.SendTimeout {
 					continue

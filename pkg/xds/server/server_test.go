@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 // as the test.
 func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedDiscoveryServiceClient, context.Context) {
 	t.Helper()
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType}})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestStreamRateLimit(t *testing.T) {
 // reads its stream holds the slot only until the send timeout; then its
 // stream is ended and the next proxy is served.
 func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
-	c, err := cache.New(cache.Config{Classes: []string{"all"}, Types: []string{resource.ClusterType, resource.ListenerType}})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType, resource.ListenerType}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func (r *readyWhen) Ready() bool { return r.Load() }
 // byNode puts every proxy in a class of its own, named by its node id.
 type byNode struct{}
 
-func (byNode) Classify(n *core.Node) string { return n.GetId() }
-func (byNode) FillClass(string)             {}
+func (byNode) Classify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
+func (byNode) FillClass(cache.Class)             {}
 
 // TestIdleClassesAreDropped: a class added for a proxy is dropped once no
 // proxy has used it for ClassIdle, and added again when one comes back.
@@ -262,7 +262,7 @@ func TestIdleClassesAreDropped(t *testing.T) {
 		}
 		return stop
 	}
-	has := func(class string) bool { return slices.Contains(c.Classes(), class) }
+	has := func(class cache.Class) bool { return slices.Contains(c.Classes(), class) }
 	stopA := open("proxy-a")
 	stopB := open("proxy-b")
 	if !has("proxy-a") || !has("proxy-b") {

@@ -9,13 +9,16 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 )
 
-// Status knows the open streams and reports, per stream and type, what was
-// sent, what was ACKed and the last NACK, for /debug/syncz. Each stream
+// Streams is the registry of the open streams: it finds them (to end the
+// streams of a class, an untrusted client or a shard), and reports, per
+// stream and type, what was sent, what was ACKed and the last NACK, for
+// /debug/syncz. Each stream
 // keeps its own record under its own lock, so recording an ACK takes no
 // lock another stream waits on. It is safe for concurrent use.
-type Status struct {
+type Streams struct {
 	mu      sync.Mutex
 	streams map[int64]*stream
 }
@@ -27,7 +30,7 @@ type StreamStatus struct {
 	Proxy  string `json:"proxy"`
 	Delta  bool   `json:"delta"`
 	// Class is the proxy class the stream is served from.
-	Class string                 `json:"class,omitempty"`
+	Class cache.Class            `json:"class,omitempty"`
 	Since time.Time              `json:"connected"`
 	Types map[string]*TypeStatus `json:"types"`
 	// Node is the stream's own node, as admitted (several streams may
@@ -53,23 +56,23 @@ type NACK struct {
 	At      time.Time `json:"at"`
 }
 
-// NewStatus returns an empty Status.
-func NewStatus() *Status { return &Status{streams: map[int64]*stream{}} }
+// NewStreams returns an empty registry.
+func NewStreams() *Streams { return &Streams{streams: map[int64]*stream{}} }
 
-func (s *Status) add(st *stream) {
+func (s *Streams) add(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streams[st.id] = st
 }
 
-func (s *Status) remove(st *stream) {
+func (s *Streams) remove(st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.streams, st.id)
 }
 
 // all returns the open streams.
-func (s *Status) all() []*stream {
+func (s *Streams) all() []*stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*stream, 0, len(s.streams))
@@ -81,7 +84,7 @@ func (s *Status) all() []*stream {
 
 // moved returns the streams whose proxy's class is no longer the one the
 // stream is served from.
-func (s *Status) moved(classify func(*core.Node) string) []*stream {
+func (s *Streams) moved(classify func(*core.Node) cache.Class) []*stream {
 	var out []*stream
 	for _, st := range s.all() {
 		st.mu.Lock()
@@ -95,7 +98,7 @@ func (s *Status) moved(classify func(*core.Node) string) []*stream {
 }
 
 // Node returns the node of a connected proxy, or nil.
-func (s *Status) Node(proxy string) *core.Node {
+func (s *Streams) Node(proxy string) *core.Node {
 	for _, st := range s.all() {
 		st.mu.Lock()
 		node := st.node
@@ -108,7 +111,7 @@ func (s *Status) Node(proxy string) *core.Node {
 }
 
 // Streams returns a copy of every stream's status, ordered by proxy.
-func (s *Status) Streams() []StreamStatus {
+func (s *Streams) Status() []StreamStatus {
 	var out []StreamStatus
 	for _, st := range s.all() {
 		st.mu.Lock()
@@ -135,8 +138,8 @@ func (s *Status) Streams() []StreamStatus {
 
 // ServeHTTP serves /debug/syncz: every stream's status as JSON; ?proxy=<id>
 // keeps one proxy's.
-func (s *Status) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	streams := s.Streams()
+func (s *Streams) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	streams := s.Status()
 	if p := r.URL.Query().Get("proxy"); p != "" {
 		streams = slices.DeleteFunc(streams, func(st StreamStatus) bool { return st.Proxy != p })
 	}

@@ -84,13 +84,13 @@ type stream struct {
 	closed  bool
 	node    *core.Node
 	nodeRaw []byte
-	class   string
+	class   cache.Class
 	// secrets is the class of the proxy's identity in Config.Secrets;
 	// noSecrets records that it has none (said once).
-	secrets   string
+	secrets   cache.Class
 	noSecrets bool
 	// locality is the proxy's class in Config.Localities ("" for none).
-	locality string
+	locality cache.Class
 	watches  []*watch // in push order
 	nonce    uint64
 }
@@ -178,13 +178,13 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		id = -id
 	}
 	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now(), startEpoch: s.epoch()}
-	s.cfg.Status.add(st)
+	s.cfg.Streams.add(st)
 	s.m.streams.Inc()
 	defer func() {
 		st.end(nil)
 		st.stopSending()
 		s.m.streams.Dec()
-		s.cfg.Status.remove(st)
+		s.cfg.Streams.remove(st)
 		class, secrets, locality := st.close()
 		if class != "" {
 			s.leave(class)
@@ -220,7 +220,7 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 // close releases the stream's subscriptions and returns its class ("" if
 // it was never classified), its secrets class and its locality class (""
 // if it had none).
-func (st *stream) close() (class, secrets, locality string) {
+func (st *stream) close() (class, secrets, locality cache.Class) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true

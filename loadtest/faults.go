@@ -157,11 +157,6 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 		id := string(resp.Kvs[0].Value)
 		return ingesters[id], id
 	}
-	stopFor := func(p *proc) {
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		time.Sleep(sc.FaultHold)
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	}
 	faults := []struct {
 		name   string
 		inject func() error
@@ -195,7 +190,33 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			}
 			return servers[1].waitReady(ctx, time.Minute)
 		}},
-		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error { stopFor(etcd); return nil }},
+		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
+			// The ingesters, which cannot write, say so; the pushers
+			// serve their last config and stay ready.
+			_ = etcd.cmd.Process.Signal(syscall.SIGSTOP)
+			unready, fell := map[string]bool{}, false
+			for until := time.Now().Add(sc.FaultHold); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
+				for id, p := range ingesters {
+					unready[id] = unready[id] || !p.ready()
+				}
+				fell = fell || !servers[1].ready()
+			}
+			_ = etcd.cmd.Process.Signal(syscall.SIGCONT)
+			for id := range ingesters {
+				if !unready[id] {
+					return fmt.Errorf("ingester %s stayed ready while etcd was stopped: it could not write", id)
+				}
+			}
+			if fell {
+				return fmt.Errorf("%s went unready while etcd was stopped: it has a config to serve", servers[1].name)
+			}
+			for _, p := range ingesters {
+				if err := p.waitReady(ctx, time.Minute); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 		{"the ingester leader killed (SIGKILL)", func() error {
 			p, id := leader()
 			if p == nil {

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -290,6 +291,21 @@ func run(ctx context.Context, args []string) error {
 		g.Go(func() error { return serveHook(ctx) })
 	}
 	ready.Check("relay following the store", rl.Relay.Healthy)
+	// An ingester that cannot reach the store writes nothing, whatever it
+	// leads.
+	var probe store.Probe
+	g.Go(func() error { probe.Run(ctx, store.New(conns.Etcd), 2*time.Second); return nil })
+	ready.Check("store reachable", probe.Reachable)
+	ready.Detail(func() string {
+		if election.ID == "" {
+			return "leads: everything (no elections)"
+		}
+		return "leads: " + cmp.Or(strings.Join(election.Share.Leading(), ", "), "nothing")
+	})
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_ingester_leading",
+		Help: "Elections (sources, the relay) this replica leads now."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {
+		return err
+	}
 	g.Go(func() error { return rl.Run(ctx) })
 	name := o.leaderID
 	if name == "" {

@@ -110,6 +110,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&o.xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
 	fs.DurationVar(&o.xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
+	fs.DurationVar(&o.xcfg.AnswerWait, "answer-wait", time.Second, "longest the next generations wait for a proxy to answer (or read) a response; past it the proxy is reported unanswered and no longer holds changes back (negative: wait for every answer, up to --debounce-max-hold)")
 	fs.IntVar(&o.maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
 	o.maxPerIdentity = fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,7 +43,15 @@ type Share struct {
 	mu        sync.Mutex
 	elections int
 	leading   int
+	led       map[string]bool // the elections led now
 	yielded   time.Time
+}
+
+// Leading returns the elections this replica leads now, in order.
+func (s *Share) Leading() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.led))
 }
 
 // errYielded ends a term given up for another replica.
@@ -53,10 +63,15 @@ func (s *Share) lead(ctx context.Context, election string, run func(context.Cont
 	every := cmp.Or(s.Every, 5*time.Second)
 	s.mu.Lock()
 	s.leading++
+	if s.led == nil {
+		s.led = map[string]bool{}
+	}
+	s.led[election] = true
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.leading--
+		delete(s.led, election)
 		s.mu.Unlock()
 	}()
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"sync"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -22,6 +23,7 @@ type Etcd struct {
 	e *embed.Etcd
 	// Endpoint is the client URL.
 	Endpoint string
+	closed   sync.Once
 }
 
 // freePort returns a loopback port nobody listens on right now.
@@ -97,10 +99,12 @@ func StartEtcdWith(dir string, opts EtcdOptions) (*Etcd, error) {
 	return nil, fmt.Errorf("embedded: start etcd: %w", lastErr)
 }
 
-// Close stops etcd.
+// Close stops etcd; a second Close does nothing.
 func (e *Etcd) Close() {
-	e.e.Close()
-	<-e.e.Server.StopNotify()
+	e.closed.Do(func() {
+		e.e.Close()
+		<-e.e.Server.StopNotify()
+	})
 }
 
 // NATS is an embedded NATS server with JetStream.

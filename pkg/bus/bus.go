@@ -356,6 +356,11 @@ func (b *Bus) ConsumeSubjects(ctx context.Context, fromSeq uint64, subjects []st
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    fromSeq,
 		FilterSubjects: subjects,
+		// A consumer lost with its stream (NATS restarted without its
+		// data) is made again a few times, then the consume fails and
+		// its caller starts over: retried for ever, the iterator would
+		// neither return nor heed the context.
+		MaxResetAttempts: 3,
 	})
 	if err != nil {
 		return fmt.Errorf("bus: consume %s from %d: %w", b.stream, fromSeq, err)

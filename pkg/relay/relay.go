@@ -141,7 +141,7 @@ func New(cfg Config) (*Relay, error) {
 // owns the stream: it makes it before the first pass and again after any
 // failure (it may have been deleted or altered).
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.cfg.Publisher.Ensure(ctx); err != nil && ctx.Err() == nil {
+	if err := r.bounded(ctx, r.cfg.Publisher.Ensure); err != nil && ctx.Err() == nil {
 		r.failing.Store(true)
 		r.cfg.Log.Warn("cannot make the stream", "err", err)
 	}
@@ -164,16 +164,25 @@ func (r *Relay) Run(ctx context.Context) error {
 		// The stream may be gone or altered: make it again; the next pass
 		// finds it empty (and publishes a RESYNC) or confirms its last
 		// event against the store.
-		if err := r.cfg.Publisher.Ensure(ctx); err != nil && ctx.Err() == nil {
+		if err := r.bounded(ctx, r.cfg.Publisher.Ensure); err != nil && ctx.Err() == nil {
 			r.cfg.Log.Warn("cannot make the stream", "err", err)
 		}
 	}
 }
 
+// bounded runs a request to the bus, bounded in time: a bus that does not
+// answer (NATS restarting, its requests lost) must not hold the relay,
+// which then starts again and makes the stream anew if it is gone.
+func (r *Relay) bounded(ctx context.Context, request func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.CheckEvery, time.Second))
+	defer cancel()
+	return request(ctx)
+}
+
 // relay finds where the stream stops and follows the store from there until
 // an error.
 func (r *Relay) relay(ctx context.Context) error {
-	if err := r.cfg.Publisher.Check(ctx); err != nil {
+	if err := r.bounded(ctx, r.cfg.Publisher.Check); err != nil {
 		return err
 	}
 	last, _, err := r.cfg.Publisher.Last(ctx)
@@ -239,7 +248,7 @@ func (r *Relay) relay(ctx context.Context) error {
 			case <-gctx.Done():
 				return nil
 			case <-t.C:
-				if err := r.cfg.Publisher.Check(gctx); err != nil && gctx.Err() == nil {
+				if err := r.bounded(gctx, r.cfg.Publisher.Check); err != nil && gctx.Err() == nil {
 					return err
 				}
 			}

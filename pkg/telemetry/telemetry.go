@@ -51,6 +51,26 @@ func NewRegistry() *prometheus.Registry {
 type Readiness struct {
 	mu     sync.Mutex
 	checks map[string]func() bool
+	// detail, when set, adds a line to /readyz (what the process leads).
+	detail func() string
+}
+
+// Detail adds what detail returns to every /readyz answer.
+func (r *Readiness) Detail(detail func() string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.detail = detail
+}
+
+// details returns the added line, if any.
+func (r *Readiness) details() string {
+	r.mu.Lock()
+	detail := r.detail
+	r.mu.Unlock()
+	if detail == nil {
+		return ""
+	}
+	return detail() + "\n"
 }
 
 // NewReadiness returns a Readiness waiting on the named conditions.
@@ -122,10 +142,10 @@ func (a *Admin) Handler() http.Handler {
 		ok, waiting := a.Ready.Ready()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, "not ready: waiting for %s\n", strings.Join(waiting, ", "))
+			_, _ = fmt.Fprintf(w, "not ready: waiting for %s\n%s", strings.Join(waiting, ", "), a.Ready.details())
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n"+a.Ready.details())
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}))
 	// Go's profiles, for a look at a busy process (the load test reads the

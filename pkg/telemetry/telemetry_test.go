@@ -58,6 +58,10 @@ func TestAdminEndpoints(t *testing.T) {
 	if code, _ := get("/readyz"); code != 200 {
 		t.Errorf("/readyz %d once ready", code)
 	}
+	ready.Detail(func() string { return "leads: relay" })
+	if code, body := get("/readyz"); code != 200 || body != "ok\nleads: relay\n" {
+		t.Errorf("/readyz %d %q, want ok and what it leads", code, body)
+	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics %d", code)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -63,4 +64,40 @@ func TestServesThroughABusOutage(t *testing.T) {
 	if cp.pusher.GeneratedRevision() == 0 || cp.pusher.Stale() == 0 {
 		t.Errorf("generated revision %d, stale for %s: want the last config, stale", cp.pusher.GeneratedRevision(), cp.pusher.Stale())
 	}
+}
+
+// TestWipedStreamIsMadeAgainWithoutAChange: NATS restarts with its data
+// lost and nothing changes afterwards. The relay finds its stream gone on
+// its next check and makes it again, the pusher follows it again, and it
+// served its last configuration throughout.
+func TestWipedStreamIsMadeAgainWithoutAChange(t *testing.T) {
+	a := startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a)))
+	cp := NewCluster(t, Options{}, yamlSource(dir))
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+	allOn(t, conn, a.addr, "RPCs reach backend a")
+	cp.settled(t)
+
+	cp.stopNATS()
+	if err := os.RemoveAll(cp.natsDir); err != nil {
+		t.Fatal(err)
+	}
+	cp.startNATS(t)
+	js, err := jetstream.New(cp.nats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the stream made again, and the relay and the pusher following it", func() (bool, string) {
+		if cp.pusher.GeneratedRevision() == 0 {
+			t.Fatal("the pusher dropped its configuration")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := js.Stream(ctx, "SHARDPILOT_MESH"); err != nil {
+			return false, err.Error()
+		}
+		return cp.pusher.Following() && cp.relay.Healthy(), "not following yet"
+	})
+	allOn(t, conn, a.addr, "RPCs still reach backend a")
 }

@@ -16,6 +16,11 @@ import (
 // it, it goes back to the end of the queue, so a stream whose
 // configuration keeps changing does not hold a sender from the others.
 // Idle proxies so cost the server no sending goroutine and no stack.
+//
+// A write waits for the proxy to read (HTTP/2 flow control): one that
+// outlasts parkAfter is parked, its sender replaced by a new one, so that
+// proxies slow to read do not hold the pool from the others; the parked
+// sender finishes its stream's turn and retires.
 
 // pushQueue is the streams waiting for a sender.
 type pushQueue struct {
@@ -75,13 +80,19 @@ func (q *pushQueue) stop() {
 }
 
 // senders runs the pool until the queue stops.
-func (s *Server) senders(wg *sync.WaitGroup, n int) {
+func (s *Server) senders(n int) {
 	for range n {
-		wg.Go(func() {
-			for st := s.pushq.get(); st != nil; st = s.pushq.get() {
-				st.work()
-			}
-		})
+		s.sending.Go(s.sender)
+	}
+}
+
+// sender works the queued streams until the queue stops, or until another
+// sender took its place while it waited on a write.
+func (s *Server) sender() {
+	for st := s.pushq.get(); st != nil; st = s.pushq.get() {
+		if replaced := st.work(); replaced {
+			return
+		}
 	}
 }
 
@@ -107,18 +118,19 @@ func (s *Server) enqueue(st *stream) {
 	if s.cfg.MaxConcurrentPushes < 0 {
 		// Unlimited: each due stream gets a goroutine for as long as
 		// it writes.
-		s.unpooled.Go(st.work)
+		s.unpooled.Go(func() { st.work() })
 		return
 	}
 	s.pushq.put(st)
 }
 
-// work writes the stream's due responses, as its sender.
-func (st *stream) work() {
+// work writes the stream's due responses, as its sender; it reports
+// whether another sender took this one's place meanwhile (see park).
+func (st *stream) work() (replaced bool) {
 	st.smu.Lock()
 	if st.done || !st.queued {
 		st.smu.Unlock()
-		return
+		return false
 	}
 	st.queued, st.running = false, true
 	st.srv.m.queue.Observe(time.Since(st.queuedAt).Seconds())
@@ -128,10 +140,11 @@ func (st *stream) work() {
 
 	st.smu.Lock()
 	st.running = false
+	replaced, st.parked = st.parked, false
 	if st.done {
 		close(st.stopped)
 		st.smu.Unlock()
-		return
+		return replaced
 	}
 	requeue := st.queued && err == nil
 	if requeue {
@@ -143,6 +156,20 @@ func (st *stream) work() {
 	} else if requeue {
 		st.srv.enqueue(st)
 	}
+	return replaced
+}
+
+// park marks the stream's write that started at started as parked, if it
+// still runs: its sender retires once the stream's turn ends, and the
+// caller starts another in its place. It reports whether it did.
+func (st *stream) park(started int64) bool {
+	st.smu.Lock()
+	defer st.smu.Unlock()
+	if !st.running || st.parked || st.sending.Load() != started {
+		return false
+	}
+	st.parked = true
+	return true
 }
 
 // stopSending stops the stream's sending, waiting for a write in progress

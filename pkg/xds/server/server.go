@@ -153,6 +153,14 @@ type Config struct {
 	// that does not read its stream loses its push slot and its stream
 	// when it passes. Default 10s; negative disables.
 	SendTimeout time.Duration
+	// AnswerWait is how long a response may go unanswered (or unwritten)
+	// before the next generations stop waiting for it: the pusher holds a
+	// generation while the last one's responses are due (see
+	// pusher.Config.MaxHold), and one proxy that never answers must not
+	// hold every change back. The stream is reported (/debug/syncz, a
+	// counter) and served on as usual. Default 1s; negative waits for
+	// every answer.
+	AnswerWait time.Duration
 	// StreamRate bounds how many new streams per second the server accepts
 	// (a reconnect storm is spread out instead of arriving at once);
 	// 0 means unlimited. Refused streams get UNAVAILABLE and retry.
@@ -221,6 +229,9 @@ func (c *Config) Validate() error {
 	if c.SendTimeout == 0 {
 		c.SendTimeout = 10 * time.Second
 	}
+	if c.AnswerWait == 0 {
+		c.AnswerWait = time.Second
+	}
 	if c.StreamRate < 0 {
 		return errors.New("server: the stream rate must not be negative")
 	}
@@ -265,10 +276,12 @@ type Server struct {
 	cfg    Config
 	m      metrics
 	nextID atomic.Int64
-	// pushq holds the streams waiting for a sender; unpooled counts the
-	// senders of an unlimited server, one per stream writing.
-	pushq    *pushQueue
-	unpooled sync.WaitGroup
+	// pushq holds the streams waiting for a sender.
+	pushq *pushQueue
+	// sending counts the senders of the pool (and those that took the
+	// place of one whose write was parked); unpooled those of an
+	// unlimited server, one per stream writing.
+	sending, unpooled sync.WaitGroup
 	// classes counts the streams of each proxy class; secrets, of each
 	// identity's secrets (nil without Config.Secrets); localities, of each
 	// locality's load assignments (nil without Config.Localities).
@@ -377,12 +390,16 @@ type metrics struct {
 	shed      prometheus.Counter
 	untrusted prometheus.Counter
 	timeouts  prometheus.Counter
-	queue     prometheus.Histogram
-	send      prometheus.Histogram
-	streams   prometheus.Gauge
-	responses *prometheus.CounterVec
-	nacks     *prometheus.CounterVec
-	limited   *prometheus.CounterVec
+	// unanswered counts the responses the generations stopped waiting
+	// for; parked the writes that outlasted parkAfter, whose sender was
+	// replaced.
+	unanswered, parked prometheus.Counter
+	queue              prometheus.Histogram
+	send               prometheus.Histogram
+	streams            prometheus.Gauge
+	responses          *prometheus.CounterVec
+	nacks              *prometheus.CounterVec
+	limited            *prometheus.CounterVec
 }
 
 // New returns a Server.
@@ -399,6 +416,10 @@ func New(cfg Config) (*Server, error) {
 			Help: "xDS streams ended because their proxy is no longer served here (its namespace was placed on another shard; the proxy reconnects)."}),
 		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_untrusted_total",
 			Help: "xDS streams ended because the client CA was replaced and no longer trusts their certificate."}),
+		unanswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_unanswered_responses_total",
+			Help: "Responses unanswered (or unwritten) past the answer wait: the generations that follow no longer wait for them."}),
+		parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_parked_writes_total",
+			Help: "Writes that waited on a proxy's flow control past a moment: another sender took their sender's place."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
 			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",
@@ -420,7 +441,7 @@ func New(cfg Config) (*Server, error) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.untrusted, m.timeouts, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -598,12 +619,9 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	defer stopWatching()
 	// The senders outlive every stream handler: a handler waits for a
 	// write of its stream in progress.
-	var sending sync.WaitGroup
-	s.senders(&sending, s.cfg.MaxConcurrentPushes)
-	defer func() { s.pushq.stop(); sending.Wait(); s.unpooled.Wait() }()
-	if s.cfg.SendTimeout > 0 {
-		wg.Go(func() { s.watchdog(wctx) })
-	}
+	s.senders(s.cfg.MaxConcurrentPushes)
+	defer func() { s.pushq.stop(); s.sending.Wait(); s.unpooled.Wait() }()
+	wg.Go(func() { s.watchdog(wctx) })
 	if s.cfg.ClassIdle > 0 {
 		wg.Go(func() {
 			tick := time.NewTicker(max(s.cfg.ClassIdle/4, 10*time.Millisecond))
@@ -656,26 +674,73 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	return err
 }
 
-// watchdog ends the streams whose write outlasts the send timeout: ending
-// a stream makes its write return, which frees its sender.
+// watchdog watches the writes and the answers: a write that outlasts
+// parkAfter has its sender replaced (the writing goroutine retires once
+// its stream's turn ends), so that proxies slow to read do not hold the
+// senders from the others; one that outlasts the send timeout ends its
+// stream, which makes the write return; a response unanswered (or
+// unwritten) past the answer wait no longer holds back the generations.
 func (s *Server) watchdog(ctx context.Context) {
-	tick := time.NewTicker(max(s.cfg.SendTimeout/4, 10*time.Millisecond))
+	tick := time.NewTicker(parkAfter)
 	defer tick.Stop()
+	var answersChecked time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			checkAnswers := s.cfg.AnswerWait > 0 && now.Sub(answersChecked) >= s.cfg.AnswerWait/4
+			if checkAnswers {
+				answersChecked = now
+			}
 			for _, st := range s.cfg.Streams.all() {
-				started := st.sending.Load()
-				if started == 0 || now.Sub(time.Unix(0, started)) < s.cfg.SendTimeout {
-					continue
-				}
-				if st.end(errTimedOut) {
-					s.m.timeouts.Inc()
-					s.cfg.Log.Warn("a response's write outlasted the send timeout; ending the stream", "stream", st.id, "timeout", s.cfg.SendTimeout)
+				s.watchWrite(st, now)
+				if checkAnswers {
+					s.watchAnswers(st, now)
 				}
 			}
 		}
+	}
+}
+
+// parkAfter is how long a sender waits on one write before another sender
+// takes its place.
+const parkAfter = 100 * time.Millisecond
+
+// watchWrite parks or times out a stream's write in progress.
+func (s *Server) watchWrite(st *stream, now time.Time) {
+	started := st.sending.Load()
+	if started == 0 {
+		return
+	}
+	took := now.Sub(time.Unix(0, started))
+	if s.cfg.SendTimeout > 0 && took >= s.cfg.SendTimeout {
+		if st.end(errTimedOut) {
+			s.m.timeouts.Inc()
+			s.cfg.Log.Warn("a response's write outlasted the send timeout; ending the stream", "stream", st.id, "timeout", s.cfg.SendTimeout)
+		}
+		return
+	}
+	if took >= parkAfter && s.cfg.MaxConcurrentPushes > 0 && st.park(started) {
+		s.m.parked.Inc()
+		s.sending.Go(s.sender)
+	}
+}
+
+// watchAnswers excuses the watches of a stream whose response went
+// unanswered past the answer wait.
+func (s *Server) watchAnswers(st *stream, now time.Time) {
+	late := now.Add(-s.cfg.AnswerWait).UnixNano()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range st.watches {
+		if !w.inflight || w.sentAt > late || w.excused.Load() {
+			continue
+		}
+		w.excuse()
+		w.status.Unanswered = true
+		s.m.unanswered.Inc()
+		s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for it",
+			"stream", st.id, "proxy", st.node.GetId(), "type", w.short, "wait", s.cfg.AnswerWait)
 	}
 }

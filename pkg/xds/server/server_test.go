@@ -91,16 +91,55 @@ func TestStreamRateLimit(t *testing.T) {
 	}
 }
 
-// TestSlowProxyDoesNotHoldUpOthers: with one push slot, a proxy that never
-// reads its stream holds the slot only until the send timeout; then its
-// stream is ended and the next proxy is served.
-func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
+// TestSlowReaderDoesNotHoldTheSenders: with one push slot, a proxy that
+// never reads its stream does not hold the slot: once its write waits on
+// flow control, another sender takes its place and the next proxy is
+// served, long before the send timeout.
+func TestSlowReaderDoesNotHoldTheSenders(t *testing.T) {
+	reg, big, dial := stalledWrite(t, time.Minute)
+	fs, err := dial().StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "fast"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "the proxy behind the slow one", func() error {
+		resp, err := fs.Recv()
+		if err == nil && len(resp.Resources) != len(big) {
+			err = fmt.Errorf("got %d clusters, want %d", len(resp.Resources), len(big))
+		}
+		return err
+	})
+	if n := counterValue(t, reg, "shardpilot_pusher_xds_parked_writes_total"); n < 1 {
+		t.Errorf("%v writes parked, want the slow proxy's", n)
+	}
+	if n := counterValue(t, reg, "shardpilot_pusher_xds_send_timeouts_total"); n != 0 {
+		t.Errorf("%v send timeouts, want none yet", n)
+	}
+}
+
+// TestSendTimeoutEndsAStalledStream: a write that outlasts the send
+// timeout ends its stream.
+func TestSendTimeoutEndsAStalledStream(t *testing.T) {
+	reg, _, _ := stalledWrite(t, 300*time.Millisecond)
+	testutil.Eventually(t, 10*time.Second, "the stalled stream to be ended", func() (bool, string) {
+		n := counterValue(t, reg, "shardpilot_pusher_xds_send_timeouts_total")
+		return n == 1, fmt.Sprint(n, " send timeouts")
+	})
+}
+
+// stalledWrite serves, with one push slot, responses far larger than a
+// stream's flow-control window to a proxy that never reads: gRPC takes the
+// first whole, and the next blocks until the proxy reads. It returns once
+// that second write started, with the server's metrics, the clusters and
+// a dial of the server with the same small windows.
+func stalledWrite(t *testing.T, sendTimeout time.Duration) (*prometheus.Registry, map[string]types.Resource, func() discovery.AggregatedDiscoveryServiceClient) {
+	t.Helper()
 	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType, resource.ListenerType}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Responses far larger than a stream's flow-control window: gRPC
-	// takes the first whole, and the next blocks until the proxy reads.
 	big := map[string]types.Resource{}
 	listeners := map[string]types.Resource{}
 	for i := range 64 {
@@ -115,7 +154,7 @@ func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), MaxConcurrentPushes: 1, SendTimeout: 300 * time.Millisecond,
+	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), MaxConcurrentPushes: 1, SendTimeout: sendTimeout,
 		Registerer: reg, DrainTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +166,8 @@ func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, lis) }()
-	defer func() { cancel(); <-done }()
-
-	dial := func() (*grpc.ClientConn, discovery.AggregatedDiscoveryServiceClient) {
+	t.Cleanup(func() { cancel(); <-done })
+	dial := func() discovery.AggregatedDiscoveryServiceClient {
 		// Fixed windows (no BDP growth): an unread stream fills up.
 		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
@@ -137,11 +175,10 @@ func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return conn, discovery.NewAggregatedDiscoveryServiceClient(conn)
+		t.Cleanup(func() { conn.Close() })
+		return discovery.NewAggregatedDiscoveryServiceClient(conn)
 	}
-	slowConn, slow := dial()
-	defer slowConn.Close()
-	ss, err := slow.StreamAggregatedResources(ctx)
+	ss, err := dial().StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +187,7 @@ func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The slow proxy never calls Recv. Wait until its second write holds
-	// the one sender.
+	// The slow proxy never calls Recv. Wait until its second write started.
 	testutil.Eventually(t, 10*time.Second, "the slow proxy's second write to start", func() (bool, string) {
 		var n float64
 		if f := family(t, reg, "shardpilot_pusher_xds_responses_total"); f != nil {
@@ -161,26 +197,7 @@ func TestSlowProxyDoesNotHoldUpOthers(t *testing.T) {
 		}
 		return n >= 2, fmt.Sprintf("%v responses written", n)
 	})
-
-	fastConn, fast := dial()
-	defer fastConn.Close()
-	fs, err := fast.StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "fast"}, TypeUrl: resource.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := fs.Recv()
-	if err != nil {
-		t.Fatalf("the proxy behind the slow one: %v", err)
-	}
-	if len(resp.Resources) != len(big) {
-		t.Errorf("got %d clusters, want %d", len(resp.Resources), len(big))
-	}
-	if n := counterValue(t, reg, "shardpilot_pusher_xds_send_timeouts_total"); n != 1 {
-		t.Errorf("%v send timeouts, want 1 (the slow proxy's)", n)
-	}
+	return reg, big, dial
 }
 
 func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {

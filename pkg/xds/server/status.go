@@ -47,6 +47,10 @@ type TypeStatus struct {
 	// Acked is the last version (or nonce) the proxy accepted.
 	Acked    string `json:"acked,omitempty"`
 	LastNACK *NACK  `json:"last_nack,omitempty"`
+	// Unanswered says that the last response went unanswered (or
+	// unwritten) past the answer wait: the next generations no longer
+	// wait for it.
+	Unanswered bool `json:"unanswered,omitempty"`
 }
 
 // NACK is a rejected response.

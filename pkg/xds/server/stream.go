@@ -70,10 +70,13 @@ type stream struct {
 	// waits for one (or, while running, to go back to the queue), done
 	// once its handler returns; stopped is closed by the sender running
 	// then.
-	smu      sync.Mutex
-	queued   bool
-	running  bool
-	done     bool
+	smu     sync.Mutex
+	queued  bool
+	running bool
+	done    bool
+	// parked says that the write in progress outlasted parkAfter and
+	// another sender took this stream's sender's place.
+	parked   bool
 	stopped  chan struct{}
 	queuedAt time.Time
 
@@ -135,13 +138,23 @@ type watch struct {
 	// epoch is the generation the in-flight response was sent from;
 	// credited the newest whose ACK has been reported.
 	epoch, credited int64
+	// sentAt is when the in-flight response was made (Unix ns).
+	sentAt int64
+	// counted is how many of the cache's due units (Table.Due) the watch
+	// holds: one while a change is due, one while a response is in
+	// flight. excused is set once the in-flight response went unanswered
+	// past Config.AnswerWait: the watch then holds none, so that a proxy
+	// that does not answer (or read) does not hold back the next
+	// generation for every other; its answer clears it.
+	counted atomic.Int32
+	excused atomic.Bool
 }
 
 // Notify marks the watch due and wakes its stream's sender.
 func (w *watch) Notify() {
 	if w.dirty.CompareAndSwap(false, true) {
 		w.dueEpoch.Store(w.st.srv.epoch())
-		w.table.Due()
+		w.count()
 	}
 	w.st.wakeUp()
 }
@@ -149,6 +162,37 @@ func (w *watch) Notify() {
 // answered clears the watch's due flag.
 func (w *watch) answered() {
 	if w.dirty.Swap(false) {
+		w.uncount()
+	}
+}
+
+// count adds a due unit the watch holds, unless it is excused.
+func (w *watch) count() {
+	if w.excused.Load() {
+		return
+	}
+	w.counted.Add(1)
+	w.table.Due()
+}
+
+// uncount drops a due unit the watch holds, if it holds one.
+func (w *watch) uncount() {
+	for {
+		c := w.counted.Load()
+		if c <= 0 {
+			return
+		}
+		if w.counted.CompareAndSwap(c, c-1) {
+			w.table.Answered()
+			return
+		}
+	}
+}
+
+// excuse drops every due unit the watch holds until its answer comes.
+func (w *watch) excuse() {
+	w.excused.Store(true)
+	for n := w.counted.Swap(0); n > 0; n-- {
 		w.table.Answered()
 	}
 }
@@ -234,7 +278,7 @@ func (st *stream) close() (class, secrets, locality cache.Class) {
 		w.answered()
 		if w.inflight {
 			w.inflight = false
-			w.table.Answered()
+			w.uncount()
 		}
 	}
 	return st.class, st.secrets, st.locality
@@ -482,7 +526,10 @@ func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) (ack conf
 		}
 	}
 	w.inflight = false
-	w.table.Answered() // the response counted as due until answered
+	w.uncount() // the response counted as due until answered
+	if w.excused.Swap(false) {
+		w.status.Unanswered = false
+	}
 	s := st.srv
 	if nack != nil {
 		w.status.LastNACK = &NACK{Version: w.status.Sent, Message: nack.GetMessage(), At: time.Now()}
@@ -562,7 +609,8 @@ func (st *stream) next(i int) (*outgoing, error) {
 	st.nonce++
 	w.nonce = strconv.FormatUint(st.nonce, 10)
 	w.inflight = true
-	w.table.Due()
+	w.sentAt = time.Now().UnixNano()
+	w.count()
 	w.epoch = st.srv.epoch()
 	if w.credited == 0 {
 		// A new subscription is not credited with changes made before it,

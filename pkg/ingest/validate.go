@@ -32,6 +32,10 @@ func (s *Syncer) validate(part []string, objs []Object, problems []Problem) (val
 			unchanged++
 			continue
 		}
+		if err := model.ValidateKey(o.Key); err != nil {
+			problems = append(problems, s.reject(o, err))
+			continue
+		}
 		if err := model.Validate(o.Object); err != nil {
 			problems = append(problems, s.reject(o, err))
 			continue

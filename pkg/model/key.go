@@ -208,3 +208,37 @@ type Stored struct {
 	Object      Object
 	ModRevision int64
 }
+
+// ValidateKey checks a key's namespace and name before the key is made into
+// a store key: a namespace is a DNS label, as Kubernetes has it, and a
+// name's parts (an endpoints name has two, service and shard) hold no path
+// step, wildcard or space. The field paths are the input's metadata.
+func ValidateKey(k Key) error {
+	if len(k.Namespace) > 63 || !dnsLabel.MatchString(k.Namespace) {
+		return fieldErr("metadata.namespace", "%q is not a DNS label (lowercase letters, digits and '-', at most 63, starting and ending alphanumeric)", truncate(k.Namespace))
+	}
+	parts := []string{k.Name}
+	if k.Kind == KindEndpoints {
+		parts = strings.SplitN(k.Name, "/", 2)
+	}
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." || len(p) > 253 || strings.ContainsFunc(p, badNameRune) {
+			return fieldErr("metadata.name", "%q is not a name (at most 253 characters, none of them a slash, a wildcard or a control character, and not . or ..)", truncate(k.Name))
+		}
+	}
+	return nil
+}
+
+func badNameRune(r rune) bool {
+	return r == '/' || r == '*' || r < ' ' || r == 0x7f
+}
+
+// truncate shortens a value quoted in an error to what a log line can
+// carry.
+func truncate(s string) string {
+	const most = 80
+	if len(s) <= most {
+		return s
+	}
+	return s[:most] + "…"
+}

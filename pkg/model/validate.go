@@ -315,10 +315,10 @@ func validateStringMatch(field string, m *meshv1.StringMatch) error {
 		return fieldErr(field, "one of exact, prefix or regex is required")
 	case *meshv1.StringMatch_Regex:
 		if _, err := regexp.Compile(k.Regex); err != nil {
-			return fieldErr(field+".regex", "%q is not an RE2 regex: %v", k.Regex, err)
+			return fieldErr(field+".regex", "%q is not an RE2 regex: %s", truncate(k.Regex), truncate(err.Error()))
 		}
 		if n := programSize(k.Regex); n > MaxRegexProgramSize {
-			return fieldErr(field+".regex", "%q compiles to %d instructions; Envoy refuses regexes above %d (its RE2 program size limit): simplify it", k.Regex, n, MaxRegexProgramSize)
+			return fieldErr(field+".regex", "%q compiles to %d instructions; Envoy refuses regexes above %d (its RE2 program size limit): simplify it", truncate(k.Regex), n, MaxRegexProgramSize)
 		}
 	}
 	return nil

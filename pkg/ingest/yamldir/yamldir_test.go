@@ -53,6 +53,12 @@ spec:
 var bad = map[string]string{
 	// A YAML syntax error in a file that used to hold a valid object.
 	"extra.yaml": "apiVersion: networking.istio.io/v1beta1\nkind: ServiceEntry\nmetadata: {name: extra\n",
+	// A namespace no key may be made of.
+	"path-namespace.yaml": `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ok, namespace: ../../etc}
+spec: {hosts: [ok.example.com], ports: [{number: 80, name: http, protocol: HTTP}], resolution: DNS}
+`,
 	"unknown-kind.yaml": `apiVersion: networking.istio.io/v1
 kind: VirtualServce
 metadata: {name: typo, namespace: demo}
@@ -170,6 +176,7 @@ func TestBadInputIsReportedAndLosesNothing(t *testing.T) {
 	wants := []struct{ location, field, reason string }{
 		{"extra.yaml", "", "malformed YAML"},
 		{"unknown-kind.yaml document 1", "kind", `unknown kind "VirtualServce"`},
+		{"path-namespace.yaml document 1", "metadata.namespace", `"../../etc" is not a DNS label`},
 		{"unknown-host.yaml document 1", "spec.http[0].route[1].destination.host", `unknown host "nowhere.example.com"`},
 		{"duplicate.yaml document 2", "metadata.name", "greeter.yaml document 1"},
 		{"unknown-field.yaml document 1", "spec", `unknown field "subsets[0].lables"`},

@@ -34,14 +34,19 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch r := v.(type) {
+	// A request the server's own decoding refuses is kept with its
+	// reason, for the stream to end with the right status: gRPC would
+	// turn the error into an INTERNAL one.
 	case *sotwRequest:
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()
-		return r.decode(buf.ReadOnlyData())
+		r.refused = r.decode(buf.ReadOnlyData())
+		return nil
 	case *deltaRequest:
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()
-		return r.decode(buf.ReadOnlyData())
+		r.refused = r.decode(buf.ReadOnlyData())
+		return nil
 	}
 	return c.proto.Unmarshal(data, v)
 }
@@ -68,6 +73,8 @@ type sotwRequest struct {
 	*sotwBufs
 	hasNode, hasError bool
 	fp                cache.Fingerprint
+	// refused says why the request could not be read.
+	refused error
 }
 
 type sotwBufs struct {
@@ -177,6 +184,19 @@ type deltaRequest struct {
 	*deltaBufs
 	hasNode, hasError bool
 	initial           map[string]string
+	// refused says why the request could not be read.
+	refused error
+	// maxInitial bounds the resource versions a request may list (0: any
+	// number); more are refused before any is decoded.
+	maxInitial int
+}
+
+// tooManyVersions refuses a Delta request listing more resource versions
+// than a stream may subscribe to names.
+type tooManyVersions struct{ n, max int }
+
+func (e tooManyVersions) Error() string {
+	return fmt.Sprintf("a request listing %d resource versions; at most %d are taken", e.n, e.max)
 }
 
 type deltaBufs struct {
@@ -217,7 +237,7 @@ func (r *deltaRequest) decode(b []byte) error {
 	if bufs == nil {
 		bufs = deltaPool.Get().(*deltaBufs)
 	}
-	*r = deltaRequest{deltaBufs: bufs}
+	*r = deltaRequest{deltaBufs: bufs, maxInitial: r.maxInitial}
 	r.node, r.typeURL, r.nonce, r.errorDetail = r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
 	r.subscribe, r.unsubscribe = r.subscribe[:0], r.unsubscribe[:0]
 	entries := 0
@@ -247,6 +267,9 @@ func (r *deltaRequest) decode(b []byte) error {
 	}
 	if entries == 0 {
 		return nil
+	}
+	if r.maxInitial > 0 && entries > r.maxInitial {
+		return tooManyVersions{entries, r.maxInitial}
 	}
 	r.initial = make(map[string]string, entries)
 	for rest := b; len(rest) > 0; {

@@ -18,8 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -45,18 +47,25 @@ func TestPerStreamLimits(t *testing.T) {
 	}
 	bigNode := &core.Node{Id: "big", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 		"PADDING": structpb.NewStringValue(strings.Repeat("x", 8<<10))}}}
+	versions := map[string]string{}
+	for _, n := range names(101) {
+		versions[n] = "v1"
+	}
 	for name, tc := range map[string]struct {
-		node  *core.Node
-		names []string
-		delta bool
-		code  codes.Code
-		says  string
+		node     *core.Node
+		names    []string
+		delta    bool
+		versions map[string]string
+		code     codes.Code
+		says     string
 	}{
 		"a node within the limit":         {node: &core.Node{Id: "ok"}, names: names(100)},
 		"a node past the limit":           {node: bigNode, code: codes.InvalidArgument, says: "at most 4096"},
 		"too many names, SotW":            {node: &core.Node{Id: "sotw"}, names: names(101), code: codes.ResourceExhausted, says: "101 names"},
 		"too many names, Delta":           {node: &core.Node{Id: "delta"}, names: names(101), delta: true, code: codes.ResourceExhausted, says: "101 names"},
 		"as many names as allowed, Delta": {node: &core.Node{Id: "delta-ok"}, names: names(100), delta: true},
+		"too many versions held, Delta": {node: &core.Node{Id: "delta-held"}, names: []string{"*"}, delta: true, versions: versions,
+			code: codes.ResourceExhausted, says: "listing 101 resource versions"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var err error
@@ -65,7 +74,8 @@ func TestPerStreamLimits(t *testing.T) {
 				if serr != nil {
 					t.Fatal(serr)
 				}
-				if err = s.Send(&discovery.DeltaDiscoveryRequest{Node: tc.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: tc.names}); err == nil {
+				if err = s.Send(&discovery.DeltaDiscoveryRequest{Node: tc.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: tc.names,
+					InitialResourceVersions: tc.versions}); err == nil {
 					_, err = s.Recv()
 				}
 			} else {
@@ -82,7 +92,7 @@ func TestPerStreamLimits(t *testing.T) {
 			}
 		})
 	}
-	for limit, want := range map[string]float64{"node_size": 1, "subscribed_names": 2} {
+	for limit, want := range map[string]float64{"node_size": 1, "subscribed_names": 3} {
 		var got float64
 		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
 			if m.GetLabel()[0].GetValue() == limit {
@@ -288,3 +298,51 @@ func TestEDSBeforeTheClass(t *testing.T) {
 		t.Errorf("first response: %d %s, want the load assignment (the clusters are held already)", len(resp.Resources), resp.TypeUrl)
 	}
 }
+
+// TestMalformedRequestIsInvalid: a request the server cannot decode ends
+// its stream with INVALID_ARGUMENT naming the fault, SotW and Delta.
+func TestMalformedRequestIsInvalid(t *testing.T) {
+	_, ads, ctx := serve(t, server.Config{})
+	raw := grpc.ForceCodec(rawCodec{})
+	for name, open := range map[string]func() (grpc.ClientStream, error){
+		"SotW": func() (grpc.ClientStream, error) {
+			return ads.StreamAggregatedResources(ctx, raw)
+		},
+		"Delta": func() (grpc.ClientStream, error) {
+			return ads.DeltaAggregatedResources(ctx, raw)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Field 2 (type_url) claiming 100 bytes, holding 3.
+			if err := s.SendMsg(rawMessage{0x12, 100, 'a', 'b', 'c'}); err != nil {
+				t.Fatal(err)
+			}
+			var resp discovery.DiscoveryResponse
+			err = s.RecvMsg(&resp)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(fmt.Sprint(err), "malformed") {
+				t.Errorf("got %v, want INVALID_ARGUMENT saying malformed", err)
+			}
+		})
+	}
+}
+
+// rawMessage is a request's bytes, sent as they are by rawCodec.
+type rawMessage []byte
+
+// rawCodec sends rawMessages as they are and everything else as protobuf.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.(rawMessage); ok {
+		return b, nil
+	}
+	return proto.Marshal(v.(proto.Message))
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }

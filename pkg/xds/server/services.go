@@ -50,6 +50,6 @@ func (s *Server) serveSotW(ss grpc.ServerStream, typeURL string) error {
 }
 
 func (s *Server) serveDelta(ss grpc.ServerStream, typeURL string) error {
-	r := &deltaRequest{}
+	r := &deltaRequest{maxInitial: s.cfg.MaxNames}
 	return s.serve(ss, true, func(st *stream) error { return st.receiveDelta(r, typeURL) })
 }

@@ -297,13 +297,28 @@ func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
 	return st.applySotW(r, typeURL)
 }
 
-// recv reads one request; one its codec could not decode is refused.
+// recv reads one request; one its codec could not decode, or holds more
+// than a stream may ask for, is refused.
 func (st *stream) recv(r any) error {
-	err := st.ss.RecvMsg(r)
-	if errors.Is(err, errMalformed) {
-		return status.Errorf(codes.InvalidArgument, "shardpilot: %v", err)
+	if err := st.ss.RecvMsg(r); err != nil {
+		return err
 	}
-	return err
+	var refused error
+	switch r := r.(type) {
+	case *sotwRequest:
+		refused = r.refused
+	case *deltaRequest:
+		refused = r.refused
+	}
+	var many tooManyVersions
+	switch {
+	case refused == nil:
+		return nil
+	case errors.As(refused, &many):
+		st.srv.m.limited.WithLabelValues(limitNames).Inc()
+		return status.Errorf(codes.ResourceExhausted, "shardpilot: %v", refused)
+	}
+	return status.Errorf(codes.InvalidArgument, "shardpilot: %v", refused)
 }
 
 // applySotW applies one decoded SotW request. An ACK whose names did not

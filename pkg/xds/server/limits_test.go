@@ -346,3 +346,27 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+
+// TestFirstRequestWithAStaleNonceIsAnswered: a stream's first request of a
+// type that carries a nonce from an earlier stream is answered, as a new
+// subscription, not ignored as a stale one.
+func TestFirstRequestWithAStaleNonceIsAnswered(t *testing.T) {
+	c, ads, ctx := serve(t, server.Config{})
+	if _, _, _, err := c.Update("all", resource.ClusterType, map[string]types.Resource{"a": &clusterv3.Cluster{Name: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "back"}, TypeUrl: resource.ClusterType, ResponseNonce: "41"}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "the first request's answer", func() error {
+		resp, err := s.Recv()
+		if err == nil && len(resp.Resources) != 1 {
+			err = fmt.Errorf("got %d clusters, want 1", len(resp.Resources))
+		}
+		return err
+	})
+}

@@ -345,7 +345,10 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 		return ack, errClosed
 	}
 	first := w.set == nil
-	if len(r.nonce) > 0 {
+	// A type's first request on a stream answers nothing sent on it: a
+	// nonce it carries (from an earlier stream) is ignored, not taken for
+	// a stale one, which would leave the request unanswered.
+	if len(r.nonce) > 0 && !first {
 		if string(r.nonce) != w.nonce {
 			return ack, nil // a stale nonce: the request is superseded
 		}

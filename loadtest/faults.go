@@ -191,31 +191,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			return servers[1].waitReady(ctx, time.Minute)
 		}},
 		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
-			// The ingesters, which cannot write, say so; the pushers
-			// serve their last config and stay ready.
-			_ = etcd.cmd.Process.Signal(syscall.SIGSTOP)
-			unready, fell := map[string]bool{}, false
-			for until := time.Now().Add(sc.FaultHold); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
-				for id, p := range ingesters {
-					unready[id] = unready[id] || !p.ready()
-				}
-				fell = fell || !servers[1].ready()
-			}
-			_ = etcd.cmd.Process.Signal(syscall.SIGCONT)
-			for id := range ingesters {
-				if !unready[id] {
-					return fmt.Errorf("ingester %s stayed ready while etcd was stopped: it could not write", id)
-				}
-			}
-			if fell {
-				return fmt.Errorf("%s went unready while etcd was stopped: it has a config to serve", servers[1].name)
-			}
-			for _, p := range ingesters {
-				if err := p.waitReady(ctx, time.Minute); err != nil {
-					return err
-				}
-			}
-			return nil
+			return etcdStopped(ctx, sc.FaultHold, etcd, ingesters, servers[1])
 		}},
 		{"the ingester leader killed (SIGKILL)", func() error {
 			p, id := leader()
@@ -305,4 +281,33 @@ func pendingUpTo(t *track.Tracker, n int) int {
 		}
 	}
 	return pending
+}
+
+// etcdStopped stops etcd for hold: the ingesters, which cannot write, say
+// so (unready), and come back after; the pusher serves its last config
+// and stays ready.
+func etcdStopped(ctx context.Context, hold time.Duration, etcd *proc, ingesters map[string]*proc, pusher *proc) error {
+	_ = etcd.cmd.Process.Signal(syscall.SIGSTOP)
+	unready, fell := map[string]bool{}, false
+	for until := time.Now().Add(hold); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
+		for id, p := range ingesters {
+			unready[id] = unready[id] || !p.ready()
+		}
+		fell = fell || !pusher.ready()
+	}
+	_ = etcd.cmd.Process.Signal(syscall.SIGCONT)
+	for id := range ingesters {
+		if !unready[id] {
+			return fmt.Errorf("ingester %s stayed ready while etcd was stopped: it could not write", id)
+		}
+	}
+	if fell {
+		return fmt.Errorf("%s went unready while etcd was stopped: it has a config to serve", pusher.name)
+	}
+	for _, p := range ingesters {
+		if err := p.waitReady(ctx, time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
 }

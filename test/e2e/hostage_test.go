@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,6 +57,6 @@ func TestOneMuteProxyHoldsNoChangeBack(t *testing.T) {
 	}
 	for i, to := range []backend{b, a, b} {
 		writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", to)))
-		allOn(t, conn, to.addr, "RPCs follow the endpoint's move "+string(rune('1'+i)))
+		allOn(t, conn, to.addr, fmt.Sprint("RPCs follow the endpoint's move ", i+1))
 	}
 }

@@ -148,6 +148,15 @@ generate: $(BIN)/protoc-gen-go ## Regenerate pkg/api from proto/ (needs protoc).
 	$(PROTOC) -I proto --plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
 		--go_out=. --go_opt=module=$(MODULE) $(PROTOS)
 
+GATEWAY_API_KINDS := gatewayclasses gateways httproutes grpcroutes referencegrants tlsroutes
+
+.PHONY: gateway-api-crds
+gateway-api-crds: ## Copy the Gateway API's standard-channel CRDs from its module (go.mod's version) into the chart.
+	@dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) && \
+	{ echo "# The Gateway API's standard-channel CRDs, $$($(GO) list -m -f '{{.Version}}' sigs.k8s.io/gateway-api), copied from the module sigs.k8s.io/gateway-api by make gateway-api-crds."; \
+	  for k in $(GATEWAY_API_KINDS); do echo "---"; grep -v '^---$$' $$dir/config/crd/standard/gateway.networking.k8s.io_$$k.yaml; done; } \
+	> deploy/helm/shardpilot/crds/gateway-api.yaml
+
 .PHONY: check-generate
 check-generate: $(BIN)/protoc-gen-go ## Fail when pkg/api differs from what proto/ generates.
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \

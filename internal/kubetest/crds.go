@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -93,4 +94,68 @@ func kindsOf(group string) []string {
 		return SecurityKinds
 	}
 	return IstioKinds
+}
+
+// GatewayAPICRDs is the file of Gateway API CRDs the chart ships (make
+// gateway-api-crds), relative to the repository root.
+const GatewayAPICRDs = "deploy/helm/shardpilot/crds/gateway-api.yaml"
+
+var (
+	gatewayOnce sync.Once
+	gatewayErr  error
+)
+
+// InstallGatewayAPICRDs installs the Gateway API CRDs the chart ships once
+// per test process and waits until they serve.
+func (c *Cluster) InstallGatewayAPICRDs(t testing.TB) {
+	t.Helper()
+	gatewayOnce.Do(func() { gatewayErr = c.installGatewayAPICRDs() })
+	if gatewayErr != nil {
+		t.Fatal(gatewayErr)
+	}
+}
+
+func (c *Cluster) installGatewayAPICRDs() error {
+	ctx := context.Background()
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(root, GatewayAPICRDs))
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	crds, err := Decode(data)
+	if err != nil {
+		return fmt.Errorf("kubetest: %s: %w", GatewayAPICRDs, err)
+	}
+	for _, crd := range crds {
+		if _, err := c.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kubetest: create CRD %s: %w", crd.GetName(), err)
+		}
+	}
+	// Wait until each kind read is listed by discovery in the version read.
+	deadline := time.Now().Add(60 * time.Second)
+	for _, r := range gatewayapi.Resources {
+		for !c.serves(gatewayapi.Group+"/"+r.Version, r.Resource) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kubetest: Gateway API %s not served within 60s", r.Resource)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) serves(groupVersion, resource string) bool {
+	list, err := c.Client.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
 }

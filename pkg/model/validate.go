@@ -329,6 +329,11 @@ func validateStringMatch(field string, m *meshv1.StringMatch) error {
 // with a larger regex is refused, NACKing the whole configuration.
 const MaxRegexProgramSize = 100
 
+// PrefixRedirect starts a redirect's uri that replaces the matched path
+// prefix by the rest, rather than the whole path (the Gateway API's
+// ReplacePrefixMatch, written as Istio writes it).
+const PrefixRedirect = "%PREFIX()%"
+
 // programSize approximates RE2's program size by the instructions of Go's
 // compiled program (the same construction: "a{100}" is 102 in both).
 func programSize(expr string) int {

@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -137,44 +136,9 @@ type Source struct {
 	m       *Metrics
 	emitted map[string]string // location → last problem reported as an Event
 	dirty   dirty
-}
-
-// changes are what changed in the cluster since the last sync began: a
-// sync reads and writes only that.
-type changes struct {
-	services map[cache.ObjectName]bool // Services whose objects may have changed
-	istio    bool                      // any Istio resource
-	all      bool                      // something every object may depend on
-}
-
-// dirty collects changes from the informers' goroutines.
-type dirty struct {
-	mu sync.Mutex
-	c  changes
-}
-
-func (d *dirty) service(ns, name string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.c.services == nil {
-		d.c.services = map[cache.ObjectName]bool{}
-	}
-	d.c.services[cache.NewObjectName(ns, name)] = true
-}
-
-func (d *dirty) set(flag func(*changes)) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	flag(&d.c)
-}
-
-// take returns the changes and starts over.
-func (d *dirty) take() changes {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c := d.c
-	d.c = changes{}
-	return c
+	// statuses are the Gateway API statuses to write after the sync that
+	// translated them (owned by the loop's goroutine).
+	statuses []gatewayapi.Status
 }
 
 // Metrics are the Kubernetes source's metrics, labelled by cluster.
@@ -249,6 +213,7 @@ type watched struct {
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
 	istio      map[string]cache.GenericLister // by kind
+	gatewayAPI []*gatewayResource
 	// meshConfig holds the mesh's ConfigMap, for the part that owns its
 	// namespace (nil for the others; see watchMeshConfig).
 	meshConfig corelisters.ConfigMapLister
@@ -342,6 +307,9 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 		w.istio[kind] = gi.Lister()
 	}
+	if err := s.watchGatewayAPI(dyn, w, watch, loop.Changed); err != nil {
+		return err
+	}
 	stopMesh, err := s.watchMeshConfig(ctx, w, watch, loop.Changed)
 	if err != nil {
 		return err
@@ -410,77 +378,6 @@ func unwrap(o any) any {
 	return o
 }
 
-// mark records what the change from old to cur (either nil) of kind may
-// change, and reports whether that is anything.
-func (s *Source) mark(kind string, w *watched, old, cur any) bool {
-	switch kind {
-	case "Service":
-		for _, o := range []any{old, cur} {
-			if svc, ok := o.(*corev1.Service); ok {
-				s.dirty.service(svc.Namespace, svc.Name)
-			}
-		}
-	case "EndpointSlice":
-		for _, o := range []any{old, cur} {
-			if es, ok := o.(*discoveryv1.EndpointSlice); ok && es.Labels[discoveryv1.LabelServiceName] != "" {
-				s.dirty.service(es.Namespace, es.Labels[discoveryv1.LabelServiceName])
-			}
-		}
-	case "Pod":
-		// A Pod gives its endpoints labels, a service account and a node.
-		op, _ := old.(*corev1.Pod)
-		cp, _ := cur.(*corev1.Pod)
-		if op != nil && cp != nil && maps.Equal(op.Labels, cp.Labels) &&
-			op.Spec.ServiceAccountName == cp.Spec.ServiceAccountName && op.Spec.NodeName == cp.Spec.NodeName {
-			return false
-		}
-		p := cmp.Or(cp, op)
-		if p == nil {
-			return false
-		}
-		list, _ := w.slicesByPod.ByIndex(byPod, p.Namespace+"/"+p.Name)
-		if len(list) == 0 {
-			return false
-		}
-		for _, o := range list {
-			if es, ok := o.(*discoveryv1.EndpointSlice); ok && es.Labels[discoveryv1.LabelServiceName] != "" {
-				s.dirty.service(es.Namespace, es.Labels[discoveryv1.LabelServiceName])
-			}
-		}
-	case "Node":
-		// A Node gives the endpoints on it their locality.
-		on, _ := old.(*corev1.Node)
-		cn, _ := cur.(*corev1.Node)
-		if on != nil && cn != nil && sameLabels(on.Labels, cn.Labels, labelRegion, labelZone, labelSubzone) {
-			return false
-		}
-		s.dirty.set(func(c *changes) { c.all = true })
-	case "Namespace":
-		// Namespaces matter only to a selector, by their labels.
-		if s.cfg.NamespaceSelector == nil || s.cfg.NamespaceSelector.Empty() {
-			return false
-		}
-		on, _ := old.(*corev1.Namespace)
-		cn, _ := cur.(*corev1.Namespace)
-		if on != nil && cn != nil && maps.Equal(on.Labels, cn.Labels) {
-			return false
-		}
-		s.dirty.set(func(c *changes) { c.all = true })
-	default: // an Istio kind
-		s.dirty.set(func(c *changes) { c.istio = true })
-	}
-	return true
-}
-
-func sameLabels(a, b map[string]string, keys ...string) bool {
-	for _, k := range keys {
-		if a[k] != b[k] {
-			return false
-		}
-	}
-	return true
-}
-
 // byPod indexes EndpointSlices by the Pods their endpoints name, so that a
 // Pod's change finds its Services.
 const byPod = "pod"
@@ -536,6 +433,7 @@ func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventReco
 		return err
 	}
 	s.report(res.Problems, refs, recorder)
+	s.writeStatuses(ctx, w, gatewayapi.DefaultController)
 	s.cfg.Log.Log(ctx, level, "cluster synced", "cluster", s.cfg.Cluster, "full", full || d.all, "objects", len(objs),
 		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
 	if s.cfg.OnSynced != nil {
@@ -566,6 +464,12 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 		}
 		covered = append(covered, istio.KindConfigMap)
 		more, p := s.istioObjects(w, selected, now, refs)
+		*objs = append(*objs, more...)
+		problems = append(problems, p...)
+	}
+	if d.gatewayAPI && len(w.gatewayAPI) > 0 {
+		covered = append(covered, gatewayKinds()...)
+		more, p := s.gatewayObjects(w, s.meshFilter(w), now, refs)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
 	}
@@ -610,6 +514,8 @@ func (s *Source) snapshot(w *watched, now time.Time, refs map[string]runtime.Obj
 		problems = append(problems, p...)
 	}
 	more, p := s.istioObjects(w, selected, now, refs)
+	objs, problems = append(objs, more...), append(problems, p...)
+	more, p = s.gatewayObjects(w, s.meshFilter(w), now, refs)
 	return append(objs, more...), append(problems, p...)
 }
 
@@ -688,13 +594,19 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 // source's part.
 func (s *Source) namespaceFilter(w *watched) func(string) bool {
 	mine := func(ns string) bool { return PartOf(ns, s.cfg.Parts) == s.cfg.Part }
+	inMesh := s.meshFilter(w)
+	return func(ns string) bool { return inMesh(ns) && mine(ns) }
+}
+
+// meshFilter returns whether a namespace is in the mesh, whatever part.
+func (s *Source) meshFilter(w *watched) func(string) bool {
 	if s.cfg.NamespaceSelector == nil || s.cfg.NamespaceSelector.Empty() {
-		return mine
+		return func(string) bool { return true }
 	}
 	selected := map[string]bool{}
 	list, _ := w.namespaces.List(s.cfg.NamespaceSelector)
 	for _, ns := range list {
 		selected[ns.Name] = true
 	}
-	return func(ns string) bool { return selected[ns] && mine(ns) }
+	return func(ns string) bool { return selected[ns] }
 }

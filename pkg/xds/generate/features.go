@@ -12,6 +12,7 @@ import (
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -131,7 +132,10 @@ func corsPolicy(c *meshv1.Cors) *corsv3.CorsPolicy {
 // redirectAction answers with a redirect.
 func redirectAction(rd *meshv1.Redirect) *route.Route_Redirect {
 	ra := &route.RedirectAction{HostRedirect: rd.Authority, PortRedirect: rd.Port}
-	if rd.Uri != "" {
+	if prefix, ok := strings.CutPrefix(rd.Uri, model.PrefixRedirect); ok {
+		// The matched prefix replaced (the Gateway API's ReplacePrefixMatch).
+		ra.PathRewriteSpecifier = &route.RedirectAction_PrefixRewrite{PrefixRewrite: prefix}
+	} else if rd.Uri != "" {
 		ra.PathRewriteSpecifier = &route.RedirectAction_PathRedirect{PathRedirect: rd.Uri}
 	}
 	if rd.Scheme != "" {

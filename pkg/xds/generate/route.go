@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,7 +283,7 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 				action.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: dr.Body}}
 			}
 			shared.Action = &route.Route_DirectResponse{DirectResponse: action}
-		} else if ra, dst := routeAction(m, h, port, envoy, ops.authority); ra != nil {
+		} else if ra, dst := routeAction(m, h, port, envoy, ops.authority, rr.Rule.GetGatewayApi()); ra != nil {
 			shared.Action = &route.Route_Route{Route: ra}
 			ops = ops.then(dst) // a single destination's changes apply after the route's
 		} else {
@@ -307,19 +308,37 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 			if hm.GetName() != "" {
 				name += "." + hm.Name
 			}
-			r := &route.Route{Name: name, Match: routeMatch(hm), Action: shared.Action, TypedPerFilterConfig: shared.TypedPerFilterConfig,
+			r := &route.Route{Name: name, Match: routeMatch(hm, envoy && rr.Rule.GetGatewayApi()), Action: shared.Action, TypedPerFilterConfig: shared.TypedPerFilterConfig,
 				RequestHeadersToAdd: shared.RequestHeadersToAdd, RequestHeadersToRemove: shared.RequestHeadersToRemove,
 				ResponseHeadersToAdd: shared.ResponseHeadersToAdd, ResponseHeadersToRemove: shared.ResponseHeadersToRemove}
 			if envoy {
 				r.Decorator = &route.Decorator{Operation: operation(r, rr.Name, port)}
 			}
+			removePrefix(r, h.Rewrite)
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
-func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
+// routeMatch is a match's Envoy match; with segments, a path prefix
+// matches whole path segments ("/a" matches "/a" and "/a/b", not "/ab"),
+// as the Gateway API asks (proxyless clients know only plain prefixes).
+// removePrefix makes a rewrite of a whole-segment prefix to "/" remove
+// the prefix: Envoy's prefix rewrite would leave "//rest" of "/prefix/rest".
+func removePrefix(r *route.Route, rw *meshv1.Rewrite) {
+	p := r.GetMatch().GetPathSeparatedPrefix()
+	a := r.GetRoute()
+	if p == "" || a == nil || rw.GetUri() != "/" || rw.GetFullPath() != "" {
+		return
+	}
+	a = proto.CloneOf(a)
+	a.PrefixRewrite = ""
+	a.RegexRewrite = &matcher.RegexMatchAndSubstitute{Pattern: &matcher.RegexMatcher{Regex: "^" + regexp.QuoteMeta(p) + "(/?)(.*)"}, Substitution: `/\2`}
+	r.Action = &route.Route_Route{Route: a}
+}
+
+func routeMatch(hm *meshv1.HTTPMatch, segments bool) *route.RouteMatch {
 	rm := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
 	if hm == nil {
 		return rm
@@ -330,6 +349,9 @@ func routeMatch(hm *meshv1.HTTPMatch) *route.RouteMatch {
 		rm.PathSpecifier = &route.RouteMatch_Path{Path: u.Exact}
 	case *meshv1.StringMatch_Prefix:
 		rm.PathSpecifier = &route.RouteMatch_Prefix{Prefix: u.Prefix}
+		if segments && u.Prefix != "/" {
+			rm.PathSpecifier = &route.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: strings.TrimSuffix(u.Prefix, "/")}
+		}
 	case *meshv1.StringMatch_Regex:
 		rm.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
 	}
@@ -371,8 +393,10 @@ func headerMatcher(name string, m *meshv1.StringMatch) *route.HeaderMatcher {
 // A weighted destination's header changes go on its share; a single
 // destination's are returned, for the route. It returns nil when no
 // destination resolves to a service port, which validation at ingest
-// makes rare.
-func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, authority string) (*route.RouteAction, headerOps) {
+// makes rare. A Gateway API route (gatewayAPI) keeps a destination that
+// does not resolve, which answers 500 (the API's "invalid backend"),
+// unless every destination is one.
+func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, authority string, gatewayAPI bool) (*route.RouteAction, headerOps) {
 	type target struct {
 		cluster string
 		weight  uint32
@@ -380,13 +404,19 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		hash    *meshv1.ConsistentHash
 	}
 	var targets []target
+	invalid := 0
 	for _, d := range h.Route {
 		dst := d.GetDestination()
 		s := m.Service(dst.GetHost())
-		if s == nil || !s.routable() {
+		port := uint32(0)
+		if s != nil && s.routable() {
+			port = destinationPort(s, dst.GetPort(), listenerPort)
+		}
+		if port == 0 && gatewayAPI && d.Weight > 0 {
+			invalid++
+			targets = append(targets, target{cluster: ClusterName(dst.GetPort(), "", dst.GetHost()), weight: d.Weight})
 			continue
 		}
-		port := destinationPort(s, dst.GetPort(), listenerPort)
 		if port == 0 {
 			continue
 		}
@@ -399,13 +429,20 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		targets = append(targets, target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1),
 			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
 	}
-	if len(targets) == 0 {
+	if len(targets) == invalid {
 		return nil, headerOps{}
 	}
 	a := &route.RouteAction{}
+	if gatewayAPI {
+		a.ClusterNotFoundResponseCode = route.RouteAction_INTERNAL_SERVER_ERROR
+	}
 	setTimeout(a, h.Timeout, envoy)
 	if rw := h.Rewrite; rw != nil {
 		a.PrefixRewrite = rw.Uri
+		if rw.FullPath != "" {
+			a.PrefixRewrite = ""
+			a.RegexRewrite = &matcher.RegexMatchAndSubstitute{Pattern: &matcher.RegexMatcher{Regex: "/.*"}, Substitution: rw.FullPath}
+		}
 		if rw.Authority != "" {
 			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
 		}

@@ -81,8 +81,13 @@ type RouteRule struct {
 	ExportTo []string               `protobuf:"bytes,4,rep,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
 	Http     []*HTTPRoute           `protobuf:"bytes,5,rep,name=http,proto3" json:"http,omitempty"`
 	// tcp and tls route opaque TCP and TLS connections (by SNI).
-	Tcp           []*L4Route `protobuf:"bytes,6,rep,name=tcp,proto3" json:"tcp,omitempty"`
-	Tls           []*L4Route `protobuf:"bytes,7,rep,name=tls,proto3" json:"tls,omitempty"`
+	Tcp []*L4Route `protobuf:"bytes,6,rep,name=tcp,proto3" json:"tcp,omitempty"`
+	Tls []*L4Route `protobuf:"bytes,7,rep,name=tls,proto3" json:"tls,omitempty"`
+	// gateway_api marks a rule translated from the Kubernetes Gateway API,
+	// which routes with that API's semantics: a path prefix matches whole
+	// path segments, a backend that does not resolve answers 500, and a
+	// gateway prefers the routes of its own namespace.
+	GatewayApi    bool `protobuf:"varint,8,opt,name=gateway_api,json=gatewayApi,proto3" json:"gateway_api,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,6 +169,13 @@ func (x *RouteRule) GetTls() []*L4Route {
 		return x.Tls
 	}
 	return nil
+}
+
+func (x *RouteRule) GetGatewayApi() bool {
+	if x != nil {
+		return x.GatewayApi
+	}
+	return false
 }
 
 // L4Match is one match of a tcp or tls route; all its fields must match.
@@ -1004,9 +1016,11 @@ func (x *Fault) GetAbort() *Fault_Abort {
 
 // Rewrite changes a routed request's path prefix or authority.
 type Rewrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
-	Authority     string                 `protobuf:"bytes,2,opt,name=authority,proto3" json:"authority,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Uri       string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Authority string                 `protobuf:"bytes,2,opt,name=authority,proto3" json:"authority,omitempty"`
+	// full_path replaces the whole path (the Gateway API's ReplaceFullPath).
+	FullPath      string `protobuf:"bytes,3,opt,name=full_path,json=fullPath,proto3" json:"full_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1051,6 +1065,13 @@ func (x *Rewrite) GetUri() string {
 func (x *Rewrite) GetAuthority() string {
 	if x != nil {
 		return x.Authority
+	}
+	return ""
+}
+
+func (x *Rewrite) GetFullPath() string {
+	if x != nil {
+		return x.FullPath
 	}
 	return ""
 }
@@ -1569,7 +1590,7 @@ var File_shardpilot_mesh_v1_route_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\n" +
-	"\x1eshardpilot/mesh/v1/route.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\x9f\x02\n" +
+	"\x1eshardpilot/mesh/v1/route.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xc0\x02\n" +
 	"\tRouteRule\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x1a\n" +
@@ -1577,7 +1598,9 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"\texport_to\x18\x04 \x03(\tR\bexportTo\x121\n" +
 	"\x04http\x18\x05 \x03(\v2\x1d.shardpilot.mesh.v1.HTTPRouteR\x04http\x12-\n" +
 	"\x03tcp\x18\x06 \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tcp\x12-\n" +
-	"\x03tls\x18\a \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tls\"\x96\x02\n" +
+	"\x03tls\x18\a \x03(\v2\x1b.shardpilot.mesh.v1.L4RouteR\x03tls\x12\x1f\n" +
+	"\vgateway_api\x18\b \x01(\bR\n" +
+	"gatewayApi\"\x96\x02\n" +
 	"\aL4Match\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1b\n" +
 	"\tsni_hosts\x18\x02 \x03(\tR\bsniHosts\x12\x1a\n" +
@@ -1670,10 +1693,11 @@ const file_shardpilot_mesh_v1_route_proto_rawDesc = "" +
 	"grpcStatus\x12\x1e\n" +
 	"\n" +
 	"percentage\x18\x03 \x01(\x01R\n" +
-	"percentage\"9\n" +
+	"percentage\"V\n" +
 	"\aRewrite\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1c\n" +
-	"\tauthority\x18\x02 \x01(\tR\tauthority\"\x8b\x01\n" +
+	"\tauthority\x18\x02 \x01(\tR\tauthority\x12\x1b\n" +
+	"\tfull_path\x18\x03 \x01(\tR\bfullPath\"\x8b\x01\n" +
 	"\bRedirect\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1c\n" +
 	"\tauthority\x18\x02 \x01(\tR\tauthority\x12#\n" +

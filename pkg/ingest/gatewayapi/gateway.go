@@ -61,7 +61,16 @@ var protocols = map[gwv1.ProtocolType]struct {
 func (t *translator) listeners(g *gwv1.Gateway) *gateway {
 	gw := &gateway{obj: g, selector: map[string]string{GatewayNameLabel: g.Name}}
 	t.addresses(gw)
+	for field, set := range map[string]bool{"spec.infrastructure": g.Spec.Infrastructure != nil, "spec.allowedListeners": g.Spec.AllowedListeners != nil,
+		"spec.tls": g.Spec.TLS != nil, "spec.defaultScope": g.Spec.DefaultScope != ""} {
+		if set {
+			t.warn(KindGateway, g.Namespace, g.Name, field, "%s", strings.TrimPrefix(fieldNotes["Gateway "+field], "warned: "))
+		}
+	}
 	for i, l := range g.Spec.Listeners {
+		if l.TLS != nil && len(l.TLS.Options) > 0 {
+			t.warn(KindGateway, g.Namespace, g.Name, fmt.Sprintf("spec.listeners[%d].tls.options", i), "no option is read")
+		}
 		gw.listeners = append(gw.listeners, t.listener(g, i, l))
 	}
 	conflicts(g.Generation, gw.listeners)

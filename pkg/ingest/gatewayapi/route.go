@@ -24,11 +24,17 @@ type route struct {
 }
 
 func (t *translator) httpRoute(r *gwv1.HTTPRoute) {
+	if r.Spec.UseDefaultGateways != "" {
+		t.warn(KindHTTPRoute, r.Namespace, r.Name, "spec.useDefaultGateways", "default Gateways are not read")
+	}
 	refs := newRefs(r.Generation)
 	t.route(&route{kind: KindHTTPRoute, obj: r, parents: r.Spec.ParentRefs, hostnames: r.Spec.Hostnames, rules: t.httpRules(r, refs), refs: refs})
 }
 
 func (t *translator) grpcRoute(r *gwv1.GRPCRoute) {
+	if r.Spec.UseDefaultGateways != "" {
+		t.warn(KindGRPCRoute, r.Namespace, r.Name, "spec.useDefaultGateways", "default Gateways are not read")
+	}
 	refs := newRefs(r.Generation)
 	t.route(&route{kind: KindGRPCRoute, obj: r, parents: r.Spec.ParentRefs, hostnames: r.Spec.Hostnames, rules: t.grpcRules(r, refs), refs: refs})
 }

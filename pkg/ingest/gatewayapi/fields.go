@@ -1,0 +1,131 @@
+package gatewayapi
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+)
+
+// FieldRow says what becomes of one field of a Gateway API resource.
+type FieldRow struct {
+	Kind, Field string
+	// Status is "supported" (it takes effect), "warned" (it has no effect;
+	// the rest applies and the resource's status or a warning says so) or
+	// "rejected" (the resource, or the part of it that holds the field, is
+	// not accepted while it is set, and its status says why).
+	Status string
+	Note   string
+}
+
+// kinds are the kinds read and the types their specs decode into.
+var kinds = []struct {
+	kind string
+	spec reflect.Type
+}{
+	{KindGatewayClass, reflect.TypeFor[gwv1.GatewayClassSpec]()},
+	{KindGateway, reflect.TypeFor[gwv1.GatewaySpec]()},
+	{KindHTTPRoute, reflect.TypeFor[gwv1.HTTPRouteSpec]()},
+	{KindGRPCRoute, reflect.TypeFor[gwv1.GRPCRouteSpec]()},
+	{KindReferenceGrant, reflect.TypeFor[gwv1b1.ReferenceGrantSpec]()},
+}
+
+// fieldNotes are the fields that are not simply supported, and what the
+// supported ones with a limit do; a field listed is one row, its fields
+// not listed apart. Every other field is supported.
+var fieldNotes = map[string]string{
+	"GatewayClass spec.parametersRef":                "rejected: the class is not accepted (InvalidParameters)",
+	"GatewayClass spec.description":                  "supported: informational",
+	"Gateway spec.addresses":                         "supported: a Hostname naming a Service whose selector picks the gateway's proxies (a gateway deployed by hand); other types are not accepted (UnsupportedAddress)",
+	"Gateway spec.infrastructure":                    "warned: the gateway's proxies and Service are deployed by the operator",
+	"Gateway spec.allowedListeners":                  "warned: ListenerSets are not read",
+	"Gateway spec.tls":                               "warned: gateway-wide TLS settings have no effect yet",
+	"Gateway spec.defaultScope":                      "warned: default Gateways are not read",
+	"Gateway spec.listeners[].protocol":              "supported: HTTP, HTTPS, TLS, TCP; another protocol's listener is not accepted (UnsupportedProtocol)",
+	"Gateway spec.listeners[].tls.mode":              "supported: Terminate (HTTPS) and Passthrough (TLS)",
+	"Gateway spec.listeners[].tls.certificateRefs":   "supported: the first, a Secret of the Gateway's namespace served through SDS as an Istio Gateway's credentialName; another namespace's is refused (RefNotPermitted without a ReferenceGrant, InvalidCertificateRef with one)",
+	"Gateway spec.listeners[].tls.options":           "warned: no option is read",
+	"Gateway spec.listeners[].allowedRoutes.kinds":   "supported: HTTPRoute and GRPCRoute on HTTP and HTTPS; another kind is refused (InvalidRouteKinds)",
+	"HTTPRoute spec.useDefaultGateways":              "warned: default Gateways are not read",
+	"HTTPRoute spec.parentRefs":                      "supported: a Gateway of a served class, or a Service (GAMMA: the route applies to the Service's callers, only those of the route's namespace when it is another)",
+	"HTTPRoute spec.rules[].filters":                 "supported: RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror (one per rule), CORS; ExtensionRef and ExternalAuth make the route not accepted (UnsupportedValue)",
+	"HTTPRoute spec.rules[].backendRefs":             "supported: Services, weighted; a backend that does not resolve answers 500 (BackendNotFound, InvalidKind, RefNotPermitted)",
+	"HTTPRoute spec.rules[].sessionPersistence":      "rejected: the route is not accepted (UnsupportedValue)",
+	"HTTPRoute spec.rules[].retry":                   "supported: attempts (default 2), backoff, codes; connection failures are retried too",
+	"HTTPRoute spec.rules[].timeouts.backendRequest": "supported: each try's timeout with retries, else the request's",
+	"GRPCRoute spec.useDefaultGateways":              "warned: default Gateways are not read",
+	"GRPCRoute spec.parentRefs":                      "as `HTTPRoute parentRefs`",
+	"GRPCRoute spec.rules[].filters":                 "supported: RequestHeaderModifier, ResponseHeaderModifier, RequestMirror (one per rule); ExtensionRef makes the route not accepted",
+	"GRPCRoute spec.rules[].backendRefs":             "as `HTTPRoute rules[].backendRefs`",
+	"GRPCRoute spec.rules[].sessionPersistence":      "rejected: the route is not accepted (UnsupportedValue)",
+}
+
+// Fields lists the fields of the kinds read.
+func Fields() []FieldRow {
+	var out []FieldRow
+	for _, k := range kinds {
+		out = append(out, fieldRows(k.kind, k.spec, "spec")...)
+	}
+	return out
+}
+
+func fieldRows(kind string, t reflect.Type, path string) []FieldRow {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		if t.Kind() == reflect.Slice {
+			path += "[]"
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []FieldRow
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			out = append(out, fieldRows(kind, f.Type, path)...) // inlined
+			continue
+		}
+		if name == "" || name == "-" {
+			continue
+		}
+		row := FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
+		if note, ok := fieldNotes[kind+" "+row.Field]; ok {
+			row.Status, row.Note, _ = strings.Cut(note, ": ")
+			if strings.HasPrefix(note, "as `") {
+				row.Status, row.Note = note, ""
+			}
+			out = append(out, row)
+			continue
+		}
+		children := fieldRows(kind, f.Type, row.Field)
+		if len(children) == 0 || allPlain(children) {
+			out = append(out, row)
+			continue
+		}
+		out = append(out, children...)
+	}
+	return out
+}
+
+func allPlain(rows []FieldRow) bool {
+	for _, r := range rows {
+		if r.Status != "supported" || r.Note != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// FieldTable is Fields as a Markdown table.
+func FieldTable() string {
+	var b strings.Builder
+	b.WriteString("| kind | field | status | note |\n| --- | --- | --- | --- |\n")
+	for _, r := range Fields() {
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", r.Kind, strings.TrimPrefix(r.Field, "spec."), r.Status, r.Note)
+	}
+	return b.String()
+}

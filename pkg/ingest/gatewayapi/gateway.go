@@ -32,8 +32,10 @@ type listener struct {
 	// attaches to the listeners it names alone.
 	name   string
 	kinds  []gwv1.RouteGroupKind // the route kinds it admits
-	conds  []metav1.Condition
-	served bool
+	conds []metav1.Condition
+	// accepted: routes attach (its protocol is served, it conflicts with
+	// no other); served: it is also valid whole, and routes are bound.
+	accepted, served bool
 	// attached counts the routes attached.
 	attached int32
 	server   *meshv1.GatewayServer
@@ -111,7 +113,7 @@ func (t *translator) addresses(gw *gateway) {
 // listener checks one listener and builds its server.
 func (t *translator) listener(g *gwv1.Gateway, i int, l gwv1.Listener) *listener {
 	gen := g.Generation
-	out := &listener{spec: l, name: ListenerGatewayName(g.Name, string(l.Name)), served: true}
+	out := &listener{spec: l, name: ListenerGatewayName(g.Name, string(l.Name)), accepted: true, served: true}
 	accepted := condition(gen, string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "No errors found")
 	resolved := condition(gen, string(gwv1.ListenerConditionResolvedRefs), true, string(gwv1.ListenerReasonResolvedRefs), "No errors found")
 	field := fmt.Sprintf("spec.listeners[%d]", i)
@@ -119,7 +121,7 @@ func (t *translator) listener(g *gwv1.Gateway, i int, l gwv1.Listener) *listener
 	if !ok {
 		accepted = condition(gen, string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedProtocol),
 			fmt.Sprintf("protocol %q is not supported: want HTTP, HTTPS, TLS or TCP", l.Protocol))
-		out.served = false
+		out.accepted, out.served = false, false
 	}
 	out.kinds, resolved = t.routeKinds(gen, l, p.kinds, resolved)
 	host := "*"
@@ -258,7 +260,7 @@ func conflicts(gen int64, ls []*listener) {
 			default:
 				continue
 			}
-			l.served = false
+			l.accepted, l.served = false, false
 			msg := fmt.Sprintf("listener %s on port %d came first", e.spec.Name, e.spec.Port)
 			l.conds[3] = condition(gen, string(gwv1.ListenerConditionConflicted), true, string(reason), msg)
 			l.conds[1] = condition(gen, string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "The listener is not served: "+msg)

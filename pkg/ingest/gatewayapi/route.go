@@ -140,13 +140,13 @@ func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]st
 		return refuse(gwv1.RouteReasonNoMatchingParent, "Gateway %s not found", parentName(p, r.obj.GetNamespace()))
 	}
 	var names, hosts []string
-	named, allowed := false, false
+	named, allowed, attached := false, false, false
 	for _, l := range gw.listeners {
 		if (p.SectionName != nil && *p.SectionName != l.spec.Name) || (p.Port != nil && *p.Port != l.spec.Port) {
 			continue
 		}
 		named = true
-		if !l.served || !t.admits(l, gw.obj.Namespace, r) {
+		if !l.accepted || !t.admits(l, gw.obj.Namespace, r) {
 			continue
 		}
 		allowed = true
@@ -154,16 +154,21 @@ func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]st
 		if len(on) == 0 {
 			continue
 		}
-		hosts = append(hosts, on...)
+		// A listener counts the routes attached even while its references
+		// do not resolve; it routes them once they do.
 		l.attached++
-		names = append(names, gw.obj.Namespace+"/"+l.name)
+		attached = true
+		if l.served {
+			hosts = append(hosts, on...)
+			names = append(names, gw.obj.Namespace+"/"+l.name)
+		}
 	}
 	switch {
 	case !named:
 		return refuse(gwv1.RouteReasonNoMatchingParent, "Gateway %s has no listener %s", parentName(p, r.obj.GetNamespace()), sectionOrPort(p))
 	case !allowed:
 		return refuse(gwv1.RouteReasonNotAllowedByListeners, "no listener of Gateway %s admits %ss of namespace %s", parentName(p, r.obj.GetNamespace()), r.kind, r.obj.GetNamespace())
-	case len(names) == 0:
+	case !attached:
 		return refuse(gwv1.RouteReasonNoMatchingListenerHostname, "no hostname of the route matches a listener's of Gateway %s", parentName(p, r.obj.GetNamespace()))
 	}
 	return names, hosts, condition(gen, string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "Route was valid")

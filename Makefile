@@ -151,10 +151,11 @@ generate: $(BIN)/protoc-gen-go ## Regenerate pkg/api from proto/ (needs protoc).
 GATEWAY_API_KINDS := gatewayclasses gateways httproutes grpcroutes referencegrants tlsroutes
 
 .PHONY: gateway-api-crds
-gateway-api-crds: ## Copy the Gateway API's standard-channel CRDs from its module (go.mod's version) into the chart.
+gateway-api-crds: ## Copy the Gateway API's CRDs the ingester reads (standard channel, and TCPRoute's from the experimental one) from its module (go.mod's version) into the chart.
 	@dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) && \
 	{ echo "# The Gateway API's standard-channel CRDs, $$($(GO) list -m -f '{{.Version}}' sigs.k8s.io/gateway-api), copied from the module sigs.k8s.io/gateway-api by make gateway-api-crds."; \
-	  for k in $(GATEWAY_API_KINDS); do echo "---"; grep -v '^---$$' $$dir/config/crd/standard/gateway.networking.k8s.io_$$k.yaml; done; } \
+	  for k in $(GATEWAY_API_KINDS); do echo "---"; grep -v '^---$$' $$dir/config/crd/standard/gateway.networking.k8s.io_$$k.yaml; done; \
+	  echo "---"; echo "# TCPRoute is in the experimental channel only."; grep -v '^---$$' $$dir/config/crd/experimental/gateway.networking.k8s.io_tcproutes.yaml; } \
 	> deploy/helm/shardpilot/crds/gateway-api.yaml
 
 .PHONY: check-generate

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwv1a2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
 	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
@@ -29,6 +30,8 @@ var kinds = []struct {
 	{KindGateway, reflect.TypeFor[gwv1.GatewaySpec]()},
 	{KindHTTPRoute, reflect.TypeFor[gwv1.HTTPRouteSpec]()},
 	{KindGRPCRoute, reflect.TypeFor[gwv1.GRPCRouteSpec]()},
+	{KindTLSRoute, reflect.TypeFor[gwv1.TLSRouteSpec]()},
+	{KindTCPRoute, reflect.TypeFor[gwv1a2.TCPRouteSpec]()},
 	{KindReferenceGrant, reflect.TypeFor[gwv1b1.ReferenceGrantSpec]()},
 }
 
@@ -44,10 +47,10 @@ var fieldNotes = map[string]string{
 	"Gateway spec.tls":                               "warned: gateway-wide TLS settings have no effect yet",
 	"Gateway spec.defaultScope":                      "warned: default Gateways are not read",
 	"Gateway spec.listeners[].protocol":              "supported: HTTP, HTTPS, TLS, TCP; another protocol's listener is not accepted (UnsupportedProtocol)",
-	"Gateway spec.listeners[].tls.mode":              "supported: Terminate (HTTPS) and Passthrough (TLS)",
+	"Gateway spec.listeners[].tls.mode":              "supported: Terminate on HTTPS, Passthrough on TLS; a TLS listener that terminates is not served (InvalidCertificateRef)",
 	"Gateway spec.listeners[].tls.certificateRefs":   "supported: the first, a Secret of the Gateway's namespace served through SDS as an Istio Gateway's credentialName; another namespace's is refused (RefNotPermitted without a ReferenceGrant, InvalidCertificateRef with one)",
 	"Gateway spec.listeners[].tls.options":           "warned: no option is read",
-	"Gateway spec.listeners[].allowedRoutes.kinds":   "supported: HTTPRoute and GRPCRoute on HTTP and HTTPS; another kind is refused (InvalidRouteKinds)",
+	"Gateway spec.listeners[].allowedRoutes.kinds":   "supported: HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS, TCPRoute on TCP; another kind is refused (InvalidRouteKinds)",
 	"HTTPRoute spec.useDefaultGateways":              "warned: default Gateways are not read",
 	"HTTPRoute spec.parentRefs":                      "supported: a Gateway of a served class, or a Service (GAMMA: the route applies to the Service's callers, only those of the route's namespace when it is another)",
 	"HTTPRoute spec.rules[].filters":                 "supported: RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror (one per rule), CORS; ExtensionRef and ExternalAuth make the route not accepted (UnsupportedValue)",
@@ -60,6 +63,13 @@ var fieldNotes = map[string]string{
 	"GRPCRoute spec.rules[].filters":                 "supported: RequestHeaderModifier, ResponseHeaderModifier, RequestMirror (one per rule); ExtensionRef makes the route not accepted",
 	"GRPCRoute spec.rules[].backendRefs":             "as `HTTPRoute rules[].backendRefs`",
 	"GRPCRoute spec.rules[].sessionPersistence":      "rejected: the route is not accepted (UnsupportedValue)",
+	"TLSRoute spec.useDefaultGateways":               "warned: default Gateways are not read",
+	"TLSRoute spec.parentRefs":                       "as `HTTPRoute parentRefs`",
+	"TLSRoute spec.hostnames":                        "supported: the SNI names routed, those the listener's hostname admits",
+	"TLSRoute spec.rules[].backendRefs":              "supported: Services, weighted; a backend that does not resolve is left out (BackendNotFound, InvalidKind, RefNotPermitted)",
+	"TCPRoute spec.useDefaultGateways":               "warned: default Gateways are not read",
+	"TCPRoute spec.parentRefs":                       "as `HTTPRoute parentRefs`",
+	"TCPRoute spec.rules[].backendRefs":              "as `TLSRoute rules[].backendRefs`",
 }
 
 // Fields lists the fields of the kinds read.

@@ -30,8 +30,8 @@ type listener struct {
 	spec gwv1.Listener
 	// name is the model Gateway's name: one per listener, so that a route
 	// attaches to the listeners it names alone.
-	name   string
-	kinds  []gwv1.RouteGroupKind // the route kinds it admits
+	name  string
+	kinds []gwv1.RouteGroupKind // the route kinds it admits
 	conds []metav1.Condition
 	// accepted: routes attach (its protocol is served, it conflicts with
 	// no other); served: it is also valid whole, and routes are bound.
@@ -55,8 +55,8 @@ var protocols = map[gwv1.ProtocolType]struct {
 }{
 	gwv1.HTTPProtocolType:  {meshv1.Protocol_PROTOCOL_HTTP, []gwv1.Kind{KindHTTPRoute, KindGRPCRoute}},
 	gwv1.HTTPSProtocolType: {meshv1.Protocol_PROTOCOL_HTTPS, []gwv1.Kind{KindHTTPRoute, KindGRPCRoute}},
-	gwv1.TLSProtocolType:   {meshv1.Protocol_PROTOCOL_TLS, []gwv1.Kind{"TLSRoute"}},
-	gwv1.TCPProtocolType:   {meshv1.Protocol_PROTOCOL_TCP, []gwv1.Kind{"TCPRoute"}},
+	gwv1.TLSProtocolType:   {meshv1.Protocol_PROTOCOL_TLS, []gwv1.Kind{KindTLSRoute}},
+	gwv1.TCPProtocolType:   {meshv1.Protocol_PROTOCOL_TCP, []gwv1.Kind{KindTCPRoute}},
 }
 
 // listeners checks a served Gateway's listeners and builds their servers.
@@ -210,6 +210,9 @@ func (t *translator) listenerTLS(g *gwv1.Gateway, l gwv1.Listener, resolved meta
 	}
 	if l.TLS.Mode != nil && *l.TLS.Mode == gwv1.TLSModePassthrough {
 		return &meshv1.GatewayTLS{Mode: "PASSTHROUGH"}, resolved, true
+	}
+	if l.Protocol == gwv1.TLSProtocolType {
+		return bad(gwv1.ListenerReasonInvalidCertificateRef, "tls.mode: a TLS listener passes connections through (Passthrough); terminate TLS on an HTTPS listener")
 	}
 	if len(l.TLS.CertificateRefs) == 0 {
 		return bad(gwv1.ListenerReasonInvalidCertificateRef, "tls.certificateRefs: a certificate is required to terminate TLS")

@@ -58,9 +58,11 @@ func check[R validatable](t *testing.T, name string, resources []R) {
 }
 
 // TestIngressGateway: the listeners and routes of the ingress Gateway's
-// proxies: HTTP on 80, HTTPS on 443 with the listener's certificate; the
-// cross-namespace route a ReferenceGrant allows, with both its backends,
-// and not the route of a namespace no listener admits.
+// proxies: HTTP on 80, HTTPS on 443 with the listener's certificate, TLS
+// passed through by SNI on 9443, TCP on 5432; the cross-namespace route a
+// ReferenceGrant allows, with both its backends; the route whose backend
+// no ReferenceGrant allows, answering 500; and not the route of a
+// namespace no listener admits.
 func TestIngressGateway(t *testing.T) {
 	in, services := loadWithServices(t, "testdata/ingress.yaml")
 	out := gatewayapi.Translate(in, gatewayapi.Options{})
@@ -71,8 +73,8 @@ func TestIngressGateway(t *testing.T) {
 			gws = append(gws, g)
 		}
 	}
-	if len(gws) != 2 {
-		t.Fatalf("the edge proxies have %d gateways, want its 2 valid listeners'", len(gws))
+	if len(gws) != 4 {
+		t.Fatalf("the edge proxies have %d gateways, want its 4 valid listeners'", len(gws))
 	}
 	listen := generate.ListenPorts(m, gws)
 	check(t, "ingress-listeners.json", generate.GatewayListeners(m, gws, listen))

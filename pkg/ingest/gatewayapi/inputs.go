@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwv1a2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
 	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
@@ -17,6 +18,8 @@ var Resources = []struct{ Kind, Resource, Version string }{
 	{KindHTTPRoute, "httproutes", "v1"},
 	{KindGRPCRoute, "grpcroutes", "v1"},
 	{KindReferenceGrant, "referencegrants", "v1beta1"},
+	{KindTLSRoute, "tlsroutes", "v1"},
+	{KindTCPRoute, "tcproutes", "v1alpha2"},
 }
 
 // Add adds a resource read as unstructured (from a dynamic informer or a
@@ -53,6 +56,18 @@ func (in *Inputs) Add(u *unstructured.Unstructured) error {
 			return err
 		}
 		in.GRPCRoutes = append(in.GRPCRoutes, &o)
+	case KindTLSRoute:
+		var o gwv1.TLSRoute
+		if err := into(&o); err != nil {
+			return err
+		}
+		in.TLSRoutes = append(in.TLSRoutes, &o)
+	case KindTCPRoute:
+		var o gwv1a2.TCPRoute
+		if err := into(&o); err != nil {
+			return err
+		}
+		in.TCPRoutes = append(in.TCPRoutes, &o)
 	case KindReferenceGrant:
 		var o gwv1b1.ReferenceGrant
 		if err := into(&o); err != nil {

@@ -44,8 +44,7 @@ func (t *translator) grpcRoute(r *gwv1.GRPCRoute) {
 func (t *translator) route(r *route) {
 	ns, gen := r.obj.GetNamespace(), r.obj.GetGeneration()
 	var parents []gwv1.RouteParentStatus
-	var bound []string // the listeners' model Gateways, "<ns>/<name>"
-	var hosts []string // the hosts the route has on them
+	var bound []binding
 	for i, p := range r.parents {
 		field := fmt.Sprintf("spec.parentRefs[%d]", i)
 		var accepted metav1.Condition
@@ -55,14 +54,9 @@ func (t *translator) route(r *route) {
 			if !managed {
 				continue // another controller's Gateway: its status is not ours
 			}
-			var names, on []string
-			names, on, accepted = t.attach(r, gw, p)
-			bound = append(bound, names...)
-			for _, h := range on {
-				if !slices.Contains(hosts, h) {
-					hosts = append(hosts, h)
-				}
-			}
+			var b []binding
+			b, accepted = t.attach(r, gw, p)
+			bound = append(bound, b...)
 		case group == "" && kind == "Service":
 			accepted = t.meshParent(r, p, i)
 		default:
@@ -81,7 +75,7 @@ func (t *translator) route(r *route) {
 		t.warn(r.kind, ns, r.obj.GetName(), "", "%s", r.refs.resolved.Message)
 	}
 	if len(bound) > 0 && r.rules.unsupported == "" {
-		t.emitRule(r, "gateway", &meshv1.RouteRule{Hosts: hosts, Gateways: bound, Http: r.rules.http})
+		t.emitRule(r, "gateway", gatewayRule(r, bound))
 	}
 	if parents != nil {
 		t.out.Statuses = append(t.out.Statuses, Status{Kind: r.kind, Namespace: ns, Name: r.obj.GetName(), Parents: parents})
@@ -128,18 +122,55 @@ func (t *translator) gatewayParent(p gwv1.ParentReference, routeNS string) (*gat
 	return nil, true
 }
 
+// binding is a route bound to a listener that serves it.
+type binding struct {
+	gateway string // the listener's model Gateway, "<ns>/<name>"
+	port    uint32
+	hosts   []string // the route's hosts on it
+}
+
+// gatewayRule is the route rule of a route's bindings to listeners: HTTP
+// rules hold the hosts of them all, L4 rules a match per listener.
+func gatewayRule(r *route, bound []binding) *meshv1.RouteRule {
+	rr := &meshv1.RouteRule{Http: r.rules.http}
+	for _, b := range bound {
+		rr.Gateways = append(rr.Gateways, b.gateway)
+		for _, h := range b.hosts {
+			if !slices.Contains(rr.Hosts, h) {
+				rr.Hosts = append(rr.Hosts, h)
+			}
+		}
+	}
+	for _, l4 := range r.rules.l4 {
+		c := proto.CloneOf(l4)
+		for _, b := range bound {
+			m := &meshv1.L4Match{Port: b.port, Gateways: []string{b.gateway}}
+			if r.kind == KindTLSRoute {
+				m.SniHosts = b.hosts
+			}
+			c.Match = append(c.Match, m)
+		}
+		if r.kind == KindTLSRoute {
+			rr.Tls = append(rr.Tls, c)
+		} else {
+			rr.Tcp = append(rr.Tcp, c)
+		}
+	}
+	return rr
+}
+
 // attach attaches a route to the listeners of gw that its parent reference
-// names and that admit it; it returns their model Gateways, the hosts the
-// route has on them and the parent's Accepted condition.
-func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]string, []string, metav1.Condition) {
+// names and that admit it; it returns where it is bound and the parent's
+// Accepted condition.
+func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]binding, metav1.Condition) {
 	gen := r.obj.GetGeneration()
-	refuse := func(reason gwv1.RouteConditionReason, format string, args ...any) ([]string, []string, metav1.Condition) {
-		return nil, nil, condition(gen, string(gwv1.RouteConditionAccepted), false, string(reason), fmt.Sprintf(format, args...))
+	refuse := func(reason gwv1.RouteConditionReason, format string, args ...any) ([]binding, metav1.Condition) {
+		return nil, condition(gen, string(gwv1.RouteConditionAccepted), false, string(reason), fmt.Sprintf(format, args...))
 	}
 	if gw == nil {
 		return refuse(gwv1.RouteReasonNoMatchingParent, "Gateway %s not found", parentName(p, r.obj.GetNamespace()))
 	}
-	var names, hosts []string
+	var bound []binding
 	named, allowed, attached := false, false, false
 	for _, l := range gw.listeners {
 		if (p.SectionName != nil && *p.SectionName != l.spec.Name) || (p.Port != nil && *p.Port != l.spec.Port) {
@@ -159,8 +190,7 @@ func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]st
 		l.attached++
 		attached = true
 		if l.served {
-			hosts = append(hosts, on...)
-			names = append(names, gw.obj.Namespace+"/"+l.name)
+			bound = append(bound, binding{gateway: gw.obj.Namespace + "/" + l.name, port: uint32(l.spec.Port), hosts: on})
 		}
 	}
 	switch {
@@ -171,7 +201,7 @@ func (t *translator) attach(r *route, gw *gateway, p gwv1.ParentReference) ([]st
 	case !attached:
 		return refuse(gwv1.RouteReasonNoMatchingListenerHostname, "no hostname of the route matches a listener's of Gateway %s", parentName(p, r.obj.GetNamespace()))
 	}
-	return names, hosts, condition(gen, string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "Route was valid")
+	return bound, condition(gen, string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "Route was valid")
 }
 
 func parentName(p gwv1.ParentReference, routeNS string) string {
@@ -284,6 +314,23 @@ func (t *translator) meshParent(r *route, p gwv1.ParentReference, i int) metav1.
 	rr.Http = r.rules.http
 	if p.Port != nil {
 		rr.Http = withPort(r.rules.http, uint32(*p.Port))
+	}
+	for _, l4 := range r.rules.l4 {
+		c := proto.CloneOf(l4)
+		if p.Port != nil {
+			c.Match = []*meshv1.L4Match{{Port: uint32(*p.Port)}}
+		}
+		if r.kind == KindTLSRoute {
+			for _, h := range r.hostnames {
+				if len(c.Match) == 0 {
+					c.Match = []*meshv1.L4Match{{}}
+				}
+				c.Match[0].SniHosts = append(c.Match[0].SniHosts, string(h))
+			}
+			rr.Tls = append(rr.Tls, c)
+		} else {
+			rr.Tcp = append(rr.Tcp, c)
+		}
 	}
 	t.emitRule(r, fmt.Sprintf("%s.%s.%d", svc.Name, svcNS, i), rr)
 	return condition(gen, string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "Route was valid")

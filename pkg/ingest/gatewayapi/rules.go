@@ -16,6 +16,7 @@ import (
 // rules are a route's translated rules, or why one could not be.
 type rules struct {
 	http []*meshv1.HTTPRoute
+	l4   []*meshv1.L4Route // a TLSRoute's or TCPRoute's, without matches
 	// unsupported says which field has no translation ("" when none):
 	// the route is not accepted.
 	unsupported string

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwv1a2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
 	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
@@ -26,6 +27,8 @@ const (
 	KindHTTPRoute      = "HTTPRoute"
 	KindGRPCRoute      = "GRPCRoute"
 	KindReferenceGrant = "ReferenceGrant"
+	KindTLSRoute       = "TLSRoute"
+	KindTCPRoute       = "TCPRoute"
 )
 
 // DefaultController is the controller name of the classes served by
@@ -42,6 +45,8 @@ type Inputs struct {
 	Gateways   []*gwv1.Gateway
 	HTTPRoutes []*gwv1.HTTPRoute
 	GRPCRoutes []*gwv1.GRPCRoute
+	TLSRoutes  []*gwv1.TLSRoute
+	TCPRoutes  []*gwv1a2.TCPRoute
 	Grants     []*gwv1b1.ReferenceGrant
 	// Service returns a Service, nil when there is none.
 	Service func(namespace, name string) *corev1.Service
@@ -123,6 +128,12 @@ func Translate(in Inputs, opts Options) Output {
 	}
 	for _, r := range sortedObjects(in.GRPCRoutes) {
 		t.grpcRoute(r)
+	}
+	for _, r := range sortedObjects(in.TLSRoutes) {
+		t.tlsRoute(r)
+	}
+	for _, r := range sortedObjects(in.TCPRoutes) {
+		t.tcpRoute(r)
 	}
 	for _, g := range sortedObjects(in.Gateways) {
 		if gw := t.gateways[g.Namespace+"/"+g.Name]; gw != nil {

@@ -114,10 +114,12 @@ func TestIngressStatus(t *testing.T) {
 		accepted, programmed, resolved, conflicted string
 	}{
 		"http":       {1, "True/Accepted", "True/Programmed", "True/ResolvedRefs", "False/NoConflicts"},
-		"https":      {1, "True/Accepted", "True/Programmed", "True/ResolvedRefs", "False/NoConflicts"},
+		"https":      {2, "True/Accepted", "True/Programmed", "True/ResolvedRefs", "False/NoConflicts"},
 		"other-cert": {0, "True/Accepted", "False/Invalid", "False/RefNotPermitted", "False/NoConflicts"},
 		"clash":      {0, "True/Accepted", "False/Invalid", "True/ResolvedRefs", "True/ProtocolConflict"},
 		"udp":        {0, "False/UnsupportedProtocol", "False/Invalid", "True/ResolvedRefs", "False/NoConflicts"},
+		"tls":        {1, "True/Accepted", "True/Programmed", "True/ResolvedRefs", "False/NoConflicts"},
+		"tcp":        {1, "True/Accepted", "True/Programmed", "True/ResolvedRefs", "False/NoConflicts"},
 	}
 	for _, l := range gw.Listeners {
 		want, ok := listeners[string(l.Name)]
@@ -134,16 +136,24 @@ func TestIngressStatus(t *testing.T) {
 		}
 	}
 	routes := map[string][]string{ // "<ns>/<name>" → per parent, "Accepted ResolvedRefs"
-		"infra/web":       {"True/Accepted True/ResolvedRefs"},
-		"shop/cart":       {"True/Accepted True/ResolvedRefs"},
-		"blog/posts":      {"False/NotAllowedByListeners False/RefNotPermitted"},
-		"shop/wrong-host": {"False/NoMatchingListenerHostname True/ResolvedRefs"},
-		"infra/lost":      {"False/NoMatchingParent False/BackendNotFound", "False/NoMatchingParent False/BackendNotFound"},
+		"infra/web":        {"True/Accepted True/ResolvedRefs"},
+		"shop/cart":        {"True/Accepted True/ResolvedRefs"},
+		"blog/posts":       {"False/NotAllowedByListeners False/RefNotPermitted"},
+		"shop/wrong-host":  {"False/NoMatchingListenerHostname True/ResolvedRefs"},
+		"infra/lost":       {"False/NoMatchingParent False/BackendNotFound", "False/NoMatchingParent False/BackendNotFound"},
+		"shop/refused":     {"True/Accepted False/RefNotPermitted"},
+		"tls:infra/secure": {"True/Accepted True/ResolvedRefs"},
+		"tcp:infra/db":     {"True/Accepted True/ResolvedRefs"},
 	}
 	for id, want := range routes {
 		ns, name, _ := strings.Cut(id, "/")
 		var got []string
-		for _, p := range statusOf(t, out, "HTTPRoute", ns, name).Parents {
+		kind := "HTTPRoute"
+		if strings.HasPrefix(id, "tls:") || strings.HasPrefix(id, "tcp:") {
+			kind = map[string]string{"tls": "TLSRoute", "tcp": "TCPRoute"}[id[:3]]
+			ns = strings.TrimPrefix(ns, id[:4])
+		}
+		for _, p := range statusOf(t, out, kind, ns, name).Parents {
 			if p.ControllerName != gatewayapi.DefaultController {
 				t.Errorf("%s: controller %s", id, p.ControllerName)
 			}

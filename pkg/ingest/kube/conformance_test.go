@@ -145,9 +145,9 @@ func listener(name string) func(*unstructured.Unstructured) string {
 // suite's base manifests and the manifests of its tests that check
 // statuses, and expects the conditions those tests expect. The suite's
 // own code needs a data plane to send traffic through; its status checks
-// are restated here. Left out: the tests of features not read (TLSRoute,
-// ListenerSet, BackendTLSPolicy), a certificate of another namespace and a
-// Secret that does not exist (see docs/istio-compatibility.md).
+// are restated here. Left out: the tests of features not read (ListenerSet,
+// BackendTLSPolicy), a certificate of another namespace and a Secret that
+// does not exist (see docs/istio-compatibility.md).
 func TestGatewayAPIConformanceStatus(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallGatewayAPICRDs(t)
@@ -202,6 +202,20 @@ func TestGatewayAPIConformanceStatus(t *testing.T) {
 			}},
 		},
 		"grpcroute-exact-method-matching": {{"GRPCRoute", "infra", "exact-matching", accepted, routeParent("same-namespace")}},
+		"tlsroute-invalid-backendref-nonexistent": {{"TLSRoute", "infra", "invalid-backend-ref-nonexistent",
+			"Accepted=True/Accepted ResolvedRefs=False/BackendNotFound", routeParent("gateway-tlsroute-invalid-backend-ref-nonexistent")}},
+		"tlsroute-invalid-backendref-unknown-kind": {{"TLSRoute", "infra", "invalid-backend-ref-unknown-kind",
+			"Accepted=True/Accepted ResolvedRefs=False/InvalidKind", routeParent("gateway-tlsroute-invalid-backend-ref-unknown-kind")}},
+		"tlsroute-invalid-no-matching-listener-hostname": {
+			{"TLSRoute", "infra", "tlsroute-hostname-mismatch-1", "Accepted=False/NoMatchingListenerHostname ResolvedRefs=True/ResolvedRefs", routeParent("gateway-tls-exact-hostname")},
+			{"TLSRoute", "infra", "tlsroute-hostname-mismatch-2", "Accepted=False/NoMatchingListenerHostname ResolvedRefs=True/ResolvedRefs", routeParent("gateway-tls-wildcard-hostname")},
+		},
+		"tlsroute-invalid-no-matching-listener": {
+			{"TLSRoute", "infra", "tlsroute-not-allowed-protocol-http", "Accepted=False/NotAllowedByListeners ResolvedRefs=True/ResolvedRefs", routeParent("gateway-tlsroute-http-only")},
+			{"TLSRoute", "infra", "tlsroute-not-allowed-protocol-https", "Accepted=False/NotAllowedByListeners ResolvedRefs=True/ResolvedRefs", routeParent("gateway-tlsroute-https-only")},
+			{"TLSRoute", "infra", "tlsroute-no-matching-section-name", "Accepted=False/NoMatchingParent ResolvedRefs=True/ResolvedRefs", routeParent("gateway-tlsroute-tls-passthrough-only")},
+		},
+		"tlsroute-invalid-reference-grant": {{"TLSRoute", "infra", "gateway-conformance-infra-test", "Accepted=True/Accepted ResolvedRefs=False/RefNotPermitted", routeParent("gateway-tlsroute-referencegrant")}},
 	}
 	names := slices.Sorted(maps.Keys(tests))
 	for i, test := range names {

@@ -128,7 +128,7 @@ func TestGatewayAPIStatus(t *testing.T) {
 		return fmt.Sprint(conditionsOf(u, "status", "conditions"))
 	})
 	statusShows(t, kc, "Gateway", infra, "edge", "[Accepted=True/Accepted Programmed=True/Programmed] listeners "+
-		"http:1 https:1 other-cert:0(RefNotPermitted) clash:0(ProtocolConflict) udp:0(UnsupportedProtocol)", func(u *unstructured.Unstructured) string {
+		"http:1 https:2 other-cert:0(RefNotPermitted) clash:0(ProtocolConflict) udp:0(UnsupportedProtocol) tls:1 tcp:1", func(u *unstructured.Unstructured) string {
 		list, _, _ := unstructured.NestedSlice(u.Object, "status", "listeners")
 		// A listener's conditions are summed up by the reasons of those
 		// that are not healthy (Programmed follows the others).
@@ -152,9 +152,13 @@ func TestGatewayAPIStatus(t *testing.T) {
 		{shop, "cart", ok},
 		{blog, "posts", gatewayapi.DefaultController + " [Accepted=False/NotAllowedByListeners ResolvedRefs=False/RefNotPermitted]"},
 		{shop, "wrong-host", gatewayapi.DefaultController + " [Accepted=False/NoMatchingListenerHostname ResolvedRefs=True/ResolvedRefs]"},
+		{shop, "refused", gatewayapi.DefaultController + " [Accepted=True/Accepted ResolvedRefs=False/RefNotPermitted]"},
 		{infra, "lost", strings.Repeat("; "+gatewayapi.DefaultController+" [Accepted=False/NoMatchingParent ResolvedRefs=False/BackendNotFound]", 2)[2:]},
 	} {
 		statusShows(t, kc, "HTTPRoute", c.ns, c.name, c.want, parents)
+	}
+	for kind, name := range map[string]string{"TLSRoute": "secure", "TCPRoute": "db"} {
+		statusShows(t, kc, kind, infra, name, ok, parents)
 	}
 	r.object(t, "/mesh/v1/routerules/"+shop+"/cart~httproute~gateway", "the accepted route is stored", func(o model.Object) (bool, string) {
 		rr := o.(*meshv1.RouteRule)

@@ -25,6 +25,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
 	"github.com/shardpilot/shardpilot/pkg/inject"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -119,6 +120,7 @@ type options struct {
 	remote                                                                                  cli.Remote
 	meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
 	leaderTTL, syncMax, zkSession                                                           time.Duration
+	yamlMaxFile                                                                             int64
 	ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts                               string
 	hook                                                                                    injectFlags
 	parts                                                                                   *int
@@ -131,6 +133,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	o.common.Register(fs, ":15015")
 	o.remote.Register(fs)
 	fs.StringVar(&o.meshDir, "mesh-dir", "", "directory of Istio YAML to ingest")
+	fs.Int64Var(&o.yamlMaxFile, "yaml-max-file-size", yamldir.DefaultMaxFileSize, "largest file of --mesh-dir read, in bytes; a larger one is a problem that keeps what it held (a document is also refused when its aliases would expand it past 1,000,000 nodes or four times this size)")
 	fs.StringVar(&o.signingKeyFile, "bus-signing-key-file", "", "PEM file of an ed25519 private key (openssl genpkey -algorithm ed25519) the relay signs every change event with; pushers given its public key (--bus-verify-key-file) refuse events without its signature, so that a NATS credential alone cannot forge config")
 	fs.StringVar(&o.kubeconfigs, "kubeconfig", "", `Kubernetes clusters to watch: comma-separated "[<cluster-id>=]<path>", path "in-cluster" for the pod's own`)
 	fs.StringVar(&o.ensembles, "zookeeper", "", `ZooKeeper ensembles to watch for Dubbo and Curator registrations: "<id>=<host:port>[,<host:port>...]", ensembles separated by ';'`)
@@ -178,6 +181,9 @@ func (o *options) validate() (v validated, err error) {
 			return v, fmt.Errorf("--zookeeper %s: %w", v.zks[i].Ensemble, err)
 		}
 	}
+	if o.yamlMaxFile <= 0 {
+		return v, fmt.Errorf("--yaml-max-file-size %d: want a positive number of bytes", o.yamlMaxFile)
+	}
 	if o.meshDir == "" && len(v.clusters) == 0 && len(v.zks) == 0 {
 		return v, errors.New("nothing to ingest: give --mesh-dir, --kubeconfig, --zookeeper or several")
 	}
@@ -209,7 +215,7 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 			ready.Set("mesh directory synced", false)
 		}
 		g.Go(func() error {
-			return app.Source{Etcd: etcd, MeshDir: o.meshDir, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, Election: election, MaxDelay: o.syncMax,
+			return app.Source{Etcd: etcd, MeshDir: o.meshDir, MaxFileSize: o.yamlMaxFile, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, Election: election, MaxDelay: o.syncMax,
 				Log: log, Report: ingestReport,
 				OnSynced: func(ingest.Result) { ready.Set("mesh directory synced", true) }}.Run(ctx)
 		})

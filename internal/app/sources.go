@@ -45,8 +45,10 @@ func (t *termStore) Revision(ctx context.Context) (int64, error) {
 
 // Source runs the YAML-directory source into the store.
 type Source struct {
-	Etcd         *clientv3.Client
-	MeshDir      string
+	Etcd    *clientv3.Client
+	MeshDir string
+	// MaxFileSize is the largest YAML file read (default: yamldir's).
+	MaxFileSize  int64
 	DomainSuffix string
 	// MeshNamespace is the namespace of the mesh's ConfigMap (see
 	// istio.Options).
@@ -77,6 +79,7 @@ func (s Source) Run(ctx context.Context) error {
 		Log:       s.Log.With("source", name),
 		OnSynced:  s.OnSynced,
 		MaxDelay:  s.MaxDelay,
+		Limits:    yamldir.Limits{MaxFileSize: s.MaxFileSize},
 	})
 	if err != nil {
 		return err

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	yamlv3 "go.yaml.in/yaml/v3"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -202,12 +203,37 @@ type op struct {
 	Value any    `json:"value"`
 }
 
+// aliasedAt returns the line of the first anchor or alias of a YAML text
+// (0 when there is none, or when it does not parse: the decoder says why).
+func aliasedAt(text string) int {
+	var node yamlv3.Node
+	if err := yamlv3.Unmarshal([]byte(text), &node); err != nil {
+		return 0
+	}
+	var walk func(*yamlv3.Node) int
+	walk = func(n *yamlv3.Node) int {
+		if n.Kind == yamlv3.AliasNode || n.Anchor != "" {
+			return max(n.Line, 1)
+		}
+		for _, c := range n.Content {
+			if line := walk(c); line > 0 {
+				return line
+			}
+		}
+		return 0
+	}
+	return walk(&node)
+}
+
 // pointAt returns the patch pointing pod's agent at address for discovery
 // and certificates; kept is true when the pod names its own discovery
 // address.
 func pointAt(pod *corev1.Pod, address string) (patch []op, kept bool, err error) {
 	cfg := map[string]any{}
 	if v, ok := pod.Annotations[ProxyConfigAnnotation]; ok {
+		if line := aliasedAt(v); line > 0 {
+			return nil, false, fmt.Errorf("annotation %s: line %d: anchors and aliases are not accepted (a few bytes of them can expand into gigabytes)", ProxyConfigAnnotation, line)
+		}
 		if err := yaml.Unmarshal([]byte(v), &cfg); err != nil {
 			return nil, false, fmt.Errorf("annotation %s is not a ProxyConfig in YAML or JSON: %w", ProxyConfigAnnotation, err)
 		}

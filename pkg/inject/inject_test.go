@@ -192,6 +192,11 @@ func TestDiscoveryAddress(t *testing.T) {
 	if got := create(ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{inject.ProxyConfigAnnotation: "{{{"}}}); got.Annotations[inject.ProxyConfigAnnotation] != "{{{" {
 		t.Errorf("a pod whose annotation is no ProxyConfig: %q, want it admitted as it is", got.Annotations[inject.ProxyConfigAnnotation])
 	}
+	// Aliases could expand a few bytes into gigabytes: refused unread.
+	aliased := "a: &x [1, 2]\nb: *x\n"
+	if got := create(ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{inject.ProxyConfigAnnotation: aliased}}}); got.Annotations[inject.ProxyConfigAnnotation] != aliased {
+		t.Errorf("a pod whose ProxyConfig holds aliases: %q, want it admitted as it is", got.Annotations[inject.ProxyConfigAnnotation])
+	}
 	if got := create(other, &corev1.Pod{}); got.Annotations[inject.ProxyConfigAnnotation] != "" {
 		t.Errorf("a pod of a namespace the webhook is not registered for: %v", got.Annotations)
 	}
@@ -205,8 +210,8 @@ func TestDiscoveryAddress(t *testing.T) {
 			t.Errorf("%s injected before: CA_ADDR %q, want %q", name, got, want)
 		}
 	}
-	if got := counted(t, reg, "unreadable"); got < 1 {
-		t.Errorf("unreadable pods counted: %v, want 1", got)
+	if got := counted(t, reg, "unreadable"); got < 2 {
+		t.Errorf("unreadable pods counted: %v, want 2", got)
 	}
 
 	// Istio's injector after the webhook (its configuration sorts after

@@ -231,6 +231,9 @@ func (t *translator) listenerTLS(g *gwv1.Gateway, l gwv1.Listener, resolved meta
 	if len(l.TLS.CertificateRefs) > 1 {
 		t.warn(KindGateway, g.Namespace, g.Name, "spec.listeners["+string(l.Name)+"].tls.certificateRefs", "only the first certificate is served")
 	}
+	// The Secret itself is not read here (the ingester holds no right to
+	// Secrets): the condition says so rather than vouch for it.
+	resolved.Message = fmt.Sprintf("The certificate is Secret %s/%s, served to the gateway's proxies by SDS when it exists (the ingester does not read Secrets)", g.Namespace, ref.Name)
 	return &meshv1.GatewayTLS{Mode: "SIMPLE", CredentialName: string(ref.Name)}, resolved, true
 }
 

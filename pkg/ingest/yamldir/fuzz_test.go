@@ -23,7 +23,9 @@ func FuzzParseFile(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		inputs, problems := parseFile("f.yaml", data, "v", time.Unix(1, 0))
+		limits := Limits{}
+		limits.defaults()
+		inputs, problems := parseFile("f.yaml", data, "v", time.Unix(1, 0), limits)
 		for _, p := range problems {
 			if !strings.HasPrefix(p.Location, "f.yaml") || p.Reason == "" {
 				t.Fatalf("problem %+v lacks its location or reason", p)

@@ -44,6 +44,8 @@ type Config struct {
 	RetryDelay time.Duration
 	// OnSynced, when set, is called after every successful sync.
 	OnSynced func(ingest.Result)
+	// Limits bound what one file may cost to read (defaults: see Limits).
+	Limits Limits
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -67,6 +69,7 @@ func (c *Config) Validate() error {
 	if c.Quiet == 0 {
 		c.Quiet = 10 * time.Millisecond
 	}
+	c.Limits.defaults()
 	return nil
 }
 
@@ -173,7 +176,7 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Source{cfg: cfg}, nil
+	return &Source{cfg: cfg, parsed: parsed{limits: cfg.Limits}}, nil
 }
 
 // Run syncs the directory, then again after every change, until ctx is done.
@@ -345,7 +348,9 @@ func entangled(inputs []istio.Input) bool {
 // resource, or a file that does not parse, is returned as a problem. It
 // fails only when the directory itself cannot be read.
 func Read(dir string, now time.Time) ([]istio.Input, []ingest.Problem, error) {
-	return (&parsed{}).read(dir, now)
+	pc := &parsed{}
+	pc.limits.defaults()
+	return pc.read(dir, now)
 }
 
 // parsed keeps each file's parse under its content hash, so that a sync
@@ -358,6 +363,7 @@ type parsed struct {
 	// that syncing one file does not look at every other.
 	names     map[string]int
 	workloads map[string][]istio.Input
+	limits    Limits
 }
 
 // set records what a file holds now.
@@ -453,7 +459,7 @@ func (pc *parsed) readFile(dir, path string, now time.Time) (parsedFile, []inges
 	}
 	var data []byte
 	if err == nil {
-		data, err = os.ReadFile(path)
+		data, err = readLimited(path, info.Size(), pc.limits.MaxFileSize)
 	}
 	if err != nil {
 		return parsedFile{}, []ingest.Problem{{Location: name, Reason: err.Error() + "; its objects stay as they were", KeepLocation: name}}, true
@@ -462,7 +468,7 @@ func (pc *parsed) readFile(dir, path string, now time.Time) (parsedFile, []inges
 	f, ok := pc.files[path]
 	if !ok || f.sum != sum {
 		f.sum = sum
-		f.inputs, f.problems = parseFile(name, data, hex.EncodeToString(sum[:8]), now)
+		f.inputs, f.problems = parseFile(name, data, hex.EncodeToString(sum[:8]), now, pc.limits)
 	}
 	return f, nil, true
 }
@@ -500,7 +506,7 @@ func rel(dir, path string) string {
 
 // parseFile reads the documents of one file. A file that does not parse is
 // one problem that keeps everything the file held before.
-func parseFile(name string, data []byte, version string, now time.Time) ([]istio.Input, []ingest.Problem) {
+func parseFile(name string, data []byte, version string, now time.Time, limits Limits) ([]istio.Input, []ingest.Problem) {
 	keepAll := func(reason string) []ingest.Problem {
 		return []ingest.Problem{{Location: name, Reason: reason + "; its objects stay as they were", KeepLocation: name}}
 	}
@@ -517,6 +523,10 @@ func parseFile(name string, data []byte, version string, now time.Time) ([]istio
 			return nil, keepAll(fmt.Sprintf("document %d: malformed YAML: %v", doc, err))
 		}
 		loc := fmt.Sprintf("%s document %d", name, doc)
+		if why := checkExpansion(&node, limits); why != "" {
+			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: why + "; its objects stay as they were"})
+			continue
+		}
 		var v any
 		if err := node.Decode(&v); err != nil {
 			problems = append(problems, ingest.Problem{Location: loc, KeepLocation: loc, Reason: "malformed YAML: " + err.Error()})

@@ -180,6 +180,9 @@ func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDum
 	xcfg := p.XDS
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged = c, ps, ps.ClassesChanged()
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
+	if xcfg.ResponseLimit == nil {
+		xcfg.ResponseLimit = ps.ResponseLimit
+	}
 	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies}
 	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	xcfg.Register = func(r grpc.ServiceRegistrar) {

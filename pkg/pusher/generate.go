@@ -283,9 +283,13 @@ func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster)
 	}
 }
 
-// tooLarge reports, and logs and counts, resources a class's proxies could
-// not receive: the clusters or listeners of proxyless clients above what
-// grpc-go takes in one message.
+// tooLarge reports, and logs and counts, a set of resources a class's
+// proxies could not receive whole: the clusters or listeners of proxyless
+// clients above what grpc-go takes in one message. They are served all
+// the same: grpc-go names the ones it needs, and each response holds
+// those alone (the server refuses a response past the limit, see
+// ResponseLimit). It is logged when the class's set first passes the
+// limit.
 func tooLarge[R types.Resource](p *Pusher, class cache.Class, typeURL string, list []R) bool {
 	if classify.ParseClass(class).Kind != generate.Proxyless.String() || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
 		return false
@@ -294,14 +298,28 @@ func tooLarge[R types.Resource](p *Pusher, class cache.Class, typeURL string, li
 	for _, r := range list {
 		size += proto.Size(r)
 	}
+	key := string(class) + " " + typeURL
 	if size <= p.cfg.MaxProxylessResponse {
+		delete(p.oversize, key)
 		return false
 	}
 	p.m.tooLarge.Inc()
-	p.cfg.Log.Error("resources too large for proxyless clients; the class keeps its last ones",
-		"class", class, "type", typeURL, "resources", len(list), "bytes", size, "limit", p.cfg.MaxProxylessResponse,
-		"hint", "limit what these clients see with a Sidecar (egress hosts)")
+	if !p.oversize[key] {
+		p.oversize[key] = true
+		p.cfg.Log.Warn("a proxyless class's resources are too large for one message; each client is sent those it names",
+			"class", class, "type", typeURL, "resources", len(list), "bytes", size, "limit", p.cfg.MaxProxylessResponse,
+			"hint", "limit what these clients see with a Sidecar (egress hosts)")
+	}
 	return true
+}
+
+// ResponseLimit is the largest response a proxy of a class takes: for a
+// proxyless client, MaxProxylessResponse (for the server's ResponseLimit).
+func (p *Pusher) ResponseLimit(class cache.Class) int {
+	if classify.ParseClass(class).Kind == generate.Proxyless.String() {
+		return p.cfg.MaxProxylessResponse
+	}
+	return 0
 }
 
 // generateRouter generates the resources of a class of gateway proxies:
@@ -361,9 +379,7 @@ func publish[R types.Resource](p *Pusher, class cache.Class, typeURL string, lis
 	for _, r := range list {
 		out[gcpcache.GetResourceName(r)] = r
 	}
-	if tooLarge(p, class, typeURL, list) {
-		return
-	}
+	tooLarge(p, class, typeURL, list)
 	changed, removed, size, err := p.cfg.Tables.Update(class, typeURL, out)
 	if err != nil {
 		p.cfg.Log.Error("cache update failed", "class", class, "type", typeURL, "err", err)

@@ -133,11 +133,11 @@ type Config struct {
 	// served, so that the routes that stop naming it reach the proxies
 	// first (make before break). Default 5s; negative removes at once.
 	ClusterLinger time.Duration
-	// MaxProxylessResponse bounds the size of the clusters or listeners of
-	// a class of proxyless clients, which every response of theirs holds
-	// whole: grpc-go refuses a message above 4 MiB (and the stream with
-	// it). Past it, the class keeps its last resources of that type and the
-	// generation is reported. Default 4 MiB less 64 KiB for the envelope.
+	// MaxProxylessResponse bounds one response to a proxyless client
+	// (ResponseLimit): grpc-go refuses a message above 4 MiB (and the
+	// stream with it). grpc-go names the clusters and listeners it needs,
+	// so a class's whole set may be larger; it is reported when it is.
+	// Default 4 MiB less 64 KiB for the envelope.
 	MaxProxylessResponse int
 }
 
@@ -235,6 +235,9 @@ type Pusher struct {
 	// services' assignments.
 	eds      map[string][]string
 	edsCount int
+	// oversize holds the proxyless classes and types whose set last passed
+	// MaxProxylessResponse ("<class> <type>"), logged once each.
+	oversize map[string]bool
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces (owned by the following
 	// goroutine).
@@ -340,7 +343,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
-		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
+		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))

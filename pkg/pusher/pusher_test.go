@@ -412,10 +412,11 @@ func TestConfigChangeRegeneratesOnlyTheClassesThatSeeIt(t *testing.T) {
 	})
 }
 
-// TestTooLargeForProxylessIsNotServed: clusters a proxyless client could
-// not receive in one message are not handed over (the class keeps what it
-// had), and the generation is counted; Envoy's class gets them.
-func TestTooLargeForProxylessIsNotServed(t *testing.T) {
+// TestTooLargeForProxylessIsServedByName: clusters a proxyless client
+// could not receive all in one message are still handed over (grpc-go
+// asks for those it needs by name, and the server bounds each response),
+// and the generation is counted.
+func TestTooLargeForProxylessIsServedByName(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var objs []model.Stored
 		for i := range 20 {
@@ -427,14 +428,14 @@ func TestTooLargeForProxylessIsNotServed(t *testing.T) {
 		sink := &recordingSink{}
 		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{}, Tables: sink, MaxProxylessResponse: 1000}, 5*time.Second)
 		stop()
-		if got := len(sink.resources("proxyless", resource.ClusterType)); got != 0 {
-			t.Errorf("proxyless class handed %d clusters, want none (too large)", got)
-		}
-		if got := len(sink.clusters()); got != 20 {
-			t.Errorf("envoy class holds %d outbound clusters, want 20", got)
+		if got := len(sink.resources("proxyless", resource.ClusterType)); got != 20 {
+			t.Errorf("proxyless class handed %d clusters, want all 20", got)
 		}
 		if n := testutil.ToFloat64(p.m.tooLarge); n < 1 {
 			t.Errorf("%v generations counted too large, want at least 1", n)
+		}
+		if got := p.ResponseLimit("proxyless"); got != 1000 {
+			t.Errorf("a proxyless class's response limit is %d, want 1000", got)
 		}
 	})
 }

@@ -11,6 +11,7 @@ const (
 	limitNames    = "subscribed_names"
 	limitLocality = "locality_classes"
 	limitVisible  = "invisible_names"
+	limitResponse = "response_size"
 )
 
 // tooManyNames refuses a subscription past Config.MaxNames.

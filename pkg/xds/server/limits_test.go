@@ -370,3 +370,54 @@ func TestFirstRequestWithAStaleNonceIsAnswered(t *testing.T) {
 		return err
 	})
 }
+
+// TestResponseLimit: a response past the class's ResponseLimit is not
+// sent (a client would refuse it and the stream with it) and is counted;
+// a client naming fewer resources is served, and the stream refused one
+// is served the next response that fits.
+func TestResponseLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, ads, ctx := serve(t, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
+	clusters := map[string]types.Resource{}
+	var all []string
+	for i := range 100 {
+		n := fmt.Sprintf("outbound|8080||service-with-a-long-name-%d.namespace.svc.cluster.local", i)
+		clusters[n], all = &clusterv3.Cluster{Name: n}, append(all, n)
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
+		t.Fatal(err)
+	}
+	open := func(id string, names []string) grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse] {
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType, ResourceNames: names}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	few := open("few", all[:2])
+	if r, err := few.Recv(); err != nil || len(r.Resources) != 2 {
+		t.Fatalf("a client naming 2 clusters: %v resources, %v", len(r.GetResources()), err)
+	}
+	many := open("many", all)
+	testutil.Eventually(t, 10*time.Second, "the response naming 100 clusters refused", func() (bool, string) {
+		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
+			if m.GetLabel()[0].GetValue() == "response_size" && m.GetCounter().GetValue() == 1 {
+				return true, ""
+			}
+		}
+		return false, "not counted"
+	})
+	kept := map[string]types.Resource{}
+	for _, n := range all[:5] {
+		kept[n] = clusters[n]
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, kept); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := many.Recv(); err != nil || len(r.Resources) != 5 {
+		t.Fatalf("once its clusters fit: %v resources, %v", len(r.GetResources()), err)
+	}
+}

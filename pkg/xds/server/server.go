@@ -201,6 +201,11 @@ type Config struct {
 	// served the mesh-wide assignments, as a proxy without one is. Default
 	// 1,000.
 	MaxLocalities int
+	// ResponseLimit, when set, bounds the encoded size of one response to a
+	// proxy of a class (0: none): grpc-go refuses a message above 4 MiB,
+	// and the stream with it. A response past it is not sent and is
+	// reported; the proxy keeps what it has.
+	ResponseLimit func(cache.Class) int
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -210,6 +215,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.ResponseLimit == nil {
+		c.ResponseLimit = func(cache.Class) int { return 0 }
 	}
 	if c.Callbacks == nil {
 		c.Callbacks = NoCallbacks{}
@@ -437,7 +445,7 @@ func New(cfg Config) (*Server, error) {
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_limited_total",
 			Help: "Requests held to a per-stream limit, by limit: node_size and subscribed_names end the stream, locality_classes serves the mesh-wide load assignments, invisible_names leaves out names the proxy's class may not see."}, []string{"limit"}),
 	}
-	for _, l := range []string{limitNode, limitNames, limitLocality, limitVisible} {
+	for _, l := range []string{limitNode, limitNames, limitLocality, limitVisible, limitResponse} {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {

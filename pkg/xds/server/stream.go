@@ -611,6 +611,15 @@ func (st *stream) next(i int) (*outgoing, error) {
 		st.srv.cfg.Log.Error("cannot encode a response", "proxy", st.node.GetId(), "type", w.short, "err", err)
 		return nil, nil
 	}
+	if limit := st.srv.cfg.ResponseLimit(st.class); limit > 0 && len(resp.Body) > limit {
+		// The client would refuse it, and the stream with it: it keeps
+		// what it has, and the next change tries again.
+		st.srv.m.limited.WithLabelValues(limitResponse).Inc()
+		st.srv.cfg.Log.Warn("a response too large for its client is not sent; the client keeps its last one", "proxy", st.node.GetId(),
+			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit,
+			"hint", "the client names these resources: limit what it sees with a Sidecar (egress hosts)")
+		return nil, nil
+	}
 	w.version, w.fresh, w.prev, w.initial = resp.To, false, nil, nil
 	if w.credited > 0 {
 		// Generations that did not touch what the proxy watches are not

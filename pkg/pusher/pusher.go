@@ -323,7 +323,7 @@ func New(cfg Config) (*Pusher, error) {
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_too_large_total",
-			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message (the class kept its last ones)."}),
+			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message: served all the same, each client being sent those it names (a response past the limit is counted in shardpilot_pusher_xds_limited_total{limit=\"response_size\"})."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",

@@ -35,6 +35,7 @@ func (p *Pusher) generate(c change) {
 	p.conv.begin(c.observed)
 	p.delivered = p.cfg.Tables.Backlog() == 0
 	p.gen++
+	p.lru.sweep(start)
 	built, index, rev := p.state.mesh()
 	mesh := built.Mesh
 	previous := p.index.Swap(index)
@@ -214,7 +215,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
 	return func(m *generate.Mesh, host string, port uint32) *route.VirtualHost {
 		key := "vh|" + proxy.String() + "|" + host + ":" + strconv.FormatUint(uint64(port), 10) + "|" + generate.VirtualHostInputs(m, host, port)
-		if v, ok := p.lru.Get(key); ok {
+		if v, ok := p.lru.get(key); ok {
 			p.m.cache.WithLabelValues("vh", "hit").Inc()
 			return v.(*route.VirtualHost)
 		}
@@ -223,7 +224,7 @@ func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
 		if proxy == generate.Envoy {
 			vh = generate.SidecarVirtualHost(m, host, port)
 		}
-		p.lru.Add(key, vh)
+		p.lru.add(key, vh, int64(proto.Size(vh)))
 		return vh
 	}
 }
@@ -362,13 +363,13 @@ func cached[R any](p *Pusher, kind, variant string, m *generate.Mesh, s *generat
 		version = s.Version
 	}
 	key := kind + "|" + variant + "|" + s.Namespace + "/" + s.Name + "|" + version + "|" + m.ConfigVersion + "|" + strings.Join(m.Owned(s), ",")
-	if v, ok := p.lru.Get(key); ok {
+	if v, ok := p.lru.get(key); ok {
 		p.m.cache.WithLabelValues(kind, "hit").Inc()
 		return v.([]R)
 	}
 	p.m.cache.WithLabelValues(kind, "miss").Inc()
 	out := gen(m, s)
-	p.lru.Add(key, out)
+	p.lru.add(key, out, sizeOf(out))
 	return out
 }
 

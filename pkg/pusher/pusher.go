@@ -13,7 +13,6 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/classify"
@@ -129,6 +128,11 @@ type Config struct {
 	RetryDelay time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
+	// CacheBytes bounds them by their encoded size as well. Default 256 MiB.
+	CacheBytes int64
+	// CacheIdle is how long a generated resource no generation used is
+	// kept. Default 5m; negative keeps it until the bounds push it out.
+	CacheIdle time.Duration
 	// ClusterLinger is how long a cluster a class no longer has is still
 	// served, so that the routes that stop naming it reach the proxies
 	// first (make before break). Default 5s; negative removes at once.
@@ -171,6 +175,12 @@ func (c *Config) Validate() error {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = 256 << 20
+	}
+	if c.CacheIdle == 0 {
+		c.CacheIdle = 5 * time.Minute
+	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 100_000
 	}
@@ -199,7 +209,7 @@ type Pusher struct {
 	lostAt   atomic.Int64
 	consumed atomic.Uint64 // the stream sequence of the last event consumed
 	// lru holds per-service generated resources by their inputs' versions.
-	lru *lru.Cache[string, any]
+	lru *genCache
 	// settings are the mesh's stored settings of the last generation
 	// (owned by the generating goroutine).
 	settings *meshv1.MeshConfig
@@ -277,6 +287,7 @@ type metrics struct {
 	classes     *prometheus.CounterVec
 	tooLarge    prometheus.Counter
 	scope       prometheus.Gauge
+	cacheBytes  prometheus.Gauge
 }
 
 // New returns a Pusher.
@@ -322,6 +333,8 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
+		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_generation_cache_bytes",
+			Help: "Encoded bytes of the generated resources the pusher keeps for reuse (bounded by --cache-bytes; what no generation used for --cache-idle is forgotten)."}),
 		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_too_large_total",
 			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message: served all the same, each client being sent those it names (a response past the limit is counted in shardpilot_pusher_xds_limited_total{limit=\"response_size\"})."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
@@ -332,13 +345,13 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope, m.cacheBytes} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
 		}
 	}
-	memo, err := lru.New[string, any](cfg.CacheSize)
+	memo, err := newGenCache(cfg.CacheSize, cfg.CacheBytes, cfg.CacheIdle, m.cacheBytes)
 	if err != nil {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}

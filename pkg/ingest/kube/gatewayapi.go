@@ -57,16 +57,17 @@ func (s *Source) gatewayAPIAvailable() []*gatewayResource {
 	return out
 }
 
-// watchGatewayAPI watches the Gateway API resources the cluster serves.
+// watchGatewayAPI watches the Gateway API resources w holds (set from
+// gatewayAPIAvailable before any handler runs: the handlers of shared
+// informers may run at once, and read it).
 func (s *Source) watchGatewayAPI(dyn dynamicinformer.DynamicSharedInformerFactory, w *watched,
 	watch func(string, cache.SharedIndexInformer, cache.ResourceEventHandler) error, changed func()) error {
-	for _, r := range s.gatewayAPIAvailable() {
+	for _, r := range w.gatewayAPI {
 		gi := dyn.ForResource(r.gvr)
+		r.lister = gi.Lister()
 		if err := watch(gatewayapi.KindLocation(r.kind), gi.Informer(), s.handler(gatewayapi.KindLocation(r.kind), w, changed)); err != nil {
 			return err
 		}
-		r.lister = gi.Lister()
-		w.gatewayAPI = append(w.gatewayAPI, r)
 	}
 	return nil
 }

@@ -286,6 +286,7 @@ func (s *Source) Run(ctx context.Context) error {
 		nodes:      factory.Core().V1().Nodes().Lister(),
 		namespaces: factory.Core().V1().Namespaces().Lister(),
 		istio:      map[string]cache.GenericLister{},
+		gatewayAPI: s.gatewayAPIAvailable(),
 	}
 	slices := factory.Discovery().V1().EndpointSlices().Informer()
 	w.slicesByPod = slices.GetIndexer()

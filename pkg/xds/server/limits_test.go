@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -419,5 +420,76 @@ func TestResponseLimit(t *testing.T) {
 	}
 	if r, err := many.Recv(); err != nil || len(r.Resources) != 5 {
 		t.Fatalf("once its clusters fit: %v resources, %v", len(r.GetResources()), err)
+	}
+}
+
+// heapInUse is the heap in use after two collections (what pools keep
+// survives one).
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// TestFloodsHoldNoMemory: 150 streams whose node carries 3 MB of metadata
+// and 50 Delta streams listing 100,000 resource versions each are refused,
+// and the server holds nothing of them afterwards (under 32 MiB more heap
+// in use, clients included); before the limits, such streams made it hold
+// gigabytes.
+func TestFloodsHoldNoMemory(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, ads, ctx := serve(t, server.Config{Registerer: reg})
+	before := heapInUse()
+	meta := &structpb.Struct{Fields: map[string]*structpb.Value{"PADDING": structpb.NewStringValue(strings.Repeat("x", 3<<20))}}
+	versions := make(map[string]string, 100_000)
+	for i := range 100_000 {
+		versions[fmt.Sprintf("outbound|80||svc-%d.ns.svc.cluster.local", i)] = "v1"
+	}
+	flood := func(n int, one func(i int) error) {
+		errs := make(chan error, n)
+		sem := make(chan struct{}, 10) // ten at a time: the clients' copies are in this process too
+		for i := range n {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				errs <- one(i)
+			}()
+		}
+		for range n {
+			if err := <-errs; status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.ResourceExhausted {
+				t.Errorf("a flooding stream ended with %v, want it refused", err)
+			}
+		}
+	}
+	flood(150, func(i int) error {
+		s, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("meta-", i), Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	})
+	flood(50, func(i int) error {
+		s, err := ads.DeltaAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("delta-", i)}, TypeUrl: resource.ClusterType,
+			ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: versions}); err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	})
+	versions, meta = nil, nil
+	after := heapInUse()
+	t.Logf("heap in use: %d MiB before the floods, %d MiB after", before>>20, after>>20)
+	if after > before+32<<20 {
+		t.Errorf("the floods left %d MiB more heap in use", (after-before)>>20)
 	}
 }

@@ -237,6 +237,48 @@ func TestChartMonitoring(t *testing.T) {
 	}
 }
 
+// TestChartAlertThresholds: prometheusRule.alerts changes an alert's
+// threshold, for and severity; an alert that does not exist, and a for
+// that is no duration, are refused with the reason.
+func TestChartAlertThresholds(t *testing.T) {
+	h := helm(t)
+	chart := filepath.Join("helm", "shardpilot")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("prometheusRule:\n  enabled: true\n  alerts:\n"+
+		"    ShardpilotConvergenceSlow: {threshold: 2.5, for: 5m}\n    ShardpilotPusherStale: {severity: warning}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "-f", values)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := find(objs, "PrometheusRule", "sp")
+	if rule == nil {
+		t.Fatal("no PrometheusRule")
+	}
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	got := map[string]string{}
+	for _, r := range groups[0].(map[string]any)["rules"].([]any) {
+		m := r.(map[string]any)
+		expr := m["expr"].(string)
+		got[m["alert"].(string)] = fmt.Sprint(expr[strings.LastIndex(expr, " ")+1:], " ", m["for"], " ", m["labels"].(map[string]any)["severity"])
+	}
+	for alert, want := range map[string]string{"ShardpilotConvergenceSlow": "2.5 5m warning", "ShardpilotPusherStale": "30 1m warning", "ShardpilotNACKs": "0.01 10m warning"} {
+		if got[alert] != want {
+			t.Errorf("%s: threshold, for and severity %q, want %q", alert, got[alert], want)
+		}
+	}
+	for set, says := range map[string]string{
+		"prometheusRule.alerts.Nope.threshold=1":        "prometheusRule.alerts.Nope: no such alert",
+		"prometheusRule.alerts.ShardpilotNACKs.for=ten": "does not match pattern",
+	} {
+		out, err := exec.Command(h, "template", "sp", chart, "--set", "prometheusRule.enabled=true,"+set).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), says) {
+			t.Errorf("--set %s: %v %s, want refused saying %q", set, err, out, says)
+		}
+	}
+}
+
 // TestVersion: the chart's appVersion (the image tag it pulls by default)
 // is the release the commands report, and make image tags the image so.
 func TestVersion(t *testing.T) {

@@ -23,9 +23,14 @@ import (
 // in a process of their own, two ingesters taking turns by election, two
 // pushers. Under steady churn it kills a pusher with SIGKILL (and starts
 // it again), stops NATS, stops etcd (SIGSTOP for sc.FaultHold, then
-// SIGCONT), and kills the ingester that leads with SIGKILL; after each, it
-// waits until every change made so far has reached every proxy. A change
-// that never does is lost, and fails the run.
+// SIGCONT), kills the ingester that leads with SIGKILL, and connects to
+// each pusher a proxy that never answers and 50 that never read (the
+// changes made meanwhile must reach the others as fast as ever); after
+// each, it waits until every change made so far has reached every proxy.
+// Last, with the churn over, NATS is killed and its data wiped: the
+// pushers must follow the store again with no change made, ready
+// throughout. A change that never reaches every proxy is lost, and fails
+// the run.
 func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phase, error) {
 	ph := report.Phase{Name: "shardpilot, faults", Target: "shardpilot", Pushers: 2, Proxies: sc.Proxies}
 	done := announce(stderr, sc, ph.Name)
@@ -49,12 +54,12 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			p.stop()
 		}
 	}()
-	etcd, etcdURL, _, err := startStore(ctx, sc.out, "faults-etcd", work, "etcd")
+	etcd, etcdURL, _, err := startStore(ctx, sc.out, "faults-etcd", work, "--only", "etcd")
 	if err != nil {
 		return ph, err
 	}
 	procs = append(procs, etcd)
-	nats, _, natsURL, err := startStore(ctx, sc.out, "faults-nats", work, "nats")
+	nats, _, natsURL, err := startStore(ctx, sc.out, "faults-nats", work, "--only", "nats")
 	if err != nil {
 		return ph, err
 	}
@@ -157,9 +162,13 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 		id := string(resp.Kvs[0].Value)
 		return ingesters[id], id
 	}
+	var hostagesFrom, hostagesTo time.Time
 	faults := []struct {
 		name   string
 		inject func() error
+		// during, when set, reports how the changes made during the fault
+		// converged, and says whether that was too slow.
+		during func(*report.Fault) string
 	}{
 		{"a pusher killed (SIGKILL) and started again", func() error {
 			old := servers[0]
@@ -171,7 +180,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			}
 			servers[0] = p
 			return p.waitReady(ctx, time.Minute)
-		}},
+		}, nil},
 		{fmt.Sprintf("NATS stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
 			// A pusher that cannot follow the store stays ready, serving
 			// its last config, and says it is stale.
@@ -189,10 +198,10 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 				return fmt.Errorf("%s did not say it was stale while NATS was stopped", servers[1].name)
 			}
 			return servers[1].waitReady(ctx, time.Minute)
-		}},
+		}, nil},
 		{fmt.Sprintf("etcd stopped for %s (SIGSTOP)", sc.FaultHold), func() error {
 			return etcdStopped(ctx, sc.FaultHold, etcd, ingesters, servers[1])
-		}},
+		}, nil},
 		{"the ingester leader killed (SIGKILL)", func() error {
 			p, id := leader()
 			if p == nil {
@@ -207,6 +216,25 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			q, err := startIngester(id)
 			ingesters[id] = q
 			return err
+		}, nil},
+		{"a proxy that never answers and 100 that never read, beside the others", func() error {
+			release, err := hostages(ctx, []string{servers[0].ads, servers[1].ads}, 100)
+			if err != nil {
+				return err
+			}
+			hostagesFrom = time.Now()
+			time.Sleep(sc.FaultHold)
+			hostagesTo = time.Now()
+			release()
+			return nil
+		}, func(f *report.Fault) string {
+			p99, longest, n := convergedBetween(tracker, hostagesFrom, hostagesTo)
+			f.During = &report.During{Changes: n, P99: p99.Seconds(), Max: longest.Seconds()}
+			// Held, they would wait for the debounce's maximum hold (5s).
+			if n == 0 || p99 >= 4*time.Second {
+				return fmt.Sprintf("the %d changes made beside them reached every other proxy in %s at p99: held back by them", n, p99)
+			}
+			return ""
 		}},
 	}
 	time.Sleep(5 * time.Second)
@@ -228,8 +256,16 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			time.Sleep(100 * time.Millisecond)
 		}
 		fr := report.Fault{Name: f.name, Lasted: recovered.Sub(faulted).Seconds(), Recovered: time.Since(recovered).Seconds(), Pending: pendingUpTo(tracker, upTo)}
+		if f.during != nil {
+			if problem := f.during(&fr); problem != "" {
+				ph.Problems = append(ph.Problems, f.name+": "+problem)
+			}
+		}
 		ph.Faults = append(ph.Faults, fr)
 		prog.done("fault: %s; changes made until its end reached every proxy %.2fs later (%d pending)", f.name, fr.Recovered, fr.Pending)
+		if d := fr.During; d != nil {
+			prog.done("  the %d changes made during it reached every other proxy in %.2fs at p99, %.2fs at most", d.Changes, d.P99, d.Max)
+		}
 		if !ok {
 			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %d changes made before it ended did not reach every proxy within %s", f.name, fr.Pending, sc.Settle))
 		}
@@ -241,6 +277,12 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	}
 	for settle := time.Now(); tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Last, with no change made: NATS loses its data.
+	if p, problem := wipedNATS(ctx, sc, work, natsURL, nats, servers, mesh, tracker, prog, &ph); p != nil {
+		procs, nats = append(procs, p), p
+	} else if problem != "" {
+		ph.Problems = append(ph.Problems, problem)
 	}
 	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, nil)
 

@@ -29,6 +29,7 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 	dir := fs.String("dir", "", "directory for etcd's and NATS's data")
 	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url> <metrics address>\" to once both serve")
 	only := fs.String("only", "", `run only "etcd" or only "nats" (the other address is written as "-")`)
+	natsPort := fs.Int("nats-port", 0, "NATS's port (0: any free one)")
 	if err := parse(fs, "Run etcd and NATS JetStream for a load test, until SIGTERM.", args); err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 		etcdURL = etcd.Endpoint
 	}
 	if *only != "etcd" {
-		nats, err := embedded.StartNATS(filepath.Join(*dir, "nats-store"), 0)
+		nats, err := embedded.StartNATS(filepath.Join(*dir, "nats-store"), *natsPort)
 		if err != nil {
 			return err
 		}
@@ -89,19 +90,16 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // startStore starts runStore in a child process and returns it with the
-// etcd endpoint and the NATS URL ("-" for one not run); only, when set,
-// runs only "etcd" or only "nats". The process's admin address serves the
-// store's metrics.
-func startStore(ctx context.Context, out, name, work string, only ...string) (*proc, string, string, error) {
+// etcd endpoint and the NATS URL ("-" for one not run); extra are more
+// of its flags (--only etcd or nats, --nats-port). The process's admin
+// address serves the store's metrics.
+func startStore(ctx context.Context, out, name, work string, extra ...string) (*proc, string, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", "", err
 	}
 	addrs := filepath.Join(work, name+"-addresses")
-	args := []string{"store", "--dir", work, "--addresses", addrs}
-	if len(only) > 0 {
-		args = append(args, "--only", only[0])
-	}
+	args := append([]string{"store", "--dir", work, "--addresses", addrs}, extra...)
 	p, err := start(out, name, self, args...)
 	if err != nil {
 		return nil, "", "", err

@@ -63,6 +63,16 @@ type Fault struct {
 	// when the run gave up waiting.
 	Recovered float64 `json:"recovered_s"`
 	Pending   int     `json:"pending"`
+	// During, for a fault the others must not notice, is the convergence
+	// of the changes made while it lasted.
+	During *During `json:"during,omitempty"`
+}
+
+// During is the convergence of the changes made during a fault.
+type During struct {
+	Changes int     `json:"changes"`
+	P99     float64 `json:"p99_s"`
+	Max     float64 `json:"max_s"`
 }
 
 // Storm is the reconnect storm: every proxy's pusher is killed at once.
@@ -361,6 +371,9 @@ func (r *Report) Markdown() string {
 		for _, f := range p.Faults {
 			fmt.Fprintf(&b, "  - fault: %s for %s; every change made until its end reached every proxy %s after it (%d pending)\n",
 				f.Name, format(f.Lasted, "s"), format(f.Recovered, "s"), f.Pending)
+			if d := f.During; d != nil {
+				fmt.Fprintf(&b, "    the %d changes made during it reached every other proxy in %s at p99, %s at most\n", d.Changes, format(d.P99, "s"), format(d.Max, "s"))
+			}
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)

@@ -288,6 +288,7 @@ type metrics struct {
 	tooLarge    prometheus.Counter
 	scope       prometheus.Gauge
 	cacheBytes  prometheus.Gauge
+	drained     prometheus.Gauge
 }
 
 // New returns a Pusher.
@@ -333,6 +334,8 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Time from the first change of a batch to its generation.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 10)}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_resources",
 			Help: "Resources of a type in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
+		drained: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_drained",
+			Help: "1 while a placed pusher's placement names no namespace (a shard being removed): it is meant to serve no proxy."}),
 		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_generation_cache_bytes",
 			Help: "Encoded bytes of the generated resources the pusher keeps for reuse (bounded by --cache-bytes; what no generation used for --cache-idle is forgotten)."}),
 		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_too_large_total",
@@ -345,7 +348,7 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope, m.cacheBytes} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope, m.cacheBytes, m.drained} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -360,6 +363,7 @@ func New(cfg Config) (*Pusher, error) {
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
+	p.noteDrained()
 	if cfg.Registerer != nil {
 		stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_stale_seconds",
 			Help: "Seconds since the pusher last followed the store's changes (0 while it does): it serves what it generated last, which may be that old, and stays ready (etcd or NATS out of reach)."},

@@ -175,6 +175,16 @@ func (p *Pusher) Serves(namespace string) bool {
 	return (len(p.placement.namespaces) == 0 && !p.cfg.Placed) || slices.Contains(p.placement.namespaces, namespace)
 }
 
+// noteDrained says whether a placed pusher's placement names no namespace.
+func (p *Pusher) noteDrained() {
+	namespaces, _ := p.Placement()
+	drained := 0.0
+	if p.cfg.Placed && len(namespaces) == 0 {
+		drained = 1
+	}
+	p.m.drained.Set(drained)
+}
+
 // Place changes the namespaces served by a pusher whose Config says Placed
 // (a shard given namespaces or relieved of some): what their scope needs
 // is loaded again when they differ. The server's streams of proxies of
@@ -188,6 +198,7 @@ func (p *Pusher) Place(namespaces []string) error {
 	same := slices.Equal(next, p.placement.namespaces)
 	p.placement.namespaces = next
 	p.placement.mu.Unlock()
+	p.noteDrained()
 	if same {
 		return nil
 	}

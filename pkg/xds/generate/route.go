@@ -437,16 +437,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		a.ClusterNotFoundResponseCode = route.RouteAction_INTERNAL_SERVER_ERROR
 	}
 	setTimeout(a, h.Timeout, envoy)
-	if rw := h.Rewrite; rw != nil {
-		a.PrefixRewrite = rw.Uri
-		if rw.FullPath != "" {
-			a.PrefixRewrite = ""
-			a.RegexRewrite = &matcher.RegexMatchAndSubstitute{Pattern: &matcher.RegexMatcher{Regex: "/.*"}, Substitution: rw.FullPath}
-		}
-		if rw.Authority != "" {
-			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
-		}
-	}
+	rewrite(a, h.Rewrite)
 	if a.HostRewriteSpecifier == nil && authority != "" {
 		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
@@ -498,6 +489,22 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		return a, targets[0].headers
 	}
 	return a, headerOps{}
+}
+
+// rewrite applies a route's rewrite (nil: none) to its action: the
+// matched prefix or the whole path, and the authority.
+func rewrite(a *route.RouteAction, rw *meshv1.Rewrite) {
+	if rw == nil {
+		return
+	}
+	a.PrefixRewrite = rw.Uri
+	if rw.FullPath != "" {
+		a.PrefixRewrite = ""
+		a.RegexRewrite = &matcher.RegexMatchAndSubstitute{Pattern: &matcher.RegexMatcher{Regex: "/.*"}, Substitution: rw.FullPath}
+	}
+	if rw.Authority != "" {
+		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
+	}
 }
 
 // defaultRoute sends all of host:port's traffic to its service, with the

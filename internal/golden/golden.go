@@ -92,3 +92,24 @@ func diff(want, got []byte) string {
 // Updating reports whether the tests run with -update: a test that keeps
 // expected output elsewhere than testdata/ rewrites it then.
 func Updating() bool { return *update }
+
+// Validatable is a resource that checks itself (as go-control-plane's
+// generated messages do).
+type Validatable interface {
+	proto.Message
+	Validate() error
+}
+
+// CheckValid checks that each resource is valid and compares them, as
+// JSON, with testdata/<name>.
+func CheckValid[R Validatable](t testing.TB, name string, resources []R) {
+	t.Helper()
+	out := make([]any, 0, len(resources))
+	for _, r := range resources {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		out = append(out, Proto(t, r))
+	}
+	Check(t, name, JSON(t, out))
+}

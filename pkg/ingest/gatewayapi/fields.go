@@ -1,25 +1,17 @@
 package gatewayapi
 
 import (
-	"fmt"
 	"reflect"
 	"strings"
 
+	"github.com/shardpilot/shardpilot/pkg/ingest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwv1a2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
 	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
 // FieldRow says what becomes of one field of a Gateway API resource.
-type FieldRow struct {
-	Kind, Field string
-	// Status is "supported" (it takes effect), "warned" (it has no effect;
-	// the rest applies and the resource's status or a warning says so) or
-	// "rejected" (the resource, or the part of it that holds the field, is
-	// not accepted while it is set, and its status says why).
-	Status string
-	Note   string
-}
+type FieldRow = ingest.FieldRow
 
 // kinds are the kinds read and the types their specs decode into.
 var kinds = []struct {
@@ -112,7 +104,7 @@ func fieldRows(kind string, t reflect.Type, path string) []FieldRow {
 			continue
 		}
 		children := fieldRows(kind, f.Type, row.Field)
-		if len(children) == 0 || allPlain(children) {
+		if len(children) == 0 || ingest.Plain(children) {
 			out = append(out, row)
 			continue
 		}
@@ -121,21 +113,7 @@ func fieldRows(kind string, t reflect.Type, path string) []FieldRow {
 	return out
 }
 
-func allPlain(rows []FieldRow) bool {
-	for _, r := range rows {
-		if r.Status != "supported" || r.Note != "" {
-			return false
-		}
-	}
-	return true
-}
-
 // FieldTable is Fields as a Markdown table.
 func FieldTable() string {
-	var b strings.Builder
-	b.WriteString("| kind | field | status | note |\n| --- | --- | --- | --- |\n")
-	for _, r := range Fields() {
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", r.Kind, strings.TrimPrefix(r.Field, "spec."), r.Status, r.Note)
-	}
-	return b.String()
+	return ingest.FieldTable(Fields())
 }

@@ -39,24 +39,6 @@ func meshOf(t *testing.T, objs []ingest.Object, services []*corev1.Service) *gen
 	return meshbuild.MeshOf(items)
 }
 
-type validatable interface {
-	proto.Message
-	Validate() error
-}
-
-// check compares resources, each valid, with a golden file.
-func check[R validatable](t *testing.T, name string, resources []R) {
-	t.Helper()
-	out := make([]any, 0, len(resources))
-	for _, r := range resources {
-		if err := r.Validate(); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		out = append(out, golden.Proto(t, r))
-	}
-	golden.Check(t, name, golden.JSON(t, out))
-}
-
 // TestIngressGateway: the listeners and routes of the ingress Gateway's
 // proxies: HTTP on 80, HTTPS on 443 with the listener's certificate, TLS
 // passed through by SNI on 9443, TCP on 5432; the cross-namespace route a
@@ -77,8 +59,8 @@ func TestIngressGateway(t *testing.T) {
 		t.Fatalf("the edge proxies have %d gateways, want its 4 valid listeners'", len(gws))
 	}
 	listen := generate.ListenPorts(m, gws)
-	check(t, "ingress-listeners.json", generate.GatewayListeners(m, gws, listen))
-	check(t, "ingress-routes.json", generate.GatewayRoutes(m, gws, listen))
+	golden.CheckValid(t, "ingress-listeners.json", generate.GatewayListeners(m, gws, listen))
+	golden.CheckValid(t, "ingress-routes.json", generate.GatewayRoutes(m, gws, listen))
 }
 
 // TestGAMMARoutesAsVirtualService: an HTTPRoute on a Service gives a
@@ -95,7 +77,7 @@ func TestGAMMARoutesAsVirtualService(t *testing.T) {
 	vs := meshOf(t, virtualService(t, "testdata/gamma-virtualservice.yaml"), services)
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
 		got := generate.Routes(gamma, proxy)
-		check(t, "gamma-routes-"+proxy.String()+".json", got)
+		golden.CheckValid(t, "gamma-routes-"+proxy.String()+".json", got)
 		want := generate.Routes(vs, proxy)
 		// The differences: the 500, and the tracing operation, which names
 		// the route rule (the HTTPRoute's is named after its parent).

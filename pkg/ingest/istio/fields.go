@@ -1,20 +1,14 @@
 package istio
 
 import (
-	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/shardpilot/shardpilot/pkg/ingest"
 )
 
 // FieldRow says what becomes of one field of an Istio networking resource.
-type FieldRow struct {
-	Kind, Field string
-	// Status is "supported" (it takes effect), "warned" (it has no effect
-	// yet and the rest of the resource applies; a warning names it) or
-	// "rejected" (the resource is refused while it is set).
-	Status string
-	Note   string
-}
+type FieldRow = ingest.FieldRow
 
 // networkingKinds are the networking kinds and the types their specs decode into.
 var networkingKinds = []struct {
@@ -82,7 +76,7 @@ func fieldRows(kind string, t reflect.Type, path string, seen map[reflect.Type]s
 			continue
 		}
 		children := fieldRows(kind, f.Type, row.Field, seen)
-		if row.Note != "" || len(children) == 0 || allPlain(children) {
+		if row.Note != "" || len(children) == 0 || ingest.Plain(children) {
 			out = append(out, row)
 			continue
 		}
@@ -94,21 +88,7 @@ func fieldRows(kind string, t reflect.Type, path string, seen map[reflect.Type]s
 	return out
 }
 
-func allPlain(rows []FieldRow) bool {
-	for _, r := range rows {
-		if r.Status != "supported" || r.Note != "" {
-			return false
-		}
-	}
-	return true
-}
-
 // FieldTable is Fields as a Markdown table.
 func FieldTable() string {
-	var b strings.Builder
-	b.WriteString("| kind | field | status | note |\n| --- | --- | --- | --- |\n")
-	for _, r := range Fields() {
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", r.Kind, strings.TrimPrefix(r.Field, "spec."), r.Status, r.Note)
-	}
-	return b.String()
+	return ingest.FieldTable(Fields())
 }

@@ -6,6 +6,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
@@ -38,7 +39,7 @@ func TestDNSClusters(t *testing.T) {
 		for _, s := range m.Services {
 			cs = append(cs, generate.ServiceClusters(m, s, proxy)...)
 		}
-		check(t, "dns-clusters-"+proxy.String()+".json", cs)
+		golden.CheckValid(t, "dns-clusters-"+proxy.String()+".json", cs)
 		for _, c := range cs {
 			if c.GetType() == cluster.Cluster_EDS {
 				t.Errorf("%s %s: EDS", proxy, c.Name)
@@ -64,9 +65,9 @@ func TestRegistryOnly(t *testing.T) {
 			outbound = append(outbound, l)
 		}
 	}
-	check(t, "registry-only-listeners.json", outbound)
+	golden.CheckValid(t, "registry-only-listeners.json", outbound)
 	routes := generate.Routes(m, generate.Envoy)
-	check(t, "registry-only-routes.json", routes)
+	golden.CheckValid(t, "registry-only-routes.json", routes)
 	if got := outbound[0].FilterChains[0].Name; got != generate.BlackHoleCluster {
 		t.Errorf("virtual outbound default %s, want the black hole", got)
 	}
@@ -127,7 +128,7 @@ func TestPortAndSubsetPolicies(t *testing.T) {
 		}}
 	m := generate.NewMesh([]*generate.Service{svc}, nil)
 	cs := generate.ServiceClusters(m, svc, generate.Envoy)
-	check(t, "port-subset-clusters.json", cs)
+	golden.CheckValid(t, "port-subset-clusters.json", cs)
 	by := map[string]*cluster.Cluster{}
 	for _, c := range cs {
 		by[c.Name] = c

@@ -7,7 +7,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -167,23 +166,6 @@ func ratingsMesh() (*generate.Service, *generate.Route) {
 	return ratings, ratingsRoute
 }
 
-type validatable interface {
-	proto.Message
-	Validate() error
-}
-
-func check[R validatable](t *testing.T, name string, resources []R) {
-	t.Helper()
-	out := make([]any, 0, len(resources))
-	for _, r := range resources {
-		if err := r.Validate(); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		out = append(out, golden.Proto(t, r))
-	}
-	golden.Check(t, name, golden.JSON(t, out))
-}
-
 // testGateways: an ingress gateway admitting bookinfo's hosts on 80 (with
 // an HTTPS redirect) and 8080, and a TLS server that is not generated yet.
 func testGateways() []*generate.Gateway {
@@ -202,13 +184,13 @@ func testGateways() []*generate.Gateway {
 
 func TestGenerate(t *testing.T) {
 	m := testMesh()
-	check(t, "gateway-listeners.json", generate.GatewayListeners(m, testGateways(), generate.ListenPorts(m, testGateways())))
-	check(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways(), generate.ListenPorts(m, testGateways())))
-	check(t, "endpoints.json", generate.LoadAssignments(m))
+	golden.CheckValid(t, "gateway-listeners.json", generate.GatewayListeners(m, testGateways(), generate.ListenPorts(m, testGateways())))
+	golden.CheckValid(t, "gateway-routes.json", generate.GatewayRoutes(m, testGateways(), generate.ListenPorts(m, testGateways())))
+	golden.CheckValid(t, "endpoints.json", generate.LoadAssignments(m))
 	for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {
-		check(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))
-		check(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy, nil))
-		check(t, "routes-"+proxy.String()+".json", generate.Routes(m, proxy))
+		golden.CheckValid(t, "clusters-"+proxy.String()+".json", generate.Clusters(m, proxy))
+		golden.CheckValid(t, "listeners-"+proxy.String()+".json", generate.Listeners(m, proxy, nil))
+		golden.CheckValid(t, "routes-"+proxy.String()+".json", generate.Routes(m, proxy))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -57,7 +58,7 @@ func TestL4Routes(t *testing.T) {
 			l4 = append(l4, l)
 		}
 	}
-	check(t, "l4-listeners.json", l4)
+	golden.CheckValid(t, "l4-listeners.json", l4)
 }
 
 // TestGatewayL4: a gateway's 443 terminates TLS for one host and passes
@@ -83,7 +84,7 @@ func TestGatewayL4(t *testing.T) {
 		}
 	}
 	gws := []*generate.Gateway{gw}
-	check(t, "gateway-l4-listeners.json", generate.GatewayListeners(m, gws, generate.ListenPorts(m, gws)))
+	golden.CheckValid(t, "gateway-l4-listeners.json", generate.GatewayListeners(m, gws, generate.ListenPorts(m, gws)))
 	var clusters []*cluster.Cluster
 	for _, s := range m.Services {
 		clusters = append(clusters, generate.ServiceClusters(m, s, generate.Envoy)...)
@@ -95,7 +96,7 @@ func TestGatewayL4(t *testing.T) {
 	if len(auto) != len(clusters) || auto[0].Name != "outbound_.3306_._.db.data.svc.cluster.local" || auto[0].EdsClusterConfig.ServiceName != "outbound|3306||db.data.svc.cluster.local" {
 		t.Errorf("auto passthrough clusters: %d of %d, first %s", len(auto), len(clusters), auto[0].Name)
 	}
-	check(t, "gateway-sni-clusters.json", auto[:2])
+	golden.CheckValid(t, "gateway-sni-clusters.json", auto[:2])
 	if generate.AutoPassthrough(nil) || generate.AutoPassthrough([]*generate.Gateway{{Spec: &meshv1.Gateway{Servers: gw.Spec.Servers[:1]}}}) {
 		t.Error("clusters for AUTO_PASSTHROUGH without such a server")
 	}

@@ -5,6 +5,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -110,9 +111,9 @@ func TestLocalityGolden(t *testing.T) {
 	svc.Spec.Ports = append(svc.Spec.Ports, &meshv1.Port{Name: "admin", Number: 9090, Protocol: meshv1.Protocol_PROTOCOL_HTTP})
 	svc.Policy.PortLevelSettings = []*meshv1.PortPolicy{{Port: 9090, LocalityLb: &meshv1.LocalityLb{Disabled: true}}}
 	m := generate.NewMesh([]*generate.Service{svc}, nil)
-	check(t, "locality-clusters.json", generate.ServiceClusters(m, svc, generate.Envoy))
+	golden.CheckValid(t, "locality-clusters.json", generate.ServiceClusters(m, svc, generate.Envoy))
 	shared := generate.ServiceLoadAssignments(m, svc)
-	check(t, "locality-endpoints.json", generate.LocalityLoadAssignments(svc, shared, &core.Locality{Region: "us-east", Zone: "z1", SubZone: "a"}))
+	golden.CheckValid(t, "locality-endpoints.json", generate.LocalityLoadAssignments(svc, shared, &core.Locality{Region: "us-east", Zone: "z1", SubZone: "a"}))
 }
 
 func TestLocalityName(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -113,7 +114,7 @@ func TestCorsPolicy(t *testing.T) {
 	}}}}
 	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{rule})
 	envoy := generate.SidecarVirtualHost(m, "api.shop.svc.cluster.local", 80)
-	check(t, "cors-virtual-host.json", []*route.VirtualHost{envoy})
+	golden.CheckValid(t, "cors-virtual-host.json", []*route.VirtualHost{envoy})
 	if len(envoy.Routes[0].TypedPerFilterConfig) != 1 {
 		t.Errorf("Envoy route filter configs %v", envoy.Routes[0].TypedPerFilterConfig)
 	}
@@ -153,7 +154,7 @@ func TestDelegate(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("routes %q, want %q", got, want)
 	}
-	check(t, "delegate-virtual-host.json", []*route.VirtualHost{vh})
+	golden.CheckValid(t, "delegate-virtual-host.json", []*route.VirtualHost{vh})
 	before := generate.VirtualHostInputs(m, "cart.shop.svc.cluster.local", 80)
 	delegate.Version = "8"
 	if generate.VirtualHostInputs(generate.NewMesh([]*generate.Service{svc}, []*generate.Route{root, delegate}), "cart.shop.svc.cluster.local", 80) == before {

@@ -10,6 +10,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	netrbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -57,7 +58,7 @@ func TestServerListeners(t *testing.T) {
 		t.Fatalf("policies for the class: %d, want demo's four", len(sec))
 	}
 	ls := generate.ServerListeners(m, "demo", sec)
-	check(t, "server-listeners-proxyless.json", ls)
+	golden.CheckValid(t, "server-listeners-proxyless.json", ls)
 	// By grpc-go's default name and by the one Istio's agent's bootstrap has.
 	if got := strings.Join(names(ls), " "); got != "grpc/server?xds.resource.listening_address=0.0.0.0:50051 xds.istio.io/grpc/lds/inbound/0.0.0.0:50051 "+
 		"grpc/server?xds.resource.listening_address=[::]:50051 xds.istio.io/grpc/lds/inbound/[::]:50051" {
@@ -198,9 +199,9 @@ func TestEnvoyInbound(t *testing.T) {
 			inbound = append(inbound, l)
 		}
 	}
-	check(t, "inbound-envoy.json", inbound)
+	golden.CheckValid(t, "inbound-envoy.json", inbound)
 	validateInside(t, inbound)
-	check(t, "jwks-clusters.json", generate.JWKSClusters(sec))
+	golden.CheckValid(t, "jwks-clusters.json", generate.JWKSClusters(sec))
 
 	l := inbound[0]
 	if len(l.ListenerFilters) != 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector" {

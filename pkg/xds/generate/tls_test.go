@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -27,5 +28,5 @@ func TestSubjectAltNames(t *testing.T) {
 	out = append(out, generate.ServiceClusters(m, mutual, generate.Envoy)...)
 	out = append(out, generate.ServiceClusters(m, simple, generate.Envoy)...)
 	out = append(out, generate.ServiceClusters(m, mutual, generate.Proxyless)...)
-	check(t, "san-clusters.json", out)
+	golden.CheckValid(t, "san-clusters.json", out)
 }

@@ -8,6 +8,7 @@ import (
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -65,7 +66,7 @@ func TestDomains(t *testing.T) {
 		t.Errorf("from another namespace: %v (no short name, name.namespace)", d)
 	}
 	rcs := generate.Routes(inShop, generate.Envoy)
-	check(t, "vip-routes.json", rcs)
+	golden.CheckValid(t, "vip-routes.json", rcs)
 	proxyless := domains(generate.Routes(inShop, generate.Proxyless))
 	if d := proxyless["cart.shop.svc.cluster.local:80"]; len(d) != 2 {
 		t.Errorf("proxyless domains %v: want the host and host:port grpc-go dials", d)
@@ -89,7 +90,7 @@ func TestTCPListenersPerVIP(t *testing.T) {
 	if want := []string{"0.0.0.0_3306", "10.96.0.20_3306", "10.96.0.30_3306"}; !slices.Equal(names, want) {
 		t.Errorf("listeners %v, want %v", names, want)
 	}
-	check(t, "vip-listeners.json", tcp)
+	golden.CheckValid(t, "vip-listeners.json", tcp)
 }
 
 // TestEgressPorts: a Sidecar's egress listener for a port decides what the
@@ -145,7 +146,7 @@ func TestSidecarIngress(t *testing.T) {
 	if want := []string{"inbound|9080||", "inbound|9090||", "inbound|9091||", "inbound|9092||"}; !slices.Equal(names, want) {
 		t.Errorf("inbound clusters %v, want %v (the ingress ports, not the services')", names, want)
 	}
-	check(t, "ingress-clusters.json", clusters)
+	golden.CheckValid(t, "ingress-clusters.json", clusters)
 	var chains []string
 	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
 		if l.Name == generate.VirtualInboundListener {

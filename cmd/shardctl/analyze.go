@@ -40,8 +40,8 @@ func analyze(ctx context.Context, o *options, args []string) error {
 			cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Reason, b.Reason), cmpBool(a.Warning, b.Warning))
 	})
 	problems = slices.Compact(problems)
-	if o.output == "json" {
-		return cmp.Or(writeJSON(o.stdout, problems), askErr)
+	if o.output != "table" {
+		return cmp.Or(writeOutput(o, problems), askErr)
 	}
 	if len(problems) == 0 {
 		fmt.Fprintf(o.stdout, "No rejected objects (%d ingesters asked).\n", len(ms))

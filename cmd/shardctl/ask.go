@@ -17,6 +17,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"sigs.k8s.io/yaml"
 )
 
 // errNotServed is an admin port's 404: it is not of the role asked (with
@@ -139,8 +140,8 @@ func members(ctx context.Context, o *options, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
-		return writeJSON(o.stdout, ms)
+	if o.output != "table" {
+		return writeOutput(o, ms)
 	}
 	t := newTable(o.stdout, "NAME", "ROLE", "ADMIN", "ADS", "AGE", "VERSION")
 	for _, m := range ms {
@@ -165,7 +166,7 @@ func versions(ctx context.Context, o *options, args []string) error {
 		if err == nil {
 			out["members"] = ms
 		}
-		if werr := writeJSON(o.stdout, out); werr != nil {
+		if werr := writeOutput(o, out); werr != nil {
 			return werr
 		}
 		return err
@@ -185,6 +186,24 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeOutput writes v as --output says: JSON, or YAML (from the JSON, so
+// that both name the fields alike).
+func writeOutput(o *options, v any) error {
+	if o.output != "yaml" {
+		return writeJSON(o.stdout, v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	y, err := yaml.JSONToYAML(b)
+	if err != nil {
+		return err
+	}
+	_, err = o.stdout.Write(y)
+	return err
 }
 
 // since is how long ago t was, for a NACK.

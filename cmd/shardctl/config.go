@@ -13,6 +13,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+
 	// The types the pushers generate, so that the typed configurations
 	// inside listeners and clusters decode.
 	_ "github.com/shardpilot/shardpilot/pkg/xds/generate"
@@ -43,7 +44,7 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	if !ok {
 		return fmt.Errorf("%q: want clusters, routes, listeners or endpoints", what)
 	}
-	rows, askErr := streams(ctx, o, proxy)
+	rows, askErr := resolve(ctx, o, proxy)
 	if len(rows) == 0 {
 		if askErr != nil {
 			return askErr
@@ -54,15 +55,15 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	var dump struct {
 		Resources map[string][]json.RawMessage `json:"resources"`
 	}
-	if err := o.get(ctx, pusherOf(at), "/debug/config_dump?proxy="+url.QueryEscape(proxy), &dump); err != nil {
+	if err := o.get(ctx, pusherOf(at), "/debug/config_dump?proxy="+url.QueryEscape(at.Proxy), &dump); err != nil {
 		return fmt.Errorf("pusher %s (%s): %w", at.Pusher, at.Admin, err)
 	}
 	raw := dump.Resources[kind]
-	if o.output == "json" {
+	if o.output != "table" {
 		if raw == nil {
 			raw = []json.RawMessage{}
 		}
-		return writeJSON(o.stdout, raw)
+		return writeOutput(o, raw)
 	}
 	switch kind {
 	case "Cluster":

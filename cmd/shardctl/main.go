@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,19 +49,32 @@ others answered is still printed.`
 
 // command is one subcommand.
 type command struct {
-	usage string
-	run   func(ctx context.Context, o *options, args []string) error
+	usage, help string
+	run         func(ctx context.Context, o *options, args []string) error
 }
 
 var commands = map[string]command{
-	"proxy-status":    {"proxy-status [<proxy>]", proxyStatus},
-	"proxy-config":    {"proxy-config <proxy> clusters|routes|listeners|endpoints", proxyConfig},
-	"analyze":         {"analyze", analyze},
-	"members":         {"members", members},
-	"bus-permissions": {"bus-permissions [<stream>]", busPermissions},
-	"etcd-roles":      {"etcd-roles [apply <password-dir>]", etcdRoles},
-	"version":         {"version", versions},
+	"proxy-status": {"proxy-status [<proxy>] [-n <namespace>]", `Every connected proxy once, named <pod>.<namespace> as istioctl names it, with its
+pusher and each type's state: SYNCED (the last response ACKed), NACKED, STALE (sent,
+not answered yet) or NOT SENT. With -n, the proxies of one namespace. With a proxy (its
+node id, <pod>.<namespace>, or <pod> with -n), that proxy in detail, with its last NACK.
+-o json or yaml prints every field.`, proxyStatus},
+	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints", `What one proxy is served of one type, from the pusher it is connected to: a summary
+table, or each resource whole with -o json or yaml. The proxy is its node id,
+<pod>.<namespace>, or <pod> with -n.`, proxyConfig},
+	"analyze": {"analyze", `The inputs the ingesters rejected or warned of: where each is (file and document, or
+Kubernetes object), the field and the reason. The last valid version of a rejected
+input stays in effect.`, analyze},
+	"members": {"members", "The pushers and ingesters announced in etcd, with their admin and ADS addresses.", members},
+	"bus-permissions": {"bus-permissions [<stream>]", `The NATS permissions of each role (the ingester's relay, the pushers) on the change
+stream, as nats-server users and nsc commands. Needs no etcd.`, busPermissions},
+	"etcd-roles": {"etcd-roles [apply <password-dir>]", `The etcd role and user of each part (ingester, pusher, shardctl) with the least it
+needs, as etcdctl commands; "apply" makes them, signed in as root (--etcd-username
+root), the passwords read from <password-dir>/<part>.`, etcdRoles},
+	"version": {"version", "shardctl's version, and every announced pusher's and ingester's.", versions},
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
 
 // options are the flags every command takes.
 type options struct {
@@ -70,6 +84,7 @@ type options struct {
 	caFile    string
 	output    string
 	timeout   time.Duration
+	namespace string
 
 	token          string
 	client         *http.Client
@@ -84,10 +99,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.admin, "admin-addrs", "", "comma-separated host:port admin addresses to ask instead of those announced in etcd (a port-forward, the standalone)")
 	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token the admin ports were given (needed unless they are on this host); it is sent over TLS, to loopback or to --admin-addrs alone, never in the clear to an address etcd announces")
 	fs.StringVar(&o.caFile, "admin-ca-file", "", "PEM CA of the admin ports' TLS certificates (--admin-tls-addr on the pushers and ingesters; default: the system's roots); with --admin-addrs, the addresses are asked over TLS")
-	fs.StringVar(&o.output, "output", "table", "output format: table or json")
+	fs.StringVar(&o.output, "output", "table", "output format: table, json or yaml")
 	fs.StringVar(&o.output, "o", "table", "short for --output")
+	fs.StringVar(&o.namespace, "namespace", "", "proxy-status: only the proxies of this namespace (default all); a proxy named <pod> alone is looked for in it")
+	fs.StringVar(&o.namespace, "n", "", "short for --namespace")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
 	fs.Usage = func() { cli.Usage(fs.Output(), fs, cli.Prefix, summary) }
+	if len(args) > 1 && slices.ContainsFunc(args[1:], isHelp) {
+		if cmd, ok := commands[args[0]]; ok {
+			fmt.Fprintf(stdout, "Usage: shardctl %s [flags]\n\n%s\n\nThe flags every command takes: shardctl --help.\n", cmd.usage, cmd.help)
+			return nil
+		}
+	}
 	args, err := cli.ParseArgs(fs, summary, args)
 	if err != nil {
 		return err
@@ -100,8 +123,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, version, bus-permissions or etcd-roles (see --help)", args[0])
 	}
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output %q: want table or json", o.output)
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return fmt.Errorf("--output %q: want table, json or yaml", o.output)
 	}
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: want a positive duration", o.timeout)

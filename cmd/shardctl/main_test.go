@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -295,8 +296,8 @@ func (f *twoPushers) table(t *testing.T) {
 		if w.proxy == nacking {
 			state = "NACKED - - -"
 		}
-		if f[0] != w.proxy || f[1] != w.pusher || strings.Join(f[2:6], " ") != state || f[6] != "SotW" {
-			t.Errorf("line %q: want %s on %s, %s", lines[i+1], w.proxy, w.pusher, state)
+		if f[0] != shortName(w.proxy) || f[1] != w.pusher || strings.Join(f[2:6], " ") != state || f[6] != "SotW" {
+			t.Errorf("line %q: want %s on %s, %s", lines[i+1], shortName(w.proxy), w.pusher, state)
 		}
 	}
 	out, _, err = shardctl(f.etcd, "proxy-status", nacking)
@@ -306,6 +307,23 @@ func (f *twoPushers) table(t *testing.T) {
 	}
 	if _, _, err := shardctl(f.etcd, "proxy-status", "nobody"); err == nil || !strings.Contains(err.Error(), `"nobody" is connected to no pusher`) {
 		t.Errorf("an unknown proxy: %v", err)
+	}
+	// A proxy by <pod>.<namespace>, or <pod> in -n; -n filters the list.
+	for _, args := range [][]string{{"proxy-status", "nacker.demo"}, {"proxy-status", "-n", "demo", "nacker"}} {
+		if out, _, err := shardctl(f.etcd, args...); err != nil || !strings.Contains(out, "rejected by test") {
+			t.Errorf("%q: %v\n%s", args, err, out)
+		}
+	}
+	if out, _, err := shardctl(f.etcd, "proxy-status", "-n", "demo"); err != nil || len(strings.Split(strings.TrimSpace(out), "\n")) != 5 {
+		t.Errorf("proxy-status -n demo: %v\n%s", err, out)
+	}
+	if out, _, err := shardctl(f.etcd, "proxy-status", "-n", "elsewhere"); err != nil || !strings.Contains(out, "No proxy of namespace elsewhere") {
+		t.Errorf("proxy-status -n elsewhere: %v\n%s", err, out)
+	}
+	out, _, err = shardctl(f.etcd, "proxy-status", "-o", "yaml")
+	var rows []proxyRow
+	if err != nil || yaml.Unmarshal([]byte(out), &rows) != nil || len(rows) != 4 || rows[0].Proxy != grpcA {
+		t.Errorf("proxy-status -o yaml: %v, %d rows\n%s", err, len(rows), out)
 	}
 }
 
@@ -317,7 +335,7 @@ func (f *twoPushers) proxyConfig(t *testing.T) {
 		"routes":    {"greeter.demo.svc.cluster.local"},
 		"endpoints": {"127.0.0.1:50061", "127.0.0.2:50061", "outbound|50051||greeter.demo.svc.cluster.local"},
 	} {
-		out, _, err := shardctl(f.etcd, "proxy-config", grpcB1, what)
+		out, _, err := shardctl(f.etcd, "proxy-config", shortName(grpcB1), what)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -418,7 +436,7 @@ func (f *twoPushers) pusherStops(t *testing.T) {
 	// It withdrew its announcement on the way out: no warning, and
 	// only the proxies of the other pusher.
 	out, errOut, err := shardctl(f.etcd, "proxy-status")
-	if err != nil || errOut != "" || strings.Contains(out, "pusher-b") || !strings.Contains(out, grpcA) {
+	if err != nil || errOut != "" || strings.Contains(out, "pusher-b") || !strings.Contains(out, shortName(grpcA)) {
 		t.Errorf("after pusher-b stopped: %v %s\n%s", err, errOut, out)
 	}
 }
@@ -431,7 +449,7 @@ func TestFlags(t *testing.T) {
 	}{
 		{[]string{}, "no command given"},
 		{[]string{"proxy-stats"}, `unknown command "proxy-stats"`},
-		{[]string{"proxy-status", "-o", "yaml"}, `--output "yaml"`},
+		{[]string{"proxy-status", "-o", "xml"}, `--output "xml"`},
 		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
 		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints"},
 		{[]string{"members", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},

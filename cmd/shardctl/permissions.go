@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,10 +36,8 @@ func busPermissions(_ context.Context, o *options, args []string) error {
 		}
 		perms[r] = p
 	}
-	if o.output == "json" {
-		enc := json.NewEncoder(o.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(perms)
+	if o.output != "table" {
+		return writeOutput(o, perms)
 	}
 	return writePermissions(o.stdout, stream, perms)
 }
@@ -72,10 +69,8 @@ func writePermissions(w io.Writer, stream string, perms map[bus.Role]bus.Permiss
 func etcdRoles(ctx context.Context, o *options, args []string) error {
 	switch {
 	case len(args) == 0:
-		if o.output == "json" {
-			enc := json.NewEncoder(o.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(store.EtcdRoles())
+		if o.output != "table" {
+			return writeOutput(o, store.EtcdRoles())
 		}
 		var b strings.Builder
 		b.WriteString("# etcd, signed in as root (etcd authentication on): one role and user per part (passwords from the environment)\n")

@@ -124,20 +124,27 @@ func proxyStatus(ctx context.Context, o *options, args []string) error {
 		return fmt.Errorf("want at most one proxy, got %q", args)
 	}
 	proxy := ""
+	var rows []proxyRow
+	var askErr error
 	if len(args) == 1 {
 		proxy = args[0]
-	}
-	rows, askErr := streams(ctx, o, proxy)
-	if proxy != "" && len(rows) == 0 {
-		if askErr != nil {
-			return askErr
+		rows, askErr = resolve(ctx, o, proxy)
+	} else {
+		rows, askErr = streams(ctx, o, "")
+		if o.namespace != "" {
+			rows = slices.DeleteFunc(rows, func(r proxyRow) bool { return proxyNamespace(r.Proxy) != o.namespace })
 		}
+	}
+	if len(rows) == 0 && askErr != nil {
+		return askErr // not "no proxies": the pushers could not be asked
+	}
+	if proxy != "" && len(rows) == 0 {
 		return fmt.Errorf("proxy %q is connected to no pusher", proxy)
 	}
 	var err error
 	switch {
-	case o.output == "json":
-		err = writeJSON(o.stdout, rows)
+	case o.output != "table":
+		err = writeOutput(o, rows)
 	case proxy != "":
 		err = detail(o, rows[0])
 	default:
@@ -148,6 +155,10 @@ func proxyStatus(ctx context.Context, o *options, args []string) error {
 
 func overview(o *options, rows []proxyRow) error {
 	if len(rows) == 0 {
+		if o.namespace != "" {
+			fmt.Fprintf(o.stdout, "No proxy of namespace %s is connected.\n", o.namespace)
+			return nil
+		}
 		fmt.Fprintln(o.stdout, "No proxies are connected.")
 		return nil
 	}
@@ -160,7 +171,7 @@ func overview(o *options, rows []proxyRow) error {
 	cols := slices.SortedFunc(maps.Keys(types), typeOrder)
 	t := newTable(o.stdout, append(append([]string{"NAME", "PUSHER"}, cols...), "API", "CLASS", "AGE")...)
 	for _, r := range rows {
-		cells := []string{r.Proxy, r.Pusher}
+		cells := []string{shortName(r.Proxy), r.Pusher}
 		for _, c := range cols {
 			cells = append(cells, r.Types[c].State)
 		}

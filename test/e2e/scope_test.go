@@ -14,6 +14,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -121,19 +122,24 @@ func TestConnectedProxyMovesToItsNewClass(t *testing.T) {
 	greeterOnly := []string{"outbound|50051||greeter.demo.svc.cluster.local"}
 
 	sotwRx, req := ackedBoth(t, ads, ctx, sotwNode)
-	// Delta: the whole mesh's clusters, ACKed.
-	delta, err := ads.DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deltaRx := receive(delta)
-	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: deltaNode, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := deltaRx.next(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Delta: the whole mesh's clusters, ACKed. A stream the server ends
+	// before answering (a busy machine has seen it) is opened again, as a
+	// proxy would; whether it was answered is read from Recv, not Send.
+	var delta grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+	var deltaRx *receiver[*discovery.DeltaDiscoveryResponse]
+	var first *discovery.DeltaDiscoveryResponse
+	testutil.Eventually(t, 20*time.Second, "a Delta stream answered", func() (bool, string) {
+		var err error
+		if delta, err = ads.DeltaAggregatedResources(ctx); err != nil {
+			return false, err.Error()
+		}
+		deltaRx = receive(delta)
+		_ = delta.Send(&discovery.DeltaDiscoveryRequest{Node: deltaNode, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}})
+		if first, err = deltaRx.next(10 * time.Second); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	held := map[string]string{}
 	for _, r := range first.Resources {
 		held[r.Name] = r.Version

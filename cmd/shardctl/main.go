@@ -36,6 +36,7 @@ Commands:
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
   version                            shardctl's version and every announced pusher's and ingester's
+  completion bash|zsh                a completion script for the shell (source <(shardctl completion bash))
   bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
                                      as nats-server users and nsc commands; needs no etcd
   etcd-roles [apply <password-dir>]  the etcd role and user of each part (ingester, pusher, shardctl) with the
@@ -72,6 +73,12 @@ stream, as nats-server users and nsc commands. Needs no etcd.`, busPermissions},
 needs, as etcdctl commands; "apply" makes them, signed in as root (--etcd-username
 root), the passwords read from <password-dir>/<part>.`, etcdRoles},
 	"version": {"version", "shardctl's version, and every announced pusher's and ingester's.", versions},
+}
+
+func init() {
+	// Added here: completion lists the commands, so the map's initializer
+	// cannot name it.
+	commands["completion"] = command{"completion bash|zsh", "A completion script for the shell: source <(shardctl completion bash).", completion}
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
@@ -121,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, version, bus-permissions or etcd-roles (see --help)", args[0])
+		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, version, bus-permissions, etcd-roles or completion (see --help)", args[0])
 	}
 	if o.output != "table" && o.output != "json" && o.output != "yaml" {
 		return fmt.Errorf("--output %q: want table, json or yaml", o.output)

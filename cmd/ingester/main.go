@@ -24,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
+	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 	"github.com/shardpilot/shardpilot/pkg/ingest/zookeeper"
@@ -119,6 +120,7 @@ type options struct {
 	common                                                                                  cli.Common
 	remote                                                                                  cli.Remote
 	meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
+	gatewayControllers                                                                      string
 	leaderTTL, syncMax, zkSession                                                           time.Duration
 	yamlMaxFile                                                                             int64
 	ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts                               string
@@ -143,6 +145,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.zkHosts, "zookeeper-host-template", "{service}.{namespace}.svc.{domain}", "hostname of a registered service: {service} is the Dubbo interface (lowercased) or the Curator service name, {domain} the domain suffix")
 	fs.DurationVar(&o.zkSession, "zookeeper-session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	o.parts = fs.Int("kube-namespace-parts", 1, "split each cluster's namespaces into this many parts (by a hash of their names), each a source with a leader election of its own, so that as many ingester replicas share one large cluster's ingest (each part's leader watches the cluster and writes its part's namespaces); a part takes over what the cluster's earlier parts wrote in its namespaces when the number changes")
+	fs.StringVar(&o.gatewayControllers, "gateway-controllers", gatewayapi.DefaultController, "comma-separated controller names of the Gateway API GatewayClasses served (Istio's class istio names istio.io/gateway-controller); the first is written in the routes' statuses")
 	fs.StringVar(&o.nsSelector, "namespace-selector", "", "label selector for the namespaces in the mesh, like Istio's discoverySelectors (default all)")
 	fs.StringVar(&o.domainSuffix, "domain-suffix", "cluster.local", "DNS suffix that completes short host names")
 	fs.StringVar(&o.meshNamespace, "mesh-namespace", "istio-system", `namespace of the mesh's settings: the ConfigMap "istio" whose key "mesh" is Istio's MeshConfig (in a cluster, or as a document of --mesh-dir); the pushers apply what they act on and warn of the rest`)
@@ -158,7 +161,9 @@ type validated struct {
 	clusters []cluster
 	zks      []zookeeper.Config
 	selector labels.Selector
-	bus      bus.Config
+	// gatewayControllers are the Gateway API controller names served.
+	gatewayControllers []string
+	bus                bus.Config
 }
 
 // validate checks the flags before anything starts.
@@ -186,6 +191,13 @@ func (o *options) validate() (v validated, err error) {
 	}
 	if o.meshDir == "" && len(v.clusters) == 0 && len(v.zks) == 0 {
 		return v, errors.New("nothing to ingest: give --mesh-dir, --kubeconfig, --zookeeper or several")
+	}
+	for c := range strings.SplitSeq(o.gatewayControllers, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" || !strings.Contains(c, "/") {
+			return v, fmt.Errorf("--gateway-controllers %q: each name is a domain and a path, such as istio.io/gateway-controller", o.gatewayControllers)
+		}
+		v.gatewayControllers = append(v.gatewayControllers, c)
 	}
 	v.selector, err = labels.Parse(o.nsSelector)
 	if err != nil {
@@ -228,7 +240,8 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		}
 		g.Go(func() error {
 			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
-				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics}.Run(ctx)
+				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics,
+				GatewayControllers: v.gatewayControllers}.Run(ctx)
 		})
 	}
 	for _, z := range v.zks {

@@ -100,6 +100,9 @@ type KubeSource struct {
 	// MaxDelay bounds how long a change waits for the cluster to be quiet.
 	MaxDelay          time.Duration
 	NamespaceSelector labels.Selector
+	// GatewayControllers are the Gateway API controller names served
+	// (kube.Config).
+	GatewayControllers []string
 	// Parts, above 1, splits the cluster's namespaces into that many
 	// parts (kube.PartOf), each a source and an election of its own, so
 	// that several replicas share one cluster's ingest.
@@ -140,7 +143,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 		}
 		src, err := kube.New(kube.Config{
 			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts, Informers: shared,
-			DomainSuffix: k.DomainSuffix, MeshNamespace: k.MeshNamespace, NamespaceSelector: k.NamespaceSelector,
+			DomainSuffix: k.DomainSuffix, MeshNamespace: k.MeshNamespace, NamespaceSelector: k.NamespaceSelector, GatewayControllers: k.GatewayControllers,
 			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
 		})
 		if err != nil {

@@ -234,3 +234,21 @@ func TestIngressObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestClassOfOurOwn: the classes served are those of the controllers
+// named; the others' are left alone, statuses included.
+func TestClassOfOurOwn(t *testing.T) {
+	out := gatewayapi.Translate(load(t, "testdata/ingress.yaml"), gatewayapi.Options{Controllers: []string{"example.com/other"}})
+	if got := reason(statusOf(t, out, "GatewayClass", "", "other").Class.Conditions, "Accepted"); got != "True/Accepted" {
+		t.Errorf("class other: Accepted %s", got)
+	}
+	statusOf(t, out, "Gateway", "infra", "elsewhere")
+	for _, s := range out.Statuses {
+		if s.Name == "istio" || s.Name == "edge" {
+			t.Errorf("%s %s: a class not served was given a status", s.Kind, s.Name)
+		}
+	}
+	if out.Controller != "example.com/other" {
+		t.Errorf("controller %q", out.Controller)
+	}
+}

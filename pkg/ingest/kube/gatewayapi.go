@@ -143,7 +143,7 @@ func (s *Source) gatewayObjects(w *watched, selected func(string) bool, now time
 			}
 		}
 	}
-	out := gatewayapi.Translate(in, gatewayapi.Options{DomainSuffix: s.cfg.DomainSuffix, ObservedAt: now})
+	out := gatewayapi.Translate(in, gatewayapi.Options{DomainSuffix: s.cfg.DomainSuffix, ObservedAt: now, Controllers: s.cfg.GatewayControllers})
 	s.statuses = out.Statuses
 	return out.Objects, append(problems, out.Problems...)
 }
@@ -181,6 +181,14 @@ func (s *Source) writeStatuses(ctx context.Context, w *watched, controller strin
 			s.dirty.set(func(c *changes) { c.gatewayAPI = true })
 		}
 	}
+}
+
+// controller is the controller name written in the routes' statuses.
+func (s *Source) controller() string {
+	if len(s.cfg.GatewayControllers) > 0 {
+		return s.cfg.GatewayControllers[0]
+	}
+	return gatewayapi.DefaultController
 }
 
 func (w *watched) gatewayResource(kind string) *gatewayResource {

@@ -66,6 +66,10 @@ type Config struct {
 	// NamespaceSelector selects the namespaces in the mesh by their labels,
 	// like Istio's discoverySelectors; nil selects all.
 	NamespaceSelector labels.Selector
+	// GatewayControllers are the controller names of the GatewayClasses
+	// served (default Istio's, istio.io/gateway-controller); the first
+	// names this controller in the routes' statuses.
+	GatewayControllers []string
 	// Parts, above 1, splits the cluster's namespaces into that many parts
 	// (PartOf) and makes this source ingest part Part alone, under a name
 	// of its own (PartName): each part may be led by another ingester
@@ -434,7 +438,7 @@ func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventReco
 		return err
 	}
 	s.report(res.Problems, refs, recorder)
-	s.writeStatuses(ctx, w, gatewayapi.DefaultController)
+	s.writeStatuses(ctx, w, s.controller())
 	s.cfg.Log.Log(ctx, level, "cluster synced", "cluster", s.cfg.Cluster, "full", full || d.all, "objects", len(objs),
 		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
 	if s.cfg.OnSynced != nil {

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	yamlv3 "go.yaml.in/yaml/v3"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -210,19 +211,7 @@ func aliasedAt(text string) int {
 	if err := yamlv3.Unmarshal([]byte(text), &node); err != nil {
 		return 0
 	}
-	var walk func(*yamlv3.Node) int
-	walk = func(n *yamlv3.Node) int {
-		if n.Kind == yamlv3.AliasNode || n.Anchor != "" {
-			return max(n.Line, 1)
-		}
-		for _, c := range n.Content {
-			if line := walk(c); line > 0 {
-				return line
-			}
-		}
-		return 0
-	}
-	return walk(&node)
+	return istio.Aliased(&node)
 }
 
 // pointAt returns the patch pointing pod's agent at address for discovery

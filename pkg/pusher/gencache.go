@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -16,7 +17,11 @@ import (
 // it until entries alone pushed them out. Streams filling a class use it
 // beside the generating goroutine: it is safe for concurrent use.
 type genCache struct {
-	mu       sync.Mutex
+	// now is the start of the current generation (Unix nanoseconds), the
+	// time a lookup marks its entry used: no clock read, no lock of this
+	// cache on a hit (the LRU has its own).
+	now      atomic.Int64
+	mu       sync.Mutex // bytes, swept and adding
 	lru      *lru.Cache[string, *genEntry]
 	bytes    int64
 	maxBytes int64
@@ -28,11 +33,12 @@ type genCache struct {
 type genEntry struct {
 	v    any
 	size int64
-	used time.Time
+	used atomic.Int64 // Unix nanoseconds
 }
 
 func newGenCache(entries int, maxBytes int64, idle time.Duration, held prometheus.Gauge) (*genCache, error) {
 	c := &genCache{maxBytes: maxBytes, idle: idle, held: held}
+	c.now.Store(time.Now().UnixNano())
 	var err error
 	c.lru, err = lru.NewWithEvict(entries, func(_ string, e *genEntry) { c.bytes -= e.size })
 	return c, err
@@ -40,13 +46,11 @@ func newGenCache(entries int, maxBytes int64, idle time.Duration, held prometheu
 
 // get returns the value under key, marking it used.
 func (c *genCache) get(key string) (any, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	e, ok := c.lru.Get(key)
 	if !ok {
 		return nil, false
 	}
-	e.used = time.Now()
+	e.used.Store(c.now.Load())
 	return e.v, true
 }
 
@@ -59,7 +63,9 @@ func (c *genCache) add(key string, v any, size int64) {
 		c.bytes -= old.size
 		old.size = 0 // the eviction callback does not run on a replace
 	}
-	c.lru.Add(key, &genEntry{v: v, size: size, used: time.Now()})
+	e := &genEntry{v: v, size: size}
+	e.used.Store(c.now.Load())
+	c.lru.Add(key, e)
 	c.bytes += size
 	for c.bytes > c.maxBytes && c.lru.Len() > 1 {
 		c.lru.RemoveOldest()
@@ -67,9 +73,11 @@ func (c *genCache) add(key string, v any, size int64) {
 	c.held.Set(float64(c.bytes))
 }
 
-// sweep forgets the entries no generation used for idle, at most once a
-// minute: they are the least recently used, the oldest first.
+// sweep starts a generation at now, and forgets the entries no generation
+// used for idle, at most once a minute: they are the least recently used,
+// the oldest first.
 func (c *genCache) sweep(now time.Time) {
+	c.now.Store(now.UnixNano())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle <= 0 || now.Sub(c.swept) < min(time.Minute, c.idle) {
@@ -78,7 +86,7 @@ func (c *genCache) sweep(now time.Time) {
 	c.swept = now
 	for {
 		key, e, ok := c.lru.GetOldest()
-		if !ok || now.Sub(e.used) < c.idle {
+		if !ok || now.Sub(time.Unix(0, e.used.Load())) < c.idle {
 			break
 		}
 		c.lru.Remove(key)

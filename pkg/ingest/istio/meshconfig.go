@@ -133,7 +133,7 @@ func meshJSON(text string, md protoreflect.MessageDescriptor) (raw []byte, unkno
 	if err := yaml.Unmarshal([]byte(text), &node); err != nil {
 		return nil, nil, false, fmt.Errorf("malformed YAML: %w", err)
 	}
-	if line := aliased(&node); line > 0 {
+	if line := Aliased(&node); line > 0 {
 		return nil, nil, false, fmt.Errorf("line %d: anchors and aliases are not accepted in the mesh's settings", line)
 	}
 	var v any
@@ -208,13 +208,14 @@ func prepare(obj map[string]any, md protoreflect.MessageDescriptor, path string,
 	return nil
 }
 
-// aliased returns the line of the first anchor or alias under node, or 0.
-func aliased(node *yaml.Node) int {
+// Aliased returns the line of the first anchor or alias under node, or 0:
+// where they are refused, a few bytes cannot expand into gigabytes.
+func Aliased(node *yaml.Node) int {
 	if node.Kind == yaml.AliasNode || node.Anchor != "" {
 		return max(node.Line, 1)
 	}
 	for _, c := range node.Content {
-		if line := aliased(c); line > 0 {
+		if line := Aliased(c); line > 0 {
 			return line
 		}
 	}

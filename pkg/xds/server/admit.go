@@ -104,6 +104,7 @@ func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 		t, err = st.srv.join(class, typeURL)
 		st.mu.Lock()
 		st.class = class // counted in its class, left when the stream ends
+		st.responseLimit = st.srv.cfg.ResponseLimit(class)
 		st.mu.Unlock()
 	} else {
 		t, err = st.srv.table(st.class, typeURL)

@@ -88,6 +88,8 @@ type stream struct {
 	node    *core.Node
 	nodeRaw []byte
 	class   cache.Class
+	// responseLimit is Config.ResponseLimit of the class, asked once.
+	responseLimit int
 	// secrets is the class of the proxy's identity in Config.Secrets;
 	// noSecrets records that it has none (said once).
 	secrets   cache.Class
@@ -611,7 +613,7 @@ func (st *stream) next(i int) (*outgoing, error) {
 		st.srv.cfg.Log.Error("cannot encode a response", "proxy", st.node.GetId(), "type", w.short, "err", err)
 		return nil, nil
 	}
-	if limit := st.srv.cfg.ResponseLimit(st.class); limit > 0 && len(resp.Body) > limit {
+	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
 		// The client would refuse it, and the stream with it: it keeps
 		// what it has, and the next change tries again.
 		st.srv.m.limited.WithLabelValues(limitResponse).Inc()

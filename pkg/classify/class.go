@@ -34,8 +34,10 @@ func (c Class) Key() cache.Class { return cache.Class(c.String()) }
 // String is the class's key, as text.
 func (c Class) String() string {
 	switch {
-	case c.Kind == Router:
+	case c.Kind == Router && c.Namespace == "" && len(c.Tags) == 0:
 		return Router + "/" + strings.Join(c.Gateways, ",")
+	case c.Kind == Router:
+		return Router + "/" + strings.Join(c.Gateways, ",") + ";" + c.Namespace + ";" + strings.Join(c.Tags, ",")
 	case c.Namespace == "":
 		return c.Kind
 	case len(c.Tags) == 0:
@@ -48,7 +50,15 @@ func (c Class) String() string {
 func ParseClass(class cache.Class) Class {
 	key := string(class)
 	if gateways, ok := strings.CutPrefix(key, Router+"/"); ok {
-		return Class{Kind: Router, Gateways: strings.Split(gateways, ",")}
+		parts := strings.SplitN(gateways, ";", 3)
+		c := Class{Kind: Router, Gateways: strings.Split(parts[0], ",")}
+		if len(parts) == 3 {
+			c.Namespace = parts[1]
+			if parts[2] != "" {
+				c.Tags = strings.Split(parts[2], ",")
+			}
+		}
+		return c
 	}
 	parts := strings.SplitN(key, "/", 4)
 	c := Class{Kind: parts[0]}

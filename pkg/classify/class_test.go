@@ -18,6 +18,9 @@ func TestClassKeys(t *testing.T) {
 		"envoy/shop//p1":                 {Kind: "envoy", Namespace: "shop", Tags: []string{"p1"}},
 		"router/istio-system/gw,shop/gw": {Kind: Router, Gateways: []string{"istio-system/gw", "shop/gw"}},
 		"router/":                        {Kind: Router, Gateways: []string{""}},
+		"router/istio-system/gw;istio-system;e:~lua,t:logs": {Kind: Router, Gateways: []string{"istio-system/gw"}, Namespace: "istio-system",
+			Tags: []string{"e:~lua", "t:logs"}},
+		"router/;ingress;": {Kind: Router, Gateways: []string{""}, Namespace: "ingress"},
 	} {
 		got := ParseClass(cache.Class(key))
 		if !reflect.DeepEqual(got, want) {

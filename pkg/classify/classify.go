@@ -13,10 +13,12 @@ package classify
 import (
 	"cmp"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -65,6 +67,14 @@ type Index struct {
 	// reaches those services by their short names, which no other
 	// namespace's sidecars may (see generate.Domains).
 	served map[string]bool
+	// shaped are the namespaces with a Telemetry or EnvoyFilter without
+	// selector ("" for the root namespace's, which shape every namespace):
+	// their gateway proxies have classes of their own.
+	shaped map[string]bool
+	// versions are the proxy version patterns of the EnvoyFilters' patches
+	// (sorted): an Envoy's class says which its version matches.
+	versions   []string
+	versionRes []*regexp.Regexp
 }
 
 // Option tunes an Index.
@@ -95,12 +105,34 @@ func NewIndex(b *meshbuild.Built, opts ...Option) *Index {
 	for _, o := range opts {
 		o(ix)
 	}
+	ix.shaped = map[string]bool{}
 	for _, p := range b.Mesh.Policies {
 		ix.policies[p.Namespace] = append(ix.policies[p.Namespace], p)
 		ix.own[p.Namespace] = true
 		if p.Root {
 			ix.root = append(ix.root, p)
 		}
+		if p.EnvoyOnly() && len(p.Spec.GetSelector()) == 0 {
+			ix.shaped[p.Namespace] = true
+			if p.Root {
+				ix.shaped[""] = true
+			}
+		}
+		if ef, ok := p.Spec.(*meshv1.EnvoyFilter); ok {
+			for _, patch := range ef.Patches {
+				if patch.ProxyVersion != "" && !slices.Contains(ix.versions, patch.ProxyVersion) {
+					ix.versions = append(ix.versions, patch.ProxyVersion)
+				}
+			}
+		}
+	}
+	slices.Sort(ix.versions)
+	for _, v := range ix.versions {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			re = nil // validated at ingest; never matches
+		}
+		ix.versionRes = append(ix.versionRes, re)
 	}
 	for _, s := range b.Scopes {
 		ix.scopes[s.Namespace] = append(ix.scopes[s.Namespace], s)
@@ -193,6 +225,7 @@ func (ix *Index) Same(next *Index) bool {
 		}
 	}
 	if len(ix.policies) != len(next.policies) || !maps.Equal(ix.sourceNamespaces, next.sourceNamespaces) || !maps.Equal(ix.served, next.served) ||
+		!maps.Equal(ix.shaped, next.shaped) || !slices.Equal(ix.versions, next.versions) ||
 		!slices.Equal(slices.Sorted(maps.Keys(ix.sources)), slices.Sorted(maps.Keys(next.sources))) {
 		return false
 	}
@@ -230,7 +263,7 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 				}
 			}
 		}
-		return Class{Kind: Router, Gateways: keys}.Key()
+		return ix.shapeRouter(Class{Kind: Router, Gateways: keys}, node).Key()
 	}
 	c := Class{Kind: Kind(node).String()}
 	ns := Namespace(node)
@@ -239,6 +272,12 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 	}
 	labels := nodeLabels(node)
 	c.Tags = ix.selected(ns, labels)
+	if c.Kind == generate.Proxyless.String() {
+		// Telemetries and EnvoyFilters shape Envoys alone.
+		c.Tags = slices.DeleteFunc(c.Tags, envoyOnlyTag)
+	} else if v := ix.versionTag(node); v != "" {
+		c.Tags = append(c.Tags, v)
+	}
 	if s := ix.scope(ns, labels); s != nil {
 		c.Namespace, c.Sidecar = ns, ix.scopeName(ns, s)
 		if s.Namespace != ns && !ix.own[ns] {
@@ -261,6 +300,48 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 		c.Namespace = ns
 	}
 	return c.Key()
+}
+
+// shapeRouter adds to a gateway proxy's class what its Telemetries and
+// EnvoyFilters make of it: its namespace, where one without selector
+// applies there, and the tags of those that select it.
+func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
+	ns := Namespace(node)
+	if ix == nil || ns == "" {
+		return c
+	}
+	c.Tags = slices.DeleteFunc(ix.selected(ns, nodeLabels(node)), func(tag string) bool { return !envoyOnlyTag(tag) })
+	if v := ix.versionTag(node); v != "" {
+		c.Tags = append(c.Tags, v)
+	}
+	if len(c.Tags) > 0 || ix.shaped[ns] || ix.shaped[""] {
+		c.Namespace = ns
+	}
+	return c
+}
+
+func envoyOnlyTag(tag string) bool {
+	return strings.HasPrefix(tag, "t:") || strings.HasPrefix(tag, "e:")
+}
+
+// versionTag says which of the EnvoyFilters' version patterns an Envoy's
+// Istio version (ISTIO_VERSION) matches: "v:" and a 1 or 0 for each, so
+// that however many versions proxies claim, they make at most one class
+// per combination of patterns.
+func (ix *Index) versionTag(node *core.Node) string {
+	if len(ix.versions) == 0 {
+		return ""
+	}
+	version := node.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue()
+	b := []byte("v:")
+	for _, re := range ix.versionRes {
+		if re != nil && re.MatchString(version) {
+			b = append(b, '1')
+		} else {
+			b = append(b, '0')
+		}
+	}
+	return string(b)
 }
 
 // selected returns the tags of the security policies with a selector that
@@ -299,9 +380,12 @@ func (ix *Index) View(class cache.Class) (generate.Proxy, generate.View) {
 	}
 	v := generate.View{Namespace: c.Namespace}
 	for _, tag := range c.Tags {
-		if strings.HasPrefix(tag, "l:") {
+		switch {
+		case strings.HasPrefix(tag, "l:"):
 			v.Sources = append(v.Sources, tag)
-		} else {
+		case strings.HasPrefix(tag, "v:"):
+			v.ProxyVersions = ix.matchedVersions(tag)
+		default:
 			v.Policies = append(v.Policies, tag)
 		}
 	}
@@ -322,6 +406,19 @@ func (ix *Index) View(class cache.Class) (generate.Proxy, generate.View) {
 		}
 	}
 	return kind, v
+}
+
+// matchedVersions reads a version tag back: the patterns it matched.
+func (ix *Index) matchedVersions(tag string) map[string]bool {
+	out := map[string]bool{}
+	bits := strings.TrimPrefix(tag, "v:")
+	if ix == nil || len(bits) != len(ix.versions) {
+		return out
+	}
+	for i, pattern := range ix.versions {
+		out[pattern] = bits[i] == '1'
+	}
+	return out
 }
 
 // Kind tells proxyless gRPC clients (Istio's GENERATOR=grpc metadata, or

@@ -218,7 +218,7 @@ func (b *Builder) join() {
 			gateways = append(gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
 		case *meshv1.RouteRule:
 			routes = append(routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)})
-		case *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication, *meshv1.RequestAuthentication:
+		case *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication, *meshv1.RequestAuthentication, *meshv1.Telemetry, *meshv1.EnvoyFilter:
 			security = append(security, &generate.Policy{Namespace: k.Namespace, Name: k.Name, Spec: o.(generate.PolicySpec),
 				Version: strconv.FormatInt(e.ModRev, 10), Root: k.Namespace == b.RootNamespace})
 		}

@@ -28,6 +28,8 @@ const (
 	KindPeerAuth      Kind = "peerauthentications"
 	KindRequestAuth   Kind = "requestauthentications"
 	KindMeshConfig    Kind = "meshconfigs"
+	KindTelemetry     Kind = "telemetries"
+	KindEnvoyFilter   Kind = "envoyfilters"
 )
 
 // Kinds lists every kind, in the order a consumer should apply a full load
@@ -35,7 +37,7 @@ const (
 // (a route rule names hosts, and subsets its traffic policy defines).
 // Deletions go in the reverse order.
 var Kinds = []Kind{KindMeshConfig, KindService, KindEndpoints, KindTrafficPolicy, KindGateway, KindRouteRule, KindScope,
-	KindAuthorization, KindPeerAuth, KindRequestAuth}
+	KindAuthorization, KindPeerAuth, KindRequestAuth, KindTelemetry, KindEnvoyFilter}
 
 // MeshWide reports whether every consumer holds all objects of a kind,
 // whatever namespaces it serves: Sidecars and Gateways (which decide
@@ -77,6 +79,10 @@ func New(k Kind) Object {
 		return &meshv1.RequestAuthentication{}
 	case KindMeshConfig:
 		return &meshv1.MeshConfig{}
+	case KindTelemetry:
+		return &meshv1.Telemetry{}
+	case KindEnvoyFilter:
+		return &meshv1.EnvoyFilter{}
 	}
 	return nil
 }
@@ -104,6 +110,10 @@ func KindOf(o Object) Kind {
 		return KindRequestAuth
 	case *meshv1.MeshConfig:
 		return KindMeshConfig
+	case *meshv1.Telemetry:
+		return KindTelemetry
+	case *meshv1.EnvoyFilter:
+		return KindEnvoyFilter
 	}
 	return ""
 }

@@ -56,6 +56,10 @@ func Validate(o Object) error {
 		return validateRequestAuth(o)
 	case *meshv1.MeshConfig:
 		return validateMeshConfig(o)
+	case *meshv1.Telemetry:
+		return validateTelemetry(o)
+	case *meshv1.EnvoyFilter:
+		return validateEnvoyFilter(o)
 	}
 	return fmt.Errorf("model: validate: unknown object type %T", o)
 }

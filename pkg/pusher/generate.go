@@ -183,6 +183,11 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
 		}
 	}
+	var shape shaping
+	if proxy == generate.Envoy {
+		shape = shapingFor(mesh, envoyOnly(security), view.ProxyVersions, false)
+		servers += collectorsPrint(mesh)
+	}
 	if !printChanged(&p.prints, class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
 		// Nothing this class sees changed: its resources would be the same.
 		p.m.classes.WithLabelValues("unchanged").Inc()
@@ -200,13 +205,14 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 		clusters = append(clusters, generate.JWKSClusters(security)...)
 	}
 	clusters = append(clusters, generate.CatchAllClusters(m, proxy)...)
-	p.publishClusters(class, clusters)
-	publish(p, class, resource.RouteType, reuseRoutes(&p.routes, class, generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
+	p.publishClusters(class, shape.clusters(clusters))
+	publish(p, class, resource.RouteType, reuseRoutes(&p.routes, class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy)))))
 	listeners := generate.Listeners(m, proxy, security)
 	if proxy == generate.Proxyless {
 		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
 	}
-	publish(p, class, resource.ListenerType, listeners)
+	publish(p, class, resource.ListenerType, shape.listeners(listeners))
+	p.noteRefusals(class, shape)
 }
 
 // virtualHost returns the virtual hosts for a kind of proxy from the LRU
@@ -348,10 +354,23 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 		}
 	}
 	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
-	p.publishClusters(class, clusters)
+	shape := p.routerShaping(mesh, class)
+	p.publishClusters(class, shape.clusters(clusters))
 	listen := generate.ListenPorts(mesh, gws)
-	publish(p, class, resource.RouteType, generate.GatewayRoutes(mesh, gws, listen))
-	publish(p, class, resource.ListenerType, generate.GatewayListeners(mesh, gws, listen))
+	publish(p, class, resource.RouteType, shape.routes(generate.GatewayRoutes(mesh, gws, listen)))
+	publish(p, class, resource.ListenerType, shape.listeners(generate.GatewayListeners(mesh, gws, listen)))
+	p.noteRefusals(class, shape)
+}
+
+// routerShaping is what the Telemetries and EnvoyFilters of a gateway
+// proxy's class make of its resources.
+func (p *Pusher) routerShaping(mesh *generate.Mesh, class cache.Class) shaping {
+	c := classify.ParseClass(class)
+	if c.Namespace == "" {
+		return shaping{router: true}
+	}
+	_, view := p.index.Load().View(class)
+	return shapingFor(mesh, envoyOnly(mesh.PoliciesFor(c.Namespace, view.Policies)), view.ProxyVersions, true)
 }
 
 // cached returns a service's resources of one kind and variant (a proxy

@@ -248,6 +248,8 @@ type Pusher struct {
 	// oversize holds the proxyless classes and types whose set last passed
 	// MaxProxylessResponse ("<class> <type>"), logged once each.
 	oversize map[string]bool
+	// refused holds the EnvoyFilter refusals logged (see noteRefusals).
+	refused map[string]bool
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces (owned by the following
 	// goroutine).
@@ -286,6 +288,7 @@ type metrics struct {
 	configBytes *prometheus.GaugeVec
 	classes     *prometheus.CounterVec
 	tooLarge    prometheus.Counter
+	refusals    prometheus.Counter
 	scope       prometheus.Gauge
 	cacheBytes  prometheus.Gauge
 	drained     prometheus.Gauge
@@ -340,6 +343,8 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded bytes of the generated resources the pusher keeps for reuse (bounded by --cache-bytes; what no generation used for --cache-idle is forgotten)."}),
 		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_too_large_total",
 			Help: "Generations whose clusters or listeners for a class of proxyless clients exceeded what grpc-go receives in one message: served all the same, each client being sent those it names (a response past the limit is counted in shardpilot_pusher_xds_limited_total{limit=\"response_size\"})."}),
+		refusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_envoyfilter_refusals_total",
+			Help: "EnvoyFilter patches not applied to a resource because the result would be invalid (or the value is not the resource's type), each counted once: the resource is served without the patch, and the refusal is logged."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
@@ -348,7 +353,7 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.scope, m.cacheBytes, m.drained} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -359,7 +364,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, fmt.Errorf("pusher: cache: %w", err)
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
-		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
+		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, refused: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
 		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))

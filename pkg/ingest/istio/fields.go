@@ -21,6 +21,8 @@ var networkingKinds = []struct {
 	{"DestinationRule", reflect.TypeFor[destinationRule]()},
 	{"Sidecar", reflect.TypeFor[sidecar]()},
 	{"Gateway", reflect.TypeFor[gateway]()},
+	{"Telemetry", reflect.TypeFor[telemetry]()},
+	{"EnvoyFilter", reflect.TypeFor[envoyFilter]()},
 }
 
 // Fields lists every field of the networking kinds, as decoded: a field

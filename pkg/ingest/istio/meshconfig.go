@@ -98,7 +98,7 @@ func (n *normalizer) meshConfig(in Input) {
 	}
 	var unapplied []string
 	pb.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		if name := fd.JSONName(); !slices.Contains(meshFields, name) && !slices.Contains(outsideFields, name) {
+		if name := fd.JSONName(); !slices.Contains(meshFields, name) && !slices.Contains(outsideFields, name) && !slices.Contains(telemetryFields, name) {
 			unapplied = append(unapplied, name)
 		}
 		return true
@@ -118,7 +118,7 @@ func (n *normalizer) meshConfig(in Input) {
 		n.problem(in, f, "%v", err)
 		return
 	}
-	if out, ok := n.meshSettings(in, f, &s, modeSet); ok {
+	if out, ok := n.meshSettings(in, f, &s, modeSet); ok && n.telemetrySettings(in, f, &pb, out) {
 		n.emit(in, out)
 	}
 }

@@ -18,22 +18,36 @@ import (
 )
 
 // Group is the API group of the networking resources this package reads;
-// SecurityGroup, of the security resources.
+// SecurityGroup, of the security resources; TelemetryGroup, of Telemetry.
 const (
-	Group         = "networking.istio.io"
-	SecurityGroup = "security.istio.io"
+	Group          = "networking.istio.io"
+	SecurityGroup  = "security.istio.io"
+	TelemetryGroup = "telemetry.istio.io"
 )
-
-// Versions are the API versions this package reads.
-var Versions = []string{"v1", "v1beta1", "v1alpha3"}
 
 // GroupOf returns the API group of a kind.
 func GroupOf(kind string) string {
 	switch kind {
 	case KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication:
 		return SecurityGroup
+	case KindTelemetry:
+		return TelemetryGroup
 	}
 	return Group
+}
+
+// VersionsOf returns the API versions Istio serves a kind at, the one to
+// watch first.
+func VersionsOf(kind string) []string {
+	switch kind {
+	case KindEnvoyFilter:
+		return []string{"v1alpha3"}
+	case KindTelemetry:
+		return []string{"v1", "v1alpha1"}
+	case KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication:
+		return []string{"v1", "v1beta1"}
+	}
+	return []string{"v1", "v1beta1", "v1alpha3"}
 }
 
 // The kinds this package reads.
@@ -48,10 +62,13 @@ const (
 	KindAuthorizationPolicy   = "AuthorizationPolicy"
 	KindPeerAuthentication    = "PeerAuthentication"
 	KindRequestAuthentication = "RequestAuthentication"
+
+	KindTelemetry   = "Telemetry"
+	KindEnvoyFilter = "EnvoyFilter"
 )
 
 var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway,
-	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindConfigMap}
+	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindTelemetry, KindEnvoyFilter, KindConfigMap}
 
 // Options configure normalization.
 type Options struct {
@@ -166,6 +183,16 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 			if n.decode(in, &spec) {
 				n.requestAuthentication(in, &spec)
 			}
+		case KindTelemetry:
+			var spec telemetry
+			if n.decode(in, &spec) {
+				n.telemetry(in, &spec)
+			}
+		case KindEnvoyFilter:
+			var spec envoyFilter
+			if n.decode(in, &spec) {
+				n.envoyFilter(in, &spec)
+			}
 		case KindConfigMap:
 			n.meshConfig(in)
 		}
@@ -235,6 +262,10 @@ func keyOf(r Resource) (model.Key, bool) {
 		kind = model.KindPeerAuth
 	case KindRequestAuthentication:
 		kind = model.KindRequestAuth
+	case KindTelemetry:
+		kind = model.KindTelemetry
+	case KindEnvoyFilter:
+		kind = model.KindEnvoyFilter
 	case KindConfigMap:
 		kind = model.KindMeshConfig
 	default:
@@ -258,8 +289,8 @@ func (n *normalizer) admit(in Input) bool {
 		n.problem(in, "kind", "unknown kind %q: want one of %s", r.Kind, strings.Join(kinds, ", "))
 	case r.Kind == KindConfigMap && r.APIVersion != "v1":
 		n.problem(in, "apiVersion", "%q is not v1", r.APIVersion)
-	case r.Kind != KindConfigMap && (group != GroupOf(r.Kind) || !slices.Contains(Versions, version)):
-		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, GroupOf(r.Kind), strings.Join(Versions, ","))
+	case r.Kind != KindConfigMap && (group != GroupOf(r.Kind) || !slices.Contains(VersionsOf(r.Kind), version)):
+		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, GroupOf(r.Kind), strings.Join(VersionsOf(r.Kind), ","))
 	case r.Metadata.Name == "":
 		n.problem(in, "metadata.name", "a name is required")
 	case !model.ValidHostname(r.Metadata.Name) || strings.Contains(r.Metadata.Name, "."):

@@ -293,6 +293,9 @@ type View struct {
 	// Ingress are the Sidecar's ingress listeners: the proxy's inbound
 	// ports, instead of the target ports of the services it sees.
 	Ingress []*meshv1.IngressListener
+	// ProxyVersions says which of the EnvoyFilters' proxy version
+	// patterns the class's Envoys match.
+	ProxyVersions map[string]bool
 }
 
 // For returns the part of the mesh a view sees: the services exported to

@@ -13,9 +13,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Policy is one security policy of a namespace as the generators see it;
-// Spec is a *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication or
-// *meshv1.RequestAuthentication.
+// Policy is one policy of a namespace as the generators see it; Spec is a
+// *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication or
+// *meshv1.RequestAuthentication (security), or a *meshv1.Telemetry or
+// *meshv1.EnvoyFilter (what an Envoy's listeners log and trace, and the
+// patches to its resources).
 type Policy struct {
 	Namespace, Name string
 	Spec            PolicySpec
@@ -34,9 +36,9 @@ type PolicySpec interface {
 	GetSelector() map[string]string
 }
 
-// Tag names a policy by kind ("a:", "p:" or "r:") and name ("~<name>" in
-// the root namespace), as class names list the policies that select a
-// workload.
+// Tag names a policy by kind ("a:", "p:", "r:", "t:" or "e:") and name
+// ("~<name>" in the root namespace), as class names list the policies that
+// select a workload.
 func (p *Policy) Tag() string {
 	name := p.Name
 	if p.Root {
@@ -47,13 +49,28 @@ func (p *Policy) Tag() string {
 		return "a:" + name
 	case *meshv1.PeerAuthentication:
 		return "p:" + name
+	case *meshv1.Telemetry:
+		return "t:" + name
+	case *meshv1.EnvoyFilter:
+		return "e:" + name
 	}
 	return "r:" + name
 }
 
+// EnvoyOnly reports whether a policy shapes Envoys alone (a Telemetry or
+// an EnvoyFilter): proxyless clients are not sent what they configure.
+func (p *Policy) EnvoyOnly() bool {
+	switch p.Spec.(type) {
+	case *meshv1.Telemetry, *meshv1.EnvoyFilter:
+		return true
+	}
+	return false
+}
+
 // AppliesTo reports whether a policy may apply to workloads of a
 // namespace: its own, or any for a root namespace policy (but a
-// PeerAuthentication with a selector there only selects the root's own).
+// PeerAuthentication or a Telemetry with a selector there only selects
+// the root's own, as in Istio).
 func (p *Policy) AppliesTo(namespace string) bool {
 	if p.Namespace == namespace {
 		return true
@@ -61,8 +78,11 @@ func (p *Policy) AppliesTo(namespace string) bool {
 	if !p.Root {
 		return false
 	}
-	_, peer := p.Spec.(*meshv1.PeerAuthentication)
-	return !peer || len(p.Spec.GetSelector()) == 0
+	switch p.Spec.(type) {
+	case *meshv1.PeerAuthentication, *meshv1.Telemetry:
+		return len(p.Spec.GetSelector()) == 0
+	}
+	return true
 }
 
 // Security is the policies that apply to one class of proxies, in

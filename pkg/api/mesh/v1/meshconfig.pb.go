@@ -172,8 +172,23 @@ type MeshConfig struct {
 	// set X-Forwarded-For (defaultConfig.gatewayTopology.numTrustedProxies).
 	GatewayTrustedProxies uint32            `protobuf:"varint,13,opt,name=gateway_trusted_proxies,json=gatewayTrustedProxies,proto3" json:"gateway_trusted_proxies,omitempty"`
 	GatewayClientCert     ClientCertDetails `protobuf:"varint,14,opt,name=gateway_client_cert,json=gatewayClientCert,proto3,enum=shardpilot.mesh.v1.ClientCertDetails" json:"gateway_client_cert,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// telemetry_providers are the extensionProviders shardpilot acts on
+	// (besides them, Istio's built-in "envoy", a file access log to
+	// /dev/stdout, unless the mesh names its own).
+	TelemetryProviders []*TelemetryProvider `protobuf:"bytes,15,rep,name=telemetry_providers,json=telemetryProviders,proto3" json:"telemetry_providers,omitempty"`
+	// default_access_log_providers and default_tracing_providers apply where
+	// no Telemetry names providers (defaultProviders).
+	DefaultAccessLogProviders []string `protobuf:"bytes,16,rep,name=default_access_log_providers,json=defaultAccessLogProviders,proto3" json:"default_access_log_providers,omitempty"`
+	DefaultTracingProviders   []string `protobuf:"bytes,17,rep,name=default_tracing_providers,json=defaultTracingProviders,proto3" json:"default_tracing_providers,omitempty"`
+	// access_log is the access log of accessLogFile (with accessLogFormat and
+	// accessLogEncoding), used where no Telemetry and no default provider
+	// configures access logs.
+	AccessLog *FileAccessLog `protobuf:"bytes,18,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
+	// no_listener_access_log turns off the access log of connections no
+	// filter chain takes (disableEnvoyListenerLog).
+	NoListenerAccessLog bool `protobuf:"varint,19,opt,name=no_listener_access_log,json=noListenerAccessLog,proto3" json:"no_listener_access_log,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MeshConfig) Reset() {
@@ -304,11 +319,46 @@ func (x *MeshConfig) GetGatewayClientCert() ClientCertDetails {
 	return ClientCertDetails_CLIENT_CERT_DETAILS_DEFAULT
 }
 
+func (x *MeshConfig) GetTelemetryProviders() []*TelemetryProvider {
+	if x != nil {
+		return x.TelemetryProviders
+	}
+	return nil
+}
+
+func (x *MeshConfig) GetDefaultAccessLogProviders() []string {
+	if x != nil {
+		return x.DefaultAccessLogProviders
+	}
+	return nil
+}
+
+func (x *MeshConfig) GetDefaultTracingProviders() []string {
+	if x != nil {
+		return x.DefaultTracingProviders
+	}
+	return nil
+}
+
+func (x *MeshConfig) GetAccessLog() *FileAccessLog {
+	if x != nil {
+		return x.AccessLog
+	}
+	return nil
+}
+
+func (x *MeshConfig) GetNoListenerAccessLog() bool {
+	if x != nil {
+		return x.NoListenerAccessLog
+	}
+	return false
+}
+
 var File_shardpilot_mesh_v1_meshconfig_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_meshconfig_proto_rawDesc = "" +
 	"\n" +
-	"#shardpilot/mesh/v1/meshconfig.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\x1a\x1fshardpilot/mesh/v1/policy.proto\x1a\x1eshardpilot/mesh/v1/route.proto\x1a\x1eshardpilot/mesh/v1/scope.proto\"\xa0\a\n" +
+	"#shardpilot/mesh/v1/meshconfig.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\x1a\x1fshardpilot/mesh/v1/policy.proto\x1a\x1eshardpilot/mesh/v1/route.proto\x1a\x1eshardpilot/mesh/v1/scope.proto\x1a\"shardpilot/mesh/v1/telemetry.proto\"\xec\t\n" +
 	"\n" +
 	"MeshConfig\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12-\n" +
@@ -327,7 +377,13 @@ const file_shardpilot_mesh_v1_meshconfig_proto_rawDesc = "" +
 	"\x0eroot_namespace\x18\v \x01(\tR\rrootNamespace\x12T\n" +
 	"\x12path_normalization\x18\f \x01(\x0e2%.shardpilot.mesh.v1.PathNormalizationR\x11pathNormalization\x126\n" +
 	"\x17gateway_trusted_proxies\x18\r \x01(\rR\x15gatewayTrustedProxies\x12U\n" +
-	"\x13gateway_client_cert\x18\x0e \x01(\x0e2%.shardpilot.mesh.v1.ClientCertDetailsR\x11gatewayClientCertB\x13\n" +
+	"\x13gateway_client_cert\x18\x0e \x01(\x0e2%.shardpilot.mesh.v1.ClientCertDetailsR\x11gatewayClientCert\x12V\n" +
+	"\x13telemetry_providers\x18\x0f \x03(\v2%.shardpilot.mesh.v1.TelemetryProviderR\x12telemetryProviders\x12?\n" +
+	"\x1cdefault_access_log_providers\x18\x10 \x03(\tR\x19defaultAccessLogProviders\x12:\n" +
+	"\x19default_tracing_providers\x18\x11 \x03(\tR\x17defaultTracingProviders\x12@\n" +
+	"\n" +
+	"access_log\x18\x12 \x01(\v2!.shardpilot.mesh.v1.FileAccessLogR\taccessLog\x123\n" +
+	"\x16no_listener_access_log\x18\x13 \x01(\bR\x13noListenerAccessLogB\x13\n" +
 	"\x11_enable_auto_mtls*\xc4\x01\n" +
 	"\x11PathNormalization\x12\x1e\n" +
 	"\x1aPATH_NORMALIZATION_DEFAULT\x10\x00\x12\x1b\n" +
@@ -366,22 +422,26 @@ var file_shardpilot_mesh_v1_meshconfig_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
 	(OutboundPolicy)(0),         // 6: shardpilot.mesh.v1.OutboundPolicy
 	(*LocalityLb)(nil),          // 7: shardpilot.mesh.v1.LocalityLb
+	(*TelemetryProvider)(nil),   // 8: shardpilot.mesh.v1.TelemetryProvider
+	(*FileAccessLog)(nil),       // 9: shardpilot.mesh.v1.FileAccessLog
 }
 var file_shardpilot_mesh_v1_meshconfig_proto_depIdxs = []int32{
-	3, // 0: shardpilot.mesh.v1.MeshConfig.origin:type_name -> shardpilot.mesh.v1.Origin
-	4, // 1: shardpilot.mesh.v1.MeshConfig.default_http_retry:type_name -> shardpilot.mesh.v1.RetryPolicy
-	5, // 2: shardpilot.mesh.v1.MeshConfig.connect_timeout:type_name -> google.protobuf.Duration
-	5, // 3: shardpilot.mesh.v1.MeshConfig.protocol_detection_timeout:type_name -> google.protobuf.Duration
-	6, // 4: shardpilot.mesh.v1.MeshConfig.outbound_traffic_policy:type_name -> shardpilot.mesh.v1.OutboundPolicy
-	7, // 5: shardpilot.mesh.v1.MeshConfig.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
-	5, // 6: shardpilot.mesh.v1.MeshConfig.dns_refresh_rate:type_name -> google.protobuf.Duration
-	0, // 7: shardpilot.mesh.v1.MeshConfig.path_normalization:type_name -> shardpilot.mesh.v1.PathNormalization
-	1, // 8: shardpilot.mesh.v1.MeshConfig.gateway_client_cert:type_name -> shardpilot.mesh.v1.ClientCertDetails
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	3,  // 0: shardpilot.mesh.v1.MeshConfig.origin:type_name -> shardpilot.mesh.v1.Origin
+	4,  // 1: shardpilot.mesh.v1.MeshConfig.default_http_retry:type_name -> shardpilot.mesh.v1.RetryPolicy
+	5,  // 2: shardpilot.mesh.v1.MeshConfig.connect_timeout:type_name -> google.protobuf.Duration
+	5,  // 3: shardpilot.mesh.v1.MeshConfig.protocol_detection_timeout:type_name -> google.protobuf.Duration
+	6,  // 4: shardpilot.mesh.v1.MeshConfig.outbound_traffic_policy:type_name -> shardpilot.mesh.v1.OutboundPolicy
+	7,  // 5: shardpilot.mesh.v1.MeshConfig.locality_lb:type_name -> shardpilot.mesh.v1.LocalityLb
+	5,  // 6: shardpilot.mesh.v1.MeshConfig.dns_refresh_rate:type_name -> google.protobuf.Duration
+	0,  // 7: shardpilot.mesh.v1.MeshConfig.path_normalization:type_name -> shardpilot.mesh.v1.PathNormalization
+	1,  // 8: shardpilot.mesh.v1.MeshConfig.gateway_client_cert:type_name -> shardpilot.mesh.v1.ClientCertDetails
+	8,  // 9: shardpilot.mesh.v1.MeshConfig.telemetry_providers:type_name -> shardpilot.mesh.v1.TelemetryProvider
+	9,  // 10: shardpilot.mesh.v1.MeshConfig.access_log:type_name -> shardpilot.mesh.v1.FileAccessLog
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_meshconfig_proto_init() }
@@ -393,6 +453,7 @@ func file_shardpilot_mesh_v1_meshconfig_proto_init() {
 	file_shardpilot_mesh_v1_policy_proto_init()
 	file_shardpilot_mesh_v1_route_proto_init()
 	file_shardpilot_mesh_v1_scope_proto_init()
+	file_shardpilot_mesh_v1_telemetry_proto_init()
 	file_shardpilot_mesh_v1_meshconfig_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,216 @@
+package patch
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// target returns an empty message of the type a kind of patch's value is.
+func target(to meshv1.EnvoyPatch_ApplyTo) (proto.Message, error) {
+	switch to {
+	case meshv1.EnvoyPatch_APPLY_TO_LISTENER:
+		return &listener.Listener{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_FILTER_CHAIN:
+		return &listener.FilterChain{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_NETWORK_FILTER:
+		return &listener.Filter{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_HTTP_FILTER:
+		return &hcm.HttpFilter{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_ROUTE_CONFIGURATION:
+		return &route.RouteConfiguration{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_VIRTUAL_HOST:
+		return &route.VirtualHost{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_HTTP_ROUTE:
+		return &route.Route{}, nil
+	case meshv1.EnvoyPatch_APPLY_TO_CLUSTER:
+		return &cluster.Cluster{}, nil
+	}
+	return nil, fmt.Errorf("%s patches are not applied (no extension configuration discovery is served)", to)
+}
+
+// Decode returns a patch's value as the Envoy message it patches with.
+func Decode(p *meshv1.EnvoyPatch) (proto.Message, error) {
+	m, err := target(p.ApplyTo)
+	if err != nil {
+		return nil, err
+	}
+	if p.Value == nil {
+		return m, nil
+	}
+	// encoding/json, unlike protojson, writes the same bytes every time:
+	// errors point at the same column.
+	js, err := json.Marshal(p.Value.AsMap())
+	if err != nil {
+		return nil, err
+	}
+	if err := protojson.Unmarshal(js, m); err != nil {
+		return nil, fmt.Errorf("not a valid %s: %s", m.ProtoReflect().Descriptor().FullName(), protoError(err))
+	}
+	return m, nil
+}
+
+// protoError is a protobuf error's text without its "proto:" prefix
+// (followed by a space or, at random, a non-breaking one).
+func protoError(err error) string {
+	msg, ok := strings.CutPrefix(err.Error(), "proto:")
+	if !ok {
+		return msg
+	}
+	return strings.TrimLeft(msg, " \u00a0")
+}
+
+// Check reports a patch that could never apply: a value that is not the
+// message its kind patches with, an extension type not known, or, for
+// the operations that add a whole resource or filter, one that is not
+// valid on its own.
+func Check(p *meshv1.EnvoyPatch) error {
+	m, err := Decode(p)
+	if err != nil {
+		return err
+	}
+	switch p.Operation {
+	case meshv1.EnvoyPatch_OPERATION_MERGE, meshv1.EnvoyPatch_OPERATION_REMOVE:
+		return walkAny(m.ProtoReflect(), func(a *anypb.Any) error {
+			_, err := a.UnmarshalNew()
+			return err
+		})
+	}
+	return Valid(m)
+}
+
+// Valid checks a message as Envoy would take it: its own constraints and
+// those of every extension configuration (Any) it holds.
+func Valid(m proto.Message) error {
+	if v, ok := m.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	return walkAny(m.ProtoReflect(), func(a *anypb.Any) error {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			return fmt.Errorf("%s: %v", a.GetTypeUrl(), err)
+		}
+		return Valid(inner)
+	})
+}
+
+// walkAny calls f with every Any that m holds, outermost first; it does
+// not look inside them.
+func walkAny(m protoreflect.Message, f func(*anypb.Any) error) error {
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		visit := func(v protoreflect.Value) {
+			if err != nil {
+				return
+			}
+			msg := v.Message()
+			if a, ok := msg.Interface().(*anypb.Any); ok {
+				err = f(a)
+				return
+			}
+			err = walkAny(msg, f)
+		}
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := 0; i < l.Len() && err == nil; i++ {
+				visit(l.Get(i))
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				visit(mv)
+				return err == nil
+			})
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			visit(v)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// merge merges src into dst as proto.Merge does, except that an
+// extension configuration (Any) of the same type in both is merged
+// field by field, as Istio merges them, instead of replaced.
+func merge(dst, src proto.Message) error {
+	return mergeMessage(dst.ProtoReflect(), src.ProtoReflect())
+}
+
+func mergeMessage(dst, src protoreflect.Message) error {
+	var err error
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			l := dst.Mutable(fd).List()
+			sl := v.List()
+			for i := range sl.Len() {
+				if fd.Message() != nil {
+					l.Append(protoreflect.ValueOfMessage(proto.Clone(sl.Get(i).Message().Interface()).ProtoReflect()))
+				} else {
+					l.Append(sl.Get(i))
+				}
+			}
+		case fd.IsMap():
+			mp := dst.Mutable(fd).Map()
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if fd.MapValue().Message() != nil {
+					mv = protoreflect.ValueOfMessage(proto.Clone(mv.Message().Interface()).ProtoReflect())
+				}
+				mp.Set(k, mv)
+				return true
+			})
+		case fd.Message() != nil:
+			if !dst.Has(fd) {
+				dst.Set(fd, protoreflect.ValueOfMessage(proto.Clone(v.Message().Interface()).ProtoReflect()))
+				return true
+			}
+			if sa, ok := v.Message().Interface().(*anypb.Any); ok {
+				da := dst.Get(fd).Message().Interface().(*anypb.Any)
+				merged, e := mergeAny(da, sa)
+				if e != nil {
+					err = e
+					return false
+				}
+				dst.Set(fd, protoreflect.ValueOfMessage(merged.ProtoReflect()))
+				return true
+			}
+			err = mergeMessage(dst.Mutable(fd).Message(), v.Message())
+		default:
+			dst.Set(fd, v)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// mergeAny merges two extension configurations: of one type, field by
+// field; of two, the patch's replaces the other.
+func mergeAny(dst, src *anypb.Any) (*anypb.Any, error) {
+	if dst.GetTypeUrl() != src.GetTypeUrl() {
+		return proto.Clone(src).(*anypb.Any), nil
+	}
+	d, err := dst.UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	s, err := src.UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	if err := merge(d, s); err != nil {
+		return nil, err
+	}
+	return anypb.New(d)
+}

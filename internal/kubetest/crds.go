@@ -12,16 +12,19 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // IstioKinds are the networking.istio.io kinds InstallIstioCRDs installs;
-// SecurityKinds, the security.istio.io kinds.
+// SecurityKinds, the security.istio.io kinds; TelemetryKinds, the
+// telemetry.istio.io kinds.
 var (
-	IstioKinds    = []string{"ServiceEntry", "WorkloadEntry", "VirtualService", "DestinationRule", "Sidecar", "Gateway"}
-	SecurityKinds = []string{"AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"}
+	IstioKinds     = []string{"ServiceEntry", "WorkloadEntry", "VirtualService", "DestinationRule", "Sidecar", "Gateway", "EnvoyFilter", "WorkloadGroup"}
+	SecurityKinds  = []string{"AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"}
+	TelemetryKinds = []string{"Telemetry"}
 )
 
 var (
@@ -45,6 +48,7 @@ func (c *Cluster) InstallIstioCRDs(t testing.TB) {
 var CRDFiles = map[string]string{
 	"networking.istio.io": "deploy/helm/shardpilot/crds/istio-networking.yaml",
 	"security.istio.io":   "deploy/helm/shardpilot/crds/istio-security.yaml",
+	"telemetry.istio.io":  "deploy/helm/shardpilot/crds/istio-telemetry.yaml",
 }
 
 func (c *Cluster) installIstioCRDs() error {
@@ -53,6 +57,8 @@ func (c *Cluster) installIstioCRDs() error {
 	if err != nil {
 		return err
 	}
+	type served struct{ groupVersion, plural string }
+	var wait []served
 	for group, file := range CRDFiles {
 		data, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {
@@ -69,19 +75,22 @@ func (c *Cluster) installIstioCRDs() error {
 			if _, err := c.Dynamic.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("kubetest: create CRD %s: %w", crd.GetName(), err)
 			}
+			plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+			versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+			for _, v := range versions {
+				if name, _, _ := unstructured.NestedString(v.(map[string]any), "name"); name != "" {
+					wait = append(wait, served{group + "/" + name, plural})
+				}
+			}
 		}
 	}
 	// The first create after a CRD install can take a few seconds: wait
-	// until every kind is listed by discovery and can be listed.
+	// until every kind is listed by discovery in every version.
 	deadline := time.Now().Add(60 * time.Second)
-	for group := range CRDFiles {
-		for {
-			list, err := c.Client.Discovery().ServerResourcesForGroupVersion(group + "/v1")
-			if err == nil && len(list.APIResources) >= 2*len(kindsOf(group)) { // each kind and its status
-				break
-			}
+	for _, w := range wait {
+		for !c.serves(w.groupVersion, w.plural) {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("kubetest: Istio %s CRDs not served within 60s: %v", group, err)
+				return fmt.Errorf("kubetest: Istio's %s not served at %s within 60s", w.plural, w.groupVersion)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -90,8 +99,11 @@ func (c *Cluster) installIstioCRDs() error {
 }
 
 func kindsOf(group string) []string {
-	if group == "security.istio.io" {
+	switch group {
+	case "security.istio.io":
 		return SecurityKinds
+	case "telemetry.istio.io":
+		return TelemetryKinds
 	}
 	return IstioKinds
 }

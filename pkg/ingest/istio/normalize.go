@@ -63,12 +63,13 @@ const (
 	KindPeerAuthentication    = "PeerAuthentication"
 	KindRequestAuthentication = "RequestAuthentication"
 
-	KindTelemetry   = "Telemetry"
-	KindEnvoyFilter = "EnvoyFilter"
+	KindTelemetry     = "Telemetry"
+	KindEnvoyFilter   = "EnvoyFilter"
+	KindWorkloadGroup = "WorkloadGroup"
 )
 
 var kinds = []string{KindServiceEntry, KindWorkloadEntry, KindVirtualService, KindDestinationRule, KindSidecar, KindGateway,
-	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindTelemetry, KindEnvoyFilter, KindConfigMap}
+	KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindTelemetry, KindEnvoyFilter, KindWorkloadGroup, KindConfigMap}
 
 // Options configure normalization.
 type Options struct {
@@ -193,6 +194,10 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 			if n.decode(in, &spec) {
 				n.envoyFilter(in, &spec)
 			}
+		case KindWorkloadGroup:
+			// Auto-registration makes a WorkloadEntry of each VM whose
+			// agent connects naming the group; the pushers do not yet.
+			n.warn(in, "spec", "WorkloadGroup auto-registration is not supported yet: no WorkloadEntry is made for the VMs of the group; write a WorkloadEntry per VM (its template's labels and service account)")
 		case KindConfigMap:
 			n.meshConfig(in)
 		}

@@ -118,7 +118,7 @@ func istioObject(kind, version, ns, name string, spec map[string]any) *unstructu
 
 func gvr(kind string) schema.GroupVersionResource {
 	plural := strings.ToLower(kind) + "s"
-	if strings.HasSuffix(kind, "Entry") || strings.HasSuffix(kind, "Policy") {
+	if strings.HasSuffix(kind, "Entry") || strings.HasSuffix(kind, "Policy") || kind == "Telemetry" {
 		plural = strings.ToLower(strings.TrimSuffix(kind, "y")) + "ies"
 	}
 	return schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: "v1", Resource: plural}
@@ -186,6 +186,11 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	r.object(t, "/mesh/v1/gateways/"+ns+"/ingress", "the Gateway is normalized", func(o model.Object) (bool, string) {
 		g := o.(*meshv1.Gateway)
 		return g.Selector["istio"] == "ingressgateway" && g.Servers[0].Port == 80, fmt.Sprint(g)
+	})
+	r.object(t, "/mesh/v1/telemetries/"+ns+"/logs", "the Telemetry is normalized", nil)
+	r.object(t, "/mesh/v1/envoyfilters/"+ns+"/timeouts", "the EnvoyFilter (v1alpha3) is normalized", func(o model.Object) (bool, string) {
+		e := o.(*meshv1.EnvoyFilter)
+		return len(e.Patches) == 1 && e.Patches[0].Match.GetClusterService() == "reviews", fmt.Sprint(e)
 	})
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "the WorkloadEntry joins its ServiceEntry's endpoints", func(o model.Object) (bool, string) {
 		e := o.(*meshv1.Endpoints)
@@ -287,6 +292,13 @@ func applyIstioKinds(t *testing.T, kc *kubetest.Cluster, ns string) {
 	}))
 	apply(t, kc, istioObject("Sidecar", "v1", ns, "default", map[string]any{
 		"egress": []any{map[string]any{"hosts": []any{"./*"}}},
+	}))
+	apply(t, kc, istioObject("Telemetry", "v1", ns, "logs", map[string]any{
+		"accessLogging": []any{map[string]any{"providers": []any{map[string]any{"name": "envoy"}}}},
+	}))
+	apply(t, kc, istioObject("EnvoyFilter", "v1alpha3", ns, "timeouts", map[string]any{
+		"configPatches": []any{map[string]any{"applyTo": "CLUSTER", "match": map[string]any{"cluster": map[string]any{"service": "reviews"}},
+			"patch": map[string]any{"operation": "MERGE", "value": map[string]any{"connect_timeout": "2s"}}}},
 	}))
 	apply(t, kc, istioObject("WorkloadEntry", "v1", ns, "vm-1", map[string]any{
 		"address": "10.4.0.1", "labels": map[string]any{"app": "vm"}, "locality": "us-west1/us-west1-a",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,9 @@ var istioResources = map[string]string{
 	istio.KindAuthorizationPolicy:   "authorizationpolicies",
 	istio.KindPeerAuthentication:    "peerauthentications",
 	istio.KindRequestAuthentication: "requestauthentications",
+	istio.KindTelemetry:             "telemetries",
+	istio.KindEnvoyFilter:           "envoyfilters",
+	istio.KindWorkloadGroup:         "workloadgroups",
 }
 
 // Config configures a Source.
@@ -306,7 +310,7 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	for kind, resource := range s.istioAvailable() {
-		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: "v1", Resource: resource})
+		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: resource.version, Resource: resource.plural})
 		if err := watch(kind, gi.Informer(), s.handler(kind, w, loop.Changed)); err != nil {
 			return err
 		}
@@ -339,22 +343,35 @@ func (s *Source) Run(ctx context.Context) error {
 	return loop.Run(ctx)
 }
 
-// istioAvailable returns the Istio resources the cluster serves at v1; a
-// cluster without Istio's CRDs has only its Services.
-func (s *Source) istioAvailable() map[string]string {
-	out := map[string]string{}
-	for _, group := range []string{istio.Group, istio.SecurityGroup} {
-		list, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(group + "/v1")
-		if err != nil {
-			s.cfg.Log.Warn("Istio CRDs not served; not watching them", "cluster", s.cfg.Cluster, "group", group, "err", err)
-			continue
-		}
-		for _, r := range list.APIResources {
-			for kind, resource := range istioResources {
-				if r.Name == resource && istio.GroupOf(kind) == group {
-					out[kind] = resource
+// servedResource is an Istio resource as the cluster serves it: its plural
+// and the version watched.
+type servedResource struct{ plural, version string }
+
+// istioAvailable returns the Istio resources the cluster serves, each at
+// the first of its versions served (v1 where Istio serves it); a cluster
+// without Istio's CRDs has only its Services.
+func (s *Source) istioAvailable() map[string]servedResource {
+	out := map[string]servedResource{}
+	lists := map[string][]string{} // group/version: resources
+	for kind, plural := range istioResources {
+		for _, version := range istio.VersionsOf(kind) {
+			gv := istio.GroupOf(kind) + "/" + version
+			names, ok := lists[gv]
+			if !ok {
+				if list, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(gv); err == nil {
+					for _, r := range list.APIResources {
+						names = append(names, r.Name)
+					}
 				}
+				lists[gv] = names
 			}
+			if slices.Contains(names, plural) {
+				out[kind] = servedResource{plural, version}
+				break
+			}
+		}
+		if _, ok := out[kind]; !ok {
+			s.cfg.Log.Warn("an Istio CRD is not served; not watching it", "cluster", s.cfg.Cluster, "kind", kind, "group", istio.GroupOf(kind))
 		}
 	}
 	return out

@@ -18,7 +18,10 @@ type changes struct {
 	// gatewayAPI: a Gateway API resource, or a Service or Namespace one
 	// refers to.
 	gatewayAPI bool
-	all        bool // something every object may depend on
+	// ingress: an Ingress or IngressClass, or a Service (an Ingress's
+	// backend port, the gateway's addresses).
+	ingress bool
+	all     bool // something every object may depend on
 }
 
 // dirty collects changes from the informers' goroutines.
@@ -58,6 +61,9 @@ func (s *Source) mark(kind string, w *watched, old, cur any) bool {
 	case "Service":
 		if len(w.gatewayAPI) > 0 {
 			s.dirty.set(func(c *changes) { c.gatewayAPI = true })
+		}
+		if w.ingresses != nil {
+			s.dirty.set(func(c *changes) { c.ingress = true })
 		}
 		for _, o := range []any{old, cur} {
 			if svc, ok := o.(*corev1.Service); ok {
@@ -114,6 +120,11 @@ func (s *Source) mark(kind string, w *watched, old, cur any) bool {
 			return len(w.gatewayAPI) > 0
 		}
 		s.dirty.set(func(c *changes) { c.all = true })
+	case "Ingress", "IngressClass":
+		if kind == "Ingress" && old != nil && cur != nil && !ingressSpecChanged(old, cur) {
+			return false
+		}
+		s.dirty.set(func(c *changes) { c.ingress = true })
 	default:
 		if isGatewayKind(kind) {
 			if old != nil && cur != nil && !specChanged(old, cur) {

@@ -32,6 +32,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 )
@@ -147,6 +148,9 @@ type Source struct {
 	// statuses are the Gateway API statuses to write after the sync that
 	// translated them (owned by the loop's goroutine).
 	statuses []gatewayapi.Status
+	// ingressStatus is what the last sync found the Ingresses' statuses
+	// should show (owned like statuses).
+	ingressStatus ingressStatus
 }
 
 // Metrics are the Kubernetes source's metrics, labelled by cluster.
@@ -227,6 +231,10 @@ type watched struct {
 	meshConfig corelisters.ConfigMapLister
 	// slicesByPod finds the EndpointSlices naming a Pod (index byPod).
 	slicesByPod cache.Indexer
+	// ingresses and ingressClasses, for the part that serves Ingresses
+	// (nil for the others; see watchIngress).
+	ingresses      networkinglisters.IngressLister
+	ingressClasses networkinglisters.IngressClassLister
 }
 
 func (w *watched) Pod(ns, name string) *corev1.Pod {
@@ -317,6 +325,9 @@ func (s *Source) Run(ctx context.Context) error {
 		w.istio[kind] = gi.Lister()
 	}
 	if err := s.watchGatewayAPI(dyn, w, watch, loop.Changed); err != nil {
+		return err
+	}
+	if err := s.watchIngress(factory, w, watch, loop.Changed); err != nil {
 		return err
 	}
 	stopMesh, err := s.watchMeshConfig(ctx, w, watch, loop.Changed)
@@ -456,6 +467,7 @@ func (s *Source) sync(ctx context.Context, w *watched, recorder record.EventReco
 	}
 	s.report(res.Problems, refs, recorder)
 	s.writeStatuses(ctx, w, s.controller())
+	s.writeIngressStatuses(ctx)
 	s.cfg.Log.Log(ctx, level, "cluster synced", "cluster", s.cfg.Cluster, "full", full || d.all, "objects", len(objs),
 		"written", res.Written, "deleted", res.Deleted, "unchanged", res.Unchanged, "problems", len(res.Problems))
 	if s.cfg.OnSynced != nil {
@@ -492,6 +504,12 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 	if d.gatewayAPI && len(w.gatewayAPI) > 0 {
 		covered = append(covered, gatewayKinds()...)
 		more, p := s.gatewayObjects(w, s.meshFilter(w), now, refs)
+		*objs = append(*objs, more...)
+		problems = append(problems, p...)
+	}
+	if (d.ingress || d.istio) && w.ingresses != nil {
+		covered = append(covered, "Ingress")
+		more, p := s.ingressObjects(w, s.meshFilter(w), now, refs)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
 	}
@@ -538,6 +556,8 @@ func (s *Source) snapshot(w *watched, now time.Time, refs map[string]runtime.Obj
 	more, p := s.istioObjects(w, selected, now, refs)
 	objs, problems = append(objs, more...), append(problems, p...)
 	more, p = s.gatewayObjects(w, s.meshFilter(w), now, refs)
+	objs, problems = append(objs, more...), append(problems, p...)
+	more, p = s.ingressObjects(w, s.meshFilter(w), now, refs)
 	return append(objs, more...), append(problems, p...)
 }
 

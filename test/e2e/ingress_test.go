@@ -60,7 +60,9 @@ func TestIngressServedAtTheGateway(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kc.Client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kc.Client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
 	path := func(p string, typ networkingv1.PathType, svc string, port int32) networkingv1.HTTPIngressPath {
 		return networkingv1.HTTPIngressPath{Path: p, PathType: &typ, Backend: networkingv1.IngressBackend{
 			Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: port}}}}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // target returns an empty message of the type a kind of patch's value is.
@@ -141,15 +142,21 @@ func walkAny(m protoreflect.Message, f func(*anypb.Any) error) error {
 	return err
 }
 
-// merge merges src into dst as proto.Merge does, except that an
-// extension configuration (Any) of the same type in both is merged
-// field by field, as Istio merges them, instead of replaced.
+// merge merges src into dst as Istio merges a patch: as proto.Merge does,
+// except that a duration, and an extension configuration (Any), is
+// replaced whole.
 func merge(dst, src proto.Message) error {
-	return mergeMessage(dst.ProtoReflect(), src.ProtoReflect())
+	mergeMessage(dst.ProtoReflect(), src.ProtoReflect())
+	return nil
 }
 
-func mergeMessage(dst, src protoreflect.Message) error {
-	var err error
+// replaced are the messages a merge replaces instead of merging their fields.
+var replaced = map[protoreflect.FullName]bool{
+	(&durationpb.Duration{}).ProtoReflect().Descriptor().FullName(): true,
+	(&anypb.Any{}).ProtoReflect().Descriptor().FullName():           true,
+}
+
+func mergeMessage(dst, src protoreflect.Message) {
 	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
 		case fd.IsList():
@@ -171,46 +178,54 @@ func mergeMessage(dst, src protoreflect.Message) error {
 				mp.Set(k, mv)
 				return true
 			})
+		case fd.Message() != nil && (!dst.Has(fd) || replaced[fd.Message().FullName()]):
+			dst.Set(fd, protoreflect.ValueOfMessage(proto.Clone(v.Message().Interface()).ProtoReflect()))
 		case fd.Message() != nil:
-			if !dst.Has(fd) {
-				dst.Set(fd, protoreflect.ValueOfMessage(proto.Clone(v.Message().Interface()).ProtoReflect()))
-				return true
-			}
-			if sa, ok := v.Message().Interface().(*anypb.Any); ok {
-				da := dst.Get(fd).Message().Interface().(*anypb.Any)
-				merged, e := mergeAny(da, sa)
-				if e != nil {
-					err = e
-					return false
-				}
-				dst.Set(fd, protoreflect.ValueOfMessage(merged.ProtoReflect()))
-				return true
-			}
-			err = mergeMessage(dst.Mutable(fd).Message(), v.Message())
+			mergeMessage(dst.Mutable(fd).Message(), v.Message())
 		default:
 			dst.Set(fd, v)
 		}
-		return err == nil
+		return true
 	})
-	return err
 }
 
-// mergeAny merges two extension configurations: of one type, field by
-// field; of two, the patch's replaces the other.
-func mergeAny(dst, src *anypb.Any) (*anypb.Any, error) {
-	if dst.GetTypeUrl() != src.GetTypeUrl() {
-		return proto.Clone(src).(*anypb.Any), nil
+// mergeFilter merges a patch into a filter (network or HTTP) as Istio
+// does: its configuration, where the patch's is of the same type, field by
+// field; the rest as merge does.
+func mergeFilter(dst, src proto.Message) error {
+	type typed interface{ GetTypedConfig() *anypb.Any }
+	d, _ := dst.(typed)
+	s, _ := src.(typed)
+	da, sa := d.GetTypedConfig(), s.GetTypedConfig()
+	if da == nil || sa == nil || da.GetTypeUrl() != sa.GetTypeUrl() {
+		return merge(dst, src)
 	}
-	d, err := dst.UnmarshalNew()
+	dc, err := da.UnmarshalNew()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s, err := src.UnmarshalNew()
+	sc, err := sa.UnmarshalNew()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := merge(d, s); err != nil {
-		return nil, err
+	_ = merge(dc, sc)
+	a, err := anypb.New(dc)
+	if err != nil {
+		return err
 	}
-	return anypb.New(d)
+	rest := proto.Clone(src)
+	switch f := rest.(type) {
+	case *listener.Filter:
+		f.ConfigType = nil
+	case *hcm.HttpFilter:
+		f.ConfigType = nil
+	}
+	_ = merge(dst, rest)
+	switch f := dst.(type) {
+	case *listener.Filter:
+		f.ConfigType = &listener.Filter_TypedConfig{TypedConfig: a}
+	case *hcm.HttpFilter:
+		f.ConfigType = &hcm.HttpFilter_TypedConfig{TypedConfig: a}
+	}
+	return nil
 }

@@ -199,7 +199,7 @@ func named[F proto.Message](b bound, list []F, name string, nameOf func(F) strin
 	case meshv1.EnvoyPatch_OPERATION_MERGE:
 		for _, f := range list {
 			if nameOf(f) == name {
-				if err := merge(f, b.value); err != nil {
+				if err := mergeFilter(f, b.value); err != nil {
 					return nil, err
 				}
 			}

@@ -184,6 +184,11 @@ func TestMergeAndRefusals(t *testing.T) {
 	if len(got) != 1 || got[0].GetConnectTimeout().AsDuration().Seconds() != 1 {
 		t.Errorf("clusters %v: want the one cluster, unpatched", got)
 	}
+	quarter := &meshv1.EnvoyPatch{ApplyTo: meshv1.EnvoyPatch_APPLY_TO_CLUSTER, Operation: meshv1.EnvoyPatch_OPERATION_MERGE,
+		Value: value(t, map[string]any{"connect_timeout": "0.25s"})}
+	if got := patch.NewSet([]*patch.Filter{filter(quarter)}, nil).Clusters(clusters, false)[0].GetConnectTimeout().AsDuration(); got.Seconds() != 0.25 {
+		t.Errorf("a merged duration is %v, want 250ms: replaced whole, as Istio merges them", got)
+	}
 	var reasons []string
 	for _, r := range s.Refusals() {
 		reasons = append(reasons, r.String())

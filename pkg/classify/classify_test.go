@@ -239,3 +239,42 @@ func TestGatewaysBoundToNamespace(t *testing.T) {
 		})
 	}
 }
+
+// TestClassesOfEnvoyExtensions: Telemetries and EnvoyFilters shape the
+// classes of Envoys (gateways too) and not of proxyless clients; an
+// EnvoyFilter's version pattern splits Envoys by whether their version
+// matches it, not by version.
+func TestClassesOfEnvoyExtensions(t *testing.T) {
+	telemetry := model.Stored{Key: model.Key{Kind: model.KindTelemetry, Namespace: "shop", Name: "cart-logs"},
+		Object: &meshv1.Telemetry{Selector: map[string]string{"app": "cart"}}}
+	filter := model.Stored{Key: model.Key{Kind: model.KindEnvoyFilter, Namespace: "istio-system", Name: "old-proxies"},
+		Object: &meshv1.EnvoyFilter{Patches: []*meshv1.EnvoyPatch{{ProxyVersion: `^1\.2`}}}}
+	gateway := model.Stored{Key: model.Key{Kind: model.KindGateway, Namespace: "istio-system", Name: "public"},
+		Object: &meshv1.Gateway{Selector: map[string]string{"istio": "ingressgateway"}}}
+	ix := index(t, telemetry, filter, gateway)
+	cart := func(version string, proxyless bool) *core.Node {
+		md := map[string]any{"NAMESPACE": "shop", "LABELS": map[string]any{"app": "cart"}, "ISTIO_VERSION": version}
+		if proxyless {
+			md["GENERATOR"] = "grpc"
+		}
+		return node("x", md)
+	}
+	for _, tc := range []struct {
+		node *core.Node
+		want string
+	}{
+		{cart("1.30.3", false), "envoy/shop//t:cart-logs,v:0"},
+		{cart("1.31.0", false), "envoy/shop//t:cart-logs,v:0"},
+		{cart("1.2.9", false), "envoy/shop//t:cart-logs,v:1"},
+		{cart("1.2.9", true), "proxyless/shop/"},
+		{node("router~10.0.0.3~gw.istio-system~istio-system.svc.cluster.local", map[string]any{"NAMESPACE": "istio-system",
+			"LABELS": map[string]any{"istio": "ingressgateway"}, "ISTIO_VERSION": "1.30.3"}), "router/istio-system/public;istio-system;v:0"},
+	} {
+		if got := ix.Classify(tc.node); string(got) != tc.want {
+			t.Errorf("%v: class %q, want %q", tc.node.Metadata.AsMap(), got, tc.want)
+		}
+	}
+	if _, v := ix.View("envoy/shop//t:cart-logs,v:1"); !v.ProxyVersions[`^1\.2`] || len(v.Policies) != 1 {
+		t.Errorf("view %+v: want the version pattern matched and the Telemetry among its policies", v)
+	}
+}

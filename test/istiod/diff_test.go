@@ -45,6 +45,18 @@ func TestAgainstIstiod(t *testing.T) {
 	differential(t, "", func(string) bool { return true })
 }
 
+// telemetryProviders are the tracing and access log providers of the
+// cases that compare them (their collector is a service of the case
+// 23-telemetry).
+const telemetryProviders = `extensionProviders:
+- name: otel
+  opentelemetry: {service: reviews.case-telemetry.svc.cluster.local, port: 9080}
+- name: zipkin
+  zipkin: {service: ratings.case-telemetry.svc.cluster.local, port: 9080}
+- name: json-log
+  envoyFileAccessLog: {path: /dev/stdout, logFormat: {labels: {method: "%REQ(:METHOD)%", code: "%RESPONSE_CODE%"}}}
+`
+
 // meshSettings are a MeshConfig whose every field the pushers act on
 // differs from istiod's default.
 const meshSettings = `connectTimeout: 3s
@@ -76,7 +88,7 @@ func differential(t *testing.T, settings string, named func(string) bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	settings = "rootNamespace: istio-system\ntrustDomain: cluster.local\n" + settings
+	settings = "rootNamespace: istio-system\ntrustDomain: cluster.local\n" + telemetryProviders + settings
 	kubeconfig, cases := startCases(t, ctx, istioSource(t, istioBin), work, settings)
 	cases = slices.DeleteFunc(cases, func(c testCase) bool { return !named(c.name) })
 	istiod := startIstiod(t, ctx, istioBin, kubeconfig, work, settings)
@@ -128,6 +140,9 @@ type testCase struct {
 	name, ns string
 	net      int
 	gateway  bool
+	// logs compares access logs and tracing too (a case whose text has
+	// the line "# compare: logs").
+	logs bool
 }
 
 // binaries returns the folders of Istio's binaries (ISTIO_BIN) and of
@@ -201,7 +216,8 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n"))}
+		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n")),
+			logs: bytes.Contains(body, []byte("\n# compare: logs\n"))}
 		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(c.net))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
 		if c.gateway {
@@ -277,6 +293,10 @@ func caseFacts(ctx context.Context, addr string, node *core.Node, c testCase) (F
 		return strings.Contains(host, "."+ns+".svc.") || strings.Contains(host, "-"+ns+".example.com")
 	}
 	out := Facts{}
+	of := Of
+	if c.logs {
+		of = WithLogs
+	}
 	add := func(f Facts, err error) error {
 		if err != nil {
 			return err
@@ -288,7 +308,7 @@ func caseFacts(ctx context.Context, addr string, node *core.Node, c testCase) (F
 	}
 	for name, c := range cfg.Clusters {
 		if host, _, _, ok := generate.ParseClusterName(name); ok && mine(host) {
-			if err := add(Of("cluster "+name, c)); err != nil {
+			if err := add(of("cluster "+name, c)); err != nil {
 				return nil, err
 			}
 			if la := cfg.Endpoints[name]; la != nil {
@@ -310,7 +330,7 @@ func caseFacts(ctx context.Context, addr string, node *core.Node, c testCase) (F
 		addr, port, _ := strings.Cut(name, "_")
 		ours := ports["_"+port] && (addr == "0.0.0.0" || strings.Contains(prototext.Format(l), "."+ns+".svc."))
 		if ours || c.gateway {
-			if err := add(Of("listener "+name, l)); err != nil {
+			if err := add(of("listener "+name, l)); err != nil {
 				return nil, err
 			}
 		}

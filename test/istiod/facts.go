@@ -83,7 +83,16 @@ func telemetryFilter(name string) bool {
 }
 
 // Of returns the facts of a resource, under prefix.
-func Of(prefix string, m proto.Message) (Facts, error) {
+func Of(prefix string, m proto.Message) (Facts, error) { return of(prefix, m, false) }
+
+// WithLogs returns the facts of a resource, under prefix, with its access
+// logs and tracing (the Telemetry API's), which Of leaves out.
+func WithLogs(prefix string, m proto.Message) (Facts, error) { return of(prefix, m, true) }
+
+// observed are the telemetry fields WithLogs keeps.
+var observed = map[string]bool{"access_log": true, "tracing": true, "request_id_extension": true}
+
+func of(prefix string, m proto.Message, logs bool) (Facts, error) {
 	b, err := protojson.MarshalOptions{UseProtoNames: true, Resolver: lenient{}}.Marshal(m)
 	if err != nil {
 		return nil, err
@@ -93,11 +102,11 @@ func Of(prefix string, m proto.Message) (Facts, error) {
 		return nil, err
 	}
 	out := Facts{}
-	walk(out, prefix, v)
+	walk(out, prefix, v, logs)
 	return out, nil
 }
 
-func walk(out Facts, path string, v any) {
+func walk(out Facts, path string, v any, logs bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		if name, ok := x["name"].(string); ok && telemetryFilter(name) {
@@ -109,14 +118,14 @@ func walk(out Facts, path string, v any) {
 				// changes traffic.
 				fm, _ := x[k].(map[string]any)["filter_metadata"].(map[string]any)
 				if m, ok := fm["envoy.transport_socket_match"]; ok {
-					walk(out, path+".metadata.transport_socket_match", m)
+					walk(out, path+".metadata.transport_socket_match", m, logs)
 				}
 				continue
 			}
-			if telemetry[k] {
+			if telemetry[k] && !(logs && observed[k]) {
 				continue
 			}
-			walk(out, path+"."+k, x[k])
+			walk(out, path+"."+k, x[k], logs)
 		}
 	case []any:
 		if len(x) == 0 {
@@ -130,7 +139,7 @@ func walk(out Facts, path string, v any) {
 			return
 		}
 		for i, e := range x {
-			walk(out, path+"["+key(e, i)+"]", e)
+			walk(out, path+"["+key(e, i)+"]", e, logs)
 		}
 	default:
 		out[path] = scalar(v)

@@ -185,7 +185,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	}
 	var shape shaping
 	if proxy == generate.Envoy {
-		shape = shapingFor(mesh, envoyOnly(security), view.ProxyVersions, false)
+		shape = shapingFor(mesh, envoyOnly(security), view.Namespace, view.ProxyVersions, false)
 		servers += collectorsPrint(mesh)
 	}
 	if !printChanged(&p.prints, class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
@@ -370,7 +370,7 @@ func (p *Pusher) routerShaping(mesh *generate.Mesh, class cache.Class) shaping {
 		return shaping{router: true}
 	}
 	_, view := p.index.Load().View(class)
-	return shapingFor(mesh, envoyOnly(mesh.PoliciesFor(c.Namespace, view.Policies)), view.ProxyVersions, true)
+	return shapingFor(mesh, envoyOnly(mesh.PoliciesFor(c.Namespace, view.Policies)), c.Namespace, view.ProxyVersions, true)
 }
 
 // cached returns a service's resources of one kind and variant (a proxy

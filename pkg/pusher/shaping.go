@@ -28,14 +28,14 @@ type shaping struct {
 // shapingFor returns the shaping of a class of Envoys from the policies
 // that apply to it (only Telemetries and EnvoyFilters count); mesh is the
 // whole mesh, where telemetry collectors are found.
-func shapingFor(mesh *generate.Mesh, sec generate.Security, versions map[string]bool, router bool) shaping {
+func shapingFor(mesh *generate.Mesh, sec generate.Security, namespace string, versions map[string]bool, router bool) shaping {
 	var filters []*patch.Filter
 	for _, p := range sec {
 		if ef, ok := p.Spec.(*meshv1.EnvoyFilter); ok {
 			filters = append(filters, &patch.Filter{Namespace: p.Namespace, Name: p.Name, Spec: ef, Root: p.Root})
 		}
 	}
-	return shaping{observe: generate.ObservabilityFor(mesh, sec), patches: patch.NewSet(filters, versions), router: router}
+	return shaping{observe: generate.ObservabilityFor(mesh, sec, namespace), patches: patch.NewSet(filters, versions), router: router}
 }
 
 func (s shaping) clusters(in []*cluster.Cluster) []*cluster.Cluster {

@@ -175,6 +175,9 @@ func prepare(obj map[string]any, md protoreflect.MessageDescriptor, path string,
 		if fd.Message() == nil {
 			continue // a scalar: protojson says what is wrong with it
 		}
+		if strings.HasPrefix(string(fd.Message().FullName()), "google.protobuf.") && fd.Message().FullName() != "google.protobuf.Duration" {
+			continue // free-form (Struct, Value, Any) or a wrapper: no fields to check
+		}
 		sub, elems := fd.Message(), []any{val}
 		switch {
 		case fd.IsMap():

@@ -45,7 +45,7 @@ type tracing struct {
 	DisableSpanReporting         *bool                `json:"disableSpanReporting"`
 	CustomTags                   map[string]customTag `json:"customTags"`
 	UseRequestIDForTraceSampling *bool                `json:"useRequestIdForTraceSampling"`
-	EnableIstioTags              json.RawMessage      `json:"enableIstioTags" field:"warned: Istio's tags name the workload, which a class of proxies shares"`
+	EnableIstioTags              *bool                `json:"enableIstioTags" field:"supported: Istio's tags that name the workload's canonical service and revision are not sent (see docs/istio-compatibility.md)"`
 	DisableContextPropagation    json.RawMessage      `json:"disableContextPropagation" field:"warned: not supported yet; context is propagated"`
 }
 
@@ -98,10 +98,8 @@ func (n *normalizer) telemetry(in Input, spec *telemetry) {
 			return
 		}
 		out := &meshv1.Tracing{Mode: mode, Providers: providerNames(tr.Providers), DisableSpanReporting: tr.DisableSpanReporting,
-			RandomSamplingPercentage: tr.RandomSamplingPercentage, UseRequestIdForTraceSampling: tr.UseRequestIDForTraceSampling}
-		if len(tr.EnableIstioTags) > 0 {
-			n.warn(in, f+".enableIstioTags", "Istio's tags name the workload, which a class of proxies shares: they are not sent")
-		}
+			RandomSamplingPercentage: tr.RandomSamplingPercentage, UseRequestIdForTraceSampling: tr.UseRequestIDForTraceSampling,
+			EnableIstioTags: tr.EnableIstioTags}
 		if len(tr.DisableContextPropagation) > 0 {
 			n.warn(in, f+".disableContextPropagation", "not supported yet: context is propagated")
 		}

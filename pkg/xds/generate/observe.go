@@ -19,6 +19,7 @@ import (
 	reqwithoutquery "github.com/envoyproxy/go-control-plane/envoy/extensions/formatter/req_without_query/v3"
 	uuid "github.com/envoyproxy/go-control-plane/envoy/extensions/request_id/uuid/v3"
 	tracingtag "github.com/envoyproxy/go-control-plane/envoy/type/tracing/v3"
+	metadatakind "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	otlpcommon "go.opentelemetry.io/proto/otlp/common/v1"
@@ -47,9 +48,10 @@ type observed struct {
 }
 
 // ObservabilityFor returns the access logs and tracing of a class of
-// Envoys whose policies are sec; nil where none applies. Collectors are
-// found among mesh's services.
-func ObservabilityFor(mesh *Mesh, sec Security) *Observability {
+// Envoys of a namespace ("" or "~" where the class spans several) whose
+// policies are sec; nil where none applies. Collectors are found among
+// mesh's services.
+func ObservabilityFor(mesh *Mesh, sec Security, namespace string) *Observability {
 	tels := sec.telemetries()
 	o := &Observability{listenerLog: !mesh.Config.GetNoListenerAccessLog()}
 	for _, s := range []struct {
@@ -62,7 +64,7 @@ func ObservabilityFor(mesh *Mesh, sec Security) *Observability {
 			s.out.logs = []*accesslog.AccessLog{fileAccessLog(al)}
 		}
 		if spec, ok := tracing(tels, mesh.Config, s.side); ok && !spec.disabled {
-			s.out.tracing = hcmTracing(mesh, spec)
+			s.out.tracing = hcmTracing(mesh, spec, namespace)
 			if s.out.tracing != nil {
 				s.out.requestID = &hcm.RequestIDExtension{TypedConfig: mustAny(&uuid.UuidRequestIdConfig{
 					UseRequestIdForTraceSampling: wrapperspb.Bool(spec.useRequest)})}
@@ -197,7 +199,7 @@ func otelAccessLog(mesh *Mesh, p *meshv1.OtelAccessLog) *accesslog.AccessLog {
 
 // hcmTracing is a connection manager's tracing for a side's spec; nil
 // where its provider's collector is not a service of the mesh.
-func hcmTracing(mesh *Mesh, spec traceSpec) *hcm.HttpConnectionManager_Tracing {
+func hcmTracing(mesh *Mesh, spec traceSpec, namespace string) *hcm.HttpConnectionManager_Tracing {
 	t := &hcm.HttpConnectionManager_Tracing{}
 	var maxTag uint32
 	switch k := spec.provider.Kind.(type) {
@@ -245,10 +247,47 @@ func hcmTracing(mesh *Mesh, spec traceSpec) *hcm.HttpConnectionManager_Tracing {
 	if maxTag != 0 {
 		t.MaxPathTagLength = wrapperspb.UInt32(maxTag)
 	}
+	if spec.istioTags {
+		t.CustomTags = istioTags(namespace)
+	}
 	for _, name := range sortedKeys(spec.tags) {
 		t.CustomTags = append(t.CustomTags, customTag(name, spec.tags[name]))
 	}
+	slices.SortStableFunc(t.CustomTags, func(a, b *tracingtag.CustomTag) int { return strings.Compare(a.Tag, b.Tag) })
 	return t
+}
+
+// istioTags are Istio's tags that a class's proxies share, as istiod sets
+// them: the authorization dry run's results, the namespace (a literal,
+// or the pod's POD_NAMESPACE for a class of several), and the mesh and
+// cluster from the agent's environment (ISTIO_META_MESH_ID,
+// ISTIO_META_CLUSTER_ID), which istiod reads from the node those set.
+// The canonical service and revision name the workload, not the class,
+// and are not sent.
+func istioTags(namespace string) []*tracingtag.CustomTag {
+	env := func(tag, name, def string) *tracingtag.CustomTag {
+		return &tracingtag.CustomTag{Tag: tag, Type: &tracingtag.CustomTag_Environment_{Environment: &tracingtag.CustomTag_Environment{Name: name, DefaultValue: def}}}
+	}
+	dryRun := func(tag, key string) *tracingtag.CustomTag {
+		return &tracingtag.CustomTag{Tag: tag, Type: &tracingtag.CustomTag_Metadata_{Metadata: &tracingtag.CustomTag_Metadata{
+			Kind: &metadatakind.MetadataKind{Kind: &metadatakind.MetadataKind_Request_{Request: &metadatakind.MetadataKind_Request{}}},
+			MetadataKey: &metadatakind.MetadataKey{Key: "envoy.filters.http.rbac", Path: []*metadatakind.MetadataKey_PathSegment{
+				{Segment: &metadatakind.MetadataKey_PathSegment_Key{Key: key}}}},
+		}}}
+	}
+	ns := env("istio.namespace", "POD_NAMESPACE", "default")
+	if namespace != "" && namespace != "~" {
+		ns = &tracingtag.CustomTag{Tag: "istio.namespace", Type: &tracingtag.CustomTag_Literal_{Literal: &tracingtag.CustomTag_Literal{Value: namespace}}}
+	}
+	return []*tracingtag.CustomTag{
+		dryRun("istio.authorization.dry_run.allow_policy.name", "istio_dry_run_allow_shadow_effective_policy_id"),
+		dryRun("istio.authorization.dry_run.allow_policy.result", "istio_dry_run_allow_shadow_engine_result"),
+		dryRun("istio.authorization.dry_run.deny_policy.name", "istio_dry_run_deny_shadow_effective_policy_id"),
+		dryRun("istio.authorization.dry_run.deny_policy.result", "istio_dry_run_deny_shadow_engine_result"),
+		env("istio.cluster_id", "ISTIO_META_CLUSTER_ID", "unknown"),
+		env("istio.mesh_id", "ISTIO_META_MESH_ID", "unknown"),
+		ns,
+	}
 }
 
 func customTag(name string, tag *meshv1.TracingTag) *tracingtag.CustomTag {

@@ -137,6 +137,7 @@ type traceSpec struct {
 	sampling   *float64
 	tags       map[string]*meshv1.TracingTag
 	useRequest bool
+	istioTags  bool
 }
 
 // tracing merges the tracing of a class's Telemetries for one side, as
@@ -152,7 +153,7 @@ func tracing(tels []*meshv1.Telemetry, cfg *meshv1.MeshConfig, side meshv1.Workl
 	if len(list) == 0 && len(defaults) == 0 {
 		return traceSpec{}, false
 	}
-	spec := traceSpec{useRequest: true}
+	spec := traceSpec{useRequest: true, istioTags: true}
 	if len(defaults) > 0 {
 		spec.provider = telemetryProvider(cfg, defaults[0])
 	}
@@ -174,6 +175,9 @@ func tracing(tels []*meshv1.Telemetry, cfg *meshv1.MeshConfig, side meshv1.Workl
 		}
 		if t.UseRequestIdForTraceSampling != nil {
 			spec.useRequest = *t.UseRequestIdForTraceSampling
+		}
+		if t.EnableIstioTags != nil {
+			spec.istioTags = *t.EnableIstioTags
 		}
 	}
 	if spec.provider == nil {

@@ -231,8 +231,10 @@ type Tracing struct {
 	RandomSamplingPercentage     *float64               `protobuf:"fixed64,4,opt,name=random_sampling_percentage,json=randomSamplingPercentage,proto3,oneof" json:"random_sampling_percentage,omitempty"`
 	CustomTags                   map[string]*TracingTag `protobuf:"bytes,5,rep,name=custom_tags,json=customTags,proto3" json:"custom_tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	UseRequestIdForTraceSampling *bool                  `protobuf:"varint,6,opt,name=use_request_id_for_trace_sampling,json=useRequestIdForTraceSampling,proto3,oneof" json:"use_request_id_for_trace_sampling,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// enable_istio_tags: unset is on (Istio's tags on every span).
+	EnableIstioTags *bool `protobuf:"varint,7,opt,name=enable_istio_tags,json=enableIstioTags,proto3,oneof" json:"enable_istio_tags,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Tracing) Reset() {
@@ -303,6 +305,13 @@ func (x *Tracing) GetCustomTags() map[string]*TracingTag {
 func (x *Tracing) GetUseRequestIdForTraceSampling() bool {
 	if x != nil && x.UseRequestIdForTraceSampling != nil {
 		return *x.UseRequestIdForTraceSampling
+	}
+	return false
+}
+
+func (x *Tracing) GetEnableIstioTags() bool {
+	if x != nil && x.EnableIstioTags != nil {
+		return *x.EnableIstioTags
 	}
 	return false
 }
@@ -882,7 +891,7 @@ const file_shardpilot_mesh_v1_telemetry_proto_rawDesc = "" +
 	"\tproviders\x18\x01 \x03(\tR\tproviders\x124\n" +
 	"\x04mode\x18\x02 \x01(\x0e2 .shardpilot.mesh.v1.WorkloadModeR\x04mode\x12\x1a\n" +
 	"\bdisabled\x18\x03 \x01(\bR\bdisabled\x12\x16\n" +
-	"\x06filter\x18\x04 \x01(\tR\x06filter\"\xb6\x04\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\"\xfd\x04\n" +
 	"\aTracing\x12\x1c\n" +
 	"\tproviders\x18\x01 \x03(\tR\tproviders\x124\n" +
 	"\x04mode\x18\x02 \x01(\x0e2 .shardpilot.mesh.v1.WorkloadModeR\x04mode\x129\n" +
@@ -890,13 +899,15 @@ const file_shardpilot_mesh_v1_telemetry_proto_rawDesc = "" +
 	"\x1arandom_sampling_percentage\x18\x04 \x01(\x01H\x01R\x18randomSamplingPercentage\x88\x01\x01\x12L\n" +
 	"\vcustom_tags\x18\x05 \x03(\v2+.shardpilot.mesh.v1.Tracing.CustomTagsEntryR\n" +
 	"customTags\x12L\n" +
-	"!use_request_id_for_trace_sampling\x18\x06 \x01(\bH\x02R\x1cuseRequestIdForTraceSampling\x88\x01\x01\x1a]\n" +
+	"!use_request_id_for_trace_sampling\x18\x06 \x01(\bH\x02R\x1cuseRequestIdForTraceSampling\x88\x01\x01\x12/\n" +
+	"\x11enable_istio_tags\x18\a \x01(\bH\x03R\x0fenableIstioTags\x88\x01\x01\x1a]\n" +
 	"\x0fCustomTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
 	"\x05value\x18\x02 \x01(\v2\x1e.shardpilot.mesh.v1.TracingTagR\x05value:\x028\x01B\x19\n" +
 	"\x17_disable_span_reportingB\x1d\n" +
 	"\x1b_random_sampling_percentageB$\n" +
-	"\"_use_request_id_for_trace_sampling\"\x94\x01\n" +
+	"\"_use_request_id_for_trace_samplingB\x14\n" +
+	"\x12_enable_istio_tags\"\x94\x01\n" +
 	"\n" +
 	"TracingTag\x12\x1a\n" +
 	"\aliteral\x18\x01 \x01(\tH\x00R\aliteral\x12\"\n" +

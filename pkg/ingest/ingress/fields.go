@@ -1,0 +1,68 @@
+package ingress
+
+import (
+	"reflect"
+	"strings"
+
+	"github.com/shardpilot/shardpilot/pkg/ingest"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// fieldNotes are the fields of an Ingress that are not simply supported,
+// and what the supported ones with a limit do; a field listed is one row.
+var fieldNotes = map[string]string{
+	"Ingress spec.ingressClassName":              "supported: an IngressClass whose controller is istio.io/ingress-controller (or the kubernetes.io/ingress.class annotation naming MeshConfig's ingressClass)",
+	"Ingress spec.defaultBackend":                "warned: not served, as in Istio (a VirtualService for host \"*\" does that)",
+	"Ingress spec.tls":                           "supported: HTTPS on 443 for the hosts of each entry with a secretName (served through SDS as a Gateway's credentialName); an entry without is warned",
+	"Ingress spec.rules[].http.paths[].pathType": "supported: Exact and Prefix as they say; ImplementationSpecific as istiod reads it (\"/a/*\" and \"/a.*\" prefixes, \"\", \"*\", \"/*\" anything, the rest exact)",
+	"Ingress spec.rules[].http.paths[].backend":  "supported: a Service and its port (by number, or by name from the Service); a resource backend, or a port name the Service lacks, is warned and the path not served",
+	"WorkloadGroup spec":                         "warned: auto-registration of the group's VMs is not supported yet; write a WorkloadEntry per VM",
+}
+
+// Fields lists the fields of an Ingress, and what becomes of a WorkloadGroup.
+func Fields() []ingest.FieldRow {
+	out := fieldRows("Ingress", reflect.TypeFor[networkingv1.IngressSpec](), "spec")
+	row := ingest.FieldRow{Kind: "WorkloadGroup", Field: "spec"}
+	row.Status, row.Note, _ = strings.Cut(fieldNotes["WorkloadGroup spec"], ": ")
+	return append(out, row)
+}
+
+func fieldRows(kind string, t reflect.Type, path string) []ingest.FieldRow {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice {
+			path += "[]"
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []ingest.FieldRow
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			out = append(out, fieldRows(kind, f.Type, path)...) // inlined
+			continue
+		}
+		if name == "" || name == "-" {
+			continue
+		}
+		row := ingest.FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
+		if note, ok := fieldNotes[kind+" "+row.Field]; ok {
+			row.Status, row.Note, _ = strings.Cut(note, ": ")
+			out = append(out, row)
+			continue
+		}
+		children := fieldRows(kind, f.Type, row.Field)
+		if len(children) == 0 || ingest.Plain(children) {
+			out = append(out, row)
+			continue
+		}
+		out = append(out, children...)
+	}
+	return out
+}
+
+// FieldTable is Fields as a Markdown table.
+func FieldTable() string { return ingest.FieldTable(Fields()) }

@@ -24,7 +24,7 @@ import (
 )
 
 // loadDir normalizes a directory of Istio YAML into stored objects.
-func loadDir(t *testing.T, dir string) []model.Stored {
+func loadDir(t testing.TB, dir string) []model.Stored {
 	t.Helper()
 	inputs, problems, err := yamldir.Read(dir, time.Time{})
 	if err != nil || len(problems) > 0 {

@@ -49,4 +49,3 @@ func BenchmarkShaping(b *testing.B) {
 		}
 	})
 }
-

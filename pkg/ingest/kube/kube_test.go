@@ -275,7 +275,6 @@ func createWorkload(t *testing.T, kc *kubetest.Cluster, ns, node string) *discov
 	return slice
 }
 
-
 // podAndNodeFollowed: a Pod's labels and a Node's zone reach the
 // endpoints on them.
 func podAndNodeFollowed(t *testing.T, kc *kubetest.Cluster, r *running, ns, node string) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -112,4 +113,31 @@ func CheckValid[R Validatable](t testing.TB, name string, resources []R) {
 		out = append(out, Proto(t, r))
 	}
 	Check(t, name, JSON(t, out))
+}
+
+// CheckSection compares the section of a document between the lines
+// "<!-- <section>:begin -->" and "<!-- <section>:end -->" with want, and
+// with -update rewrites it: a table the document keeps in step with the
+// code. fix says the command that rewrites it.
+func CheckSection(t testing.TB, path, section, want, fix string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- "+section+":begin -->\n", "<!-- "+section+":end -->"
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q ... %q section", path, begin, end)
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if s[i+len(begin):j] != want {
+		t.Errorf("%s's %s section is out of date: run %s", path, section, fix)
+	}
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -36,4 +37,49 @@ func FieldTable(rows []FieldRow) string {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", r.Kind, strings.TrimPrefix(r.Field, "spec."), r.Status, r.Note)
 	}
 	return b.String()
+}
+
+// TypeFields lists the fields of a Kubernetes API type (by their json
+// names, below path): every field is supported unless notes, keyed by
+// "<kind> <field>", says otherwise ("warned: why", "supported: how", or
+// "as `<row>`"); a field listed there is one row, as is one whose fields
+// are all plainly supported.
+func TypeFields(kind string, t reflect.Type, path string, notes map[string]string) []FieldRow {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		if t.Kind() == reflect.Slice {
+			path += "[]"
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []FieldRow
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			out = append(out, TypeFields(kind, f.Type, path, notes)...) // inlined
+			continue
+		}
+		if name == "" || name == "-" {
+			continue
+		}
+		row := FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
+		if note, ok := notes[kind+" "+row.Field]; ok {
+			row.Status, row.Note, _ = strings.Cut(note, ": ")
+			if strings.HasPrefix(note, "as `") {
+				row.Status, row.Note = note, ""
+			}
+			out = append(out, row)
+			continue
+		}
+		children := TypeFields(kind, f.Type, row.Field, notes)
+		if len(children) == 0 || Plain(children) {
+			out = append(out, row)
+			continue
+		}
+		out = append(out, children...)
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package gatewayapi
 
 import (
 	"reflect"
-	"strings"
 
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -68,47 +67,7 @@ var fieldNotes = map[string]string{
 func Fields() []FieldRow {
 	var out []FieldRow
 	for _, k := range kinds {
-		out = append(out, fieldRows(k.kind, k.spec, "spec")...)
-	}
-	return out
-}
-
-func fieldRows(kind string, t reflect.Type, path string) []FieldRow {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
-		if t.Kind() == reflect.Slice {
-			path += "[]"
-		}
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
-	var out []FieldRow
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if f.Anonymous && name == "" {
-			out = append(out, fieldRows(kind, f.Type, path)...) // inlined
-			continue
-		}
-		if name == "" || name == "-" {
-			continue
-		}
-		row := FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
-		if note, ok := fieldNotes[kind+" "+row.Field]; ok {
-			row.Status, row.Note, _ = strings.Cut(note, ": ")
-			if strings.HasPrefix(note, "as `") {
-				row.Status, row.Note = note, ""
-			}
-			out = append(out, row)
-			continue
-		}
-		children := fieldRows(kind, f.Type, row.Field)
-		if len(children) == 0 || ingest.Plain(children) {
-			out = append(out, row)
-			continue
-		}
-		out = append(out, children...)
+		out = append(out, ingest.TypeFields(k.kind, k.spec, "spec", fieldNotes)...)
 	}
 	return out
 }

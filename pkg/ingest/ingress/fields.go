@@ -21,47 +21,10 @@ var fieldNotes = map[string]string{
 
 // Fields lists the fields of an Ingress, and what becomes of a WorkloadGroup.
 func Fields() []ingest.FieldRow {
-	out := fieldRows("Ingress", reflect.TypeFor[networkingv1.IngressSpec](), "spec")
+	out := ingest.TypeFields("Ingress", reflect.TypeFor[networkingv1.IngressSpec](), "spec", fieldNotes)
 	row := ingest.FieldRow{Kind: "WorkloadGroup", Field: "spec"}
 	row.Status, row.Note, _ = strings.Cut(fieldNotes["WorkloadGroup spec"], ": ")
 	return append(out, row)
-}
-
-func fieldRows(kind string, t reflect.Type, path string) []ingest.FieldRow {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
-		if t.Kind() == reflect.Slice {
-			path += "[]"
-		}
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
-	var out []ingest.FieldRow
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if f.Anonymous && name == "" {
-			out = append(out, fieldRows(kind, f.Type, path)...) // inlined
-			continue
-		}
-		if name == "" || name == "-" {
-			continue
-		}
-		row := ingest.FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
-		if note, ok := fieldNotes[kind+" "+row.Field]; ok {
-			row.Status, row.Note, _ = strings.Cut(note, ": ")
-			out = append(out, row)
-			continue
-		}
-		children := fieldRows(kind, f.Type, row.Field)
-		if len(children) == 0 || ingest.Plain(children) {
-			out = append(out, row)
-			continue
-		}
-		out = append(out, children...)
-	}
-	return out
 }
 
 // FieldTable is Fields as a Markdown table.

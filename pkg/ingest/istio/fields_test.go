@@ -1,7 +1,6 @@
 package istio_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,27 +14,7 @@ import (
 // warned of, each typed one acted on unless its tag says otherwise). Run
 // with -update to rewrite it.
 func TestFieldTableInREADME(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "README.md")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- istio-fields:begin -->\n", "<!-- istio-fields:end -->"
-	s := string(b)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md has no %q ... %q section", begin, end)
-	}
-	table := istio.FieldTable()
-	if golden.Updating() {
-		if err := os.WriteFile(path, []byte(s[:i+len(begin)]+table+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if got := s[i+len(begin) : j]; got != table {
-		t.Errorf("README.md's field table is not the decoder's: run go test ./pkg/ingest/istio -run TestFieldTableInREADME -update")
-	}
+	golden.CheckSection(t, filepath.Join("..", "..", "..", "README.md"), "istio-fields", istio.FieldTable(), "go test ./pkg/ingest/istio -run TestFieldTableInREADME -update")
 	for _, r := range istio.Fields() {
 		switch {
 		case r.Status == "supported" || r.Status == "warned" || r.Status == "rejected":

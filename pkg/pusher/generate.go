@@ -59,6 +59,7 @@ func (p *Pusher) generate(c change) {
 		}
 		p.routes.keep(classes)
 		p.prints.keep(classes)
+		p.patchValues.Sweep()
 		p.linger.keep(classes)
 		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
@@ -183,9 +184,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
 		}
 	}
-	var shape shaping
 	if proxy == generate.Envoy {
-		shape = shapingFor(mesh, envoyOnly(security), view.Namespace, view.ProxyVersions, false)
 		servers += collectorsPrint(mesh)
 	}
 	if !printChanged(&p.prints, class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
@@ -194,6 +193,10 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 		return
 	}
 	p.m.classes.WithLabelValues("generated").Inc()
+	var shape shaping
+	if proxy == generate.Envoy {
+		shape = p.shapingFor(mesh, envoyOnly(security), view.Namespace, view.ProxyVersions, false)
+	}
 	var clusters []*cluster.Cluster
 	for _, s := range m.Services {
 		clusters = append(clusters, cached(p, "cds", proxy.String(), m, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
@@ -370,7 +373,7 @@ func (p *Pusher) routerShaping(mesh *generate.Mesh, class cache.Class) shaping {
 		return shaping{router: true}
 	}
 	_, view := p.index.Load().View(class)
-	return shapingFor(mesh, envoyOnly(mesh.PoliciesFor(c.Namespace, view.Policies)), c.Namespace, view.ProxyVersions, true)
+	return p.shapingFor(mesh, envoyOnly(mesh.PoliciesFor(c.Namespace, view.Policies)), c.Namespace, view.ProxyVersions, true)
 }
 
 // cached returns a service's resources of one kind and variant (a proxy

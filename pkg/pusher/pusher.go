@@ -20,6 +20,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"github.com/shardpilot/shardpilot/pkg/xds/patch"
 )
 
 // Loader reads the whole mesh from the store at one revision.
@@ -248,8 +249,11 @@ type Pusher struct {
 	// oversize holds the proxyless classes and types whose set last passed
 	// MaxProxylessResponse ("<class> <type>"), logged once each.
 	oversize map[string]bool
-	// refused holds the EnvoyFilter refusals logged (see noteRefusals).
-	refused map[string]bool
+	// refused holds the EnvoyFilter refusals logged (see noteRefusals),
+	// and patchValues the EnvoyFilters' decoded values (both owned by the
+	// generating goroutine).
+	refused     map[string]bool
+	patchValues patch.Decoded
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces (owned by the following
 	// goroutine).

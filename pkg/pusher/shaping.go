@@ -27,15 +27,16 @@ type shaping struct {
 
 // shapingFor returns the shaping of a class of Envoys from the policies
 // that apply to it (only Telemetries and EnvoyFilters count); mesh is the
-// whole mesh, where telemetry collectors are found.
-func shapingFor(mesh *generate.Mesh, sec generate.Security, namespace string, versions map[string]bool, router bool) shaping {
+// whole mesh, where telemetry collectors are found. The patches' values
+// are decoded once while unchanged (p.patchValues).
+func (p *Pusher) shapingFor(mesh *generate.Mesh, sec generate.Security, namespace string, versions map[string]bool, router bool) shaping {
 	var filters []*patch.Filter
-	for _, p := range sec {
-		if ef, ok := p.Spec.(*meshv1.EnvoyFilter); ok {
-			filters = append(filters, &patch.Filter{Namespace: p.Namespace, Name: p.Name, Spec: ef, Root: p.Root})
+	for _, pol := range sec {
+		if ef, ok := pol.Spec.(*meshv1.EnvoyFilter); ok {
+			filters = append(filters, &patch.Filter{Namespace: pol.Namespace, Name: pol.Name, Spec: ef, Root: pol.Root})
 		}
 	}
-	return shaping{observe: generate.ObservabilityFor(mesh, sec, namespace), patches: patch.NewSet(filters, versions), router: router}
+	return shaping{observe: generate.ObservabilityFor(mesh, sec, namespace), patches: p.patchValues.NewSet(filters, versions), router: router}
 }
 
 func (s shaping) clusters(in []*cluster.Cluster) []*cluster.Cluster {

@@ -40,8 +40,9 @@ func BenchmarkShaping(b *testing.B) {
 		}
 	})
 	b.Run("shaped", func(b *testing.B) {
+		p := &Pusher{} // its decoded patches kept from one generation to the next
 		for b.Loop() {
-			s := shapingFor(mesh, envoyOnly(sec), "shop", nil, false)
+			s := p.shapingFor(mesh, envoyOnly(sec), "shop", nil, false)
 			generateClass(s)
 			if len(s.patches.Refusals()) != 1 {
 				b.Fatalf("refusals %v, want the broken patch's", s.patches.Refusals())

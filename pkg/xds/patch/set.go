@@ -49,12 +49,54 @@ type Set struct {
 	refusals []Refusal
 }
 
+// Decoded keeps the decoded values of patches from one generation to the
+// next, so that a patch is decoded once while it is unchanged (a changed
+// EnvoyFilter is a new object). It is not for concurrent use: one
+// goroutine owns it. Its zero value is ready; a nil one decodes every
+// time.
+type Decoded struct {
+	cur, next map[*meshv1.EnvoyPatch]decoded
+}
+
+type decoded struct {
+	value proto.Message
+	err   error
+}
+
+// decode returns a patch's value, decoded once while it is asked for.
+func (d *Decoded) decode(p *meshv1.EnvoyPatch) (proto.Message, error) {
+	if d == nil {
+		return Decode(p)
+	}
+	e, ok := d.next[p]
+	if !ok {
+		if e, ok = d.cur[p]; !ok {
+			e.value, e.err = Decode(p)
+		}
+		if d.next == nil {
+			d.next = map[*meshv1.EnvoyPatch]decoded{}
+		}
+		d.next[p] = e
+	}
+	return e.value, e.err
+}
+
+// Sweep forgets the patches not asked for since the Sweep before last.
+func (d *Decoded) Sweep() { d.cur, d.next = d.next, nil }
+
 // NewSet orders the EnvoyFilters that apply to a class as Istio does (the
 // root namespace's first, then by priority, then by name) and keeps the
 // patches whose proxy version pattern, if any, the class's proxies match
 // (versions says which patterns they match). A patch whose value cannot
 // be decoded is refused here.
 func NewSet(filters []*Filter, versions map[string]bool) *Set {
+	var d *Decoded
+	return d.NewSet(filters, versions)
+}
+
+// NewSet is the package's NewSet, with the values d holds (the values are
+// shared: the patches never modify them).
+func (d *Decoded) NewSet(filters []*Filter, versions map[string]bool) *Set {
 	sorted := slices.Clone(filters)
 	slices.SortStableFunc(sorted, func(a, b *Filter) int {
 		if a.Root != b.Root {
@@ -72,7 +114,7 @@ func NewSet(filters []*Filter, versions map[string]bool) *Set {
 			if p.ProxyVersion != "" && !versions[p.ProxyVersion] {
 				continue
 			}
-			v, err := Decode(p)
+			v, err := d.decode(p)
 			if err != nil {
 				s.refuse(bound{filter: name, p: withLocation(p, i)}, "any resource", err.Error())
 				continue

@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -55,13 +56,7 @@ func node(ns string, proxyless bool) *core.Node {
 
 func sorted[R types.Resource](res map[string]types.Resource) []R {
 	out := make([]R, 0, len(res))
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range res {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(res)) {
 		out = append(out, res[name].(R))
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,22 +132,12 @@ func Translate(in Input, opts Options, observed time.Time) Output {
 			byHost[host] = append(byHost[host], rule{ing, i, r})
 		}
 	}
-	for _, host := range slices.Sorted(keys(byHost)) {
+	for _, host := range slices.Sorted(maps.Keys(byHost)) {
 		if vs, ok := virtualService(host, byHost[host], in.Services, opts, observed, &out.Problems); ok {
 			out.Inputs = append(out.Inputs, vs)
 		}
 	}
 	return out
-}
-
-func keys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func warning(loc string, ing *networkingv1.Ingress, field, reason string) ingest.Problem {

@@ -19,21 +19,13 @@ func (s *Set) Clusters(in []*cluster.Cluster, router bool) []*cluster.Cluster {
 	for _, b := range patches {
 		switch b.p.Operation {
 		case meshv1.EnvoyPatch_OPERATION_ADD:
-			if !addContext(b.p.Context, router) {
-				continue
-			}
-			add := b.value.(*cluster.Cluster)
-			if slices.ContainsFunc(out, func(c *cluster.Cluster) bool { return c.Name == add.Name }) {
-				s.refuse(b, "cluster "+add.Name, "a cluster of this name is generated already")
-				continue
-			}
-			out = append(out, patched(s, b, "cluster "+add.Name, add, func(*cluster.Cluster) error { return nil }))
+			out = added(s, b, "cluster", out, router)
 		case meshv1.EnvoyPatch_OPERATION_REMOVE:
 			out = slices.DeleteFunc(out, func(c *cluster.Cluster) bool { return clusterMatches(b.p, c.Name, router) })
 		case meshv1.EnvoyPatch_OPERATION_MERGE:
 			for i, c := range out {
 				if clusterMatches(b.p, c.Name, router) {
-					out[i] = patched(s, b, "cluster "+c.Name, c, func(c *cluster.Cluster) error { return merge(c, b.value) })
+					out[i] = patched(s, b, "cluster "+c.Name, c, func(c *cluster.Cluster) error { merge(c, b.value); return nil })
 				}
 			}
 		}

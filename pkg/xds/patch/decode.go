@@ -145,10 +145,7 @@ func walkAny(m protoreflect.Message, f func(*anypb.Any) error) error {
 // merge merges src into dst as Istio merges a patch: as proto.Merge does,
 // except that a duration, and an extension configuration (Any), is
 // replaced whole.
-func merge(dst, src proto.Message) error {
-	mergeMessage(dst.ProtoReflect(), src.ProtoReflect())
-	return nil
-}
+func merge(dst, src proto.Message) { mergeMessage(dst.ProtoReflect(), src.ProtoReflect()) }
 
 // replaced are the messages a merge replaces instead of merging their fields.
 var replaced = map[protoreflect.FullName]bool{
@@ -198,7 +195,8 @@ func mergeFilter(dst, src proto.Message) error {
 	s, _ := src.(typed)
 	da, sa := d.GetTypedConfig(), s.GetTypedConfig()
 	if da == nil || sa == nil || da.GetTypeUrl() != sa.GetTypeUrl() {
-		return merge(dst, src)
+		merge(dst, src)
+		return nil
 	}
 	dc, err := da.UnmarshalNew()
 	if err != nil {
@@ -208,7 +206,7 @@ func mergeFilter(dst, src proto.Message) error {
 	if err != nil {
 		return err
 	}
-	_ = merge(dc, sc)
+	merge(dc, sc)
 	a, err := anypb.New(dc)
 	if err != nil {
 		return err
@@ -220,7 +218,7 @@ func mergeFilter(dst, src proto.Message) error {
 	case *hcm.HttpFilter:
 		f.ConfigType = nil
 	}
-	_ = merge(dst, rest)
+	merge(dst, rest)
 	switch f := dst.(type) {
 	case *listener.Filter:
 		f.ConfigType = &listener.Filter_TypedConfig{TypedConfig: a}

@@ -32,15 +32,7 @@ func (s *Set) Listeners(in []*listener.Listener, router bool) []*listener.Listen
 	for _, b := range patches {
 		switch {
 		case b.p.ApplyTo == meshv1.EnvoyPatch_APPLY_TO_LISTENER && b.p.Operation == meshv1.EnvoyPatch_OPERATION_ADD:
-			if !addContext(b.p.Context, router) {
-				continue
-			}
-			add := b.value.(*listener.Listener)
-			if slices.ContainsFunc(out, func(l *listener.Listener) bool { return l.Name == add.Name }) {
-				s.refuse(b, "listener "+add.Name, "a listener of this name is generated already")
-				continue
-			}
-			out = append(out, proto.CloneOf(add))
+			out = added(s, b, "listener", out, router)
 		case b.p.ApplyTo == meshv1.EnvoyPatch_APPLY_TO_LISTENER && b.p.Operation == meshv1.EnvoyPatch_OPERATION_REMOVE:
 			out = slices.DeleteFunc(out, func(l *listener.Listener) bool { return listenerMatches(b.p, l, router) })
 		default:
@@ -102,7 +94,8 @@ func onListener(b bound, l *listener.Listener) error {
 	m := b.p.Match
 	switch b.p.ApplyTo {
 	case meshv1.EnvoyPatch_APPLY_TO_LISTENER:
-		return merge(l, b.value)
+		merge(l, b.value)
+		return nil
 	case meshv1.EnvoyPatch_APPLY_TO_FILTER_CHAIN:
 		switch b.p.Operation {
 		case meshv1.EnvoyPatch_OPERATION_ADD:
@@ -112,9 +105,7 @@ func onListener(b bound, l *listener.Listener) error {
 		case meshv1.EnvoyPatch_OPERATION_MERGE:
 			for _, c := range l.FilterChains {
 				if chainMatches(m, l, c) {
-					if err := merge(c, b.value); err != nil {
-						return err
-					}
+					merge(c, b.value)
 				}
 			}
 		}
@@ -173,18 +164,7 @@ func named[F proto.Message](b bound, list []F, name string, nameOf func(F) strin
 	case meshv1.EnvoyPatch_OPERATION_INSERT_FIRST:
 		return slices.Insert(list, 0, value()), nil
 	case meshv1.EnvoyPatch_OPERATION_INSERT_BEFORE, meshv1.EnvoyPatch_OPERATION_INSERT_AFTER:
-		after := b.p.Operation == meshv1.EnvoyPatch_OPERATION_INSERT_AFTER
-		switch {
-		case name == "" && after:
-			return append(list, value()), nil
-		case name == "":
-			return slices.Insert(list, 0, value()), nil
-		case i >= 0 && after:
-			return slices.Insert(list, i+1, value()), nil
-		case i >= 0:
-			return slices.Insert(list, i, value()), nil
-		}
-		return list, nil
+		return inserted(list, value(), i, name != "", b.p.Operation == meshv1.EnvoyPatch_OPERATION_INSERT_AFTER), nil
 	}
 	if name == "" {
 		return list, nil // REMOVE, MERGE and REPLACE name a filter

@@ -35,15 +35,13 @@ func (s *Set) routeConfig(patches []bound, rc *route.RouteConfiguration, router 
 		what := "route configuration " + rc.Name
 		switch b.p.ApplyTo {
 		case meshv1.EnvoyPatch_APPLY_TO_ROUTE_CONFIGURATION:
-			rc = patched(s, b, what, rc, func(rc *route.RouteConfiguration) error { return merge(rc, b.value) })
+			rc = patched(s, b, what, rc, func(rc *route.RouteConfiguration) error { merge(rc, b.value); return nil })
 		case meshv1.EnvoyPatch_APPLY_TO_VIRTUAL_HOST:
-			rc = patched(s, b, what, rc, func(rc *route.RouteConfiguration) error { return virtualHosts(b, rc) })
+			rc = patched(s, b, what, rc, func(rc *route.RouteConfiguration) error { virtualHosts(b, rc); return nil })
 		case meshv1.EnvoyPatch_APPLY_TO_HTTP_ROUTE:
 			rc = patched(s, b, what, rc, func(rc *route.RouteConfiguration) error {
 				for _, vh := range rc.VirtualHosts {
-					if err := routes(b, vh); err != nil {
-						return err
-					}
+					routes(b, vh)
 				}
 				return nil
 			})
@@ -60,7 +58,7 @@ func routeConfigMatches(m *meshv1.PatchMatch, rc *route.RouteConfiguration) bool
 }
 
 // virtualHosts applies a VIRTUAL_HOST patch to a route configuration.
-func virtualHosts(b bound, rc *route.RouteConfiguration) error {
+func virtualHosts(b bound, rc *route.RouteConfiguration) {
 	name := b.p.Match.GetVhostName()
 	switch b.p.Operation {
 	case meshv1.EnvoyPatch_OPERATION_ADD:
@@ -70,21 +68,18 @@ func virtualHosts(b bound, rc *route.RouteConfiguration) error {
 	case meshv1.EnvoyPatch_OPERATION_MERGE:
 		for _, vh := range rc.VirtualHosts {
 			if name == "" || vh.Name == name {
-				if err := merge(vh, b.value); err != nil {
-					return err
-				}
+				merge(vh, b.value)
 			}
 		}
 	}
-	return nil
 }
 
 // routes applies an HTTP_ROUTE patch to the routes of a virtual host the
 // patch's match takes.
-func routes(b bound, vh *route.VirtualHost) error {
+func routes(b bound, vh *route.VirtualHost) {
 	m := b.p.Match
 	if m.GetVhostName() != "" && m.GetVhostName() != vh.Name {
-		return nil
+		return
 	}
 	matches := func(r *route.Route) bool {
 		return (m.GetRouteName() == "" || r.Name == m.GetRouteName()) && actionMatches(m.GetRouteAction(), r)
@@ -97,28 +92,14 @@ func routes(b bound, vh *route.VirtualHost) error {
 	case meshv1.EnvoyPatch_OPERATION_MERGE:
 		for _, r := range vh.Routes {
 			if matches(r) {
-				if err := merge(r, b.value); err != nil {
-					return err
-				}
+				merge(r, b.value)
 			}
 		}
 	case meshv1.EnvoyPatch_OPERATION_INSERT_FIRST:
 		vh.Routes = slices.Insert(vh.Routes, 0, add())
 	case meshv1.EnvoyPatch_OPERATION_INSERT_BEFORE, meshv1.EnvoyPatch_OPERATION_INSERT_AFTER:
-		after := b.p.Operation == meshv1.EnvoyPatch_OPERATION_INSERT_AFTER
-		i := slices.IndexFunc(vh.Routes, matches)
-		switch {
-		case !selective && after:
-			vh.Routes = append(vh.Routes, add())
-		case !selective:
-			vh.Routes = slices.Insert(vh.Routes, 0, add())
-		case i >= 0 && after:
-			vh.Routes = slices.Insert(vh.Routes, i+1, add())
-		case i >= 0:
-			vh.Routes = slices.Insert(vh.Routes, i, add())
-		}
+		vh.Routes = inserted(vh.Routes, add(), slices.IndexFunc(vh.Routes, matches), selective, b.p.Operation == meshv1.EnvoyPatch_OPERATION_INSERT_AFTER)
 	}
-	return nil
 }
 
 func actionMatches(action string, r *route.Route) bool {

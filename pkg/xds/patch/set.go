@@ -189,6 +189,43 @@ func addContext(c meshv1.EnvoyPatch_Context, router bool) bool {
 	return true
 }
 
+// added returns a class's resources with the one an ADD patch brings (a
+// clone: the patch's value is shared, and was checked at ingest), unless
+// the patch's context is not the proxy's, or a resource of its name is
+// there already (refused: Envoy would reject the pair).
+func added[R interface {
+	proto.Message
+	GetName() string
+}](s *Set, b bound, kind string, out []R, router bool) []R {
+	if !addContext(b.p.Context, router) {
+		return out
+	}
+	add := b.value.(R)
+	if slices.ContainsFunc(out, func(r R) bool { return r.GetName() == add.GetName() }) {
+		s.refuse(b, kind+" "+add.GetName(), "a "+kind+" of this name is generated already")
+		return out
+	}
+	return append(out, proto.CloneOf(add))
+}
+
+// inserted puts v before the element at i (after it, with after), as
+// Istio's INSERT_BEFORE and INSERT_AFTER do: where the patch names
+// nothing (named false), first (last); where what it names is absent
+// (i < 0), nowhere.
+func inserted[F any](list []F, v F, i int, named, after bool) []F {
+	switch {
+	case !named && after:
+		return append(list, v)
+	case !named:
+		return slices.Insert(list, 0, v)
+	case i < 0:
+		return list
+	case after:
+		return slices.Insert(list, i+1, v)
+	}
+	return slices.Insert(list, i, v)
+}
+
 // patched applies one patch to a clone of a resource and returns the clone
 // if it is valid; else the resource itself, with the patch refused.
 func patched[M proto.Message](s *Set, b bound, resource string, in M, apply func(M) error) M {

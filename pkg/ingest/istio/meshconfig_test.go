@@ -77,3 +77,49 @@ func TestMeshConfigRejects(t *testing.T) {
 		}
 	})
 }
+
+// TestMeshConfigTelemetryProviders: the providers shardpilot sends are
+// read (a JSON access log's labels, an OTLP/HTTP exporter's path and
+// timeout), the settings they lack are warned in a stable order, an HTTP
+// exporter without its required path is refused, and a provider of
+// another kind is warned of.
+func TestMeshConfigTelemetryProviders(t *testing.T) {
+	const providers = `extensionProviders:
+- name: json
+  envoyFileAccessLog: {path: /dev/stdout, logFormat: {labels: {code: "%RESPONSE_CODE%"}}}
+- name: otel
+  opentelemetry:
+    service: observability/collector.observability.svc.cluster.local
+    port: 4318
+    http: {path: /v1/traces, timeout: 2s, headers: [{name: x, value: y}]}
+    resourceDetectors: {environment: {}}
+- name: dd
+  datadog: {service: dd.svc, port: 8126}
+`
+	for range 3 {
+		objs, problems := istio.Normalize([]istio.Input{meshInput(providers)}, istio.Options{})
+		var got []string
+		for _, p := range problems {
+			got = append(got, p.Error())
+		}
+		want := []string{"opentelemetry.resourceDetectors: not supported yet", "opentelemetry.http.headers: not supported yet", `provider "dd" (Datadog) is not sent`}
+		if len(got) != len(want) {
+			t.Fatalf("problems %q, want %q", got, want)
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("problem %d %q, want %q", i, got[i], want[i])
+			}
+		}
+		m := objs[0].Object.(*meshv1.MeshConfig)
+		if p := m.TelemetryProviders; len(p) != 2 || p[0].GetFileAccessLog().GetLabels().GetFields()["code"].GetStringValue() != "%RESPONSE_CODE%" ||
+			p[1].GetOtelTracing().GetHttpPath() != "/v1/traces" || p[1].GetOtelTracing().GetHttpTimeout().AsDuration().Seconds() != 2 ||
+			p[1].GetOtelTracing().GetCollector().GetHost() != "collector.observability.svc.cluster.local" {
+			t.Fatalf("providers %v", p)
+		}
+	}
+	_, problems := istio.Normalize([]istio.Input{meshInput("extensionProviders: [{name: otel, opentelemetry: {service: c.svc, port: 4318, http: {}}}]")}, istio.Options{})
+	if len(problems) != 1 || problems[0].Warning || !strings.Contains(problems[0].Error(), "opentelemetry.http.path: a path is required") {
+		t.Fatalf("problems %v: want the missing path refused", problems)
+	}
+}

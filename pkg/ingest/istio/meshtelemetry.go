@@ -95,18 +95,23 @@ func (n *normalizer) telemetryProvider(in Input, f string, p *istiomesh.MeshConf
 		if !ok {
 			return nil, false
 		}
-		for field, set := range map[string]bool{"resourceDetectors": e.ResourceDetectors != nil, "dynatraceSampler": e.GetDynatraceSampler() != nil,
-			"grpc": e.Grpc != nil, "http.timeout": e.GetHttp().GetTimeout() != nil, "http.headers": len(e.GetHttp().GetHeaders()) > 0} {
-			if set {
-				n.warn(in, f+".opentelemetry."+field, "not supported yet; the provider applies without it")
+		for _, u := range []struct {
+			field string
+			set   bool
+		}{{"resourceDetectors", e.ResourceDetectors != nil}, {"dynatraceSampler", e.GetDynatraceSampler() != nil},
+			{"grpc.timeout", e.GetGrpc().GetTimeout() != nil}, {"grpc.initialMetadata", len(e.GetGrpc().GetInitialMetadata()) > 0},
+			{"http.headers", len(e.GetHttp().GetHeaders()) > 0}} {
+			if u.set {
+				n.warn(in, f+".opentelemetry."+u.field, "not supported yet; the provider applies without it")
 			}
 		}
 		ot := &meshv1.OtelTracing{Collector: c, MaxTagLength: e.MaxTagLength}
 		if e.Http != nil {
-			ot.HttpPath = e.Http.Path
-			if ot.HttpPath == "" {
-				ot.HttpPath = "/v1/traces"
+			if e.Http.Path == "" {
+				n.problem(in, f+".opentelemetry.http.path", "a path is required to export over HTTP")
+				return nil, false
 			}
+			ot.HttpPath, ot.HttpTimeout = e.Http.Path, e.Http.Timeout
 		}
 		out.Kind = &meshv1.TelemetryProvider_OtelTracing{OtelTracing: ot}
 	case *istiomesh.MeshConfig_ExtensionProvider_Zipkin:

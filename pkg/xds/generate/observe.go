@@ -212,8 +212,12 @@ func hcmTracing(mesh *Mesh, spec traceSpec, namespace string) *hcm.HttpConnectio
 		cfg := &tracecfg.OpenTelemetryConfig{}
 		if path := k.OtelTracing.HttpPath; path != "" {
 			uri, _ := url.JoinPath(host, path)
+			timeout := k.OtelTracing.HttpTimeout
+			if timeout == nil {
+				timeout = durationpb.New(3 * time.Second) // Istio's API's default; Envoy needs one
+			}
 			cfg.HttpService = &core.HttpService{HttpUri: &core.HttpUri{Uri: uri, HttpUpstreamType: &core.HttpUri_Cluster{Cluster: cluster},
-				Timeout: durationpb.New(5 * time.Second)}}
+				Timeout: timeout}}
 		} else {
 			cfg.GrpcService = &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: cluster, Authority: host}}}
 		}

@@ -9,6 +9,7 @@ package meshv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
@@ -748,8 +749,10 @@ type OtelTracing struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Collector *Collector             `protobuf:"bytes,1,opt,name=collector,proto3" json:"collector,omitempty"`
 	// http_path, when set, exports over HTTP to this path, else over gRPC.
-	HttpPath      string `protobuf:"bytes,2,opt,name=http_path,json=httpPath,proto3" json:"http_path,omitempty"`
-	MaxTagLength  uint32 `protobuf:"varint,3,opt,name=max_tag_length,json=maxTagLength,proto3" json:"max_tag_length,omitempty"`
+	HttpPath     string `protobuf:"bytes,2,opt,name=http_path,json=httpPath,proto3" json:"http_path,omitempty"`
+	MaxTagLength uint32 `protobuf:"varint,3,opt,name=max_tag_length,json=maxTagLength,proto3" json:"max_tag_length,omitempty"`
+	// http_timeout bounds an HTTP export (unset: 3s, as Istio's API says).
+	HttpTimeout   *durationpb.Duration `protobuf:"bytes,4,opt,name=http_timeout,json=httpTimeout,proto3" json:"http_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +806,13 @@ func (x *OtelTracing) GetMaxTagLength() uint32 {
 		return x.MaxTagLength
 	}
 	return 0
+}
+
+func (x *OtelTracing) GetHttpTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.HttpTimeout
+	}
+	return nil
 }
 
 // ZipkinTracing sends spans to a Zipkin collector (zipkin).
@@ -878,7 +888,7 @@ var File_shardpilot_mesh_v1_telemetry_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_telemetry_proto_rawDesc = "" +
 	"\n" +
-	"\"shardpilot/mesh/v1/telemetry.proto\x12\x12shardpilot.mesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xc6\x02\n" +
+	"\"shardpilot/mesh/v1/telemetry.proto\x12\x12shardpilot.mesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xc6\x02\n" +
 	"\tTelemetry\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12G\n" +
 	"\bselector\x18\x02 \x03(\v2+.shardpilot.mesh.v1.Telemetry.SelectorEntryR\bselector\x12H\n" +
@@ -934,11 +944,12 @@ const file_shardpilot_mesh_v1_telemetry_proto_rawDesc = "" +
 	"\tcollector\x18\x01 \x01(\v2\x1d.shardpilot.mesh.v1.CollectorR\tcollector\x12\x19\n" +
 	"\blog_name\x18\x02 \x01(\tR\alogName\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12/\n" +
-	"\x06labels\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06labels\"\x8d\x01\n" +
+	"\x06labels\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06labels\"\xcb\x01\n" +
 	"\vOtelTracing\x12;\n" +
 	"\tcollector\x18\x01 \x01(\v2\x1d.shardpilot.mesh.v1.CollectorR\tcollector\x12\x1b\n" +
 	"\thttp_path\x18\x02 \x01(\tR\bhttpPath\x12$\n" +
-	"\x0emax_tag_length\x18\x03 \x01(\rR\fmaxTagLength\"\xb9\x01\n" +
+	"\x0emax_tag_length\x18\x03 \x01(\rR\fmaxTagLength\x12<\n" +
+	"\fhttp_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vhttpTimeout\"\xb9\x01\n" +
 	"\rZipkinTracing\x12;\n" +
 	"\tcollector\x18\x01 \x01(\v2\x1d.shardpilot.mesh.v1.CollectorR\tcollector\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12$\n" +
@@ -964,21 +975,22 @@ func file_shardpilot_mesh_v1_telemetry_proto_rawDescGZIP() []byte {
 var file_shardpilot_mesh_v1_telemetry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_shardpilot_mesh_v1_telemetry_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shardpilot_mesh_v1_telemetry_proto_goTypes = []any{
-	(WorkloadMode)(0),         // 0: shardpilot.mesh.v1.WorkloadMode
-	(*Telemetry)(nil),         // 1: shardpilot.mesh.v1.Telemetry
-	(*AccessLogging)(nil),     // 2: shardpilot.mesh.v1.AccessLogging
-	(*Tracing)(nil),           // 3: shardpilot.mesh.v1.Tracing
-	(*TracingTag)(nil),        // 4: shardpilot.mesh.v1.TracingTag
-	(*TelemetryProvider)(nil), // 5: shardpilot.mesh.v1.TelemetryProvider
-	(*FileAccessLog)(nil),     // 6: shardpilot.mesh.v1.FileAccessLog
-	(*Collector)(nil),         // 7: shardpilot.mesh.v1.Collector
-	(*OtelAccessLog)(nil),     // 8: shardpilot.mesh.v1.OtelAccessLog
-	(*OtelTracing)(nil),       // 9: shardpilot.mesh.v1.OtelTracing
-	(*ZipkinTracing)(nil),     // 10: shardpilot.mesh.v1.ZipkinTracing
-	nil,                       // 11: shardpilot.mesh.v1.Telemetry.SelectorEntry
-	nil,                       // 12: shardpilot.mesh.v1.Tracing.CustomTagsEntry
-	(*Origin)(nil),            // 13: shardpilot.mesh.v1.Origin
-	(*structpb.Struct)(nil),   // 14: google.protobuf.Struct
+	(WorkloadMode)(0),           // 0: shardpilot.mesh.v1.WorkloadMode
+	(*Telemetry)(nil),           // 1: shardpilot.mesh.v1.Telemetry
+	(*AccessLogging)(nil),       // 2: shardpilot.mesh.v1.AccessLogging
+	(*Tracing)(nil),             // 3: shardpilot.mesh.v1.Tracing
+	(*TracingTag)(nil),          // 4: shardpilot.mesh.v1.TracingTag
+	(*TelemetryProvider)(nil),   // 5: shardpilot.mesh.v1.TelemetryProvider
+	(*FileAccessLog)(nil),       // 6: shardpilot.mesh.v1.FileAccessLog
+	(*Collector)(nil),           // 7: shardpilot.mesh.v1.Collector
+	(*OtelAccessLog)(nil),       // 8: shardpilot.mesh.v1.OtelAccessLog
+	(*OtelTracing)(nil),         // 9: shardpilot.mesh.v1.OtelTracing
+	(*ZipkinTracing)(nil),       // 10: shardpilot.mesh.v1.ZipkinTracing
+	nil,                         // 11: shardpilot.mesh.v1.Telemetry.SelectorEntry
+	nil,                         // 12: shardpilot.mesh.v1.Tracing.CustomTagsEntry
+	(*Origin)(nil),              // 13: shardpilot.mesh.v1.Origin
+	(*structpb.Struct)(nil),     // 14: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
 }
 var file_shardpilot_mesh_v1_telemetry_proto_depIdxs = []int32{
 	13, // 0: shardpilot.mesh.v1.Telemetry.origin:type_name -> shardpilot.mesh.v1.Origin
@@ -996,13 +1008,14 @@ var file_shardpilot_mesh_v1_telemetry_proto_depIdxs = []int32{
 	7,  // 12: shardpilot.mesh.v1.OtelAccessLog.collector:type_name -> shardpilot.mesh.v1.Collector
 	14, // 13: shardpilot.mesh.v1.OtelAccessLog.labels:type_name -> google.protobuf.Struct
 	7,  // 14: shardpilot.mesh.v1.OtelTracing.collector:type_name -> shardpilot.mesh.v1.Collector
-	7,  // 15: shardpilot.mesh.v1.ZipkinTracing.collector:type_name -> shardpilot.mesh.v1.Collector
-	4,  // 16: shardpilot.mesh.v1.Tracing.CustomTagsEntry.value:type_name -> shardpilot.mesh.v1.TracingTag
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 15: shardpilot.mesh.v1.OtelTracing.http_timeout:type_name -> google.protobuf.Duration
+	7,  // 16: shardpilot.mesh.v1.ZipkinTracing.collector:type_name -> shardpilot.mesh.v1.Collector
+	4,  // 17: shardpilot.mesh.v1.Tracing.CustomTagsEntry.value:type_name -> shardpilot.mesh.v1.TracingTag
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_telemetry_proto_init() }

@@ -98,7 +98,8 @@ func (n *normalizer) meshConfig(in Input) {
 	}
 	var unapplied []string
 	pb.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		if name := fd.JSONName(); !slices.Contains(meshFields, name) && !slices.Contains(outsideFields, name) && !slices.Contains(telemetryFields, name) {
+		if name := fd.JSONName(); !slices.Contains(meshFields, name) && !slices.Contains(outsideFields, name) && !slices.Contains(telemetryFields, name) &&
+			!slices.Contains(ingressFields, name) {
 			unapplied = append(unapplied, name)
 		}
 		return true

@@ -11,10 +11,13 @@ import (
 )
 
 // telemetryFields are the MeshConfig fields of access logging and tracing
-// that the pushers act on, and those of Kubernetes Ingress, which the
-// Kubernetes source acts on.
-var telemetryFields = []string{"extensionProviders", "defaultProviders", "accessLogFile", "accessLogFormat", "accessLogEncoding",
-	"disableEnvoyListenerLog", "ingressClass", "ingressControllerMode", "ingressSelector", "ingressService"}
+// that the pushers act on; ingressFields, those of Kubernetes Ingress,
+// which the Kubernetes source acts on.
+var (
+	telemetryFields = []string{"extensionProviders", "defaultProviders", "accessLogFile", "accessLogFormat", "accessLogEncoding",
+		"disableEnvoyListenerLog"}
+	ingressFields = []string{"ingressClass", "ingressControllerMode", "ingressSelector", "ingressService"}
+)
 
 // telemetrySettings reads the access log and tracing settings of
 // MeshConfig into out: the providers (those shardpilot does not send are

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"cmp"
+	"encoding/binary"
 	"hash/fnv"
 	"maps"
 	"slices"
@@ -187,7 +188,12 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	if proxy == generate.Envoy {
 		servers += collectorsPrint(mesh)
 	}
-	if !printChanged(&p.prints, class, classPrint(m, proxy, view, p.linger.key(class), servers)) {
+	// The print names the removed clusters the class still serves, after
+	// those that may go now are let go: a generation that only drops
+	// them is not skipped.
+	p.linger.expire(class, p.gen, p.delivered, time.Now())
+	base := classPrint(m, proxy, view, servers)
+	if !printChanged(&p.prints, class, withLingering(base, p.linger.key(class))) {
 		// Nothing this class sees changed: its resources would be the same.
 		p.m.classes.WithLabelValues("unchanged").Inc()
 		return
@@ -209,6 +215,9 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	}
 	clusters = append(clusters, generate.CatchAllClusters(m, proxy)...)
 	p.publishClusters(class, shape.clusters(clusters))
+	// The clusters it lost now linger: the print records them, so the
+	// generation that lets them go regenerates the class.
+	p.prints.set(class, withLingering(base, p.linger.key(class)))
 	publish(p, class, resource.RouteType, reuseRoutes(&p.routes, class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy)))))
 	listeners := generate.Listeners(m, proxy, security)
 	if proxy == generate.Proxyless {
@@ -241,8 +250,9 @@ func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
 // classPrint hashes what a class's clusters, routes and listeners are made
 // of: the kind of proxy, its view, the mesh's settings, the services it
 // sees with the versions of their configuration (not of their endpoints),
-// every route rule, and the removed clusters it still serves (lingering).
-func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, lingering, servers string) uint64 {
+// every route rule (see withLingering for the removed clusters it still
+// serves).
+func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, servers string) uint64 {
 	h := fnv.New64a()
 	write := func(parts ...string) {
 		for _, s := range parts {
@@ -250,7 +260,7 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 			h.Write([]byte{0})
 		}
 	}
-	write(proxy.String(), view.Namespace, lingering, servers, strconv.FormatBool(view.RegistryOnly), m.ConfigVersion)
+	write(proxy.String(), view.Namespace, servers, strconv.FormatBool(view.RegistryOnly), m.ConfigVersion)
 	write(view.Egress...)
 	for _, il := range view.Ingress {
 		write("i", strconv.FormatUint(uint64(il.Port), 10), il.Protocol.String(), il.DefaultEndpoint)
@@ -265,6 +275,15 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, ling
 	for _, r := range m.Routes {
 		write("r", r.Namespace, r.Name, r.Version)
 	}
+	return h.Sum64()
+}
+
+// withLingering adds to a class's print the names of the removed clusters
+// it still serves (linger.key).
+func withLingering(print uint64, lingering string) uint64 {
+	h := fnv.New64a()
+	h.Write(binary.LittleEndian.AppendUint64(nil, print))
+	h.Write([]byte(lingering))
 	return h.Sum64()
 }
 

@@ -30,15 +30,36 @@ type lingering struct {
 	gen   uint64 // the generation that removed it
 }
 
+// expire forgets the lingering clusters of a class that may go in
+// generation gen: those removed by an earlier generation when the last
+// wave of pushes had been written and answered as gen began (delivered),
+// and those removed period ago. It runs before the class's print is
+// taken, so that a generation that lets them go is not skipped as one
+// that changes nothing.
+func (l *linger) expire(class cache.Class, gen uint64, delivered bool, now time.Time) {
+	gone, ok := l.gone.get(class)
+	if !ok {
+		return
+	}
+	for name, g := range gone {
+		if delivered && g.gen < gen || now.Sub(g.since) >= l.period {
+			delete(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		l.gone.forget(class)
+	}
+}
+
 // apply returns the clusters to hand over for a class in generation gen:
-// list, and the clusters it no longer holds that may still be named by
-// what the proxies hold. delivered says the last wave of pushes had been
-// written and answered when gen began. It also returns when the next
-// lingering cluster goes at the latest (zero: none lingers).
+// list, and those it no longer holds that may still be named by what the
+// proxies hold (see expire). It also returns when the next lingering
+// cluster goes at the latest (zero: none lingers).
 func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, delivered bool, now time.Time) ([]*cluster.Cluster, time.Time) {
 	if l.period <= 0 {
 		return list, time.Time{}
 	}
+	l.expire(class, gen, delivered, now)
 	current := make(map[string]*cluster.Cluster, len(list))
 	for _, c := range list {
 		current[c.Name] = c
@@ -59,17 +80,16 @@ func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, d
 	var next time.Time
 	out := list
 	for name, g := range gone {
-		switch {
-		case current[name] != nil, delivered && g.gen < gen, now.Sub(g.since) >= l.period:
-			delete(gone, name) // back, or no longer named by what the proxies hold
-		default:
-			if len(out) == len(list) {
-				out = slices.Clone(list)
-			}
-			out = append(out, g.c)
-			if due := g.since.Add(l.period); next.IsZero() || due.Before(next) {
-				next = due
-			}
+		if current[name] != nil {
+			delete(gone, name) // back
+			continue
+		}
+		if len(out) == len(list) {
+			out = slices.Clone(list)
+		}
+		out = append(out, g.c)
+		if due := g.since.Add(l.period); next.IsZero() || due.Before(next) {
+			next = due
 		}
 	}
 	if len(gone) == 0 {

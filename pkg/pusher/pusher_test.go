@@ -481,6 +481,37 @@ func TestRemovedClustersLinger(t *testing.T) {
 	})
 }
 
+// TestRemovedClustersGoWhileBusy: a removed cluster goes after
+// ClusterLinger even when the proxies never catch up and no other change
+// follows: the generation that lets it go is not skipped as one that
+// changes nothing (the last change of a busy load test once lingered for
+// ever).
+func TestRemovedClustersGoWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{stored("a", 80), stored("b", 80)}, 10, nil
+			},
+		}}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/b", Revision: 11}}}}}
+		sink := &busySink{}
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 10 * time.Second}, time.Second)
+		defer stop()
+		sink.backlog.Store(1) // the proxies are busy for good
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		if p.GeneratedRevision() != 11 || len(sink.clusters()) != 2 {
+			t.Fatalf("before ClusterLinger passed (revision %d): clusters %v, want b's still served", p.GeneratedRevision(), sink.clusters())
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got := sink.clusters(); len(got) != 1 || slices.Contains(got, "outbound|80||b.ns.svc.cluster.local") {
+			t.Errorf("ClusterLinger after the removal, proxies still busy: clusters %v, want a's alone", got)
+		}
+	})
+}
+
 // run starts a pusher in the test's bubble, lets it work for d of the
 // bubble's time, and returns it with a function that stops it.
 func run(t *testing.T, cfg Config, d time.Duration) (*Pusher, func()) {

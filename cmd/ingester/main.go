@@ -121,7 +121,7 @@ type options struct {
 	remote                                                                                  cli.Remote
 	meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
 	gatewayControllers                                                                      string
-	leaderTTL, syncMax, zkSession                                                           time.Duration
+	leaderTTL, syncMax, zkSession, registrationGrace                                        time.Duration
 	yamlMaxFile                                                                             int64
 	ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts                               string
 	hook                                                                                    injectFlags
@@ -153,6 +153,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	o.hook.register(fs)
 	fs.StringVar(&o.leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&o.syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
+	fs.DurationVar(&o.registrationGrace, "registration-grace", 10*time.Second, "how long the WorkloadEntry of an auto-registered workload (an agent naming a WorkloadGroup) outlives its connection to the pushers, so that a reconnecting workload keeps it")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 }
 
@@ -218,7 +219,7 @@ func (o *options) validate() (v validated, err error) {
 // startSources starts, in g, the sources of v: the mesh directory, each
 // cluster (and its root certificates' ConfigMaps) and each ZooKeeper
 // ensemble, each under its election.
-func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validated, etcd *clientv3.Client, election app.Election, ready *telemetry.Readiness,
+func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validated, etcd *clientv3.Client, registrations kube.Registrations, election app.Election, ready *telemetry.Readiness,
 	log *slog.Logger, ingestReport *ingest.Report, kubeMetrics *kube.Metrics) {
 	if o.meshDir != "" {
 		if o.leaderID == "" {
@@ -241,7 +242,7 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		g.Go(func() error {
 			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
 				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics,
-				GatewayControllers: v.gatewayControllers}.Run(ctx)
+				GatewayControllers: v.gatewayControllers, Registrations: registrations, RegistrationGrace: o.registrationGrace}.Run(ctx)
 		})
 	}
 	for _, z := range v.zks {
@@ -305,7 +306,10 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	o.startSources(ctx, g, v, conns.Etcd, election, ready, log, ingestReport, kubeMetrics)
+	// The workloads the pushers register arrive over the bus: each
+	// cluster's parts make the WorkloadEntries of their namespaces'.
+	registrations := bus.Registrations{NATS: conns.NATS, Log: log.With("part", "registrations")}
+	o.startSources(ctx, g, v, conns.Etcd, registrations, election, ready, log, ingestReport, kubeMetrics)
 	if serveHook != nil {
 		g.Go(func() error { return serveHook(ctx) })
 	}

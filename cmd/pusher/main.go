@@ -66,6 +66,7 @@ type options struct {
 	namespaces, namespacesFile                          string
 	scopeByProxies                                      bool
 	quiet, maxDelay, maxHold, linger, scopeGrace        time.Duration
+	registrationHeartbeat                               time.Duration
 }
 
 // register defines the flags on fs.
@@ -104,6 +105,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&o.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
 	fs.DurationVar(&o.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
+	fs.DurationVar(&o.registrationHeartbeat, "registration-heartbeat", 10*time.Second, "how often the workloads whose agents named a WorkloadGroup (AUTO_REGISTER_GROUP) are announced again to the ingesters while their streams last; an entry not announced for three of these is taken for disconnected")
 	fs.DurationVar(&o.linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
 	fs.DurationVar(&o.maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
 	fs.DurationVar(&o.xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
@@ -270,6 +272,7 @@ func run(ctx context.Context, args []string) error {
 		authenticated = &policy
 	}
 	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger,
+		Name: o.name, RegistrationHeartbeat: o.registrationHeartbeat,
 		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Streams: status}.Build()
 	if err != nil {
 		return err

@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"strings"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/classify"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -22,6 +25,9 @@ type callbacks struct {
 	pusher    *pusher.Pusher
 	policy    *identity.Policy
 	byProxies bool
+	// announcer, when set, registers the workloads whose agents name a
+	// WorkloadGroup (AUTO_REGISTER_GROUP).
+	announcer *bus.Announcer
 }
 
 var _ server.Callbacks = callbacks{}
@@ -52,14 +58,72 @@ func (c callbacks) Admit(ctx context.Context, node *core.Node) (*core.Node, erro
 			return nil, status.Errorf(codes.Unavailable, "shardpilot: loading what namespace %q sees; retry", ns)
 		}
 	}
+	if err := c.register(ctx, node); err != nil {
+		if c.byProxies {
+			c.pusher.Left(ns)
+		}
+		return nil, err
+	}
 	return node, nil
 }
 
+// register announces a workload whose agent names a WorkloadGroup, with
+// the identity its stream was verified with, and refuses the stream when
+// the ingesters refuse the registration, as istiod does. The node is the
+// stream's key for Closed.
+func (c callbacks) register(ctx context.Context, node *core.Node) error {
+	meta := node.GetMetadata().GetFields()
+	group := meta["AUTO_REGISTER_GROUP"].GetStringValue()
+	if group == "" || c.announcer == nil {
+		return nil
+	}
+	var id identity.ID
+	ok := false
+	if c.policy != nil {
+		id, ok, _ = c.policy.Identify(ctx)
+	}
+	if !ok {
+		return status.Error(codes.PermissionDenied, "shardpilot: registering a workload (AUTO_REGISTER_GROUP) needs a verified identity: a client certificate with a SPIFFE ID, or a service account token")
+	}
+	r := model.Registration{Group: group, Namespace: classify.Namespace(node), Identity: id.String(), Proxy: node.GetId(),
+		Address: workloadAddress(node), Network: meta["NETWORK"].GetStringValue(), ConnectedAt: time.Now()}
+	if l := node.GetLocality(); l != nil {
+		r.Locality = strings.TrimRight(l.GetRegion()+"/"+l.GetZone()+"/"+l.GetSubZone(), "/")
+	}
+	for k, v := range meta["LABELS"].GetStructValue().GetFields() {
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		r.Labels[k] = v.GetStringValue()
+	}
+	if err := c.announcer.Connect(ctx, node, r); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "shardpilot: auto-registration of %s in WorkloadGroup %s/%s: %v", node.GetId(), r.Namespace, group, err)
+	}
+	return nil
+}
+
+// workloadAddress is a workload's first IP: of Istio's INSTANCE_IPS
+// metadata, else of its node id (sidecar~10.1.2.3~...).
+func workloadAddress(node *core.Node) string {
+	if ips := node.GetMetadata().GetFields()["INSTANCE_IPS"].GetStringValue(); ips != "" {
+		first, _, _ := strings.Cut(ips, ",")
+		return first
+	}
+	if parts := strings.Split(node.GetId(), "~"); len(parts) == 4 {
+		return parts[1]
+	}
+	return ""
+}
+
 // Closed releases, by proxies, what a proxy's namespace sees once its
-// last proxy left.
+// last proxy left, and announces the end of a registered workload's
+// stream.
 func (c callbacks) Closed(node *core.Node) {
 	if c.byProxies {
 		c.pusher.Left(classify.Namespace(node))
+	}
+	if c.announcer != nil {
+		c.announcer.Disconnect(node)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -93,6 +94,13 @@ type Pusher struct {
 	// Gateways, but for these namespaces' (see pusher.Config); nil: none
 	// bound, as istiod.
 	SharedGatewayNamespaces []string
+	// Name names this pusher (default the host's name): the
+	// WorkloadEntries of the workloads it registers name it as their
+	// controller.
+	Name string
+	// RegistrationHeartbeat is how often the workloads registered through
+	// this pusher are announced again (see bus.Announcer; default 10s).
+	RegistrationHeartbeat time.Duration
 }
 
 // BuiltPusher is a pusher built and ready to run: every part exists, so
@@ -106,6 +114,7 @@ type BuiltPusher struct {
 
 	cfg       Pusher
 	srv       *server.Server
+	announcer *bus.Announcer
 	placement []byte
 	failures  prometheus.Counter
 }
@@ -168,7 +177,18 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	if p.Streams != nil {
 		out.Dump = &ConfigDump{status: p.Streams, cache: c, localities: lc, pusher: out.Pusher}
 	}
-	if out.srv, err = server.New(p.xdsConfig(out.Pusher, c, lc, out.Dump)); err != nil {
+	if p.NATS != nil {
+		host, _ := os.Hostname()
+		out.announcer = &bus.Announcer{NATS: p.NATS, Pusher: cmp.Or(p.Name, host, "pusher"), Heartbeat: p.RegistrationHeartbeat, Log: p.Log.With("part", "registration")}
+		if p.Registerer != nil {
+			if err := p.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_registered_workloads",
+				Help: "Streams of workloads whose agents named a WorkloadGroup, announced to the ingesters while they last."},
+				func() float64 { return float64(out.announcer.Registered()) })); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if out.srv, err = server.New(p.xdsConfig(out.Pusher, c, lc, out.Dump, out.announcer)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -176,14 +196,14 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 
 // xdsConfig is the xDS server's configuration: it answers from the caches
 // and calls into the pusher through callbacks.
-func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDump) server.Config {
+func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDump, announcer *bus.Announcer) server.Config {
 	xcfg := p.XDS
 	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged = c, ps, ps.ClassesChanged()
 	xcfg.Localities = localities{Cache: lc, pusher: ps}
 	if xcfg.ResponseLimit == nil {
 		xcfg.ResponseLimit = ps.ResponseLimit
 	}
-	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies}
+	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies, announcer: announcer}
 	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if dump != nil {
@@ -202,6 +222,9 @@ func (b *BuiltPusher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
+	if b.announcer != nil {
+		g.Go(func() error { return b.announcer.Run(ctx) })
+	}
 	if p.ClientCA != nil {
 		g.Go(func() error {
 			return p.ClientCA.Watch(ctx, func() { srv.EndUntrusted(p.ClientCA.Trusted) })

@@ -12,11 +12,13 @@ type Role string
 const (
 	// RoleRelay owns the stream: it makes it (and makes it again when it is
 	// gone or altered), reads its last event and publishes the store's
-	// changes. The ingester runs it.
+	// changes. The ingester runs it, and takes and answers the workload
+	// registrations (registry.v1.<namespace>) with the same credential.
 	RoleRelay Role = "relay"
-	// RoleConsumer reads the stream through its own consumers and nothing
-	// more: it can neither publish an event nor manage a stream. The
-	// pushers hold it.
+	// RoleConsumer reads the stream through its own consumers, and sends
+	// workload registrations: it can neither publish an event nor manage a
+	// stream, nor read another pusher's registrations. The pushers hold
+	// it.
 	RoleConsumer Role = "consumer"
 )
 
@@ -49,14 +51,14 @@ func RolePermissions(role Role, stream string) (Permissions, error) {
 	case RoleRelay:
 		return Permissions{
 			Publish: []string{SubjectPrefix + ".>", api + "INFO", api + "STREAM.INFO." + stream,
-				api + "STREAM.CREATE." + stream, api + "STREAM.UPDATE." + stream, api + "STREAM.MSG.GET." + stream},
-			Subscribe: []string{inboxes},
+				api + "STREAM.CREATE." + stream, api + "STREAM.UPDATE." + stream, api + "STREAM.MSG.GET." + stream, inboxes},
+			Subscribe: []string{inboxes, RegistryPrefix + ".*"},
 		}, nil
 	case RoleConsumer:
 		return Permissions{
 			Publish: []string{api + "INFO", api + "STREAM.INFO." + stream,
 				api + "CONSUMER.CREATE." + stream + ".>", api + "CONSUMER.INFO." + stream + ".>",
-				api + "CONSUMER.DELETE." + stream + ".>", api + "CONSUMER.MSG.NEXT." + stream + ".>"},
+				api + "CONSUMER.DELETE." + stream + ".>", api + "CONSUMER.MSG.NEXT." + stream + ".>", RegistryPrefix + ".*"},
 			Subscribe: []string{inboxes},
 		}, nil
 	}

@@ -170,10 +170,10 @@ func TestCheckFindsAnAlteredStream(t *testing.T) {
 	}
 }
 
-// TestRolePermissions runs a NATS server whose users hold RolePermissions:
-// the relay makes the stream and publishes, the consumer reads it, and
-// neither can delete, purge or widen it; the consumer can publish nothing.
-func TestRolePermissions(t *testing.T) {
+// startRoleNATS starts a NATS server whose users are the roles, each
+// named as its role with the password "<role>-secret".
+func startRoleNATS(t *testing.T) *embedded.NATS {
+	t.Helper()
 	user := func(role bus.Role) *natsserver.User {
 		u, err := embedded.RoleUser(string(role), string(role)+"-secret", role)
 		if err != nil {
@@ -185,7 +185,15 @@ func TestRolePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(n.Close)
+	return n
+}
+
+// TestRolePermissions runs a NATS server whose users hold RolePermissions:
+// the relay makes the stream and publishes, the consumer reads it, and
+// neither can delete, purge or widen it; the consumer can publish nothing.
+func TestRolePermissions(t *testing.T) {
+	n := startRoleNATS(t)
 	ctx := testutil.Context(t)
 	connect := func(role bus.Role) (*nats.Conn, jetstream.JetStream) {
 		nc, err := nats.Connect(n.URL, nats.UserInfo(string(role), string(role)+"-secret"))

@@ -88,6 +88,7 @@ type Replica struct {
 // election and its log.
 type ingester struct {
 	etcd     *clientv3.Client
+	nats     *nats.Conn
 	election app.Election
 	log      *slog.Logger
 }
@@ -127,7 +128,7 @@ func NewCluster(t testing.TB, o Options, sources ...source) *Cluster {
 	c := &Cluster{etcd: cli, nats: nc, natsServer: natsServer, natsDir: natsDir, natsPort: natsServer.Port(), ctx: ctx, cancel: cancel, g: g}
 	t.Cleanup(c.stop)
 	for i := range max(o.Ingesters, 1) {
-		in := ingester{etcd: cli, log: log.With("ingester", i)}
+		in := ingester{etcd: cli, nats: nc, log: log.With("ingester", i)}
 		if o.Ingesters > 1 {
 			in.election = app.Election{ID: fmt.Sprintf("ingester-%d", i), TTL: 2 * time.Second}
 		}

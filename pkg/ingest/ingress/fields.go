@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"reflect"
-	"strings"
 
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -16,15 +15,11 @@ var fieldNotes = map[string]string{
 	"Ingress spec.tls":                           "supported: HTTPS on 443 for the hosts of each entry with a secretName (served through SDS as a Gateway's credentialName); an entry without is warned",
 	"Ingress spec.rules[].http.paths[].pathType": "supported: Exact and Prefix as they say; ImplementationSpecific as istiod reads it (\"/a/*\" and \"/a.*\" prefixes, \"\", \"*\", \"/*\" anything, the rest exact)",
 	"Ingress spec.rules[].http.paths[].backend":  "supported: a Service and its port (by number, or by name from the Service); a resource backend, or a port name the Service lacks, is warned and the path not served",
-	"WorkloadGroup spec":                         "warned: auto-registration of the group's VMs is not supported yet; write a WorkloadEntry per VM",
 }
 
-// Fields lists the fields of an Ingress, and what becomes of a WorkloadGroup.
+// Fields lists the fields of an Ingress.
 func Fields() []ingest.FieldRow {
-	out := ingest.TypeFields("Ingress", reflect.TypeFor[networkingv1.IngressSpec](), "spec", fieldNotes)
-	row := ingest.FieldRow{Kind: "WorkloadGroup", Field: "spec"}
-	row.Status, row.Note, _ = strings.Cut(fieldNotes["WorkloadGroup spec"], ": ")
-	return append(out, row)
+	return ingest.TypeFields("Ingress", reflect.TypeFor[networkingv1.IngressSpec](), "spec", fieldNotes)
 }
 
 // FieldTable is Fields as a Markdown table.

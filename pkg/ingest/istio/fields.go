@@ -23,6 +23,7 @@ var networkingKinds = []struct {
 	{"Gateway", reflect.TypeFor[gateway]()},
 	{"Telemetry", reflect.TypeFor[telemetry]()},
 	{"EnvoyFilter", reflect.TypeFor[envoyFilter]()},
+	{"WorkloadGroup", reflect.TypeFor[workloadGroup]()},
 }
 
 // Fields lists every field of the networking kinds, as decoded: a field

@@ -83,6 +83,10 @@ type Options struct {
 	// MeshNamespace is the namespace of the mesh's ConfigMap (see
 	// MeshConfigName). Default istio-system.
 	MeshNamespace string
+	// Registration says the source registers the workloads of its
+	// WorkloadGroups (the Kubernetes source, given the bus): a group is
+	// checked rather than warned of.
+	Registration bool
 }
 
 func (o *Options) defaults() {
@@ -195,9 +199,10 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 				n.envoyFilter(in, &spec)
 			}
 		case KindWorkloadGroup:
-			// Auto-registration makes a WorkloadEntry of each VM whose
-			// agent connects naming the group; the pushers do not yet.
-			n.warn(in, "spec", "WorkloadGroup auto-registration is not supported yet: no WorkloadEntry is made for the VMs of the group; write a WorkloadEntry per VM (its template's labels and service account)")
+			var spec workloadGroup
+			if n.decode(in, &spec) {
+				n.workloadGroup(in, &spec)
+			}
 		case KindConfigMap:
 			n.meshConfig(in)
 		}
@@ -298,7 +303,11 @@ func (n *normalizer) admit(in Input) bool {
 		n.problem(in, "apiVersion", "%q is not %s/{%s}", r.APIVersion, GroupOf(r.Kind), strings.Join(VersionsOf(r.Kind), ","))
 	case r.Metadata.Name == "":
 		n.problem(in, "metadata.name", "a name is required")
-	case !model.ValidHostname(r.Metadata.Name) || strings.Contains(r.Metadata.Name, "."):
+	case !model.ValidHostname(r.Metadata.Name):
+		n.problem(in, "metadata.name", "%q is not a DNS name", r.Metadata.Name)
+	case strings.Contains(r.Metadata.Name, ".") && r.Kind != KindWorkloadEntry:
+		// A WorkloadEntry names no key (auto-registered ones hold their
+		// address: group-10.0.0.1).
 		n.problem(in, "metadata.name", "%q is not a DNS label", r.Metadata.Name)
 	case r.Kind == KindWorkloadEntry:
 		// Workload entries have no key of their own; objects with a key

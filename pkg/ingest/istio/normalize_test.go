@@ -1,6 +1,8 @@
 package istio_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +50,52 @@ func TestNormalizeSameInputSameOutput(t *testing.T) {
 	b, _ := istio.Normalize(inputs, istio.Options{})
 	if string(golden.JSON(t, a)) != string(golden.JSON(t, b)) {
 		t.Error("two normalizations of the same input differ")
+	}
+}
+
+// TestWorkloadGroups: where workloads are registered a WorkloadGroup is
+// checked (a template is required, its labels must be Kubernetes labels,
+// a probe is warned of); elsewhere it is warned of. An auto-registered
+// WorkloadEntry's name holds its address, dots and all.
+func TestWorkloadGroups(t *testing.T) {
+	group := func(name, spec string) istio.Input {
+		return istio.Input{Location: "wg " + name, Resource: istio.Resource{APIVersion: "networking.istio.io/v1", Kind: "WorkloadGroup",
+			Metadata: istio.Metadata{Name: name, Namespace: "vms"}, Spec: []byte(spec)}}
+	}
+	inputs := []istio.Input{
+		group("fine", `{"metadata": {"labels": {"app": "vm"}}, "template": {"serviceAccount": "vm"}}`),
+		group("no-template", `{"metadata": {"labels": {"app": "vm"}}}`),
+		group("bad-labels", `{"metadata": {"labels": {"app": "a b"}}, "template": {}}`),
+		group("probed", `{"template": {}, "probe": {"httpGet": {"port": 8080}}}`),
+		group("misspelled", `{"templat": {}}`),
+		{Location: "we", Resource: istio.Resource{APIVersion: "networking.istio.io/v1", Kind: "WorkloadEntry",
+			Metadata: istio.Metadata{Name: "fine-10.0.0.7", Namespace: "vms"}, Spec: []byte(`{"address": "10.0.0.7", "labels": {"app": "vm"}}`)}},
+	}
+	for registration, want := range map[bool][]string{
+		true: {
+			`wg no-template (WorkloadGroup vms/no-template): spec.template: a template is required`,
+			`wg bad-labels (WorkloadGroup vms/bad-labels): spec.metadata.labels: label app value "a b": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
+			`wg probed (WorkloadGroup vms/probed): warning: spec.probe: not supported: registered workloads are served healthy, their readiness not probed`,
+			`wg misspelled (WorkloadGroup vms/misspelled): spec: unknown field "templat" (not a field of WorkloadGroup networking.istio.io/v1)`,
+		},
+		false: {
+			`wg fine (WorkloadGroup vms/fine): warning: spec: workloads are not registered from this source: auto-registration needs the Kubernetes source and the bus; write a WorkloadEntry per VM (its template's labels and service account)`,
+		},
+	} {
+		_, problems := istio.Normalize(inputs, istio.Options{Registration: registration})
+		var got []string
+		for _, p := range problems {
+			got = append(got, p.Error())
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("registration %v: problems\n%s\nwant among them\n%s", registration, strings.Join(got, "\n"), w)
+			}
+		}
+		for _, g := range got {
+			if strings.Contains(g, "(WorkloadEntry ") || (registration && strings.Contains(g, "vms/fine)")) {
+				t.Errorf("registration %v: %s", registration, g)
+			}
+		}
 	}
 }

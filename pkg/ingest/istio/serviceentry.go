@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -129,4 +131,41 @@ func (n *normalizer) endpoints(s *decodedService, entries []*decodedEntry) {
 			Endpoints: eps,
 		},
 	})
+}
+
+// workloadGroup checks a WorkloadGroup. Its workloads' entries are made
+// by the source's registrar when an agent connects naming it; a source
+// without one warns that none will be.
+func (n *normalizer) workloadGroup(in Input, g *workloadGroup) {
+	if !n.opts.Registration {
+		n.warn(in, "spec", "workloads are not registered from this source: auto-registration needs the Kubernetes source and the bus; write a WorkloadEntry per VM (its template's labels and service account)")
+		return
+	}
+	if g.Template == nil {
+		n.problem(in, "spec.template", "a template is required")
+		return
+	}
+	if g.Template.Address != "" {
+		n.warn(in, "spec.template.address", "ignored: each registered workload's entry takes its own address")
+	}
+	for k, v := range g.Metadata.Labels {
+		if err := validLabel(k, v); err != nil {
+			n.problem(in, "spec.metadata.labels", "%v", err)
+			return
+		}
+	}
+	if len(g.Probe) > 0 && string(g.Probe) != "null" {
+		n.warn(in, "spec.probe", "not supported: registered workloads are served healthy, their readiness not probed")
+	}
+}
+
+// validLabel checks a label as Kubernetes does.
+func validLabel(k, v string) error {
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+		return fmt.Errorf("label %s value %q: %s", k, v, strings.Join(errs, "; "))
+	}
+	return nil
 }

@@ -59,6 +59,18 @@ type workloadEntry struct {
 	ServiceAccount string            `json:"serviceAccount"`
 }
 
+// workloadGroup is a WorkloadGroup: with the Kubernetes source and the
+// bus, each workload whose agent connects naming it gets a WorkloadEntry
+// (see kube.Registrar).
+type workloadGroup struct {
+	Metadata struct {
+		Labels      map[string]string `json:"labels" field:"supported: on each registered workload's entry, under its agent's labels"`
+		Annotations map[string]string `json:"annotations" field:"supported: on each registered workload's entry"`
+	} `json:"metadata"`
+	Template *workloadEntry  `json:"template" field:"supported: each registered workload's entry, with the workload's address, network and locality; its identity must be the template's service account (any of the namespace's without one)"`
+	Probe    json.RawMessage `json:"probe" field:"warned: readiness is not probed; registered workloads are served healthy"`
+}
+
 type virtualService struct {
 	Hosts    []string    `json:"hosts"`
 	Gateways []string    `json:"gateways"`

@@ -18,6 +18,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -99,6 +100,13 @@ type Config struct {
 	Metrics *Metrics
 	// OnSynced, when set, is called after every successful sync.
 	OnSynced func(ingest.Result)
+	// Registrations, when set, are the registrations of workloads whose
+	// agents connect naming a WorkloadGroup: the source makes their
+	// WorkloadEntries in its part's namespaces (see registrar), and
+	// removes each RegistrationGrace (default 10s, istiod's) after its
+	// workload disconnected. Nil: WorkloadGroups are warned of.
+	Registrations     Registrations
+	RegistrationGrace time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -126,6 +134,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.RegistrationGrace == 0 {
+		c.RegistrationGrace = 10 * time.Second
 	}
 	return nil
 }
@@ -155,16 +166,22 @@ type Source struct {
 
 // Metrics are the Kubernetes source's metrics, labelled by cluster.
 type Metrics struct {
-	events *prometheus.CounterVec
+	events        *prometheus.CounterVec
+	registrations *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil registers nothing).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_kube_watch_events_total",
-		Help: "Kubernetes watch events received, by cluster and kind."}, []string{"cluster", "kind"})}
+		Help: "Kubernetes watch events received, by cluster and kind."}, []string{"cluster", "kind"}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ingest_workload_registrations_total",
+			Help: "WorkloadEntries of auto-registered workloads, by cluster and result: created, updated, removed, refused (no such WorkloadGroup, an identity it does not admit), failed (the API server's error)."},
+			[]string{"cluster", "result"})}
 	if reg != nil {
-		if err := reg.Register(m.events); err != nil {
-			return nil, fmt.Errorf("kube: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{m.events, m.registrations} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("kube: register metrics: %w", err)
+			}
 		}
 	}
 	return m, nil
@@ -317,7 +334,8 @@ func (s *Source) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	for kind, resource := range s.istioAvailable() {
+	served := s.istioAvailable()
+	for kind, resource := range served {
 		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: resource.version, Resource: resource.plural})
 		if err := watch(kind, gi.Informer(), s.handler(kind, w, loop.Changed)); err != nil {
 			return err
@@ -351,7 +369,19 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	s.cfg.Log.Info("kubernetes caches synced", "cluster", s.cfg.Cluster, "istio_kinds", len(w.istio))
 	// Events before this point are in the first sync.
-	return loop.Run(ctx)
+	return s.runSynced(ctx, loop, s.registrar(w, served))
+}
+
+// runSynced runs the sync loop, and the registrar of the part's
+// workloads when there is one, once the caches are synced.
+func (s *Source) runSynced(ctx context.Context, loop *ingest.Loop, reg *registrar) error {
+	if reg == nil {
+		return loop.Run(ctx)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return loop.Run(ctx) })
+	g.Go(func() error { return reg.run(ctx, s.cfg.Registrations) })
+	return g.Wait()
 }
 
 // servedResource is an Istio resource as the cluster serves it: its plural
@@ -628,7 +658,8 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 	if in, ok := s.meshConfigInput(w, now, refs); ok {
 		inputs = append(inputs, in)
 	}
-	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace})
+	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace,
+		Registration: s.cfg.Registrations != nil})
 	return objs, append(problems, more...)
 }
 

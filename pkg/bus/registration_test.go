@@ -1,0 +1,144 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/bus"
+	"github.com/shardpilot/shardpilot/pkg/model"
+)
+
+// registrationsSeen records what the ingesters' side was handed.
+type registrationsSeen struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (s *registrationsSeen) add(r model.Registration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops = append(s.ops, string(r.Op)+" "+r.Group)
+}
+
+func (s *registrationsSeen) has(op string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.ops {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRegistrations: under the roles' permissions, a pusher (consumer)
+// announces a workload and waits for the ingester's (relay's) answer, a
+// refusal with its reason; repeats it while the stream lasts and
+// announces its end. A registration no ingester answers is kept. A pusher
+// cannot read registrations, and garbage on the subjects is refused
+// without harm.
+func TestRegistrations(t *testing.T) {
+	n := startRoleNATS(t)
+	denied := make(chan error, 4)
+	connect := func(role bus.Role) *nats.Conn {
+		nc, err := nats.Connect(n.URL, nats.UserInfo(string(role), string(role)+"-secret"),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case denied <- err:
+				default:
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	log := testutil.Log(t)
+	seen := &registrationsSeen{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Registrations{NATS: connect(bus.RoleRelay), Log: log}.Run(ctx, func(_ context.Context, r model.Registration) error {
+			seen.add(r)
+			switch r.Group {
+			case "missing":
+				return errors.New("WorkloadGroup payments/missing not found")
+			case "elsewhere":
+				return model.ErrNotMine
+			}
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	pusherNC := connect(bus.RoleConsumer)
+	// The subscription is made: a request made before it would go
+	// unanswered.
+	testutil.Eventually(t, 10*time.Second, "the ingesters' side subscribed", func() (bool, string) {
+		_, err := pusherNC.Request("registry.v1.payments", []byte("{}"), 200*time.Millisecond)
+		return err == nil, fmt.Sprint(err)
+	})
+	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: log}
+	announced := make(chan error, 1)
+	go func() { announced <- a.Run(ctx) }()
+	defer func() { cancel(); <-announced }()
+	reg := func(group string) model.Registration {
+		return model.Registration{Group: group, Namespace: "payments", Identity: "spiffe://cluster.local/ns/payments/sa/vm",
+			Proxy: "sidecar~10.0.0.7~vm.payments~payments.svc.cluster.local", Address: "10.0.0.7", ConnectedAt: time.Now()}
+	}
+	if err := a.Connect(ctx, "s1", reg("vms")); err != nil {
+		t.Fatalf("a registration the ingesters accept: %v", err)
+	}
+	err := a.Connect(ctx, "s2", reg("missing"))
+	if !errors.Is(err, bus.ErrRegistrationRefused) || !strings.Contains(err.Error(), "payments/missing not found") {
+		t.Errorf("a registration of a missing group: %v, want refused with the reason", err)
+	}
+	if err := a.Connect(ctx, "s3", reg("elsewhere")); err != nil {
+		t.Errorf("a registration no ingester answers: %v, want kept", err)
+	}
+	if got := a.Registered(); got != 2 {
+		t.Errorf("%d registrations kept, want the accepted one and the unanswered one", got)
+	}
+	testutil.Eventually(t, 10*time.Second, "the registrations are repeated", func() (bool, string) {
+		return seen.has("alive vms") && seen.has("alive elsewhere"), ""
+	})
+	a.Disconnect("s1")
+	testutil.Eventually(t, 10*time.Second, "the end of the stream is announced", func() (bool, string) {
+		return seen.has("disconnect vms"), ""
+	})
+	bad := reg("vms")
+	bad.Address = "not-an-ip"
+	if err := a.Connect(ctx, "s4", bad); !errors.Is(err, bus.ErrRegistrationRefused) {
+		t.Errorf("a registration without an address: %v, want refused", err)
+	}
+
+	// Garbage, and a registration on another namespace's subject, are
+	// refused with the reason.
+	for subject, data := range map[string]string{
+		"registry.v1.payments": "{not json",
+		"registry.v1.shop":     `{"op":"connect","group":"vms","namespace":"payments","identity":"x","proxy":"p","address":"10.0.0.7","connectedAt":"2026-01-01T00:00:00Z","pusher":"p","heartbeat":1000000000}`,
+	} {
+		msg, err := pusherNC.Request(subject, []byte(data), 2*time.Second)
+		if err != nil || !strings.Contains(string(msg.Data), "refused") {
+			t.Errorf("%s on %s: answered %v (%v), want refused", data, subject, msg, err)
+		}
+	}
+	// A pusher cannot read what the others announce.
+	if _, err := pusherNC.Subscribe("registry.v1.*", func(*nats.Msg) {}); err == nil {
+		select {
+		case err := <-denied:
+			if !strings.Contains(err.Error(), "Permissions Violation") {
+				t.Errorf("a pusher subscribing to registrations: %v, want a permissions violation", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("a pusher subscribed to the registrations")
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/testutil"
+	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// scriptedRegistrations hands the registrations a test sends to the
+// source, and returns its answers.
+type scriptedRegistrations struct {
+	in chan scripted
+}
+
+type scripted struct {
+	r      model.Registration
+	answer chan error
+}
+
+func (s *scriptedRegistrations) Run(ctx context.Context, handle func(context.Context, model.Registration) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-s.in:
+			m.answer <- handle(ctx, m.r)
+		}
+	}
+}
+
+// send hands r over and returns the answer (model.ErrNotMine included).
+func (s *scriptedRegistrations) send(t *testing.T, r model.Registration) error {
+	t.Helper()
+	m := scripted{r, make(chan error, 1)}
+	select {
+	case s.in <- m:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the source took no registration")
+	}
+	return <-m.answer
+}
+
+// TestRegistrarKeepsAndRemovesEntries: the source makes a registered
+// workload's WorkloadEntry; a repeated registration changes nothing; an
+// entry whose pusher goes silent is taken for disconnected and removed
+// after the grace period; the end of an earlier connection does not
+// remove the entry of the workload connected again; the next leader
+// adopts the entries and removes them on their disconnection; a
+// WorkloadEntry of the same name written by someone else is left alone.
+func TestRegistrarKeepsAndRemovesEntries(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	ns := kc.Namespace(t, nil)
+	_, cli := testutil.Etcd(t)
+	apply(t, kc, istioObject("WorkloadGroup", "v1", ns, "vms", map[string]any{
+		"metadata": map[string]any{"labels": map[string]any{"app": "vm"}, "annotations": map[string]any{"team": "payments"}},
+		"template": map[string]any{"serviceAccount": "vm", "ports": map[string]any{"http": int64(8080)}, "weight": int64(3)},
+	}))
+	apply(t, kc, istioObject("WorkloadEntry", "v1", ns, "vms-10.0.0.9", map[string]any{"address": "10.0.0.9"}))
+	regs := &scriptedRegistrations{in: make(chan scripted)}
+	start := func() *running {
+		return startSource(t, kc, cli, "c1", func(c *kube.Config) {
+			c.Registrations, c.RegistrationGrace = regs, 500*time.Millisecond
+		})
+	}
+	src := start()
+	entries := kc.Dynamic.Resource(gvr("WorkloadEntry")).Namespace(ns)
+	reg := func(op model.RegistrationOp, address string, at time.Time, heartbeat time.Duration) model.Registration {
+		return model.Registration{Op: op, Group: "vms", Namespace: ns, Identity: "spiffe://cluster.local/ns/" + ns + "/sa/vm",
+			Proxy: "sidecar~" + address + "~vm." + ns + "~" + ns + ".svc.cluster.local", Address: address, Labels: map[string]string{"version": "v2"},
+			Locality: "eu/eu-1", ConnectedAt: at, Pusher: "pusher-0", Heartbeat: heartbeat}
+	}
+	gone := func(name, what string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() (bool, string) {
+			_, err := entries.Get(context.Background(), name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	}
+
+	// Made from the group, and kept while repeated.
+	first := time.Now()
+	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.7", first, time.Hour)); err != nil {
+		t.Fatalf("a registration: %v", err)
+	}
+	u, err := entries.Get(context.Background(), "vms-10.0.0.7", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	if got := fmt.Sprint(spec); got != "map[address:10.0.0.7 labels:map[app:vm version:v2] locality:eu/eu-1 ports:map[http:8080] serviceAccount:vm weight:3]" {
+		t.Errorf("the entry's spec: %s", got)
+	}
+	if a := u.GetAnnotations(); a["team"] != "payments" || a["istio.io/connectedAt"] != first.Format(time.RFC3339Nano) {
+		t.Errorf("the entry's annotations: %v", a)
+	}
+	version := u.GetResourceVersion()
+	if err := regs.send(t, reg(model.RegistrationAlive, "10.0.0.7", first, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := entries.Get(context.Background(), "vms-10.0.0.7", metav1.GetOptions{}); u.GetResourceVersion() != version {
+		t.Error("a repeated registration wrote the entry again")
+	}
+
+	// A WorkloadEntry of the same name written by someone else.
+	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.9", time.Now(), time.Hour)); err == nil || !strings.Contains(err.Error(), "not auto-registered") {
+		t.Errorf("a registration over someone's WorkloadEntry: %v, want refused", err)
+	}
+
+	// A pusher that goes silent.
+	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.8", time.Now(), 100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	gone("vms-10.0.0.8", "the entry of a silent pusher's workload is removed")
+
+	// Connected again: the end of the earlier connection changes nothing.
+	second := first.Add(time.Second)
+	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.7", second, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := regs.send(t, reg(model.RegistrationDisconnect, "10.0.0.7", first, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another leader adopts it; the end of the current connection
+	// removes it after the grace period.
+	src.cancel()
+	<-src.done
+	src.done <- nil // for the cleanup
+	start()
+	if err := regs.send(t, reg(model.RegistrationDisconnect, "10.0.0.7", second, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := entries.Get(context.Background(), "vms-10.0.0.7", metav1.GetOptions{}); err == nil && u.GetAnnotations()["istio.io/disconnectedAt"] == "" {
+		t.Errorf("after the disconnection: annotations %v, want disconnectedAt", u.GetAnnotations())
+	}
+	gone("vms-10.0.0.7", "the entry goes after the grace period")
+	if _, err := entries.Get(context.Background(), "vms-10.0.0.9", metav1.GetOptions{}); err != nil {
+		t.Errorf("someone's WorkloadEntry: %v", err)
+	}
+}

@@ -339,15 +339,34 @@ func (n *normalizer) decode(in Input, spec any) bool {
 		n.problem(in, field, "%s", reason)
 		return false
 	}
-	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = e.Error()
-		}
-		n.problem(in, "spec", "%s (not a field of %s %s)", strings.Join(msgs, "; "), in.Resource.Kind, in.Resource.APIVersion)
+	if len(strict) == 0 {
+		return true
+	}
+	msgs := make([]string, len(strict))
+	for i, e := range strict {
+		msgs[i] = e.Error()
+	}
+	if failsClosed(in.Resource.Kind) {
+		n.problem(in, "spec", "%s (not a field of %s %s; a field not understood could widen what it allows or changes, so the resource is refused)",
+			strings.Join(msgs, "; "), in.Resource.Kind, in.Resource.APIVersion)
 		return false
 	}
+	// A newer Istio's field, or a misspelled one: the rest applies, as
+	// istiod applies what it knows.
+	n.warn(in, "spec", "%s: ignored (not a field of %s %s; the rest applies)", strings.Join(msgs, "; "), in.Resource.Kind, in.Resource.APIVersion)
 	return true
+}
+
+// failsClosed says whether a resource with a field the normalizer does not
+// know is refused whole rather than applied without it: the security
+// policies (an ignored field could widen what a policy allows) and
+// EnvoyFilter (an ignored match field widens what a patch changes).
+func failsClosed(kind string) bool {
+	switch kind {
+	case KindAuthorizationPolicy, KindPeerAuthentication, KindRequestAuthentication, KindEnvoyFilter:
+		return true
+	}
+	return false
 }
 
 // describeJSONError turns a decoding error into the field it concerns and

@@ -76,7 +76,8 @@ func TestWorkloadGroups(t *testing.T) {
 			`wg no-template (WorkloadGroup vms/no-template): spec.template: a template is required`,
 			`wg bad-labels (WorkloadGroup vms/bad-labels): spec.metadata.labels: label app value "a b": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
 			`wg probed (WorkloadGroup vms/probed): warning: spec.probe: not supported: registered workloads are served healthy, their readiness not probed`,
-			`wg misspelled (WorkloadGroup vms/misspelled): spec: unknown field "templat" (not a field of WorkloadGroup networking.istio.io/v1)`,
+			`wg misspelled (WorkloadGroup vms/misspelled): warning: spec: unknown field "templat": ignored (not a field of WorkloadGroup networking.istio.io/v1; the rest applies)`,
+			`wg misspelled (WorkloadGroup vms/misspelled): spec.template: a template is required`,
 		},
 		false: {
 			`wg fine (WorkloadGroup vms/fine): warning: spec: workloads are not registered from this source: auto-registration needs the Kubernetes source and the bus; write a WorkloadEntry per VM (its template's labels and service account)`,
@@ -96,6 +97,43 @@ func TestWorkloadGroups(t *testing.T) {
 			if strings.Contains(g, "(WorkloadEntry ") || (registration && strings.Contains(g, "vms/fine)")) {
 				t.Errorf("registration %v: %s", registration, g)
 			}
+		}
+	}
+}
+
+// TestUnknownFields: a field the decoder does not know is a warning and
+// the rest of the resource applies, but for the security policies and
+// EnvoyFilter, which are refused whole.
+func TestUnknownFields(t *testing.T) {
+	in := func(kind, version, spec string) istio.Input {
+		return istio.Input{Location: kind, Resource: istio.Resource{APIVersion: istio.GroupOf(kind) + "/" + version, Kind: kind,
+			Metadata: istio.Metadata{Name: "future", Namespace: "shop"}, Spec: []byte(spec)}}
+	}
+	inputs := []istio.Input{
+		in("VirtualService", "v1", `{"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}], "newerField": true}]}`),
+		in("AuthorizationPolicy", "v1", `{"action": "DENY", "rules": [{"from": [{"source": {"namespaces": ["a"], "newerField": ["b"]}}]}]}`),
+		in("EnvoyFilter", "v1alpha3", `{"configPatches": [{"applyTo": "CLUSTER", "match": {"cluster": {"service": "reviews", "newerMatch": "x"}}, "patch": {"operation": "REMOVE"}}]}`),
+	}
+	objs, problems := istio.Normalize(inputs, istio.Options{})
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, string(o.Key.Kind))
+	}
+	if !slices.Equal(kinds, []string{"routerules"}) {
+		t.Errorf("objects %v, want the VirtualService's alone", kinds)
+	}
+	want := map[string]string{
+		"VirtualService":      `VirtualService (VirtualService shop/future): warning: spec: unknown field "http[0].newerField": ignored (not a field of VirtualService networking.istio.io/v1; the rest applies)`,
+		"AuthorizationPolicy": `AuthorizationPolicy (AuthorizationPolicy shop/future): spec: unknown field "rules[0].from[0].source.newerField" (not a field of AuthorizationPolicy security.istio.io/v1; a field not understood could widen what it allows or changes, so the resource is refused)`,
+		"EnvoyFilter":         `EnvoyFilter (EnvoyFilter shop/future): spec: unknown field "configPatches[0].match.cluster.newerMatch" (not a field of EnvoyFilter networking.istio.io/v1alpha3; a field not understood could widen what it allows or changes, so the resource is refused)`,
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.Error())
+	}
+	for kind, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("%s: problems\n%s\nwant\n%s", kind, strings.Join(got, "\n"), w)
 		}
 	}
 }

@@ -88,12 +88,11 @@ spec:
   hosts: [other.demo.svc.cluster.local]
   ports: [{number: 80, name: http, protocol: HTTP}]
 `,
-	"unknown-field.yaml": `apiVersion: networking.istio.io/v1
-kind: DestinationRule
+	"unknown-field.yaml": `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
 metadata: {name: typo, namespace: demo}
 spec:
-  host: greeter
-  subsets: [{name: v1, lables: {version: v1}}]
+  rules: [{from: [{source: {namepsaces: [demo]}}]}]
 `,
 }
 
@@ -179,7 +178,7 @@ func TestBadInputIsReportedAndLosesNothing(t *testing.T) {
 		{"path-namespace.yaml document 1", "metadata.namespace", `"../../etc" is not a DNS label`},
 		{"unknown-host.yaml document 1", "spec.http[0].route[1].destination.host", `unknown host "nowhere.example.com"`},
 		{"duplicate.yaml document 2", "metadata.name", "greeter.yaml document 1"},
-		{"unknown-field.yaml document 1", "spec", `unknown field "subsets[0].lables"`},
+		{"unknown-field.yaml document 1", "spec", `unknown field "rules[0].from[0].source.namepsaces"`},
 		{"greeter.yaml document 2", "spec.http[0].match[0].uri.regex", "not an RE2 regex"},
 	}
 	for _, w := range wants {

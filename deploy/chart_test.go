@@ -104,7 +104,7 @@ func checkServed(t *testing.T, name string, objs []*unstructured.Unstructured, v
 	t.Helper()
 	// ADS over TLS on Istio's 15012; 15010 in plaintext alone.
 	tlsOn := v["pusher"].(map[string]any)["ads"].(map[string]any)["tls"].(map[string]any)["secretName"] != ""
-	ports, _, _ := unstructured.NestedSlice(find(objs, "Service", "sp-pusher").Object, "spec", "ports")
+	ports, _, _ := unstructured.NestedSlice(find(objs, "Service", firstPusher(v)).Object, "spec", "ports")
 	if got := fmt.Sprint(ports[0].(map[string]any)["port"]); got != map[bool]string{true: "15012", false: "15010"}[tlsOn] {
 		t.Errorf("the pushers' Service serves ADS on %s (TLS: %v)", got, tlsOn)
 	}

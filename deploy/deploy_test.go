@@ -276,15 +276,16 @@ func TestChart(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			dep := find(objs, "Deployment", "sp-pusher")
+			pusherName := firstPusher(v)
+			dep := find(objs, "Deployment", pusherName)
 			if dep == nil {
-				t.Fatal("no pusher Deployment")
+				t.Fatalf("no pusher Deployment %s", pusherName)
 			}
 			autoscaled := v["pusher"].(map[string]any)["autoscaling"].(map[string]any)["enabled"].(bool)
 			if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok == autoscaled {
 				t.Errorf("the pusher Deployment sets replicas: %v, its autoscaler is on: %v (with it on, every upgrade would reset the count)", ok, autoscaled)
 			}
-			hpa := find(objs, "HorizontalPodAutoscaler", "sp-pusher")
+			hpa := find(objs, "HorizontalPodAutoscaler", pusherName)
 			if (hpa != nil) != autoscaled {
 				t.Fatalf("autoscaler rendered: %v, enabled: %v", hpa != nil, autoscaled)
 			}
@@ -297,8 +298,8 @@ func TestChart(t *testing.T) {
 				t.Errorf("trial.enabled %v, but etcd and NATS StatefulSets rendered: %v", trial, !trial)
 			}
 			for _, part := range []string{"sp-pusher", "sp-ingester"} {
-				if find(objs, "PodDisruptionBudget", part) == nil {
-					t.Errorf("no PodDisruptionBudget for %s", part)
+				if budget := strings.Replace(part, "sp-pusher", pusherName, 1); find(objs, "PodDisruptionBudget", budget) == nil {
+					t.Errorf("no PodDisruptionBudget for %s", budget)
 				}
 				if find(objs, "NetworkPolicy", part) == nil {
 					t.Errorf("no NetworkPolicy for %s", part)
@@ -338,7 +339,9 @@ func TestChart(t *testing.T) {
 				}
 				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
 					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES" ||
-					f[1] == "SHARDPILOT_TOKEN_REVIEW_CLUSTERS"
+					f[1] == "SHARDPILOT_TOKEN_REVIEW_CLUSTERS" ||
+					// A shard reads its namespaces from its file instead.
+					f[1] == "SHARDPILOT_NAMESPACES" && pusherName != "sp-pusher"
 				if !optional || !strings.Contains(helpers, f[1]) {
 					t.Errorf("pusher flag %s is not set by the chart", f[1])
 				}
@@ -373,6 +376,15 @@ func TestChart(t *testing.T) {
 			checkNotes(t, out, v)
 		})
 	}
+}
+
+// firstPusher names the pusher Deployment of the values: the unsharded
+// one, or the first shard's.
+func firstPusher(v map[string]any) string {
+	if shards, _ := v["pusher"].(map[string]any)["shards"].([]any); len(shards) > 0 {
+		return "sp-pusher-" + shards[0].(map[string]any)["name"].(string)
+	}
+	return "sp-pusher"
 }
 
 // TestChartShards: with pusher.shards, every shard gets its Deployment,

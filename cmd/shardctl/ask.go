@@ -27,6 +27,9 @@ var errNotServed = errors.New("not served here")
 // find returns the members of a role: those announced in etcd, or one per
 // --admin-addrs address.
 func (o *options) find(ctx context.Context, role string) ([]store.Member, error) {
+	if o.kube != nil {
+		return o.kube.find(ctx, role)
+	}
 	if o.admin != "" {
 		var out []store.Member
 		for _, a := range strings.Split(o.admin, ",") {

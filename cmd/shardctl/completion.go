@@ -16,7 +16,7 @@ func completion(_ context.Context, o *options, args []string) error {
 	}
 	cmds := strings.Join(slices.Sorted(maps.Keys(commands)), " ")
 	flags := "--admin-addrs --admin-ca-file --admin-token-file --etcd-ca-file --etcd-cert-file --etcd-endpoints --etcd-key-file " +
-		"--etcd-password-file --etcd-username --namespace -n --output -o --timeout --help --version"
+		"--etcd-password-file --etcd-username --kube-namespace --kube-reach --kube-selector --kubeconfig --namespace -n --output -o --timeout --help --version"
 	script := fmt.Sprintf(`# shardctl completion (bash): source <(shardctl completion bash)
 _shardctl() {
   local cur prev cmd
@@ -25,6 +25,7 @@ _shardctl() {
   cmd="${COMP_WORDS[1]}"
   case "$prev" in
     -o|--output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return ;;
+    --kube-reach) COMPREPLY=($(compgen -W "port-forward pod-ip" -- "$cur")); return ;;
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "%s" -- "$cur")); return
@@ -33,7 +34,7 @@ _shardctl() {
     COMPREPLY=($(compgen -W "%s" -- "$cur")); return
   fi
   case "$cmd" in
-    proxy-config) [[ $COMP_CWORD -eq 3 ]] && COMPREPLY=($(compgen -W "clusters routes listeners endpoints" -- "$cur")) ;;
+    proxy-config) [[ $COMP_CWORD -eq 3 ]] && COMPREPLY=($(compgen -W "clusters routes listeners endpoints secrets" -- "$cur")) ;;
     completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
   esac
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -27,13 +30,14 @@ var kinds = map[string]string{
 	"listeners": "Listener", "listener": "Listener", "lds": "Listener",
 	"routes": "RouteConfiguration", "route": "RouteConfiguration", "rds": "RouteConfiguration",
 	"endpoints": "ClusterLoadAssignment", "endpoint": "ClusterLoadAssignment", "eds": "ClusterLoadAssignment",
+	"secrets": "Secret", "secret": "Secret", "sds": "Secret",
 }
 
 // proxyConfig prints what one proxy is served of one type, from the
 // config dump of the pusher it is connected to.
 func proxyConfig(ctx context.Context, o *options, args []string) error {
 	if len(args) != 2 {
-		return fmt.Errorf("want <proxy> clusters|routes|listeners|endpoints, got %q", args)
+		return fmt.Errorf("want <proxy> clusters|routes|listeners|endpoints|secrets, got %q", args)
 	}
 	proxy, what := args[0], args[1]
 	if _, ok := kinds[strings.ToLower(proxy)]; ok {
@@ -42,7 +46,7 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	}
 	kind, ok := kinds[strings.ToLower(what)]
 	if !ok {
-		return fmt.Errorf("%q: want clusters, routes, listeners or endpoints", what)
+		return fmt.Errorf("%q: want clusters, routes, listeners, endpoints or secrets", what)
 	}
 	rows, askErr := resolve(ctx, o, proxy)
 	if len(rows) == 0 {
@@ -53,7 +57,8 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	}
 	at := rows[0]
 	var dump struct {
-		Resources map[string][]json.RawMessage `json:"resources"`
+		Resources  map[string][]json.RawMessage `json:"resources"`
+		Provenance provenance                   `json:"provenance"`
 	}
 	if err := o.get(ctx, pusherOf(at), "/debug/config_dump?proxy="+url.QueryEscape(at.Proxy), &dump); err != nil {
 		return fmt.Errorf("pusher %s (%s): %w", at.Pusher, at.Admin, err)
@@ -67,13 +72,55 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	}
 	switch kind {
 	case "Cluster":
-		return clusters(o, raw)
+		return clusters(o, raw, dump.Provenance)
 	case "Listener":
 		return listeners(o, raw)
 	case "RouteConfiguration":
-		return routes(o, raw)
+		return routes(o, raw, dump.Provenance)
+	case "Secret":
+		return secrets(o, raw)
 	}
 	return endpoints(o, raw)
+}
+
+// secret is a secret as the config dump summarizes it (app.SecretSummary).
+type secret struct {
+	Name         string `json:"name"`
+	Kind         string `json:"kind"`
+	Certificates []struct {
+		Subject  string    `json:"subject"`
+		URIs     []string  `json:"uris"`
+		DNSNames []string  `json:"dns_names"`
+		Serial   string    `json:"serial"`
+		NotAfter time.Time `json:"not_after"`
+		CA       bool      `json:"ca"`
+	} `json:"certificates"`
+}
+
+// secrets prints the certificates a proxy is served over SDS, as
+// istioctl proxy-config secret does: one row per certificate, with its
+// identity, serial and validity (never a key: the dump holds none).
+func secrets(o *options, raw []json.RawMessage) error {
+	if len(raw) == 0 {
+		fmt.Fprintln(o.stderr, "no secrets: the proxy is served none (no workload certificates from the pushers, or no identity)")
+	}
+	t := newTable(o.stdout, "RESOURCE NAME", "TYPE", "STATUS", "VALID CERT", "SERIAL NUMBER", "NOT AFTER", "IDENTITY")
+	for i, b := range raw {
+		var s secret
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("secret %d of the dump: %w", i, err)
+		}
+		typ := "Cert Chain"
+		if s.Kind == "trust" {
+			typ = "CA"
+		}
+		for _, c := range s.Certificates {
+			valid := time.Now().Before(c.NotAfter)
+			id := cmp.Or(strings.Join(c.URIs, ","), strings.Join(c.DNSNames, ","), c.Subject)
+			t.row(s.Name, typ, "ACTIVE", strings.ToUpper(strconv.FormatBool(valid)), c.Serial, c.NotAfter.UTC().Format(time.RFC3339), id)
+		}
+	}
+	return t.flush()
 }
 
 // decode reads each resource of a dump into a new T.
@@ -89,22 +136,40 @@ func decode[T proto.Message](raw []json.RawMessage, fresh func() T) ([]T, error)
 	return out, nil
 }
 
-func clusters(o *options, raw []json.RawMessage) error {
+// provenance names the DestinationRule of each cluster and the
+// VirtualService of each virtual host, as the config dump gives them
+// (app.Provenance).
+type provenance struct {
+	Clusters     map[string]string `json:"clusters"`
+	VirtualHosts map[string]string `json:"virtual_hosts"`
+}
+
+// istioName writes namespace/name as istioctl's columns do: name.namespace.
+func istioName(nsName string) string {
+	ns, name, ok := strings.Cut(nsName, "/")
+	if !ok {
+		return nsName
+	}
+	return name + "." + ns
+}
+
+func clusters(o *options, raw []json.RawMessage, from provenance) error {
 	cs, err := decode(raw, func() *cluster.Cluster { return &cluster.Cluster{} })
 	if err != nil {
 		return err
 	}
-	t := newTable(o.stdout, "SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE", "EDS SERVICE")
+	t := newTable(o.stdout, "SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE", "DESTINATION RULE")
 	for _, c := range cs {
 		typ := c.GetType().String()
 		if c.GetClusterType() != nil {
 			typ = c.GetClusterType().GetName()
 		}
+		dr := istioName(from.Clusters[c.GetName()])
 		// Istio's names: direction|port|subset|host.
 		if parts := strings.Split(c.GetName(), "|"); len(parts) == 4 {
-			t.row(parts[3], parts[1], parts[2], parts[0], typ, c.GetEdsClusterConfig().GetServiceName())
+			t.row(parts[3], parts[1], parts[2], parts[0], typ, dr)
 		} else {
-			t.row(c.GetName(), "", "", "", typ, c.GetEdsClusterConfig().GetServiceName())
+			t.row(c.GetName(), "", "", "", typ, dr)
 		}
 	}
 	return t.flush()
@@ -168,18 +233,18 @@ func routeName(m *hcm.HttpConnectionManager) string {
 	return "(none)"
 }
 
-func routes(o *options, raw []json.RawMessage) error {
+func routes(o *options, raw []json.RawMessage, from provenance) error {
 	rs, err := decode(raw, func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
 	if err != nil {
 		return err
 	}
-	t := newTable(o.stdout, "NAME", "VIRTUAL HOST", "DOMAINS", "ROUTES")
+	t := newTable(o.stdout, "NAME", "VIRTUAL HOST", "DOMAINS", "ROUTES", "VIRTUAL SERVICE")
 	for _, rc := range rs {
 		if len(rc.GetVirtualHosts()) == 0 {
-			t.row(rc.GetName(), "", "", "0")
+			t.row(rc.GetName(), "", "", "0", "")
 		}
 		for _, vh := range rc.GetVirtualHosts() {
-			t.row(rc.GetName(), vh.GetName(), shortList(vh.GetDomains(), 3), fmt.Sprint(len(vh.GetRoutes())))
+			t.row(rc.GetName(), vh.GetName(), shortList(vh.GetDomains(), 3), fmt.Sprint(len(vh.GetRoutes())), istioName(from.VirtualHosts[vh.GetName()]))
 		}
 	}
 	return t.flush()

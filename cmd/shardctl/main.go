@@ -32,7 +32,7 @@ const summary = `shardctl: inspect a running shardpilot mesh.
 Commands:
   proxy-status [<proxy>]             every connected proxy once, with its pusher and sync state per type
                                      (SYNCED, NACKED, STALE, NOT SENT); one proxy in detail, with its last NACK
-  proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners or endpoints
+  proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners, endpoints or secrets
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
   version                            shardctl's version and every announced pusher's and ingester's
@@ -60,8 +60,10 @@ pusher and each type's state: SYNCED (the last response ACKed), NACKED, STALE (s
 not answered yet) or NOT SENT. With -n, the proxies of one namespace. With a proxy (its
 node id, <pod>.<namespace>, or <pod> with -n), that proxy in detail, with its last NACK.
 -o json or yaml prints every field.`, proxyStatus},
-	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints", `What one proxy is served of one type, from the pusher it is connected to: a summary
-table, or each resource whole with -o json or yaml. The proxy is its node id,
+	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints|secrets", `What one proxy is served of one type, from the pusher it is connected to: a summary
+table, or each resource whole with -o json or yaml. Secrets are the certificates the
+pushers serve the proxy's identity over SDS: their identity, serial and validity,
+never a key. The proxy is its node id,
 <pod>.<namespace>, or <pod> with -n.`, proxyConfig},
 	"analyze": {"analyze", `The inputs the ingesters rejected or warned of: where each is (file and document, or
 Kubernetes object), the field and the reason. The last valid version of a rejected
@@ -92,6 +94,8 @@ type options struct {
 	output    string
 	timeout   time.Duration
 	namespace string
+	// kube, when set, finds the pushers and ingesters as pods.
+	kube *kube
 
 	token          string
 	client         *http.Client
@@ -111,6 +115,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.namespace, "namespace", "", "proxy-status: only the proxies of this namespace (default all); a proxy named <pod> alone is looked for in it")
 	fs.StringVar(&o.namespace, "n", "", "short for --namespace")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
+	k := &kube{}
+	fs.StringVar(&k.namespace, "kube-namespace", "", "find the pushers and ingesters as the ready pods of this namespace (the chart's release namespace) instead of in etcd, as istioctl finds istiod: labelled app.kubernetes.io/component=pusher or ingester, asked at their admin port")
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig for --kube-namespace (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account)")
+	fs.StringVar(&k.selector, "kube-selector", "", "more labels the pods must have, with --kube-namespace (app.kubernetes.io/instance=<release> when two releases share the namespace)")
+	fs.StringVar(&k.reach, "kube-reach", reachPortForward, "how the pods found are reached: port-forward (through the API server, as kubectl port-forward, from anywhere) or pod-ip (their IPs, from a pod in the cluster)")
 	fs.Usage = func() { cli.Usage(fs.Output(), fs, cli.Prefix, summary) }
 	if len(args) > 1 && slices.ContainsFunc(args[1:], isHelp) {
 		if cmd, ok := commands[args[0]]; ok {
@@ -144,6 +153,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.client, err = adminClient(o.caFile); err != nil {
 		return err
+	}
+	if k.namespace != "" {
+		if o.admin != "" {
+			return errors.New("--kube-namespace and --admin-addrs: the pushers are found one way or the other, not both")
+		}
+		if k.reach != reachPortForward && k.reach != reachPodIP {
+			return fmt.Errorf("--kube-reach %q: want %s or %s", k.reach, reachPortForward, reachPodIP)
+		}
+		k.tls, o.kube = o.caFile != "", k
+		defer k.close()
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()

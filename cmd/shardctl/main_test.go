@@ -22,6 +22,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -35,7 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { kubetest.Main(m) }
 
 // shardctl runs the CLI in this process and returns what it printed.
 func shardctl(etcd string, args ...string) (stdout, stderr string, err error) {
@@ -161,6 +162,7 @@ func TestAgainstTwoPushers(t *testing.T) {
 	t.Run("table", f.table)
 	t.Run("proxy-config", f.proxyConfig)
 	t.Run("analyze", f.analyze)
+	t.Run("found in Kubernetes", f.foundInKubernetes)
 	t.Run("unreachable pusher", f.unreachable)
 	t.Run("pusher stops", f.pusherStops)
 }
@@ -346,6 +348,24 @@ func (f *twoPushers) proxyConfig(t *testing.T) {
 			}
 		}
 	}
+	// The provenance columns name the DestinationRule of reviews'
+	// clusters and the VirtualService of its virtual host.
+	for what, line := range map[string]string{
+		"clusters": "reviews.bookinfo.svc.cluster.local 9080 v1 outbound EDS reviews.bookinfo",
+		"routes":   "reviews.bookinfo.svc.cluster.local:9080 reviews.bookinfo.svc.cluster.local:9080, reviews.bookinfo.svc.cluster.local 2 reviews.bookinfo",
+	} {
+		out, _, err := shardctl(f.etcd, "proxy-config", shortName(grpcB1), what)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			found = found || strings.HasSuffix(strings.Join(strings.Fields(l), " "), line)
+		}
+		if !found {
+			t.Errorf("proxy-config %s: no line ending %q in\n%s", what, line, out)
+		}
+	}
 	// JSON is the resources themselves; the endpoints are exactly
 	// those the proxy's clusters take from EDS, not the whole mesh's.
 	decodeAll := func(what string, into func(json.RawMessage) (string, error)) []string {
@@ -387,8 +407,12 @@ func (f *twoPushers) proxyConfig(t *testing.T) {
 	if !slices.Contains(assignments, "outbound|50051||greeter.demo.svc.cluster.local") || !slices.Equal(assignments, eds) {
 		t.Errorf("endpoints of %s: %v, want those its EDS clusters name: %v", grpcA, assignments, eds)
 	}
-	if _, _, err := shardctl(f.etcd, "proxy-config", grpcA, "secrets"); err == nil || !strings.Contains(err.Error(), "want clusters, routes, listeners or endpoints") {
+	if _, _, err := shardctl(f.etcd, "proxy-config", grpcA, "scrts"); err == nil || !strings.Contains(err.Error(), "want clusters, routes, listeners, endpoints or secrets") {
 		t.Errorf("an unknown type: %v", err)
+	}
+	// These pushers serve no certificates.
+	if out, errOut, err := shardctl(f.etcd, "proxy-config", grpcA, "secrets"); err != nil || !strings.Contains(errOut, "no secrets") || strings.Count(out, "\n") != 1 {
+		t.Errorf("the secrets of a proxy served none: %v\n%s%s", err, errOut, out)
 	}
 }
 
@@ -451,7 +475,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"proxy-stats"}, `unknown command "proxy-stats"`},
 		{[]string{"proxy-status", "-o", "xml"}, `--output "xml"`},
 		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
-		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints"},
+		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints|secrets"},
 		{[]string{"members", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
 		{[]string{"version", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
 		{[]string{"analyze", "--admin-token-file", "/nonexistent"}, "--admin-token-file"},

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -35,6 +37,9 @@ type ConfigDump struct {
 	pusher *pusher.Pusher
 	// localities holds the load assignments of proxies with a locality.
 	localities *cache.Cache
+	// secrets, when the pushers serve secrets, holds each identity's:
+	// the dump summarizes them (never a key).
+	secrets heldSecrets
 }
 
 func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -92,11 +97,75 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return json.Unmarshal(b, &cla) != nil || !named.Has(cla.ClusterName)
 	})
+	dump["provenance"] = d.provenance(class)
+	if identity := d.identity(node); identity != "" && d.secrets != nil {
+		dump["identity"] = identity
+		resources["Secret"] = secretSummaries(d.secrets.Resources(identity, resource.SecretType))
+	}
 	dump["resources"] = resources
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(dump)
+}
+
+// Provenance is what the config dump names as the source of a class's
+// clusters and virtual hosts, as istioctl's columns: the DestinationRule
+// of each cluster, the VirtualService of each virtual host.
+type Provenance struct {
+	Clusters     map[string]string `json:"clusters,omitempty"`
+	VirtualHosts map[string]string `json:"virtual_hosts,omitempty"`
+}
+
+// provenance names the DestinationRule of each of a class's outbound
+// clusters and the VirtualService of each of its virtual hosts.
+func (d *ConfigDump) provenance(class cache.Class) Provenance {
+	clusterHosts, vhostHosts := map[string]string{}, map[string]string{}
+	var hosts []string
+	for name := range d.cache.Resources(class, resource.ClusterType) {
+		if host, _, _, ok := generate.ParseClusterName(name); ok {
+			clusterHosts[name] = host
+			hosts = append(hosts, host)
+		}
+	}
+	for _, r := range d.cache.Resources(class, resource.RouteType) {
+		rc, ok := r.(*route.RouteConfiguration)
+		if !ok {
+			continue
+		}
+		for _, vh := range rc.GetVirtualHosts() {
+			host := vh.GetName()
+			if h, port, ok := strings.Cut(host, ":"); ok && port != "" && strings.Trim(port, "0123456789") == "" {
+				host = h
+			}
+			vhostHosts[vh.GetName()] = host
+			hosts = append(hosts, host)
+		}
+	}
+	drs, vss := d.pusher.Provenance(hosts)
+	out := Provenance{Clusters: map[string]string{}, VirtualHosts: map[string]string{}}
+	for name, host := range clusterHosts {
+		if dr := drs[host]; dr != "" {
+			out.Clusters[name] = dr
+		}
+	}
+	for name, host := range vhostHosts {
+		if vs := vss[host]; vs != "" {
+			out.VirtualHosts[name] = vs
+		}
+	}
+	return out
+}
+
+// identity returns the secrets class (SPIFFE ID) of a proxy's stream, ""
+// when it is served no secrets.
+func (d *ConfigDump) identity(node *core.Node) cache.Class {
+	for _, st := range d.status.Status() {
+		if st.Node == node {
+			return st.Identity
+		}
+	}
+	return ""
 }
 
 // edsNames returns the names of the load assignments a class's clusters

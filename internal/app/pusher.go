@@ -176,6 +176,9 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	}
 	if p.Streams != nil {
 		out.Dump = &ConfigDump{status: p.Streams, cache: c, localities: lc, pusher: out.Pusher}
+		if held, ok := p.XDS.Secrets.(heldSecrets); ok {
+			out.Dump.secrets = held
+		}
 	}
 	if p.NATS != nil {
 		host, _ := os.Hostname()

@@ -236,7 +236,7 @@ func (b *Builder) join() {
 	for _, p := range policies {
 		for _, svc := range sharing[p.policy.Host] {
 			if j := services[svc]; j.svc.Policy == nil {
-				j.svc.Policy, j.policyRev = p.policy, p.modRev
+				j.svc.Policy, j.svc.PolicyName, j.policyRev = p.policy, p.key.Namespace+"/"+p.key.Name, p.modRev
 			}
 		}
 	}
@@ -349,7 +349,7 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 		}
 	}
 	slices.SortFunc(shards, func(a, b shard) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.modRev, b.modRev)) })
-	out := &generate.Service{Namespace: j.svc.Namespace, Name: j.svc.Name, Spec: j.svc.Spec, Policy: j.svc.Policy}
+	out := &generate.Service{Namespace: j.svc.Namespace, Name: j.svc.Name, Spec: j.svc.Spec, Policy: j.svc.Policy, PolicyName: j.svc.PolicyName}
 	// The versions name every input by its store revision.
 	var config strings.Builder
 	config.WriteString("s" + strconv.FormatInt(j.serviceRev, 10))

@@ -64,3 +64,26 @@ func (p *Pusher) FillLocality(class cache.Class) {
 		}
 	})
 }
+
+// Provenance names, in the last mesh generated, the DestinationRule that
+// shapes each host's clusters and the VirtualService that routes it
+// (namespace/name), for the hosts asked that have one (shardctl's
+// provenance columns). It runs on the owner, after the generation under
+// way.
+func (p *Pusher) Provenance(hosts []string) (destinationRules, virtualServices map[string]string) {
+	destinationRules, virtualServices = map[string]string{}, map[string]string{}
+	p.onOwner(func() {
+		if p.last == nil {
+			return
+		}
+		for _, h := range hosts {
+			if s := p.last.Service(h); s != nil && s.PolicyName != "" {
+				destinationRules[h] = s.PolicyName
+			}
+			if r := p.last.RouteFor(h); r != nil {
+				virtualServices[h] = r.Namespace + "/" + r.Name
+			}
+		}
+	})
+	return destinationRules, virtualServices
+}

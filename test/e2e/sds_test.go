@@ -4,11 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +22,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/app"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
@@ -166,6 +172,40 @@ func TestWorkloadCertificates(t *testing.T) {
 	}
 	if life := first.leaf.NotAfter.Sub(first.leaf.NotBefore); life > ttl+6*time.Minute {
 		t.Errorf("valid for %s, want the %s lifetime (plus the backdating)", life, ttl)
+	}
+
+	// The config dump (shardctl proxy-config secrets) shows the proxy's
+	// certificates, never a key.
+	rec := httptest.NewRecorder()
+	cp.dump.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config_dump?proxy="+url.QueryEscape("sidecar~10.0.0.1~reviews-a.demo~demo.svc.cluster.local"), nil))
+	var dump struct {
+		Identity  string `json:"identity"`
+		Resources struct {
+			Secret []app.SecretSummary `json:"Secret"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &dump); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range dump.Resources.Secret {
+		if len(s.Certificates) > 0 {
+			c := s.Certificates[0]
+			got[s.Name] = s.Kind + " " + c.Serial + " " + strings.Join(c.URIs, ",")
+		}
+	}
+	rootBlock, _ := pem.Decode(first.rootPEM)
+	root, err := x509.ParseCertificate(rootBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"default": "certificate " + first.leaf.SerialNumber.Text(16) + " spiffe://cluster.local/ns/demo/sa/reviews",
+		"ROOTCA": "trust " + root.SerialNumber.Text(16) + " "}
+	if dump.Identity != "spiffe://cluster.local/ns/demo/sa/reviews" || !maps.Equal(got, want) {
+		t.Errorf("the config dump's secrets: identity %q, %v, want %v", dump.Identity, got, want)
+	}
+	if body := rec.Body.String(); strings.Contains(body, "PRIVATE KEY") || strings.Contains(body, "privateKey") || strings.Contains(body, "private_key") {
+		t.Error("the config dump holds a private key")
 	}
 
 	b := newSDSClient(t, cp.ads, boot.CertFile, cert, key, "sidecar~10.0.0.2~reviews-b.demo~demo.svc.cluster.local")

@@ -37,8 +37,10 @@ type Service struct {
 	Spec            *meshv1.Service
 	// Endpoints are the endpoints of every shard, merged; one address appears once.
 	Endpoints []*meshv1.Endpoint
-	// Policy is the DestinationRule for the service's host, if any.
-	Policy *meshv1.TrafficPolicy
+	// Policy is the DestinationRule for the service's host, if any, and
+	// PolicyName its namespace/name (shardctl's provenance).
+	Policy     *meshv1.TrafficPolicy
+	PolicyName string
 	// Version changes whenever anything above changes (the store revisions
 	// of its inputs); generated resources are cached under it.
 	Version string
@@ -212,6 +214,10 @@ func appliesToMesh(r *meshv1.RouteRule) bool {
 
 // Service returns the service that owns a host.
 func (m *Mesh) Service(host string) *Service { return m.byHost[host] }
+
+// RouteFor returns the route rule that routes a host for sidecars and
+// proxyless clients, nil for none.
+func (m *Mesh) RouteFor(host string) *Route { return m.routeByHost[host] }
 
 // ClusterName returns Istio's name for an outbound cluster.
 func ClusterName(port uint32, subset, host string) string {

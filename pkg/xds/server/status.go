@@ -30,9 +30,12 @@ type StreamStatus struct {
 	Proxy  string `json:"proxy"`
 	Delta  bool   `json:"delta"`
 	// Class is the proxy class the stream is served from.
-	Class cache.Class            `json:"class,omitempty"`
-	Since time.Time              `json:"connected"`
-	Types map[string]*TypeStatus `json:"types"`
+	Class cache.Class `json:"class,omitempty"`
+	// Identity is the class of the secrets the stream is served (its
+	// peer's SPIFFE ID), "" when it is served none.
+	Identity cache.Class            `json:"identity,omitempty"`
+	Since    time.Time              `json:"connected"`
+	Types    map[string]*TypeStatus `json:"types"`
 	// Node is the stream's own node, as admitted (several streams may
 	// claim one id: answer for a stream from its node, never by its id).
 	Node *core.Node `json:"-"`
@@ -119,7 +122,7 @@ func (s *Streams) Status() []StreamStatus {
 	var out []StreamStatus
 	for _, st := range s.all() {
 		st.mu.Lock()
-		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Node: st.node, Delta: st.delta, Class: st.class, Since: st.since,
+		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Node: st.node, Delta: st.delta, Class: st.class, Identity: st.secrets, Since: st.since,
 			Types: make(map[string]*TypeStatus, len(st.watches))}
 		for _, w := range st.watches {
 			ts := w.status

@@ -16,7 +16,7 @@ func completion(_ context.Context, o *options, args []string) error {
 	}
 	cmds := strings.Join(slices.Sorted(maps.Keys(commands)), " ")
 	flags := "--admin-addrs --admin-ca-file --admin-token-file --etcd-ca-file --etcd-cert-file --etcd-endpoints --etcd-key-file " +
-		"--etcd-password-file --etcd-username --kube-namespace --kube-reach --kube-selector --kubeconfig --namespace -n --output -o --timeout --help --version"
+		"--etcd-password-file --etcd-username --kube-namespace --kube-reach --kube-selector --kubeconfig --namespace -n --all-namespaces -A --output -o --timeout --help --version"
 	script := fmt.Sprintf(`# shardctl completion (bash): source <(shardctl completion bash)
 _shardctl() {
   local cur prev cmd

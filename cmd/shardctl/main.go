@@ -114,6 +114,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.output, "o", "table", "short for --output")
 	fs.StringVar(&o.namespace, "namespace", "", "proxy-status: only the proxies of this namespace (default all); a proxy named <pod> alone is looked for in it")
 	fs.StringVar(&o.namespace, "n", "", "short for --namespace")
+	var all bool
+	fs.BoolVar(&all, "all-namespaces", false, "proxy-status: the proxies of every namespace (the default; kubectl's -A)")
+	fs.BoolVar(&all, "A", false, "short for --all-namespaces")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
 	k := &kube{}
 	fs.StringVar(&k.namespace, "kube-namespace", "", "find the pushers and ingesters as the ready pods of this namespace (the chart's release namespace) instead of in etcd, as istioctl finds istiod: labelled app.kubernetes.io/component=pusher or ingester, asked at their admin port")
@@ -138,6 +141,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, ok := commands[args[0]]
 	if !ok {
 		return fmt.Errorf("unknown command %q: want proxy-status, proxy-config, analyze, members, version, bus-permissions, etcd-roles or completion (see --help)", args[0])
+	}
+	if all && o.namespace != "" {
+		return fmt.Errorf("--all-namespaces and --namespace %q: one or the other", o.namespace)
 	}
 	if o.output != "table" && o.output != "json" && o.output != "yaml" {
 		return fmt.Errorf("--output %q: want table, json or yaml", o.output)

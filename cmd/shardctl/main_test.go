@@ -473,6 +473,7 @@ func TestFlags(t *testing.T) {
 	}{
 		{[]string{}, "no command given"},
 		{[]string{"proxy-stats"}, `unknown command "proxy-stats"`},
+		{[]string{"proxy-status", "-A", "-n", "demo"}, `--all-namespaces and --namespace "demo": one or the other`},
 		{[]string{"proxy-status", "-o", "xml"}, `--output "xml"`},
 		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
 		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints|secrets"},

@@ -276,91 +276,9 @@ func TestChart(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			pusherName := firstPusher(v)
-			dep := find(objs, "Deployment", pusherName)
-			if dep == nil {
-				t.Fatalf("no pusher Deployment %s", pusherName)
-			}
-			autoscaled := v["pusher"].(map[string]any)["autoscaling"].(map[string]any)["enabled"].(bool)
-			if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok == autoscaled {
-				t.Errorf("the pusher Deployment sets replicas: %v, its autoscaler is on: %v (with it on, every upgrade would reset the count)", ok, autoscaled)
-			}
-			hpa := find(objs, "HorizontalPodAutoscaler", pusherName)
-			if (hpa != nil) != autoscaled {
-				t.Fatalf("autoscaler rendered: %v, enabled: %v", hpa != nil, autoscaled)
-			}
-			if hpa != nil {
-				if pol, _, _ := unstructured.NestedSlice(hpa.Object, "spec", "behavior", "scaleDown", "policies"); len(pol) == 0 {
-					t.Error("the autoscaler scales down without a policy: proxies would move all at once")
-				}
-			}
-			if trial, _ := v["trial"].(map[string]any)["enabled"].(bool); trial != (find(objs, "StatefulSet", "sp-etcd") != nil && find(objs, "StatefulSet", "sp-nats") != nil) {
-				t.Errorf("trial.enabled %v, but etcd and NATS StatefulSets rendered: %v", trial, !trial)
-			}
-			for _, part := range []string{"sp-pusher", "sp-ingester"} {
-				if budget := strings.Replace(part, "sp-pusher", pusherName, 1); find(objs, "PodDisruptionBudget", budget) == nil {
-					t.Errorf("no PodDisruptionBudget for %s", budget)
-				}
-				if find(objs, "NetworkPolicy", part) == nil {
-					t.Errorf("no NetworkPolicy for %s", part)
-				}
-			}
-			spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
-			grace := num(spec, "terminationGracePeriodSeconds")
-			if drain := num(v, "pusher", "drainTimeoutSeconds") + num(v, "pusher", "preStopSeconds"); grace <= drain {
-				t.Errorf("termination grace %d s, not above preStop + drain %d s", grace, drain)
-			}
-			if run, _, _ := unstructured.NestedBool(spec, "securityContext", "runAsNonRoot"); !run {
-				t.Error("the pusher's pods may run as root")
-			}
-			c := spec["containers"].([]any)[0].(map[string]any)
-			if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
-				t.Error("the pusher's root filesystem is writable")
-			}
-			if _, ok := c["startupProbe"]; !ok {
-				t.Error("the pusher has no startup probe for a cold load of a large mesh")
-			}
-			sizing := v["pusher"].(map[string]any)["sizing"].(map[string]any)
-			mib := num(sizing, "baseMiB") + num(sizing, "services")*num(sizing, "perServiceKiB")/1024 + num(sizing, "proxiesPerReplica")*num(sizing, "perProxyKiB")/1024
-			if got, _, _ := unstructured.NestedString(c, "resources", "requests", "memory"); got != fmt.Sprintf("%dMi", mib) {
-				t.Errorf("pusher memory request %s, want %dMi from the sizing formula", got, mib)
-			}
-			var env []string
-			for _, e := range c["env"].([]any) {
-				env = append(env, e.(map[string]any)["name"].(string))
-			}
-			for _, f := range flags {
-				// A file of a Secret (TLS, credentials, the admin token)
-				// is set only when its Secret is named, an override of
-				// the mesh's MeshConfig only when its value is; the chart
-				// must still be able to set them.
-				if slices.Contains(env, f[1]) {
-					continue
-				}
-				optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
-					f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES" ||
-					f[1] == "SHARDPILOT_TOKEN_REVIEW_CLUSTERS" ||
-					// A shard reads its namespaces from its file instead.
-					f[1] == "SHARDPILOT_NAMESPACES" && pusherName != "sp-pusher"
-				if !optional || !strings.Contains(helpers, f[1]) {
-					t.Errorf("pusher flag %s is not set by the chart", f[1])
-				}
-			}
-			// Every file the commands are pointed at lies in a mounted volume.
-			for _, d := range []*unstructured.Unstructured{dep, find(objs, "Deployment", "sp-ingester")} {
-				ctr := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-				mounts, _, _ := unstructured.NestedSlice(ctr, "volumeMounts")
-				envs, _, _ := unstructured.NestedSlice(ctr, "env")
-				for _, e := range envs {
-					name, value := e.(map[string]any)["name"].(string), fmt.Sprint(e.(map[string]any)["value"])
-					if !strings.HasSuffix(name, "_FILE") {
-						continue
-					}
-					if !slices.ContainsFunc(mounts, func(m any) bool { return strings.HasPrefix(value, m.(map[string]any)["mountPath"].(string)+"/") }) {
-						t.Errorf("%s: %s=%s lies in no mounted volume", d.GetName(), name, value)
-					}
-				}
-			}
+			dep := checkPusher(t, objs, v)
+			checkPusherFlags(t, dep, flags, helpers, firstPusher(v))
+			checkMountedFiles(t, dep, find(objs, "Deployment", "sp-ingester"))
 			if name == "secured" {
 				checkSecured(t, objs)
 			}
@@ -375,6 +293,113 @@ func TestChart(t *testing.T) {
 			}
 			checkNotes(t, out, v)
 		})
+	}
+}
+
+// checkPusher checks the pusher Deployment (the first shard's when
+// sharded) and what goes with it: its autoscaler and disruption budget,
+// the ingester's, their network policies, graceful termination, a
+// locked-down container with a startup probe, and the memory request of
+// the sizing formula. It returns the Deployment.
+func checkPusher(t *testing.T, objs []*unstructured.Unstructured, v map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	pusherName := firstPusher(v)
+	dep := find(objs, "Deployment", pusherName)
+	if dep == nil {
+		t.Fatalf("no pusher Deployment %s", pusherName)
+	}
+	autoscaled := v["pusher"].(map[string]any)["autoscaling"].(map[string]any)["enabled"].(bool)
+	if _, ok, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); ok == autoscaled {
+		t.Errorf("the pusher Deployment sets replicas: %v, its autoscaler is on: %v (with it on, every upgrade would reset the count)", ok, autoscaled)
+	}
+	hpa := find(objs, "HorizontalPodAutoscaler", pusherName)
+	if (hpa != nil) != autoscaled {
+		t.Fatalf("autoscaler rendered: %v, enabled: %v", hpa != nil, autoscaled)
+	}
+	if hpa != nil {
+		if pol, _, _ := unstructured.NestedSlice(hpa.Object, "spec", "behavior", "scaleDown", "policies"); len(pol) == 0 {
+			t.Error("the autoscaler scales down without a policy: proxies would move all at once")
+		}
+	}
+	if trial, _ := v["trial"].(map[string]any)["enabled"].(bool); trial != (find(objs, "StatefulSet", "sp-etcd") != nil && find(objs, "StatefulSet", "sp-nats") != nil) {
+		t.Errorf("trial.enabled %v, but etcd and NATS StatefulSets rendered: %v", trial, !trial)
+	}
+	for _, part := range []string{"sp-pusher", "sp-ingester"} {
+		if budget := strings.Replace(part, "sp-pusher", pusherName, 1); find(objs, "PodDisruptionBudget", budget) == nil {
+			t.Errorf("no PodDisruptionBudget for %s", budget)
+		}
+		if find(objs, "NetworkPolicy", part) == nil {
+			t.Errorf("no NetworkPolicy for %s", part)
+		}
+	}
+	spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+	grace := num(spec, "terminationGracePeriodSeconds")
+	if drain := num(v, "pusher", "drainTimeoutSeconds") + num(v, "pusher", "preStopSeconds"); grace <= drain {
+		t.Errorf("termination grace %d s, not above preStop + drain %d s", grace, drain)
+	}
+	if run, _, _ := unstructured.NestedBool(spec, "securityContext", "runAsNonRoot"); !run {
+		t.Error("the pusher's pods may run as root")
+	}
+	c := spec["containers"].([]any)[0].(map[string]any)
+	if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
+		t.Error("the pusher's root filesystem is writable")
+	}
+	if _, ok := c["startupProbe"]; !ok {
+		t.Error("the pusher has no startup probe for a cold load of a large mesh")
+	}
+	sizing := v["pusher"].(map[string]any)["sizing"].(map[string]any)
+	mib := num(sizing, "baseMiB") + num(sizing, "services")*num(sizing, "perServiceKiB")/1024 + num(sizing, "proxiesPerReplica")*num(sizing, "perProxyKiB")/1024
+	if got, _, _ := unstructured.NestedString(c, "resources", "requests", "memory"); got != fmt.Sprintf("%dMi", mib) {
+		t.Errorf("pusher memory request %s, want %dMi from the sizing formula", got, mib)
+	}
+	return dep
+}
+
+// checkPusherFlags: every pusher flag is set by the chart, or can be (a
+// file of a Secret, an override, a shard's namespaces file).
+func checkPusherFlags(t *testing.T, dep *unstructured.Unstructured, flags [][]string, helpers, pusherName string) {
+	t.Helper()
+	c := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	var env []string
+	for _, e := range c["env"].([]any) {
+		env = append(env, e.(map[string]any)["name"].(string))
+	}
+	for _, f := range flags {
+		// A file of a Secret (TLS, credentials, the admin token)
+		// is set only when its Secret is named, an override of
+		// the mesh's MeshConfig only when its value is; the chart
+		// must still be able to set them.
+		if slices.Contains(env, f[1]) {
+			continue
+		}
+		optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
+			f[1] == "SHARDPILOT_AUTO_MTLS" || f[1] == "SHARDPILOT_OUTBOUND_TRAFFIC_POLICY" || f[1] == "SHARDPILOT_ADS_CERT_NAMES" ||
+			f[1] == "SHARDPILOT_TOKEN_REVIEW_CLUSTERS" ||
+			// A shard reads its namespaces from its file instead.
+			f[1] == "SHARDPILOT_NAMESPACES" && pusherName != "sp-pusher"
+		if !optional || !strings.Contains(helpers, f[1]) {
+			t.Errorf("pusher flag %s is not set by the chart", f[1])
+		}
+	}
+}
+
+// checkMountedFiles: every file the commands are pointed at lies in a
+// mounted volume.
+func checkMountedFiles(t *testing.T, deps ...*unstructured.Unstructured) {
+	t.Helper()
+	for _, d := range deps {
+		ctr := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		mounts, _, _ := unstructured.NestedSlice(ctr, "volumeMounts")
+		envs, _, _ := unstructured.NestedSlice(ctr, "env")
+		for _, e := range envs {
+			name, value := e.(map[string]any)["name"].(string), fmt.Sprint(e.(map[string]any)["value"])
+			if !strings.HasSuffix(name, "_FILE") {
+				continue
+			}
+			if !slices.ContainsFunc(mounts, func(m any) bool { return strings.HasPrefix(value, m.(map[string]any)["mountPath"].(string)+"/") }) {
+				t.Errorf("%s: %s=%s lies in no mounted volume", d.GetName(), name, value)
+			}
+		}
 	}
 }
 

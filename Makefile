@@ -13,7 +13,7 @@ GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the ingester, pusher and standalone binaries into .bin/.
@@ -74,7 +74,7 @@ diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) 
 		$(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod
 
 .PHONY: e2e-istio-agent
-e2e-istio-agent: build ## Run Istio's own agent (pilot-agent of ISTIO_BIN, from make istio-binaries) in its proxyless mode against shardpilot and a kube-apiserver: certificates from the pushers' CA service, a gRPC server and client talking Istio's mutual TLS.
+e2e-istio-agent: build ## Run Istio's own agent (pilot-agent of ISTIO_BIN, from make istio-binaries) in its proxyless mode against shardpilot and a kube-apiserver: certificates from the pushers' CA service, a gRPC server and client talking Istio's mutual TLS, the server's agent naming a WorkloadGroup and registered.
 	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
 	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
 		$(GO) test -count=1 -timeout 10m -v -run 'TestIstioAgent$$' ./test/istiod

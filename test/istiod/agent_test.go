@@ -22,6 +22,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // agentNamespace holds the workloads whose agents the test runs.
@@ -35,6 +37,9 @@ const agentNamespace = "agents"
 // pushers' CA service, verifies the pushers' ADS against that root, and
 // writes a gRPC bootstrap and certificate files. A grpc-go server and
 // client using them then talk Istio's mutual TLS, routed by the pushers.
+// The server's agent names a WorkloadGroup (ISTIO_META_AUTO_REGISTER_GROUP)
+// and the workload is registered: its WorkloadEntry appears in the API
+// server, made from the group.
 func TestIstioAgent(t *testing.T) {
 	istioBin, ourBin := binaries(t, "e2e-istio-agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -47,6 +52,21 @@ func TestIstioAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The greeter's agent names a WorkloadGroup (the chart's CRDs beside
+	// it), as a VM's does: the pushers have it registered.
+	a := &applier{kc: kc}
+	crds, err := os.ReadFile(filepath.Join("..", "..", "deploy", "helm", "shardpilot", "crds", "istio-networking.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.apply(t, ctx, crds)
+	a.apply(t, ctx, []byte(`apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: greeter, namespace: `+agentNamespace+`}
+spec:
+  metadata: {labels: {tier: vm}}
+  template: {serviceAccount: greeter}
+`))
 	// The greeter listens where its WorkloadEntry says, on every interface
 	// as gRPC servers do.
 	lis, err := net.Listen("tcp", ":0")
@@ -54,10 +74,21 @@ func TestIstioAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	discovery, root := startAgentsShardpilot(t, ctx, kc, ourBin, kubeconfig, work, lis.Addr().(*net.TCPAddr).Port)
-	agent := func(account, app string) []byte {
-		return runAgent(t, ctx, kc, istioBin, filepath.Join(work, "agent-"+account), discovery, root, account, app)
+	agent := func(account, app string, env ...string) []byte {
+		return runAgent(t, ctx, kc, istioBin, filepath.Join(work, "agent-"+account), discovery, root, account, app, env...)
 	}
-	serveGreeter(t, lis, agent("greeter", "greeter"))
+	serveGreeter(t, lis, agent("greeter", "greeter", "ISTIO_META_AUTO_REGISTER_GROUP=greeter"))
+	entries := schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
+	testutil.Eventually(t, time.Minute, "the greeter, connected through Istio's agent naming its group, has a WorkloadEntry", func() (bool, string) {
+		u, err := kc.Dynamic.Resource(entries).Namespace(agentNamespace).Get(ctx, "greeter-127.0.0.1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		address, _, _ := unstructured.NestedString(u.Object, "spec", "address")
+		ok := address == "127.0.0.1" && u.GetLabels()["tier"] == "vm" && u.GetLabels()["app"] == "greeter" &&
+			u.GetAnnotations()["istio.io/autoRegistrationGroup"] == "greeter"
+		return ok, fmt.Sprint(u.Object["spec"], u.GetLabels(), u.GetAnnotations())
+	})
 
 	resolver, err := xds.NewXDSResolverWithConfigForTesting(agent("client", "client"))
 	if err != nil {
@@ -131,7 +162,7 @@ func startAgentsShardpilot(t *testing.T, ctx context.Context, kc *kubetest.Clust
 // what the kubelet would mount there (its token, the mesh's roots, its
 // labels), and returns the gRPC bootstrap it writes once it also wrote
 // its certificate.
-func runAgent(t *testing.T, ctx context.Context, kc *kubetest.Cluster, bin, dir, discovery, root, account, app string) []byte {
+func runAgent(t *testing.T, ctx context.Context, kc *kubetest.Cluster, bin, dir, discovery, root, account, app string, env ...string) []byte {
 	t.Helper()
 	tr, err := kc.Client.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, account, &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{Audiences: []string{"istio-ca"}}}, metav1.CreateOptions{})
@@ -161,6 +192,7 @@ func runAgent(t *testing.T, ctx context.Context, kc *kubetest.Cluster, bin, dir,
 		"CA_ADDR="+discovery, "POD_NAME="+account+"-0", "POD_NAMESPACE="+agentNamespace, "INSTANCE_IP=127.0.0.1", "SERVICE_ACCOUNT="+account,
 		"ISTIO_META_CLUSTER_ID=Kubernetes", "JWT_POLICY=third-party-jwt", "PILOT_CERT_PROVIDER=istiod",
 		fmt.Sprintf(`PROXY_CONFIG={"discoveryAddress": %q, "configPath": %q, "statusPort": %s}`, discovery, filepath.Join(dir, "etc/istio/proxy"), status))
+	cmd.Env = append(cmd.Env, env...)
 	startProcess(t, "pilot-agent ("+account+")", cmd, dir)
 	var contents []byte
 	testutil.Eventually(t, time.Minute, account+"'s agent writes its bootstrap and certificate", func() (bool, string) {

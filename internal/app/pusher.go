@@ -194,6 +194,14 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	if out.srv, err = server.New(p.xdsConfig(out.Pusher, c, lc, out.Dump, out.announcer)); err != nil {
 		return nil, err
 	}
+	if out.announcer != nil {
+		// A registration refused after its stream was admitted (its
+		// connect went unanswered) ends the stream, as istiod refuses it.
+		srv := out.srv
+		out.announcer.Refused = func(key any, reason string) {
+			srv.Shed(func(n *core.Node) bool { return n == key }, "shardpilot: auto-registration refused: "+reason)
+		}
+	}
 	return out, nil
 }
 

@@ -18,9 +18,10 @@ import (
 // Workload registrations travel on core NATS subjects
 // registry.v1.<namespace>, not in the stream: a registration lasts while
 // its pusher repeats it, so there is nothing to replay. A pusher asks
-// (request and reply) when a stream begins and waits for the answer; the
-// ingester part owning the namespace answers; the repetitions and the
-// disconnection are published without an answer.
+// (request and reply) when a stream begins and waits for the answer, and
+// asks again every heartbeat (a refusal then ends the stream); the
+// ingester part owning the namespace answers; the disconnection is
+// published without an answer.
 
 // RegistryPrefix is the first part of the registration subjects.
 const RegistryPrefix = "registry.v1"
@@ -50,6 +51,10 @@ type Announcer struct {
 	// Timeout bounds the wait for an answer to a connect. Default 5s.
 	Timeout time.Duration
 	Log     *slog.Logger
+	// Refused, when set, is told of a registration the ingesters refuse
+	// on a repetition (its connect went unanswered, or its group changed):
+	// the pusher ends its stream with the reason, as istiod refuses it.
+	Refused func(key any, reason string)
 
 	mu   sync.Mutex
 	live map[any]model.Registration // by the stream's key
@@ -123,7 +128,9 @@ func (a *Announcer) publish(r model.Registration) {
 	}
 }
 
-// Run repeats the registrations every Heartbeat until ctx is done.
+// Run repeats the registrations every Heartbeat until ctx is done, each
+// as a request: a refusal drops the registration and is handed to
+// Refused; no answer changes nothing.
 func (a *Announcer) Run(ctx context.Context) error {
 	t := time.NewTicker(a.heartbeat())
 	defer t.Stop()
@@ -134,15 +141,49 @@ func (a *Announcer) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		a.mu.Lock()
+		keys := make([]any, 0, len(a.live))
 		live := make([]model.Registration, 0, len(a.live))
-		for _, r := range a.live {
+		for k, r := range a.live {
 			r.Op = model.RegistrationAlive
-			live = append(live, r)
+			keys, live = append(keys, k), append(live, r)
 		}
 		a.mu.Unlock()
-		for _, r := range live {
-			a.publish(r)
+		// Side by side, at most 16 at once, each waiting a heartbeat at most.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i, r := range live {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				a.repeat(ctx, keys[i], r)
+			})
 		}
+		wg.Wait()
+	}
+}
+
+// repeat announces a registration again and acts on a refusal.
+func (a *Announcer) repeat(ctx context.Context, key any, r model.Registration) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(a.heartbeat(), cmp.Or(a.Timeout, 5*time.Second)))
+	defer cancel()
+	msg, err := a.NATS.RequestWithContext(ctx, registrySubject(r.Namespace), data)
+	var ans answer
+	if err != nil || json.Unmarshal(msg.Data, &ans) != nil || ans.Refused == "" {
+		return
+	}
+	a.mu.Lock()
+	cur, ok := a.live[key]
+	if ok && cur.ConnectedAt.Equal(r.ConnectedAt) {
+		delete(a.live, key)
+	}
+	a.mu.Unlock()
+	a.Log.Warn("workload registration refused: its stream ends", "proxy", r.Proxy, "group", r.Namespace+"/"+r.Group, "reason", ans.Refused)
+	if ok && a.Refused != nil {
+		a.Refused(key, ans.Refused)
 	}
 }
 

@@ -73,6 +73,12 @@ func TestRegistrations(t *testing.T) {
 				return errors.New("WorkloadGroup payments/missing not found")
 			case "elsewhere":
 				return model.ErrNotMine
+			case "late":
+				// Unanswered at first, refused when repeated.
+				if r.Op == model.RegistrationConnect {
+					return model.ErrNotMine
+				}
+				return errors.New("identity not admitted by WorkloadGroup payments/late")
 			}
 			return nil
 		})
@@ -85,7 +91,9 @@ func TestRegistrations(t *testing.T) {
 		_, err := pusherNC.Request("registry.v1.payments", []byte("{}"), 200*time.Millisecond)
 		return err == nil, fmt.Sprint(err)
 	})
-	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: log}
+	refused := make(chan string, 4)
+	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: log,
+		Refused: func(key any, reason string) { refused <- fmt.Sprint(key, ": ", reason) }}
 	announced := make(chan error, 1)
 	go func() { announced <- a.Run(ctx) }()
 	defer func() { cancel(); <-announced }()
@@ -105,6 +113,18 @@ func TestRegistrations(t *testing.T) {
 	}
 	if got := a.Registered(); got != 2 {
 		t.Errorf("%d registrations kept, want the accepted one and the unanswered one", got)
+	}
+	// Refused when repeated: its stream is to end.
+	if err := a.Connect(ctx, "s5", reg("late")); err != nil {
+		t.Errorf("a registration no ingester answers at first: %v, want kept", err)
+	}
+	select {
+	case got := <-refused:
+		if got != "s5: identity not admitted by WorkloadGroup payments/late" {
+			t.Errorf("refused when repeated: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a registration refused when repeated was not handed over")
 	}
 	testutil.Eventually(t, 10*time.Second, "the registrations are repeated", func() (bool, string) {
 		return seen.has("alive vms") && seen.has("alive elsewhere"), ""

@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 )
@@ -41,10 +42,16 @@ func registeringKubeSource(cluster string, cfg *rest.Config, grace time.Duration
 // naming group, and returns once the stream is admitted (its first
 // response) or refused; stop ends it.
 func vmAgent(t *testing.T, ads, caFile, cert, key, ns, group string) (stop func(), err error) {
+	stop, _, err = vmAgentStream(t, ads, caFile, cert, key, ns, group)
+	return stop, err
+}
+
+// vmAgentStream is vmAgent, returning the admitted stream too.
+func vmAgentStream(t *testing.T, ads, caFile, cert, key, ns, group string) (stop func(), s discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, err error) {
 	conn := dialTLS(t, ads, caFile, cert, key)
 	ctx, cancel := context.WithCancel(context.Background())
 	stop = func() { cancel(); conn.Close() }
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	s, err = discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err == nil {
 		meta, _ := structpb.NewStruct(map[string]any{"NAMESPACE": ns, "AUTO_REGISTER_GROUP": group,
 			"INSTANCE_IPS": "127.0.0.1,10.9.9.9", "LABELS": map[string]any{"version": "v1"}})
@@ -57,7 +64,7 @@ func vmAgent(t *testing.T, ads, caFile, cert, key, ns, group string) (stop func(
 	if err != nil {
 		stop()
 	}
-	return stop, err
+	return stop, s, err
 }
 
 var workloadEntries = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
@@ -164,4 +171,57 @@ func TestWorkloadGroupRegistersConnectedVMs(t *testing.T) {
 		got, err := call(client)
 		return err != nil, got
 	})
+}
+
+// TestRegistrationRefusedLaterEndsTheStream: a VM whose registration no
+// ingester answers (its namespace is not in the mesh yet) is served, and
+// its registration repeated; once its namespace joins the mesh the
+// ingester refuses it (an identity its group does not admit): the pusher
+// ends the stream, and the agent's reconnection is refused with the
+// reason, as istiod refuses it.
+func TestRegistrationRefusedLaterEndsTheStream(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	ns := kc.Namespace(t, nil)
+	applyIstio(t, kc, "WorkloadGroup", "workloadgroups", ns, "vms", map[string]any{"template": map[string]any{"serviceAccount": "vm"}})
+	ca := testutil.NewCA(t)
+	serverCert, serverKey := ca.Issue(t, "pusher")
+	otherCert, otherKey := ca.Issue(t, "other", "spiffe://cluster.local/ns/"+ns+"/sa/other")
+	tc, err := identity.ServerTLS(serverCert, serverKey, ca.CertFile, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inMesh := labels.SelectorFromSet(labels.Set{"mesh-" + ns: "on"})
+	cp := NewCluster(t, Options{
+		XDS:    server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
+		Policy: &identity.Policy{TrustDomain: "cluster.local", Required: true},
+		Tune:   func(_ int, p *app.Pusher) { p.RegistrationHeartbeat = 200 * time.Millisecond },
+	}, func(ctx context.Context, in ingester) error {
+		return app.KubeSource{Etcd: in.etcd, Cluster: "c1", Kube: kc.Config, Election: in.election, Log: in.log, NamespaceSelector: inMesh,
+			Registrations: bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: time.Second}.Run(ctx)
+	})
+	stop, stream, err := vmAgentStream(t, cp.ads, ca.CertFile, otherCert, otherKey, ns, "vms")
+	if err != nil {
+		t.Fatalf("a VM whose registration no ingester answers: %v, want served", err)
+	}
+	defer stop()
+	n, err := kc.Client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels = map[string]string{"mesh-" + ns: "on"}
+	if _, err := kc.Client.CoreV1().Namespaces().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The pusher ends the stream (responses before that are the config it
+	// was served meanwhile), and the agent's reconnection is refused with
+	// the reason.
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
+	if _, err := vmAgent(t, cp.ads, ca.CertFile, otherCert, otherKey, ns, "vms"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `service account "vm"`) {
+		t.Errorf("the reconnection: %v, want refused with the reason", err)
+	}
 }

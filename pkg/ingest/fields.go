@@ -45,7 +45,35 @@ func FieldTable(rows []FieldRow) string {
 // "as `<row>`"); a field listed there is one row, as is one whose fields
 // are all plainly supported.
 func TypeFields(kind string, t reflect.Type, path string, notes map[string]string) []FieldRow {
+	w := FieldWalk{Note: func(kind string, _ reflect.StructField, field string) (string, bool) {
+		note, ok := notes[kind+" "+field]
+		return note, ok
+	}}
+	return w.Rows(kind, t, path)
+}
+
+// FieldWalk lists the fields of API types as rows, by their json names.
+type FieldWalk struct {
+	// Note says what becomes of a field that is not simply supported
+	// ("warned: why", "supported: how", "rejected: why", "warned", or
+	// "as `<row>`"): such a field is one row.
+	Note func(kind string, f reflect.StructField, field string) (string, bool)
+	// Opaque, when set, names types listed as one row and not walked
+	// (json.RawMessage).
+	Opaque func(t reflect.Type) bool
+	// Refer lists a named struct type met again as one row saying where
+	// its fields were listed ("as `<row>`").
+	Refer bool
+	seen  map[reflect.Type]string
+}
+
+// Rows lists the fields of t at path, for kind; a field whose fields are
+// all plainly supported is one row.
+func (w *FieldWalk) Rows(kind string, t reflect.Type, path string) []FieldRow {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		if w.Opaque != nil && w.Opaque(t) {
+			return nil
+		}
 		if t.Kind() == reflect.Slice {
 			path += "[]"
 		}
@@ -59,14 +87,14 @@ func TypeFields(kind string, t reflect.Type, path string, notes map[string]strin
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if f.Anonymous && name == "" {
-			out = append(out, TypeFields(kind, f.Type, path, notes)...) // inlined
+			out = append(out, w.Rows(kind, f.Type, path)...) // inlined
 			continue
 		}
 		if name == "" || name == "-" {
 			continue
 		}
 		row := FieldRow{Kind: kind, Field: path + "." + name, Status: "supported"}
-		if note, ok := notes[kind+" "+row.Field]; ok {
+		if note, ok := w.Note(kind, f, row.Field); ok {
 			row.Status, row.Note, _ = strings.Cut(note, ": ")
 			if strings.HasPrefix(note, "as `") {
 				row.Status, row.Note = note, ""
@@ -74,10 +102,25 @@ func TypeFields(kind string, t reflect.Type, path string, notes map[string]strin
 			out = append(out, row)
 			continue
 		}
-		children := TypeFields(kind, f.Type, row.Field, notes)
+		elem := f.Type
+		for elem.Kind() == reflect.Pointer || elem.Kind() == reflect.Slice || elem.Kind() == reflect.Map {
+			elem = elem.Elem()
+		}
+		if where, ok := w.seen[elem]; ok && w.Refer {
+			row.Status = "as `" + where + "`"
+			out = append(out, row)
+			continue
+		}
+		children := w.Rows(kind, f.Type, row.Field)
 		if len(children) == 0 || Plain(children) {
 			out = append(out, row)
 			continue
+		}
+		if w.Refer && elem.Kind() == reflect.Struct && elem.Name() != "" {
+			if w.seen == nil {
+				w.seen = map[reflect.Type]string{}
+			}
+			w.seen[elem] = kind + " " + strings.TrimPrefix(row.Field, "spec.")
 		}
 		out = append(out, children...)
 	}

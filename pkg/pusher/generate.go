@@ -288,11 +288,11 @@ func withLingering(print uint64, lingering string) uint64 {
 }
 
 // publishClusters hands over a class's clusters with those it lost less
-// than ClusterLinger ago (make before break), and schedules the generation
-// that drops them.
+// than ClusterLinger ago (make before break; linger.expire has let go
+// those that may go), and schedules the generation that drops them.
 func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster) {
 	now := time.Now()
-	out, next := p.linger.apply(class, clusters, p.gen, p.delivered, now)
+	out, next := p.linger.apply(class, clusters, p.gen, now)
 	publish(p, class, resource.ClusterType, out)
 	if next.IsZero() {
 		return
@@ -377,6 +377,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 	}
 	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
 	shape := p.routerShaping(mesh, class)
+	p.linger.expire(class, p.gen, p.delivered, time.Now())
 	p.publishClusters(class, shape.clusters(clusters))
 	listen := generate.ListenPorts(mesh, gws)
 	publish(p, class, resource.RouteType, shape.routes(generate.GatewayRoutes(mesh, gws, listen)))

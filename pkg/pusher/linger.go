@@ -51,15 +51,14 @@ func (l *linger) expire(class cache.Class, gen uint64, delivered bool, now time.
 	}
 }
 
-// apply returns the clusters to hand over for a class in generation gen:
-// list, and those it no longer holds that may still be named by what the
-// proxies hold (see expire). It also returns when the next lingering
+// apply returns the clusters to hand over for a class in generation gen,
+// after expire: list, and those it no longer holds that may still be
+// named by what the proxies hold. It also returns when the next lingering
 // cluster goes at the latest (zero: none lingers).
-func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, delivered bool, now time.Time) ([]*cluster.Cluster, time.Time) {
+func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, now time.Time) ([]*cluster.Cluster, time.Time) {
 	if l.period <= 0 {
 		return list, time.Time{}
 	}
-	l.expire(class, gen, delivered, now)
 	current := make(map[string]*cluster.Cluster, len(list))
 	for _, c := range list {
 		current[c.Name] = c

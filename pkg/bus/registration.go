@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,19 +75,9 @@ func (a *Announcer) Connect(ctx context.Context, key any, r model.Registration) 
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrRegistrationRefused, err)
 	}
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(a.Timeout, 5*time.Second))
-	defer cancel()
-	msg, err := a.NATS.RequestWithContext(ctx, registrySubject(r.Namespace), data)
-	var ans answer
-	if err == nil {
-		err = json.Unmarshal(msg.Data, &ans)
-	}
-	if err == nil && ans.Refused != "" {
-		return fmt.Errorf("%w: %s", ErrRegistrationRefused, ans.Refused)
+	refused, err := a.ask(ctx, r, cmp.Or(a.Timeout, 5*time.Second))
+	if refused != "" {
+		return fmt.Errorf("%w: %s", ErrRegistrationRefused, refused)
 	}
 	if err != nil {
 		a.Log.Warn("workload registration not answered: kept, and repeated until it is", "proxy", r.Proxy, "group", r.Namespace+"/"+r.Group, "err", err)
@@ -129,62 +121,95 @@ func (a *Announcer) publish(r model.Registration) {
 }
 
 // Run repeats the registrations every Heartbeat until ctx is done, each
-// as a request: a refusal drops the registration and is handed to
-// Refused; no answer changes nothing.
+// as a request whose answer comes back to one inbox of its own, so that
+// none waits on another: a refusal drops the registration and is handed
+// to Refused; no answer by the next heartbeat changes nothing.
 func (a *Announcer) Run(ctx context.Context) error {
+	inbox := a.NATS.NewRespInbox()
+	answers := make(chan *nats.Msg, 256)
+	sub, err := a.NATS.ChanSubscribe(inbox+".*", answers)
+	if err != nil {
+		return fmt.Errorf("bus: subscribe to registration answers: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	t := time.NewTicker(a.heartbeat())
 	defer t.Stop()
-	for {
+	type asked struct {
+		key any
+		r   model.Registration
+	}
+	var pending map[string]asked // this round's, by the token ending their reply subject
+	for seq := 0; ; {
 		select {
 		case <-ctx.Done():
 			return nil
+		case msg := <-answers:
+			token := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+			q, ok := pending[token]
+			var ans answer
+			if ok && json.Unmarshal(msg.Data, &ans) == nil && ans.Refused != "" {
+				a.refused(q.key, q.r, ans.Refused)
+			}
 		case <-t.C:
+			a.mu.Lock()
+			pending = make(map[string]asked, len(a.live))
+			for k, r := range a.live {
+				seq++
+				r.Op = model.RegistrationAlive
+				pending[strconv.Itoa(seq)] = asked{k, r}
+			}
+			a.mu.Unlock()
+			for token, q := range pending {
+				data, err := json.Marshal(q.r)
+				if err == nil {
+					err = a.NATS.PublishRequest(registrySubject(q.r.Namespace), inbox+"."+token, data)
+				}
+				if err != nil {
+					a.Log.Warn("workload registration not repeated", "proxy", q.r.Proxy, "err", err)
+				}
+			}
 		}
-		a.mu.Lock()
-		keys := make([]any, 0, len(a.live))
-		live := make([]model.Registration, 0, len(a.live))
-		for k, r := range a.live {
-			r.Op = model.RegistrationAlive
-			keys, live = append(keys, k), append(live, r)
-		}
-		a.mu.Unlock()
-		// Side by side, at most 16 at once, each waiting a heartbeat at most.
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for i, r := range live {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				a.repeat(ctx, keys[i], r)
-			})
-		}
-		wg.Wait()
 	}
 }
 
-// repeat announces a registration again and acts on a refusal.
-func (a *Announcer) repeat(ctx context.Context, key any, r model.Registration) {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, min(a.heartbeat(), cmp.Or(a.Timeout, 5*time.Second)))
-	defer cancel()
-	msg, err := a.NATS.RequestWithContext(ctx, registrySubject(r.Namespace), data)
-	var ans answer
-	if err != nil || json.Unmarshal(msg.Data, &ans) != nil || ans.Refused == "" {
-		return
-	}
+// refused drops a registration the ingesters refused on a repetition, if
+// it is still the stream's, and hands it to Refused.
+func (a *Announcer) refused(key any, r model.Registration, reason string) {
 	a.mu.Lock()
 	cur, ok := a.live[key]
-	if ok && cur.ConnectedAt.Equal(r.ConnectedAt) {
+	ok = ok && cur.ConnectedAt.Equal(r.ConnectedAt)
+	if ok {
 		delete(a.live, key)
 	}
 	a.mu.Unlock()
-	a.Log.Warn("workload registration refused: its stream ends", "proxy", r.Proxy, "group", r.Namespace+"/"+r.Group, "reason", ans.Refused)
-	if ok && a.Refused != nil {
-		a.Refused(key, ans.Refused)
+	if !ok {
+		return
 	}
+	a.Log.Warn("workload registration refused: its stream ends", "proxy", r.Proxy, "group", r.Namespace+"/"+r.Group, "reason", reason)
+	if a.Refused != nil {
+		a.Refused(key, reason)
+	}
+}
+
+// ask announces a registration and waits up to timeout for the answer:
+// why it was refused, "" when it was accepted, or the error of a request
+// nobody answered.
+func (a *Announcer) ask(ctx context.Context, r model.Registration, timeout time.Duration) (refused string, err error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := a.NATS.RequestWithContext(ctx, registrySubject(r.Namespace), data)
+	if err != nil {
+		return "", err
+	}
+	var ans answer
+	if err := json.Unmarshal(msg.Data, &ans); err != nil {
+		return "", fmt.Errorf("bus: registration answer: %w", err)
+	}
+	return ans.Refused, nil
 }
 
 // Registrations are the ingesters' side: Run hands every registration

@@ -45,45 +45,9 @@ func (s *registrationsSeen) has(op string) bool {
 // cannot read registrations, and garbage on the subjects is refused
 // without harm.
 func TestRegistrations(t *testing.T) {
-	n := startRoleNATS(t)
-	denied := make(chan error, 4)
-	connect := func(role bus.Role) *nats.Conn {
-		nc, err := nats.Connect(n.URL, nats.UserInfo(string(role), string(role)+"-secret"),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				select {
-				case denied <- err:
-				default:
-				}
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	ctx, cancel := context.WithCancel(testutil.Context(t))
-	log := testutil.Log(t)
-	seen := &registrationsSeen{}
-	done := make(chan error, 1)
-	go func() {
-		done <- bus.Registrations{NATS: connect(bus.RoleRelay), Log: log}.Run(ctx, func(_ context.Context, r model.Registration) error {
-			seen.add(r)
-			switch r.Group {
-			case "missing":
-				return errors.New("WorkloadGroup payments/missing not found")
-			case "elsewhere":
-				return model.ErrNotMine
-			case "late":
-				// Unanswered at first, refused when repeated.
-				if r.Op == model.RegistrationConnect {
-					return model.ErrNotMine
-				}
-				return errors.New("identity not admitted by WorkloadGroup payments/late")
-			}
-			return nil
-		})
-	}()
-	defer func() { cancel(); <-done }()
+	connect, seen, denied, stop := ingestersAnswering(t, ctx)
+	defer func() { cancel(); stop() }()
 	pusherNC := connect(bus.RoleConsumer)
 	// The subscription is made: a request made before it would go
 	// unanswered.
@@ -92,7 +56,7 @@ func TestRegistrations(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	refused := make(chan string, 4)
-	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: log,
+	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: testutil.Log(t),
 		Refused: func(key any, reason string) { refused <- fmt.Sprint(key, ": ", reason) }}
 	announced := make(chan error, 1)
 	go func() { announced <- a.Run(ctx) }()
@@ -139,8 +103,63 @@ func TestRegistrations(t *testing.T) {
 		t.Errorf("a registration without an address: %v, want refused", err)
 	}
 
-	// Garbage, and a registration on another namespace's subject, are
-	// refused with the reason.
+	refusesGarbage(t, pusherNC)
+	cannotEavesdrop(t, pusherNC, denied)
+}
+
+// ingestersAnswering runs a NATS server with the roles' users and the
+// ingesters' side (the relay's role) answering registrations: group
+// "missing" is refused, "elsewhere" left to another part, "late" left
+// unanswered at first and refused when repeated. It returns how to
+// connect as a role, what the ingesters were handed, the permission
+// errors of the connections, and a function that waits for its end once
+// ctx is done.
+func ingestersAnswering(t *testing.T, ctx context.Context) (func(bus.Role) *nats.Conn, *registrationsSeen, chan error, func()) {
+	t.Helper()
+	n := startRoleNATS(t)
+	denied := make(chan error, 4)
+	connect := func(role bus.Role) *nats.Conn {
+		nc, err := nats.Connect(n.URL, nats.UserInfo(string(role), string(role)+"-secret"),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case denied <- err:
+				default:
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	log := testutil.Log(t)
+	seen := &registrationsSeen{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Registrations{NATS: connect(bus.RoleRelay), Log: log}.Run(ctx, func(_ context.Context, r model.Registration) error {
+			seen.add(r)
+			switch r.Group {
+			case "missing":
+				return errors.New("WorkloadGroup payments/missing not found")
+			case "elsewhere":
+				return model.ErrNotMine
+			case "late":
+				// Unanswered at first, refused when repeated.
+				if r.Op == model.RegistrationConnect {
+					return model.ErrNotMine
+				}
+				return errors.New("identity not admitted by WorkloadGroup payments/late")
+			}
+			return nil
+		})
+	}()
+	return connect, seen, denied, func() { <-done }
+}
+
+// refusesGarbage: garbage, and a registration on another namespace's
+// subject, are refused with the reason.
+func refusesGarbage(t *testing.T, pusherNC *nats.Conn) {
+	t.Helper()
 	for subject, data := range map[string]string{
 		"registry.v1.payments": "{not json",
 		"registry.v1.shop":     `{"op":"connect","group":"vms","namespace":"payments","identity":"x","proxy":"p","address":"10.0.0.7","connectedAt":"2026-01-01T00:00:00Z","pusher":"p","heartbeat":1000000000}`,
@@ -150,7 +169,11 @@ func TestRegistrations(t *testing.T) {
 			t.Errorf("%s on %s: answered %v (%v), want refused", data, subject, msg, err)
 		}
 	}
-	// A pusher cannot read what the others announce.
+}
+
+// cannotEavesdrop: a pusher cannot read what the others announce.
+func cannotEavesdrop(t *testing.T, pusherNC *nats.Conn, denied chan error) {
+	t.Helper()
 	if _, err := pusherNC.Subscribe("registry.v1.*", func(*nats.Msg) {}); err == nil {
 		select {
 		case err := <-denied:

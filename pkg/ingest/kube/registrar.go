@@ -93,9 +93,22 @@ func (s *Source) registrar(w *watched, served map[string]servedResource) *regist
 		entries: schema.GroupVersionResource{Group: group, Version: entries.version, Resource: entries.plural},
 		group:   schema.GroupVersion{Group: istio.GroupOf(istio.KindWorkloadGroup), Version: groups.version},
 		groups:  w.istio[istio.KindWorkloadGroup], wles: w.istio[istio.KindWorkloadEntry],
-		mine: func(ns string) bool { return s.namespaceFilter(w)(ns) }, grace: s.cfg.RegistrationGrace, log: s.cfg.Log.With("part", "registrar", "cluster", s.cfg.Cluster),
+		mine: func(ns string) bool { return s.owns(w, ns) }, grace: s.cfg.RegistrationGrace, log: s.cfg.Log.With("part", "registrar", "cluster", s.cfg.Cluster),
 		count: func(result string) { s.m.registrations.WithLabelValues(s.cfg.Cluster, result).Inc() },
 	}
+}
+
+// owns reports whether one namespace is in the mesh and in this source's
+// part, looking it alone up (namespaceFilter lists them all, for a sync).
+func (s *Source) owns(w *watched, ns string) bool {
+	if PartOf(ns, s.cfg.Parts) != s.cfg.Part {
+		return false
+	}
+	if sel := s.cfg.NamespaceSelector; sel != nil && !sel.Empty() {
+		n, err := w.namespaces.Get(ns)
+		return err == nil && sel.Matches(labels.Set(n.Labels))
+	}
+	return true
 }
 
 // run serves registrations until ctx is done. It first adopts the entries

@@ -96,7 +96,7 @@ func (k *kube) find(ctx context.Context, role string) ([]store.Member, error) {
 				continue
 			}
 			m := store.Member{Role: r, Name: p.Name}
-			addr, err := k.reachPod(ctx, cfg, &p)
+			addr, err := k.reachPod(ctx, cfg, client, &p)
 			if err != nil {
 				return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 			}
@@ -150,28 +150,21 @@ func (k *kube) adminPort(p *corev1.Pod) int32 {
 }
 
 // reachPod returns the address the pod's admin port is reached at.
-func (k *kube) reachPod(ctx context.Context, cfg *rest.Config, p *corev1.Pod) (string, error) {
+func (k *kube) reachPod(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *corev1.Pod) (string, error) {
 	port := strconv.Itoa(int(k.adminPort(p)))
-	switch k.reach {
-	case reachPodIP:
-		if p.Status.PodIP == "" {
-			return "", errors.New("no pod IP")
-		}
-		return net.JoinHostPort(p.Status.PodIP, port), nil
-	case reachPortForward:
-		return k.portForward(ctx, cfg, p, port)
+	if k.reach != reachPodIP {
+		return k.portForward(ctx, cfg, client, p, port) // run checked --kube-reach
 	}
-	return "", fmt.Errorf("--kube-reach %q: want %s or %s", k.reach, reachPortForward, reachPodIP)
+	if p.Status.PodIP == "" {
+		return "", errors.New("no pod IP")
+	}
+	return net.JoinHostPort(p.Status.PodIP, port), nil
 }
 
 // portForward forwards a local loopback port to the pod's port through
 // the API server, as kubectl port-forward does, until close.
-func (k *kube) portForward(ctx context.Context, cfg *rest.Config, p *corev1.Pod, port string) (string, error) {
+func (k *kube) portForward(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, p *corev1.Pod, port string) (string, error) {
 	transport, upgrader, err := spdy.RoundTripperFor(cfg)
-	if err != nil {
-		return "", err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", err
 	}

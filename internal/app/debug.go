@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -98,7 +97,7 @@ func (d *ConfigDump) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return json.Unmarshal(b, &cla) != nil || !named.Has(cla.ClusterName)
 	})
 	dump["provenance"] = d.provenance(class)
-	if identity := d.identity(node); identity != "" && d.secrets != nil {
+	if identity := d.status.Identity(node); identity != "" && d.secrets != nil {
 		dump["identity"] = identity
 		resources["Secret"] = secretSummaries(d.secrets.Resources(identity, resource.SecretType))
 	}
@@ -155,17 +154,6 @@ func (d *ConfigDump) provenance(class cache.Class) Provenance {
 		}
 	}
 	return out
-}
-
-// identity returns the secrets class (SPIFFE ID) of a proxy's stream, ""
-// when it is served no secrets.
-func (d *ConfigDump) identity(node *core.Node) cache.Class {
-	for _, st := range d.status.Status() {
-		if st.Node == node {
-			return st.Identity
-		}
-	}
-	return ""
 }
 
 // edsNames returns the names of the load assignments a class's clusters

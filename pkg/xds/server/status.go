@@ -117,6 +117,20 @@ func (s *Streams) Node(proxy string) *core.Node {
 	return nil
 }
 
+// Identity returns the secrets class (SPIFFE ID) of the stream admitted
+// as node, "" when it is served no secrets or is gone.
+func (s *Streams) Identity(node *core.Node) cache.Class {
+	for _, st := range s.all() {
+		st.mu.Lock()
+		n, id := st.node, st.secrets
+		st.mu.Unlock()
+		if n == node {
+			return id
+		}
+	}
+	return ""
+}
+
 // Streams returns a copy of every stream's status, ordered by proxy.
 func (s *Streams) Status() []StreamStatus {
 	var out []StreamStatus

@@ -29,12 +29,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// registeringKubeSource is kubeSource with the workloads the pushers
-// register made into WorkloadEntries, removed grace after they leave.
-func registeringKubeSource(cluster string, cfg *rest.Config, grace time.Duration) source {
+// registeringKubeSource is kubeSource, of the namespaces inMesh selects
+// (nil: all), with the workloads the pushers register made into
+// WorkloadEntries, removed registrationGrace after they leave.
+func registeringKubeSource(cluster string, cfg *rest.Config, inMesh labels.Selector) source {
 	return func(ctx context.Context, in ingester) error {
-		return app.KubeSource{Etcd: in.etcd, Cluster: cluster, Kube: cfg, Election: in.election, Log: in.log,
-			Registrations: bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: grace}.Run(ctx)
+		return app.KubeSource{Etcd: in.etcd, Cluster: cluster, Kube: cfg, Election: in.election, Log: in.log, NamespaceSelector: inMesh,
+			Registrations: bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: registrationGrace}.Run(ctx)
 	}
 }
 
@@ -66,6 +67,11 @@ func vmAgentStream(t *testing.T, ads, caFile, cert, key, ns, group string) (stop
 	}
 	return stop, s, err
 }
+
+// The heartbeat and grace period of the registration tests: a loaded
+// machine delays a heartbeat by far less than the three it takes for a
+// pusher to be taken for gone.
+const registrationHeartbeat, registrationGrace = time.Second, time.Second
 
 var workloadEntries = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
 
@@ -104,8 +110,8 @@ func TestWorkloadGroupRegistersConnectedVMs(t *testing.T) {
 	cp := NewCluster(t, Options{
 		XDS:    server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
 		Policy: &identity.Policy{TrustDomain: "cluster.local", Required: true},
-		Tune:   func(_ int, p *app.Pusher) { p.Name, p.RegistrationHeartbeat = "pusher-0", 200*time.Millisecond },
-	}, registeringKubeSource("c1", kc.Config, time.Second))
+		Tune:   func(_ int, p *app.Pusher) { p.Name, p.RegistrationHeartbeat = "pusher-0", registrationHeartbeat },
+	}, registeringKubeSource("c1", kc.Config, nil))
 
 	agent := func(cert, key, group string) (func(), error) {
 		return vmAgent(t, cp.ads, ca.CertFile, cert, key, ns, group)
@@ -156,12 +162,16 @@ func TestWorkloadGroupRegistersConnectedVMs(t *testing.T) {
 		ca.CertFile, vmCert, vmKey)
 	allOn(t, client, vm.addr, "a client of the ServiceEntry reaches the registered VM")
 
-	// While connected, the pusher's heartbeats keep the entry for more
-	// than the grace period and three heartbeats.
-	time.Sleep(2 * time.Second)
-	if _, err := entry(); err != nil {
-		t.Fatalf("a connected VM's entry, after the grace period: %v", err)
-	}
+	// While connected, the pusher's heartbeats keep the entry past the
+	// span in which a silent pusher's would go (three heartbeats, the
+	// grace period, the registrar's one-second sweep), checked all along.
+	kept := time.Now().Add(3*registrationHeartbeat + registrationGrace + time.Second)
+	testutil.Eventually(t, 30*time.Second, "a connected VM's entry kept past a silent pusher's span", func() (bool, string) {
+		if _, err := entry(); err != nil {
+			t.Fatalf("a connected VM's entry went: %v", err)
+		}
+		return time.Now().After(kept), "kept so far"
+	})
 	disconnect()
 	testutil.Eventually(t, 20*time.Second, "the entry goes after the grace period", func() (bool, string) {
 		_, err := entry()
@@ -195,11 +205,8 @@ func TestRegistrationRefusedLaterEndsTheStream(t *testing.T) {
 	cp := NewCluster(t, Options{
 		XDS:    server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
 		Policy: &identity.Policy{TrustDomain: "cluster.local", Required: true},
-		Tune:   func(_ int, p *app.Pusher) { p.RegistrationHeartbeat = 200 * time.Millisecond },
-	}, func(ctx context.Context, in ingester) error {
-		return app.KubeSource{Etcd: in.etcd, Cluster: "c1", Kube: kc.Config, Election: in.election, Log: in.log, NamespaceSelector: inMesh,
-			Registrations: bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: time.Second}.Run(ctx)
-	})
+		Tune:   func(_ int, p *app.Pusher) { p.RegistrationHeartbeat = registrationHeartbeat },
+	}, registeringKubeSource("c1", kc.Config, inMesh))
 	stop, stream, err := vmAgentStream(t, cp.ads, ca.CertFile, otherCert, otherKey, ns, "vms")
 	if err != nil {
 		t.Fatalf("a VM whose registration no ingester answers: %v, want served", err)

@@ -307,3 +307,28 @@ func dialTLS(t *testing.T, addr, caFile, cert, key string) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestUnknownFieldAppliesTheRest: a VirtualService with a field this
+// version does not know (a newer Istio's) still routes a real grpc-go
+// client as its known fields say; refused, it would leave the client
+// spread over both versions. (The security policies, which such a field
+// refuses whole, are istio.TestUnknownFields'.)
+func TestUnknownFieldAppliesTheRest(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	dir := t.TempDir()
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b)))
+	cp := NewCluster(t, Options{}, yamlSource(dir))
+	conn := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
+	writeMesh(t, dir, "route.yaml", greeterSubsets+`---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: greeter, namespace: demo}
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  http:
+  - route:
+    - destination: {host: greeter, subset: v2}
+    retryBudget: {percent: 10}
+`)
+	allOn(t, conn, b.addr, "RPCs follow the VirtualService whose unknown field is warned of, to v2")
+}

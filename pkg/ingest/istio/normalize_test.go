@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/internal/golden"
+	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
 )
@@ -84,10 +85,7 @@ func TestWorkloadGroups(t *testing.T) {
 		},
 	} {
 		_, problems := istio.Normalize(inputs, istio.Options{Registration: registration})
-		var got []string
-		for _, p := range problems {
-			got = append(got, p.Error())
-		}
+		got := problemTexts(problems)
 		for _, w := range want {
 			if !slices.Contains(got, w) {
 				t.Errorf("registration %v: problems\n%s\nwant among them\n%s", registration, strings.Join(got, "\n"), w)
@@ -127,13 +125,19 @@ func TestUnknownFields(t *testing.T) {
 		"AuthorizationPolicy": `AuthorizationPolicy (AuthorizationPolicy shop/future): spec: unknown field "rules[0].from[0].source.newerField" (not a field of AuthorizationPolicy security.istio.io/v1; a field not understood could widen what it allows or changes, so the resource is refused)`,
 		"EnvoyFilter":         `EnvoyFilter (EnvoyFilter shop/future): spec: unknown field "configPatches[0].match.cluster.newerMatch" (not a field of EnvoyFilter networking.istio.io/v1alpha3; a field not understood could widen what it allows or changes, so the resource is refused)`,
 	}
-	var got []string
-	for _, p := range problems {
-		got = append(got, p.Error())
-	}
+	got := problemTexts(problems)
 	for kind, w := range want {
 		if !slices.Contains(got, w) {
 			t.Errorf("%s: problems\n%s\nwant\n%s", kind, strings.Join(got, "\n"), w)
 		}
 	}
+}
+
+// problemTexts are the problems as they are reported.
+func problemTexts(problems []ingest.Problem) []string {
+	out := make([]string, len(problems))
+	for i, p := range problems {
+		out[i] = p.Error()
+	}
+	return out
 }

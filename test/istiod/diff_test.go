@@ -433,9 +433,10 @@ func (a *applier) create(t *testing.T, ctx context.Context, obj *unstructured.Un
 	}
 }
 
-// startIstiod runs pilot-discovery against the apiserver and returns its
-// plaintext ADS address once it is ready.
-func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, settings string) string {
+// startIstiod runs pilot-discovery against the apiserver, with env added
+// to its environment, and returns its plaintext ADS address once it is
+// ready.
+func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, settings string, env ...string) string {
 	t.Helper()
 	mesh := filepath.Join(work, "mesh.yaml")
 	if err := os.WriteFile(mesh, []byte(settings), 0o644); err != nil {
@@ -448,6 +449,7 @@ func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, setti
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pilot-discovery"), args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "REVISION=default", "PILOT_ENABLE_ANALYSIS=false", "POD_NAME=istiod-0",
 		"PILOT_MAX_REQUESTS_PER_SECOND=1000")
+	cmd.Env = append(cmd.Env, env...)
 	startProcess(t, "istiod", cmd, work)
 	testutil.Eventually(t, time.Minute, "istiod ready", func() (bool, string) {
 		return ready("http://" + http + "/ready"), "not ready"

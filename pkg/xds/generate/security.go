@@ -189,13 +189,3 @@ func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode, agent bool) [
 	}
 	return []*listener.FilterChain{chain}
 }
-
-// needsTLSInspector reports whether some inbound port is PERMISSIVE.
-func needsTLSInspector(m *Mesh, sec Security) bool {
-	for port := range inboundPorts(m) {
-		if sec.MTLSMode(port) == meshv1.MTLSMode_MTLS_MODE_PERMISSIVE {
-			return true
-		}
-	}
-	return false
-}

@@ -204,12 +204,16 @@ func TestEnvoyInbound(t *testing.T) {
 	golden.CheckValid(t, "jwks-clusters.json", generate.JWKSClusters(sec))
 
 	l := inbound[0]
-	if len(l.ListenerFilters) != 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector" {
+	if len(l.ListenerFilters) < 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector" {
 		t.Errorf("listener filters %v: PERMISSIVE needs the TLS inspector", l.ListenerFilters)
 	}
-	// A port's TLS and plaintext chains, then the passthrough.
+	// A port's TLS and plaintext chains, then the passthrough's (see
+	// TestStrictPassthrough).
 	var tls, plain int
 	for _, fc := range l.FilterChains {
+		if fc.GetFilterChainMatch().GetDestinationPort() == nil {
+			continue
+		}
 		switch fc.GetFilterChainMatch().GetTransportProtocol() {
 		case "tls":
 			tls++

@@ -66,13 +66,10 @@ func tcpProxyFilter(statPrefix, clusterName string) *listener.Filter {
 // takes every outbound connection and hands it to the listener of its
 // original destination port, passing through what has none; 15006 takes
 // inbound connections to the workload, by their original destination
-// port, passing through what no inbound port matches.
+// port, passing through what no inbound port matches as the workload's
+// policies allow (see inboundPassthroughChains).
 func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
-	inboundFilters := []*listener.ListenerFilter{originalDstFilter()}
-	if needsTLSInspector(m, sec) {
-		inboundFilters = append(inboundFilters, &listener.ListenerFilter{Name: "envoy.filters.listener.tls_inspector",
-			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})}})
-	}
+	inbound := append(inboundChains(m, sec), inboundPassthroughChains(m, sec)...)
 	return []*listener.Listener{
 		{
 			Name:           VirtualOutboundListener,
@@ -86,11 +83,8 @@ func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
 		{
 			Name:            VirtualInboundListener,
 			Address:         socketAddress("0.0.0.0", virtualInboundPort),
-			ListenerFilters: inboundFilters,
-			FilterChains: append(inboundChains(m, sec), &listener.FilterChain{
-				Name:    InboundPassthroughCluster,
-				Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
-			}),
+			ListenerFilters: inboundListenerFilters(inbound),
+			FilterChains:    inbound,
 		},
 	}
 }

@@ -66,6 +66,7 @@ type options struct {
 	namespaces, namespacesFile                          string
 	scopeByProxies                                      bool
 	quiet, maxDelay, maxHold, linger, scopeGrace        time.Duration
+	storeCheck                                          time.Duration
 	registrationHeartbeat                               time.Duration
 }
 
@@ -107,6 +108,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.maxDelay, "debounce-max", time.Second, "longest a change waits for the quiet period")
 	fs.DurationVar(&o.registrationHeartbeat, "registration-heartbeat", 10*time.Second, "how often the workloads whose agents named a WorkloadGroup (AUTO_REGISTER_GROUP) are announced again to the ingesters while their streams last; an entry not announced for three of these is taken for disconnected")
 	fs.DurationVar(&o.linger, "cluster-linger", 5*time.Second, "how long a cluster a proxy no longer has is still served, so that the routes that stop naming it arrive first (negative: removed at once)")
+	fs.DurationVar(&o.storeCheck, "store-check", 5*time.Second, "how often to ask etcd whether it holds changes the change stream has not brought (a stuck relay, a broken stream: the pusher is then stale, behind the store) or went back (restored: the mesh is loaded again); negative: never")
 	fs.DurationVar(&o.maxHold, "debounce-max-hold", 5*time.Second, "longest a change waits while the last generation's pushes are still being written (under load, batches last as long as a wave of pushes)")
 	fs.DurationVar(&o.xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&o.xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
@@ -271,7 +273,7 @@ func run(ctx context.Context, args []string) error {
 	if o.adsClientCA != "" {
 		authenticated = &policy
 	}
-	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger,
+	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger, StoreCheck: o.storeCheck,
 		Name: o.name, RegistrationHeartbeat: o.registrationHeartbeat,
 		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Streams: status}.Build()
 	if err != nil {
@@ -283,6 +285,7 @@ func run(ctx context.Context, args []string) error {
 	// and a state of the status page), as a proxy is better served that
 	// than refused.
 	ready.Check("mesh loaded", func() bool { return ps.GeneratedRevision() > 0 })
+	ready.Detail(ps.StaleReason)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return built.Run(ctx) })
 	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis),
@@ -297,7 +300,7 @@ func run(ctx context.Context, args []string) error {
 	if readCredentials != nil {
 		g.Go(func() error { return readCredentials(ctx) })
 	}
-	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Status, Stale: ps.Stale})
+	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, StaleReason: ps.StaleReason})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,

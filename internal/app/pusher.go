@@ -40,8 +40,11 @@ type Pusher struct {
 	// Quiet, MaxDelay and MaxHold batch changes; ClusterLinger keeps
 	// removed clusters a while (see pusher.Config).
 	Quiet, MaxDelay, MaxHold, ClusterLinger time.Duration
-	Log                                     *slog.Logger
-	Registerer                              prometheus.Registerer
+	// StoreCheck is how often the pusher asks the store whether it holds
+	// changes the change stream has not brought (pusher.Config.StoreCheck).
+	StoreCheck time.Duration
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
 	// Streams, when set, records every proxy stream's versions
 	// (/debug/syncz); the built pusher then serves the cache's content per
 	// proxy (/debug/config_dump, CSDS).
@@ -169,7 +172,7 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	out.Pusher, err = pusher.New(pusher.Config{
 		RootNamespace: p.RootNamespace, NoAutoMTLS: p.XDS.Secrets == nil && !p.AgentCertificates, MeshOverrides: p.MeshOverrides, TrustDomain: p.TrustDomain,
 		AgentCertificates: p.AgentCertificates, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Tables: c, Localities: lc, Log: p.Log.With("part", "pusher"),
-		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger,
+		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger, StoreCheck: p.StoreCheck,
 	})
 	if err != nil {
 		return nil, err

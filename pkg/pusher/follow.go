@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -71,6 +73,19 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 		p.lostAt.Store(time.Now().UnixNano())
 		p.following.Store(false)
 	}()
+	// The store is checked beside the stream: events that stop coming
+	// while the store moves on, whatever the cause, are said (Stale), and
+	// a store that went back (restored) is loaded again.
+	ctx, reload := context.WithCancelCause(ctx)
+	var checker sync.WaitGroup
+	if sw, ok := p.cfg.Loader.(StoreWatcher); ok && p.cfg.StoreCheck > 0 {
+		checker.Go(func() { p.checkStore(ctx, sw, scope, reload) })
+	}
+	defer func() {
+		reload(nil)
+		checker.Wait()
+		p.behind.Store(0)
+	}()
 	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
 		if err := p.apply(ctx, ev); err != nil {
 			return err
@@ -79,9 +94,91 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 		return nil
 	}
 	if scope != nil {
-		return p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
+		err = p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
+	} else {
+		err = p.cfg.Feed.Consume(ctx, seq+1, fn)
 	}
-	return p.cfg.Feed.Consume(ctx, seq+1, fn)
+	if cause := context.Cause(ctx); errors.Is(cause, errReload) {
+		return cause
+	}
+	return err
+}
+
+// StoreWatcher is a Loader that can tell, cheaply, whether the store holds
+// changes after a revision (see store.Store.Ahead).
+type StoreWatcher interface {
+	Ahead(ctx context.Context, after int64, keep func(key string) bool, wait time.Duration) (first, current int64, err error)
+}
+
+// checkStore compares, every StoreCheck, what the pusher applied with what
+// the store holds: a change of its scope that the stream has not brought
+// by the next check makes the pusher behind the store (Stale, StaleReason)
+// from when it was first seen, until it is applied. A store whose revision
+// is below what the pusher applied, twice running, was restored from a
+// snapshot: the pass ends (reload) so that the mesh is loaded again, as
+// when the history no longer reaches what the pusher applied.
+func (p *Pusher) checkStore(ctx context.Context, sw StoreWatcher, scope []string, reload context.CancelCauseFunc) {
+	t := time.NewTicker(p.cfg.StoreCheck)
+	defer t.Stop()
+	keep := inScope(scope)
+	var checked, pending int64 // nothing unapplied up to checked; a change found unapplied
+	var foundAt time.Time
+	backwards := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		applied := p.state.revision()
+		if pending != 0 && applied >= pending {
+			pending = 0
+			p.behind.Store(0)
+		}
+		first, current, err := sw.Ahead(ctx, max(applied, checked, pending-1), keep, min(p.cfg.StoreCheck/2, 2*time.Second))
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, model.ErrCompacted):
+			reload(fmt.Errorf("%w: the store's history no longer reaches revision %d, the last applied: %v", errReload, applied, err))
+			return
+		case err != nil:
+			continue // the store is out of reach: nothing to compare with
+		case current < applied:
+			if backwards++; backwards >= 2 {
+				p.m.storeBack.Inc()
+				reload(fmt.Errorf("%w: the store's revision went back from %d to %d (restored from a snapshot?)", errReload, applied, current))
+				return
+			}
+			continue
+		}
+		backwards = 0
+		switch {
+		case first == 0:
+			checked, pending = current, 0
+			p.behind.Store(0)
+		case pending == 0:
+			pending, foundAt = first, time.Now() // confirmed, or not, at the next check
+		default:
+			if p.behind.Load() == 0 {
+				p.cfg.Log.Warn("behind the store: a change the change stream has not brought", "revision", pending, "applied", applied, "store_revision", current, "since", foundAt)
+			}
+			p.behindRev.Store(pending)
+			p.behind.Store(foundAt.UnixNano())
+		}
+	}
+}
+
+// inScope returns whether a store key is of a scope's objects (nil scope:
+// every key); a key that does not parse is, as its event would be followed.
+func inScope(scope []string) func(key string) bool {
+	if scope == nil {
+		return nil
+	}
+	return func(key string) bool {
+		k, err := model.ParseKey(key)
+		return err != nil || model.MeshWide(k.Kind) || slices.Contains(scope, k.Namespace)
+	}
 }
 
 // revisionJump is how far past the last applied revision an event may be

@@ -127,6 +127,10 @@ type Config struct {
 	MaxHold time.Duration
 	// RetryDelay is the pause before loading again after a failure. Default 1s.
 	RetryDelay time.Duration
+	// StoreCheck is how often the pusher asks the store, when the Loader
+	// can tell (StoreWatcher), whether it holds changes the change stream
+	// has not brought. Default 5s; negative never asks.
+	StoreCheck time.Duration
 	// CacheSize bounds the per-service generated resources kept. Default 100,000.
 	CacheSize int
 	// CacheBytes bounds them by their encoded size as well. Default 256 MiB.
@@ -176,6 +180,9 @@ func (c *Config) Validate() error {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
+	if c.StoreCheck == 0 {
+		c.StoreCheck = 5 * time.Second
+	}
 	if c.CacheBytes == 0 {
 		c.CacheBytes = 256 << 20
 	}
@@ -207,8 +214,12 @@ type Pusher struct {
 	following atomic.Bool  // the store is loaded and the stream followed
 	// lostAt is when the pusher last stopped following (its start before
 	// it first did), in Unix nanoseconds.
-	lostAt   atomic.Int64
-	consumed atomic.Uint64 // the stream sequence of the last event consumed
+	lostAt atomic.Int64
+	// behind is when a change the store holds and the stream has not
+	// brought was first seen (Unix nanoseconds; 0: none), behindRev its
+	// revision (see checkStore).
+	behind, behindRev atomic.Int64
+	consumed          atomic.Uint64 // the stream sequence of the last event consumed
 	// lru holds per-service generated resources by their inputs' versions.
 	lru *genCache
 	// settings are the mesh's stored settings of the last generation
@@ -296,6 +307,7 @@ type metrics struct {
 	scope       prometheus.Gauge
 	cacheBytes  prometheus.Gauge
 	drained     prometheus.Gauge
+	storeBack   prometheus.Counter
 }
 
 // New returns a Pusher.
@@ -353,11 +365,13 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
 			Help: "Namespaces whose objects a pusher serving some namespaces loads and follows (0: the whole mesh)."}),
+		storeBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_restores_total",
+			Help: "Times the store's revision was found below what the pusher applied (etcd restored from a snapshot): the mesh was loaded again."}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}
@@ -375,7 +389,7 @@ func New(cfg Config) (*Pusher, error) {
 	p.noteDrained()
 	if cfg.Registerer != nil {
 		stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_stale_seconds",
-			Help: "Seconds since the pusher last followed the store's changes (0 while it does): it serves what it generated last, which may be that old, and stays ready (etcd or NATS out of reach)."},
+			Help: "Seconds the pusher has been behind the store (0 while it is not): since it stopped following the store's changes (etcd or NATS out of reach), or since it first found a change in the store that the change stream has not brought (a stuck relay, a broken stream). It serves what it generated last, which may be that old, and stays ready."},
 			func() float64 { return p.Stale().Seconds() })
 		if err := cfg.Registerer.Register(stale); err != nil {
 			return nil, fmt.Errorf("pusher: register metrics: %w", err)
@@ -411,10 +425,27 @@ func (p *Pusher) Following() bool { return p.following.Load() }
 // while it does. What it serves may be that old. It stays ready: a proxy
 // is better served the last config than none.
 func (p *Pusher) Stale() time.Duration {
-	if p.following.Load() {
-		return 0
+	if !p.following.Load() {
+		return time.Since(time.Unix(0, p.lostAt.Load()))
 	}
-	return time.Since(time.Unix(0, p.lostAt.Load()))
+	if b := p.behind.Load(); b != 0 {
+		return time.Since(time.Unix(0, b))
+	}
+	return 0
+}
+
+// StaleReason says why the pusher is stale ("" when it is not): it does not
+// follow the change stream, or it follows it while the store holds a
+// change the stream has not brought.
+func (p *Pusher) StaleReason() string {
+	if !p.following.Load() {
+		return fmt.Sprintf("stale: not following the store's changes, serving the last config (for %s)", p.Stale().Round(time.Second))
+	}
+	if b := p.behind.Load(); b != 0 {
+		return fmt.Sprintf("stale: behind the store, its change at revision %d has not come on the change stream (for %s)",
+			p.behindRev.Load(), time.Since(time.Unix(0, b)).Round(time.Second))
+	}
+	return ""
 }
 
 // GeneratedRevision returns the store revision the served resources

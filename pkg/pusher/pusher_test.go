@@ -527,3 +527,99 @@ func run(t *testing.T, cfg Config, d time.Duration) (*Pusher, func()) {
 	synctest.Wait()
 	return p, func() { cancel(); <-done }
 }
+
+// watchingLoader is a scriptedLoader that also answers Ahead as its ahead
+// function says.
+type watchingLoader struct {
+	*scriptedLoader
+	mu    sync.Mutex
+	ahead func(after int64) (first, current int64)
+	asked int
+}
+
+func (l *watchingLoader) Ahead(_ context.Context, after int64, _ func(string) bool, _ time.Duration) (int64, int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.asked++
+	first, current := l.ahead(after)
+	return first, current, nil
+}
+
+func (l *watchingLoader) set(ahead func(after int64) (first, current int64)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ahead = ahead
+}
+
+// TestBehindTheStore: a change the store holds that the change stream does
+// not bring (a stuck relay) makes the pusher stale, behind the store, from
+// the check that found it, once the next check still finds it; it is no
+// longer once the change is applied. A passing lag (found once) is not
+// stale.
+func TestBehindTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &watchingLoader{scriptedLoader: &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+		}}, ahead: func(int64) (int64, int64) { return 0, 10 }}
+		p, err := New(Config{Loader: loader, Feed: &scriptedFeed{}, Tables: &recordingSink{}, StoreCheck: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if p.Stale() != 0 || p.StaleReason() != "" {
+			t.Fatalf("stale %s (%q) while nothing is ahead", p.Stale(), p.StaleReason())
+		}
+		// Revision 11 is in the store; the stream never brings it.
+		loader.set(func(after int64) (int64, int64) { return 11, 11 })
+		time.Sleep(1500 * time.Millisecond) // one check finds it
+		synctest.Wait()
+		if p.Stale() != 0 {
+			t.Errorf("stale %s after one check: a passing lag is not", p.Stale())
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got := p.Stale(); got < 10*time.Second || got > 11*time.Second {
+			t.Errorf("stale %s, want about 10.5s: since the first check found the change", got)
+		}
+		if r := p.StaleReason(); !strings.Contains(r, "behind the store") || !strings.Contains(r, "revision 11") {
+			t.Errorf("reason %q, want behind the store at revision 11", r)
+		}
+		// The relay is back: the store holds nothing the pusher lacks.
+		loader.set(func(after int64) (int64, int64) { return 0, 11 })
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if p.Stale() != 0 {
+			t.Errorf("stale %s (%q) after catching up", p.Stale(), p.StaleReason())
+		}
+		cancel()
+		<-done
+	})
+}
+
+// TestStoreRestoredIsLoadedAgain: a store whose revision is below what the
+// pusher applied (etcd restored from a snapshot), at two checks running,
+// is loaded again, and counted.
+func TestStoreRestoredIsLoadedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &watchingLoader{scriptedLoader: &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("b", 80)}, 5, nil },
+		}}, ahead: func(int64) (int64, int64) { return 0, 5 }}
+		sink := &recordingSink{}
+		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{}, Tables: sink, StoreCheck: time.Second}, 5*time.Second)
+		if loader.calls != 2 {
+			t.Errorf("loaded %d times, want 2: once more after the restore", loader.calls)
+		}
+		if got := sink.clusters(); len(got) != 1 || got[0] != "outbound|80||b.ns.svc.cluster.local" {
+			t.Errorf("serving clusters %v, want the restored store's", got)
+		}
+		if n := testutil.ToFloat64(p.m.storeBack); n != 1 {
+			t.Errorf("%v restores counted, want 1", n)
+		}
+		stop()
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -199,6 +200,45 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("store: revision: %w", err)
 	}
 	return resp.Header.Revision, nil
+}
+
+// Ahead looks for a change under the mesh prefix after revision after
+// whose key keep accepts (nil: any), up to the store's current revision:
+// it returns the first such change's revision (0: none) and the current
+// revision. It reads the changes since after from the store's history (a
+// watch that starts there), so it costs what changed since, not the
+// mesh's size; it waits at most wait for them. model.ErrCompacted: the
+// history no longer reaches back to after.
+func (s *Store) Ahead(ctx context.Context, after int64, keep func(key string) bool, wait time.Duration) (first, current int64, err error) {
+	current, err = s.Revision(ctx)
+	if err != nil || current <= after {
+		return 0, current, err
+	}
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), wait)
+	defer cancel()
+	for resp := range s.cli.Watch(wctx, model.Prefix, clientv3.WithPrefix(), clientv3.WithRev(after+1)) {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			return 0, current, fmt.Errorf("store: changes after %d, compacted at %d: %w", after, resp.CompactRevision, model.ErrCompacted)
+		}
+		if err := resp.Err(); err != nil {
+			return 0, current, fmt.Errorf("store: changes after %d: %w", after, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision > current {
+				return 0, current, nil
+			}
+			if keep == nil || keep(string(ev.Kv.Key)) {
+				return ev.Kv.ModRevision, current, nil
+			}
+			if ev.Kv.ModRevision == current {
+				return 0, current, nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, current, err
+	}
+	return 0, current, nil // no mesh change came within wait
 }
 
 // Confirm reports whether the store committed ev: a change of its key at

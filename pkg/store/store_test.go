@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,5 +200,57 @@ func TestWritesAtAStaleRevisionReadTheCurrentOne(t *testing.T) {
 	}
 	if items, _, _, _ := s.List(ctx); len(items) != 0 {
 		t.Fatalf("store holds %v, want nothing", items)
+	}
+}
+
+// TestAhead: the first mesh change after a revision that a filter keeps,
+// up to the store's current revision, read from the store's history; none
+// when only other keys (outside the mesh, or filtered out) changed;
+// model.ErrCompacted when the history no longer reaches back.
+func TestAhead(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	ctx := testutil.Context(t)
+	s := store.New(cli)
+	a := model.Key{Kind: model.KindService, Namespace: "ns", Name: "a"}
+	b := model.Key{Kind: model.KindService, Namespace: "other", Name: "b"}
+	_, from, err := s.Put(ctx, a, service(time.Now(), 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, current, err := s.Ahead(ctx, from, nil, 5*time.Second); err != nil || first != 0 || current != from {
+		t.Errorf("nothing after %d: first %d, current %d, %v; want 0, %d", from, first, current, err, from)
+	}
+	// A write outside the mesh moves the revision, not the mesh.
+	if _, err := cli.Put(ctx, "/shardpilot/leader/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	_, atB, err := s.Put(ctx, b, service(time.Now(), 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, atA, err := s.Put(ctx, a, service(time.Now(), 81))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyNS := func(key string) bool { return strings.HasPrefix(key, "/mesh/v1/services/ns/") }
+	for name, tc := range map[string]struct {
+		keep  func(string) bool
+		after int64
+		want  int64
+	}{
+		"any change":             {nil, from, atB},
+		"the namespace's change": {onlyNS, from, atA},
+		"none past the last":     {nil, atA, 0},
+	} {
+		first, current, err := s.Ahead(ctx, tc.after, tc.keep, 5*time.Second)
+		if err != nil || first != tc.want || current != atA {
+			t.Errorf("%s: first %d, current %d, %v; want %d, %d", name, first, current, err, tc.want, atA)
+		}
+	}
+	if _, err := cli.Compact(ctx, atA); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Ahead(ctx, from, nil, 5*time.Second); !errors.Is(err, model.ErrCompacted) {
+		t.Errorf("after a compaction: %v, want model.ErrCompacted", err)
 	}
 }

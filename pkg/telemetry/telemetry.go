@@ -70,7 +70,10 @@ func (r *Readiness) details() string {
 	if detail == nil {
 		return ""
 	}
-	return detail() + "\n"
+	if line := detail(); line != "" {
+		return line + "\n"
+	}
+	return ""
 }
 
 // NewReadiness returns a Readiness waiting on the named conditions.

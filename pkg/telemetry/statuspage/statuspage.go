@@ -56,6 +56,8 @@ type Config struct {
 	// Stale, when set, says how long a pusher has not followed the store
 	// (0 while it does): the page shows it as a state of its own.
 	Stale func() time.Duration
+	// StaleReason, when set, says why (shown beside Stale).
+	StaleReason func() string
 	// Every is how often the registry is sampled (default 5s), Window the
 	// span each point's quantiles cover (default 1m) and Keep how far back
 	// the charts go (default 15m).
@@ -245,6 +247,7 @@ type view struct {
 	Rejected      []Rejected
 	RejectedTotal string
 	Stale         string
+	StaleReason   string
 }
 
 type proxyRow struct {
@@ -279,6 +282,10 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.Stale != nil {
 		if d := p.cfg.Stale(); d > 0 {
 			v.Stale = d.Round(time.Second).String()
+			v.StaleReason = "stale: not following the store, serving the last config"
+			if p.cfg.StaleReason != nil {
+				v.StaleReason = p.cfg.StaleReason()
+			}
 		}
 	}
 	if p.cfg.Streams != nil {

@@ -122,6 +122,7 @@ type options struct {
 	meshDir, meshNamespace, domainSuffix, kubeconfigs, nsSelector, leaderID, signingKeyFile string
 	gatewayControllers                                                                      string
 	leaderTTL, syncMax, zkSession, registrationGrace                                        time.Duration
+	relayRepairAfter                                                                        time.Duration
 	yamlMaxFile                                                                             int64
 	ensembles, dubboRoots, curatorRoots, zkNamespace, zkHosts                               string
 	hook                                                                                    injectFlags
@@ -154,6 +155,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&o.syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
 	fs.DurationVar(&o.registrationGrace, "registration-grace", 10*time.Second, "how long the WorkloadEntry of an auto-registered workload (an agent naming a WorkloadGroup) outlives its connection to the pushers, so that a reconnecting workload keeps it")
+	fs.DurationVar(&o.relayRepairAfter, "relay-repair-after", 30*time.Second, "how long the bus may refuse every publish before the relay starts a new history of the stream (a RESYNC every pusher obeys, fresh de-duplication ids) instead of retrying the same write")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 }
 
@@ -301,7 +303,7 @@ func run(ctx context.Context, args []string) error {
 	// each leading its fair share, so that ingest scales past one leader.
 	election := app.Election{ID: o.leaderID, TTL: o.leaderTTL, Share: &app.Share{Etcd: conns.Etcd, Role: "ingester", Every: o.leaderTTL / 2, Log: log}}
 	ready := telemetry.NewReadiness()
-	rl, err := app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: busCfg, Election: election, Log: log, Registerer: reg}.Build()
+	rl, err := app.Relay{Etcd: conns.Etcd, NATS: conns.NATS, Bus: busCfg, Election: election, Log: log, Registerer: reg, RepairAfter: o.relayRepairAfter}.Build()
 	if err != nil {
 		return err
 	}

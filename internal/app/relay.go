@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,8 @@ type Relay struct {
 	Election   Election
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	// RepairAfter is relay.Config.RepairAfter.
+	RepairAfter time.Duration
 }
 
 // BuiltRelay is a relay built and ready to run: the caller reads its
@@ -35,7 +38,7 @@ func (r Relay) Build() (*BuiltRelay, error) {
 	if err != nil {
 		return nil, err
 	}
-	rl, err := relay.New(relay.Config{Watcher: store.New(r.Etcd), Publisher: b, Log: r.Log.With("part", "relay"), Registerer: r.Registerer})
+	rl, err := relay.New(relay.Config{Watcher: store.New(r.Etcd), Publisher: b, Log: r.Log.With("part", "relay"), Registerer: r.Registerer, RepairAfter: r.RepairAfter})
 	if err != nil {
 		return nil, err
 	}

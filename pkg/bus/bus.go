@@ -92,11 +92,13 @@ const SignatureHeader = "Shardpilot-Signature"
 
 // Bus publishes and consumes change events.
 type Bus struct {
-	js     jetstream.JetStream
-	stream string
-	config jetstream.StreamConfig
-	sign   ed25519.PrivateKey
-	verify []ed25519.PublicKey
+	js jetstream.JetStream
+	// maxPayload is the largest message the server takes.
+	maxPayload func() int64
+	stream     string
+	config     jetstream.StreamConfig
+	sign       ed25519.PrivateKey
+	verify     []ed25519.PublicKey
 }
 
 // New returns a Bus on cfg's stream; it does no I/O. Only the stream's
@@ -114,7 +116,7 @@ func New(nc *nats.Conn, cfg Config) (*Bus, error) {
 	if maxMsgs == 0 {
 		maxMsgs = -1
 	}
-	b := &Bus{js: js, stream: cfg.Stream, sign: cfg.Sign, verify: cfg.Verify, config: jetstream.StreamConfig{
+	b := &Bus{js: js, maxPayload: nc.MaxPayload, stream: cfg.Stream, sign: cfg.Sign, verify: cfg.Verify, config: jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{SubjectPrefix + ".>"},
 		Retention:  jetstream.LimitsPolicy,
@@ -157,11 +159,30 @@ func (b *Bus) Check(ctx context.Context) error {
 	return nil
 }
 
-// message makes the NATS message of an event, signed when the bus signs.
+// headerRoom is what a message's headers (its id, the expected last id,
+// the signature) may take of the server's payload limit.
+const headerRoom = 4 << 10
+
+// message makes the NATS message of an event, signed when the bus signs;
+// a PUT whose value would take the message past the server's payload
+// limit is carried by reference (ChangeEvent.by_reference).
 func (b *Bus) message(ev *meshv1.ChangeEvent) (*nats.Msg, error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+	}
+	limit := b.maxPayload()
+	if limit <= 0 {
+		limit = 1 << 20 // NATS's default, until the server said its own
+	}
+	if int64(len(data)) > limit-headerRoom && ev.Type == meshv1.ChangeEvent_TYPE_PUT {
+		// Too large for the bus: the event names the key and revision,
+		// and the consumer reads the value from the store.
+		ref := proto.CloneOf(ev)
+		ref.Value, ref.ByReference = nil, true
+		if data, err = proto.Marshal(ref); err != nil {
+			return nil, fmt.Errorf("bus: encode event %d: %w", ev.Revision, err)
+		}
 	}
 	msg := &nats.Msg{Subject: Subject(ev), Data: data, Header: nats.Header{}}
 	if b.sign != nil {
@@ -211,16 +232,38 @@ func Subject(ev *meshv1.ChangeEvent) string {
 		return SubjectPrefix + "._resync"
 	}
 	k, err := model.ParseKey(ev.Key)
-	if err != nil {
+	if err != nil || !token(k.Namespace) {
+		// A subject NATS would refuse, or one of several tokens that a
+		// scope's filter would not take: the consumers of every scope
+		// follow this one.
 		return SubjectPrefix + "._unknown"
 	}
 	return SubjectPrefix + "." + string(k.Kind) + "." + k.Namespace
 }
 
+// token reports whether s is one subject token NATS takes as it is: not
+// empty, no separator, wildcard, space or control character.
+func token(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '.' || r == '*' || r == '>' {
+			return false
+		}
+	}
+	return true
+}
+
 // MsgID returns the de-duplication id of an event: its revision, with the
-// event's index when the revision holds several events.
+// event's index when the revision holds several events, and its epoch
+// after the first.
 func MsgID(ev *meshv1.ChangeEvent) string {
 	id := strconv.FormatInt(ev.Revision, 10)
+	if ev.Epoch != 0 {
+		// A later history of the store (restored) reuses revisions.
+		id = "e" + strconv.FormatInt(ev.Epoch, 10) + "." + id
+	}
 	switch {
 	case ev.Type == meshv1.ChangeEvent_TYPE_RESYNC && ev.Index != 0:
 		return "resync-" + id + "." + strconv.Itoa(int(ev.Index))
@@ -241,9 +284,22 @@ func (b *Bus) Publish(ctx context.Context, ev *meshv1.ChangeEvent) (duplicate bo
 	}
 	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(ev)))
 	if err != nil {
-		return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+		return false, publishError(ev, err)
 	}
 	return ack.Duplicate, nil
+}
+
+// publishError wraps a failed publish, marking with model.ErrNotStored the
+// failures where the bus answered and refused (a JetStream API error such
+// as a wrong last message id or no resources; a message over the payload
+// limit or on a subject the server refuses) from those where it did not
+// answer.
+func publishError(ev *meshv1.ChangeEvent, err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+		return fmt.Errorf("bus: publish revision %d: %w (%w)", ev.Revision, err, model.ErrNotStored)
+	}
+	return fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
 }
 
 // asyncAckTimeout bounds the wait for the answer to a publish that does
@@ -263,14 +319,14 @@ func (b *Bus) PublishAfter(ev, after *meshv1.ChangeEvent) (ack func(context.Cont
 	f, err := b.js.PublishMsgAsync(msg,
 		jetstream.WithMsgID(MsgID(ev)), jetstream.WithExpectLastMsgID(MsgID(after)))
 	if err != nil {
-		return nil, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+		return nil, publishError(ev, err)
 	}
 	return func(ctx context.Context) (bool, error) {
 		select {
 		case a := <-f.Ok():
 			return a.Duplicate, nil
 		case err := <-f.Err():
-			return false, fmt.Errorf("bus: publish revision %d: %w", ev.Revision, err)
+			return false, publishError(ev, err)
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}

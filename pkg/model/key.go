@@ -212,6 +212,11 @@ var ErrGap = errors.New("model: gap in the change stream")
 // store.
 var ErrRefused = errors.New("model: change event refused")
 
+// ErrNotStored says the bus answered a publish and did not store the event
+// (its stream refused the write, its server the message): unlike a bus out
+// of reach, retrying the same publish may never succeed.
+var ErrNotStored = errors.New("model: the bus did not store the event")
+
 // Stored is one object as the store holds it.
 type Stored struct {
 	Key         Key

@@ -204,35 +204,73 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 		}
 	}
 	if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC {
-		if ev.Revision > p.state.revision() {
+		switch {
+		case ev.Restored:
+			return fmt.Errorf("%w: resync at revision %d: the store's history is a new one (restored)", errReload, ev.Revision)
+		case ev.Revision > p.state.revision():
 			return fmt.Errorf("%w: resync at revision %d", errReload, ev.Revision)
 		}
 		return nil
 	}
 	k, err := model.ParseKey(ev.Key)
-	if err == nil {
-		var changed bool
-		var obj model.Object
-		changed, obj, err = p.state.apply(k, ev)
-		if err == nil {
-			if !changed {
-				p.m.events.WithLabelValues("skipped").Inc()
-				return nil
-			}
-			p.m.events.WithLabelValues("applied").Inc()
-			if err := p.rescope(k, obj); err != nil {
-				return err
-			}
-			observed := time.Now() // a delete: observed when it arrives
-			if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
-				observed = obj.GetOrigin().GetObservedAt().AsTime()
-				p.m.applyLag.Observe(time.Since(observed).Seconds())
-			}
-			p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
-			return nil
+	if err != nil {
+		// The store's List leaves it out too: reloading would not bring
+		// it, and it would cost a load for each such key.
+		p.m.events.WithLabelValues("invalid").Inc()
+		p.cfg.Log.Warn("change event of a key that is not a mesh object's refused", "key", ev.Key, "revision", ev.Revision, "reason", err)
+		return nil
+	}
+	if ev.ByReference {
+		if ev, err = p.dereference(ctx, ev); err != nil {
+			return err
 		}
 	}
-	// Its change would be lost: read the store again instead.
-	p.m.events.WithLabelValues("invalid").Inc()
-	return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
+	changed, obj, err := p.state.apply(k, ev)
+	if err != nil {
+		// Its change would be lost: read the store again instead.
+		p.m.events.WithLabelValues("invalid").Inc()
+		return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
+	}
+	if !changed {
+		p.m.events.WithLabelValues("skipped").Inc()
+		return nil
+	}
+	p.m.events.WithLabelValues("applied").Inc()
+	if err := p.rescope(k, obj); err != nil {
+		return err
+	}
+	observed := time.Now() // a delete: observed when it arrives
+	if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
+		observed = obj.GetOrigin().GetObservedAt().AsTime()
+		p.m.applyLag.Observe(time.Since(observed).Seconds())
+	}
+	p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
+	return nil
+}
+
+// ValueReader reads a key's current value from the store, for the events
+// the bus carries by reference (too large for it).
+type ValueReader interface {
+	Value(ctx context.Context, key string) (value []byte, modRev int64, err error)
+}
+
+// dereference returns the event an event carried by reference stands for:
+// the key's value as the store holds it now, at its mod revision (a later
+// one than the event's when the key changed since: its own event is then
+// older than what the state holds and is skipped), or a DELETE at the
+// event's revision when the key is gone.
+func (p *Pusher) dereference(ctx context.Context, ev *meshv1.ChangeEvent) (*meshv1.ChangeEvent, error) {
+	vr, ok := p.cfg.Loader.(ValueReader)
+	if !ok {
+		return nil, fmt.Errorf("%w: change event %s at revision %d is carried by reference, and the loader reads no values", errReload, ev.Key, ev.Revision)
+	}
+	value, modRev, err := vr.Value(ctx, ev.Key)
+	if err != nil {
+		return nil, err
+	}
+	if value == nil {
+		return &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: ev.Key, Revision: ev.Revision}, nil
+	}
+	p.m.byReference.Inc()
+	return &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Key: ev.Key, Revision: max(modRev, ev.Revision), Value: value}, nil
 }

@@ -308,6 +308,7 @@ type metrics struct {
 	cacheBytes  prometheus.Gauge
 	drained     prometheus.Gauge
 	storeBack   prometheus.Counter
+	byReference prometheus.Counter
 }
 
 // New returns a Pusher.
@@ -365,13 +366,15 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
 			Help: "Namespaces whose objects a pusher serving some namespaces loads and follows (0: the whole mesh)."}),
+		byReference: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_events_by_reference_total",
+			Help: "Change events carried by reference (their value too large for the bus), whose value the pusher read from the store."}),
 		storeBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_restores_total",
 			Help: "Times the store's revision was found below what the pusher applied (etcd restored from a snapshot): the mesh was loaded again."}),
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack, m.byReference} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}

@@ -151,6 +151,8 @@ func TestPusherReloadsOnGapAndResync(t *testing.T) {
 	tests := map[string]feedBatch{
 		"a gap in the stream":    {end: model.ErrGap},
 		"a resync past the load": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: 20}}},
+		// etcd restored: the relay's new history starts below the load.
+		"a restored resync below the load": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: 5, Restored: true, Epoch: 7}}},
 		// An event that cannot be applied would lose its change.
 		"an event that does not decode": {events: []*meshv1.ChangeEvent{nil}},
 		"a value that does not decode": {events: []*meshv1.ChangeEvent{{Type: meshv1.ChangeEvent_TYPE_PUT,
@@ -619,6 +621,48 @@ func TestStoreRestoredIsLoadedAgain(t *testing.T) {
 		}
 		if n := testutil.ToFloat64(p.m.storeBack); n != 1 {
 			t.Errorf("%v restores counted, want 1", n)
+		}
+		stop()
+	})
+}
+
+// valueLoader is a scriptedLoader that reads values, as the store does for
+// events carried by reference.
+type valueLoader struct {
+	*scriptedLoader
+	values map[string]model.Stored
+}
+
+func (l *valueLoader) Value(_ context.Context, key string) ([]byte, int64, error) {
+	st, ok := l.values[key]
+	if !ok {
+		return nil, 0, nil
+	}
+	v, err := model.Encode(st.Object)
+	return v, st.ModRevision, err
+}
+
+// TestEventByReference: an event whose value was too large for the bus is
+// applied with the value the store holds (at its mod revision, a later one
+// when the key changed since); one whose key is gone is a delete.
+func TestEventByReference(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := stored("b", 80)
+		b.ModRevision = 14
+		loader := &valueLoader{scriptedLoader: &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+		}}, values: map[string]model.Stored{b.Key.String(): b}}
+		feed := &scriptedFeed{batches: []feedBatch{{events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: b.Key.String(), Revision: 12, ByReference: true},
+			{Type: meshv1.ChangeEvent_TYPE_PUT, Key: "/mesh/v1/services/ns/a", Revision: 13, ByReference: true},
+		}}}}
+		sink := &recordingSink{}
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink}, 5*time.Second)
+		if got := sink.clusters(); len(got) != 1 || got[0] != "outbound|80||b.ns.svc.cluster.local" {
+			t.Errorf("serving clusters %v, want b's (read from the store) and a's gone (no longer there)", got)
+		}
+		if n := testutil.ToFloat64(p.m.byReference); n != 1 {
+			t.Errorf("%v events read by reference, want 1", n)
 		}
 		stop()
 	})

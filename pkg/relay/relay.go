@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +57,11 @@ type Config struct {
 	// CheckEvery is how often the relay checks, while it follows the
 	// store, that the stream is still there as it made it. Default 5s.
 	CheckEvery time.Duration
+	// RepairAfter is how long the relay may fail to publish before it
+	// repairs the stream instead of retrying: it starts a new history (a
+	// RESYNC at the store's revision, with fresh de-duplication ids) that
+	// every pusher obeys. Default 30s.
+	RepairAfter time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -78,6 +81,12 @@ func (c *Config) Validate() error {
 	if c.CheckEvery == 0 {
 		c.CheckEvery = 5 * time.Second
 	}
+	if c.RepairAfter == 0 {
+		c.RepairAfter = 30 * time.Second
+	}
+	if c.CheckEvery < 0 || c.RepairAfter < 0 {
+		return fmt.Errorf("relay: check interval %s, repair after %s: want positive durations", c.CheckEvery, c.RepairAfter)
+	}
 	if c.CheckEvery < 0 {
 		return fmt.Errorf("relay: check interval %s: want a positive duration", c.CheckEvery)
 	}
@@ -91,13 +100,36 @@ func (c *Config) Validate() error {
 type Relay struct {
 	cfg Config
 	m   metrics
-	// failing is set from a failure until the relay follows the store again.
+	// failing is set from a failure until the relay shows it follows the
+	// store again: a publish answered, or a check interval without failure.
 	failing atomic.Bool
+	// progress is when the relay last made progress (Unix nanoseconds):
+	// it published, or it followed the store a check interval without
+	// failing.
+	progress atomic.Int64
+	// epoch is the history of the store the relay publishes (see
+	// meshv1.ChangeEvent.epoch), owned by Run's goroutine.
+	epoch int64
 }
 
 // Healthy reports whether the relay is following the store (it has not
-// failed since it last resumed).
+// failed since it last made progress).
 func (r *Relay) Healthy() bool { return !r.failing.Load() }
+
+// Stuck returns how long the relay has failed without progress (0 while it
+// is healthy).
+func (r *Relay) Stuck() time.Duration {
+	if !r.failing.Load() {
+		return 0
+	}
+	return time.Since(time.Unix(0, r.progress.Load()))
+}
+
+// advanced records progress.
+func (r *Relay) advanced() {
+	r.progress.Store(time.Now().UnixNano())
+	r.failing.Store(false)
+}
 
 type metrics struct {
 	published   prometheus.Counter
@@ -105,6 +137,7 @@ type metrics struct {
 	resyncs     prometheus.Counter
 	failures    prometheus.Counter
 	unconfirmed prometheus.Counter
+	repairs     *prometheus.CounterVec
 	revision    prometheus.Gauge
 }
 
@@ -124,17 +157,24 @@ func New(cfg Config) (*Relay, error) {
 			Help: "Times the relay stopped on an error and started again."}),
 		unconfirmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_relay_unconfirmed_events_total",
 			Help: "Times the stream's last event was not one the store committed (forged, or from another store): the relay resynchronised instead of resuming after it."}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_relay_repairs_total",
+			Help: "Times the relay started a new history of the stream (a RESYNC every pusher obeys, fresh de-duplication ids), by reason: restored (the stream's last event is not one the store committed: etcd restored, or a foreign event), stuck (the bus refused every publish for --relay-repair-after)."}, []string{"reason"}),
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_relay_published_revision",
 			Help: "Store revision of the last published event."}),
 	}
+	r := &Relay{cfg: cfg, m: m}
+	r.progress.Store(time.Now().UnixNano())
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.published, m.duplicates, m.resyncs, m.failures, m.unconfirmed, m.revision} {
+		stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_relay_stuck_seconds",
+			Help: "Seconds the relay has failed without publishing (0 while it follows the store); past --relay-repair-after it repairs the stream."},
+			func() float64 { return r.Stuck().Seconds() })
+		for _, c := range []prometheus.Collector{m.published, m.duplicates, m.resyncs, m.failures, m.unconfirmed, m.repairs, m.revision, stuck} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("relay: register metrics: %w", err)
 			}
 		}
 	}
-	return &Relay{cfg: cfg, m: m}, nil
+	return r, nil
 }
 
 // Run relays until ctx is done. It returns nil on cancellation. The relay
@@ -155,7 +195,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		r.m.failures.Inc()
 		r.failing.Store(true)
-		r.cfg.Log.Warn("relay stopped; starting again", "err", err, "retry_in", r.cfg.RetryDelay)
+		r.cfg.Log.Warn("relay stopped; starting again", "err", err, "retry_in", r.cfg.RetryDelay, "stuck_for", r.Stuck().Round(time.Second))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -166,6 +206,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		// event against the store.
 		if err := r.bounded(ctx, r.cfg.Publisher.Ensure); err != nil && ctx.Err() == nil {
 			r.cfg.Log.Warn("cannot make the stream", "err", err)
+		}
+		// Refused that long, the same write would be refused for ever (a
+		// stream that refuses every write, a message it cannot take, ids
+		// it takes for others): start a new history instead. A bus out
+		// of reach is waited for: its stream resumes where it stopped.
+		if stuck := r.Stuck(); stuck >= r.cfg.RepairAfter && errors.Is(err, model.ErrNotStored) {
+			if err := r.repair(ctx, "stuck", fmt.Sprintf("no publish succeeded for %s; last error: %v", stuck.Round(time.Second), err)); err != nil && !errors.Is(err, errResynced) && ctx.Err() == nil {
+				r.cfg.Log.Error("cannot repair the stream", "err", err)
+			}
 		}
 	}
 }
@@ -196,6 +245,7 @@ func (r *Relay) relay(ctx context.Context) error {
 		// Nothing was ever published: consumers must start from the store.
 		return r.resync(ctx, "empty stream")
 	}
+	r.epoch = last.Epoch
 	// Resume only after an event the store committed: one forged far
 	// ahead would make the relay skip every real change up to it.
 	reason, err := r.cfg.Watcher.Confirm(ctx, last)
@@ -208,7 +258,6 @@ func (r *Relay) relay(ctx context.Context) error {
 		return r.unconfirmed(ctx, fmt.Sprintf("last event %s@%d: %s", last.Key, last.Revision, reason))
 	}
 	from, skip := resumePoint(last)
-	r.failing.Store(false)
 	r.m.revision.Set(float64(last.Revision))
 	r.cfg.Log.Info("relay resuming", "after_revision", from, "last_event", fmt.Sprintf("%s@%d", last.Key, last.Revision))
 
@@ -221,6 +270,7 @@ func (r *Relay) relay(ctx context.Context) error {
 		ack func(context.Context) (bool, error)
 	}
 	inFlight := make(chan pending, r.cfg.Window)
+	var unacked atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		for {
@@ -232,6 +282,8 @@ func (r *Relay) relay(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				unacked.Add(-1)
+				r.advanced()
 				if dup {
 					r.m.duplicates.Inc()
 				}
@@ -243,13 +295,18 @@ func (r *Relay) relay(ctx context.Context) error {
 	g.Go(func() error {
 		t := time.NewTicker(r.cfg.CheckEvery)
 		defer t.Stop()
-		for {
+		for ticks := 1; ; ticks++ {
 			select {
 			case <-gctx.Done():
 				return nil
 			case <-t.C:
 				if err := r.bounded(gctx, r.cfg.Publisher.Check); err != nil && gctx.Err() == nil {
 					return err
+				}
+				// Following for two checks with nothing unanswered: a
+				// pass that fails at its first publish never gets here.
+				if ticks >= 2 && unacked.Load() == 0 {
+					r.advanced()
 				}
 			}
 		}
@@ -261,6 +318,8 @@ func (r *Relay) relay(ctx context.Context) error {
 				if ev.Revision == from+1 && ev.Index <= skip {
 					continue
 				}
+				ev.Epoch = r.epoch
+				unacked.Add(1)
 				ack, err := r.cfg.Publisher.PublishAfter(ev, prev)
 				if err != nil {
 					return err
@@ -292,35 +351,57 @@ func resumePoint(last *meshv1.ChangeEvent) (from int64, skip int32) {
 	return last.Revision, -1
 }
 
-// unconfirmed resynchronises after a last event the store did not commit,
-// loudly: the stream was written by someone else than the relay.
+// unconfirmed starts a new history after a last event the store did not
+// commit, loudly: the store was restored from a snapshot (its revisions
+// went back), or someone else than the relay wrote the stream.
 func (r *Relay) unconfirmed(ctx context.Context, why string) error {
 	r.m.unconfirmed.Inc()
 	r.failing.Store(true)
-	r.cfg.Log.Error("the stream's last event is not one the store committed; resynchronising instead of resuming after it", "reason", why)
-	// A RESYNC at this revision may already be in the stream, before the
-	// foreign event: a fresh index keeps this one from being taken for it.
-	return r.resyncAs(ctx, "unconfirmed last event", rand.Int32N(math.MaxInt32)+1)
+	r.cfg.Log.Error("the stream's last event is not one the store committed (etcd restored, or a foreign event): starting a new history every pusher reloads", "reason", why)
+	return r.repair(ctx, "restored", why)
+}
+
+// repair starts a new history of the stream: a RESYNC at the store's
+// revision in a new epoch, so that its events' de-duplication ids are new
+// (a restored store reuses revisions the stream's window still holds), and
+// marked restored when the store's history is not the stream's, so that
+// every pusher reloads whatever revision it holds. The next pass follows
+// the store from there.
+func (r *Relay) repair(ctx context.Context, reason, why string) error {
+	epoch := max(r.epoch+1, time.Now().UnixMilli())
+	if err := r.publishResync(ctx, epoch, reason == "restored"); err != nil {
+		return err
+	}
+	r.epoch = epoch
+	r.m.repairs.WithLabelValues(reason).Inc()
+	r.cfg.Log.Warn("relay repaired the stream: a new history from the store's revision", "reason", reason, "why", why, "epoch", epoch)
+	return errResynced
 }
 
 // resync publishes a RESYNC at the store's current revision; the next pass
 // follows the store from there.
-func (r *Relay) resync(ctx context.Context, why string) error { return r.resyncAs(ctx, why, 0) }
+func (r *Relay) resync(ctx context.Context, why string) error {
+	if err := r.publishResync(ctx, r.epoch, false); err != nil {
+		return err
+	}
+	r.cfg.Log.Info("relay published resync", "reason", why)
+	return errResynced
+}
 
-// resyncAs publishes a RESYNC with an index (0 for the one a revision's
-// resyncs share, so that two relays' are one).
-func (r *Relay) resyncAs(ctx context.Context, why string, index int32) error {
+// publishResync publishes a RESYNC at the store's current revision.
+func (r *Relay) publishResync(ctx context.Context, epoch int64, restored bool) error {
 	rev, err := r.cfg.Watcher.Revision(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := r.cfg.Publisher.Publish(ctx, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: rev, Index: index}); err != nil {
+	ev := &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_RESYNC, Revision: rev, Epoch: epoch, Restored: restored}
+	if _, err := r.cfg.Publisher.Publish(ctx, ev); err != nil {
 		return err
 	}
 	r.m.resyncs.Inc()
-	r.failing.Store(false)
-	r.cfg.Log.Info("relay published resync", "revision", rev, "reason", why)
-	return errResynced
+	r.m.revision.Set(float64(rev))
+	r.advanced()
+	return nil
 }
 
 // errResynced ends a pass after a resync so the next pass resumes from it.

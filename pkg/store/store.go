@@ -241,6 +241,19 @@ func (s *Store) Ahead(ctx context.Context, after int64, keep func(key string) bo
 	return 0, current, nil // no mesh change came within wait
 }
 
+// Value returns a mesh key's current value and mod revision (nil and 0
+// when it does not exist): what an event carried by reference names.
+func (s *Store) Value(ctx context.Context, key string) ([]byte, int64, error) {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
 // Confirm reports whether the store committed ev: a change of its key at
 // its revision, with its content (a RESYNC: a revision the store has
 // reached). It returns a reason when it did not, and model.ErrCompacted
@@ -281,7 +294,7 @@ func (s *Store) Confirm(ctx context.Context, ev *meshv1.ChangeEvent) (reason str
 		if kv == nil || kv.ModRevision != ev.Revision {
 			return fmt.Sprintf("%s was not written at revision %d", ev.Key, ev.Revision), nil
 		}
-		if !bytes.Equal(kv.Value, ev.Value) {
+		if !ev.ByReference && !bytes.Equal(kv.Value, ev.Value) {
 			return fmt.Sprintf("%s at revision %d holds other content", ev.Key, ev.Revision), nil
 		}
 		return "", nil

@@ -91,8 +91,21 @@ type ChangeEvent struct {
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	// index and count place the event among the events of its revision
 	// (index counts from 0).
-	Index         int32 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
-	Count         int32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	Index int32 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	Count int32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// epoch numbers the stream's histories of the store: the relay starts a
+	// new one when the stream's last event is not one the store committed
+	// (the store restored from a snapshot, its revisions gone back), so that
+	// the de-duplication ids of the new history (see bus.MsgID) do not clash
+	// with the old one's.
+	Epoch int64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// restored, on a RESYNC, says the store's history is not the one the
+	// stream carried before it: every consumer reloads, whatever revision it
+	// holds.
+	Restored bool `protobuf:"varint,8,opt,name=restored,proto3" json:"restored,omitempty"`
+	// by_reference, on a PUT, says the value is not carried (too large for
+	// the bus): the consumer reads the key at revision from the store.
+	ByReference   bool `protobuf:"varint,9,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,18 +182,42 @@ func (x *ChangeEvent) GetCount() int32 {
 	return 0
 }
 
+func (x *ChangeEvent) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ChangeEvent) GetRestored() bool {
+	if x != nil {
+		return x.Restored
+	}
+	return false
+}
+
+func (x *ChangeEvent) GetByReference() bool {
+	if x != nil {
+		return x.ByReference
+	}
+	return false
+}
+
 var File_shardpilot_mesh_v1_event_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1eshardpilot/mesh/v1/event.proto\x12\x12shardpilot.mesh.v1\"\x85\x02\n" +
+	"\x1eshardpilot/mesh/v1/event.proto\x12\x12shardpilot.mesh.v1\"\xda\x02\n" +
 	"\vChangeEvent\x128\n" +
 	"\x04type\x18\x01 \x01(\x0e2$.shardpilot.mesh.v1.ChangeEvent.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n" +
 	"\x05index\x18\x05 \x01(\x05R\x05index\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\x05R\x05count\"L\n" +
+	"\x05count\x18\x06 \x01(\x05R\x05count\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x03R\x05epoch\x12\x1a\n" +
+	"\brestored\x18\b \x01(\bR\brestored\x12!\n" +
+	"\fby_reference\x18\t \x01(\bR\vbyReference\"L\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x0f\n" +

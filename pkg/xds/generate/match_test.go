@@ -189,3 +189,27 @@ func TestDelegatedSourceLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultRouteFollowsThePolicy: a host without a VirtualService gets
+// its service's consistent hash on its default route; a DestinationRule
+// that sets one after the virtual host was generated (a new version of
+// the service's configuration) changes its inputs, so that the cached
+// virtual host is not served without the hash policy.
+func TestDefaultRouteFollowsThePolicy(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "cart", ConfigVersion: "1", Spec: &meshv1.Service{
+		Hostnames: []string{"cart.shop.svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC,
+		Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	before := generate.VirtualHostInputs(generate.NewMesh([]*generate.Service{svc}, nil), "cart.shop.svc.cluster.local", 80)
+	hashed := *svc
+	hashed.ConfigVersion = "2"
+	hashed.Policy = &meshv1.TrafficPolicy{Host: "cart.shop.svc.cluster.local",
+		ConsistentHash: &meshv1.ConsistentHash{Key: &meshv1.ConsistentHash_HttpCookieName{HttpCookieName: "user"}}}
+	m := generate.NewMesh([]*generate.Service{&hashed}, nil)
+	if generate.VirtualHostInputs(m, "cart.shop.svc.cluster.local", 80) == before {
+		t.Error("a consistent hash added by a DestinationRule keeps the default virtual host's inputs")
+	}
+	vh := generate.SidecarVirtualHost(m, "cart.shop.svc.cluster.local", 80)
+	if len(vh.Routes) == 0 || len(vh.Routes[0].GetRoute().GetHashPolicy()) == 0 {
+		t.Errorf("the default route has no hash policy: %v", vh.Routes)
+	}
+}

@@ -201,13 +201,19 @@ func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) 
 func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	var b strings.Builder
 	b.WriteString("mesh=" + m.ConfigVersion + " ")
-	if s := m.Service(host); s != nil {
+	s := m.Service(host)
+	if s != nil {
 		// What its domains depend on.
 		_, ns, _ := kubeHost(host)
 		fmt.Fprintf(&b, "local=%t vips=%s ", ns != "" && ns == m.Namespace, strings.Join(s.Spec.GetAddresses(), ","))
 	}
 	rr := m.routeByHost[host]
 	if rr == nil {
+		// The default route reads the service's policy (its consistent
+		// hash), which its configuration's version follows.
+		if s != nil {
+			return b.String() + "default " + s.Namespace + "/" + s.Name + "@" + s.ConfigVersion
+		}
 		return b.String() + "default"
 	}
 	// Its matches may depend on the proxies: their namespace, the source

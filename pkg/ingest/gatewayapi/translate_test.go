@@ -212,11 +212,12 @@ func TestIngressObjects(t *testing.T) {
 		t.Errorf("cart destinations: %v", ds)
 	}
 	web := object(t, out, model.KindRouteRule, "infra", "web~httproute~gateway").(*meshv1.RouteRule)
-	if m := web.Http[0].Match[0]; m.Uri.GetPrefix() != "/app" || m.Headers["x-version"].GetExact() != "v2" || m.Method.GetExact() != "GET" {
-		t.Errorf("web match: %v", m)
-	}
-	if r := web.Http[1].Redirect; r.GetScheme() != "https" || r.GetRedirectCode() != 301 {
+	// By precedence: the exact path's rule before the prefix's.
+	if r := web.Http[0]; r.Match[0].Uri.GetExact() != "/old" || r.Redirect.GetScheme() != "https" || r.Redirect.GetRedirectCode() != 301 {
 		t.Errorf("web redirect: %v", r)
+	}
+	if m := web.Http[1].Match[0]; m.Uri.GetPrefix() != "/app" || m.Headers["x-version"].GetExact() != "v2" || m.Method.GetExact() != "GET" {
+		t.Errorf("web match: %v", m)
 	}
 	for _, o := range out.Objects {
 		if o.Key.Namespace == "blog" || strings.HasPrefix(o.Key.Name, "wrong-host") {

@@ -104,6 +104,10 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
 			ConnectTimeout:       m.connectTimeout(),
 			UpstreamBindConfig:   &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()},
+			// No limits but the workload's own, as istiod's: Envoy's
+			// defaults (1024 connections and requests, 3 retries) would
+			// turn away what the callers' proxies let through.
+			CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{defaultThresholds()}},
 		}
 		defaultEndpoint(c, endpoints[port])
 		out = append(out, c)
@@ -180,6 +184,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			}),
 		}
 		envoyManager(manager, m.Config, false)
+		forwardClientCert(manager)
 		chain.Filters = []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
@@ -187,6 +192,15 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 		out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
 	}
 	return out
+}
+
+// forwardClientCert makes an inbound connection manager pass the caller's
+// certificate details to the workload, as istiod's do: the
+// x-forwarded-client-cert header the caller's proxy set, with the
+// connection's own peer (subject, URI and DNS names) appended.
+func forwardClientCert(m *hcm.HttpConnectionManager) {
+	m.ForwardClientCertDetails = hcm.HttpConnectionManager_APPEND_FORWARD
+	m.SetCurrentClientCertDetails = &hcm.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Uri: true, Dns: true}
 }
 
 // originalDstFilter restores a redirected connection's original

@@ -158,6 +158,7 @@ func passthroughManager(m *Mesh, sec Security) *listener.Filter {
 		}),
 	}
 	envoyManager(manager, m.Config, false)
+	forwardClientCert(manager)
 	return &listener.Filter{
 		Name:       "envoy.filters.network.http_connection_manager",
 		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},

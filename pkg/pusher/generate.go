@@ -375,7 +375,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 			})...)
 		}
 	}
-	clusters = append(clusters, generate.CatchAllClusters(mesh, generate.Envoy)...)
+	clusters = append(clusters, generate.GatewayCatchAllClusters(mesh)...)
 	shape := p.routerShaping(mesh, class)
 	p.linger.expire(class, p.gen, p.delivered, time.Now())
 	p.publishClusters(class, shape.clusters(clusters))

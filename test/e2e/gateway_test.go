@@ -101,6 +101,18 @@ func TestGatewayRouterGetsItsGateway(t *testing.T) {
 			rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() == "outbound|50051||greeter.demo.svc.cluster.local"
 		return ok, fmt.Sprint("http.80 = ", rc)
 	})
+	// Its catch-all clusters: the black hole alone, as istiod sends a
+	// gateway (it passes nothing through).
+	var clusters []string
+	for _, r := range fetch(resource.ClusterType) {
+		for _, res := range r.Resources {
+			m, _ := res.UnmarshalNew()
+			clusters = append(clusters, m.(interface{ GetName() string }).GetName())
+		}
+	}
+	if !slices.Contains(clusters, "BlackHoleCluster") || slices.Contains(clusters, "PassthroughCluster") || slices.Contains(clusters, "InboundPassthroughCluster") {
+		t.Errorf("the router's clusters %v: want the black hole, no passthrough", clusters)
+	}
 }
 
 // gatewayService is the gateway Deployment's Service: port 80 to the

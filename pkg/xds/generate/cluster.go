@@ -2,6 +2,7 @@ package generate
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,13 @@ func CatchAllClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 		return nil
 	}
 	return sidecarClusters(m)
+}
+
+// GatewayCatchAllClusters are a gateway's clusters that belong to no
+// service: the black hole alone, as istiod sends a gateway (nothing of its
+// passes traffic through to where it was going).
+func GatewayCatchAllClusters(m *Mesh) []*cluster.Cluster {
+	return slices.DeleteFunc(sidecarClusters(m), func(c *cluster.Cluster) bool { return c.Name != BlackHoleCluster })
 }
 
 // connectTimeout is how long a cluster's connections may take to open

@@ -273,7 +273,7 @@ func (b *Builder) join() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Tag(), b.Tag()))
 	})
 	m.Policies = security
-	m.Settings = generate.Settings{NoAutoMTLS: b.NoAutoMTLS || !config.GetEnableAutoMtls(), TrustDomain: b.TrustDomain,
+	m.Settings = generate.Settings{NoAutoMTLS: b.NoAutoMTLS || !config.GetEnableAutoMtls(), NoCertificates: b.NoAutoMTLS, TrustDomain: b.TrustDomain,
 		AgentCertificates: b.AgentCertificates, Config: config, ConfigVersion: strconv.FormatInt(settingsRev, 10)}
 	m.RegistryOnly = config.GetOutboundTrafficPolicy() == meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
 	b.last = &Built{Mesh: m, Scopes: scopes, Restricted: restricted, RootNamespace: b.RootNamespace, Settings: settings}

@@ -161,7 +161,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 		}
 		if !ports[port].http {
 			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
-			out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
+			out = append(out, inboundTLS(chain, m.inboundMode(sec, port), m.AgentCertificates)...)
 			continue
 		}
 		manager := &hcm.HttpConnectionManager{
@@ -189,7 +189,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
 		}}
-		out = append(out, inboundTLS(chain, sec.MTLSMode(port), m.AgentCertificates)...)
+		out = append(out, inboundTLS(chain, m.inboundMode(sec, port), m.AgentCertificates)...)
 	}
 	return out
 }

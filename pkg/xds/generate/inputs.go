@@ -104,6 +104,12 @@ type Settings struct {
 	// NoAutoMTLS turns off automatic mutual TLS (MeshConfig
 	// enableAutoMtls: false): clusters use TLS only as policies ask.
 	NoAutoMTLS bool
+	// NoCertificates says Envoys get no workload certificates (the
+	// pushers serve none and they have no agent): their inbound ports
+	// take plaintext alone where no PeerAuthentication says otherwise,
+	// where istiod's default, PERMISSIVE, would have them wait for a
+	// certificate that never comes.
+	NoCertificates bool
 	// TrustDomain is the mesh's SPIFFE trust domain ("": cluster.local).
 	TrustDomain string
 	// AgentCertificates says Envoys get their workload certificate and

@@ -47,7 +47,7 @@ type passthroughMode struct {
 // a mode per port a selecting PeerAuthentication sets for a port that no
 // inbound chain declares, as istiod adds chains for them.
 func passthroughModes(m *Mesh, sec Security) []passthroughMode {
-	out := []passthroughMode{{0, sec.MTLSMode(0)}}
+	out := []passthroughMode{{0, m.inboundMode(sec, 0)}}
 	declared := inboundPorts(m)
 	ports := map[uint32]bool{}
 	for _, p := range sec {
@@ -60,7 +60,7 @@ func passthroughModes(m *Mesh, sec Security) []passthroughMode {
 		}
 	}
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
-		out = append(out, passthroughMode{port, sec.MTLSMode(port)})
+		out = append(out, passthroughMode{port, m.inboundMode(sec, port)})
 	}
 	return out
 }
@@ -82,10 +82,10 @@ func httpPolicies(sec Security) bool {
 // virtual inbound listener, for each passthrough mode: under STRICT, HTTP
 // and TCP over mutual TLS alone; under PERMISSIVE, those, plaintext HTTP
 // and TCP, and TLS the workload terminates itself (passed on as it is);
-// otherwise plaintext HTTP and TCP. A class without policies gets the one
-// plaintext TCP chain its mode allows.
+// otherwise plaintext HTTP and TCP. A class without policies whose Envoys
+// have no certificates gets the one plaintext TCP chain.
 func inboundPassthroughChains(m *Mesh, sec Security) []*listener.FilterChain {
-	if len(sec) == 0 {
+	if len(sec) == 0 && m.NoCertificates {
 		return []*listener.FilterChain{{Name: InboundPassthroughCluster,
 			Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)}}}
 	}
@@ -103,7 +103,7 @@ func inboundPassthroughChains(m *Mesh, sec Security) []*listener.FilterChain {
 				c.Filters = append(inboundTCPFilters(sec, pm.port), tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster))
 			}
 			if mutual {
-				c.TransportSocket = downstreamMutualTLS(Envoy, m.AgentCertificates)
+				c.TransportSocket = inboundMutualTLS(m.AgentCertificates)
 			}
 			return c
 		}

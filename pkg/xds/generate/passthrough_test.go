@@ -188,9 +188,17 @@ func TestStrictPassthrough(t *testing.T) {
 		}
 	}
 
-	// No policy at all: the one plaintext passthrough chain, as before.
+	// No policy at all: Istio's default, PERMISSIVE, without RBAC.
 	none := inbound(nil)
-	if fc := selectChain(none, plaintext); fc == nil || fc.Name != generate.InboundPassthroughCluster {
-		t.Errorf("without policies: plaintext to an undeclared port reaches %v, want the passthrough", fc.GetName())
+	for name, c := range map[string]connection{"plaintext TCP": plaintext, "mutual TLS TCP": mutualTCP} {
+		fc := selectChain(none, c)
+		if fc == nil || requiresClientCertificate(t, fc) != (c.transport == "tls") || rbacDenies(t, fc) {
+			t.Errorf("without policies: %s to an undeclared port reaches %v, want it passed as PERMISSIVE passes it", name, fc.GetName())
+		}
+	}
+	// Without certificates: the one plaintext passthrough chain.
+	m.NoCertificates = true
+	if fc := selectChain(inbound(nil), plaintext); fc == nil || fc.Name != generate.InboundPassthroughCluster {
+		t.Errorf("without policies and certificates: plaintext to an undeclared port reaches %v, want the passthrough", fc.GetName())
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"slices"
 	"strconv"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfig "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	netrbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Policy is one policy of a namespace as the generators see it; Spec is a
@@ -132,6 +135,17 @@ func (s Security) MTLSMode(port uint32) meshv1.MTLSMode {
 	return cmp.Or(selectedPort, selected, ns, mesh)
 }
 
+// inboundMode is the mutual TLS mode of an Envoy's inbound port: its
+// PeerAuthentication's (see Security.MTLSMode), or, where none sets one,
+// Istio's default, PERMISSIVE, when the Envoys have certificates.
+func (m *Mesh) inboundMode(sec Security, port uint32) meshv1.MTLSMode {
+	mode := sec.MTLSMode(port)
+	if mode == meshv1.MTLSMode_MTLS_MODE_UNSET && !m.NoCertificates {
+		return meshv1.MTLSMode_MTLS_MODE_PERMISSIVE
+	}
+	return mode
+}
+
 // inboundHTTPFilters are an Envoy's inbound HTTP filters before the
 // router: the JWT filter, then the RBAC filters (which read its metadata).
 func inboundHTTPFilters(sec Security) []*hcm.HttpFilter {
@@ -177,15 +191,24 @@ func inboundTCPFilters(sec Security, port uint32) []*listener.Filter {
 func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode, agent bool) []*listener.FilterChain {
 	switch mode {
 	case meshv1.MTLSMode_MTLS_MODE_STRICT:
-		chain.TransportSocket = downstreamMutualTLS(Envoy, agent)
+		chain.TransportSocket = inboundMutualTLS(agent)
 		return []*listener.FilterChain{chain}
 	case meshv1.MTLSMode_MTLS_MODE_PERMISSIVE:
 		tlsChain := proto.Clone(chain).(*listener.FilterChain)
 		tlsChain.Name += "_tls"
 		tlsChain.FilterChainMatch.TransportProtocol = "tls"
-		tlsChain.TransportSocket = downstreamMutualTLS(Envoy, agent)
+		tlsChain.TransportSocket = inboundMutualTLS(agent)
 		chain.FilterChainMatch.TransportProtocol = "raw_buffer"
 		return []*listener.FilterChain{tlsChain, chain}
 	}
 	return []*listener.FilterChain{chain}
+}
+
+// inboundMutualTLS is an Envoy sidecar's side of Istio's mutual TLS on its
+// inbound ports: the client's certificate required, and HTTP/2 or
+// HTTP/1.1 offered, as istiod's.
+func inboundMutualTLS(agent bool) *core.TransportSocket {
+	ctx := meshCertificates(Envoy, agent)
+	ctx.AlpnProtocols = []string{"h2", "http/1.1"}
+	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: ctx, RequireClientCertificate: wrapperspb.Bool(true)})
 }

@@ -224,10 +224,17 @@ func TestEnvoyInbound(t *testing.T) {
 	if tls == 0 || tls != plain {
 		t.Errorf("%d TLS and %d plaintext chains, want one of each per port", tls, plain)
 	}
-	// Without policies, the inbound listener is as before.
+	// Without policies, Istio's default, PERMISSIVE; without
+	// certificates, plaintext alone.
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if l.Name == generate.VirtualInboundListener && (len(l.ListenerFilters) != 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector") {
+			t.Errorf("listener filters %v without PeerAuthentication: want the TLS inspector (PERMISSIVE)", l.ListenerFilters)
+		}
+	}
+	m.NoCertificates = true
 	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
 		if l.Name == generate.VirtualInboundListener && len(l.ListenerFilters) != 1 {
-			t.Error("a TLS inspector without PeerAuthentication")
+			t.Error("a TLS inspector without PeerAuthentication and without certificates")
 		}
 	}
 }

@@ -155,7 +155,11 @@ func TestSidecarIngress(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"inbound_0.0.0.0_9080", "inbound_0.0.0.0_9090", "inbound_0.0.0.0_9091", "inbound_0.0.0.0_9092", generate.InboundPassthroughCluster}; !slices.Equal(chains, want) {
+	// Each port's mutual TLS and plaintext chains (Istio's default,
+	// PERMISSIVE), then the passthrough's.
+	if want := []string{"inbound_0.0.0.0_9080_tls", "inbound_0.0.0.0_9080", "inbound_0.0.0.0_9090_tls", "inbound_0.0.0.0_9090",
+		"inbound_0.0.0.0_9091_tls", "inbound_0.0.0.0_9091", "inbound_0.0.0.0_9092_tls", "inbound_0.0.0.0_9092",
+		generate.VirtualInboundListener, generate.VirtualInboundListener, generate.VirtualInboundListener}; !slices.Equal(chains, want) {
 		t.Errorf("inbound chains %v, want %v", chains, want)
 	}
 }

@@ -241,12 +241,27 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 	}
 	observed := time.Now() // a delete: observed when it arrives
 	if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
-		observed = obj.GetOrigin().GetObservedAt().AsTime()
-		p.m.applyLag.Observe(time.Since(observed).Seconds())
+		at := obj.GetOrigin().GetObservedAt().AsTime()
+		if lag := time.Since(at); lag < -clockSkew || lag > maxApplyLag {
+			// Its source's clock is off: measured from its arrival, so
+			// that the convergence time is not skewed for as long as
+			// its object lives.
+			p.m.impossibleClock.Inc()
+		} else {
+			observed = at
+			p.m.applyLag.Observe(lag.Seconds())
+		}
 	}
 	p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
 	return nil
 }
+
+// A change observed at its source more than clockSkew after it arrived, or
+// more than maxApplyLag before, was stamped by a clock that is off.
+const (
+	clockSkew   = 2 * time.Second
+	maxApplyLag = 10 * time.Minute
+)
 
 // ValueReader reads a key's current value from the store, for the events
 // the bus carries by reference (too large for it).

@@ -309,6 +309,8 @@ type metrics struct {
 	drained     prometheus.Gauge
 	storeBack   prometheus.Counter
 	byReference prometheus.Counter
+	// impossibleClock counts changes whose observed time is impossible.
+	impossibleClock prometheus.Counter
 }
 
 // New returns a Pusher.
@@ -366,6 +368,8 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
 			Help: "Namespaces whose objects a pusher serving some namespaces loads and follows (0: the whole mesh)."}),
+		impossibleClock: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_impossible_observed_times_total",
+			Help: "Changes whose source stamped an impossible observed time (after their arrival, or over 10 minutes before it: the ingester's clock is off); their convergence is measured from their arrival at the pusher."}),
 		byReference: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_events_by_reference_total",
 			Help: "Change events carried by reference (their value too large for the bus), whose value the pusher read from the store."}),
 		storeBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_restores_total",
@@ -374,7 +378,7 @@ func New(cfg Config) (*Pusher, error) {
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack, m.byReference} {
+		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack, m.byReference, m.impossibleClock} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pusher: register metrics: %w", err)
 			}

@@ -16,11 +16,13 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	shtest "github.com/shardpilot/shardpilot/internal/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // scriptedLoader serves loads from a list; an error entry fails that load.
@@ -663,6 +665,39 @@ func TestEventByReference(t *testing.T) {
 		}
 		if n := testutil.ToFloat64(p.m.byReference); n != 1 {
 			t.Errorf("%v events read by reference, want 1", n)
+		}
+		stop()
+	})
+}
+
+// TestImpossibleObservedTimes: a change stamped by a clock an hour ahead
+// or behind is counted and measured from its arrival: the apply lag and
+// convergence histograms see no negative or hour-long time.
+func TestImpossibleObservedTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) { return []model.Stored{stored("a", 80)}, 10, nil },
+		}}
+		var events []*meshv1.ChangeEvent
+		for i, off := range []time.Duration{time.Hour, -time.Hour, -time.Second} {
+			st := stored(fmt.Sprintf("s%d", i), 80)
+			st.Object.(*meshv1.Service).Origin = &meshv1.Origin{ObservedAt: timestamppb.New(time.Now().Add(off))}
+			value, err := model.Encode(st.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Key: st.Key.String(), Revision: int64(11 + i), Value: value})
+		}
+		p, stop := run(t, Config{Loader: loader, Feed: &scriptedFeed{batches: []feedBatch{{events: events}}}, Tables: &recordingSink{}}, 5*time.Second)
+		if n := testutil.ToFloat64(p.m.impossibleClock); n != 2 {
+			t.Errorf("%v impossible observed times counted, want 2 (an hour ahead, an hour behind)", n)
+		}
+		var lag dto.Metric
+		if err := p.m.applyLag.Write(&lag); err != nil {
+			t.Fatal(err)
+		}
+		if n := lag.GetHistogram().GetSampleCount(); n != 1 || lag.GetHistogram().GetSampleSum() < 0 || lag.GetHistogram().GetSampleSum() > 60 {
+			t.Errorf("apply lag: %d samples summing %vs, want the one possible (a second)", n, lag.GetHistogram().GetSampleSum())
 		}
 		stop()
 	})

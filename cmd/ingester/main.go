@@ -321,11 +321,17 @@ func run(ctx context.Context, args []string) error {
 	var probe store.Probe
 	g.Go(func() error { probe.Run(ctx, store.New(conns.Etcd), 2*time.Second); return nil })
 	ready.Check("store reachable", probe.Reachable)
+	// etcd out of space (its NOSPACE alarm) refuses every write.
+	ready.Check("store accepts writes (no etcd alarm)", probe.Writable)
 	ready.Detail(func() string {
-		if election.ID == "" {
-			return "leads: everything (no elections)"
+		leads := "leads: everything (no elections)"
+		if election.ID != "" {
+			leads = "leads: " + cmp.Or(strings.Join(election.Share.Leading(), ", "), "nothing")
 		}
-		return "leads: " + cmp.Or(strings.Join(election.Share.Leading(), ", "), "nothing")
+		if a := probe.Alarms(); a != "" {
+			leads += "\netcd alarm: " + a + " (no write succeeds until it is disarmed)"
+		}
+		return leads
 	})
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_ingester_leading",
 		Help: "Elections (sources, the relay) this replica leads now."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -252,6 +253,20 @@ func (s *Store) Value(ctx context.Context, key string) ([]byte, int64, error) {
 		return nil, 0, nil
 	}
 	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
+// alarms returns the store's active alarms ("NOSPACE on member 8e9e…"),
+// "" when none or when they cannot be read (a user without the right).
+func (s *Store) alarms(ctx context.Context) string {
+	resp, err := s.cli.AlarmList(ctx)
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, a := range resp.Alarms {
+		out = append(out, fmt.Sprintf("%s on member %x", a.Alarm, a.MemberID))
+	}
+	return strings.Join(out, ", ")
 }
 
 // Confirm reports whether the store committed ev: a change of its key at

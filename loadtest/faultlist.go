@@ -18,6 +18,8 @@ func (r *faultRig) faults() []fault {
 		}},
 		{name: "the ingester leader killed (SIGKILL)", inject: r.leaderKilled},
 		{name: "a proxy that never answers and 100 that never read, beside the others", inject: r.hostagesHeld, during: r.hostagesReport},
+		{name: "values the bus cannot carry written into etcd past the ingester (1.2 MB, a namespace with a space, bytes that do not decode)", inject: r.foreignValues},
+		{name: "the change stream deleted under churn", inject: r.streamDeleted},
 	}
 }
 

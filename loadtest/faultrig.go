@@ -17,7 +17,10 @@ import (
 // faultRig is the fault suite's processes, each in a process of its own:
 // etcd, NATS, two ingesters taking turns by election, two pushers.
 type faultRig struct {
-	ctx                      context.Context
+	ctx context.Context
+	// said is what the pushers said during the last fault, for those
+	// that watch it (see watchSignals).
+	said                     string
 	sc                       Scenario
 	work, meshDir            string
 	etcdURL, natsURL         string
@@ -131,7 +134,8 @@ func (r *faultRig) injectAll(ph *report.Phase, prog *progress) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		fr := report.Fault{Name: f.name, Lasted: recovered.Sub(faulted).Seconds(), Recovered: time.Since(recovered).Seconds(), Pending: pendingUpTo(r.tracker, upTo)}
+		fr := report.Fault{Name: f.name, Lasted: recovered.Sub(faulted).Seconds(), Recovered: time.Since(recovered).Seconds(), Pending: pendingUpTo(r.tracker, upTo), Said: r.said}
+		r.said = ""
 		if f.during != nil {
 			if problem := f.during(&fr); problem != "" {
 				ph.Problems = append(ph.Problems, f.name+": "+problem)

@@ -23,6 +23,11 @@ import (
 // each pusher a proxy that never answers and 50 that never read (the
 // changes made meanwhile must reach the others as fast as ever); after
 // each, it waits until every change made so far has reached every proxy.
+// Then values the bus cannot carry as they are (over NATS's payload
+// limit, a namespace that is no subject token, bytes that decode as
+// nothing) are written into etcd past the ingester, and the change stream
+// is deleted: the stream must not wedge, and what the pushers' readiness
+// and staleness said meanwhile is reported.
 // Last, with the churn over, NATS is killed and its data wiped: the
 // pushers must follow the store again with no change made, ready
 // throughout. A change that never reaches every proxy is lost, and fails

@@ -414,6 +414,40 @@ func (p *proc) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// staleness returns a pusher's shardpilot_pusher_stale_seconds and, when
+// it is stale, the reason its /readyz gives (0 and "" when it cannot be
+// read).
+func (p *proc) staleness() (float64, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	var v float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "shardpilot_pusher_stale_seconds "); ok {
+			v, _ = strconv.ParseFloat(s, 64)
+			break
+		}
+	}
+	if v == 0 {
+		return 0, ""
+	}
+	why := ""
+	if resp, err := c.Get("http://" + p.admin + "/readyz"); err == nil {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "stale") {
+				why = line
+			}
+		}
+	}
+	return v, why
+}
+
 // stale reports whether a pusher says it does not follow the store
 // (shardpilot_pusher_stale_seconds above 0).
 func (p *proc) stale() bool {

@@ -66,6 +66,9 @@ type Fault struct {
 	// During, for a fault the others must not notice, is the convergence
 	// of the changes made while it lasted.
 	During *During `json:"during,omitempty"`
+	// Said is what the pushers' readiness and staleness said while it
+	// lasted, for the faults that watch them.
+	Said string `json:"said,omitempty"`
 }
 
 // During is the convergence of the changes made during a fault.
@@ -373,6 +376,9 @@ func (r *Report) Markdown() string {
 				f.Name, format(f.Lasted, "s"), format(f.Recovered, "s"), f.Pending)
 			if d := f.During; d != nil {
 				fmt.Fprintf(&b, "    the %d changes made during it reached every other proxy in %s at p99, %s at most\n", d.Changes, format(d.P99, "s"), format(d.Max, "s"))
+			}
+			if f.Said != "" {
+				fmt.Fprintf(&b, "    the pushers meanwhile: %s\n", f.Said)
 			}
 		}
 		for _, pr := range p.Problems {

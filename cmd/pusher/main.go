@@ -119,6 +119,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	o.maxPerIdentity = fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")
 	fs.IntVar(&o.xcfg.MaxNames, "max-subscribed-names", 50000, "most resource names one stream may subscribe to of one type; more end its stream with RESOURCE_EXHAUSTED")
+	fs.IntVar(&o.xcfg.MaxNameBytes, "max-subscribed-bytes", 4<<20, "most bytes the resource names one stream subscribes to of one type may take together; more end its stream with RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.xcfg.MaxLocalities, "max-locality-classes", 1000, "most localities whose load assignments are kept apart (a table each); proxies of further localities are served the mesh-wide ones")
 	fs.DurationVar(&o.xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
 	fs.DurationVar(&o.xcfg.ClassIdle, "class-idle", 5*time.Minute, "how long the resources of a class of proxies are kept after its last proxy left (negative: for good)")
@@ -130,9 +131,9 @@ func (o *options) register(fs *flag.FlagSet) {
 // validate checks the flags before anything starts, and returns the
 // namespaces served (--namespaces) and the mesh settings given as flags.
 func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1.MeshConfig, err error) {
-	if *o.maxPerIdentity < 1 || o.xcfg.MaxNodeBytes < 1 || o.xcfg.MaxNames < 1 || o.xcfg.MaxLocalities < 1 {
-		return nil, nil, fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-locality-classes %d: want positive numbers",
-			*o.maxPerIdentity, o.xcfg.MaxNodeBytes, o.xcfg.MaxNames, o.xcfg.MaxLocalities)
+	if *o.maxPerIdentity < 1 || o.xcfg.MaxNodeBytes < 1 || o.xcfg.MaxNames < 1 || o.xcfg.MaxNameBytes < 1 || o.xcfg.MaxLocalities < 1 {
+		return nil, nil, fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-subscribed-bytes %d, --max-locality-classes %d: want positive numbers",
+			*o.maxPerIdentity, o.xcfg.MaxNodeBytes, o.xcfg.MaxNames, o.xcfg.MaxNameBytes, o.xcfg.MaxLocalities)
 	}
 	if o.maxStreams < 1 {
 		return nil, nil, fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)

@@ -97,6 +97,11 @@ type Config struct {
 	// (SotW or Delta): more end the stream with ResourceExhausted. Default
 	// 50,000, above the clusters of the largest meshes.
 	MaxNames int
+	// MaxNameBytes bounds the bytes of those names together: more end the
+	// stream with ResourceExhausted, so that names of a kilobyte each
+	// cannot buy a stream tens of megabytes. Default 4 MiB (50,000
+	// cluster names of 80 bytes).
+	MaxNameBytes int
 	// MaxLocalities bounds the locality classes (the load assignments of
 	// one locality, a table each): a proxy of a locality beyond them is
 	// served the mesh-wide assignments, as a proxy without one is. Default
@@ -168,11 +173,14 @@ func (c *Config) Validate() error {
 	if c.MaxNames == 0 {
 		c.MaxNames = 50_000
 	}
+	if c.MaxNameBytes == 0 {
+		c.MaxNameBytes = 4 << 20
+	}
 	if c.MaxLocalities == 0 {
 		c.MaxLocalities = 1000
 	}
-	if c.MaxNodeBytes < 0 || c.MaxNames < 0 || c.MaxLocalities < 0 {
-		return fmt.Errorf("server: limits of %d node bytes, %d names and %d localities: want positive numbers", c.MaxNodeBytes, c.MaxNames, c.MaxLocalities)
+	if c.MaxNodeBytes < 0 || c.MaxNames < 0 || c.MaxNameBytes < 0 || c.MaxLocalities < 0 {
+		return fmt.Errorf("server: limits of %d node bytes, %d names, %d name bytes and %d localities: want positive numbers", c.MaxNodeBytes, c.MaxNames, c.MaxNameBytes, c.MaxLocalities)
 	}
 	if c.InitialWindowSize > 0 && c.InitialWindowSize < 64<<10 {
 		return fmt.Errorf("server: an initial window of %d bytes: want at least 64 KiB (HTTP/2's default)", c.InitialWindowSize)

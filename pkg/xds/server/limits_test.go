@@ -31,7 +31,7 @@ import (
 // reason, counted by limit; a stream within them is served.
 func TestPerStreamLimits(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c, ads, ctx := serve(t, server.Config{Registerer: reg, MaxNodeBytes: 4 << 10, MaxNames: 100})
+	c, ads, ctx := serve(t, server.Config{Registerer: reg, MaxNodeBytes: 4 << 10, MaxNames: 100, MaxNameBytes: 4 << 10})
 	names := func(n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -65,6 +65,9 @@ func TestPerStreamLimits(t *testing.T) {
 		"too many names, SotW":            {node: &core.Node{Id: "sotw"}, names: names(101), code: codes.ResourceExhausted, says: "101 names"},
 		"too many names, Delta":           {node: &core.Node{Id: "delta"}, names: names(101), delta: true, code: codes.ResourceExhausted, says: "101 names"},
 		"as many names as allowed, Delta": {node: &core.Node{Id: "delta-ok"}, names: names(100), delta: true},
+		// 20 names of a kilobyte: few, but too many bytes.
+		"too many name bytes, SotW":  {node: &core.Node{Id: "sotw-bytes"}, names: longNames(20), code: codes.ResourceExhausted, says: "at most 4096"},
+		"too many name bytes, Delta": {node: &core.Node{Id: "delta-bytes"}, names: longNames(20), delta: true, code: codes.ResourceExhausted, says: "at most 4096"},
 		"too many versions held, Delta": {node: &core.Node{Id: "delta-held"}, names: []string{"*"}, delta: true, versions: versions,
 			code: codes.ResourceExhausted, says: "listing 101 resource versions"},
 	} {
@@ -93,7 +96,7 @@ func TestPerStreamLimits(t *testing.T) {
 			}
 		})
 	}
-	for limit, want := range map[string]float64{"node_size": 1, "subscribed_names": 3} {
+	for limit, want := range map[string]float64{"node_size": 1, "subscribed_names": 3, "subscribed_bytes": 2} {
 		var got float64
 		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
 			if m.GetLabel()[0].GetValue() == limit {
@@ -104,6 +107,15 @@ func TestPerStreamLimits(t *testing.T) {
 			t.Errorf("limited %s: %v, want %v", limit, got, want)
 		}
 	}
+}
+
+// longNames are n names of a kilobyte each.
+func longNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%04d-%s", i, strings.Repeat("x", 1019))
+	}
+	return out
 }
 
 // localities serves a table per locality (the proxy's zone) of load

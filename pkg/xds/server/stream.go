@@ -373,6 +373,9 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 	if len(r.ends) > st.srv.cfg.MaxNames {
 		return ack, st.tooManyNames(len(r.ends))
 	}
+	if len(r.names) > st.srv.cfg.MaxNameBytes {
+		return ack, st.tooManyBytes(len(r.names))
+	}
 	view := st.visibleLocked(w)
 	var set *cache.Set
 	if len(r.ends) > 0 && (view == nil || allVisible(r.eachName, view)) {
@@ -472,6 +475,9 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 		if len(names) > st.srv.cfg.MaxNames {
 			return ack, st.tooManyNames(len(names))
 		}
+		if n := nameBytes(names); n > st.srv.cfg.MaxNameBytes {
+			return ack, st.tooManyBytes(n)
+		}
 		st.subscribeDeltaLocked(w, view, names, wildcard, true)
 	} else {
 		if first || len(add) > 0 || len(remove) > 0 {
@@ -483,6 +489,9 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 			names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
 			if len(names) > st.srv.cfg.MaxNames {
 				return ack, st.tooManyNames(len(names))
+			}
+			if n := nameBytes(names); n > st.srv.cfg.MaxNameBytes {
+				return ack, st.tooManyBytes(n)
 			}
 			named := w.table.Subscribe(w, names, false)
 			if w.named != nil {

@@ -40,6 +40,17 @@ func waitForKey(t *testing.T, b *bus.Bus, key string) []*meshv1.ChangeEvent {
 	return got
 }
 
+// waitFollowing waits until the relay has published its first event (the
+// RESYNC of an empty stream): the changes committed before it are in the
+// RESYNC's reload, not published one by one.
+func waitFollowing(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	shtest.Eventually(t, 30*time.Second, "the relay's first event", func() (bool, string) {
+		seq, err := b.LastSeq(context.Background())
+		return err == nil && seq > 0, fmt.Sprint(seq, err)
+	})
+}
+
 // TestValuesTheBusCannotCarryFlow: a value over NATS's payload limit (under
 // etcd's) and a key whose namespace holds a space, written into etcd by
 // anything, do not stop the stream: the first is carried by reference (the
@@ -50,6 +61,7 @@ func TestValuesTheBusCannotCarryFlow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := runRelay(t, ctx, s, b)
+	waitFollowing(t, b)
 
 	big := bytes.Repeat([]byte("x"), 1200<<10)
 	puts := []struct{ key, value string }{
@@ -96,6 +108,7 @@ func TestRestoredStoreStartsANewHistory(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := runRelay(t, ctx, store.New(old), b)
+	waitFollowing(t, b)
 	commit(t, old, "before", 12)
 	waitForKey(t, b, "/mesh/v1/services/ns/before-x")
 	cancel()
@@ -187,6 +200,7 @@ func TestRelayRepairsAStreamThatRefuses(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
+	waitFollowing(t, b)
 	commit(t, cli, "a", 2)
 	waitForKey(t, b, "/mesh/v1/services/ns/a-x")
 	if _, err := cli.Put(ctx, p.key, "w"); err != nil {

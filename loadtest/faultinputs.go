@@ -11,6 +11,8 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/model"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -138,6 +140,43 @@ func (r *faultRig) streamDeleted() error {
 	r.said = s.String()
 	if len(s.unready) > 0 {
 		return fmt.Errorf("a pusher went unready: %s", s)
+	}
+	return nil
+}
+
+// etcdFull raises etcd's NOSPACE alarm (what a full quota raises) for a
+// third of the fault hold under churn: every write is refused meanwhile.
+// The ingesters must say so (unready, the alarm named), the pushers keep
+// serving (ready), and once the alarm is disarmed the changes made during
+// it must still reach every proxy.
+func (r *faultRig) etcdFull() error {
+	status, err := r.cli.Status(r.ctx, r.etcdURL)
+	if err != nil {
+		return err
+	}
+	member := status.Header.MemberId
+	alarm := &etcdserverpb.AlarmRequest{Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: member, Alarm: etcdserverpb.AlarmType_NOSPACE}
+	if _, err := etcdserverpb.NewMaintenanceClient(r.cli.ActiveConnection()).Alarm(r.ctx, alarm); err != nil {
+		return fmt.Errorf("raise the alarm: %w", err)
+	}
+	unready := map[string]bool{}
+	s := r.watchSignals(r.sc.FaultHold/3, func() bool {
+		for id, p := range r.ingesters {
+			if !p.ready() {
+				unready[id] = true
+			}
+		}
+		return false
+	})
+	if _, err := r.cli.AlarmDisarm(r.ctx, &clientv3.AlarmMember{MemberID: member, Alarm: etcdserverpb.AlarmType_NOSPACE}); err != nil {
+		return fmt.Errorf("disarm the alarm: %w", err)
+	}
+	r.said = fmt.Sprintf("%s; ingesters unready: %d of %d", s, len(unready), len(r.ingesters))
+	switch {
+	case len(s.unready) > 0:
+		return fmt.Errorf("a pusher went unready: %s", s)
+	case len(unready) < len(r.ingesters):
+		return fmt.Errorf("%d of %d ingesters said they were unready while etcd refused every write", len(unready), len(r.ingesters))
 	}
 	return nil
 }

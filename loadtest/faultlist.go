@@ -20,6 +20,7 @@ func (r *faultRig) faults() []fault {
 		{name: "a proxy that never answers and 100 that never read, beside the others", inject: r.hostagesHeld, during: r.hostagesReport},
 		{name: "values the bus cannot carry written into etcd past the ingester (1.2 MB, a namespace with a space, bytes that do not decode)", inject: r.foreignValues},
 		{name: "the change stream deleted under churn", inject: r.streamDeleted},
+		{name: fmt.Sprintf("etcd's NOSPACE alarm raised for %s under churn (every write refused)", r.sc.FaultHold/3), inject: r.etcdFull},
 	}
 }
 

@@ -26,8 +26,9 @@ import (
 // Then values the bus cannot carry as they are (over NATS's payload
 // limit, a namespace that is no subject token, bytes that decode as
 // nothing) are written into etcd past the ingester, and the change stream
-// is deleted: the stream must not wedge, and what the pushers' readiness
-// and staleness said meanwhile is reported.
+// is deleted, and etcd's NOSPACE alarm refuses every write for a while:
+// the stream must not wedge, the ingesters must say etcd is full, and what
+// readiness and staleness said meanwhile is reported.
 // Last, with the churn over, NATS is killed and its data wiped: the
 // pushers must follow the store again with no change made, ready
 // throughout. A change that never reaches every proxy is lost, and fails

@@ -278,6 +278,7 @@ func TestChart(t *testing.T) {
 
 			dep := checkPusher(t, objs, v)
 			checkPusherFlags(t, dep, flags, helpers, firstPusher(v))
+			checkPusherStarts(t, dep, pusher)
 			checkMountedFiles(t, dep, find(objs, "Deployment", "sp-ingester"))
 			if name == "secured" {
 				checkSecured(t, objs)
@@ -369,7 +370,7 @@ func checkPusherFlags(t *testing.T, dep *unstructured.Unstructured, flags [][]st
 		// is set only when its Secret is named, an override of
 		// the mesh's MeshConfig only when its value is; the chart
 		// must still be able to set them.
-		if slices.Contains(env, f[1]) {
+		if slices.Contains(env, f[1]) || f[1] == "SHARDPILOT_CHECK_FLAGS" {
 			continue
 		}
 		optional := strings.HasSuffix(f[1], "_FILE") || f[1] == "SHARDPILOT_ETCD_USERNAME" || f[1] == "SHARDPILOT_NATS_USER" ||
@@ -380,6 +381,29 @@ func checkPusherFlags(t *testing.T, dep *unstructured.Unstructured, flags [][]st
 		if !optional || !strings.Contains(helpers, f[1]) {
 			t.Errorf("pusher flag %s is not set by the chart", f[1])
 		}
+	}
+}
+
+// checkPusherStarts runs the pusher binary with the environment the chart
+// renders (--check-flags: the checks it makes before it starts, no file
+// read): a rendered set of flags it refuses would be a pod that exits at
+// its start. Values from Secrets and the downward API are placeholders.
+func checkPusherStarts(t *testing.T, dep *unstructured.Unstructured, bin string) {
+	t.Helper()
+	c := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range c["env"].([]any) {
+		e := e.(map[string]any)
+		value, ok := e["value"].(string)
+		if !ok {
+			value = "placeholder"
+		}
+		env = append(env, e["name"].(string)+"="+value)
+	}
+	cmd := exec.Command(bin, "--check-flags")
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the pusher refuses the flags the chart renders (its pods would exit at start): %v\n%s", err, out)
 	}
 }
 

@@ -68,6 +68,8 @@ type options struct {
 	quiet, maxDelay, maxHold, linger, scopeGrace        time.Duration
 	storeCheck                                          time.Duration
 	registrationHeartbeat                               time.Duration
+	// checkOnly validates the flags and exits (--check-flags).
+	checkOnly bool
 }
 
 // register defines the flags on fs.
@@ -76,6 +78,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	o.common.Register(fs, ":15014")
 	o.remote.Register(fs)
 	fs.StringVar(&o.adsAddr, "ads-addr", ":15010", "address to serve ADS (gRPC) on")
+	fs.BoolVar(&o.checkOnly, "check-flags", false, "check the flags and their environment twins, as the pusher does before it starts, then exit (0: it would start; files are not read)")
 	fs.StringVar(&o.verifyKeyFile, "bus-verify-key-file", "", "PEM file of the ed25519 public key (openssl pkey -pubout) of the relay's --bus-signing-key-file (two while the key is rotated): change events without a signature of one of them are refused, and the mesh is read from the store instead")
 	fs.StringVar(&o.adsCert, "ads-cert-file", "", "PEM certificate ADS is served with over TLS (with --ads-key-file; read again when it changes)")
 	fs.StringVar(&o.adsKey, "ads-key-file", "", "PEM key of --ads-cert-file")
@@ -225,7 +228,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	served, overrides, err := o.validate(fs)
-	if err != nil {
+	if err != nil || o.checkOnly {
 		return err
 	}
 	log, adminToken, err := o.common.Start()

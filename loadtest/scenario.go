@@ -451,21 +451,8 @@ func (p *proc) staleness() (float64, string) {
 // stale reports whether a pusher says it does not follow the store
 // (shardpilot_pusher_stale_seconds above 0).
 func (p *proc) stale() bool {
-	// /metrics reads the stream's last sequence, which waits up to a
-	// second while NATS does not answer.
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "shardpilot_pusher_stale_seconds "); ok {
-			return v != "0"
-		}
-	}
-	return false
+	v, _ := p.staleness()
+	return v > 0
 }
 
 // waitReady polls /readyz, or for the baseline its ADS port.

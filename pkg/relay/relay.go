@@ -87,9 +87,6 @@ func (c *Config) Validate() error {
 	if c.CheckEvery < 0 || c.RepairAfter < 0 {
 		return fmt.Errorf("relay: check interval %s, repair after %s: want positive durations", c.CheckEvery, c.RepairAfter)
 	}
-	if c.CheckEvery < 0 {
-		return fmt.Errorf("relay: check interval %s: want a positive duration", c.CheckEvery)
-	}
 	if c.Window < 0 {
 		return fmt.Errorf("relay: window %d: want a positive number of events", c.Window)
 	}

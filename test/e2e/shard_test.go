@@ -52,19 +52,7 @@ spec:
 // eventsApplied is how many change events a pusher took from the bus.
 func eventsApplied(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range families {
-		if f.GetName() == "shardpilot_pusher_events_total" {
-			for _, m := range f.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return counterSum(t, reg, "shardpilot_pusher_events_total")
 }
 
 // TestShardPushers: pushers serving the proxies of one namespace each

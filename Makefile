@@ -118,8 +118,28 @@ VERSION := $(shell sed -n 's/^var Release = "\(.*\)"/\1/p' internal/version/vers
 IMAGE ?= ghcr.io/shardpilot/shardpilot:$(VERSION)
 
 .PHONY: image
-image: ## Build the image (ingester, pusher, standalone, shardctl) with docker, tagged with the release, the chart's appVersion (IMAGE=<name:tag> to name it otherwise); push it to your registry and set the chart's image.repository.
-	docker build -t $(IMAGE) .
+image: ## Build the image (ingester, pusher, standalone, shardctl; no Docker daemon needed) as an OCI archive, .bin/image.tar, tagged with the release, the chart's appVersion (IMAGE=<name:tag> to name it otherwise); imported into make cluster's node when it runs. Elsewhere: load it (ctr images import, kind load image-archive) or push it (crane push).
+	hack/image.sh $(IMAGE) $(BIN)/image.tar
+
+.PHONY: docker-image
+docker-image: ## Build the same image with docker from the Dockerfile.
+	docker build --build-arg REVISION=$$(git rev-parse --short=12 HEAD) -t $(IMAGE) .
+
+.PHONY: cluster
+cluster: ## Bring up a single-node Kubernetes cluster on this machine (root; containerd, runc and CNI from apt, the rest built once from the Go module proxy; idempotent) and print its kubeconfig.
+	hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop what make cluster started and undo its changes to the host (its state stays: hack/cluster.sh wipe forgets it).
+	hack/cluster.sh down
+
+.PHONY: e2e-cluster
+e2e-cluster: $(HELM) ## On make cluster's node (brought up if needed): build and import the test's images, run the chart README's quickstart as written (make image, helm install of the trial), run a proxyless grpc-go client and server in the mesh, and take the release through upgrades and faults, counting the client's RPCs (test/cluster); about 10 minutes once the cluster's binaries are built.
+	hack/cluster.sh up
+	hack/image.sh --test-images $(BIN)/test-images
+	SHARDPILOT_CLUSTER_KUBECONFIG="$$(hack/cluster.sh kubeconfig)" SHARDPILOT_KUBECTL="$$(hack/kube-binaries.sh)/kubectl" \
+	SHARDPILOT_HELM=$(HELM) SHARDPILOT_CLUSTER_REPORT=$(BIN)/e2e-cluster.md \
+	$(GO) test -count=1 -v -timeout 40m ./test/cluster
 
 $(HELM):
 	$(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,37 +17,22 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// quickstart returns the commands of the chart README's first section,
-// its continuation lines joined, after checking that the section is the
-// quickstart.
+// quickstart returns the commands of the chart README's first section.
 func quickstart(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("helm", "shardpilot", "README.md"))
+	cmds, err := kubetest.Quickstart(filepath.Join("helm", "shardpilot", "README.md"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	first := regexp.MustCompile(`(?m)^## .*$`).FindString(string(b))
-	if first != "## Quickstart" {
-		t.Fatalf("the chart README's first section is %q, want the quickstart", first)
-	}
-	_, block, _ := strings.Cut(string(b), "## Quickstart")
-	_, block, _ = strings.Cut(block, "```sh\n")
-	block, _, _ = strings.Cut(block, "```")
-	var cmds []string
-	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", ""), "\n") {
-		if line = strings.Join(strings.Fields(line), " "); line != "" {
-			cmds = append(cmds, line)
-		}
 	}
 	return cmds
 }
 
 // TestChartQuickstart runs the chart README's quickstart as far as a
 // kube-apiserver without nodes allows: the image it builds and pushes is
-// the Makefile's target and the chart's appVersion, the install is run as
-// a server-side dry run (every object admitted), the Deployment it waits
-// for and port-forwards to exists with that port, and shardctl takes the
-// arguments it is given.
+// the Makefile's target and archive and the chart's appVersion, the install
+// is run as a server-side dry run (every object admitted), the Deployment
+// it waits for exists, and shardctl takes the arguments it is given.
+// make e2e-cluster runs the same commands on a node.
 func TestChartQuickstart(t *testing.T) {
 	h := helm(t)
 	kc := kubetest.Get(t)
@@ -74,27 +58,28 @@ func TestChartQuickstart(t *testing.T) {
 		switch {
 		case strings.HasPrefix(cmd, "make image IMAGE="):
 			image = strings.TrimPrefix(args[2], "IMAGE=")
-			if !strings.Contains(string(makefile), "image:") || !strings.Contains(string(makefile), "docker build -t $(IMAGE) .") {
-				t.Errorf("%s: the Makefile builds no $(IMAGE)", cmd)
+			if !strings.Contains(string(makefile), "\nimage:") || !strings.Contains(string(makefile), "hack/image.sh $(IMAGE) $(BIN)/image.tar") {
+				t.Errorf("%s: the Makefile builds no $(IMAGE) into .bin/image.tar", cmd)
 			}
 			if !strings.HasSuffix(image, ":"+chart.AppVersion) {
 				t.Errorf("%s: the image is not tagged with the chart's appVersion %s", cmd, chart.AppVersion)
 			}
-		case strings.HasPrefix(cmd, "docker push "):
-			if args[2] != image {
-				t.Errorf("%s: pushes another image than the one built (%s)", cmd, image)
+		case strings.HasPrefix(cmd, "crane push "):
+			if len(args) != 4 || args[2] != ".bin/image.tar" || args[3] != image {
+				t.Errorf("%s: pushes another archive or image than the one built (.bin/image.tar, %s)", cmd, image)
 			}
 		case strings.HasPrefix(cmd, "helm install "):
 			objs = quickstartInstall(t, kc, h, kubeconfig, args, image)
 		case strings.HasPrefix(cmd, "kubectl "):
 			quickstartKubectl(t, cmd, args, objs)
 		case strings.HasPrefix(cmd, "go run ./cmd/shardctl "):
-			// Nothing listens there: shardctl must fail asking, not on
-			// its arguments.
+			// No pod runs on a cluster without nodes: shardctl must fail
+			// finding the pushers, not on its arguments.
 			c := exec.Command("go", args[1:]...)
 			c.Dir = ".."
+			c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 			out, _ := c.CombinedOutput()
-			if strings.Contains(string(out), "flag provided but not defined") || strings.Contains(string(out), "unknown command") || !strings.Contains(string(out), "127.0.0.1:15014") {
+			if strings.Contains(string(out), "flag provided but not defined") || strings.Contains(string(out), "unknown command") || !strings.Contains(string(out), "shardpilot") {
 				t.Errorf("%s: %s", cmd, out)
 			}
 		default:

@@ -16,9 +16,18 @@ import (
 // github.com/shardpilot/shardpilot/internal/version.Release=…".
 var Release = "0.1.0"
 
+// revision is set by builds that have no VCS information for Go to record
+// (an image built from a copy of the tree): -ldflags "-X
+// github.com/shardpilot/shardpilot/internal/version.revision=<commit>".
+var revision = ""
+
 // Revision is the source revision the binary was built from, as Go
-// records it (with "-dirty" for uncommitted changes), or "unknown".
+// records it (with "-dirty" for uncommitted changes), or as the build set
+// it, or "unknown".
 func Revision() string {
+	if revision != "" {
+		return revision
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

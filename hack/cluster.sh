@@ -343,10 +343,16 @@ spec:
 EOF
     done
   } | "${kc[@]}" apply -f - >/dev/null
-  # A volume released by a deleted claim: empty it and make it available again.
+  recycle "$B"
+}
+
+# recycle makes the volumes released by deleted claims available again,
+# emptied, as a provisioner would: up runs it once, then every 5 s in the
+# background (the component "volumes").
+recycle() {
+  local kc=("$1/kubectl" --kubeconfig "$K/admin.kubeconfig") pv
   for pv in $("${kc[@]}" get pv -o jsonpath='{range .items[?(@.status.phase=="Released")]}{.metadata.name}{"\n"}{end}'); do
-    i=${pv#local-pv}
-    find "$K/volumes/pv$i" -mindepth 1 -delete
+    find "$K/volumes/pv${pv#local-pv}" -mindepth 1 -delete
     "${kc[@]}" patch pv "$pv" --type json -p '[{"op":"remove","path":"/spec/claimRef"}]' >/dev/null
   done
 }
@@ -370,6 +376,7 @@ up() {
   waitfor "the node" "${kc[@]}" wait --for=condition=Ready "node/$NODE" --timeout=1s
   waitfor "the default service account" "${kc[@]}" get serviceaccount default
   storage
+  launch volumes "$root/hack/cluster.sh" recycle-loop
   cp "$K/admin.kubeconfig" "$K/kubeconfig"
   say "cluster up: export KUBECONFIG=$K/kubeconfig (kubectl: $B/kubectl)"
   echo "$K/kubeconfig"
@@ -392,7 +399,7 @@ down() {
   [ -d "$K" ] || return 0
   local B n t m ipt
   B="$("$root/hack/kube-binaries.sh")"
-  for n in coredns kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
+  for n in volumes coredns kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
   [ -x "$B/kube-proxy" ] && "$B/kube-proxy" --cleanup >/dev/null 2>&1 || true
   if running containerd; then
     for t in $(ctr -n k8s.io task ls -q 2>/dev/null); do ctr -n k8s.io task kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
@@ -433,7 +440,7 @@ down() {
 
 status() {
   local n rc=0
-  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns; do
+  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns volumes; do
     if running "$n"; then echo "$n running (pid $(cat "$K/pids/$n"))"; else echo "$n stopped"; rc=1; fi
   done
   return $rc
@@ -448,6 +455,10 @@ wipe)
   say "cluster state removed"
   ;;
 status) status ;;
+recycle-loop)
+  B="$("$root/hack/kube-binaries.sh")"
+  while sleep 5; do recycle "$B" || true; done
+  ;;
 kubeconfig)
   [ -f "$K/kubeconfig" ] || { echo "no cluster: hack/cluster.sh up" >&2; exit 1; }
   echo "$K/kubeconfig"

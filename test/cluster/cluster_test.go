@@ -143,31 +143,61 @@ func (s clientStats) total() int64 {
 	return n
 }
 
-// stats asks the client pod, through the API server.
-func (e *env) stats(t *testing.T) clientStats {
+// clients is what every client pod says, by pod: a pod replaced (the
+// client pointed at other pushers) counts from zero.
+type clients map[string]clientStats
+
+// stats asks every running client pod, through the API server.
+func (e *env) stats(t *testing.T) clients {
 	t.Helper()
 	pods, err := e.kc.CoreV1().Pods(mesh).List(context.Background(), metav1.ListOptions{LabelSelector: "app=client"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods.Items) != 1 {
-		t.Fatalf("%d client pods, want 1", len(pods.Items))
-	}
-	var s clientStats
-	var last error
-	for range 10 {
-		b, err := e.kc.CoreV1().Pods(mesh).ProxyGet("http", pods.Items[0].Name, "9090", "stats", nil).DoRaw(context.Background())
-		if err == nil {
-			if err := json.Unmarshal(b, &s); err != nil {
-				t.Fatalf("the client's /stats: %v: %s", err, b)
-			}
-			return s
+	out := clients{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
 		}
-		last = err
-		time.Sleep(500 * time.Millisecond)
+		var last error
+		for range 10 {
+			b, err := e.kc.CoreV1().Pods(mesh).ProxyGet("http", p.Name, "9090", "stats", nil).DoRaw(context.Background())
+			if err == nil {
+				var s clientStats
+				if err := json.Unmarshal(b, &s); err != nil {
+					t.Fatalf("%s's /stats: %v: %s", p.Name, err, b)
+				}
+				out[p.Name], last = s, nil
+				break
+			}
+			last = err
+			time.Sleep(500 * time.Millisecond)
+		}
+		if last != nil && ready(&p) {
+			t.Fatalf("%s's /stats: %v", p.Name, last)
+		}
 	}
-	t.Fatalf("the client's /stats: %v", last)
-	return s
+	if len(out) == 0 {
+		t.Fatal("no client pod answers /stats")
+	}
+	return out
+}
+
+// since is what the clients saw after before: RPCs by backend, failures
+// (with the last errors), and the failures before a new pod's first
+// answer.
+func (after clients) since(before clients) clientStats {
+	d := clientStats{OK: map[string]int64{}}
+	for pod, a := range after {
+		b := before[pod]
+		for addr, n := range a.OK {
+			d.OK[addr] += n - b.OK[addr]
+		}
+		d.Failed += a.Failed - b.Failed
+		d.Startup += a.Startup - b.Startup
+		d.Errors = append(d.Errors, a.Errors[len(a.Errors)-min(int(a.Failed-b.Failed), len(a.Errors)):]...)
+	}
+	return d
 }
 
 // raceOnNewCluster is how grpc-go fails an RPC that a new route sends to a
@@ -188,11 +218,14 @@ func (e *env) step(t *testing.T, name, explained string, fn func(t *testing.T) s
 		start := time.Now()
 		comments := fn(t)
 		took := time.Since(start)
-		after := e.stats(t)
-		r := row{step: name, took: took, ok: after.total() - before.total(), failed: after.Failed - before.Failed, comments: comments}
+		d := e.stats(t).since(before)
+		r := row{step: name, took: took, ok: d.total(), failed: d.Failed, comments: comments}
+		if d.Startup > 0 {
+			r.comments += fmt.Sprintf("; %d RPCs of a new client pod failed before its first answer", d.Startup)
+		}
 		var unexplained []string
 		if r.failed > 0 {
-			for _, err := range after.Errors[len(after.Errors)-min(int(r.failed), len(after.Errors)):] {
+			for _, err := range d.Errors {
 				if explained != "" && strings.Contains(err, explained) {
 					r.explained++
 					continue
@@ -204,7 +237,7 @@ func (e *env) step(t *testing.T, name, explained string, fn func(t *testing.T) s
 			}
 		}
 		e.report = append(e.report, r)
-		if len(unexplained) > 0 || r.failed > int64(len(after.Errors)) {
+		if len(unexplained) > 0 || r.failed > int64(len(d.Errors)) {
 			t.Errorf("%d of the client's RPCs failed during %q (%d explained); the others: %s", r.failed, name, r.explained, strings.Join(unexplained, "\n"))
 		}
 		if r.ok == 0 {
@@ -237,11 +270,10 @@ func (e *env) served(t *testing.T, what string, want func() map[string]bool, all
 		allowed := want()
 		before := e.stats(t)
 		time.Sleep(3 * time.Second)
-		after := e.stats(t)
+		got := e.stats(t).since(before).OK
 		var wrong []string
 		n := int64(0)
-		for addr, c := range after.OK {
-			d := c - before.OK[addr]
+		for addr, d := range got {
 			n += d
 			if d > 0 && !allowed[addr] {
 				wrong = append(wrong, fmt.Sprintf("%s (%d)", addr, d))
@@ -257,7 +289,7 @@ func (e *env) served(t *testing.T, what string, want func() map[string]bool, all
 		if all {
 			var idle []string
 			for addr := range allowed {
-				if after.OK[addr] == before.OK[addr] {
+				if got[addr] == 0 {
 					idle = append(idle, addr)
 				}
 			}
@@ -417,10 +449,29 @@ func TestCluster(t *testing.T) {
 		e.step(t, f.name+" under churn", "", func(t *testing.T) string { return e.fault(t, f.pod, both) })
 	}
 
-	e.step(t, "helm rollback to the first release", "", func(t *testing.T) string {
+	e.step(t, "helm upgrade to shards: namespace mesh on a shard of its own", raceOnNewCluster, func(t *testing.T) string {
+		e.run(t, e.helm, "upgrade", release, "deploy/helm/shardpilot", "-n", namespace, "--reuse-values",
+			"--set", "pusher.shards[0].name=mesh", "--set", "pusher.shards[0].namespaces[0]=mesh", "--wait", "--timeout", "5m")
+		e.pushersRun(t, 2, e.nextTag)
+		// The whole-mesh pushers are gone: the client calls on with what
+		// it was sent until it is pointed at its namespace's Service.
+		e.servedByAll(t, "RPCs on every pod of echo on the config the client holds", both)
+		moved := e.pointClient(t, fmt.Sprintf("%s-xds-%s.%s.svc:15010", release, mesh, namespace), both)
+		e.setWeights(t, 0, 100)
+		shifted := e.servedBy(t, "every RPC on v2 through the shard", v2)
+		out := e.run(t, "go", "run", "./cmd/shardctl", "proxy-status", "--kube-namespace", namespace, "--kubeconfig", e.kubeconfig)
+		if !strings.Contains(out, release+"-pusher-"+mesh+"-") {
+			t.Errorf("proxy-status shows the client on no pusher of shard %s:\n%s", mesh, out)
+		}
+		return fmt.Sprintf("the client pointed at %s-xds-%s answered in %s; a weight shift through the shard served in %s", release, mesh, moved, shifted)
+	})
+	e.step(t, "helm rollback to the first release", raceOnNewCluster, func(t *testing.T) string {
 		e.run(t, e.helm, "rollback", release, "1", "-n", namespace, "--wait", "--timeout", "5m")
 		e.pushersRun(t, 1, version.Release)
-		return fmt.Sprintf("1 pusher Ready on %s; every pod served after %s", version.Release, e.servedByAll(t, "RPCs on every pod after the rollback", both))
+		moved := e.pointClient(t, fmt.Sprintf("%s-pusher.%s.svc:15010", release, namespace), v2)
+		e.setWeights(t, 50, 50)
+		return fmt.Sprintf("1 pusher Ready on %s; the client pointed back answered in %s; every pod served after %s", version.Release, moved,
+			e.servedByAll(t, "RPCs on every pod after the rollback", both))
 	})
 	t.Run("shardctl proxy-status from outside through kube discovery", func(t *testing.T) {
 		out := e.run(t, "go", "run", "./cmd/shardctl", "proxy-status", "--kube-namespace", namespace, "--kubeconfig", e.kubeconfig)
@@ -703,17 +754,50 @@ func (e *env) install(t *testing.T) {
 // client's first answered RPC.
 func (e *env) workloads(t *testing.T) {
 	start := time.Now()
+	e.applyWorkloads(t, fmt.Sprintf("%s-pusher.%s.svc:15010", release, namespace))
+	e.allReady(t, mesh, 3*time.Minute)
+	took := e.servedBy(t, "every RPC on v1", func() map[string]bool { return e.podAddrs(t, "app=echo,version=v1") })
+	s := e.stats(t).since(nil)
+	e.report = append(e.report, row{step: "workloads: 3 servers, a proxyless client", took: time.Since(start), ok: s.total(), failed: s.Failed,
+		comments: fmt.Sprintf("%d RPCs failed before the first answer; all on v1 after %s", s.Startup, took.Round(100*time.Millisecond))})
+}
+
+// applyWorkloads applies testdata/workloads.yaml (only: its objects named
+// so), the client's ADS server being xds (host:port).
+func (e *env) applyWorkloads(t *testing.T, xds string, only ...string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "workloads.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	xds := fmt.Sprintf("%s-pusher.%s.svc:15010", release, namespace)
-	e.kubectlApply(t, strings.ReplaceAll(string(b), "XDS_SERVER", xds))
-	e.allReady(t, mesh, 3*time.Minute)
-	took := e.servedBy(t, "every RPC on v1", func() map[string]bool { return e.podAddrs(t, "app=echo,version=v1") })
-	s := e.stats(t)
-	e.report = append(e.report, row{step: "workloads: 3 servers, a proxyless client", took: time.Since(start), ok: s.total(), failed: s.Failed,
-		comments: fmt.Sprintf("%d RPCs failed before the first answer; all on v1 after %s", s.Startup, took.Round(100*time.Millisecond))})
+	docs := strings.Split(strings.ReplaceAll(string(b), "XDS_SERVER", xds), "\n---\n")
+	if len(only) > 0 {
+		var picked []string
+		for _, d := range docs {
+			for _, name := range only {
+				if strings.Contains(d, "\n  name: "+name+"\n") {
+					picked = append(picked, d)
+				}
+			}
+		}
+		if len(picked) != len(only) {
+			t.Fatalf("testdata/workloads.yaml has %d of the objects %v", len(picked), only)
+		}
+		docs = picked
+	}
+	e.kubectlApply(t, strings.Join(docs, "\n---\n"))
+}
+
+// pointClient points the client at other pushers (xds), as an operator
+// does when they move, and waits for its new pod to answer RPCs on the
+// pods of want: the pushers there serve it.
+func (e *env) pointClient(t *testing.T, xds string, want func() map[string]bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	e.applyWorkloads(t, xds, "client")
+	e.run(t, e.kubectl, "-n", mesh, "rollout", "status", "deployment/client", "--timeout=3m")
+	e.servedBy(t, "the client's new pod answered through "+xds, want)
+	return time.Since(start).Round(100 * time.Millisecond)
 }
 
 func (e *env) setWeights(t *testing.T, v1, v2 int) {

@@ -412,10 +412,14 @@ down() {
   for n in /var/run/netns/cni-*; do [ -e "$n" ] && ip netns delete "$(basename "$n")"; done
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
   rm -rf "$K/cni/ipam"
-  for c in $(iptables -t nat -S POSTROUTING 2>/dev/null | grep -o 'CNI-[0-9a-f]*' | sort -u); do
-    iptables -t nat -D POSTROUTING $(iptables -t nat -S POSTROUTING | grep -- "-j $c" | head -1 | sed 's/^-A POSTROUTING //') 2>/dev/null || true
-    iptables -t nat -F "$c" 2>/dev/null || true
-    iptables -t nat -X "$c" 2>/dev/null || true
+  # The bridge plugin's masquerading, per pod: its rules in POSTROUTING (by
+  # number: their comments hold quotes) and its chains.
+  local n
+  while n=$(iptables -t nat -L POSTROUTING -n --line-numbers 2>/dev/null | awk '$2 ~ /^CNI-/ {print $1; exit}') && [ -n "$n" ]; do
+    iptables -t nat -D POSTROUTING "$n"
+  done
+  for c in $(iptables -t nat -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}'); do
+    iptables -t nat -F "$c" && iptables -t nat -X "$c"
   done
   for ipt in iptables ip6tables; do
     while $ipt -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/version"
+	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -114,12 +115,43 @@ func checkServed(t *testing.T, name string, objs []*unstructured.Unstructured, v
 	if name == "knobs" {
 		checkPodKnobs(t, objs)
 	}
+	checkAdminToken(t, objs, v)
 	// The standard labels, so that tools and two releases tell
 	// each other's objects apart.
 	for _, obj := range objs {
 		l := obj.GetLabels()
 		if l["app.kubernetes.io/name"] != "shardpilot" || l["app.kubernetes.io/instance"] != "sp" || l["app.kubernetes.io/version"] == "" {
 			t.Errorf("%s %s: labels %v, want app.kubernetes.io/name, instance and version", obj.GetKind(), obj.GetName(), l)
+		}
+	}
+}
+
+// checkAdminToken: /debug/ and the status page answer a token alone,
+// loopback included (kubectl port-forward arrives from loopback), and the
+// token is there without a value given: the chart makes its Secret.
+func checkAdminToken(t *testing.T, objs []*unstructured.Unstructured, v map[string]any) {
+	t.Helper()
+	secret, _ := v["adminToken"].(map[string]any)["secretName"].(string)
+	if secret == "" {
+		secret = "sp-admin-token"
+		s := find(objs, "Secret", secret)
+		if s == nil {
+			t.Fatalf("no admin token Secret %s made", secret)
+		}
+		tok, _, _ := unstructured.NestedString(s.Object, "data", "token")
+		if b, err := base64.StdEncoding.DecodeString(tok); err != nil || telemetry.CheckToken(string(b)) != nil {
+			t.Errorf("the admin token the chart makes is refused: %v %v", err, telemetry.CheckToken(string(b)))
+		}
+	}
+	for _, d := range objs {
+		if d.GetKind() != "Deployment" {
+			continue
+		}
+		tmpl := fmt.Sprint(d.Object["spec"].(map[string]any)["template"])
+		for _, want := range []string{"secretName:" + secret, "name:SHARDPILOT_ADMIN_TOKEN_ON_LOOPBACK value:true", "name:SHARDPILOT_ADMIN_TOKEN_FILE value:/etc/shardpilot/admin/token"} {
+			if !strings.Contains(tmpl, want) {
+				t.Errorf("%s: no %s in its pod template", d.GetName(), want)
+			}
 		}
 	}
 }

@@ -307,7 +307,7 @@ func run(ctx context.Context, args []string) error {
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, StaleReason: ps.StaleReason})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump}}).Run(ctx)
 	})
 	return g.Wait()

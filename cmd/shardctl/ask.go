@@ -75,14 +75,18 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 	if err != nil {
 		return err
 	}
-	if o.token != "" {
+	token := o.token
+	if token == "" && o.kube != nil {
+		token = o.kube.token(u.Host) // the pod's own, from its Secret
+	}
+	if token != "" {
 		// An address etcd announces may be anyone's (whoever can write
 		// etcd can announce one): the token goes there over TLS alone.
 		host, _, _ := net.SplitHostPort(u.Host)
 		if u.Scheme != "https" && o.admin == "" && host != "127.0.0.1" && host != "::1" && host != "localhost" {
 			return fmt.Errorf("its admin port %s is announced without TLS: the token is not sent in the clear (give the pushers and ingesters --admin-tls-addr, or reach it through a port-forward with --admin-addrs)", m.Admin)
 		}
-		req.Header.Set("Authorization", "Bearer "+o.token)
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := o.client.Do(req)
 	if err != nil {
@@ -93,6 +97,9 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		if resp.StatusCode == http.StatusNotFound && o.admin != "" {
 			return errNotServed
+		}
+		if resp.StatusCode == http.StatusUnauthorized && token == "" && o.kube != nil && o.kube.tokenError() != nil {
+			return fmt.Errorf("%s: %s (%v; give --admin-token-file)", path, resp.Status, o.kube.tokenError())
 		}
 		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -40,6 +41,56 @@ type kube struct {
 	mu       sync.Mutex
 	forwards []chan struct{} // closed to stop a port-forward
 	wg       sync.WaitGroup  // the port-forwards' goroutines
+	// tokens are the admin tokens of the pods found, by the address they
+	// are reached at: read from the Secret each pod mounts as admin-token
+	// (the chart's), with the caller's credentials. tokenErr says why one
+	// could not be read.
+	tokens   map[string]string
+	tokenErr error
+}
+
+// adminTokenVolume is the volume the chart mounts the admin token from.
+const adminTokenVolume = "admin-token"
+
+// token returns the admin token of the pod reached at addr ("" when none
+// was read).
+func (k *kube) token(addr string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.tokens[addr]
+}
+
+// tokenError says why a pod's admin token could not be read (nil: none
+// failed).
+func (k *kube) tokenError() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.tokenErr
+}
+
+// podToken reads the token of the Secret the pod mounts as admin-token
+// ("" when it mounts none), once per Secret.
+func (k *kube) podToken(ctx context.Context, client kubernetes.Interface, p *corev1.Pod, read map[string]string) string {
+	for _, v := range p.Spec.Volumes {
+		if v.Name != adminTokenVolume || v.Secret == nil {
+			continue
+		}
+		if tok, ok := read[v.Secret.SecretName]; ok {
+			return tok
+		}
+		sec, err := client.CoreV1().Secrets(p.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+		tok := ""
+		if err != nil {
+			k.mu.Lock()
+			k.tokenErr = fmt.Errorf("the admin token, Secret %s/%s: %w", p.Namespace, v.Secret.SecretName, err)
+			k.mu.Unlock()
+		} else {
+			tok = strings.TrimSpace(string(sec.Data["token"]))
+		}
+		read[v.Secret.SecretName] = tok
+		return tok
+	}
+	return ""
 }
 
 // close stops the port-forwards and waits for them.
@@ -79,6 +130,7 @@ func (k *kube) find(ctx context.Context, role string) ([]store.Member, error) {
 		return nil, fmt.Errorf("--kube-selector %q: %w", k.selector, err)
 	}
 	var out []store.Member
+	read := map[string]string{} // tokens by Secret
 	for _, r := range []string{"pusher", "ingester"} {
 		if role != "" && role != r {
 			continue
@@ -104,6 +156,14 @@ func (k *kube) find(ctx context.Context, role string) ([]store.Member, error) {
 				m.AdminTLS = addr
 			} else {
 				m.Admin = addr
+			}
+			if tok := k.podToken(ctx, client, &p, read); tok != "" {
+				k.mu.Lock()
+				if k.tokens == nil {
+					k.tokens = map[string]string{}
+				}
+				k.tokens[addr] = tok
+				k.mu.Unlock()
 			}
 			out = append(out, m)
 		}

@@ -203,7 +203,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, Page: page,
+		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: c.AdminTokenOnLoopback, Page: page,
 			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestReport)}}).Run(ctx)
 	})
 	err = g.Wait()

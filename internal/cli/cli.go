@@ -117,8 +117,10 @@ type Common struct {
 	LogLevel, LogFormat string
 	AdminAddr           string
 	AdminTokenFile      string
-	MemoryLimit         string
-	AdvertiseHost       string
+	// AdminTokenOnLoopback asks loopback callers for the token too.
+	AdminTokenOnLoopback bool
+	MemoryLimit          string
+	AdvertiseHost        string
 	// AdminTLSAddr, AdminCertFile and AdminKeyFile serve the admin
 	// endpoints over TLS as well, where alone the token is then taken.
 	AdminTLSAddr, AdminCertFile, AdminKeyFile string
@@ -128,6 +130,7 @@ type Common struct {
 func (c *Common) Register(fs *flag.FlagSet, adminAddr string) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", adminAddr, "address to serve /healthz, /readyz, /metrics and /debug/ on")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding a bearer token that opens the admin port's /debug/ (profiles, config dumps, proxy status) to other hosts; without it /debug/ answers loopback only")
+	fs.BoolVar(&c.AdminTokenOnLoopback, "admin-token-on-loopback", false, "ask loopback callers for the token of --admin-token-file too: in a Kubernetes pod, kubectl port-forward (anyone allowed pods/portforward) arrives from loopback (the chart sets it)")
 	fs.StringVar(&c.AdminTLSAddr, "admin-tls-addr", "", "address to serve the admin endpoints on over TLS too (with --admin-cert-file and --admin-key-file); the token of --admin-token-file is then taken there alone, never in the clear, and shardctl is told to use it")
 	fs.StringVar(&c.AdminCertFile, "admin-cert-file", "", "PEM certificate of --admin-tls-addr (read again when it changes)")
 	fs.StringVar(&c.AdminKeyFile, "admin-key-file", "", "PEM key of --admin-cert-file")
@@ -175,6 +178,9 @@ func (c *Common) Start() (*slog.Logger, telemetry.TokenSource, error) {
 // AdminTokens returns the token of --admin-token-file, read again when the
 // file changes (nil when not given).
 func (c *Common) AdminTokens(log *slog.Logger) (telemetry.TokenSource, error) {
+	if c.AdminTokenOnLoopback && c.AdminTokenFile == "" {
+		return nil, errors.New("--admin-token-on-loopback needs --admin-token-file: without a token /debug/ and the status page would answer no one")
+	}
 	if c.AdminTokenFile == "" {
 		return nil, nil
 	}

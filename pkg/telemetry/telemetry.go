@@ -126,6 +126,10 @@ type Admin struct {
 	// answers loopback (127.0.0.1 and ::1 alone). The rest (health,
 	// readiness, metrics) answers anyone.
 	DebugToken TokenSource
+	// TokenOnLoopback asks loopback callers for the token too: in a pod,
+	// kubectl port-forward arrives from loopback, so there loopback is
+	// anyone allowed to forward a port to the pod.
+	TokenOnLoopback bool
 	// Page, when set, is the status page at "/", guarded as /debug/ is.
 	Page http.Handler
 	Log  *slog.Logger
@@ -171,13 +175,16 @@ func (a *Admin) Handler() http.Handler {
 // carry the debug token (for /debug/ and the status page).
 func (a *Admin) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && loopback(host) {
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && loopback(host) && !a.TokenOnLoopback {
 			h.ServeHTTP(w, r)
 			return
 		}
 		// With a TLS port, a token sent in the clear is not taken: whoever
 		// sent it has just shown it to the network.
-		if a.DebugToken != nil && (r.TLS != nil || a.TLSListener == nil) {
+		// A loopback caller's token is not on the network even in the
+		// clear (a port-forward's travels inside the API server's TLS).
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if a.DebugToken != nil && (r.TLS != nil || a.TLSListener == nil || loopback(host)) {
 			want := a.DebugToken.Token()
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
@@ -186,6 +193,10 @@ func (a *Admin) guard(h http.Handler) http.Handler {
 			}
 		}
 		w.Header().Set("WWW-Authenticate", "Bearer")
+		if a.TokenOnLoopback {
+			http.Error(w, "the status page and /debug/ answer a bearer token alone (--admin-token-file; the chart's Secret <release>-admin-token)", http.StatusUnauthorized)
+			return
+		}
 		http.Error(w, "the status page and /debug/ answer loopback, or a bearer token (--admin-token-file)", http.StatusUnauthorized)
 	})
 }

@@ -119,6 +119,47 @@ func TestDebugIsGuarded(t *testing.T) {
 	}
 }
 
+// TestTokenOnLoopback: with TokenOnLoopback (the chart's pods, where
+// kubectl port-forward arrives from loopback), loopback callers need the
+// token as any other; a loopback caller's token is taken in the clear even
+// beside a TLS port (a port-forward carries it inside the API server's TLS).
+func TestTokenOnLoopback(t *testing.T) {
+	tlsLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tlsLis.Close()
+	for _, withTLS := range []bool{false, true} {
+		a := &Admin{Gatherer: prometheus.NewRegistry(), Ready: NewReadiness(), DebugToken: StaticToken(goodToken), TokenOnLoopback: true,
+			Debug: map[string]http.Handler{"/debug/syncz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "streams") })}}
+		if withTLS {
+			a.TLSListener = tlsLis
+		}
+		h := a.Handler()
+		for _, c := range []struct {
+			from, token string
+			want        int
+		}{
+			{"127.0.0.1:5000", "", http.StatusUnauthorized},
+			{"[::1]:5000", "", http.StatusUnauthorized},
+			{"127.0.0.1:5000", "wrong-token-0123456789", http.StatusUnauthorized},
+			{"127.0.0.1:5000", goodToken, http.StatusOK},
+			{"10.1.2.3:5000", "", http.StatusUnauthorized},
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/debug/syncz", nil)
+			r.RemoteAddr = c.from
+			if c.token != "" {
+				r.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.want {
+				t.Errorf("TLS port %v: from %s (token %q): %d, want %d", withTLS, c.from, c.token, w.Code, c.want)
+			}
+		}
+	}
+}
+
 const goodToken = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 // TestCheckToken: short and repetitive tokens are refused.

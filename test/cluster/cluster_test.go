@@ -8,10 +8,12 @@
 package cluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -486,6 +488,7 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("shardctl proxy-status:\n%s", out)
 	})
+	t.Run("a port-forward to /debug/ needs the admin token", e.portForwardNeedsToken)
 	t.Run("helm uninstall leaves the CRDs alone behind", e.uninstall)
 }
 
@@ -660,6 +663,55 @@ func (e *env) leadingIngester(t *testing.T, fallback string) string {
 		}
 	}
 	return best
+}
+
+// portForwardNeedsToken: kubectl port-forward (anyone allowed
+// pods/portforward) arrives at a pusher from loopback; /debug/ answers it
+// the token of the chart's Secret alone.
+func (e *env) portForwardNeedsToken(t *testing.T) {
+	pods, err := e.kc.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=pusher"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("no pusher pod: %v", err)
+	}
+	cmd := exec.Command(e.kubectl, "-n", namespace, "port-forward", "pod/"+pods.Items[0].Name, ":15014")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// "Forwarding from 127.0.0.1:40123 -> 15014"
+	line, err := bufio.NewReader(out).ReadString('\n')
+	_, rest, ok := strings.Cut(line, "127.0.0.1:")
+	port, _, _ := strings.Cut(rest, " ")
+	if err != nil || !ok {
+		t.Fatalf("kubectl port-forward said %q: %v", line, err)
+	}
+	sec, err := e.kc.CoreV1().Secrets(namespace).Get(context.Background(), release+"-admin-token", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"not-the-token-0123456789abcdefghij", http.StatusUnauthorized}, {string(sec.Data["token"]), http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+port+"/debug/syncz", nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("/debug/syncz through a port-forward, token %v: %s, want %d", c.token != "", resp.Status, c.want)
+		}
+	}
+	e.report = append(e.report, row{step: "a port-forward to a pusher's /debug/", comments: "401 without the token or with another; 200 with the chart's Secret's"})
 }
 
 // uninstall removes the release and checks that nothing of it is left

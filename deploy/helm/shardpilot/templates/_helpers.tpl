@@ -41,10 +41,12 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 # Announced in etcd with the admin port, where shardctl finds every replica.
 - name: SHARDPILOT_ADVERTISE_HOST
   valueFrom: {fieldRef: {fieldPath: status.podIP}}
-{{- if .Values.adminToken.secretName }}
+# /debug/ and the status page answer the token alone, loopback included:
+# kubectl port-forward arrives from loopback (docs/security.md).
 - name: SHARDPILOT_ADMIN_TOKEN_FILE
   value: /etc/shardpilot/admin/token
-{{- end }}
+- name: SHARDPILOT_ADMIN_TOKEN_ON_LOOPBACK
+  value: "true"
 {{- end -}}
 
 {{- define "shardpilot.selector" -}}
@@ -117,6 +119,12 @@ certificates), "" otherwise. */}}
 {{- if and .Values.pusher.ads.tls.secretName .Values.pusher.ads.tls.authenticateClients }}true{{ end }}
 {{- end -}}
 
+{{/* The Secret whose token opens the admin ports' /debug/ and status page:
+adminToken.secretName, else the one the chart makes (admin-token.yaml). */}}
+{{- define "shardpilot.adminTokenSecret" -}}
+{{- .Values.adminToken.secretName | default (printf "%s-admin-token" .Release.Name) }}
+{{- end -}}
+
 {{/* The Secret whose seal.key seals the root kept in etcd. */}}
 {{- define "shardpilot.caSealSecret" -}}
 {{- .Values.pusher.ads.ca.sealSecretName | default (printf "%s-ca-seal" .Release.Name) }}
@@ -152,10 +160,8 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: inject-tls
   secret: {secretName: {{ $v.injection.secretName | default (printf "%s-inject-tls" .root.Release.Name) }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
 {{- end }}
-{{- if $v.adminToken.secretName }}
 - name: admin-token
-  secret: {secretName: {{ $v.adminToken.secretName }}, items: [{key: token, path: token}]}
-{{- end }}
+  secret: {secretName: {{ include "shardpilot.adminTokenSecret" .root }}, items: [{key: token, path: token}]}
 {{- with $v.adminTLS.secretName }}
 - name: admin-tls
   secret: {secretName: {{ . }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
@@ -213,9 +219,7 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if and (eq .component "ingester") $v.injection.enabled }}
 - {name: inject-tls, mountPath: /etc/shardpilot/inject-tls, readOnly: true}
 {{- end }}
-{{- if $v.adminToken.secretName }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
-{{- end }}
 {{- if $v.nats.signing.secretName }}
 - {name: bus-signing, mountPath: /etc/shardpilot/bus-signing, readOnly: true}
 {{- end }}

@@ -57,6 +57,8 @@ type options struct {
 	// The mesh's CA and workload certificates.
 	caCert, caKey, caSealKeys, caTrust string
 	certTTL, maxCertTTL                time.Duration
+	certEvery                          time.Duration
+	certBurst                          int
 	workloadCerts                      *string
 
 	// What is generated, and when.
@@ -104,6 +106,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.caSealKeys, "ca-seal-key-file", "", "instead of --ca-cert-file: a root is made on the first start and kept in etcd under "+ca.SealedRootKey+", sealed (AES-256-GCM) with the key of this file, which the pushers alone hold: one key per line, 32 bytes in base64 (openssl rand -base64 32); the first seals, every one opens, to replace it")
 	fs.StringVar(&o.caTrust, "ca-trust-file", "", "PEM CA certificates proxies trust beside the one that signs (\"ROOTCA\"): while the root is replaced, the next one before it signs and the previous one until what it signed has expired")
 	fs.DurationVar(&o.certTTL, "workload-cert-ttl", 24*time.Hour, "lifetime of the workload certificates served over SDS (\"default\"; issued again after two thirds of it), and of those Istio's agents get from the CA service when they ask for none")
+	fs.DurationVar(&o.certEvery, "ca-identity-every", 50*time.Millisecond, "Istio's CA service signs one identity (a service account) one certificate this often, after a burst of --ca-identity-burst (0: unbounded): its pods ask at start and at each rotation; a caller asking more is refused (ResourceExhausted) and retries")
+	fs.IntVar(&o.certBurst, "ca-identity-burst", 1000, "certificates one identity may be signed at once before --ca-identity-every applies (a rollout of that many pods of one service account)")
 	fs.DurationVar(&o.maxCertTTL, "workload-cert-max-ttl", 90*24*time.Hour, "longest lifetime of a certificate Istio's agents get from the CA service on the ADS port (istio.v1.auth.IstioCertificateService/CreateCertificate): what they ask for, capped")
 	fs.BoolVar(&o.plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&o.name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
@@ -213,6 +217,9 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 	}
 	if (o.caCert != "" || o.caSealKeys != "" || o.caTrust != "") && o.adsClientCA == "" {
 		return nil, nil, errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
+	if o.certEvery < 0 || (o.certEvery > 0 && o.certBurst < 1) {
+		return nil, nil, fmt.Errorf("--ca-identity-every %s, --ca-identity-burst %d: want a positive burst, or --ca-identity-every 0 for no bound", o.certEvery, o.certBurst)
 	}
 	if o.certTTL < time.Minute || o.maxCertTTL < o.certTTL {
 		return nil, nil, fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", o.certTTL, o.maxCertTTL)
@@ -363,7 +370,8 @@ func (o *options) secure(ctx context.Context, etcd *clientv3.Client, kube kubern
 			return sec, err
 		}
 		var check func() bool
-		if sec.secrets, sec.certificates, sec.readCredentials, check, err = workloadCertificates(root, policy, kube, o.certTTL, o.maxCertTTL, log, reg); err != nil {
+		if sec.secrets, sec.certificates, sec.readCredentials, check, err = workloadCertificates(root, policy, kube,
+			ca.Service{TTL: o.certTTL, MaxTTL: o.maxCertTTL, PerIdentity: o.certEvery, PerIdentityBurst: o.certBurst}, log, reg); err != nil {
 			return sec, err
 		}
 		o.xcfg.Secrets = sec.secrets
@@ -432,11 +440,11 @@ func meshCA(ctx context.Context, etcd *clientv3.Client, certFile, keyFile, sealK
 // workloadCertificates serves root's workload certificates over SDS and
 // Istio's CA service, and, with a Kubernetes client, its TLS Secrets as
 // gateway credentials: readCredentials then follows them, and read says
-// whether they were read.
-func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.Interface, ttl, maxTTL time.Duration, log *slog.Logger,
+// whether they were read. limits holds the CA service's TTLs and per-identity rate.
+func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.Interface, limits ca.Service, log *slog.Logger,
 	reg prometheus.Registerer) (secrets *sds.Secrets, certificates *ca.Service, readCredentials func(context.Context) error, read func() bool, err error) {
 	var creds *sds.KubeCredentials
-	scfg := sds.Config{CA: root, TTL: ttl, Identify: policy.Identify, Log: log.With("part", "sds"), Registerer: reg}
+	scfg := sds.Config{CA: root, TTL: limits.TTL, Identify: policy.Identify, Log: log.With("part", "sds"), Registerer: reg}
 	if kube != nil {
 		creds = sds.NewKubeCredentials(kube, log.With("part", "credentials"))
 		scfg.Credentials = creds
@@ -444,7 +452,8 @@ func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.I
 	if secrets, err = sds.New(scfg); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	if certificates, err = ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: ttl, MaxTTL: maxTTL, Log: log.With("part", "ca")}, reg); err != nil {
+	if certificates, err = ca.NewService(&ca.Service{CA: root, Identify: policy.Identify, TTL: limits.TTL, MaxTTL: limits.MaxTTL,
+		PerIdentity: limits.PerIdentity, PerIdentityBurst: limits.PerIdentityBurst, Log: log.With("part", "ca")}, reg); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	if creds != nil {

@@ -14,6 +14,9 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/time/rate"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"google.golang.org/grpc/codes"
@@ -34,9 +37,20 @@ type Service struct {
 	// TTL is a certificate's validity when the request asks for none;
 	// MaxTTL caps what a request asks for.
 	TTL, MaxTTL time.Duration
-	Log         *slog.Logger
-	results     *prometheus.CounterVec
+	// PerIdentity bounds how many certificates one identity is issued: a
+	// burst of PerIdentityBurst, then one every PerIdentity (0: no bound).
+	// An agent asks at start and at each rotation; a caller asking more
+	// makes the CA sign for nothing.
+	PerIdentity      time.Duration
+	PerIdentityBurst int
+	Log              *slog.Logger
+	results          *prometheus.CounterVec
+	limits           *lru.Cache[identity.ID, *rate.Limiter]
 }
+
+// limitedIdentities is how many identities' rates are remembered; one
+// forgotten starts again with a full burst.
+const limitedIdentities = 100_000
 
 // NewService checks the configuration and registers the service's
 // metrics with reg (nil: unregistered).
@@ -50,8 +64,14 @@ func NewService(s *Service, reg prometheus.Registerer) (*Service, error) {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
+	if s.PerIdentity < 0 || (s.PerIdentity > 0 && s.PerIdentityBurst < 1) {
+		return nil, fmt.Errorf("ca: per-identity rate one every %v, burst %d: want a positive interval and burst, or 0", s.PerIdentity, s.PerIdentityBurst)
+	}
+	if s.PerIdentity > 0 {
+		s.limits, _ = lru.New[identity.ID, *rate.Limiter](limitedIdentities)
+	}
 	s.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ca_certificate_requests_total",
-		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, error)."},
+		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, rate, error)."},
 		[]string{"result"})
 	if reg != nil {
 		if err := reg.Register(s.results); err != nil {
@@ -77,10 +97,17 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	if err := namesOnly(csr, id); err != nil {
 		return nil, s.refuse(codes.PermissionDenied, "identity", id, "%v", err)
 	}
-	ttl := s.TTL
-	if req.GetValidityDuration() > 0 {
-		ttl = min(time.Duration(req.GetValidityDuration())*time.Second, s.MaxTTL)
+	if s.limits != nil {
+		l := rate.NewLimiter(rate.Every(s.PerIdentity), s.PerIdentityBurst)
+		if known, ok, _ := s.limits.PeekOrAdd(id, l); ok {
+			l = known
+		}
+		if !l.Allow() {
+			return nil, s.refuse(codes.ResourceExhausted, "rate", id, "%s asked for more than %d certificates in a row and one every %v: ask again later",
+				id, s.PerIdentityBurst, s.PerIdentity)
+		}
 	}
+	ttl := validity(req.GetValidityDuration(), s.TTL, s.MaxTTL)
 	leaf, notAfter, err := s.CA.Sign(csr, id, ttl)
 	if err != nil {
 		s.results.WithLabelValues("error").Inc()
@@ -95,6 +122,19 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 		chain = append(chain, string(s.CA.rootPEM))
 	}
 	return &pb.IstioCertificateResponse{CertChain: append(chain, string(s.CA.TrustPEM()))}, nil
+}
+
+// validity is what a request asking for seconds (0 or less: nothing) is
+// given: def, or what it asks up to max, compared in seconds so that a
+// huge request cannot overflow into a negative, already expired, validity.
+func validity(seconds int64, def, max time.Duration) time.Duration {
+	switch {
+	case seconds <= 0:
+		return def
+	case seconds >= int64(max/time.Second):
+		return max
+	}
+	return time.Duration(seconds) * time.Second
 }
 
 // refuse counts and logs a refusal and returns its error.

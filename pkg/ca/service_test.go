@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"math"
 	"net/url"
 	"os"
 	"testing"
@@ -81,6 +82,18 @@ func TestCertificateService(t *testing.T) {
 	if ttl := time.Until(leaf.NotAfter); ttl > 24*time.Hour || ttl < 23*time.Hour {
 		t.Errorf("asked for a week, valid for %v: want the maximum, a day", ttl)
 	}
+	// A validity past what a Duration holds in nanoseconds is the maximum,
+	// not an overflow into an already expired certificate.
+	for _, huge := range []int64{math.MaxInt64, math.MaxInt64 / 1000, 1 << 34} {
+		resp, err := ask(newCSR(t, []string{id.String()}), huge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := verify(t, &ca.Workload{CertPEM: []byte(resp.CertChain[0])}, root.RootPEM(), id)
+		if ttl := time.Until(leaf.NotAfter); ttl > 24*time.Hour || ttl < 23*time.Hour {
+			t.Errorf("asked for %d s, valid for %v: want the maximum, a day", huge, ttl)
+		}
+	}
 	if resp, err = ask(newCSR(t, nil), 0); err != nil {
 		t.Fatalf("a CSR naming nothing: %v", err)
 	}
@@ -108,6 +121,44 @@ func TestCertificateService(t *testing.T) {
 		if _, err := ask(c.csr, 0); status.Code(err) != c.code {
 			t.Errorf("%s: %v, want %v", c.name, err, c.code)
 		}
+	}
+}
+
+// TestPerIdentityRate: one identity is signed a burst of certificates,
+// then refused (ResourceExhausted, counted as "rate") until its interval
+// passes; another identity is not held back by it.
+func TestPerIdentityRate(t *testing.T) {
+	test := testutil.NewCA(t)
+	root, err := ca.FromFiles(test.CertFile, test.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caller identity.ID
+	svc, err := ca.NewService(&ca.Service{CA: root, TTL: time.Hour, MaxTTL: time.Hour, PerIdentity: time.Hour, PerIdentityBurst: 3, Log: testutil.Log(t),
+		Identify: func(context.Context) (identity.ID, bool, error) { return caller, true, nil }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	greedy := identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "greedy"}
+	other := identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "cart"}
+	ask := func(id identity.ID) error {
+		caller = id
+		_, err := svc.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: newCSR(t, []string{id.String()})})
+		return err
+	}
+	for i := range 3 {
+		if err := ask(greedy); err != nil {
+			t.Fatalf("certificate %d of the burst: %v", i+1, err)
+		}
+	}
+	if err := ask(greedy); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a fourth certificate within the hour: %v, want ResourceExhausted", err)
+	}
+	if err := ask(other); err != nil {
+		t.Errorf("another identity held back: %v", err)
+	}
+	if _, err := ca.NewService(&ca.Service{CA: root, TTL: time.Hour, MaxTTL: time.Hour, PerIdentity: time.Second, Identify: svc.Identify}, nil); err == nil {
+		t.Error("a rate without a burst was taken")
 	}
 }
 

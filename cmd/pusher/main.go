@@ -24,6 +24,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
@@ -217,6 +218,9 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 	}
 	if (o.caCert != "" || o.caSealKeys != "" || o.caTrust != "") && o.adsClientCA == "" {
 		return nil, nil, errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
+	if o.registrationHeartbeat <= 0 || o.registrationHeartbeat > model.MaxRegistrationHeartbeat {
+		return nil, nil, fmt.Errorf("--registration-heartbeat %s: want above 0 and at most %s (the ingesters refuse longer)", o.registrationHeartbeat, model.MaxRegistrationHeartbeat)
 	}
 	if o.certEvery < 0 || (o.certEvery > 0 && o.certBurst < 1) {
 		return nil, nil, fmt.Errorf("--ca-identity-every %s, --ca-identity-burst %d: want a positive burst, or --ca-identity-every 0 for no bound", o.certEvery, o.certBurst)

@@ -42,6 +42,17 @@ type Registration struct {
 	Heartbeat time.Duration `json:"heartbeat"`
 }
 
+// MaxRegistrationHeartbeat is the longest heartbeat a registration may
+// name: an entry is taken for disconnected after three, so a pusher (or
+// whoever holds its NATS credential) naming years would keep an entry
+// alive long after its messages stop.
+const MaxRegistrationHeartbeat = 5 * time.Minute
+
+// MaxRegistrationSkew is how far ahead of the ingester's clock a
+// registration's connectedAt may be: a later connection wins, so one
+// dated in the future would win over every real one to come.
+const MaxRegistrationSkew = time.Minute
+
 // RegistrationOp says what happened to a registered workload's stream.
 type RegistrationOp string
 
@@ -80,6 +91,9 @@ func (r Registration) Validate() error {
 	}
 	if r.ConnectedAt.IsZero() || r.Heartbeat <= 0 {
 		return errors.New("registration: connectedAt and a positive heartbeat are required")
+	}
+	if r.Heartbeat > MaxRegistrationHeartbeat {
+		return fmt.Errorf("registration: heartbeat %v: at most %v", r.Heartbeat, MaxRegistrationHeartbeat)
 	}
 	return nil
 }

@@ -181,6 +181,10 @@ func (g *registrar) handle(ctx context.Context, r model.Registration, now time.T
 		}
 		return nil
 	}
+	if r.ConnectedAt.After(now.Add(model.MaxRegistrationSkew)) {
+		g.count("refused")
+		return fmt.Errorf("registration of %s: connected at %s, ahead of this clock by more than %v", key, r.ConnectedAt.Format(time.RFC3339), model.MaxRegistrationSkew)
+	}
 	if cur != nil && r.ConnectedAt.Before(cur.connectedAt) {
 		return nil // an earlier connection of a workload connected again since
 	}

@@ -117,6 +117,12 @@ func TestRegistrarKeepsAndRemovesEntries(t *testing.T) {
 		t.Errorf("a registration over someone's WorkloadEntry: %v, want refused", err)
 	}
 
+	// Dated ahead of this clock: it would win over every real connection
+	// to come.
+	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.7", time.Now().Add(time.Hour), time.Hour)); err == nil || !strings.Contains(err.Error(), "ahead of this clock") {
+		t.Errorf("a registration dated an hour ahead: %v, want refused", err)
+	}
+
 	// A pusher that goes silent.
 	if err := regs.send(t, reg(model.RegistrationConnect, "10.0.0.8", time.Now(), 100*time.Millisecond)); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -24,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -183,20 +187,42 @@ type CSDS struct {
 	// answered for (default csdsMaxUnmatched; negative: none): beyond, it
 	// is refused.
 	MaxUnmatched int
+	// MaxConcurrent bounds the requests answered at once (default
+	// csdsMaxConcurrent); one more is refused at once, before anything is
+	// built. MaxBytes bounds one response's encoded size (default
+	// csdsMaxBytes), measured before it is built.
+	MaxConcurrent, MaxBytes int
+
+	once  sync.Once
+	slots chan struct{} // a token per request being answered
 }
 
-// Bounds of a CSDS response: a request without node matchers on a pusher
-// with thousands of proxies would otherwise build a response of gigabytes.
+// Bounds of CSDS: a request without node matchers on a pusher with
+// thousands of proxies would otherwise build a response of gigabytes, and
+// concurrent requests hold one response each.
 const (
-	csdsMaxUnmatched = 100      // proxies answered for without node matchers
-	csdsMaxBytes     = 64 << 20 // encoded size of one response
+	csdsMaxUnmatched  = 100      // proxies answered for without node matchers
+	csdsMaxBytes      = 32 << 20 // encoded size of one response
+	csdsMaxConcurrent = 2        // requests answered at once
 )
+
+// enter takes one of the request slots, or says there is none free.
+func (c *CSDS) enter() bool {
+	c.once.Do(func() { c.slots = make(chan struct{}, cmp.Or(c.MaxConcurrent, csdsMaxConcurrent)) })
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *CSDS) leave() { <-c.slots }
 
 // FetchClientStatus answers one request; node matchers on the exact node id
 // select proxies, and no matcher selects all (up to csdsMaxUnmatched). A
 // caller with a SPIFFE identity is answered for its namespace's proxies.
 func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
-	cch, ps := c.Dump.cache, c.Dump.pusher
 	limit := c.MaxUnmatched
 	if limit == 0 {
 		limit = csdsMaxUnmatched
@@ -214,6 +240,11 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	case !identified && policy.Required:
 		return nil, status.Error(codes.Unauthenticated, "csds: a client certificate or a service account token is required")
 	}
+	if !c.enter() {
+		return nil, status.Errorf(codes.ResourceExhausted, "csds: %d requests are being answered; ask again", cap(c.slots))
+	}
+	defer c.leave()
+	cch, ps := c.Dump.cache, c.Dump.pusher
 	// Each stream is answered for from its own node, which ADS admitted
 	// for its own identity: another stream claiming the same id is
 	// another proxy.
@@ -227,7 +258,6 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"csds: %d proxy streams are connected; name the proxies wanted with node matchers (at most %d are answered for without)", n, limit)
 	}
-	size := 0
 	wanted := func(id string) bool {
 		if len(req.NodeMatchers) == 0 {
 			return true
@@ -239,14 +269,25 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		}
 		return false
 	}
-	resp := &statusv3.ClientStatusResponse{}
+	// What the response holds, measured before anything of it is built.
+	type part struct {
+		typeURL, acked string
+		held           map[string]types.Resource
+		client         adminv3.ClientResourceStatus
+		config         statusv3.ConfigStatus
+	}
+	type proxy struct {
+		node  *corev3.Node
+		parts []part
+	}
+	var plan []proxy
+	size, maxBytes := 0, cmp.Or(c.MaxBytes, csdsMaxBytes)
 	for _, st := range streams {
-		node := st.Node
 		if !wanted(st.Proxy) {
 			continue
 		}
-		class := ps.Classify(node)
-		cfg := &statusv3.ClientConfig{Node: node}
+		class := ps.Classify(st.Node)
+		p := proxy{node: st.Node}
 		for _, short := range slices.Sorted(maps.Keys(st.Types)) {
 			ts, typeURL := st.Types[short], typeURLs[short]
 			held := cch.Resources(class, typeURL)
@@ -262,17 +303,27 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 			case ts.Acked != ts.Sent:
 				clientStatus, configStatus = adminv3.ClientResourceStatus_REQUESTED, statusv3.ConfigStatus_STALE
 			}
-			for _, name := range slices.Sorted(maps.Keys(held)) {
-				a, err := anypb.New(held[name])
+			for name, r := range held {
+				if size += proto.Size(r) + len(name); size > maxBytes {
+					return nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", maxBytes>>20)
+				}
+			}
+			p.parts = append(p.parts, part{typeURL: typeURL, acked: ts.Acked, held: held, client: clientStatus, config: configStatus})
+		}
+		plan = append(plan, p)
+	}
+	resp := &statusv3.ClientStatusResponse{}
+	for _, p := range plan {
+		cfg := &statusv3.ClientConfig{Node: p.node}
+		for _, pt := range p.parts {
+			for _, name := range slices.Sorted(maps.Keys(pt.held)) {
+				a, err := anypb.New(pt.held[name])
 				if err != nil {
 					continue
 				}
-				if size += len(a.Value) + len(name); size > csdsMaxBytes {
-					return nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", csdsMaxBytes>>20)
-				}
 				cfg.GenericXdsConfigs = append(cfg.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
-					TypeUrl: typeURL, Name: name, VersionInfo: ts.Acked, XdsConfig: a,
-					ConfigStatus: configStatus, ClientStatus: clientStatus,
+					TypeUrl: pt.typeURL, Name: name, VersionInfo: pt.acked, XdsConfig: a,
+					ConfigStatus: pt.config, ClientStatus: pt.client,
 				})
 			}
 		}

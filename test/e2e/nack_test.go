@@ -245,4 +245,10 @@ func nackReported(t *testing.T, cp *Cluster, conn *grpc.ClientConn, node *core.N
 		!strings.Contains(err.Error(), "node matchers") {
 		t.Errorf("CSDS for every proxy past the bound: %v, want FailedPrecondition naming node matchers", err)
 	}
+	// A response past the size bound is refused, measured before it is
+	// built.
+	if _, err := (&app.CSDS{Dump: cp.dump, MaxBytes: 64}).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{}); grpcstatus.Code(err) != codes.ResourceExhausted ||
+		!strings.Contains(err.Error(), "would exceed") {
+		t.Errorf("CSDS past its size bound: %v, want ResourceExhausted", err)
+	}
 }

@@ -1,16 +1,24 @@
 package identity
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,9 +45,16 @@ type Tokens struct {
 	// API server's own.
 	Audiences   []string
 	TrustDomain string
+	// PerPeer bounds the reviews one peer address makes the API server do:
+	// a burst of PerPeerBurst, then one every PerPeer (defaults
+	// reviewEvery, reviewBurst). Tokens already reviewed are answered
+	// from memory and count for nothing.
+	PerPeer      time.Duration
+	PerPeerBurst int
 
-	mu   sync.Mutex
-	seen map[[32]byte]review // by the hash of cluster and token
+	mu    sync.Mutex
+	seen  map[[32]byte]review // by the hash of cluster and token
+	peers *lru.Cache[string, *rate.Limiter]
 }
 
 type review struct {
@@ -48,10 +63,16 @@ type review struct {
 	until time.Time
 }
 
-// Remembered reviews: how long, and how many at most.
+// Remembered reviews: how long, and how many at most; and the reviews
+// one peer may have made: a burst, then one per interval. The API server
+// answers a client some QPS (client-go's default is 5): without a bound,
+// one caller sending made-up tokens would hold every proxy's review back.
 const (
 	reviewTTL   = time.Minute
 	reviewsHeld = 10000
+	reviewBurst = 20
+	reviewEvery = time.Second
+	peersHeld   = 10000
 )
 
 // Identify returns the identity of a stream's token; ok is false when the
@@ -83,6 +104,14 @@ func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	if ok && now.Before(r.until) {
 		return r.id, true, r.err
 	}
+	// What cannot be a service account token for these audiences is
+	// refused here, without asking the API server.
+	if err := t.precheck(token, now); err != nil {
+		return ID{}, true, err
+	}
+	if peer := peerHost(ctx); !t.allow(peer) {
+		return ID{}, true, fmt.Errorf("too many token reviews asked from %s: ask again later", peer)
+	}
 	id, err, final := t.review(ctx, client, token)
 	if !final {
 		return id, true, err // the API server did not answer: ask again next time
@@ -94,6 +123,76 @@ func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	}
 	t.seen[key] = review{id: id, err: err, until: now.Add(reviewTTL)}
 	return id, true, err
+}
+
+// precheck refuses a token that cannot be a service account token for
+// t's audiences: not a JWT, no service account as its subject, expired,
+// or for none of the audiences (a token naming none is left to the API
+// server). The signature is the API server's to check.
+func (t *Tokens) precheck(token string, now time.Time) error {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(token) > maxTokenBytes {
+		return errors.New("the token is not valid: not a JSON web token")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return errors.New("the token is not valid: its claims are not base64url")
+	}
+	var claims struct {
+		Sub string          `json:"sub"`
+		Exp *float64        `json:"exp"`
+		Aud json.RawMessage `json:"aud"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return errors.New("the token is not valid: its claims are not JSON")
+	}
+	if f := strings.Split(claims.Sub, ":"); len(f) != 4 || f[0] != "system" || f[1] != "serviceaccount" {
+		return fmt.Errorf("the token is not valid: its subject %q is not a service account", claims.Sub)
+	}
+	if claims.Exp != nil && time.Unix(int64(*claims.Exp), 0).Before(now.Add(-time.Minute)) {
+		return errors.New("the token is not valid: it expired")
+	}
+	var aud []string
+	if len(claims.Aud) > 0 && json.Unmarshal(claims.Aud, &aud) != nil {
+		var one string
+		if json.Unmarshal(claims.Aud, &one) != nil {
+			return errors.New("the token is not valid: its audience is neither a string nor a list")
+		}
+		aud = []string{one}
+	}
+	if len(t.Audiences) > 0 && len(aud) > 0 && !slices.ContainsFunc(aud, func(a string) bool { return slices.Contains(t.Audiences, a) }) {
+		return fmt.Errorf("the token is not valid: its audiences %v are not %v", aud, t.Audiences)
+	}
+	return nil
+}
+
+// maxTokenBytes is the longest token reviewed (Kubernetes' are about 1 KiB).
+const maxTokenBytes = 16 << 10
+
+// allow takes one review from the peer's allowance.
+func (t *Tokens) allow(peer string) bool {
+	t.mu.Lock()
+	if t.peers == nil {
+		t.peers, _ = lru.New[string, *rate.Limiter](peersHeld)
+	}
+	t.mu.Unlock()
+	l := rate.NewLimiter(rate.Every(cmp.Or(t.PerPeer, reviewEvery)), cmp.Or(t.PerPeerBurst, reviewBurst))
+	if known, ok, _ := t.peers.PeekOrAdd(peer, l); ok {
+		l = known
+	}
+	return l.Allow()
+}
+
+// peerHost is the caller's address without its port ("" when unknown).
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
 }
 
 // ClusterIDMetadata is the request metadata in which Istio's agent names

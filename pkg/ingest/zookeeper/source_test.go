@@ -220,11 +220,12 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 	zks.Stop()
 	time.Sleep(time.Second)
 	zks.Restart()
-	testutil.Eventually(t, 30*time.Second, "the provider session to come back after the restart", func() (bool, string) {
+	// A loaded machine takes its time to start ZooKeeper's JVM again.
+	testutil.Eventually(t, 90*time.Second, "the provider session to come back after the restart", func() (bool, string) {
 		return p2.State() == zk.StateHasSession, p2.State().String()
 	})
 	register(t, p2, "tri://10.0.0.4:50051/"+iface+"?interface="+iface+"&version=v3&side=provider")
-	testutil.Eventually(t, 30*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
+	testutil.Eventually(t, 90*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
 		got := endpoints(t, st, dubbo)
 		return len(got) == 3 && got["10.0.0.4:50051"] == "v3", fmt.Sprint(got)
 	})

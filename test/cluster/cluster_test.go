@@ -98,9 +98,33 @@ func (e *env) run(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	out, errOut, err := e.exec(name, args...)
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out, errOut)
+		var why string
+		if name == e.helm || (len(args) > 2 && args[2] == "rollout") {
+			why = e.diagnose()
+		}
+		t.Fatalf("%s %s: %v\n%s%s%s", filepath.Base(name), strings.Join(args, " "), err, out, errOut, why)
 	}
 	return out
+}
+
+// diagnose says what the release's and the mesh's pods are doing and the
+// latest warnings, for a wait that timed out.
+func (e *env) diagnose() string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"get", "pods", "-n", namespace, "-o", "wide"},
+		{"get", "pods", "-n", mesh, "-o", "wide"},
+		{"get", "events", "-A", "--field-selector", "type=Warning", "--sort-by=.lastTimestamp"},
+		{"describe", "node"},
+	} {
+		out, errOut, _ := e.exec(e.kubectl, args...)
+		lines := strings.Split(strings.TrimSpace(out+errOut), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		fmt.Fprintf(&b, "\n$ kubectl %s\n%s\n", strings.Join(args, " "), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // try runs a command as run does and returns its error.

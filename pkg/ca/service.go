@@ -14,9 +14,6 @@ import (
 	"log/slog"
 	"time"
 
-	"golang.org/x/time/rate"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"google.golang.org/grpc/codes"
@@ -45,7 +42,7 @@ type Service struct {
 	PerIdentityBurst int
 	Log              *slog.Logger
 	results          *prometheus.CounterVec
-	limits           *lru.Cache[identity.ID, *rate.Limiter]
+	limits           *identity.KeyedLimit[identity.ID]
 }
 
 // limitedIdentities is how many identities' rates are remembered; one
@@ -68,7 +65,7 @@ func NewService(s *Service, reg prometheus.Registerer) (*Service, error) {
 		return nil, fmt.Errorf("ca: per-identity rate one every %v, burst %d: want a positive interval and burst, or 0", s.PerIdentity, s.PerIdentityBurst)
 	}
 	if s.PerIdentity > 0 {
-		s.limits, _ = lru.New[identity.ID, *rate.Limiter](limitedIdentities)
+		s.limits = identity.NewKeyedLimit[identity.ID](s.PerIdentity, s.PerIdentityBurst, limitedIdentities)
 	}
 	s.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ca_certificate_requests_total",
 		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, rate, error)."},
@@ -98,11 +95,7 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 		return nil, s.refuse(codes.PermissionDenied, "identity", id, "%v", err)
 	}
 	if s.limits != nil {
-		l := rate.NewLimiter(rate.Every(s.PerIdentity), s.PerIdentityBurst)
-		if known, ok, _ := s.limits.PeekOrAdd(id, l); ok {
-			l = known
-		}
-		if !l.Allow() {
+		if !s.limits.Allow(id) {
 			return nil, s.refuse(codes.ResourceExhausted, "rate", id, "%s asked for more than %d certificates in a row and one every %v: ask again later",
 				id, s.PerIdentityBurst, s.PerIdentity)
 		}

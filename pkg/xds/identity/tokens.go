@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -54,7 +52,7 @@ type Tokens struct {
 
 	mu    sync.Mutex
 	seen  map[[32]byte]review // by the hash of cluster and token
-	peers *lru.Cache[string, *rate.Limiter]
+	peers *KeyedLimit[string]
 }
 
 type review struct {
@@ -173,14 +171,11 @@ const maxTokenBytes = 16 << 10
 func (t *Tokens) allow(peer string) bool {
 	t.mu.Lock()
 	if t.peers == nil {
-		t.peers, _ = lru.New[string, *rate.Limiter](peersHeld)
+		t.peers = NewKeyedLimit[string](cmp.Or(t.PerPeer, reviewEvery), cmp.Or(t.PerPeerBurst, reviewBurst), peersHeld)
 	}
+	peers := t.peers
 	t.mu.Unlock()
-	l := rate.NewLimiter(rate.Every(cmp.Or(t.PerPeer, reviewEvery)), cmp.Or(t.PerPeerBurst, reviewBurst))
-	if known, ok, _ := t.peers.PeekOrAdd(peer, l); ok {
-		l = known
-	}
-	return l.Allow()
+	return peers.Allow(peer)
 }
 
 // peerHost is the caller's address without its port ("" when unknown).

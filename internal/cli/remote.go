@@ -222,7 +222,9 @@ func SigningKey(flagName, path string) (ed25519.PrivateKey, error) {
 
 // VerifyKeys reads ed25519 public keys from a PEM file of one or more PKIX
 // "PUBLIC KEY" blocks (as `openssl pkey -pubout` writes one; two while a
-// key is rotated); flagName names the flag in errors.
+// key is rotated) or certificates carrying the key (as the chart makes
+// them at install: only their key is read, not their names or dates);
+// flagName names the flag in errors.
 func VerifyKeys(flagName, path string) ([]ed25519.PublicKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -235,10 +237,7 @@ func VerifyKeys(flagName, path string) ([]ed25519.PublicKey, error) {
 		if block == nil {
 			break
 		}
-		if block.Type != "PUBLIC KEY" {
-			return nil, fmt.Errorf("--%s %s: a PEM %q block, want PUBLIC KEY blocks alone (the private key belongs to the relay)", flagName, path, block.Type)
-		}
-		key, err := x509.ParsePKIXPublicKey(block.Bytes)
+		key, err := publicKey(block)
 		if err != nil {
 			return nil, fmt.Errorf("--%s %s: key %d: %w", flagName, path, len(keys)+1, err)
 		}
@@ -252,6 +251,21 @@ func VerifyKeys(flagName, path string) ([]ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("--%s %s: no PEM block", flagName, path)
 	}
 	return keys, nil
+}
+
+// publicKey is the key of a PUBLIC KEY or CERTIFICATE block.
+func publicKey(block *pem.Block) (any, error) {
+	switch block.Type {
+	case "PUBLIC KEY":
+		return x509.ParsePKIXPublicKey(block.Bytes)
+	case "CERTIFICATE":
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		return c.PublicKey, nil
+	}
+	return nil, fmt.Errorf("a PEM %q block, want PUBLIC KEY or CERTIFICATE blocks alone (the private key belongs to the relay)", block.Type)
 }
 
 // pemFile reads the first PEM block of a file.

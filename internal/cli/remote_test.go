@@ -1,10 +1,17 @@
 package cli
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEtcdConfig: what the etcd flags combine into, and every bad
@@ -69,5 +76,53 @@ func TestNATSOptions(t *testing.T) {
 		if _, err := c.n.Options(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.n, err, c.want)
 		}
+	}
+}
+
+// TestVerifyKeys: the relay's public key is read from a PUBLIC KEY block
+// or a certificate carrying it (the chart makes one at install, since Helm
+// can make a certificate of a key and not write its public key), and a
+// private key is refused, naming the file and block.
+func TestVerifyKeys(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shardpilot-events"},
+		NotBefore: time.Unix(0, 0), NotAfter: time.Unix(1, 0)} // long expired: its dates are not read
+	cert, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, blocks ...*pem.Block) string {
+		var b []byte
+		for _, bl := range blocks {
+			b = append(b, pem.EncodeToMemory(bl)...)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keys, err := VerifyKeys("k", write("both.pem", &pem.Block{Type: "PUBLIC KEY", Bytes: der}, &pem.Block{Type: "CERTIFICATE", Bytes: cert}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || !keys[0].Equal(pub) || !keys[1].Equal(pub) {
+		t.Errorf("VerifyKeys = %d keys, want the key twice", len(keys))
+	}
+	_, err = VerifyKeys("k", write("private.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}))
+	if err == nil || !strings.Contains(err.Error(), "private.pem: key 1") || !strings.Contains(err.Error(), `"PRIVATE KEY"`) {
+		t.Errorf("VerifyKeys(a private key) = %v, want a refusal naming the file and block", err)
 	}
 }

@@ -125,6 +125,24 @@ adminToken.secretName, else the one the chart makes (admin-token.yaml). */}}
 {{- .Values.adminToken.secretName | default (printf "%s-admin-token" .Release.Name) }}
 {{- end -}}
 
+{{/* "true" when the parts sign in to NATS as the users the chart makes, a
+user per role with a password generated at install (bus-credentials.yaml):
+nats.auth.type generated (the default), and in a trial, whose NATS the
+chart runs, unless the type is none. */}}
+{{- define "shardpilot.natsGenerated" -}}
+{{- $t := .Values.nats.auth.type -}}
+{{- if or (eq $t "generated") (and .Values.trial.enabled (not (has $t (list "" "none")))) }}true{{ end -}}
+{{- end -}}
+
+{{/* The Secret of the relay's signing key (signing.key) and its public key
+(verify.pub): nats.signing.secretName, else the one the chart makes unless
+signing is turned off (then empty). */}}
+{{- define "shardpilot.busSigningSecret" -}}
+{{- if .Values.nats.signing.secretName }}{{ .Values.nats.signing.secretName }}
+{{- else if .Values.nats.signing.enabled }}{{ printf "%s-bus-signing" .Release.Name }}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret whose seal.key seals the root kept in etcd. */}}
 {{- define "shardpilot.caSealSecret" -}}
 {{- .Values.pusher.ads.ca.sealSecretName | default (printf "%s-ca-seal" .Release.Name) }}
@@ -166,10 +184,14 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: admin-tls
   secret: {secretName: {{ . }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
 {{- end }}
-{{- with $v.nats.signing.secretName }}
+{{- with include "shardpilot.busSigningSecret" .root }}
 {{- $key := ternary "verify.pub" "signing.key" (eq $.component "pusher") }}
 - name: bus-signing
   secret: {secretName: {{ . }}, items: [{key: {{ $key }}, path: {{ $key }}}]}
+{{- end }}
+{{- if include "shardpilot.natsGenerated" .root }}
+- name: nats-auth
+  secret: {secretName: {{ .root.Release.Name }}-nats-users, items: [{key: {{ .component }}, path: password}]}
 {{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}
@@ -188,7 +210,7 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
   secret: {secretName: {{ $v.nats.tls.secretName }}}
 {{- end }}
 {{- with $v.nats.auth }}
-{{- if .type }}
+{{- if has .type (list "creds" "nkey" "password") }}
 {{- $secret := required "nats.auth.secretName: name the Secret holding the NATS credentials" .secretName }}
 {{- if and (eq $.component "pusher") .pusherSecretName }}{{ $secret = .pusherSecretName }}{{ end }}
 - name: nats-auth
@@ -220,8 +242,11 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - {name: inject-tls, mountPath: /etc/shardpilot/inject-tls, readOnly: true}
 {{- end }}
 - {name: admin-token, mountPath: /etc/shardpilot/admin, readOnly: true}
-{{- if $v.nats.signing.secretName }}
+{{- if include "shardpilot.busSigningSecret" .root }}
 - {name: bus-signing, mountPath: /etc/shardpilot/bus-signing, readOnly: true}
+{{- end }}
+{{- if include "shardpilot.natsGenerated" .root }}
+- {name: nats-auth, mountPath: /etc/shardpilot/nats-auth, readOnly: true}
 {{- end }}
 {{- if $v.adminTLS.secretName }}
 - {name: admin-tls, mountPath: /etc/shardpilot/admin-tls, readOnly: true}
@@ -236,7 +261,7 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if $v.nats.tls.secretName }}
 - {name: nats-tls, mountPath: /etc/shardpilot/nats-tls, readOnly: true}
 {{- end }}
-{{- if $v.nats.auth.type }}
+{{- if has $v.nats.auth.type (list "creds" "nkey" "password") }}
 - {name: nats-auth, mountPath: /etc/shardpilot/nats-auth, readOnly: true}
 {{- end }}
 {{- end }}
@@ -245,7 +270,7 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{/* The relay's signing key (ingesters) or its public key (pushers). Takes
 (dict "root" . "component" "pusher"|"ingester"). */}}
 {{- define "shardpilot.busSigningEnv" -}}
-{{- if .root.Values.nats.signing.secretName }}
+{{- if include "shardpilot.busSigningSecret" .root }}
 {{- if eq .component "pusher" }}
 - name: SHARDPILOT_BUS_VERIFY_KEY_FILE
   value: /etc/shardpilot/bus-signing/verify.pub
@@ -309,7 +334,20 @@ the etcd-roles hook) or the one shared. Takes (dict "root" . "component"
 {{- end }}
 {{- end }}
 {{- end }}
-{{- with .Values.nats.auth }}
+{{- end }}
+{{- end -}}
+
+{{/* The NATS user a part signs in as: its role's, made by the chart
+(bus-credentials.yaml), or from nats.auth. Takes (dict "root" .
+"component" "pusher"|"ingester"). */}}
+{{- define "shardpilot.natsUserEnv" -}}
+{{- if include "shardpilot.natsGenerated" .root }}
+- name: SHARDPILOT_NATS_USER
+  value: shardpilot-{{ .component }}
+- name: SHARDPILOT_NATS_PASSWORD_FILE
+  value: /etc/shardpilot/nats-auth/password
+{{- else if not .root.Values.trial.enabled }}
+{{- with .root.Values.nats.auth }}
 {{- if eq .type "creds" }}
 - name: SHARDPILOT_NATS_CREDS_FILE
   value: /etc/shardpilot/nats-auth/nats.creds

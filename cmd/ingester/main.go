@@ -351,7 +351,15 @@ func run(ctx context.Context, args []string) error {
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
-			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestReport)}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestReport),
+				"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
+					ws := o.common.Weaknesses(ctx, &o.remote, conns.NATS, conns.Etcd)
+					if o.signingKeyFile == "" {
+						ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--bus-signing-key-file (chart: nats.signing)",
+							Risk: "change events are not signed: pushers cannot tell the relay's from those any NATS credential that may publish writes"})
+					}
+					return ws
+				})}}).Run(ctx)
 	})
 	return g.Wait()
 }

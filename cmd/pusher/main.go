@@ -319,9 +319,30 @@ func run(ctx context.Context, args []string) error {
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump}}).Run(ctx)
+			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump,
+				"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
+					return append(o.common.Weaknesses(ctx, &o.remote, nc, etcd), o.weaknesses()...)
+				})}}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// weaknesses are the pusher's own weak settings (shardctl security-check).
+func (o *options) weaknesses() []telemetry.Weakness {
+	var ws []telemetry.Weakness
+	switch {
+	case o.plaintext:
+		ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--ads-cert-file and --ads-client-ca-file instead of --ads-plaintext (chart: pusher.ads.tls)",
+			Risk: "ADS is served in plaintext: any client reads any namespace's config by claiming to be there, and the config crosses the network readable"})
+	case o.adsClientCA == "":
+		ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--ads-client-ca-file (chart: pusher.ads.tls.authenticateClients)",
+			Risk: "ADS proxies are not authenticated: any client reads any namespace's config by claiming it"})
+	}
+	if o.verifyKeyFile == "" {
+		ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--bus-verify-key-file (chart: nats.signing)",
+			Risk: "change events are not verified: a NATS credential that may publish into the stream forges any namespace's config"})
+	}
+	return ws
 }
 
 // identities makes what identifies proxies: the Kubernetes client of

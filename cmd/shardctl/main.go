@@ -35,6 +35,8 @@ Commands:
   proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners, endpoints or secrets
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
+  security-check                     the weak settings of every pusher and ingester, and what each costs;
+                                     exit status 1 when one is of high severity
   version                            shardctl's version and every announced pusher's and ingester's
   completion bash|zsh                a completion script for the shell (source <(shardctl completion bash))
   bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
@@ -69,6 +71,12 @@ never a key. The proxy is its node id,
 Kubernetes object), the field and the reason. The last valid version of a rejected
 input stays in effect.`, analyze},
 	"members": {"members", "The pushers and ingesters announced in etcd, with their admin and ADS addresses.", members},
+	"security-check": {"security-check", `The weak settings every pusher and ingester reports (/debug/security), each once
+with the replicas that have it: NATS or etcd letting in clients without a credential
+or reached in the clear, ADS in plaintext or without client authentication, change
+events neither signed nor verified, /debug/ open to a port-forward. Each names the
+flag (and chart value) that closes it and what it costs while open. Exit status 1
+when one is of high severity.`, securityCheck},
 	"bus-permissions": {"bus-permissions [<stream>]", `The NATS permissions of each role (the ingester's relay, the pushers) on the change
 stream, as nats-server users and nsc commands. Needs no etcd.`, busPermissions},
 	"etcd-roles": {"etcd-roles [apply <password-dir>]", `The etcd role and user of each part (ingester, pusher, shardctl) with the least it

@@ -162,6 +162,7 @@ func TestAgainstTwoPushers(t *testing.T) {
 	t.Run("table", f.table)
 	t.Run("proxy-config", f.proxyConfig)
 	t.Run("analyze", f.analyze)
+	t.Run("security-check", f.securityCheck)
 	t.Run("found in Kubernetes", f.foundInKubernetes)
 	t.Run("unreachable pusher", f.unreachable)
 	t.Run("pusher stops", f.pusherStops)
@@ -432,6 +433,44 @@ func (f *twoPushers) analyze(t *testing.T) {
 	var problems []map[string]string
 	if err != nil || json.Unmarshal([]byte(out), &problems) != nil || len(problems) != 1 || problems[0]["source"] != "yaml" {
 		t.Errorf("analyze -o json: %v\n%s", err, out)
+	}
+}
+
+// securityCheck: the pushers and ingester run as a trial does (plaintext
+// ADS, NATS and etcd without credentials, events unsigned): each weakness
+// is listed once with every replica that has it, and the exit status says
+// there are some of high severity.
+func (f *twoPushers) securityCheck(t *testing.T) {
+	out, _, err := shardctl(f.etcd, "security-check")
+	t.Logf("shardctl security-check\n%s", out)
+	if err == nil || !strings.Contains(err.Error(), "weak settings of high severity") {
+		t.Errorf("security-check of a trial: %v, want a failure naming the weak settings of high severity", err)
+	}
+	out, _, _ = shardctl(f.etcd, "security-check", "-o", "json")
+	var got []struct {
+		Severity, Setting string
+		Replicas          []string
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("security-check -o json: %v\n%s", err, out)
+	}
+	want := map[string][]string{
+		"NATS server authorization": {"ingester ingester-0", "pusher pusher-a", "pusher pusher-b"},
+		"etcd authentication":       {"ingester ingester-0", "pusher pusher-a", "pusher pusher-b"},
+		"--ads-cert-file":           {"pusher pusher-a", "pusher pusher-b"},
+		"--bus-verify-key-file":     {"pusher pusher-a", "pusher pusher-b"},
+		"--bus-signing-key-file":    {"ingester ingester-0"},
+	}
+	for prefix, replicas := range want {
+		i := slices.IndexFunc(got, func(w struct {
+			Severity, Setting string
+			Replicas          []string
+		}) bool {
+			return strings.HasPrefix(w.Setting, prefix)
+		})
+		if i < 0 || got[i].Severity != "high" || !slices.Equal(got[i].Replicas, replicas) {
+			t.Errorf("security-check: %s: %+v, want of high severity on %v", prefix, got, replicas)
+		}
 	}
 }
 

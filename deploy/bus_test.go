@@ -43,7 +43,7 @@ func TestChartBusCredentials(t *testing.T) {
 	}
 	for _, s := range []*unstructured.Unstructured{users, signing} {
 		if s.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
-			t.Errorf("%s is not kept on uninstall", s.GetName())
+			t.Errorf("%s is not kept on uninstall (the stream's events and an external NATS server's users outlive the release)", s.GetName())
 		}
 	}
 	// Each part mounts its own password, and its half of the key, alone.
@@ -100,6 +100,9 @@ func TestChartBusCredentials(t *testing.T) {
 	vols, _, _ := unstructured.NestedSlice(nats.Object, "spec", "template", "spec", "volumes")
 	if !slices.Contains(args, "--config=/etc/nats/authorization.conf") || !slices.Equal(secretItems(vols, "sp-nats-users"), []string{"authorization.conf"}) {
 		t.Errorf("the trial's NATS does not load the users: args %v, volumes %v", args, vols)
+	}
+	if keep := find(objs, "Secret", "sp-nats-users").GetAnnotations()["helm.sh/resource-policy"]; keep != "" {
+		t.Errorf("a trial's NATS users are kept on uninstall (%q), though its NATS goes with it", keep)
 	}
 	objs, err = kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "--set", "nats.auth.type=none,nats.signing.enabled=false")))
 	if err != nil {

@@ -218,6 +218,10 @@ func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDum
 		xcfg.ResponseLimit = ps.ResponseLimit
 	}
 	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies, announcer: announcer}
+	if p.Policy != nil {
+		// Who may call is decided before anything a caller sends is read.
+		xcfg.Screen, xcfg.AdmitStream = p.Policy.Screen, p.Policy.Admit
+	}
 	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	xcfg.Register = func(r grpc.ServiceRegistrar) {
 		if dump != nil {

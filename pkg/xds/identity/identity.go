@@ -24,6 +24,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -101,11 +102,79 @@ type Policy struct {
 	Streams *StreamLimit
 }
 
+// Screen checks a new call (a stream, or a unary call) before any of its
+// messages is read, from what its connection and headers show: with
+// identities required, a peer with neither a client certificate nor a
+// bearer token that could be a service account's is refused, so that a
+// client without a credential has the server buffer nothing of what it
+// sends. It does no I/O (gRPC's tap runs it on the connection's reader);
+// Admit and Identify do the rest.
+func (p Policy) Screen(ctx context.Context, md metadata.MD) error {
+	if !p.Required {
+		return nil
+	}
+	if _, ok, err := FromContext(ctx); ok || err != nil {
+		if err != nil {
+			return status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
+		}
+		return nil
+	}
+	if p.Tokens != nil {
+		ok, err := p.Tokens.Screen(md)
+		if err != nil {
+			// As istiod answers a token it does not take.
+			return status.Errorf(codes.Unauthenticated, "shardpilot: %v", err)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
+}
+
+// required says what a peer must show.
+func (p Policy) required() string {
+	if p.Tokens != nil {
+		return "a client certificate with a SPIFFE ID, or a service account token, is required"
+	}
+	return "a client certificate with a SPIFFE ID is required"
+}
+
+// admittedKey carries the identity Admit found in a stream's context.
+type admittedKey struct{}
+
+// Admit identifies a stream when it starts, before its first message is
+// read, and counts it against its identity (Streams) until ctx ends. The
+// context returned carries the identity, so that Identify and Authorize
+// on it neither review its token again nor count it twice. A stream
+// without identity is refused when identities are required.
+func (p Policy) Admit(ctx context.Context) (context.Context, error) {
+	id, ok, err := p.Identify(ctx)
+	if err != nil {
+		return ctx, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
+	}
+	if !ok {
+		if p.Required {
+			return ctx, status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
+		}
+		return ctx, nil
+	}
+	if p.Streams != nil {
+		if err := p.Streams.admit(ctx, id); err != nil {
+			return ctx, err
+		}
+	}
+	return context.WithValue(ctx, admittedKey{}, id), nil
+}
+
 // Identify returns a stream's identity: its client certificate's, else
 // its service account token's (with Tokens). An identity of another trust
 // domain than the mesh's is an error: every caller (ADS, CSDS, SDS) is
 // held to the same test.
 func (p Policy) Identify(ctx context.Context) (ID, bool, error) {
+	if id, ok := ctx.Value(admittedKey{}).(ID); ok {
+		return id, true, nil
+	}
 	id, ok, err := FromContext(ctx)
 	if !ok && err == nil && p.Tokens != nil {
 		id, ok, err = p.Tokens.Identify(ctx)
@@ -142,11 +211,7 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 	}
 	if !ok {
 		if p.Required {
-			what := "a client certificate with a SPIFFE ID is required"
-			if p.Tokens != nil {
-				what = "a client certificate with a SPIFFE ID, or a service account token, is required"
-			}
-			return nil, status.Error(codes.Unauthenticated, "shardpilot: "+what)
+			return nil, status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
 		}
 		return node, nil
 	}
@@ -159,7 +224,7 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 	if ns := idNamespace(node.GetId()); ns != "" && ns != id.Namespace {
 		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q names namespace %q in its id, but its identity is %s", node.GetId(), ns, id)
 	}
-	if p.Streams != nil {
+	if _, admitted := ctx.Value(admittedKey{}).(ID); !admitted && p.Streams != nil {
 		if err := p.Streams.admit(ctx, id); err != nil {
 			return nil, err
 		}

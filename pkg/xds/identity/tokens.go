@@ -77,12 +77,7 @@ const (
 // stream carries none.
 func (t *Tokens) Identify(ctx context.Context) (ID, bool, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
-	for _, v := range md.Get("authorization") {
-		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
-			token = strings.TrimSpace(tok)
-		}
-	}
+	token := bearer(md)
 	if token == "" {
 		return ID{}, false, nil
 	}
@@ -162,6 +157,28 @@ func (t *Tokens) precheck(token string, now time.Time) error {
 		return fmt.Errorf("the token is not valid: its audiences %v are not %v", aud, t.Audiences)
 	}
 	return nil
+}
+
+// bearer is the bearer token of a call's metadata ("" for none).
+func bearer(md metadata.MD) string {
+	var token string
+	for _, v := range md.Get("authorization") {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
+			token = strings.TrimSpace(tok)
+		}
+	}
+	return token
+}
+
+// Screen refuses, without asking the API server, a call whose metadata
+// carries no bearer token that could be a service account's for these
+// audiences (ok false: it carries none at all).
+func (t *Tokens) Screen(md metadata.MD) (ok bool, err error) {
+	token := bearer(md)
+	if token == "" {
+		return false, nil
+	}
+	return true, t.precheck(token, time.Now())
 }
 
 // maxTokenBytes is the longest token reviewed (Kubernetes' are about 1 KiB).

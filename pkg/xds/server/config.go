@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Config configures a Server.
@@ -107,6 +109,17 @@ type Config struct {
 	// served the mesh-wide assignments, as a proxy without one is. Default
 	// 1,000.
 	MaxLocalities int
+	// Screen, when set, checks every new call (a stream or a unary call)
+	// from its connection and headers before any of its messages is read:
+	// an error refuses it, so that what a refused client sends is never
+	// buffered. It runs on the connection's reader (gRPC's tap) and must
+	// do no I/O.
+	Screen func(ctx context.Context, md metadata.MD) error
+	// AdmitStream, when set, admits every stream when it starts, before
+	// its first message is read (with the I/O Screen may not do: a token's
+	// review): an error ends the stream with it, and the context returned
+	// is the stream's.
+	AdmitStream func(ctx context.Context) (context.Context, error)
 	// ResponseLimit, when set, bounds the encoded size of one response to a
 	// proxy of a class (0: none): grpc-go refuses a message above 4 MiB,
 	// and the stream with it. A response past it is not sent and is

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Visibility is what a cache may also tell: the names of a shared type a
@@ -223,11 +224,14 @@ type LocalitySource interface {
 }
 
 type metrics struct {
-	refused   prometheus.Counter
-	moved     prometheus.Counter
-	shed      prometheus.Counter
-	untrusted prometheus.Counter
-	timeouts  prometheus.Counter
+	refused prometheus.Counter
+	// unadmitted counts the calls refused before a message of theirs was
+	// read (Screen, AdmitStream).
+	unadmitted prometheus.Counter
+	moved      prometheus.Counter
+	shed       prometheus.Counter
+	untrusted  prometheus.Counter
+	timeouts   prometheus.Counter
 	// unanswered counts the responses the generations stopped waiting
 	// for; parked the writes that outlasted parkAfter, whose sender was
 	// replaced.
@@ -248,6 +252,8 @@ func New(cfg Config) (*Server, error) {
 	m := metrics{
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_refused_total",
 			Help: "New xDS streams refused by the stream rate limit."}),
+		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_calls_unadmitted_total",
+			Help: "Calls (xDS streams, certificate requests) refused before any of their messages was read: without a credential or with one that cannot be valid, or, when a stream starts, an identity refused or holding the most streams it may."}),
 		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_reclassified_total",
 			Help: "xDS streams ended because their proxy's class changed (the proxy reconnects)."}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_shed_total",
@@ -279,7 +285,7 @@ func New(cfg Config) (*Server, error) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
@@ -408,6 +414,31 @@ func (s *Server) Shed(leave func(*core.Node) bool, why string) int {
 	return n
 }
 
+// maxRequestOverhead is what a request holds beside its node and names:
+// type URL, version, nonce, error detail, and each name's encoding.
+const maxRequestOverhead = 256 << 10
+
+// admittedStream is a stream with the context its admission gave it.
+type admittedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (a admittedStream) Context() context.Context { return a.ctx }
+
+// tap runs on the connection's reader when a call starts, before any of
+// its messages is read: it screens the call (Config.Screen) and gives its
+// context the cancel the senders end a stream with.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if s.cfg.Screen != nil {
+		if err := s.cfg.Screen(ctx, info.Header); err != nil {
+			s.m.unadmitted.Inc()
+			return ctx, err
+		}
+	}
+	return tapCancel(ctx, info)
+}
+
 // shedClose is how long after ending a shed stream its connection is closed.
 const shedClose = 100 * time.Millisecond
 
@@ -425,7 +456,11 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// Run returns only after every stream handler has.
 		grpc.WaitForHandlers(true),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
-		grpc.InTapHandle(tapCancel),
+		grpc.InTapHandle(s.tap),
+		// The largest request the limits let through (a node and every
+		// name subscribed to), so that gRPC does not read one larger
+		// only for the stream to refuse it.
+		grpc.MaxRecvMsgSize(s.cfg.MaxNodeBytes + s.cfg.MaxNameBytes + maxRequestOverhead),
 		grpc.ReadBufferSize(s.cfg.ReadBufferSize),
 		grpc.WriteBufferSize(s.cfg.WriteBufferSize),
 		grpc.SharedWriteBuffer(true),
@@ -443,6 +478,16 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 				return status.Error(codes.Unavailable, "shardpilot: too many new streams; retry with backoff")
 			}
 			return handler(srv, ss)
+		})
+	}
+	if s.cfg.AdmitStream != nil {
+		interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			ctx, err := s.cfg.AdmitStream(ss.Context())
+			if err != nil {
+				s.m.unadmitted.Inc()
+				return err
+			}
+			return handler(srv, admittedStream{ServerStream: ss, ctx: ctx})
 		})
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...), grpc.ForceServerCodecV2(newCodec()))

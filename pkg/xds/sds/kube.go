@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,10 +27,19 @@ import (
 // cluster as credentials, as Istio serves a Gateway's credentialName: a
 // Secret "<name>" is the secret "<name>" (tls.crt and tls.key) and, when
 // it holds a ca.crt, "<name>-cacert" (the CA that verifies clients).
+//
+// An identity is served its namespace's credentials only when its service
+// account may list the namespace's Secrets, as istiod authorizes a
+// gateway's credentials (a SubjectAccessReview, remembered for a minute):
+// the gateways whose Role lets them read Secrets, and no other workload of
+// the namespace.
 type KubeCredentials struct {
 	client  kubernetes.Interface
 	log     *slog.Logger
 	secrets corelisters.SecretLister
+
+	mu         sync.Mutex
+	authorized map[identity.ID]authorization
 	// Changed is called with the namespace of every Secret added, updated
 	// or deleted once the cache has synced.
 	Changed func(namespace string)
@@ -80,6 +93,53 @@ func (k *KubeCredentials) Run(ctx context.Context, started func()) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// authorization is a review's answer and how long it holds.
+type authorization struct {
+	allowed bool
+	until   time.Time
+}
+
+// reviewFor is how long a review's answer is remembered.
+var reviewFor = time.Minute
+
+// Authorized says whether id's service account may list the Secrets of
+// its namespace, as the API server answers a SubjectAccessReview; an
+// answer is remembered for a minute, a failure to ask is not (and is a
+// refusal).
+func (k *KubeCredentials) Authorized(ctx context.Context, id identity.ID) bool {
+	now := time.Now()
+	k.mu.Lock()
+	a, ok := k.authorized[id]
+	k.mu.Unlock()
+	if ok && now.Before(a.until) {
+		return a.allowed
+	}
+	res, err := k.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + id.Namespace + ":" + id.ServiceAccount,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + id.Namespace, "system:authenticated"},
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: id.Namespace, Verb: "list", Resource: "secrets"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		k.log.Warn("cannot ask whether an identity may read its namespace's credentials; not served them", "identity", id, "err", err)
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.authorized == nil {
+		k.authorized = map[identity.ID]authorization{}
+	}
+	for known, a := range k.authorized {
+		if now.After(a.until) {
+			delete(k.authorized, known)
+		}
+	}
+	k.authorized[id] = authorization{allowed: res.Status.Allowed, until: now.Add(reviewFor)}
+	if !res.Status.Allowed {
+		k.log.Debug("identity may not list its namespace's Secrets; not served their credentials", "identity", id)
+	}
+	return res.Status.Allowed
 }
 
 // Namespace returns the credentials of a namespace's TLS Secrets.

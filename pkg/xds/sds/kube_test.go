@@ -15,18 +15,25 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
 // TestGatewayCredentials: a namespace's TLS Secrets are served to the
-// identities of that namespace, under the Secret's name and, with a CA,
-// "<name>-cacert"; an update is pushed, a deletion removes them; another
-// namespace's identity is not served them.
+// identities of that namespace whose service account may list its Secrets
+// (a gateway's Role, as istiod authorizes), under the Secret's name and,
+// with a CA, "<name>-cacert"; an update is pushed, a deletion removes
+// them. Another workload of the namespace is not served them (every
+// identity of the namespace was, private keys included), nor another
+// namespace's identity; the gateway loses them when its Role is taken
+// away.
 func TestGatewayCredentials(t *testing.T) {
+	defer sds.SetReviews(100*time.Millisecond, 100*time.Millisecond)()
 	kc := kubetest.Get(t)
 	ns := kc.Namespace(t, nil)
+	binding := secretReader(t, kc, ns, "ingressgateway")
 	test := testutil.NewCA(t)
 	root, err := ca.FromFiles(test.CertFile, test.KeyFile)
 	if err != nil {
@@ -62,13 +69,17 @@ func TestGatewayCredentials(t *testing.T) {
 	done := make(chan error, 1)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { done <- creds.Run(rctx, func() { close(started) }) }()
-	defer func() { cancel(); <-done }()
+	renewing := make(chan error, 1)
+	go func() { renewing <- s.Run(rctx) }()
+	defer func() { cancel(); <-done; <-renewing }()
 	<-started
 
 	gateway := cache.Class("spiffe://cluster.local/ns/" + ns + "/sa/ingressgateway")
 	other := cache.Class("spiffe://cluster.local/ns/other/sa/ingressgateway")
+	app := cache.Class("spiffe://cluster.local/ns/" + ns + "/sa/app")
 	s.AddClass(gateway, s.Fill)
 	s.AddClass(other, s.Fill)
+	s.AddClass(app, s.Fill)
 	held := func(class cache.Class) map[string]string {
 		out := map[string]string{}
 		for name, r := range s.Resources(class, resource.SecretType) {
@@ -83,6 +94,9 @@ func TestGatewayCredentials(t *testing.T) {
 	}
 	if got := held(other); len(got) != 2 {
 		t.Errorf("another namespace's identity holds %v, want its certificate and the root only", keys(got))
+	}
+	if got := held(app); len(got) != 2 {
+		t.Errorf("a workload of the namespace that may not read its Secrets holds %v, want its certificate and the root only", keys(got))
 	}
 
 	// A renewed certificate reaches the table; a deleted Secret leaves it.
@@ -103,6 +117,38 @@ func TestGatewayCredentials(t *testing.T) {
 		_, b := got["kubernetes://public-cert-cacert"]
 		return !a && !b && len(got) == 2, fmtKeys(got)
 	})
+
+	// The Role taken away: the credentials follow.
+	if _, err := kc.Client.CoreV1().Secrets(ns).Create(ctx, secret.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the Secret made again is served", func() (bool, string) {
+		return len(held(gateway)) == 4, fmtKeys(held(gateway))
+	})
+	if err := kc.Client.RbacV1().RoleBindings(ns).Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a gateway no longer allowed to read Secrets loses their credentials", func() (bool, string) {
+		return len(held(gateway)) == 2, fmtKeys(held(gateway))
+	})
+}
+
+// secretReader lets a namespace's service account list its Secrets, as
+// Istio's gateway chart does for a gateway, and returns the RoleBinding.
+func secretReader(t *testing.T, kc *kubetest.Cluster, ns, sa string) *rbacv1.RoleBinding {
+	t.Helper()
+	ctx := testutil.Context(t)
+	if _, err := kc.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "secret-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "watch", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := kc.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa + "-secret-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "secret-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func keys(m map[string]string) []string {

@@ -40,7 +40,8 @@ type Config struct {
 	// identity.FromContext (its client certificate).
 	Identify func(context.Context) (identity.ID, bool, error)
 	// Credentials, when set, are TLS secrets an identity is also served,
-	// those of its own namespace (a Gateway's credentialName).
+	// those of its own namespace (a Gateway's credentialName), when it is
+	// authorized to.
 	Credentials Credentials
 	Log         *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
@@ -51,6 +52,9 @@ type Config struct {
 type Credentials interface {
 	// Namespace returns the secrets of a namespace, by resource name.
 	Namespace(namespace string) map[string]types.Resource
+	// Authorized says whether an identity may be served its namespace's
+	// secrets.
+	Authorized(ctx context.Context, id identity.ID) bool
 }
 
 // Secrets issues and serves the secrets of each identity.
@@ -61,11 +65,14 @@ type Secrets struct {
 	failed prometheus.Counter
 
 	// mu guards, by class: whether it is held (from Fill to RemoveClass),
-	// when its certificate was issued and when it expires.
+	// when its certificate was issued and when it expires; and by
+	// identity, whether it was last found authorized to be served
+	// credentials.
 	mu       sync.Mutex
 	held     map[cache.Class]bool
 	expires  map[cache.Class]time.Time
 	issuedAt map[cache.Class]time.Time
+	allowed  map[identity.ID]bool
 }
 
 var _ server.SecretSource = (*Secrets)(nil)
@@ -158,7 +165,7 @@ func (s *Secrets) tryIssue(class cache.Class) error {
 	if err != nil {
 		return err
 	}
-	secrets := s.credentials(id.Namespace)
+	secrets := s.credentials(id)
 	secrets[WorkloadSecret] = &tlsv3.Secret{Name: WorkloadSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 		CertificateChain: inline(w.CertPEM), PrivateKey: inline(w.KeyPEM)}}}
 	secrets[RootSecret] = &tlsv3.Secret{Name: RootSecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
@@ -172,11 +179,12 @@ func (s *Secrets) tryIssue(class cache.Class) error {
 	return nil
 }
 
-// credentials returns a namespace's credentials (a new map).
-func (s *Secrets) credentials(namespace string) map[string]types.Resource {
+// credentials returns the credentials of an identity's namespace that it
+// is authorized to be served (a new map).
+func (s *Secrets) credentials(id identity.ID) map[string]types.Resource {
 	out := map[string]types.Resource{}
-	if s.cfg.Credentials != nil {
-		for name, r := range s.cfg.Credentials.Namespace(namespace) {
+	if s.cfg.Credentials != nil && s.authorized(id) {
+		for name, r := range s.cfg.Credentials.Namespace(id.Namespace) {
 			if name != WorkloadSecret && name != RootSecret {
 				out[name] = r
 			}
@@ -185,29 +193,77 @@ func (s *Secrets) credentials(namespace string) map[string]types.Resource {
 	return out
 }
 
+// authorized asks Credentials whether id may be served its namespace's
+// credentials, and records the answer for reauthorize.
+func (s *Secrets) authorized(id identity.ID) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ok := s.cfg.Credentials.Authorized(ctx, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.allowed == nil {
+		s.allowed = map[identity.ID]bool{}
+	}
+	s.allowed[id] = ok
+	return ok
+}
+
 // CredentialsChanged serves a namespace's changed credentials to the
 // identities of that namespace that are held.
 func (s *Secrets) CredentialsChanged(namespace string) {
 	for _, class := range s.Classes() {
-		u, err := url.Parse(string(class))
-		if err != nil {
-			continue
-		}
-		id, err := identity.Parse(u)
-		if err != nil || id.Namespace != namespace {
-			continue
-		}
-		now := s.credentials(namespace)
-		var gone []string
-		for name := range s.Resources(class, resource.SecretType) {
-			if _, ok := now[name]; !ok && name != WorkloadSecret && name != RootSecret {
-				gone = append(gone, name)
-			}
-		}
-		if _, _, _, err := s.Patch(class, resource.SecretType, now, gone); err != nil {
-			s.cfg.Log.Error("cannot update credentials", "identity", class, "err", err)
+		if id, ok := classID(class); ok && id.Namespace == namespace {
+			s.refresh(class, id)
 		}
 	}
+}
+
+// reauthorize serves the held identities whose authorization changed
+// their credentials, or takes them away: a Role granted or revoked counts
+// within a minute or two.
+func (s *Secrets) reauthorize() {
+	if s.cfg.Credentials == nil {
+		return
+	}
+	for _, class := range s.Classes() {
+		id, ok := classID(class)
+		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		was, known := s.allowed[id]
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		now := s.cfg.Credentials.Authorized(ctx, id)
+		cancel()
+		if !known || now != was {
+			s.refresh(class, id)
+		}
+	}
+}
+
+// refresh puts an identity's credentials as they are now in its table.
+func (s *Secrets) refresh(class cache.Class, id identity.ID) {
+	now := s.credentials(id)
+	var gone []string
+	for name := range s.Resources(class, resource.SecretType) {
+		if _, ok := now[name]; !ok && name != WorkloadSecret && name != RootSecret {
+			gone = append(gone, name)
+		}
+	}
+	if _, _, _, err := s.Patch(class, resource.SecretType, now, gone); err != nil {
+		s.cfg.Log.Error("cannot update credentials", "identity", class, "err", err)
+	}
+}
+
+// classID is the identity a class names.
+func classID(class cache.Class) (identity.ID, bool) {
+	u, err := url.Parse(string(class))
+	if err != nil {
+		return identity.ID{}, false
+	}
+	id, err := identity.Parse(u)
+	return id, err == nil
 }
 
 // RemoveClass drops an identity's secrets, with its last proxy.
@@ -216,6 +272,9 @@ func (s *Secrets) RemoveClass(class cache.Class) bool {
 	delete(s.held, class)
 	delete(s.expires, class)
 	delete(s.issuedAt, class)
+	if id, ok := classID(class); ok {
+		delete(s.allowed, id)
+	}
 	s.mu.Unlock()
 	return s.Cache.RemoveClass(class)
 }
@@ -223,6 +282,10 @@ func (s *Secrets) RemoveClass(class cache.Class) bool {
 func inline(b []byte) *core.DataSource {
 	return &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: b}}
 }
+
+// reviewEvery is how often the held identities' authorization to their
+// credentials is asked again (each answer is remembered for a minute).
+var reviewEvery = 30 * time.Second
 
 // RenewAt is the share of a certificate's lifetime after which it is
 // issued again: its proxies hold the new one well before the old expires.
@@ -244,8 +307,9 @@ func (s *Secrets) due(now time.Time) []cache.Class {
 
 // Run renews certificates before they expire until ctx is done.
 func (s *Secrets) Run(ctx context.Context) error {
-	tick := time.NewTicker(min(max(s.cfg.TTL/20, 50*time.Millisecond), time.Minute))
+	tick := time.NewTicker(min(max(s.cfg.TTL/20, 50*time.Millisecond), time.Minute, reviewEvery))
 	defer tick.Stop()
+	var authorizedAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -253,6 +317,10 @@ func (s *Secrets) Run(ctx context.Context) error {
 		case now := <-tick.C:
 			for _, class := range s.due(now) {
 				s.issue(class)
+			}
+			if now.Sub(authorizedAt) >= reviewEvery {
+				authorizedAt = now
+				s.reauthorize()
 			}
 		}
 	}

@@ -149,7 +149,9 @@ func checkBusUsers(t *testing.T, files map[string]string, sign ed25519.PrivateKe
 		t.Fatal("NATS did not start")
 	}
 	connect := func(user string) (*nats.Conn, error) {
-		o := []nats.Option{nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})} // the refusals are checked, not logged
+		// The refusals are checked, not logged; the server checks a
+		// bcrypt hash, slowly on a loaded machine.
+		o := []nats.Option{nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}), nats.Timeout(30 * time.Second)}
 		if user != "" {
 			pw, err := os.ReadFile(files[strings.TrimPrefix(user, "shardpilot-")])
 			if err != nil {

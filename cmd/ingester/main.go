@@ -128,6 +128,7 @@ type options struct {
 	hook                                                                                    injectFlags
 	parts                                                                                   *int
 	rootCerts                                                                               *bool
+	registrationLimits                                                                      kube.RegistrationLimits
 }
 
 // register defines the flags on fs.
@@ -155,6 +156,9 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.leaderID, "leader-id", host, "this replica's name in leader elections; empty runs without elections (one replica only)")
 	fs.DurationVar(&o.syncMax, "sync-max-delay", 100*time.Millisecond, "longest a source change waits for its source to be quiet before it is synced (the quiet period is 10ms)")
 	fs.DurationVar(&o.registrationGrace, "registration-grace", 10*time.Second, "how long the WorkloadEntry of an auto-registered workload (an agent naming a WorkloadGroup) outlives its connection to the pushers, so that a reconnecting workload keeps it")
+	fs.IntVar(&o.registrationLimits.PerIdentity, "max-registrations-per-identity", 1000, "auto-registered workloads one identity (a service account) may hold: past it a registration is refused with the reason, its stream ended")
+	fs.IntVar(&o.registrationLimits.PerNamespace, "max-registrations-per-namespace", 5000, "auto-registered workloads one namespace may hold")
+	fs.Float64Var(&o.registrationLimits.WritesPerSecond, "registration-writes-per-identity", 5, "WorkloadEntry writes a second one identity's registrations may make, after a burst of 20: a registration past them is written when its pusher repeats it, so that one identity's registrations cannot starve the others'")
 	fs.DurationVar(&o.relayRepairAfter, "relay-repair-after", 30*time.Second, "how long the bus may refuse every publish before the relay starts a new history of the stream (a RESYNC every pusher obeys, fresh de-duplication ids) instead of retrying the same write")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 }
@@ -244,7 +248,8 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		g.Go(func() error {
 			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
 				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics,
-				GatewayControllers: v.gatewayControllers, Registrations: registrations, RegistrationGrace: o.registrationGrace}.Run(ctx)
+				GatewayControllers: v.gatewayControllers, Registrations: registrations, RegistrationGrace: o.registrationGrace,
+				RegistrationLimits: o.registrationLimits}.Run(ctx)
 		})
 	}
 	for _, z := range v.zks {
@@ -310,7 +315,7 @@ func run(ctx context.Context, args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	// The workloads the pushers register arrive over the bus: each
 	// cluster's parts make the WorkloadEntries of their namespaces'.
-	registrations := bus.Registrations{NATS: conns.NATS, Log: log.With("part", "registrations")}
+	registrations := &bus.Registrations{NATS: conns.NATS, Log: log.With("part", "registrations")}
 	o.startSources(ctx, g, v, conns.Etcd, registrations, election, ready, log, ingestReport, kubeMetrics)
 	if serveHook != nil {
 		g.Go(func() error { return serveHook(ctx) })

@@ -113,9 +113,11 @@ type KubeSource struct {
 	Report      *ingest.Report
 	KubeMetrics *kube.Metrics
 	OnSynced    func(ingest.Result)
-	// Registrations and RegistrationGrace: see kube.Config.
-	Registrations     kube.Registrations
-	RegistrationGrace time.Duration
+	// Registrations, RegistrationGrace and RegistrationLimits: see
+	// kube.Config.
+	Registrations      kube.Registrations
+	RegistrationGrace  time.Duration
+	RegistrationLimits kube.RegistrationLimits
 }
 
 // Run watches the cluster until ctx is done.
@@ -148,7 +150,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts, Informers: shared,
 			DomainSuffix: k.DomainSuffix, MeshNamespace: k.MeshNamespace, NamespaceSelector: k.NamespaceSelector, GatewayControllers: k.GatewayControllers,
 			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
-			Registrations: k.Registrations, RegistrationGrace: k.RegistrationGrace,
+			Registrations: k.Registrations, RegistrationGrace: k.RegistrationGrace, RegistrationLimits: k.RegistrationLimits,
 		})
 		if err != nil {
 			return err

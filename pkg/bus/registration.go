@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -218,21 +219,37 @@ func (a *Announcer) ask(ctx context.Context, r model.Registration, timeout time.
 type Registrations struct {
 	NATS *nats.Conn
 	Log  *slog.Logger
+
+	lost atomic.Uint64
 }
+
+// Lost counts the registrations NATS dropped before Run read them (it
+// fell behind).
+func (rs *Registrations) Lost() uint64 { return rs.lost.Load() }
+
+// registrationBuffer is how many registrations wait to be read before
+// NATS drops the next.
+const registrationBuffer = 4096
 
 // Run subscribes until ctx is done. A message that does not decode or
 // validate is logged and dropped (a connect is refused with the reason).
-func (rs Registrations) Run(ctx context.Context, handle func(context.Context, model.Registration) error) error {
-	msgs := make(chan *nats.Msg, 256)
+func (rs *Registrations) Run(ctx context.Context, handle func(context.Context, model.Registration) error) error {
+	msgs := make(chan *nats.Msg, registrationBuffer)
 	sub, err := rs.NATS.ChanSubscribe(RegistryPrefix+".*", msgs)
 	if err != nil {
 		return fmt.Errorf("bus: subscribe to registrations: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-tick.C:
+			if n, err := sub.Dropped(); err == nil && uint64(n) > rs.lost.Load() {
+				rs.lost.Store(uint64(n))
+			}
 		case msg := <-msgs:
 			r, err := decodeRegistration(msg)
 			if err == nil {

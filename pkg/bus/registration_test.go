@@ -136,7 +136,7 @@ func ingestersAnswering(t *testing.T, ctx context.Context) (func(bus.Role) *nats
 	seen := &registrationsSeen{}
 	done := make(chan error, 1)
 	go func() {
-		done <- bus.Registrations{NATS: connect(bus.RoleRelay), Log: log}.Run(ctx, func(_ context.Context, r model.Registration) error {
+		done <- (&bus.Registrations{NATS: connect(bus.RoleRelay), Log: log}).Run(ctx, func(_ context.Context, r model.Registration) error {
 			seen.add(r)
 			switch r.Group {
 			case "missing":

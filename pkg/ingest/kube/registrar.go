@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,6 +28,9 @@ import (
 // part that owns the namespace.
 type Registrations interface {
 	Run(ctx context.Context, handle func(context.Context, model.Registration) error) error
+	// Lost counts the registrations lost before they were handed over
+	// (the ingester fell behind): any heartbeat may be among them.
+	Lost() uint64
 }
 
 // The annotations istiod sets on the WorkloadEntries it registers.
@@ -52,15 +57,25 @@ type registrar struct {
 	wles    cache.GenericLister
 	mine    func(string) bool
 	grace   time.Duration
+	limits  RegistrationLimits
 	log     *slog.Logger
 	count   func(result string)
 
 	state map[string]*registered // "<namespace>/<entry>"
+	// writes are each identity's allowance of writes; lost is the count
+	// of lost registrations at the last sweep.
+	writes map[string]*rate.Limiter
+	lost   uint64
 }
+
+// errDeferred leaves a registration unanswered: its identity has written
+// its share for now, and its pusher repeats it with the next heartbeat.
+var errDeferred = errors.New("the identity's writes are at their rate: written when repeated")
 
 // registered is what the registrar knows of one entry.
 type registered struct {
 	ns, name     string
+	identity     string
 	connectedAt  time.Time
 	lastSeen     time.Time
 	heartbeat    time.Duration
@@ -93,7 +108,7 @@ func (s *Source) registrar(w *watched, served map[string]servedResource) *regist
 		entries: schema.GroupVersionResource{Group: group, Version: entries.version, Resource: entries.plural},
 		group:   schema.GroupVersion{Group: istio.GroupOf(istio.KindWorkloadGroup), Version: groups.version},
 		groups:  w.istio[istio.KindWorkloadGroup], wles: w.istio[istio.KindWorkloadEntry],
-		mine: func(ns string) bool { return s.owns(w, ns) }, grace: s.cfg.RegistrationGrace, log: s.cfg.Log.With("part", "registrar", "cluster", s.cfg.Cluster),
+		mine: func(ns string) bool { return s.owns(w, ns) }, grace: s.cfg.RegistrationGrace, limits: s.cfg.RegistrationLimits, log: s.cfg.Log.With("part", "registrar", "cluster", s.cfg.Cluster),
 		count: func(result string) { s.m.registrations.WithLabelValues(s.cfg.Cluster, result).Inc() },
 	}
 }
@@ -115,7 +130,8 @@ func (s *Source) owns(w *watched, ns string) bool {
 // registered before (by an earlier leader): each is kept for three
 // heartbeats of 10s unless its pusher repeats it.
 func (g *registrar) run(ctx context.Context, regs Registrations) error {
-	g.state = map[string]*registered{}
+	g.state, g.writes = map[string]*registered{}, map[string]*rate.Limiter{}
+	g.lost = regs.Lost()
 	g.adopt(time.Now())
 	in := make(chan request)
 	eg, ctx := errgroup.WithContext(ctx)
@@ -130,7 +146,10 @@ func (g *registrar) run(ctx context.Context, regs Registrations) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			return <-req.answer
+			if err := <-req.answer; !errors.Is(err, errDeferred) {
+				return err
+			}
+			return model.ErrNotMine // unanswered: kept and repeated by its pusher
 		})
 	})
 	eg.Go(func() error {
@@ -143,7 +162,7 @@ func (g *registrar) run(ctx context.Context, regs Registrations) error {
 			case req := <-in:
 				req.answer <- g.handle(ctx, req.r, time.Now())
 			case now := <-tick.C:
-				g.sweep(ctx, now)
+				g.sweep(ctx, now, regs.Lost())
 			}
 		}
 	})
@@ -198,9 +217,20 @@ func (g *registrar) handle(ctx context.Context, r model.Registration, now time.T
 		return err
 	}
 	if cur == nil {
+		if err := g.bound(r); err != nil {
+			g.count("refused")
+			return err
+		}
+	}
+	if !g.allow(r.Identity, now) {
+		g.count("deferred")
+		return errDeferred
+	}
+	if cur == nil {
 		cur = &registered{ns: r.Namespace, name: entry.GetName()}
 		g.state[key] = cur
 	}
+	cur.identity = r.Identity
 	cur.connectedAt, cur.lastSeen, cur.heartbeat, cur.disconnected, cur.written = r.ConnectedAt, now, r.Heartbeat, time.Time{}, false
 	if err := g.write(ctx, entry); err != nil {
 		g.count("failed")
@@ -209,6 +239,45 @@ func (g *registrar) handle(ctx context.Context, r model.Registration, now time.T
 	cur.written = true
 	g.log.Info("workload registered", "entry", key, "proxy", r.Proxy, "pusher", r.Pusher)
 	return nil
+}
+
+// bound refuses a new entry past what its identity and its namespace may
+// hold.
+func (g *registrar) bound(r model.Registration) error {
+	byIdentity, byNamespace := 0, 0
+	for _, e := range g.state {
+		if e.identity == r.Identity {
+			byIdentity++
+		}
+		if e.ns == r.Namespace {
+			byNamespace++
+		}
+	}
+	if byIdentity >= g.limits.PerIdentity {
+		return fmt.Errorf("identity %s holds %d registered workloads, the most one identity may (--max-registrations-per-identity)", r.Identity, byIdentity)
+	}
+	if byNamespace >= g.limits.PerNamespace {
+		return fmt.Errorf("namespace %s holds %d registered workloads, the most one namespace may (--max-registrations-per-namespace)", r.Namespace, byNamespace)
+	}
+	return nil
+}
+
+// allow takes a write from an identity's allowance; the allowances of
+// identities that have written nothing for a minute are forgotten.
+func (g *registrar) allow(id string, now time.Time) bool {
+	l, ok := g.writes[id]
+	if !ok {
+		if len(g.writes) > 10_000 {
+			for k, l := range g.writes {
+				if l.TokensAt(now) >= float64(g.limits.WriteBurst) {
+					delete(g.writes, k)
+				}
+			}
+		}
+		l = rate.NewLimiter(rate.Limit(g.limits.WritesPerSecond), g.limits.WriteBurst)
+		g.writes[id] = l
+	}
+	return l.AllowN(now, 1)
 }
 
 // entry makes a registration's WorkloadEntry from its group, after
@@ -325,7 +394,18 @@ func (g *registrar) markDisconnected(ctx context.Context, r *registered, now tim
 
 // sweep takes the entries whose pushers went silent for disconnected, and
 // removes those disconnected for Grace.
-func (g *registrar) sweep(ctx context.Context, now time.Time) {
+func (g *registrar) sweep(ctx context.Context, now time.Time, lost uint64) {
+	if lost != g.lost {
+		// A heartbeat may be among the registrations lost: no entry is
+		// taken for disconnected on their account.
+		g.log.Warn("registrations were lost before they were read (the ingester fell behind): every registered workload is taken for heard of", "lost", lost-g.lost)
+		g.lost = lost
+		for _, r := range g.state {
+			if r.disconnected.IsZero() {
+				r.lastSeen = now
+			}
+		}
+	}
 	for key, r := range g.state {
 		if r.disconnected.IsZero() && now.Sub(r.lastSeen) > 3*r.heartbeat {
 			g.log.Info("registered workload not heard of: taken for disconnected", "entry", key, "since", r.lastSeen)

@@ -2,8 +2,10 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +21,11 @@ import (
 // scriptedRegistrations hands the registrations a test sends to the
 // source, and returns its answers.
 type scriptedRegistrations struct {
-	in chan scripted
+	in   chan scripted
+	lost atomic.Uint64
 }
+
+func (s *scriptedRegistrations) Lost() uint64 { return s.lost.Load() }
 
 type scripted struct {
 	r      model.Registration
@@ -153,5 +158,95 @@ func TestRegistrarKeepsAndRemovesEntries(t *testing.T) {
 	gone("vms-10.0.0.7", "the entry goes after the grace period")
 	if _, err := entries.Get(context.Background(), "vms-10.0.0.9", metav1.GetOptions{}); err != nil {
 		t.Errorf("someone's WorkloadEntry: %v", err)
+	}
+}
+
+// TestRegistrationsOfOneIdentityStarveNoOther: one identity's registrations
+// are bounded (entries it holds; writes a second, the rest written when
+// repeated), so that another namespace's workload still registers and
+// keeps its entry; and while registrations are lost before they are read
+// (the ingester fell behind a flood), no entry is taken for disconnected
+// on their account. Before, one VM identity's registrations took every
+// write, and heartbeats the bus dropped cost another namespace's VM its
+// WorkloadEntry.
+func TestRegistrationsOfOneIdentityStarveNoOther(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	flooded, quiet := kc.Namespace(t, nil), kc.Namespace(t, nil)
+	_, cli := testutil.Etcd(t)
+	for _, ns := range []string{flooded, quiet} {
+		apply(t, kc, istioObject("WorkloadGroup", "v1", ns, "vms", map[string]any{"template": map[string]any{"serviceAccount": "vm"}}))
+	}
+	regs := &scriptedRegistrations{in: make(chan scripted)}
+	startSource(t, kc, cli, "c1", func(c *kube.Config) {
+		c.Registrations, c.RegistrationGrace = regs, 200*time.Millisecond
+		c.RegistrationLimits = kube.RegistrationLimits{PerIdentity: 5, WritesPerSecond: 0.001, WriteBurst: 3}
+	})
+	reg := func(ns, address string, heartbeat time.Duration) model.Registration {
+		return model.Registration{Op: model.RegistrationConnect, Group: "vms", Namespace: ns, Identity: "spiffe://cluster.local/ns/" + ns + "/sa/vm",
+			Proxy: "sidecar~" + address + "~vm." + ns + "~" + ns + ".svc.cluster.local", Address: address,
+			ConnectedAt: time.Now(), Pusher: "pusher-0", Heartbeat: heartbeat}
+	}
+	// The flooding identity: three written, the next left for later.
+	for i := range 3 {
+		if err := regs.send(t, reg(flooded, fmt.Sprintf("10.0.0.%d", i+1), time.Hour)); err != nil {
+			t.Fatalf("registration %d: %v", i+1, err)
+		}
+	}
+	if err := regs.send(t, reg(flooded, "10.0.0.4", time.Hour)); !errors.Is(err, model.ErrNotMine) {
+		t.Errorf("a registration past its identity's writes: %v, want it left unanswered (written when repeated)", err)
+	}
+	// Another namespace's workload is written at once.
+	if err := regs.send(t, reg(quiet, "10.1.0.1", time.Second)); err != nil {
+		t.Fatalf("another namespace's registration: %v", err)
+	}
+
+	// Heartbeats lost while the ingester falls behind: the quiet entry
+	// stays, though none of its heartbeats (one a second) arrives for
+	// twice the three it would be taken for disconnected after.
+	entries := kc.Dynamic.Resource(gvr("WorkloadEntry")).Namespace(quiet)
+	losing := time.Now()
+	for time.Since(losing) < 6*time.Second {
+		regs.lost.Add(1)
+		time.Sleep(100 * time.Millisecond)
+		if _, err := entries.Get(context.Background(), "vms-10.1.0.1", metav1.GetOptions{}); err != nil {
+			t.Fatalf("the entry of a workload whose heartbeats may have been lost was removed after %s: %v", time.Since(losing), err)
+		}
+	}
+	// Nothing lost any more: its silence counts.
+	testutil.Eventually(t, 30*time.Second, "the entry of a workload no longer heard of is removed", func() (bool, string) {
+		_, err := entries.Get(context.Background(), "vms-10.1.0.1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// TestRegistrationsBoundedPerIdentity: an identity holds at most its
+// bound of entries; past it a registration is refused with the reason.
+func TestRegistrationsBoundedPerIdentity(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	ns := kc.Namespace(t, nil)
+	_, cli := testutil.Etcd(t)
+	apply(t, kc, istioObject("WorkloadGroup", "v1", ns, "vms", map[string]any{"template": map[string]any{}}))
+	regs := &scriptedRegistrations{in: make(chan scripted)}
+	startSource(t, kc, cli, "c1", func(c *kube.Config) {
+		c.Registrations = regs
+		c.RegistrationLimits = kube.RegistrationLimits{PerIdentity: 2}
+	})
+	reg := func(sa, address string) model.Registration {
+		return model.Registration{Op: model.RegistrationConnect, Group: "vms", Namespace: ns, Identity: "spiffe://cluster.local/ns/" + ns + "/sa/" + sa,
+			Proxy: "sidecar~" + address + "~vm." + ns + "~" + ns + ".svc.cluster.local", Address: address,
+			ConnectedAt: time.Now(), Pusher: "pusher-0", Heartbeat: time.Hour}
+	}
+	for _, a := range []string{"10.0.0.1", "10.0.0.2"} {
+		if err := regs.send(t, reg("a", a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := regs.send(t, reg("a", "10.0.0.3")); err == nil || !strings.Contains(err.Error(), "the most one identity may") {
+		t.Errorf("a third registration of an identity bounded to two: %v, want refused with the reason", err)
+	}
+	if err := regs.send(t, reg("b", "10.0.0.4")); err != nil {
+		t.Errorf("another identity's registration: %v", err)
 	}
 }

@@ -107,6 +107,40 @@ type Config struct {
 	// workload disconnected. Nil: WorkloadGroups are warned of.
 	Registrations     Registrations
 	RegistrationGrace time.Duration
+	// RegistrationLimits bound what one identity and one namespace may
+	// make the registrar write and hold.
+	RegistrationLimits RegistrationLimits
+}
+
+// RegistrationLimits bound the registrations of one identity and of one
+// namespace, so that one workload's credentials cannot starve the others'.
+type RegistrationLimits struct {
+	// PerIdentity and PerNamespace bound the entries held (connected, or
+	// within their grace): past them a registration is refused with the
+	// reason. Default 1,000 and 5,000.
+	PerIdentity, PerNamespace int
+	// WritesPerSecond and WriteBurst bound one identity's writes: a
+	// registration past them is left unanswered, and written when its
+	// pusher repeats it with a heartbeat. Default 5 a second after 20.
+	WritesPerSecond float64
+	WriteBurst      int
+}
+
+// withDefaults fills in the defaults.
+func (l RegistrationLimits) withDefaults() RegistrationLimits {
+	if l.PerIdentity == 0 {
+		l.PerIdentity = 1000
+	}
+	if l.PerNamespace == 0 {
+		l.PerNamespace = 5000
+	}
+	if l.WritesPerSecond == 0 {
+		l.WritesPerSecond = 5
+	}
+	if l.WriteBurst == 0 {
+		l.WriteBurst = 20
+	}
+	return l
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -137,6 +171,11 @@ func (c *Config) Validate() error {
 	}
 	if c.RegistrationGrace == 0 {
 		c.RegistrationGrace = 10 * time.Second
+	}
+	c.RegistrationLimits = c.RegistrationLimits.withDefaults()
+	if l := c.RegistrationLimits; l.PerIdentity < 1 || l.PerNamespace < 1 || l.WritesPerSecond < 0 || l.WriteBurst < 1 {
+		return fmt.Errorf("kube: registration limits of %d per identity, %d per namespace, %g writes a second after %d: want positive numbers",
+			l.PerIdentity, l.PerNamespace, l.WritesPerSecond, l.WriteBurst)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ import (
 func registeringKubeSource(cluster string, cfg *rest.Config, inMesh labels.Selector) source {
 	return func(ctx context.Context, in ingester) error {
 		return app.KubeSource{Etcd: in.etcd, Cluster: cluster, Kube: cfg, Election: in.election, Log: in.log, NamespaceSelector: inMesh,
-			Registrations: bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: registrationGrace}.Run(ctx)
+			Registrations: &bus.Registrations{NATS: in.nats, Log: in.log}, RegistrationGrace: registrationGrace}.Run(ctx)
 	}
 }
 

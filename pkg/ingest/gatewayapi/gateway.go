@@ -296,7 +296,7 @@ func (t *translator) emitGateway(gw *gateway) {
 		}
 		servedAny = true
 		t.emit(model.KindGateway, g.Namespace, l.name, location(KindGateway, g.Namespace, g.Name),
-			&meshv1.Gateway{Origin: t.origin(KindGateway, g), Selector: gw.selector, Servers: []*meshv1.GatewayServer{l.server}})
+			&meshv1.Gateway{Origin: t.origin(KindGateway, g), Selector: gw.selector, Servers: []*meshv1.GatewayServer{l.server}, GatewayApi: true})
 	}
 	accepted := condition(gen, string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "Resource accepted")
 	switch {

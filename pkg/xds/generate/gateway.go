@@ -502,8 +502,13 @@ func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route
 	return out
 }
 
-// boundTo reports whether a route rule names the gateway.
-func boundTo(r *Route, g *Gateway) bool { return namesGateway(r.Rule.Gateways, r.Namespace, g) }
+// boundTo reports whether a route rule names the gateway, and may bind to
+// it: a Kubernetes Gateway's listener takes the Gateway API's routes
+// alone (its allowedRoutes decided which), an Istio Gateway the
+// VirtualServices alone.
+func boundTo(r *Route, g *Gateway) bool {
+	return namesGateway(r.Rule.Gateways, r.Namespace, g) && r.Rule.GetGatewayApi() == g.Spec.GetGatewayApi()
+}
 
 // namesGateway reports whether gateway names of a rule in namespace ns
 // name the gateway g ("<ns>/<name>", or "<name>" in the rule's own

@@ -172,10 +172,14 @@ func (x *GatewayServer) GetTls() *GatewayTLS {
 // Gateway is the normalized form of an Istio Gateway: the router proxies it
 // selects and what they listen for.
 type Gateway struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origin        *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	Selector      map[string]string      `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Servers       []*GatewayServer       `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Origin   *Origin                `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Selector map[string]string      `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Servers  []*GatewayServer       `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	// gateway_api marks a listener of a Kubernetes Gateway: only the rules
+	// translated from the Gateway API's routes (RouteRule.gateway_api), those
+	// its allowedRoutes admit, bind to it; a VirtualService naming it does not.
+	GatewayApi    bool `protobuf:"varint,4,opt,name=gateway_api,json=gatewayApi,proto3" json:"gateway_api,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +235,13 @@ func (x *Gateway) GetServers() []*GatewayServer {
 	return nil
 }
 
+func (x *Gateway) GetGatewayApi() bool {
+	if x != nil {
+		return x.GatewayApi
+	}
+	return false
+}
+
 var File_shardpilot_mesh_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_gateway_proto_rawDesc = "" +
@@ -247,11 +258,13 @@ const file_shardpilot_mesh_v1_gateway_proto_rawDesc = "" +
 	"\bprotocol\x18\x03 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x1b\n" +
 	"\tport_name\x18\x04 \x01(\tR\bportName\x12\x14\n" +
 	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x120\n" +
-	"\x03tls\x18\x06 \x01(\v2\x1e.shardpilot.mesh.v1.GatewayTLSR\x03tls\"\xfe\x01\n" +
+	"\x03tls\x18\x06 \x01(\v2\x1e.shardpilot.mesh.v1.GatewayTLSR\x03tls\"\x9f\x02\n" +
 	"\aGateway\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12E\n" +
 	"\bselector\x18\x02 \x03(\v2).shardpilot.mesh.v1.Gateway.SelectorEntryR\bselector\x12;\n" +
-	"\aservers\x18\x03 \x03(\v2!.shardpilot.mesh.v1.GatewayServerR\aservers\x1a;\n" +
+	"\aservers\x18\x03 \x03(\v2!.shardpilot.mesh.v1.GatewayServerR\aservers\x12\x1f\n" +
+	"\vgateway_api\x18\x04 \x01(\bR\n" +
+	"gatewayApi\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B9Z7github.com/shardpilot/shardpilot/pkg/api/mesh/v1;meshv1b\x06proto3"

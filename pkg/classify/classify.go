@@ -302,20 +302,19 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 	return c.Key()
 }
 
-// shapeRouter adds to a gateway proxy's class what its Telemetries and
-// EnvoyFilters make of it: its namespace, where one without selector
-// applies there, and the tags of those that select it.
+// shapeRouter adds to a gateway proxy's class its namespace, whose view of
+// the mesh it is served (the services exported to it, as istiod serves a
+// gateway), and the tags of the Telemetries and EnvoyFilters that select
+// it.
 func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
 	ns := Namespace(node)
 	if ix == nil || ns == "" {
 		return c
 	}
+	c.Namespace = ns
 	c.Tags = slices.DeleteFunc(ix.selected(ns, nodeLabels(node)), func(tag string) bool { return !envoyOnlyTag(tag) })
 	if v := ix.versionTag(node); v != "" {
 		c.Tags = append(c.Tags, v)
-	}
-	if len(c.Tags) > 0 || ix.shaped[ns] || ix.shaped[""] {
-		c.Namespace = ns
 	}
 	return c
 }

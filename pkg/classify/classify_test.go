@@ -43,8 +43,8 @@ func TestClassify(t *testing.T) {
 		{node("grpc-client", map[string]any{"GENERATOR": "grpc", "NAMESPACE": "other"}), "proxyless"},
 		{node("sidecar~10.0.0.2~web.shop~shop.svc.cluster.local", nil), "envoy/shop/default"},
 		{node("x", map[string]any{"NAMESPACE": "shop", "LABELS": map[string]any{"app": "cart"}}), "envoy/shop/cart"},
-		{node("router~10.0.0.3~gw.edge~edge.svc.cluster.local", map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}}), "router/edge/public"},
-		{node("router~10.0.0.4~gw.edge~edge.svc.cluster.local", nil), "router/"},
+		{node("router~10.0.0.3~gw.edge~edge.svc.cluster.local", map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}}), "router/edge/public;edge;"},
+		{node("router~10.0.0.4~gw.edge~edge.svc.cluster.local", nil), "router/;edge;"},
 	}
 	for _, tc := range tests {
 		if got := ix.Classify(tc.node); string(got) != tc.want {
@@ -225,12 +225,12 @@ func TestGatewaysBoundToNamespace(t *testing.T) {
 		ns   string
 		want string
 	}{
-		"another namespace's labels, bound":  {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "shop", "router/shop/shop"},
-		"its own namespace's, bound":         {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "payments", "router/payments/pay"},
-		"a shared namespace":                 {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "istio-system", "router/payments/pay,shop/shop"},
-		"every namespace bound, none shared": {[]Option{SharedGatewayNamespaces([]string{})}, "istio-system", "router/"},
-		"unbound, as istiod":                 {nil, "shop", "router/payments/pay,shop/shop"},
-		"unbound by *":                       {[]Option{SharedGatewayNamespaces([]string{"*"})}, "shop", "router/payments/pay,shop/shop"},
+		"another namespace's labels, bound":  {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "shop", "router/shop/shop;shop;"},
+		"its own namespace's, bound":         {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "payments", "router/payments/pay;payments;"},
+		"a shared namespace":                 {[]Option{SharedGatewayNamespaces([]string{"istio-system"})}, "istio-system", "router/payments/pay,shop/shop;istio-system;"},
+		"every namespace bound, none shared": {[]Option{SharedGatewayNamespaces([]string{})}, "istio-system", "router/;istio-system;"},
+		"unbound, as istiod":                 {nil, "shop", "router/payments/pay,shop/shop;shop;"},
+		"unbound by *":                       {[]Option{SharedGatewayNamespaces([]string{"*"})}, "shop", "router/payments/pay,shop/shop;shop;"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := NewIndex(built, tc.opts...).Classify(router(tc.ns)); string(got) != tc.want {

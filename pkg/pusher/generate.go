@@ -360,9 +360,15 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 			gws = append(gws, g)
 		}
 	}
+	// A gateway proxy of a namespace sees what that namespace sees: the
+	// services exported to it.
+	services := mesh.Services
+	if ns := classify.ParseClass(class).Namespace; ns != "" {
+		services = mesh.For(generate.View{Namespace: ns}).Services
+	}
 	var clusters []*cluster.Cluster
 	auto := generate.AutoPassthrough(gws)
-	for _, s := range mesh.Services {
+	for _, s := range services {
 		cs := cached(p, "cds", generate.Envoy.String(), mesh, s, func(m *generate.Mesh, s *generate.Service) []*cluster.Cluster {
 			return generate.ServiceClusters(m, s, generate.Envoy)
 		})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -89,5 +90,63 @@ func TestGatewayLabelsDoNotCrossNamespaces(t *testing.T) {
 	})
 	if got, err := listeners(shopCert, shopKey, "shop"); err != nil || slices.Contains(got, "0.0.0.0_8443") {
 		t.Errorf("shop's router claiming payments' labels was served %v (%v)", got, err)
+	}
+}
+
+// TestGatewaySeesWhatItsNamespaceSees: a gateway proxy is served the
+// clusters of the services exported to its namespace, as istiod serves a
+// gateway: shop's router gets shop's catalog and not payments' ledger
+// (exported to payments alone), payments' router gets both. Any workload
+// connecting as a router got every service's clusters, exportTo ignored.
+func TestGatewaySeesWhatItsNamespaceSees(t *testing.T) {
+	ca := testutil.NewCA(t)
+	serverCert, serverKey := ca.Issue(t, "pusher")
+	shopCert, shopKey := ca.Issue(t, "shop", "spiffe://cluster.local/ns/shop/sa/gateway")
+	payCert, payKey := ca.Issue(t, "payments", "spiffe://cluster.local/ns/payments/sa/gateway")
+	tc, err := identity.ServerTLS(serverCert, serverKey, ca.CertFile, testutil.Log(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeMesh(t, dir, "services.yaml", privatePayments)
+	cp := NewCluster(t, Options{
+		XDS:    server.Config{GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}},
+		Policy: &identity.Policy{TrustDomain: "cluster.local", Required: true},
+	}, yamlSource(dir))
+	const ledger, catalog = "outbound|8080||ledger.payments.svc.cluster.local", "outbound|8080||catalog.shop.svc.cluster.local"
+	clusters := func(cert, key, ns string) ([]string, error) {
+		conn := dialTLS(t, cp.ads, ca.CertFile, cert, key)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return nil, err
+		}
+		node := &core.Node{Id: "router~10.0.0.7~gw." + ns + "~" + ns + ".svc.cluster.local"}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+			return nil, err
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, a := range resp.Resources {
+			c := &clusterv3.Cluster{}
+			if err := a.UnmarshalTo(c); err != nil {
+				return nil, err
+			}
+			names = append(names, c.Name)
+		}
+		return names, nil
+	}
+	testutil.Eventually(t, 20*time.Second, "payments' router is served both services", func() (bool, string) {
+		got, err := clusters(payCert, payKey, "payments")
+		return slices.Contains(got, ledger) && slices.Contains(got, catalog), fmt.Sprint(got, err)
+	})
+	got, err := clusters(shopCert, shopKey, "shop")
+	if err != nil || !slices.Contains(got, catalog) || slices.Contains(got, ledger) {
+		t.Errorf("shop's router was served %v (%v), want catalog and not ledger", got, err)
 	}
 }

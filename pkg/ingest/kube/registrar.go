@@ -207,6 +207,12 @@ func (g *registrar) handle(ctx context.Context, r model.Registration, now time.T
 	if cur != nil && r.ConnectedAt.Before(cur.connectedAt) {
 		return nil // an earlier connection of a workload connected again since
 	}
+	if cur != nil && cur.disconnected.IsZero() && cur.identity != "" && cur.identity != r.Identity {
+		// Another workload the group admits, at the same address: the
+		// entry stays its connected holder's.
+		g.count("refused")
+		return fmt.Errorf("registration of %s: the entry is held by %s while it is connected", key, cur.identity)
+	}
 	if cur != nil && cur.connectedAt.Equal(r.ConnectedAt) && cur.written && cur.disconnected.IsZero() {
 		cur.lastSeen = now
 		return nil

@@ -222,6 +222,8 @@ func TestRegistrationsOfOneIdentityStarveNoOther(t *testing.T) {
 
 // TestRegistrationsBoundedPerIdentity: an identity holds at most its
 // bound of entries; past it a registration is refused with the reason.
+// Another identity cannot take over an entry while it is connected (it
+// could, as any identity its group admits).
 func TestRegistrationsBoundedPerIdentity(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -248,5 +250,10 @@ func TestRegistrationsBoundedPerIdentity(t *testing.T) {
 	}
 	if err := regs.send(t, reg("b", "10.0.0.4")); err != nil {
 		t.Errorf("another identity's registration: %v", err)
+	}
+	// Another identity the group admits, at a connected workload's
+	// address: the entry stays its holder's.
+	if err := regs.send(t, reg("b", "10.0.0.1")); err == nil || !strings.Contains(err.Error(), "held by spiffe://cluster.local/ns/"+ns+"/sa/a") {
+		t.Errorf("another identity taking over a connected entry: %v, want refused", err)
 	}
 }

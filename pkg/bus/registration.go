@@ -220,12 +220,22 @@ type Registrations struct {
 	NATS *nats.Conn
 	Log  *slog.Logger
 
+	sub  atomic.Pointer[nats.Subscription]
 	lost atomic.Uint64
 }
 
 // Lost counts the registrations NATS dropped before Run read them (it
-// fell behind).
-func (rs *Registrations) Lost() uint64 { return rs.lost.Load() }
+// fell behind), as NATS counts them now: a handler that is slow to answer
+// does not hold the count back.
+func (rs *Registrations) Lost() uint64 {
+	if sub := rs.sub.Load(); sub != nil {
+		if n, err := sub.Dropped(); err == nil {
+			for last := rs.lost.Load(); uint64(n) > last && !rs.lost.CompareAndSwap(last, uint64(n)); last = rs.lost.Load() {
+			}
+		}
+	}
+	return rs.lost.Load()
+}
 
 // registrationBuffer is how many registrations wait to be read before
 // NATS drops the next.
@@ -239,17 +249,12 @@ func (rs *Registrations) Run(ctx context.Context, handle func(context.Context, m
 	if err != nil {
 		return fmt.Errorf("bus: subscribe to registrations: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	rs.sub.Store(sub)
+	defer func() { rs.Lost(); rs.sub.Store(nil); _ = sub.Unsubscribe() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-			if n, err := sub.Dropped(); err == nil && uint64(n) > rs.lost.Load() {
-				rs.lost.Store(uint64(n))
-			}
 		case msg := <-msgs:
 			r, err := decodeRegistration(msg)
 			if err == nil {

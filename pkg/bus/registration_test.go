@@ -185,3 +185,60 @@ func cannotEavesdrop(t *testing.T, pusherNC *nats.Conn, denied chan error) {
 		}
 	}
 }
+
+// TestRegistrationsLost: registrations NATS drops while the ingesters'
+// side falls behind are counted, so that the registrar knows a heartbeat
+// may be among them.
+func TestRegistrationsLost(t *testing.T) {
+	_, nc := testutil.NATS(t)
+	rs := &bus.Registrations{NATS: nc, Log: testutil.Log(t)}
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	held, first := make(chan struct{}), make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- rs.Run(ctx, func(ctx context.Context, _ model.Registration) error {
+			select {
+			case first <- struct{}{}:
+			default:
+			}
+			select {
+			case <-held:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	pub, err := nats.Connect(nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	reg := fmt.Sprintf(`{"op":"alive","group":"vms","namespace":"payments","identity":"spiffe://cluster.local/ns/payments/sa/vm","proxy":"p","address":"10.0.0.7","connectedAt":%q,"pusher":"p","heartbeat":1000000000}`,
+		time.Now().UTC().Format(time.RFC3339))
+	testutil.Eventually(t, 10*time.Second, "the ingesters' side is handed a registration", func() (bool, string) {
+		_ = pub.Publish("registry.v1.payments", []byte(reg))
+		_ = pub.Flush()
+		select {
+		case <-first:
+			return true, ""
+		case <-time.After(100 * time.Millisecond):
+			return false, "nothing handed over"
+		}
+	})
+	if rs.Lost() != 0 {
+		t.Fatalf("%d lost before any flood", rs.Lost())
+	}
+	for range 10_000 {
+		if err := pub.Publish("registry.v1.payments", []byte(reg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the registrations dropped are counted", func() (bool, string) {
+		return rs.Lost() > 0, "none counted"
+	})
+	close(held)
+}

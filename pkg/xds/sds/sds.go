@@ -183,11 +183,18 @@ func (s *Secrets) tryIssue(class cache.Class) error {
 // is authorized to be served (a new map).
 func (s *Secrets) credentials(id identity.ID) map[string]types.Resource {
 	out := map[string]types.Resource{}
-	if s.cfg.Credentials != nil && s.authorized(id) {
-		for name, r := range s.cfg.Credentials.Namespace(id.Namespace) {
-			if name != WorkloadSecret && name != RootSecret {
-				out[name] = r
-			}
+	if s.cfg.Credentials == nil {
+		return out
+	}
+	// The API server is asked only about the identities of namespaces
+	// that have credentials: every workload is an identity.
+	creds := s.cfg.Credentials.Namespace(id.Namespace)
+	if len(creds) == 0 || !s.authorized(id) {
+		return out
+	}
+	for name, r := range creds {
+		if name != WorkloadSecret && name != RootSecret {
+			out[name] = r
 		}
 	}
 	return out
@@ -233,10 +240,16 @@ func (s *Secrets) reauthorize() {
 		s.mu.Lock()
 		was, known := s.allowed[id]
 		s.mu.Unlock()
+		if !known {
+			// Never asked: its namespace had no credentials, and a
+			// credential made there since was served by
+			// CredentialsChanged.
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		now := s.cfg.Credentials.Authorized(ctx, id)
 		cancel()
-		if !known || now != was {
+		if now != was {
 			s.refresh(class, id)
 		}
 	}

@@ -149,15 +149,9 @@ type admittedKey struct{}
 // on it neither review its token again nor count it twice. A stream
 // without identity is refused when identities are required.
 func (p Policy) Admit(ctx context.Context) (context.Context, error) {
-	id, ok, err := p.Identify(ctx)
-	if err != nil {
-		return ctx, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
-	}
-	if !ok {
-		if p.Required {
-			return ctx, status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
-		}
-		return ctx, nil
+	id, ok, err := p.verified(ctx)
+	if err != nil || !ok {
+		return ctx, err
 	}
 	if p.Streams != nil {
 		if err := p.Streams.admit(ctx, id); err != nil {
@@ -165,6 +159,19 @@ func (p Policy) Admit(ctx context.Context) (context.Context, error) {
 		}
 	}
 	return context.WithValue(ctx, admittedKey{}, id), nil
+}
+
+// verified is a call's identity, or the status that refuses the call: an
+// identity that does not verify, or none where one is required.
+func (p Policy) verified(ctx context.Context) (ID, bool, error) {
+	id, ok, err := p.Identify(ctx)
+	switch {
+	case err != nil:
+		return ID{}, false, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
+	case !ok && p.Required:
+		return ID{}, false, status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
+	}
+	return id, ok, nil
 }
 
 // Identify returns a stream's identity: its client certificate's, else
@@ -205,14 +212,11 @@ func idNamespace(id string) string {
 // namespace, a copy that claims its identity's. A node that claims another
 // namespace, or an identity of another trust domain, is PermissionDenied.
 func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, error) {
-	id, ok, err := p.Identify(ctx)
+	id, ok, err := p.verified(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: %v", err)
+		return nil, err
 	}
 	if !ok {
-		if p.Required {
-			return nil, status.Error(codes.Unauthenticated, "shardpilot: "+p.required())
-		}
 		return node, nil
 	}
 	claimed := classify.Namespace(node)

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/internal/testutil"
@@ -57,32 +55,7 @@ func TestGatewayLabelsDoNotCrossNamespaces(t *testing.T) {
 	// error to retry.
 	listeners := func(cert, key, ns string) ([]string, error) {
 		t.Helper()
-		conn := dialTLS(t, cp.ads, ca.CertFile, cert, key)
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-		if err != nil {
-			return nil, err
-		}
-		meta, _ := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"istio": "payments-gateway"}})
-		node := &core.Node{Id: "router~10.0.0.7~gw." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}); err != nil {
-			return nil, err
-		}
-		resp, err := s.Recv()
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, a := range resp.Resources {
-			l := &listenerv3.Listener{}
-			if err := a.UnmarshalTo(l); err != nil {
-				return nil, err
-			}
-			names = append(names, l.Name)
-		}
-		return names, nil
+		return routerNames(t, cp.ads, ca.CertFile, cert, key, ns, map[string]any{"LABELS": map[string]any{"istio": "payments-gateway"}}, resource.ListenerType)
 	}
 	testutil.Eventually(t, 20*time.Second, "payments' router is served its Gateway's listener", func() (bool, string) {
 		got, err := listeners(payCert, payKey, "payments")
@@ -115,31 +88,7 @@ func TestGatewaySeesWhatItsNamespaceSees(t *testing.T) {
 	}, yamlSource(dir))
 	const ledger, catalog = "outbound|8080||ledger.payments.svc.cluster.local", "outbound|8080||catalog.shop.svc.cluster.local"
 	clusters := func(cert, key, ns string) ([]string, error) {
-		conn := dialTLS(t, cp.ads, ca.CertFile, cert, key)
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-		if err != nil {
-			return nil, err
-		}
-		node := &core.Node{Id: "router~10.0.0.7~gw." + ns + "~" + ns + ".svc.cluster.local"}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
-			return nil, err
-		}
-		resp, err := s.Recv()
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, a := range resp.Resources {
-			c := &clusterv3.Cluster{}
-			if err := a.UnmarshalTo(c); err != nil {
-				return nil, err
-			}
-			names = append(names, c.Name)
-		}
-		return names, nil
+		return routerNames(t, cp.ads, ca.CertFile, cert, key, ns, nil, resource.ClusterType)
 	}
 	testutil.Eventually(t, 20*time.Second, "payments' router is served both services", func() (bool, string) {
 		got, err := clusters(payCert, payKey, "payments")
@@ -149,4 +98,40 @@ func TestGatewaySeesWhatItsNamespaceSees(t *testing.T) {
 	if err != nil || !slices.Contains(got, catalog) || slices.Contains(got, ledger) {
 		t.Errorf("shop's router was served %v (%v), want catalog and not ledger", got, err)
 	}
+}
+
+// routerNames returns the names of the resources of a type a router of ns
+// (with node metadata meta) is served in its first response, over mutual
+// TLS with cert and key.
+func routerNames(t *testing.T, ads, caFile, cert, key, ns string, meta map[string]any, typeURL string) ([]string, error) {
+	t.Helper()
+	conn := dialTLS(t, ads, caFile, cert, key)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	md, err := structpb.NewStruct(meta)
+	if err != nil {
+		return nil, err
+	}
+	node := &core.Node{Id: "router~10.0.0.7~gw." + ns + "~" + ns + ".svc.cluster.local", Metadata: md}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL}); err != nil {
+		return nil, err
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, a := range resp.Resources {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, m.(interface{ GetName() string }).GetName())
+	}
+	return names, nil
 }

@@ -221,6 +221,14 @@ func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDum
 	if p.Policy != nil {
 		// Who may call is decided before anything a caller sends is read.
 		xcfg.Screen, xcfg.AdmitStream = p.Policy.Screen, p.Policy.Admit
+		// What a stream subscribes to counts against the identity it
+		// was admitted as.
+		xcfg.IdentityOf = func(ctx context.Context) string {
+			if id, ok := identity.Admitted(ctx); ok {
+				return id.String()
+			}
+			return ""
+		}
 	}
 	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	xcfg.Register = func(r grpc.ServiceRegistrar) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -61,6 +62,7 @@ func TestMutualTLS(t *testing.T) {
 	t.Run("a node that claims no namespace is given its certificate's", f.givenItsCertificatesNamespace)
 	f.refused(t)
 	t.Run("CSDS answers for the caller's namespace", f.csdsOfTheCallersNamespace)
+	t.Run("the names one identity subscribes to are bounded in bytes", f.boundedSubscriptions)
 	t.Run("one identity holds a bounded number of streams", f.boundedStreams)
 	t.Run("CSDS answers for a stream from its own node", f.csdsFromItsOwnNode)
 }
@@ -102,6 +104,7 @@ func startMutualTLS(t *testing.T) *mutualTLS {
 	policy := &identity.Policy{TrustDomain: "cluster.local", Required: true, Streams: f.streams}
 	f.cp = NewCluster(t, Options{XDS: server.Config{
 		GRPCOptions: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))},
+		NameBudget:  server.NameBudget{PerIdentity: 2 << 20},
 	}, Policy: policy}, yamlSource(dir))
 	return f
 }
@@ -218,6 +221,82 @@ func (f *mutualTLS) csdsOfTheCallersNamespace(t *testing.T) {
 	if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), `trust domain "evil.example"`) {
 		t.Errorf("CSDS for another trust domain: %v, want PermissionDenied naming it", err)
 	}
+}
+
+// boundedSubscriptions: one identity subscribing to made-up names, on
+// as many connections as it likes, is refused once they would hold more
+// than its budget (2 MiB here); another identity is served meanwhile, and
+// what the refused streams held is given back.
+func (f *mutualTLS) boundedSubscriptions(t *testing.T) {
+	demo := identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}
+	held := f.streams.Held(demo)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel() }()
+	// subscribe opens a stream on a connection of its own, takes the
+	// clusters a wildcard request is answered with and asks again for
+	// them and n made-up names of a kilobyte: the existing clusters are
+	// answered, or the stream refused.
+	made := 0
+	subscribe := func(cert, key, ns string, n int) error {
+		s, err := dialADS(t, f.cp.ads, f.tlsWith(t, cert, key)).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: mtlsNode(ns), TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, a := range resp.Resources {
+			c := &clusterv3.Cluster{}
+			if err := a.UnmarshalTo(c); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, c.Name)
+		}
+		for range n {
+			made++
+			names = append(names, fmt.Sprintf("made-up-%06d-%s", made, strings.Repeat("x", 1000)))
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNames: names,
+			VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Recv()
+		return err
+	}
+	// 700 names of a kilobyte: two such streams fit demo's 2 MiB, the
+	// third does not.
+	for i := range 2 {
+		if err := subscribe(f.demoCert, f.demoKey, "demo", 700); err != nil {
+			t.Fatalf("demo's stream %d: %v", i+1, err)
+		}
+	}
+	err := subscribe(f.demoCert, f.demoKey, "demo", 700)
+	if grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(err), "of identity spiffe://cluster.local/ns/demo/sa/client") {
+		t.Fatalf("demo's third stream: %v, want ResourceExhausted naming its identity", err)
+	}
+	if err := subscribe(f.otherCert, f.otherKey, "other", 700); err != nil {
+		t.Fatalf("another identity, meanwhile: %v", err)
+	}
+	conn := dialXDSWithCert(t, f.cp.ads, mtlsTarget, "sidecar~127.0.0.1~budget.other~other.svc.cluster.local", "other", f.ca.CertFile, f.otherCert, f.otherKey)
+	allOn(t, conn, f.a.addr, "another identity's client calls the greeter")
+	// Once demo's streams end, what they held is given back.
+	cancel()
+	ctx, cancel = context.WithCancel(context.Background())
+	testutil.Eventually(t, 30*time.Second, "demo's budget given back", func() (bool, string) {
+		err := subscribe(f.demoCert, f.demoKey, "demo", 700)
+		return err == nil, fmt.Sprint(err)
+	})
+	// The next test counts demo's streams: these are gone first.
+	cancel()
+	testutil.Eventually(t, 30*time.Second, "demo's streams of this test ended", func() (bool, string) {
+		n := f.streams.Held(demo)
+		return n == held, fmt.Sprintf("%d streams, want %d", n, held)
+	})
 }
 
 // boundedStreams: one identity holds a bounded number of streams.

@@ -53,6 +53,7 @@ type Set struct {
 	wildcard bool
 	fp       Fingerprint
 	names    map[string]struct{}
+	bytes    int // see Bytes
 	refs     int
 	watchers map[Watcher]int // under table.mu; how many subscriptions each holds
 
@@ -104,6 +105,14 @@ func (t *Table) Subscribe(w Watcher, names []string, wildcard bool) *Set {
 	return t.subscribe(w, set, wildcard)
 }
 
+// NameOverhead is what a name costs a set beside its bytes: its entry in
+// the set's map and its string's header.
+const NameOverhead = 32
+
+// Bytes is what the set's names take: their bytes and NameOverhead each
+// (none for the wildcard).
+func (s *Set) Bytes() int { return s.bytes }
+
 // Names returns the names the set holds (none for the wildcard).
 func (s *Set) Names() []string {
 	out := make([]string, 0, len(s.names))
@@ -121,8 +130,10 @@ func (t *Table) subscribe(w Watcher, names map[string]struct{}, wildcard bool) *
 		return t.wild
 	}
 	var fp Fingerprint
+	bytes := 0
 	for n := range names {
 		fp.AddString(n)
+		bytes += len(n) + NameOverhead
 	}
 	var s *Set
 	for _, cand := range t.sets[fp] {
@@ -132,7 +143,7 @@ func (t *Table) subscribe(w Watcher, names map[string]struct{}, wildcard bool) *
 		}
 	}
 	if s == nil {
-		s = &Set{table: t, fp: fp, names: names, watchers: map[Watcher]int{}}
+		s = &Set{table: t, fp: fp, names: names, bytes: bytes, watchers: map[Watcher]int{}}
 		t.sets[fp] = append(t.sets[fp], s)
 	}
 	s.refs++

@@ -161,6 +161,13 @@ func (p Policy) Admit(ctx context.Context) (context.Context, error) {
 	return context.WithValue(ctx, admittedKey{}, id), nil
 }
 
+// Admitted returns the identity Admit found for a stream, from the
+// context Admit returned.
+func Admitted(ctx context.Context) (ID, bool) {
+	id, ok := ctx.Value(admittedKey{}).(ID)
+	return id, ok
+}
+
 // verified is a call's identity, or the status that refuses the call: an
 // identity that does not verify, or none where one is required.
 func (p Policy) verified(ctx context.Context) (ID, bool, error) {

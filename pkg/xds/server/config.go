@@ -104,6 +104,13 @@ type Config struct {
 	// cannot buy a stream tens of megabytes. Default 4 MiB (50,000
 	// cluster names of 80 bytes).
 	MaxNameBytes int
+	// NameBudget bounds the bytes of names streams subscribe to, per
+	// stream, connection, identity and in all.
+	NameBudget NameBudget
+	// IdentityOf, when set, names the identity a stream's subscriptions
+	// count against (see NameBudget), from its context as AdmitStream
+	// returned it; "" counts them against its connection alone.
+	IdentityOf func(ctx context.Context) string
 	// MaxLocalities bounds the locality classes (the load assignments of
 	// one locality, a table each): a proxy of a locality beyond them is
 	// served the mesh-wide assignments, as a proxy without one is. Default
@@ -191,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLocalities == 0 {
 		c.MaxLocalities = 1000
+	}
+	if err := c.NameBudget.validate(); err != nil {
+		return err
 	}
 	if c.MaxNodeBytes < 0 || c.MaxNames < 0 || c.MaxNameBytes < 0 || c.MaxLocalities < 0 {
 		return fmt.Errorf("server: limits of %d node bytes, %d names, %d name bytes and %d localities: want positive numbers", c.MaxNodeBytes, c.MaxNames, c.MaxNameBytes, c.MaxLocalities)

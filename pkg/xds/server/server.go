@@ -117,6 +117,9 @@ type Server struct {
 	nextID atomic.Int64
 	// pushq holds the streams waiting for a sender.
 	pushq *pushQueue
+	// budget counts the names the streams subscribe to against
+	// Config.NameBudget.
+	budget *budget
 	// sending counts the senders of the pool (and those that took the
 	// place of one whose write was parked); unpooled those of an
 	// unlimited server, one per stream writing.
@@ -239,6 +242,7 @@ type metrics struct {
 	queue              prometheus.Histogram
 	send               prometheus.Histogram
 	streams            prometheus.Gauge
+	subscribedBytes    prometheus.Gauge
 	responses          *prometheus.CounterVec
 	nacks              *prometheus.CounterVec
 	limited            *prometheus.CounterVec
@@ -274,24 +278,26 @@ func New(cfg Config) (*Server, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_streams",
 			Help: "Open xDS streams."}),
+		subscribedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_subscribed_bytes",
+			Help: "Bytes the names the streams subscribe to hold, each interned set of them counted once (what Config.NameBudget.Total bounds)."}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_responses_total",
 			Help: "xDS responses sent, by type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_nacks_total",
 			Help: "xDS requests that rejected a response, by type."}, []string{"type"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_limited_total",
-			Help: "Requests held to a per-stream limit, by limit: node_size and subscribed_names end the stream, locality_classes serves the mesh-wide load assignments, invisible_names leaves out names the proxy's class may not see."}, []string{"limit"}),
+			Help: "Requests held to a limit, by limit: node_size, subscribed_names, subscribed_bytes and subscribed_bytes_{stream,connection,identity,total} end the stream, locality_classes serves the mesh-wide load assignments, invisible_names leaves out names the proxy's class may not see."}, []string{"limit"}),
 	}
-	for _, l := range []string{limitNode, limitNames, limitLocality, limitVisible, limitResponse} {
+	for _, l := range append([]string{limitNode, limitNames, limitBytes, limitLocality, limitVisible, limitResponse}, limitHeld[:]...) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.subscribedBytes, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
 	}
-	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue()}
+	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue(), budget: newBudget(cfg.NameBudget, m.subscribedBytes)}
 	srv.classes = newClassSet(cfg.Cache, cfg.Classes.FillClass)
 	if cfg.Secrets != nil {
 		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)

@@ -98,6 +98,10 @@ type stream struct {
 	locality cache.Class
 	watches  []*watch // in push order
 	nonce    uint64
+	// holders are what the names the stream subscribes to count against
+	// (see NameBudget): the stream, its connection, its identity (when it
+	// has one) and the server.
+	holders []holderKey
 }
 
 // watch is what a stream holds of one type.
@@ -112,6 +116,8 @@ type watch struct {
 	set      *cache.Set
 	named    *cache.Set
 	wildcard bool
+	// held is what the subscription counts against the stream's holders.
+	held []holding
 	// legacy is set when a SotW stream's first request named nothing: an
 	// empty list stays the wildcard.
 	legacy bool
@@ -224,6 +230,7 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 		id = -id
 	}
 	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now(), startEpoch: s.epoch()}
+	st.holders = s.holdersOf(st)
 	s.cfg.Streams.add(st)
 	s.m.streams.Inc()
 	defer func() {
@@ -270,6 +277,7 @@ func (st *stream) close() (class, secrets, locality cache.Class) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
+	st.releaseLocked()
 	for _, w := range st.watches {
 		if w.set != nil {
 			w.table.Unsubscribe(w, w.set)
@@ -398,6 +406,9 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 	}
 	st.subscribeLocked(w, set)
 	w.reqFP = r.fp
+	if err := st.holdLocked(w); err != nil {
+		return ack, err
+	}
 	if first && len(r.version) > 0 && len(r.nonce) == 0 {
 		// A proxy that moved from another replica, or reconnected, says
 		// what it holds: if it is what this replica would send, only the
@@ -505,6 +516,9 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 		} else {
 			st.subscribeLocked(w, w.table.Ref(w, w.named))
 		}
+	}
+	if err := st.holdLocked(w); err != nil {
+		return ack, err
 	}
 	if first && len(r.initial) > 0 {
 		w.initial = r.initial

@@ -22,6 +22,8 @@ type asked struct {
 	wildcard bool
 	// view is the view they were held to.
 	view *cache.View
+	// bytes is what the names hold (see NameBudget).
+	bytes int
 }
 
 // visibleLocked returns the class's view of w's type, nil when the type is
@@ -60,7 +62,7 @@ func (st *stream) keepVisibleLocked(w *watch, view *cache.View, names []string, 
 	}
 	w.asked = nil
 	if wildcard || len(kept) < len(names) {
-		w.asked = &asked{names: names, wildcard: wildcard, view: view}
+		w.asked = &asked{names: names, wildcard: wildcard, view: view, bytes: askedBytes(names)}
 	}
 	return kept
 }

@@ -100,6 +100,12 @@ topologySpreadConstraints:
 {{- add (int $s.baseMiB) (div (mul (int $s.services) (int $s.perServiceKiB)) 1024) (div (mul (int $s.proxiesPerReplica) (int $s.perProxyKiB)) 1024) -}}
 {{- end -}}
 
+{{/* What the names proxies subscribe to may hold in one pusher: pusher.subscribedBytes.total, else a quarter of the sized memory limit (2 × the request). */}}
+{{- define "shardpilot.subscribedBytesTotal" -}}
+{{- $t := int .Values.pusher.subscribedBytes.total -}}
+{{- if gt $t 0 }}{{ $t }}{{ else }}{{ mul (div (include "shardpilot.pusherMemoryMiB" . | int) 2) 1048576 }}{{ end -}}
+{{- end -}}
+
 {{- define "shardpilot.pusherResources" -}}
 {{- $r := deepCopy .Values.pusher.resources -}}
 {{- $mib := include "shardpilot.pusherMemoryMiB" . | int -}}

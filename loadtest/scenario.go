@@ -632,8 +632,11 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			// The simulated proxies share the machine with the control
 			// plane and read slower than Envoys would: a longer send
 			// timeout keeps the harness from cutting its own streams.
+			// They share its address too: connections per source are
+			// not bounded.
 			args := []string{"--etcd-endpoints", etcdURL,
-				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m"}
+				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m",
+				"--max-connections-per-source", "-1"}
 			if serving != nil {
 				args = append(args, "--ads-cert-file", serving[0], "--ads-key-file", serving[1])
 			} else {

@@ -124,6 +124,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
 	fs.DurationVar(&o.xcfg.AnswerWait, "answer-wait", time.Second, "longest the next generations wait for a proxy to answer (or read) a response; past it the proxy is reported unanswered and no longer holds changes back (negative: wait for every answer, up to --debounce-max-hold)")
 	fs.IntVar(&o.maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")
+	fs.IntVar(&o.xcfg.MaxConnectionsPerSource, "max-connections-per-source", 1000, "open ADS connections one source address may hold; past it a new one is closed as it is accepted, before its TLS handshake (proxies behind one NAT or gateway share an address; negative: unbounded)")
 	o.maxPerIdentity = fs.Int("max-streams-per-identity", 5000, "concurrent streams the proxies of one identity (SPIFFE ID or service account) may hold on this pusher; more are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.xcfg.MaxNodeBytes, "max-node-bytes", 64<<10, "largest node (id, metadata, locality) a proxy may send, encoded; a larger one ends its stream")
 	fs.IntVar(&o.xcfg.MaxNames, "max-subscribed-names", 50000, "most resource names one stream may subscribe to of one type; more end its stream with RESOURCE_EXHAUSTED")
@@ -146,6 +147,9 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 	if *o.maxPerIdentity < 1 || o.xcfg.MaxNodeBytes < 1 || o.xcfg.MaxNames < 1 || o.xcfg.MaxNameBytes < 1 || o.xcfg.MaxLocalities < 1 {
 		return nil, nil, fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-subscribed-bytes %d, --max-locality-classes %d: want positive numbers",
 			*o.maxPerIdentity, o.xcfg.MaxNodeBytes, o.xcfg.MaxNames, o.xcfg.MaxNameBytes, o.xcfg.MaxLocalities)
+	}
+	if o.xcfg.MaxConnectionsPerSource == 0 {
+		return nil, nil, errors.New("--max-connections-per-source 0: want a positive number, or a negative one for unbounded")
 	}
 	if o.maxStreams < 1 {
 		return nil, nil, fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)

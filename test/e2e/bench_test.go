@@ -16,6 +16,7 @@ import (
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/store"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -49,7 +50,8 @@ func endpointsOf(i, gen int) *meshv1.Endpoints {
 }
 
 func benchEndpointChange(b *testing.B, proxies int) {
-	cp := NewCluster(b, Options{Unloaded: true})
+	// Every proxy connects from this host: its connections are not bounded.
+	cp := NewCluster(b, Options{Unloaded: true, XDS: server.Config{MaxConnectionsPerSource: -1}})
 	cli, ps := cp.etcd, cp.pusher
 	st := store.New(cli)
 	ctx := context.Background()

@@ -71,6 +71,11 @@ type Config struct {
 	// MaxStreamsPerConnection bounds the concurrent streams of one client
 	// connection (an Envoy opens one ADS stream). Default 100.
 	MaxStreamsPerConnection uint32
+	// MaxConnectionsPerSource bounds the open connections of one source
+	// address: past it, a new connection is closed as it is accepted,
+	// before its TLS handshake. Proxies behind one address (a NAT, a
+	// gateway) share it. Default 1,000; negative leaves it unbounded.
+	MaxConnectionsPerSource int
 	// ReadBufferSize and WriteBufferSize are each connection's gRPC
 	// buffers; gRPC takes both from pools shared by every connection for
 	// as long as a read or a write lasts, so an idle connection holds
@@ -174,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStreamsPerConnection == 0 {
 		c.MaxStreamsPerConnection = 100
+	}
+	if c.MaxConnectionsPerSource == 0 {
+		c.MaxConnectionsPerSource = 1000
 	}
 	if c.ReadBufferSize == 0 {
 		c.ReadBufferSize = 32 << 10

@@ -63,7 +63,8 @@ func TestIdleServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	status := server.NewStreams()
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Streams: status})
+	// Every proxy connects from this host: its connections are not bounded.
+	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Streams: status, MaxConnectionsPerSource: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

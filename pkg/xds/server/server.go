@@ -228,6 +228,9 @@ type LocalitySource interface {
 
 type metrics struct {
 	refused prometheus.Counter
+	// connsRefused counts the connections closed past
+	// Config.MaxConnectionsPerSource.
+	connsRefused prometheus.Counter
 	// unadmitted counts the calls refused before a message of theirs was
 	// read (Screen, AdmitStream).
 	unadmitted prometheus.Counter
@@ -256,6 +259,8 @@ func New(cfg Config) (*Server, error) {
 	m := metrics{
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_refused_total",
 			Help: "New xDS streams refused by the stream rate limit."}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_connections_refused_total",
+			Help: "Client connections closed as they were accepted: their source address held the most connections it may."}),
 		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_calls_unadmitted_total",
 			Help: "Calls (xDS streams, certificate requests) refused before any of their messages was read: without a credential or with one that cannot be valid, or, when a stream starts, an identity refused or holding the most streams it may."}),
 		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_reclassified_total",
@@ -291,13 +296,14 @@ func New(cfg Config) (*Server, error) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.subscribedBytes, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.connsRefused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.subscribedBytes, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}
 		}
 	}
 	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue(), budget: newBudget(cfg.NameBudget, m.subscribedBytes)}
+	srv.conns.maxPerSource, srv.conns.refused = max(cfg.MaxConnectionsPerSource, 0), m.connsRefused
 	srv.classes = newClassSet(cfg.Cache, cfg.Classes.FillClass)
 	if cfg.Secrets != nil {
 		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)

@@ -62,12 +62,16 @@ type Scenario struct {
 	Reshard bool  `json:"reshard,omitempty"`
 	// ShardAlone runs, after the sharded phases, shard 0 of the last count
 	// alone with its proxies: one shard as on a machine of its own.
-	ShardAlone bool          `json:"shard_alone,omitempty"`
-	Baseline   bool          `json:"baseline"`
-	Storm      bool          `json:"storm"`
-	Faults     bool          `json:"faults"`
-	FaultHold  time.Duration `json:"fault_hold"`
-	Seed       uint64        `json:"seed"`
+	ShardAlone bool `json:"shard_alone,omitempty"`
+	Baseline   bool `json:"baseline"`
+	Storm      bool `json:"storm"`
+	Faults     bool `json:"faults"`
+	// Floods runs the floods a client may send at a pusher held to
+	// FloodMemoryLimit (see floodPhase).
+	Floods           bool          `json:"floods,omitempty"`
+	FloodMemoryLimit string        `json:"flood_memory_limit,omitempty"`
+	FaultHold        time.Duration `json:"fault_hold"`
+	Seed             uint64        `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
@@ -116,6 +120,8 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
+	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed or a change is lost")
+	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
 	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
@@ -197,6 +203,13 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if sc.Faults {
 		ph, err := faultPhase(ctx, sc, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if sc.Floods {
+		ph, err := floodPhase(ctx, sc, stderr)
 		if err != nil {
 			return err
 		}

@@ -69,6 +69,28 @@ type Fault struct {
 	// Said is what the pushers' readiness and staleness said while it
 	// lasted, for the faults that watch them.
 	Said string `json:"said,omitempty"`
+	// Flood, for a flood a client sends, is what it cost the pusher.
+	Flood *Flood `json:"flood,omitempty"`
+}
+
+// Flood is what a flood cost the pusher, held to a memory limit.
+type Flood struct {
+	// LimitMiB is the memory limit the kernel held the pusher to (0: none
+	// could be set) and PeakRSSMiB its largest RSS during the flood;
+	// OOMKilled says the kernel killed it for the limit.
+	LimitMiB   float64 `json:"limit_mib"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	OOMKilled  bool    `json:"oom_killed"`
+	// LiveHeapMiB is the pusher's live heap, after a collection, as the
+	// flood ends (0: it could not be read, a pusher killed).
+	LiveHeapMiB float64 `json:"live_heap_mib"`
+	// NewProxy is how long a proxy connecting during the flood, with a
+	// service account token, took to be served (-1: it was not, within
+	// the flood); NewProxyError says why not.
+	NewProxy      float64 `json:"new_proxy_s"`
+	NewProxyError string  `json:"new_proxy_error,omitempty"`
+	// Sent says what the flood sent, and what the pusher answered.
+	Sent string `json:"sent"`
 }
 
 // During is the convergence of the changes made during a fault.
@@ -379,6 +401,16 @@ func (r *Report) Markdown() string {
 			}
 			if f.Said != "" {
 				fmt.Fprintf(&b, "    the pushers meanwhile: %s\n", f.Said)
+			}
+			if fl := f.Flood; fl != nil {
+				fmt.Fprintf(&b, "    sent: %s\n", fl.Sent)
+				fmt.Fprintf(&b, "    pusher: RSS at most %s MiB under a limit of %s MiB, live heap %s MiB as it ended; OOM-killed: %v\n",
+					format(fl.PeakRSSMiB, ""), format(fl.LimitMiB, ""), format(fl.LiveHeapMiB, ""), fl.OOMKilled)
+				if fl.NewProxy >= 0 {
+					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was served after %s\n", format(fl.NewProxy, "s"))
+				} else {
+					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was not served: %s\n", fl.NewProxyError)
+				}
 			}
 		}
 		for _, pr := range p.Problems {

@@ -145,13 +145,19 @@ func New(cfg Config) (*Fleet, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := fmt.Sprintf("10.%d.%d.%d", 200+i>>16&0x1f, i>>8&0xff, i&0xff)
 		f.proxies = append(f.proxies, &proxy{
 			fleet: f, index: i, group: len(f.proxies) / cfg.PerConn, delta: rng.Float64() < cfg.Delta,
-			node: &core.Node{Id: "sidecar~" + ip + "~" + name + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta},
+			node: &core.Node{Id: NodeID(i, cfg.Namespaces), Metadata: meta},
 		})
 	}
 	return f, nil
+}
+
+// NodeID is the node id of proxy i of a fleet over namespaces namespaces.
+func NodeID(i, namespaces int) string {
+	ns := "ns-" + strconv.Itoa(i%namespaces)
+	ip := fmt.Sprintf("10.%d.%d.%d", 200+i>>16&0x1f, i>>8&0xff, i&0xff)
+	return "sidecar~" + ip + "~proxy-" + strconv.Itoa(i) + "." + ns + "~" + ns + ".svc.cluster.local"
 }
 
 // Run connects every proxy and keeps them connected until ctx is done.

@@ -16,6 +16,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/internal/h2flood"
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
@@ -262,11 +263,15 @@ func unfinishedFlood(t *testing.T, ads, caFile string) {
 	}
 	tc.NextProtos = []string{"h2"}
 	before := heapInUse()
-	f := startFlood(t, ads, tc, "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", 3, 100, 4<<20)
-	sent := f.settle()
+	f, err := h2flood.Start(ads, tc, "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", 3, 100, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	sent := f.Settle()
 	grown := heapInUse() - before
 	t.Logf("3 connections × 100 streams of unfinished 4 MiB messages: %d KiB sent, %d streams ended by the server, heap %+d MiB",
-		sent>>10, f.reset.Load(), grown>>20)
+		sent>>10, f.Reset(), grown>>20)
 	// Each refused stream may have had up to a window (1 MiB) in flight
 	// when it was refused; the server drops it unread.
 	if grown > 64<<20 {

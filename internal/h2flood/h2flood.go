@@ -1,4 +1,9 @@
-package e2e
+// Package h2flood is a client that holds a gRPC server's buffers: it
+// opens streams to a method and sends each an unfinished message, speaking
+// HTTP/2 itself so that it costs the process that runs it next to nothing.
+// The tests and the load test's floods run it against the pushers. Its
+// goroutines end when its connections are closed (Close).
+package h2flood
 
 import (
 	"bytes"
@@ -7,44 +12,52 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
-// flood is a client that opens streams to a gRPC method and sends each an
+// Flood is a client that opens streams to a gRPC method and sends each an
 // unfinished message: a length prefix of size bytes and as much of the
 // body as the server's flow control lets it, less one byte, so that a
 // server that reads the message holds it for as long as the connection
 // lasts. It speaks HTTP/2 itself, writing the same buffer over and over,
 // so that it costs the process that runs it next to nothing.
-type flood struct {
+type Flood struct {
 	sent  atomic.Int64 // body bytes written
 	reset atomic.Int64 // streams the server ended
 	conns []net.Conn
+	wg    sync.WaitGroup
 }
 
-// startFlood opens conns connections of streams streams each.
-func startFlood(t *testing.T, addr string, tc *tls.Config, method string, conns, streams, size int) *flood {
-	t.Helper()
-	f := &flood{}
+// Start opens conns TLS connections (tc must offer ALPN h2) of streams
+// streams each, each sending an unfinished message of size bytes.
+func Start(addr string, tc *tls.Config, method string, conns, streams, size int) (*Flood, error) {
+	f := &Flood{}
 	for range conns {
 		c, err := tls.Dial("tcp", addr, tc)
 		if err != nil {
-			t.Fatal(err)
+			f.Close()
+			return nil, err
 		}
 		f.conns = append(f.conns, c)
-		go f.run(c, addr, method, streams, size)
+		f.wg.Go(func() { f.run(c, addr, method, streams, size) })
 	}
-	t.Cleanup(func() {
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
-	return f
+	return f, nil
 }
+
+// Close closes the connections and waits for the flood's goroutines.
+func (f *Flood) Close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.wg.Wait()
+}
+
+// Sent is the message bytes written; Reset the streams the server ended.
+func (f *Flood) Sent() int64  { return f.sent.Load() }
+func (f *Flood) Reset() int64 { return f.reset.Load() }
 
 // floodConn is one connection's state: the send windows the server grants.
 type floodConn struct {
@@ -57,7 +70,7 @@ type floodConn struct {
 	closed  map[uint32]bool
 }
 
-func (f *flood) run(c net.Conn, addr, method string, streams, size int) {
+func (f *Flood) run(c net.Conn, addr, method string, streams, size int) {
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
 		return
 	}
@@ -66,7 +79,9 @@ func (f *flood) run(c net.Conn, addr, method string, streams, size int) {
 	if fc.fr.WriteSettings() != nil {
 		return
 	}
-	go fc.read(f)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { fc.read(f) })
 	var hdr bytes.Buffer
 	enc := hpack.NewEncoder(&hdr)
 	for _, h := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":path", method}, {":authority", addr},
@@ -74,7 +89,6 @@ func (f *flood) run(c net.Conn, addr, method string, streams, size int) {
 		_ = enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
 	}
 	chunk := make([]byte, 16<<10)
-	var wg sync.WaitGroup
 	for i := range streams {
 		id := uint32(2*i + 1)
 		fc.mu.Lock()
@@ -125,7 +139,7 @@ func (f *flood) run(c net.Conn, addr, method string, streams, size int) {
 }
 
 // read follows the server's frames: settings, windows, stream ends.
-func (fc *floodConn) read(f *flood) {
+func (fc *floodConn) read(f *Flood) {
 	defer func() {
 		fc.mu.Lock()
 		for id := range fc.streams {
@@ -170,9 +184,9 @@ func (fc *floodConn) read(f *flood) {
 	}
 }
 
-// settle waits until the flood has sent what it can: no byte more for a
-// second.
-func (f *flood) settle() int64 {
+// Settle waits until the flood has sent what it can: no byte more for a
+// second. It returns the bytes sent.
+func (f *Flood) Settle() int64 {
 	last := int64(-1)
 	for n := f.sent.Load(); n != last; n = f.sent.Load() {
 		last = n

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -360,6 +361,8 @@ func (r *floodRig) flood(f flood) (report.Fault, string) {
 			}
 		}
 	})
+	// Where the pusher spends its CPU during the flood, for the record.
+	sampling.Go(func() { r.profile(f, max(r.sc.FaultHold-4*time.Second, time.Second)) })
 	// A proxy connecting with a token a moment into the flood.
 	time.Sleep(2 * time.Second)
 	newProxy, why := r.tokenProxy(r.sc.FaultHold - 2*time.Second)
@@ -402,6 +405,30 @@ func (r *floodRig) flood(f flood) (report.Fault, string) {
 		problem = "a proxy connecting with a token was not served: " + why
 	}
 	return fr, problem
+}
+
+// profile writes the pusher's CPU profile over d, then its heap, to the
+// run's output directory, named after the flood (go tool pprof reads
+// them).
+func (r *floodRig) profile(f flood, d time.Duration) {
+	name, _, _ := strings.Cut(f.name, ":")
+	name = "floods-" + strings.ToLower(strings.Fields(name)[0])
+	save := func(path, file string) {
+		client := http.Client{Timeout: d + 30*time.Second}
+		resp, err := client.Get("http://" + r.pusher.admin + path)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		out, err := os.Create(filepath.Join(r.sc.out, file))
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		_, _ = io.Copy(out, resp.Body)
+	}
+	save(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), name+".cpu.pprof")
+	save("/debug/pprof/heap", name+".heap.pprof")
 }
 
 // exited reports whether the pusher has exited (and, a child not yet

@@ -997,8 +997,11 @@ var goroutinesLine = regexp.MustCompile(`goroutine profile: total (\d+)`)
 // and memory the runtime has not yet returned to the system.
 func memoryOf(ps []*proc) memory {
 	var sum memory
+	// A process thrashing at its memory limit may take its connections
+	// and never answer: it is left out rather than waited for.
+	client := http.Client{Timeout: 30 * time.Second}
 	get := func(url string) []byte {
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			return nil
 		}

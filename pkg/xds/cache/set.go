@@ -96,12 +96,19 @@ func (s *Set) holdsAny(names []string) bool {
 
 // Subscribe returns the interned set of names (or the wildcard set) and
 // has w notified of its changes. Every Subscribe (and Ref) is paired with
-// an Unsubscribe of the set it returned.
+// an Unsubscribe of the set it returned. A new set holds the table's own
+// string of each name a resource has, so that sets of many classes naming
+// the same resources share their names, and names holds nothing after.
 func (t *Table) Subscribe(w Watcher, names []string, wildcard bool) *Set {
-	set := map[string]struct{}{}
+	set := make(map[string]struct{}, len(names))
+	t.mu.RLock()
 	for _, n := range names {
+		if e := t.entries[n]; e != nil {
+			n = e.name
+		}
 		set[n] = struct{}{}
 	}
+	t.mu.RUnlock()
 	return t.subscribe(w, set, wildcard)
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"unsafe"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -188,6 +189,31 @@ func TestSetsAreInterned(t *testing.T) {
 	tb.Unsubscribe(w2, s2)
 	if len(tb.sets) != 0 {
 		t.Errorf("%d sets remain after every stream went", len(tb.sets))
+	}
+}
+
+// TestSetsHoldTheTablesNames: a new set holds the table's own string of
+// each name a resource has, not the subscriber's copy, and the copy of a
+// name none has.
+func TestSetsHoldTheTablesNames(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	update(t, tb, map[string]types.Resource{"a": &endpoint.ClusterLoadAssignment{ClusterName: "a"}})
+	asked := []string{string([]byte("a")), string([]byte("made-up"))}
+	s := tb.Subscribe(&counter{}, asked, false)
+	for n := range s.names {
+		switch n {
+		case "a":
+			if unsafe.StringData(n) != unsafe.StringData(tb.entries["a"].name) {
+				t.Error("the set holds its subscriber's copy of a, not the table's")
+			}
+		case "made-up":
+			if unsafe.StringData(n) != unsafe.StringData(asked[1]) {
+				t.Error("a name no resource has was copied again")
+			}
+		}
+	}
+	if s.Bytes() != len("a")+len("made-up")+2*NameOverhead {
+		t.Errorf("the set takes %d bytes, want its names' and their overhead", s.Bytes())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unique"
 
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"google.golang.org/grpc/encoding"
@@ -121,6 +120,11 @@ func (r *sotwRequest) decode(b []byte) error {
 	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = r.version[:0], r.node[:0], r.typeURL[:0], r.nonce[:0], r.errorDetail[:0]
 	r.hasNode, r.hasError = false, false
 	r.names, r.ends, r.fp = r.names[:0], r.ends[:0], cache.Fingerprint{}
+	if cap(r.names) < len(b) {
+		// The names take at most the request: one allocation, not a
+		// copy at every doubling of a request of thousands of names.
+		r.names = make([]byte, 0, len(b))
+	}
 	for len(b) > 0 {
 		num, v, rest, err := nextField(b)
 		if err != nil {
@@ -162,14 +166,17 @@ func (r *sotwRequest) eachName(yield func([]byte) bool) {
 	}
 }
 
-// nameList returns the request's resource names, interned: a subscription
-// keeps them for as long as the stream lives, and thousands of proxies
-// name the same resources.
+// nameList returns the request's resource names. They are copies: a
+// subscription that keeps them holds the table's own strings of the
+// resources it has instead (cache.Table.Subscribe), and a name no
+// resource has costs its copy alone, not a handle in a process-wide
+// interning map (which made-up names would fill, each with a weak pointer
+// the collector sweeps).
 func (r *sotwRequest) nameList() []string {
 	out := make([]string, len(r.ends))
 	start := 0
 	for i, end := range r.ends {
-		out[i] = unique.Make(string(r.names[start:end])).Value()
+		out[i] = string(r.names[start:end])
 		start = end
 	}
 	return out
@@ -254,7 +261,7 @@ func (r *deltaRequest) decode(b []byte) error {
 		case num == deltaTypeURL:
 			r.typeURL = append(r.typeURL[:0], v...)
 		case num == deltaSubscribe:
-			r.subscribe = append(r.subscribe, unique.Make(string(v)).Value())
+			r.subscribe = append(r.subscribe, string(v))
 		case num == deltaUnsubscribe:
 			r.unsubscribe = append(r.unsubscribe, string(v))
 		case num == deltaInitial:

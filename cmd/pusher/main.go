@@ -132,6 +132,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.xcfg.NameBudget.PerStream, "max-subscribed-bytes-per-stream", 16<<20, "most bytes the names one stream subscribes to may hold, every type together (each name's bytes and 32); more end its stream with RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.xcfg.NameBudget.PerConnection, "max-subscribed-bytes-per-connection", 32<<20, "most bytes the names the streams of one client connection subscribe to may hold together, as --max-subscribed-bytes-per-stream")
 	fs.IntVar(&o.xcfg.NameBudget.PerIdentity, "max-subscribed-bytes-per-identity", 64<<20, "most bytes the names the streams of one identity subscribe to may hold together, on every connection: a set of names many of its streams ask for counts once")
+	fs.IntVar(&o.xcfg.NameBudget.PerIdentityRate, "subscribed-bytes-per-identity-rate", 16<<20, "bytes of names one identity may newly hold each second (sets none of its streams held), after a burst of --max-subscribed-bytes-per-identity: past it the request's stream ends, and the identity's new streams are refused before any of their messages is read until the rate has paid for what it asked")
 	fs.IntVar(&o.xcfg.NameBudget.Total, "max-subscribed-bytes-total", 512<<20, "most bytes the names every stream subscribes to may hold together, each set of names counted once (the chart sets a quarter of the memory limit)")
 	fs.IntVar(&o.xcfg.MaxLocalities, "max-locality-classes", 1000, "most localities whose load assignments are kept apart (a table each); proxies of further localities are served the mesh-wide ones")
 	fs.DurationVar(&o.xcfg.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long proxies get to move to another replica before their streams are closed (the pod's termination grace period must exceed it)")
@@ -154,9 +155,9 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 	if o.maxStreams < 1 {
 		return nil, nil, fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)
 	}
-	if b := o.xcfg.NameBudget; b.PerStream < 1 || b.PerConnection < 1 || b.PerIdentity < 1 || b.Total < 1 {
-		return nil, nil, fmt.Errorf("--max-subscribed-bytes-per-stream %d, --max-subscribed-bytes-per-connection %d, --max-subscribed-bytes-per-identity %d, --max-subscribed-bytes-total %d: want positive numbers",
-			b.PerStream, b.PerConnection, b.PerIdentity, b.Total)
+	if b := o.xcfg.NameBudget; b.PerStream < 1 || b.PerConnection < 1 || b.PerIdentity < 1 || b.Total < 1 || b.PerIdentityRate < 1 {
+		return nil, nil, fmt.Errorf("--max-subscribed-bytes-per-stream %d, --max-subscribed-bytes-per-connection %d, --max-subscribed-bytes-per-identity %d, --max-subscribed-bytes-total %d, --subscribed-bytes-per-identity-rate %d: want positive numbers",
+			b.PerStream, b.PerConnection, b.PerIdentity, b.Total, b.PerIdentityRate)
 	}
 	if o.xcfg.ReadBufferSize < 0 || o.xcfg.WriteBufferSize < 1 {
 		return nil, nil, fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want a read buffer of 0 (the default for the transport) or more, and a positive write buffer", o.xcfg.ReadBufferSize, o.xcfg.WriteBufferSize)

@@ -3,6 +3,10 @@ package server
 import (
 	"fmt"
 	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/time/rate"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -33,20 +37,28 @@ type NameBudget struct {
 	// Total bounds every stream of the server together: a few identities
 	// cannot take the server's memory either. Default 512 MiB.
 	Total int
+	// PerIdentityRate bounds the bytes of names an identity newly holds
+	// (sets none of its streams held) each second, after a burst of
+	// PerIdentity: the replicas of a Deployment take a set once, while a
+	// client that makes up names, drops them and asks again is refused,
+	// and its identity's new streams are refused before any of their
+	// messages is read until the rate has paid for what it asked. Default
+	// 16 MiB a second.
+	PerIdentityRate int
 }
 
 func (b *NameBudget) validate() error {
 	for _, l := range []struct {
 		v   *int
 		def int
-	}{{&b.PerStream, 16 << 20}, {&b.PerConnection, 32 << 20}, {&b.PerIdentity, 64 << 20}, {&b.Total, 512 << 20}} {
+	}{{&b.PerStream, 16 << 20}, {&b.PerConnection, 32 << 20}, {&b.PerIdentity, 64 << 20}, {&b.Total, 512 << 20}, {&b.PerIdentityRate, 16 << 20}} {
 		if *l.v == 0 {
 			*l.v = l.def
 		}
 	}
-	if b.PerStream < 0 || b.PerConnection < 0 || b.PerIdentity < 0 || b.Total < 0 {
-		return fmt.Errorf("server: subscribed name budgets of %d bytes a stream, %d a connection, %d an identity and %d in all: want positive numbers",
-			b.PerStream, b.PerConnection, b.PerIdentity, b.Total)
+	if b.PerStream < 0 || b.PerConnection < 0 || b.PerIdentity < 0 || b.Total < 0 || b.PerIdentityRate < 0 {
+		return fmt.Errorf("server: subscribed name budgets of %d bytes a stream, %d a connection, %d an identity, %d in all and %d an identity newly holds a second: want positive numbers",
+			b.PerStream, b.PerConnection, b.PerIdentity, b.Total, b.PerIdentityRate)
 	}
 	return nil
 }
@@ -63,8 +75,15 @@ const (
 	holderKinds
 )
 
-// limitHeld names each holder's limit in shardpilot_pusher_xds_limited_total.
+// limitHeld names each holder's limit in shardpilot_pusher_xds_limited_total;
+// limitRate, an identity's rate of names newly held.
 var limitHeld = [holderKinds]string{"subscribed_bytes_stream", "subscribed_bytes_connection", "subscribed_bytes_identity", "subscribed_bytes_total"}
+
+const limitRate = "subscribed_bytes_identity_rate"
+
+// ratesHeld is how many identities' rates are remembered (the most
+// recently seen); one forgotten starts again with a full burst.
+const ratesHeld = 10000
 
 // holderKey names one holder: the stream (*stream), the connection (its
 // remote address), the identity (its name) or the server (nil).
@@ -105,19 +124,33 @@ type holder struct {
 type budget struct {
 	limits [holderKinds]int
 	total  prometheus.Gauge
+	// rates are the identities' rates of names newly held.
+	rate  rate.Limit
+	rates *lru.Cache[any, *rate.Limiter]
 
 	mu      sync.Mutex
 	holders map[holderKey]*holder
 }
 
 func newBudget(b NameBudget, total prometheus.Gauge) *budget {
-	return &budget{limits: [holderKinds]int{b.PerStream, b.PerConnection, b.PerIdentity, b.Total}, total: total, holders: map[holderKey]*holder{}}
+	rates, _ := lru.New[any, *rate.Limiter](ratesHeld)
+	return &budget{limits: [holderKinds]int{b.PerStream, b.PerConnection, b.PerIdentity, b.Total}, total: total,
+		rate: rate.Limit(b.PerIdentityRate), rates: rates, holders: map[holderKey]*holder{}}
+}
+
+// refusal says which holder a move would take past its limit (or, with
+// rate, an identity past its rate) and what it would hold (or take).
+type refusal struct {
+	over  holderKey
+	bytes int
+	rate  bool
 }
 
 // move has the holders of keys hold add in place of drop. When a holder
-// that grew would hold more than its limit, nothing moves, and the
-// holder and what it would hold are returned with ok false.
-func (b *budget) move(keys []holderKey, add, drop []holding) (over holderKey, bytes int, ok bool) {
+// that grew would hold more than its limit, or an identity would newly
+// hold more than its rate allows, nothing moves and the refusal is
+// returned with ok false.
+func (b *budget) move(keys []holderKey, add, drop []holding) (no refusal, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	refused := false
@@ -130,7 +163,15 @@ func (b *budget) move(keys []holderKey, add, drop []holding) (over holderKey, by
 		was := h.bytes
 		h.apply(add, drop)
 		if h.bytes > was && h.bytes > b.limits[k.kind] && !refused {
-			over, bytes, refused = k, h.bytes, true // undone below, once every holder moved
+			no, refused = refusal{over: k, bytes: h.bytes}, true // undone below, once every holder moved
+		}
+		if k.kind == heldByIdentity && h.bytes > was && !refused {
+			// What the identity newly holds is paid from its rate; what
+			// it asked past the rate stays owed, so that its next
+			// streams wait until it is paid.
+			if !b.rateOf(k).ReserveN(time.Now(), h.bytes-was).OK() || b.rateOf(k).Tokens() < 0 {
+				no, refused = refusal{over: k, bytes: h.bytes - was, rate: true}, true
+			}
 		}
 	}
 	if refused {
@@ -148,7 +189,24 @@ func (b *budget) move(keys []holderKey, add, drop []holding) (over holderKey, by
 	} else {
 		b.total.Set(0)
 	}
-	return over, bytes, !refused
+	return no, !refused
+}
+
+// rateOf is an identity's rate of names newly held: a burst of its
+// limit, then NameBudget.PerIdentityRate a second.
+func (b *budget) rateOf(k holderKey) *rate.Limiter {
+	l := rate.NewLimiter(b.rate, b.limits[heldByIdentity])
+	if known, ok, _ := b.rates.PeekOrAdd(k.name, l); ok {
+		l = known
+	}
+	return l
+}
+
+// owes reports whether an identity asked for more new names than its
+// rate has yet paid for: its new streams are refused until it has.
+func (b *budget) owes(identity string) bool {
+	l, ok := b.rates.Peek(identity)
+	return ok && l.Tokens() < 0
 }
 
 // apply holds add and releases drop.
@@ -201,11 +259,16 @@ func (st *stream) holdLocked(w *watch) error {
 	if len(now) == len(w.held) && (len(now) == 0 || now[0] == w.held[0]) {
 		return nil
 	}
-	over, bytes, ok := st.srv.budget.move(st.holders, now, w.held)
-	if !ok {
-		st.srv.m.limited.WithLabelValues(limitHeld[over.kind]).Inc()
+	no, ok := st.srv.budget.move(st.holders, now, w.held)
+	switch {
+	case !ok && no.rate:
+		st.srv.m.limited.WithLabelValues(limitRate).Inc()
+		return status.Errorf(codes.ResourceExhausted, "shardpilot: %s asks for %d bytes of names it held none of, past its rate of %d a second; retry later",
+			no.over, no.bytes, int(st.srv.budget.rate))
+	case !ok:
+		st.srv.m.limited.WithLabelValues(limitHeld[no.over.kind]).Inc()
 		return status.Errorf(codes.ResourceExhausted, "shardpilot: the names subscribed would take %d bytes of %s; at most %d are taken",
-			bytes, over, st.srv.budget.limits[over.kind])
+			no.bytes, no.over, st.srv.budget.limits[no.over.kind])
 	}
 	w.held = now
 	return nil

@@ -260,3 +260,72 @@ func limited(t *testing.T, reg *prometheus.Registry, limit string) float64 {
 	}
 	return 0
 }
+
+// TestNewNamesArePaidForAtTheIdentitysRate: an identity pays, from a
+// rate, for the names it newly holds. Ten replicas asking for the same
+// names pay once; an identity that drops its names and asks for others,
+// over and over, is refused past its rate, and then opens no stream at
+// all until the rate has paid for what it asked.
+func TestNewNamesArePaidForAtTheIdentitysRate(t *testing.T) {
+	const set = 10 * (1024 + cache.NameOverhead)
+	sets := [][]string{kilobyteNames("a", 10), kilobyteNames("b", 10), kilobyteNames("c", 10), kilobyteNames("shared", 10)}
+	reg := prometheus.NewRegistry()
+	c, ads, ctx := serve(t, server.Config{Registerer: reg,
+		// A burst of two sets, then a byte a second: nothing more.
+		NameBudget:  server.NameBudget{PerIdentity: 2*set + 1, PerIdentityRate: 1},
+		AdmitStream: func(ctx context.Context) (context.Context, error) { return ctx, nil },
+		IdentityOf: func(ctx context.Context) string {
+			md, _ := metadata.FromIncomingContext(ctx)
+			return strings.Join(md.Get("x-identity"), "")
+		}})
+	clusters := map[string]types.Resource{}
+	for _, n := range slices.Concat(sets...) {
+		clusters[n] = &clusterv3.Cluster{Name: n}
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
+		t.Fatal(err)
+	}
+	// ask opens a stream of an identity asking for names; it returns the
+	// refusal, or what ends the stream.
+	ask := func(id string, names []string) (context.CancelFunc, error) {
+		sctx, stop := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "x-identity", id))
+		s, err := ads.StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType, ResourceNames: names})
+		if _, err := s.Recv(); err != nil {
+			stop()
+			return nil, err
+		}
+		return stop, nil
+	}
+	for i := range 10 {
+		if _, err := ask("replicas", sets[3]); err != nil {
+			t.Fatalf("replica %d asking for the names the others hold: %v", i, err)
+		}
+	}
+	before := held(t, reg)
+	for i, names := range sets[:2] {
+		stop, err := ask("churner", names)
+		if err != nil {
+			t.Fatalf("the churner's set %d, within its burst: %v", i, err)
+		}
+		stop()
+		waitHeld(t, reg, before)
+	}
+	_, err := ask("churner", sets[2])
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(err), "past its rate") {
+		t.Fatalf("the churner's third set past its rate: %v, want RESOURCE_EXHAUSTED saying so", err)
+	}
+	_, err = ask("churner", nil)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(err), "more new names than its rate") {
+		t.Fatalf("a new stream of the churner, owing: %v, want RESOURCE_EXHAUSTED before anything is read", err)
+	}
+	if _, err := ask("replicas", sets[3]); err != nil {
+		t.Fatalf("another replica meanwhile: %v", err)
+	}
+	if got := limited(t, reg, "subscribed_bytes_identity_rate"); got != 2 {
+		t.Errorf("limited subscribed_bytes_identity_rate: %v, want 2", got)
+	}
+}

@@ -292,7 +292,7 @@ func New(cfg Config) (*Server, error) {
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_limited_total",
 			Help: "Requests held to a limit, by limit: node_size, subscribed_names, subscribed_bytes and subscribed_bytes_{stream,connection,identity,total} end the stream, locality_classes serves the mesh-wide load assignments, invisible_names leaves out names the proxy's class may not see."}, []string{"limit"}),
 	}
-	for _, l := range append([]string{limitNode, limitNames, limitBytes, limitLocality, limitVisible, limitResponse}, limitHeld[:]...) {
+	for _, l := range append([]string{limitNode, limitNames, limitBytes, limitLocality, limitVisible, limitResponse, limitRate}, limitHeld[:]...) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
@@ -498,6 +498,16 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 			if err != nil {
 				s.m.unadmitted.Inc()
 				return err
+			}
+			if s.cfg.IdentityOf != nil {
+				// An identity that asked for more new names than its rate
+				// has paid for opens no stream until it has: nothing of
+				// what it sends is read meanwhile.
+				if id := s.cfg.IdentityOf(ctx); id != "" && s.budget.owes(id) {
+					s.m.unadmitted.Inc()
+					s.m.limited.WithLabelValues(limitRate).Inc()
+					return status.Errorf(codes.ResourceExhausted, "shardpilot: identity %s asked for more new names than its rate of %d bytes a second; retry later", id, int(s.budget.rate))
+				}
 			}
 			return handler(srv, admittedStream{ServerStream: ss, ctx: ctx})
 		})

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,10 +62,8 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	if err != nil {
 		return ph, err
 	}
-	fctx, stopFleet := context.WithCancel(ctx)
-	fleetDone := make(chan error, 1)
-	go func() { fleetDone <- fleet.Run(fctx) }()
-	defer func() { stopFleet(); <-fleetDone }()
+	stopFleet := runFleet(ctx, fleet)
+	defer stopFleet()
 	prog := newProgress(stderr)
 	if problem := connect(ctx, sc, fleet, prog); problem != "" {
 		ph.Problems = append(ph.Problems, problem)
@@ -71,26 +71,11 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	}
 
 	// Steady churn for as long as the faults take.
-	churn := sc
-	churn.Duration, churn.removeSeen = time.Hour, true
-	cctx, stopChurn := context.WithCancel(ctx)
-	churned := make(chan error, 1)
-	changesStart := time.Now()
-	go func() {
-		churned <- makeChanges(cctx, churn, mesh, r.tracker, fleet, changesStart, &progress{w: io.Discard})
-	}()
-	churning := true
-	defer func() {
-		if churning {
-			stopChurn()
-			<-churned
-		}
-	}()
+	changesStart, stopChurn := steadyChurn(ctx, sc, mesh, r.tracker, fleet)
+	defer stopChurn()
 	time.Sleep(5 * time.Second)
 	r.injectAll(&ph, prog)
-	stopChurn()
-	churning = false
-	if err := <-churned; err != nil && ctx.Err() == nil && err != context.Canceled {
+	if err := stopChurn(); err != nil {
 		return ph, err
 	}
 	for settle := time.Now(); r.tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
@@ -108,6 +93,42 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	stopFleet()
 	r.terminate(&ph, prog)
 	return ph, nil
+}
+
+// runFleet runs a fleet's proxies until the stop it returns is called
+// (once or more), which returns once they have gone.
+func runFleet(ctx context.Context, fleet *sim.Fleet) (stop func()) {
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fleet.Run(fctx) }()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// steadyChurn makes changes, as the scenario's rates say, until the stop
+// it returns is called (once or more): that returns the error that ended
+// them, if it was not the stop. A dynamic service is removed only once
+// every proxy saw it added.
+func steadyChurn(ctx context.Context, sc Scenario, mesh *meshgen.Mesh, tracker *track.Tracker, fleet *sim.Fleet) (began time.Time, stop func() error) {
+	churn := sc
+	churn.Duration, churn.removeSeen = time.Hour, true
+	cctx, cancel := context.WithCancel(ctx)
+	churned := make(chan error, 1)
+	began = time.Now()
+	go func() {
+		churned <- makeChanges(cctx, churn, mesh, tracker, fleet, began, &progress{w: io.Discard})
+	}()
+	var once sync.Once
+	var err error
+	return began, func() error {
+		once.Do(func() {
+			cancel()
+			if err = <-churned; ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				err = nil
+			}
+		})
+		return err
+	}
 }
 
 // lastMade returns the number of the newest change made.

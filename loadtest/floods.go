@@ -51,8 +51,8 @@ import (
 // pusher's largest RSS, whether the kernel killed it, how the changes
 // made meanwhile reached the honest proxies (authenticated by their
 // certificates), and how long a proxy connecting meanwhile with a
-// service account token took to be served. A pusher the kernel killed is
-// started again for the next flood.
+// service account token took to be served. Each flood meets a pusher
+// started for it.
 func floodPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phase, error) {
 	ph := report.Phase{Name: "shardpilot, floods", Target: "shardpilot", Pushers: 1, Proxies: sc.Proxies}
 	done := announce(stderr, sc, ph.Name)
@@ -80,10 +80,8 @@ func floodPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	if err != nil {
 		return ph, err
 	}
-	fctx, stopFleet := context.WithCancel(ctx)
-	fleetDone := make(chan error, 1)
-	go func() { fleetDone <- fleet.Run(fctx) }()
-	defer func() { stopFleet(); <-fleetDone }()
+	stopFleet := runFleet(ctx, fleet)
+	defer stopFleet()
 	prog := newProgress(stderr)
 	phaseStart := time.Now()
 	var sampler procstat.Sampler
@@ -92,21 +90,8 @@ func floodPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 		return finish(ph, fleet, r.tracker, &sampler, []*proc{r.pusher}, phaseStart, time.Now(), nil), nil
 	}
 
-	churn := sc
-	churn.Duration, churn.removeSeen = time.Hour, true
-	cctx, stopChurn := context.WithCancel(ctx)
-	churned := make(chan error, 1)
-	changesStart := time.Now()
-	go func() {
-		churned <- makeChanges(cctx, churn, mesh, r.tracker, fleet, changesStart, &progress{w: io.Discard})
-	}()
-	churning := true
-	defer func() {
-		if churning {
-			stopChurn()
-			<-churned
-		}
-	}()
+	changesStart, stopChurn := steadyChurn(ctx, sc, mesh, r.tracker, fleet)
+	defer stopChurn()
 	time.Sleep(5 * time.Second)
 	for i, f := range r.floods() {
 		if i > 0 {
@@ -136,9 +121,7 @@ func floodPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 			break
 		}
 	}
-	stopChurn()
-	churning = false
-	if err := <-churned; err != nil && ctx.Err() == nil && err != context.Canceled {
+	if err := stopChurn(); err != nil {
 		return ph, err
 	}
 	for settle := time.Now(); r.tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
@@ -314,6 +297,25 @@ func (r *floodRig) dial(from string, tc *tls.Config, token string) (*grpc.Client
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(token)))
 	}
 	return grpc.NewClient(r.pusher.ads, opts...)
+}
+
+// dialMany makes n connections as dial does, and what closes them.
+func (r *floodRig) dialMany(n int, from string, tc *tls.Config) ([]*grpc.ClientConn, func(), error) {
+	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	for range n {
+		c, err := r.dial(from, tc, "")
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, c)
+	}
+	return conns, closeAll, nil
 }
 
 // bearerToken sends a service account token with every call, as Istio's
@@ -520,13 +522,9 @@ func (r *floodRig) loop(n int, call func(ctx context.Context, i int) error) (sto
 // audience, not yet expired, whose signature is made up: each needs the
 // API server to tell.
 func (r *floodRig) forgedTokens() (func() string, error) {
-	var conns []*grpc.ClientConn
-	for range 8 {
-		c, err := r.dial("127.0.0.2", r.clientTLS(tls.Certificate{}), "")
-		if err != nil {
-			return nil, err
-		}
-		conns = append(conns, c)
+	conns, closeAll, err := r.dialMany(8, "127.0.0.2", r.clientTLS(tls.Certificate{}))
+	if err != nil {
+		return nil, err
 	}
 	stop := r.loop(32, func(ctx context.Context, i int) error {
 		ads := discovery.NewAggregatedDiscoveryServiceClient(conns[i%len(conns)])
@@ -542,9 +540,7 @@ func (r *floodRig) forgedTokens() (func() string, error) {
 	})
 	return func() string {
 		sent := stop()
-		for _, c := range conns {
-			c.Close()
-		}
+		closeAll()
 		return sent
 	}, nil
 }
@@ -569,13 +565,9 @@ func forgedToken() string {
 // its own and asks, of each type, 4,000 names of a kilobyte no other
 // stream asks for.
 func (r *floodRig) madeUpNames() (func() string, error) {
-	var conns []*grpc.ClientConn
-	for range 16 {
-		c, err := r.dial("127.0.0.3", r.clientTLS(r.attacker), "")
-		if err != nil {
-			return nil, err
-		}
-		conns = append(conns, c)
+	conns, closeAll, err := r.dialMany(16, "127.0.0.3", r.clientTLS(r.attacker))
+	if err != nil {
+		return nil, err
 	}
 	filler := strings.Repeat("x", 990)
 	var held atomic.Int64
@@ -616,10 +608,8 @@ func (r *floodRig) madeUpNames() (func() string, error) {
 	})
 	return func() string {
 		sent := stop()
+		closeAll() // ends the streams kept open
 		streams.Wait()
-		for _, c := range conns {
-			c.Close()
-		}
 		return fmt.Sprintf("%s; %d streams kept open", sent, held.Load())
 	}, nil
 }
@@ -627,13 +617,9 @@ func (r *floodRig) madeUpNames() (func() string, error) {
 // csdsAtOnce: the attacker's identity, of the honest proxies' namespace,
 // asks CSDS for every one of them, from 64 callers at once.
 func (r *floodRig) csdsAtOnce() (func() string, error) {
-	var conns []*grpc.ClientConn
-	for range 4 {
-		c, err := r.dial("127.0.0.4", r.clientTLS(r.attacker), "")
-		if err != nil {
-			return nil, err
-		}
-		conns = append(conns, c)
+	conns, closeAll, err := r.dialMany(4, "127.0.0.4", r.clientTLS(r.attacker))
+	if err != nil {
+		return nil, err
 	}
 	var matchers []*matcherv3.NodeMatcher
 	for i := range r.sc.Proxies {
@@ -646,9 +632,7 @@ func (r *floodRig) csdsAtOnce() (func() string, error) {
 	})
 	return func() string {
 		sent := stop()
-		for _, c := range conns {
-			c.Close()
-		}
+		closeAll()
 		return sent
 	}, nil
 }

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -18,9 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -59,31 +56,10 @@ func TestSubscribedBytesAreBudgeted(t *testing.T) {
 	// 40 names of a kilobyte hold 41 KiB; a stream may hold two such
 	// sets, a connection three, an identity four, the server seven.
 	const set = 40 * (1024 + cache.NameOverhead)
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Registerer: reg, MaxNameBytes: 64 << 10,
+	addr, ctx := serveOn(t, c, server.Config{Registerer: reg, MaxNameBytes: 64 << 10,
 		NameBudget: server.NameBudget{PerStream: 2*set + 1, PerConnection: 3*set + 1, PerIdentity: 4*set + 1, Total: 7*set + 1},
-		IdentityOf: func(ctx context.Context) string {
-			md, _ := metadata.FromIncomingContext(ctx)
-			return strings.Join(md.Get("x-identity"), "")
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	connect := func() discovery.AggregatedDiscoveryServiceClient {
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return discovery.NewAggregatedDiscoveryServiceClient(conn)
-	}
+		IdentityOf: identityHeader})
+	connect := func() discovery.AggregatedDiscoveryServiceClient { return dialADS(t, addr) }
 	// ask opens a stream of an identity and asks for names of each type
 	// in turn; it returns the stream (nil once refused) and the refusal.
 	n := 0
@@ -234,6 +210,12 @@ func waitHeld(t *testing.T, reg *prometheus.Registry, want int) {
 	}
 }
 
+// identityHeader is a stream's identity as its x-identity header names it.
+func identityHeader(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return strings.Join(md.Get("x-identity"), "")
+}
+
 // kilobyteNames are n names of a kilobyte each, prefixed.
 func kilobyteNames(prefix string, n int) []string {
 	out := make([]string, n)
@@ -274,10 +256,7 @@ func TestNewNamesArePaidForAtTheIdentitysRate(t *testing.T) {
 		// A burst of two sets, then a byte a second: nothing more.
 		NameBudget:  server.NameBudget{PerIdentity: 2*set + 1, PerIdentityRate: 1},
 		AdmitStream: func(ctx context.Context) (context.Context, error) { return ctx, nil },
-		IdentityOf: func(ctx context.Context) string {
-			md, _ := metadata.FromIncomingContext(ctx)
-			return strings.Join(md.Get("x-identity"), "")
-		}})
+		IdentityOf:  identityHeader})
 	clusters := map[string]types.Resource{}
 	for _, n := range slices.Concat(sets...) {
 		clusters[n] = &clusterv3.Cluster{Name: n}

@@ -45,6 +45,15 @@ func serve(t *testing.T, cfg server.Config) (*cache.Cache, discovery.AggregatedD
 // serveCache is serve on a cache of the caller's.
 func serveCache(t *testing.T, c *cache.Cache, cfg server.Config) (*cache.Cache, discovery.AggregatedDiscoveryServiceClient, context.Context) {
 	t.Helper()
+	addr, ctx := serveOn(t, c, cfg)
+	return c, dialADS(t, addr), ctx
+}
+
+// serveOn serves a cache of the caller's (one class, "all", unless cfg
+// says otherwise) until the test ends, and returns its address and a
+// context that ends with it.
+func serveOn(t *testing.T, c *cache.Cache, cfg server.Config) (string, context.Context) {
+	t.Helper()
 	cfg.Cache = c
 	if cfg.Classes == nil {
 		cfg.Classes = server.OneClass("all")
@@ -60,12 +69,20 @@ func serveCache(t *testing.T, c *cache.Cache, cfg server.Config) (*cache.Cache, 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String(), ctx
+}
+
+// dialADS connects to addr in plaintext until the test ends (the
+// connection closes before the server stops).
+func dialADS(t *testing.T, addr string) discovery.AggregatedDiscoveryServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return c, discovery.NewAggregatedDiscoveryServiceClient(conn), ctx
+	t.Cleanup(func() { conn.Close() })
+	return discovery.NewAggregatedDiscoveryServiceClient(conn)
 }
 
 // TestStreamRateLimit: past the rate, new streams are told to retry with

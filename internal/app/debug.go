@@ -15,7 +15,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
@@ -272,7 +271,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	// What the response holds, measured before anything of it is built.
 	type part struct {
 		typeURL, acked string
-		held           map[string]types.Resource
+		held           map[string]*anypb.Any
 		client         adminv3.ClientResourceStatus
 		config         statusv3.ConfigStatus
 	}
@@ -290,11 +289,13 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		p := proxy{node: st.Node}
 		for _, short := range slices.Sorted(maps.Keys(st.Types)) {
 			ts, typeURL := st.Types[short], typeURLs[short]
-			held := cch.Resources(class, typeURL)
+			// The resources as every response encodes them: the dump
+			// marshals nothing of its own.
+			held := cch.Encoded(class, typeURL)
 			if typeURL == resource.EndpointType {
-				held = maps.Clone(cch.Resources(cache.Shared, typeURL))
+				held = cch.Encoded(cache.Shared, typeURL)
 				named := edsNames(cch, class)
-				maps.DeleteFunc(held, func(name string, _ types.Resource) bool { return !named.Has(name) })
+				maps.DeleteFunc(held, func(name string, _ *anypb.Any) bool { return !named.Has(name) })
 			}
 			clientStatus, configStatus := adminv3.ClientResourceStatus_ACKED, statusv3.ConfigStatus_SYNCED
 			switch {
@@ -317,10 +318,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		cfg := &statusv3.ClientConfig{Node: p.node}
 		for _, pt := range p.parts {
 			for _, name := range slices.Sorted(maps.Keys(pt.held)) {
-				a, err := anypb.New(pt.held[name])
-				if err != nil {
-					continue
-				}
+				a := pt.held[name]
 				cfg.GenericXdsConfigs = append(cfg.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
 					TypeUrl: pt.typeURL, Name: name, VersionInfo: pt.acked, XdsConfig: a,
 					ConfigStatus: pt.config, ClientStatus: pt.client,

@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/types/known/anypb"
 	"log/slog"
 	"slices"
 	"sync"
@@ -313,4 +314,15 @@ func (c *Cache) Resources(class Class, typeURL string) map[string]types.Resource
 		return nil
 	}
 	return t.Resources()
+}
+
+// Encoded returns a copy of what a class's table of a type holds, each
+// resource as the Any every response shares (read-only); nil for a table
+// that does not exist.
+func (c *Cache) Encoded(class Class, typeURL string) map[string]*anypb.Any {
+	t, err := c.Table(class, typeURL)
+	if err != nil {
+		return nil
+	}
+	return t.Encoded()
 }

@@ -121,6 +121,18 @@ func (t *Table) Resources() map[string]types.Resource {
 	return out
 }
 
+// Encoded returns a copy of the table's resources by name, each as the
+// Any every response shares (read-only: it is not to be changed).
+func (t *Table) Encoded() map[string]*anypb.Any {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]*anypb.Any, len(t.entries))
+	for name, e := range t.entries {
+		out[name] = e.any
+	}
+	return out
+}
+
 // Update makes the table hold exactly resources (see Cache.Update); a new
 // resource that fails its Validate is not served, and the last valid
 // version of its name, if any, stays. The watchers of every set a changed

@@ -222,6 +222,20 @@ func (c *CSDS) leave() { <-c.slots }
 // select proxies, and no matcher selects all (up to csdsMaxUnmatched). A
 // caller with a SPIFFE identity is answered for its namespace's proxies.
 func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	resp, leave, err := c.answer(ctx, req)
+	if leave != nil {
+		// gRPC writes the response after this returns: its slot is left
+		// when the call ends, so that a response being written counts
+		// among those answered at once.
+		context.AfterFunc(ctx, leave)
+	}
+	return resp, err
+}
+
+// answer builds the response to a request in a slot of MaxConcurrent,
+// and returns what leaves it once the response is written (nil when the
+// request was refused).
+func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (_ *statusv3.ClientStatusResponse, leave func(), err error) {
 	limit := c.MaxUnmatched
 	if limit == 0 {
 		limit = csdsMaxUnmatched
@@ -235,14 +249,18 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 	id, identified, err := policy.Identify(ctx)
 	switch {
 	case err != nil:
-		return nil, status.Errorf(codes.PermissionDenied, "csds: %v", err)
+		return nil, nil, status.Errorf(codes.PermissionDenied, "csds: %v", err)
 	case !identified && policy.Required:
-		return nil, status.Error(codes.Unauthenticated, "csds: a client certificate or a service account token is required")
+		return nil, nil, status.Error(codes.Unauthenticated, "csds: a client certificate or a service account token is required")
 	}
 	if !c.enter() {
-		return nil, status.Errorf(codes.ResourceExhausted, "csds: %d requests are being answered; ask again", cap(c.slots))
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "csds: %d requests are being answered; ask again", cap(c.slots))
 	}
-	defer c.leave()
+	defer func() {
+		if err != nil {
+			c.leave()
+		}
+	}()
 	cch, ps := c.Dump.cache, c.Dump.pusher
 	// Each stream is answered for from its own node, which ADS admitted
 	// for its own identity: another stream claiming the same id is
@@ -254,7 +272,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		}
 	}
 	if n := len(streams); len(req.NodeMatchers) == 0 && n > limit {
-		return nil, status.Errorf(codes.FailedPrecondition,
+		return nil, nil, status.Errorf(codes.FailedPrecondition,
 			"csds: %d proxy streams are connected; name the proxies wanted with node matchers (at most %d are answered for without)", n, limit)
 	}
 	wanted := func(id string) bool {
@@ -306,7 +324,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 			}
 			for name, r := range held {
 				if size += proto.Size(r) + len(name); size > maxBytes {
-					return nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", maxBytes>>20)
+					return nil, nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", maxBytes>>20)
 				}
 			}
 			p.parts = append(p.parts, part{typeURL: typeURL, acked: ts.Acked, held: held, client: clientStatus, config: configStatus})
@@ -327,7 +345,7 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 		}
 		resp.Config = append(resp.Config, cfg)
 	}
-	return resp, nil
+	return resp, c.leave, nil
 }
 
 // StreamClientStatus answers every request on the stream.
@@ -337,11 +355,13 @@ func (c *CSDS) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3.Clien
 		if err != nil {
 			return nil
 		}
-		resp, err := c.FetchClientStatus(stream.Context(), req)
+		resp, leave, err := c.answer(stream.Context(), req)
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(resp); err != nil {
+		err = stream.Send(resp) // the slot is held until the response is written
+		leave()
+		if err != nil {
 			return err
 		}
 	}

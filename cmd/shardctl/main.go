@@ -81,7 +81,8 @@ when one is of high severity.`, securityCheck},
 stream, as nats-server users and nsc commands. Needs no etcd.`, busPermissions},
 	"etcd-roles": {"etcd-roles [apply <password-dir>]", `The etcd role and user of each part (ingester, pusher, shardctl) with the least it
 needs, as etcdctl commands; "apply" makes them, signed in as root (--etcd-username
-root), the passwords read from <password-dir>/<part>.`, etcdRoles},
+root), the passwords read from <password-dir>/<part>; with <password-dir>/root, an etcd
+whose authentication is off (a new one) is given that root password and has it turned on.`, etcdRoles},
 	"version": {"version", "shardctl's version, and every announced pusher's and ingester's.", versions},
 }
 

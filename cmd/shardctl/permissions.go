@@ -104,6 +104,23 @@ func etcdRoles(ctx context.Context, o *options, args []string) error {
 		for _, r := range store.EtcdRoles() {
 			fmt.Fprintf(o.stdout, "%s: role and user %s\n", r.Part, r.Name)
 		}
+		// An etcd whose authentication is off (a new one) is given its
+		// root and has it turned on, when the directory holds root's
+		// password: the roles bind nobody until then.
+		root, err := os.ReadFile(filepath.Join(args[1], "root"))
+		if errors.Is(err, os.ErrNotExist) {
+			if st, err := cli.AuthStatus(ctx); err == nil && !st.Enabled {
+				fmt.Fprintf(o.stderr, "etcd %s: authentication is off, so the roles bind nobody; turn it on, or give %s the root password to\n", o.etcd.Endpoints, filepath.Join(args[1], "root"))
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("root's password: %w", err)
+		}
+		if err := store.EnableAuth(ctx, cli, strings.TrimSpace(string(root))); err != nil {
+			return fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
+		}
+		fmt.Fprintln(o.stdout, "authentication: on")
 		return nil
 	default:
 		return errors.New(`want no argument (print the roles) or "apply <password-dir>"`)

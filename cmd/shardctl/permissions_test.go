@@ -110,6 +110,21 @@ func TestEtcdRolesApply(t *testing.T) {
 		t.Errorf("apply without password files: %v", err)
 	}
 
+	// A new etcd, authentication off: given root's password in the
+	// directory, apply turns it on after the roles.
+	fresh, open := testutil.Etcd(t)
+	if err := os.WriteFile(filepath.Join(dir, "root"), []byte("fresh-root\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"--etcd-endpoints", fresh.Endpoint, "--etcd-username", "root", "--etcd-password-file", filepath.Join(dir, "root"),
+		"--timeout", "1m", "etcd-roles", "apply", dir}, &out, &out); err != nil || !strings.Contains(out.String(), "authentication: on") {
+		t.Fatalf("apply on an etcd without authentication: %v\n%s", err, out.String())
+	}
+	if st, err := open.AuthStatus(testutil.Context(t)); err != nil || !st.Enabled {
+		t.Errorf("authentication after apply with a root password: %v (%v), want on", st, err)
+	}
+
 	out.Reset()
 	if err := run(context.Background(), []string{"etcd-roles"}, &out, &out); err != nil {
 		t.Fatal(err)

@@ -106,6 +106,41 @@ func EnsureRoles(ctx context.Context, cli *clientv3.Client, passwords map[string
 	return nil
 }
 
+// EnableAuth turns etcd's authentication on, when it is off, with a root
+// user of rootPassword (made, or given that password): a new etcd's first
+// setup, after EnsureRoles made each part's user. An etcd whose
+// authentication is on is left as it is.
+func EnableAuth(ctx context.Context, cli *clientv3.Client, rootPassword string) error {
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("store: etcd authentication status: %w", err)
+	}
+	if st.Enabled {
+		return nil
+	}
+	if rootPassword == "" {
+		return errors.New("store: etcd authentication is off, and no root password was given to turn it on")
+	}
+	if _, err := cli.RoleAdd(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return fmt.Errorf("store: etcd role root: %w", err)
+	}
+	if _, err := cli.UserAdd(ctx, "root", rootPassword); err != nil {
+		if !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+			return fmt.Errorf("store: etcd user root: %w", err)
+		}
+		if _, err := cli.UserChangePassword(ctx, "root", rootPassword); err != nil {
+			return fmt.Errorf("store: etcd user root: %w", err)
+		}
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("store: etcd user root: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("store: turn etcd authentication on: %w", err)
+	}
+	return nil
+}
+
 func ensureRole(ctx context.Context, cli *clientv3.Client, r EtcdRole) error {
 	if _, err := cli.RoleAdd(ctx, r.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -110,4 +111,45 @@ func TestEtcdctl(t *testing.T) {
 			t.Errorf("%s: the user is not granted its role:\n%s", r.Name, out)
 		}
 	}
+}
+
+// TestEnableAuth: on an etcd whose authentication is off, EnableAuth after
+// EnsureRoles makes root and turns it on: each part signs in as its user,
+// a client without credentials is refused, and a second run changes
+// nothing.
+func TestEnableAuth(t *testing.T) {
+	e, open := testutil.Etcd(t)
+	ctx := testutil.Context(t)
+	passwords := map[string]string{}
+	for _, r := range store.EtcdRoles() {
+		passwords[r.Part] = r.Part + "-secret"
+	}
+	if err := store.EnsureRoles(ctx, open, passwords); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.EnableAuth(ctx, open, ""); err == nil || !strings.Contains(err.Error(), "no root password") {
+		t.Fatalf("EnableAuth without a root password: %v, want it refused", err)
+	}
+	if err := store.EnableAuth(ctx, open, "root-secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Put(ctx, "/mesh/v1/services/demo/a", "x"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+		t.Errorf("a write without credentials once authentication is on: %v, want %v", err, rpctypes.ErrUserEmpty)
+	}
+	signIn := func(user, password string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	if _, err := signIn("shardpilot-ingester", "ingester-secret").Put(ctx, "/mesh/v1/services/demo/a", "x"); err != nil {
+		t.Errorf("the ingester's write: %v", err)
+	}
+	root := signIn("root", "root-secret")
+	if err := store.EnableAuth(ctx, root, "another"); err != nil {
+		t.Errorf("EnableAuth with authentication on: %v, want nothing done", err)
+	}
+	signIn("root", "root-secret") // the password is root's still
 }

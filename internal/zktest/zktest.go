@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -150,7 +152,45 @@ func (s *Server) Stop() {
 // when the test ends.
 func Connect(t testing.TB, addr string, timeout time.Duration) *zk.Conn {
 	t.Helper()
-	c, _, err := zk.Connect([]string{addr}, timeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	return connect(t, addr, timeout, quiet{}, false)
+}
+
+// ConnectLogged is Connect, keeping what the client logs (its
+// reconnections, and why the server refused one) in log.
+func ConnectLogged(t testing.TB, addr string, timeout time.Duration, log *Log) *zk.Conn {
+	t.Helper()
+	return connect(t, addr, timeout, log, true)
+}
+
+// Log keeps what a client logs, for a test to show when it fails.
+type Log struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *Log) Printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+}
+
+// String returns the last 40 lines logged.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[max(0, len(l.lines)-40):], "\n")
+}
+
+// LogTail returns the last n lines of the server's log.
+func (s *Server) LogTail(n int) string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "zookeeper.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func connect(t testing.TB, addr string, timeout time.Duration, log zk.Logger, info bool) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect([]string{addr}, timeout, zk.WithLogInfo(info), zk.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

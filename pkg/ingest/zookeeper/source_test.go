@@ -158,7 +158,8 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 	const p1Timeout = 2 * time.Second
 	cut := newProxy(t, zks.Addr)
 	p1 := zktest.Connect(t, cut.lis.Addr().String(), p1Timeout)
-	p2 := zktest.Connect(t, zks.Addr, 20*time.Second)
+	var p2Log zktest.Log
+	p2 := zktest.ConnectLogged(t, zks.Addr, 20*time.Second, &p2Log)
 	register(t, p1, "tri://10.0.0.1:50051/"+iface+"?interface="+iface+"&version=v1&side=provider")
 	register(t, p2, "tri://10.0.0.2:50051/"+iface+"?interface="+iface+"&version=v2&side=provider")
 	if _, err := p2.Create("/dubbo/"+iface+"/providers/tri%3A%2F%2Fbroken%zz", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
@@ -221,9 +222,14 @@ func TestSourceFollowsZooKeeper(t *testing.T) {
 	time.Sleep(time.Second)
 	zks.Restart()
 	// A loaded machine takes its time to start ZooKeeper's JVM again.
-	testutil.Eventually(t, 90*time.Second, "the provider session to come back after the restart", func() (bool, string) {
-		return p2.State() == zk.StateHasSession, p2.State().String()
-	})
+	// Once this failed with the client connected and no session for 90 s:
+	// what the client and the server said is shown, to tell why.
+	for deadline := time.Now().Add(90 * time.Second); p2.State() != zk.StateHasSession; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider session did not come back within 90s of the restart; last saw %s\nthe client said:\n%s\nZooKeeper said:\n%s",
+				p2.State(), p2Log.String(), zks.LogTail(40))
+		}
+	}
 	register(t, p2, "tri://10.0.0.4:50051/"+iface+"?interface="+iface+"&version=v3&side=provider")
 	testutil.Eventually(t, 90*time.Second, "a provider registered after the restart in etcd", func() (bool, string) {
 		got := endpoints(t, st, dubbo)

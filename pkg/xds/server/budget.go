@@ -120,7 +120,8 @@ type holder struct {
 }
 
 // budget counts the names each holder holds against NameBudget. It is
-// called with streams' locks held, and takes no other lock.
+// called with streams' locks held; owes, at a stream's admission, reads
+// the rates (the LRU has a lock of its own) without b.mu.
 type budget struct {
 	limits [holderKinds]int
 	total  prometheus.Gauge
@@ -154,6 +155,8 @@ func (b *budget) move(keys []holderKey, add, drop []holding) (no refusal, ok boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	refused := false
+	var identity holderKey
+	grown := 0 // what the identity newly holds
 	for _, k := range keys {
 		h := b.holders[k]
 		if h == nil {
@@ -165,13 +168,16 @@ func (b *budget) move(keys []holderKey, add, drop []holding) (no refusal, ok boo
 		if h.bytes > was && h.bytes > b.limits[k.kind] && !refused {
 			no, refused = refusal{over: k, bytes: h.bytes}, true // undone below, once every holder moved
 		}
-		if k.kind == heldByIdentity && h.bytes > was && !refused {
-			// What the identity newly holds is paid from its rate; what
-			// it asked past the rate stays owed, so that its next
-			// streams wait until it is paid.
-			if !b.rateOf(k).ReserveN(time.Now(), h.bytes-was).OK() || b.rateOf(k).Tokens() < 0 {
-				no, refused = refusal{over: k, bytes: h.bytes - was, rate: true}, true
-			}
+		if k.kind == heldByIdentity {
+			identity, grown = k, h.bytes-was
+		}
+	}
+	if !refused && grown > 0 {
+		// What the identity newly holds, within every limit, is paid from
+		// its rate; what it asked past the rate stays owed, so that its
+		// next streams wait until it is paid.
+		if l := b.rateOf(identity); !l.ReserveN(time.Now(), grown).OK() || l.Tokens() < 0 {
+			no, refused = refusal{over: identity, bytes: grown, rate: true}, true
 		}
 	}
 	if refused {
@@ -195,10 +201,11 @@ func (b *budget) move(keys []holderKey, add, drop []holding) (no refusal, ok boo
 // rateOf is an identity's rate of names newly held: a burst of its
 // limit, then NameBudget.PerIdentityRate a second.
 func (b *budget) rateOf(k holderKey) *rate.Limiter {
-	l := rate.NewLimiter(b.rate, b.limits[heldByIdentity])
-	if known, ok, _ := b.rates.PeekOrAdd(k.name, l); ok {
-		l = known
+	if l, ok := b.rates.Get(k.name); ok {
+		return l
 	}
+	l := rate.NewLimiter(b.rate, b.limits[heldByIdentity])
+	b.rates.Add(k.name, l) // under b.mu: no other move adds it meanwhile
 	return l
 }
 

@@ -199,6 +199,10 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 - name: nats-auth
   secret: {secretName: {{ .root.Release.Name }}-nats-users, items: [{key: {{ .component }}, path: password}]}
 {{- end }}
+{{- if include "shardpilot.trialEtcdAuth" .root }}
+- name: etcd-auth
+  secret: {secretName: {{ .root.Release.Name }}-etcd-users, items: [{key: {{ .component }}, path: password}]}
+{{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}
 - name: etcd-tls
@@ -257,6 +261,9 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- if $v.adminTLS.secretName }}
 - {name: admin-tls, mountPath: /etc/shardpilot/admin-tls, readOnly: true}
 {{- end }}
+{{- if include "shardpilot.trialEtcdAuth" .root }}
+- {name: etcd-auth, mountPath: /etc/shardpilot/etcd-auth, readOnly: true}
+{{- end }}
 {{- if not $v.trial.enabled }}
 {{- if $v.etcd.tls.secretName }}
 - {name: etcd-tls, mountPath: /etc/shardpilot/etcd-tls, readOnly: true}
@@ -287,12 +294,23 @@ may sign in to NATS with credentials of their own (nats.auth.pusherSecretName). 
 {{- end }}
 {{- end -}}
 
+{{/* A trial's etcd with authentication: the chart makes its users
+(etcd-roles.yaml). */}}
+{{- define "shardpilot.trialEtcdAuth" -}}
+{{- if and .Values.trial.enabled .Values.trial.etcdAuth }}true{{ end -}}
+{{- end -}}
+
 {{/* The etcd user a part signs in as: its own (etcd.auth.roles, made by
-the etcd-roles hook) or the one shared. Takes (dict "root" . "component"
+the etcd-roles hook, or in a trial by the chart) or the one shared. Takes (dict "root" . "component"
 "pusher"|"ingester"). */}}
 {{- define "shardpilot.etcdUserEnv" -}}
 {{- $v := .root.Values -}}
-{{- if not $v.trial.enabled }}
+{{- if include "shardpilot.trialEtcdAuth" .root }}
+- name: SHARDPILOT_ETCD_USERNAME
+  value: {{ printf "shardpilot-%s" .component | quote }}
+- name: SHARDPILOT_ETCD_PASSWORD_FILE
+  value: /etc/shardpilot/etcd-auth/password
+{{- else if not $v.trial.enabled }}
 {{- if and $v.etcd.auth.roles.enabled $v.etcd.auth.username }}
 {{- fail "etcd.auth.roles.enabled and etcd.auth.username are alternatives: a user per part, or one shared" }}
 {{- end }}

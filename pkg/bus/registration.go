@@ -220,9 +220,17 @@ type Registrations struct {
 	NATS *nats.Conn
 	Log  *slog.Logger
 
-	sub  atomic.Pointer[nats.Subscription]
-	lost atomic.Uint64
+	sub     atomic.Pointer[nats.Subscription]
+	lost    atomic.Uint64
+	full    atomic.Uint64 // dropped by Run's subscription: its buffer was full
+	ignored atomic.Uint64
+	warned  atomic.Int64 // unix nanoseconds of the last warning of ignored messages
 }
+
+// Ignored counts the messages on the registration subjects that a stream
+// consumer delivered (see jetStreamDelivery), dropped before they were
+// read.
+func (rs *Registrations) Ignored() uint64 { return rs.ignored.Load() }
 
 // Lost counts the registrations NATS dropped before Run read them (it
 // fell behind), as NATS counts them now: a handler that is slow to answer
@@ -234,7 +242,42 @@ func (rs *Registrations) Lost() uint64 {
 			}
 		}
 	}
-	return rs.lost.Load()
+	return rs.lost.Load() + rs.full.Load()
+}
+
+// jetStreamDelivery tells a message a stream consumer delivered, or its
+// flow control or heartbeat, from a registration a pusher sent. NATS's
+// permissions name the subjects a user may publish to, not the subject a
+// consumer it makes delivers to: a pusher's credential may make a push
+// consumer of the change stream that delivers to registry.v1.*. Such
+// messages are dropped before they are buffered, so that a stream
+// delivered there at the server's speed neither fills the buffer the
+// registrations wait in nor is read as a registration.
+func jetStreamDelivery(msg *nats.Msg) bool {
+	return strings.HasPrefix(msg.Reply, "$JS.") || msg.Header.Get("Status") != ""
+}
+
+// ignore counts a stream consumer's message on the registration subjects
+// and warns at most once a minute, naming the consumer: it was made by a
+// pusher's credential, and an administrator of the stream deletes it.
+func (rs *Registrations) ignore(msg *nats.Msg) {
+	n := rs.ignored.Add(1)
+	now := time.Now().UnixNano()
+	last := rs.warned.Load()
+	if now-last < int64(time.Minute) || !rs.warned.CompareAndSwap(last, now) {
+		return
+	}
+	consumer := "(a flow control message or heartbeat)"
+	// $JS.ACK.<stream>.<consumer>.…, or with a domain and account hash
+	// $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.…
+	if f := strings.Split(msg.Reply, "."); len(f) >= 4 && f[1] == "ACK" {
+		consumer = f[2] + "/" + f[3]
+		if len(f) >= 12 {
+			consumer = f[4] + "/" + f[5]
+		}
+	}
+	rs.Log.Warn("messages a stream consumer delivers to the registration subjects are dropped: a consumer made by a pusher's NATS credential; delete it",
+		"subject", msg.Subject, "consumer", consumer, "dropped", n)
 }
 
 // registrationBuffer is how many registrations wait to be read before
@@ -245,7 +288,17 @@ const registrationBuffer = 4096
 // validate is logged and dropped (a connect is refused with the reason).
 func (rs *Registrations) Run(ctx context.Context, handle func(context.Context, model.Registration) error) error {
 	msgs := make(chan *nats.Msg, registrationBuffer)
-	sub, err := rs.NATS.ChanSubscribe(RegistryPrefix+".*", msgs)
+	sub, err := rs.NATS.Subscribe(RegistryPrefix+".*", func(msg *nats.Msg) {
+		if jetStreamDelivery(msg) {
+			rs.ignore(msg)
+			return
+		}
+		select {
+		case msgs <- msg:
+		default:
+			rs.full.Add(1)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("bus: subscribe to registrations: %w", err)
 	}

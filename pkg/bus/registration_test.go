@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/shardpilot/shardpilot/internal/embedded"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -241,4 +244,103 @@ func TestRegistrationsLost(t *testing.T) {
 		return rs.Lost() > 0, "none counted"
 	})
 	close(held)
+}
+
+// TestStreamDeliveredToRegistrationsIsDropped: NATS's permissions cannot
+// stop a pusher's credential making a push consumer of the change stream
+// that delivers to registry.v1.<namespace>. Such a consumer delivers once
+// any subscription names its subject exactly (an operator watching it, a
+// gateway's optimistic interest), and then to every subscription its
+// subject matches: the ingesters' registry.v1.* among them. The
+// ingesters' side drops its messages (their reply is the consumer's
+// $JS.ACK subject, which no client may use, or they are its flow control
+// and heartbeats) before they are buffered or read as registrations,
+// counts them, and answers a real registration meanwhile. Before, each
+// was decoded, refused with a warning and answered, in the buffer the
+// registrations wait in.
+func TestStreamDeliveredToRegistrationsIsDropped(t *testing.T) {
+	var users []*natsserver.User
+	for _, role := range []bus.Role{bus.RoleRelay, bus.RoleConsumer} {
+		u, err := embedded.RoleUser(string(role), string(role)+"-secret", role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, u)
+	}
+	// An operator watching the subjects.
+	users = append(users, &natsserver.User{Username: "operator", Password: "operator-secret"})
+	n, err := embedded.StartNATSWith(t.TempDir(), 0, embedded.NATSOptions{Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	connect := func(role bus.Role) *nats.Conn {
+		nc, err := nats.Connect(n.URL, nats.UserInfo(string(role), string(role)+"-secret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	relay, err := ensured(ctx, connect(bus.RoleRelay), bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const events = 2000
+	for rev := range int64(events) {
+		if _, err := relay.Publish(ctx, put(rev+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var handed atomic.Int64
+	rs := &bus.Registrations{NATS: connect(bus.RoleRelay), Log: testutil.Log(t)}
+	done := make(chan error, 1)
+	go func() {
+		done <- rs.Run(ctx, func(context.Context, model.Registration) error { handed.Add(1); return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	pusherNC := connect(bus.RoleConsumer)
+	testutil.Eventually(t, 10*time.Second, "the ingesters' side subscribed", func() (bool, string) {
+		_, err := pusherNC.Request("registry.v1.payments", []byte("{}"), 200*time.Millisecond)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	// The pusher's credential makes the consumer: NATS lets it.
+	req := `{"stream_name":"SHARDPILOT_MESH","config":{"durable_name":"redirect","deliver_subject":"registry.v1.payments","deliver_policy":"all","ack_policy":"none","flow_control":true,"idle_heartbeat":100000000}}`
+	msg, err := pusherNC.Request("$JS.API.CONSUMER.CREATE.SHARDPILOT_MESH.redirect", []byte(req), 5*time.Second)
+	if err != nil || strings.Contains(string(msg.Data), `"error"`) {
+		t.Fatalf("the pusher's credential makes a push consumer: %v %s", err, msg.Data)
+	}
+
+	// Anyone subscribing to that subject by name (an operator's
+	// "nats sub registry.v1.payments", or a gateway's optimistic
+	// interest) makes it deliver the stream, to the ingesters too.
+	watch, err := connect("operator").SubscribeSync("registry.v1.payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Unsubscribe()
+	testutil.Eventually(t, 30*time.Second, "every delivered event dropped", func() (bool, string) {
+		return rs.Ignored() >= events, fmt.Sprintf("%d of %d dropped", rs.Ignored(), events)
+	})
+	if h := handed.Load(); h != 0 {
+		t.Errorf("%d delivered events were handed over as registrations", h)
+	}
+	if lost := rs.Lost(); lost != 0 {
+		t.Errorf("%d registrations lost while the stream was delivered", lost)
+	}
+	// A real registration is answered meanwhile.
+	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: time.Minute, Timeout: 5 * time.Second, Log: testutil.Log(t)}
+	announced := make(chan error, 1)
+	go func() { announced <- a.Run(ctx) }()
+	defer func() { cancel(); <-announced }()
+	if err := a.Connect(ctx, "s1", model.Registration{Group: "vms", Namespace: "payments", Identity: "spiffe://cluster.local/ns/payments/sa/vm",
+		Proxy: "sidecar~10.0.0.7~vm.payments~payments.svc.cluster.local", Address: "10.0.0.7", ConnectedAt: time.Now()}); err != nil {
+		t.Errorf("a registration while the stream is delivered to its subject: %v", err)
+	}
+	if handed.Load() != 1 {
+		t.Errorf("%d registrations handed over, want the one", handed.Load())
+	}
+
 }

@@ -518,10 +518,11 @@ func TestCluster(t *testing.T) {
 }
 
 // securityCheck: the release as helm install made it signs in to its NATS
-// as a user per role and signs its events: shardctl security-check, asking
-// every replica, finds neither NATS letting in clients without a
-// credential nor events unsigned or unverified (the trial's etcd and
-// plaintext ADS it does report, and fails for them).
+// as a user per role and signs its events, and its etcd has a user per
+// part with authentication on: shardctl security-check, asking every
+// replica, finds neither NATS nor etcd letting in clients without a
+// credential nor events unsigned or unverified (the trial's plaintext ADS
+// and connections in the clear it does report, and fails for them).
 func (e *env) securityCheck(t *testing.T) {
 	stdout, stderr, err := e.exec("go", "run", "./cmd/shardctl", "security-check", "--kube-namespace", namespace, "--kubeconfig", e.kubeconfig, "-o", "json")
 	var got []struct {
@@ -532,10 +533,10 @@ func (e *env) securityCheck(t *testing.T) {
 		t.Fatalf("shardctl security-check: %v (%v)\n%s%s", err, jerr, stdout, stderr)
 	}
 	if err == nil {
-		t.Error("security-check of a trial (plaintext ADS, etcd without credentials) exited 0")
+		t.Error("security-check of a trial (plaintext ADS) exited 0")
 	}
 	for _, w := range got {
-		for _, bad := range []string{"NATS server authorization", "--bus-verify-key-file", "--bus-signing-key-file", "--admin-token"} {
+		for _, bad := range []string{"NATS server authorization", "etcd authentication", "--bus-verify-key-file", "--bus-signing-key-file", "--admin-token"} {
 			if strings.HasPrefix(w.Setting, bad) {
 				t.Errorf("the installed release reports %s: %+v", bad, w)
 			}

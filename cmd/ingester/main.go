@@ -129,6 +129,8 @@ type options struct {
 	parts                                                                                   *int
 	rootCerts                                                                               *bool
 	registrationLimits                                                                      kube.RegistrationLimits
+	kubeQPS                                                                                 float64
+	kubeBurst                                                                               int
 }
 
 // register defines the flags on fs.
@@ -158,7 +160,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.registrationGrace, "registration-grace", 10*time.Second, "how long the WorkloadEntry of an auto-registered workload (an agent naming a WorkloadGroup) outlives its connection to the pushers, so that a reconnecting workload keeps it")
 	fs.IntVar(&o.registrationLimits.PerIdentity, "max-registrations-per-identity", 1000, "auto-registered workloads one identity (a service account) may hold: past it a registration is refused with the reason, its stream ended")
 	fs.IntVar(&o.registrationLimits.PerNamespace, "max-registrations-per-namespace", 5000, "auto-registered workloads one namespace may hold")
-	fs.Float64Var(&o.registrationLimits.WritesPerSecond, "registration-writes-per-identity", 5, "WorkloadEntry writes a second one identity's registrations may make, after a burst of 20: a registration past them is written when its pusher repeats it, so that one identity's registrations cannot starve the others'")
+	fs.Float64Var(&o.registrationLimits.WritesPerSecond, "registration-writes-per-identity", 5, "requests to the API server a second one identity's registrations may make (writing a WorkloadEntry, marking it disconnected, removing it), after a burst of 20: a registration past them is written when its pusher repeats it, a disconnection is not marked and its removal waits, so that one identity's registrations cannot starve the others'")
+	fs.Float64Var(&o.registrationLimits.NamespaceWritesPerSecond, "registration-writes-per-namespace", 20, "requests to the API server a second one namespace's registrations may make, after a burst of 80 (as --registration-writes-per-identity)")
+	fs.Float64Var(&o.kubeQPS, "kube-qps", 80, "requests a second to each Kubernetes API server (client-go's rate limiter; istiod's default), after a burst of --kube-burst")
+	fs.IntVar(&o.kubeBurst, "kube-burst", 160, "burst of requests to each Kubernetes API server")
 	fs.DurationVar(&o.relayRepairAfter, "relay-repair-after", 30*time.Second, "how long the bus may refuse every publish before the relay starts a new history of the stream (a RESYNC every pusher obeys, fresh de-duplication ids) instead of retrying the same write")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
 }
@@ -178,6 +183,15 @@ func (o *options) validate() (v validated, err error) {
 	v.clusters, err = parseKubeconfigs(o.kubeconfigs)
 	if err != nil {
 		return v, err
+	}
+	if o.kubeQPS <= 0 || o.kubeBurst < 1 {
+		return v, fmt.Errorf("--kube-qps %g, --kube-burst %d: want positive numbers", o.kubeQPS, o.kubeBurst)
+	}
+	for _, c := range v.clusters {
+		c.kube.QPS, c.kube.Burst = float32(o.kubeQPS), o.kubeBurst
+	}
+	if l := o.registrationLimits; l.WritesPerSecond <= 0 || l.NamespaceWritesPerSecond <= 0 {
+		return v, fmt.Errorf("--registration-writes-per-identity %g, --registration-writes-per-namespace %g: want positive numbers", l.WritesPerSecond, l.NamespaceWritesPerSecond)
 	}
 	if *o.parts < 1 || *o.parts > 256 {
 		return v, fmt.Errorf("--kube-namespace-parts %d: want 1 to 256", *o.parts)

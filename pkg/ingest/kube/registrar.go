@@ -228,7 +228,7 @@ func (g *registrar) handle(ctx context.Context, r model.Registration, now time.T
 			return err
 		}
 	}
-	if !g.allow(r.Identity, now) {
+	if !g.allow(r.Identity, r.Namespace, now, writeCost) {
 		g.count("deferred")
 		return errDeferred
 	}
@@ -268,22 +268,50 @@ func (g *registrar) bound(r model.Registration) error {
 	return nil
 }
 
-// allow takes a write from an identity's allowance; the allowances of
-// identities that have written nothing for a minute are forgotten.
-func (g *registrar) allow(id string, now time.Time) bool {
-	l, ok := g.writes[id]
-	if !ok {
-		if len(g.writes) > 10_000 {
-			for k, l := range g.writes {
-				if l.TokensAt(now) >= float64(g.limits.WriteBurst) {
-					delete(g.writes, k)
-				}
+// What the registrar's requests to the API server cost an allowance: an
+// entry written (created; updated, when it is there, costs one more), and
+// marked disconnected or removed (each read first, then written).
+const (
+	writeCost  = 1
+	markCost   = 2
+	removeCost = 2
+)
+
+// allow takes n requests from the allowances of an identity and of its
+// namespace, or from neither when either has too few: every request the
+// registrar makes on a registration's account (writing the entry, marking
+// it disconnected, removing it) is paid from them, so that one identity's
+// connections, ended as fast as they are made, cannot queue the others'
+// writes behind its own. An entry adopted from an earlier leader (no
+// identity known) pays nothing. The allowances of those that have written
+// nothing for a while are forgotten.
+func (g *registrar) allow(id, ns string, now time.Time, n int) bool {
+	if id == "" {
+		return true
+	}
+	mine := g.limiter("identity "+id, now, g.limits.WritesPerSecond, g.limits.WriteBurst)
+	theirs := g.limiter("namespace "+ns, now, g.limits.NamespaceWritesPerSecond, g.limits.NamespaceWriteBurst)
+	if mine.TokensAt(now) < float64(n) || theirs.TokensAt(now) < float64(n) {
+		return false
+	}
+	return mine.AllowN(now, n) && theirs.AllowN(now, n)
+}
+
+// limiter is the allowance of key, made full when it is new.
+func (g *registrar) limiter(key string, now time.Time, perSecond float64, burst int) *rate.Limiter {
+	if l, ok := g.writes[key]; ok {
+		return l
+	}
+	if len(g.writes) > 10_000 {
+		for k, l := range g.writes {
+			if l.TokensAt(now) >= float64(l.Burst()) {
+				delete(g.writes, k)
 			}
 		}
-		l = rate.NewLimiter(rate.Limit(g.limits.WritesPerSecond), g.limits.WriteBurst)
-		g.writes[id] = l
 	}
-	return l.AllowN(now, 1)
+	l := rate.NewLimiter(rate.Limit(perSecond), burst)
+	g.writes[key] = l
+	return l
 }
 
 // entry makes a registration's WorkloadEntry from its group, after
@@ -379,8 +407,14 @@ func (g *registrar) write(ctx context.Context, entry *unstructured.Unstructured)
 }
 
 // markDisconnected records the end of an entry's connection on it, as
-// istiod: its connectedAt goes, disconnectedAt comes.
+// istiod: its connectedAt goes, disconnectedAt comes. When its identity
+// or namespace has no allowance left, the mark is left out: the entry is
+// removed after its grace all the same.
 func (g *registrar) markDisconnected(ctx context.Context, r *registered, now time.Time) {
+	if !g.allow(r.identity, r.ns, now, markCost) {
+		g.count("unmarked")
+		return
+	}
 	api := g.client.Resource(g.entries).Namespace(r.ns)
 	cur, err := api.Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
@@ -420,6 +454,9 @@ func (g *registrar) sweep(ctx context.Context, now time.Time, lost uint64) {
 		}
 		if r.disconnected.IsZero() || now.Sub(r.disconnected) < g.grace {
 			continue
+		}
+		if !g.allow(r.identity, r.ns, now, removeCost) {
+			continue // removed once its identity and namespace may pay
 		}
 		if err := g.remove(ctx, r); err != nil {
 			g.log.Warn("WorkloadEntry not removed; retried", "entry", key, "err", err)

@@ -162,13 +162,17 @@ func TestRegistrarKeepsAndRemovesEntries(t *testing.T) {
 }
 
 // TestRegistrationsOfOneIdentityStarveNoOther: one identity's registrations
-// are bounded (entries it holds; writes a second, the rest written when
-// repeated), so that another namespace's workload still registers and
-// keeps its entry; and while registrations are lost before they are read
+// are bounded (entries it holds; requests to the API server a second, the
+// rest written when repeated), so that another namespace's workload still
+// registers and keeps its entry; every request made on the identity's
+// account is paid from its allowance, its disconnections' marks and
+// removals too; and while registrations are lost before they are read
 // (the ingester fell behind a flood), no entry is taken for disconnected
 // on their account. Before, one VM identity's registrations took every
 // write, and heartbeats the bus dropped cost another namespace's VM its
-// WorkloadEntry.
+// WorkloadEntry; then, its connections ended as fast as they were made
+// cost four requests each beyond its allowance, which queued the other
+// namespace's write behind them (make loadtest-floods, H3).
 func TestRegistrationsOfOneIdentityStarveNoOther(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -180,22 +184,34 @@ func TestRegistrationsOfOneIdentityStarveNoOther(t *testing.T) {
 	regs := &scriptedRegistrations{in: make(chan scripted)}
 	startSource(t, kc, cli, "c1", func(c *kube.Config) {
 		c.Registrations, c.RegistrationGrace = regs, 200*time.Millisecond
-		c.RegistrationLimits = kube.RegistrationLimits{PerIdentity: 5, WritesPerSecond: 0.001, WriteBurst: 3}
+		c.RegistrationLimits = kube.RegistrationLimits{PerIdentity: 10, WritesPerSecond: 0.001, WriteBurst: 5}
 	})
 	reg := func(ns, address string, heartbeat time.Duration) model.Registration {
 		return model.Registration{Op: model.RegistrationConnect, Group: "vms", Namespace: ns, Identity: "spiffe://cluster.local/ns/" + ns + "/sa/vm",
 			Proxy: "sidecar~" + address + "~vm." + ns + "~" + ns + ".svc.cluster.local", Address: address,
 			ConnectedAt: time.Now(), Pusher: "pusher-0", Heartbeat: heartbeat}
 	}
-	// The flooding identity: three written, the next left for later.
-	for i := range 3 {
-		if err := regs.send(t, reg(flooded, fmt.Sprintf("10.0.0.%d", i+1), time.Hour)); err != nil {
+	// The flooding identity: five written, the next left for later.
+	var written []model.Registration
+	for i := range 5 {
+		r := reg(flooded, fmt.Sprintf("10.0.0.%d", i+1), time.Hour)
+		if err := regs.send(t, r); err != nil {
 			t.Fatalf("registration %d: %v", i+1, err)
 		}
+		written = append(written, r)
 	}
-	if err := regs.send(t, reg(flooded, "10.0.0.4", time.Hour)); !errors.Is(err, model.ErrNotMine) {
+	if err := regs.send(t, reg(flooded, "10.0.0.6", time.Hour)); !errors.Is(err, model.ErrNotMine) {
 		t.Errorf("a registration past its identity's writes: %v, want it left unanswered (written when repeated)", err)
 	}
+	// Its workloads disconnect: with its allowance spent, neither marked
+	// nor removed after their grace, on its account.
+	for _, r := range written {
+		r.Op = model.RegistrationDisconnect
+		if err := regs.send(t, r); err != nil {
+			t.Fatalf("disconnection: %v", err)
+		}
+	}
+	floodedEntries := kc.Dynamic.Resource(gvr("WorkloadEntry")).Namespace(flooded)
 	// Another namespace's workload is written at once.
 	if err := regs.send(t, reg(quiet, "10.1.0.1", time.Second)); err != nil {
 		t.Fatalf("another namespace's registration: %v", err)
@@ -218,6 +234,16 @@ func TestRegistrationsOfOneIdentityStarveNoOther(t *testing.T) {
 		_, err := entries.Get(context.Background(), "vms-10.1.0.1", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+	// By now the flooding identity's disconnected entries are many
+	// graces old: still there, unmarked, their requests unpaid.
+	for _, r := range written {
+		e, err := floodedEntries.Get(context.Background(), r.EntryName(), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("the entry %s was removed on an identity's account with no allowance left: %v", r.EntryName(), err)
+		} else if _, marked := e.GetAnnotations()["istio.io/disconnectedAt"]; marked {
+			t.Errorf("the entry %s was marked disconnected on an identity's account with no allowance left", r.EntryName())
+		}
+	}
 }
 
 // TestRegistrationsBoundedPerIdentity: an identity holds at most its

@@ -119,11 +119,16 @@ type RegistrationLimits struct {
 	// within their grace): past them a registration is refused with the
 	// reason. Default 1,000 and 5,000.
 	PerIdentity, PerNamespace int
-	// WritesPerSecond and WriteBurst bound one identity's writes: a
-	// registration past them is left unanswered, and written when its
-	// pusher repeats it with a heartbeat. Default 5 a second after 20.
-	WritesPerSecond float64
-	WriteBurst      int
+	// WritesPerSecond and WriteBurst bound the requests to the API server
+	// one identity's registrations make (writing an entry, marking it
+	// disconnected, removing it); NamespaceWritesPerSecond and
+	// NamespaceWriteBurst those of one namespace's. A registration past
+	// them is left unanswered, and written when its pusher repeats it with
+	// a heartbeat; a disconnection is not marked on the entry, and its
+	// removal waits. Default 5 a second after 20, and 20 a second after
+	// 80.
+	WritesPerSecond, NamespaceWritesPerSecond float64
+	WriteBurst, NamespaceWriteBurst           int
 }
 
 // withDefaults fills in the defaults.
@@ -139,6 +144,12 @@ func (l RegistrationLimits) withDefaults() RegistrationLimits {
 	}
 	if l.WriteBurst == 0 {
 		l.WriteBurst = 20
+	}
+	if l.NamespaceWritesPerSecond == 0 {
+		l.NamespaceWritesPerSecond = 20
+	}
+	if l.NamespaceWriteBurst == 0 {
+		l.NamespaceWriteBurst = 80
 	}
 	return l
 }
@@ -173,9 +184,10 @@ func (c *Config) Validate() error {
 		c.RegistrationGrace = 10 * time.Second
 	}
 	c.RegistrationLimits = c.RegistrationLimits.withDefaults()
-	if l := c.RegistrationLimits; l.PerIdentity < 1 || l.PerNamespace < 1 || l.WritesPerSecond < 0 || l.WriteBurst < 1 {
-		return fmt.Errorf("kube: registration limits of %d per identity, %d per namespace, %g writes a second after %d: want positive numbers",
-			l.PerIdentity, l.PerNamespace, l.WritesPerSecond, l.WriteBurst)
+	if l := c.RegistrationLimits; l.PerIdentity < 1 || l.PerNamespace < 1 || l.WritesPerSecond < 0 || l.WriteBurst < removeCost ||
+		l.NamespaceWritesPerSecond < 0 || l.NamespaceWriteBurst < removeCost {
+		return fmt.Errorf("kube: registration limits of %d per identity, %d per namespace, %g writes a second after %d per identity, %g after %d per namespace: want positive numbers, bursts of at least %d",
+			l.PerIdentity, l.PerNamespace, l.WritesPerSecond, l.WriteBurst, l.NamespaceWritesPerSecond, l.NamespaceWriteBurst, removeCost)
 	}
 	return nil
 }

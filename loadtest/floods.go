@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -93,7 +97,7 @@ func floodPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	changesStart, stopChurn := steadyChurn(ctx, sc, mesh, r.tracker, fleet)
 	defer stopChurn()
 	time.Sleep(5 * time.Second)
-	for i, f := range r.floods() {
+	for i, f := range r.floods(sc.FloodsOnly) {
 		if i > 0 {
 			// Each flood meets a pusher of its own: the runtime keeps
 			// memory a flood before made it take.
@@ -147,7 +151,10 @@ type floodRig struct {
 	roots            *x509.CertPool
 	serving          []string
 	honest, attacker tls.Certificate
+	vm               tls.Certificate // a workload of namespace vm-quiet, registering
 	stopKube         func()
+	dyn              dynamic.Interface
+	registered       int // the quiet workload's registrations so far
 }
 
 // flood is one flood: start starts it and returns what stops it and what
@@ -162,9 +169,21 @@ func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
 	if err != nil {
 		return err
 	}
-	r.stopKube, r.kube = kc.Stop, kc.Client
+	r.stopKube, r.kube, r.dyn = kc.Stop, kc.Client, kc.Dynamic
 	if _, err := r.kube.CoreV1().ServiceAccounts("ns-0").Create(r.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service account: %w", err)
+	}
+	// Workloads register in WorkloadGroups: the attacker's identity is
+	// admitted by ns-0's, a quiet workload by vm-quiet's.
+	if _, err := r.kube.CoreV1().Namespaces().Create(r.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vm-quiet"}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("namespace vm-quiet: %w", err)
+	}
+	for ns, sa := range map[string]string{"ns-0": "attacker", "vm-quiet": "vm"} {
+		group := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup",
+			"metadata": map[string]any{"name": "vms", "namespace": ns}, "spec": map[string]any{"template": map[string]any{"serviceAccount": sa}}}}
+		if _, err := r.dyn.Resource(workloadGroups).Namespace(ns).Create(r.ctx, group, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("WorkloadGroup %s/vms: %w", ns, err)
+		}
 	}
 	ca, err := pki.NewCA(r.work, "floods", 24*time.Hour)
 	if err != nil {
@@ -175,8 +194,9 @@ func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
 		return err
 	}
 	r.serving = []string{cert, key}
-	for who, into := range map[string]*tls.Certificate{"honest": &r.honest, "attacker": &r.attacker} {
-		c, k, err := ca.Issue(who, "spiffe://cluster.local/ns/ns-0/sa/"+who)
+	for who, into := range map[string]*tls.Certificate{"honest": &r.honest, "attacker": &r.attacker, "vm": &r.vm} {
+		ns := map[bool]string{true: "vm-quiet", false: "ns-0"}[who == "vm"]
+		c, k, err := ca.Issue(who, "spiffe://cluster.local/ns/"+ns+"/sa/"+who)
 		if err != nil {
 			return err
 		}
@@ -217,8 +237,10 @@ func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
 	if err != nil {
 		return err
 	}
+	// The ingester registers workloads in the API server's
+	// WorkloadGroups, at its default limits.
 	ingester, err := start(r.sc.out, "floods-ingester", filepath.Join(r.sc.bin, "ingester"), "--etcd-endpoints", etcdURL, "--nats-url", natsURL,
-		"--admin-addr", admin, "--leader-id", "", "--log-level", "warn", "--mesh-dir", meshDir)
+		"--admin-addr", admin, "--leader-id", "", "--log-level", "warn", "--mesh-dir", meshDir, "--kubeconfig", "floods="+kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -335,7 +357,7 @@ func floodNode(name string) *core.Node {
 
 // flood runs one flood for the hold under churn and reports it.
 func (r *floodRig) flood(f flood) (report.Fault, string) {
-	fr := report.Fault{Name: f.name, Flood: &report.Flood{NewProxy: -1}}
+	fr := report.Fault{Name: f.name, Flood: &report.Flood{NewProxy: -1, Registered: -1}}
 	if r.cg != nil {
 		fr.Flood.LimitMiB = mib(r.limit)
 	}
@@ -368,6 +390,7 @@ func (r *floodRig) flood(f flood) (report.Fault, string) {
 	// A proxy connecting with a token a moment into the flood.
 	time.Sleep(2 * time.Second)
 	newProxy, why := r.tokenProxy(r.sc.FaultHold - 2*time.Second)
+	registered, unregistered := r.register(time.Until(from.Add(r.sc.FaultHold)))
 	if rest := time.Until(from.Add(r.sc.FaultHold)); rest > 0 {
 		time.Sleep(rest)
 	}
@@ -383,6 +406,10 @@ func (r *floodRig) flood(f flood) (report.Fault, string) {
 	fr.Flood.NewProxy = newProxy.Seconds()
 	if why != "" {
 		fr.Flood.NewProxy, fr.Flood.NewProxyError = -1, why
+	}
+	fr.Flood.Registered = registered.Seconds()
+	if unregistered != "" {
+		fr.Flood.Registered, fr.Flood.RegisteredError = -1, unregistered
 	}
 	var problem string
 	if r.cg != nil && r.cg.oomKills() > kills || r.exited() {
@@ -405,6 +432,9 @@ func (r *floodRig) flood(f flood) (report.Fault, string) {
 	}
 	if problem == "" && why != "" {
 		problem = "a proxy connecting with a token was not served: " + why
+	}
+	if problem == "" && unregistered != "" {
+		problem = "another namespace's workload was not registered: " + unregistered
 	}
 	return fr, problem
 }
@@ -477,16 +507,112 @@ func (r *floodRig) tokenProxy(wait time.Duration) (time.Duration, string) {
 	return time.Since(began), ""
 }
 
+var workloadGroups = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadgroups"}
+var workloadEntries = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
+
+// register connects a workload of namespace vm-quiet naming its
+// WorkloadGroup, as Istio's agent does, and returns how long it took
+// until its WorkloadEntry was written, or why it was not within wait. The
+// workload stays connected until then.
+func (r *floodRig) register(wait time.Duration) (time.Duration, string) {
+	ctx, cancel := context.WithTimeout(r.ctx, wait)
+	defer cancel()
+	r.registered++
+	address := fmt.Sprintf("10.250.0.%d", r.registered)
+	began := time.Now()
+	conn, err := r.dial("127.0.0.5", r.clientTLS(r.vm), "")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer conn.Close()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: vmNode("vm-quiet", address), TypeUrl: resource.ClusterType}); err != nil {
+		_, err = s.Recv()
+		return 0, fmt.Sprint(err)
+	}
+	served := make(chan error, 1)
+	go func() { _, err := s.Recv(); served <- err }()
+	entries := r.dyn.Resource(workloadEntries).Namespace("vm-quiet")
+	for {
+		if _, err := entries.Get(ctx, "vms-"+address, metav1.GetOptions{}); err == nil {
+			return time.Since(began), ""
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				return 0, "its stream was ended: " + err.Error()
+			}
+		case <-ctx.Done():
+			return 0, fmt.Sprintf("no WorkloadEntry vm-quiet/vms-%s after %s", address, wait.Round(time.Second))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// vmNode is a workload of namespace ns at address naming WorkloadGroup
+// vms, as Istio's agent sends it.
+func vmNode(ns, address string) *core.Node {
+	return &core.Node{Id: "sidecar~" + address + "~vm-" + strings.ReplaceAll(address, ".", "-") + "." + ns + "~" + ns + ".svc.cluster.local",
+		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns),
+			"AUTO_REGISTER_GROUP": structpb.NewStringValue("vms"), "INSTANCE_IPS": structpb.NewStringValue(address)}}}
+}
+
+// registrations: the attacker's identity, admitted by ns-0's
+// WorkloadGroup, connects workloads at new addresses as fast as it can,
+// each ending its stream once served (or refused) for the next.
+func (r *floodRig) registrations() (func() string, error) {
+	conns, closeAll, err := r.dialMany(16, "127.0.0.6", r.clientTLS(r.attacker))
+	if err != nil {
+		return nil, err
+	}
+	var n atomic.Int64
+	stop := r.loop(64, func(ctx context.Context, i int) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conns[i%len(conns)]).StreamAggregatedResources(cctx)
+		if err != nil {
+			return err
+		}
+		k := n.Add(1)
+		address := fmt.Sprintf("10.%d.%d.%d", 100+k>>16&0x7f, k>>8&0xff, k&0xff)
+		if err := s.Send(&discovery.DiscoveryRequest{Node: vmNode("ns-0", address), TypeUrl: resource.ClusterType}); err != nil {
+			_, err = s.Recv()
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	})
+	return func() string {
+		sent := stop()
+		closeAll()
+		return sent
+	}, nil
+}
+
 // floods are the floods, each after a quiet hold that measures the same
 // figures without one.
-func (r *floodRig) floods() []flood {
-	return []flood{
+func (r *floodRig) floods(only []string) []flood {
+	all := []flood{
 		{name: "none (for comparison)", start: func() (func() string, error) { return func() string { return "nothing" }, nil }},
 		{name: "H2: token reviews asked with forged tokens that parse as the API server's, from one host, as fast as it can", start: r.forgedTokens},
+		{name: "H3: one identity's workloads registering at new addresses, 64 callers on 16 connections, as fast as they can", start: r.registrations},
 		{name: "H4: one identity's streams subscribing to made-up names, 4 MB per type, as many as it is let", start: r.madeUpNames},
 		{name: "H5: CSDS asked by 64 callers at once, each for every honest proxy", start: r.csdsAtOnce},
 		{name: "H6: 3 connections × 100 streams of unfinished 4 MiB messages, without any credential", start: r.unfinished},
 	}
+	if len(only) == 0 {
+		return all
+	}
+	run := all[:1]
+	for _, f := range all[1:] {
+		if slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(f.name, p) }) {
+			run = append(run, f)
+		}
+	}
+	return run
 }
 
 // loop runs n callers of call, each calling again as soon as a call

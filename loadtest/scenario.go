@@ -68,10 +68,13 @@ type Scenario struct {
 	Faults     bool `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
-	Floods           bool          `json:"floods,omitempty"`
-	FloodMemoryLimit string        `json:"flood_memory_limit,omitempty"`
-	FaultHold        time.Duration `json:"fault_hold"`
-	Seed             uint64        `json:"seed"`
+	Floods           bool   `json:"floods,omitempty"`
+	FloodMemoryLimit string `json:"flood_memory_limit,omitempty"`
+	// FloodsOnly runs the floods whose names begin with one of these
+	// (all when empty), after the one for comparison.
+	FloodsOnly []string      `json:"floods_only,omitempty"`
+	FaultHold  time.Duration `json:"fault_hold"`
+	Seed       uint64        `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
@@ -120,7 +123,15 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
-	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed or a change is lost")
+	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, registrations of one identity, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed, a change is lost, or a proxy or workload connecting meanwhile is not served or registered")
+	fs.Func("floods-only", "comma-separated: run only the floods whose names begin with one of these (H2, H3, H4, H5, H6), after the one for comparison", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				sc.FloodsOnly = append(sc.FloodsOnly, f)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)

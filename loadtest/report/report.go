@@ -89,6 +89,12 @@ type Flood struct {
 	// the flood); NewProxyError says why not.
 	NewProxy      float64 `json:"new_proxy_s"`
 	NewProxyError string  `json:"new_proxy_error,omitempty"`
+	// Registered is how long a workload of another namespace, naming its
+	// WorkloadGroup as it connects during the flood, took until its
+	// WorkloadEntry was written (-1: it was not, within the flood);
+	// RegisteredError says why not.
+	Registered      float64 `json:"registered_s"`
+	RegisteredError string  `json:"registered_error,omitempty"`
 	// Sent says what the flood sent, and what the pusher answered.
 	Sent string `json:"sent"`
 }
@@ -410,6 +416,11 @@ func (r *Report) Markdown() string {
 					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was served after %s\n", format(fl.NewProxy, "s"))
 				} else {
 					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was not served: %s\n", fl.NewProxyError)
+				}
+				if fl.Registered >= 0 {
+					fmt.Fprintf(&b, "    another namespace's workload registering meanwhile had its WorkloadEntry after %s\n", format(fl.Registered, "s"))
+				} else {
+					fmt.Fprintf(&b, "    another namespace's workload registering meanwhile had no WorkloadEntry: %s\n", fl.RegisteredError)
 				}
 			}
 		}

@@ -355,7 +355,9 @@ func ready(p *corev1.Pod) bool {
 }
 
 // allReady waits until every pod of the namespace is Ready and none is
-// terminating, and returns them.
+// terminating, and returns them; a pod that ran to completion (a Job's,
+// such as the one making the trial etcd's users) is done, not unready,
+// and left out.
 func (e *env) allReady(t *testing.T, ns string, within time.Duration) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
@@ -365,15 +367,20 @@ func (e *env) allReady(t *testing.T, ns string, within time.Duration) []corev1.P
 			return false, err.Error()
 		}
 		var not []string
+		var running []corev1.Pod
 		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodSucceeded && p.DeletionTimestamp == nil {
+				continue
+			}
 			if p.DeletionTimestamp != nil || !ready(&p) {
 				not = append(not, fmt.Sprintf("%s (%s)", p.Name, podState(&p)))
 			}
+			running = append(running, p)
 		}
-		if len(l.Items) == 0 || len(not) > 0 {
-			return false, fmt.Sprintf("%d pods, not ready: %s", len(l.Items), strings.Join(not, ", "))
+		if len(running) == 0 || len(not) > 0 {
+			return false, fmt.Sprintf("%d pods, not ready: %s", len(running), strings.Join(not, ", "))
 		}
-		pods = l.Items
+		pods = running
 		return true, ""
 	})
 	return pods
@@ -674,6 +681,9 @@ func (e *env) fault(t *testing.T, pod string, want func() map[string]bool) strin
 		}
 		var not []string
 		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodSucceeded && p.DeletionTimestamp == nil {
+				continue // a Job's, done
+			}
 			if p.DeletionTimestamp != nil || !ready(&p) {
 				not = append(not, p.Name+" ("+podState(&p)+")")
 				if others[p.Name] {

@@ -99,6 +99,7 @@ func differential(t *testing.T, settings string, named func(string) bool) {
 	fmt.Fprintf(&report, "%-28s %8s %8s %7s\n", "case", "facts", "equal", "%")
 	for _, c := range cases {
 		theirs, mine := settledFacts(t, ctx, c, istiod, ours)
+		checkHosts(t, c, map[string]Facts{"istiod": theirs, "shardpilot": mine})
 		diff := Compare(theirs, mine)
 		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", c.name, diff.Compared, diff.Equal, diff.Percent())
 		if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
@@ -143,6 +144,48 @@ type testCase struct {
 	// logs compares access logs and tracing too (a case whose text has
 	// the line "# compare: logs").
 	logs bool
+	// present and absent are the hosts (before ".<ns>.svc") whose facts
+	// both control planes must send, or neither (the lines "# present:
+	// <host>" and "# absent: <host>"): what a share of equal facts
+	// would not tell.
+	present, absent []string
+}
+
+// directives are the values of a case's lines "# <key>: <value>".
+func directives(body []byte, key string) []string {
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "# "+key+": "); ok {
+			out = append(out, strings.TrimSpace(v))
+		}
+	}
+	return out
+}
+
+// checkHosts: both control planes send facts of the case's present hosts,
+// and neither of its absent ones.
+func checkHosts(t *testing.T, c testCase, facts map[string]Facts) {
+	t.Helper()
+	for who, f := range facts {
+		has := func(host string) bool {
+			for k := range f {
+				if strings.Contains(k, host+"."+c.ns+".svc.") {
+					return true
+				}
+			}
+			return false
+		}
+		for _, h := range c.present {
+			if !has(h) {
+				t.Errorf("%s: %s sends nothing of %s.%s, which the case's proxy sees", c.name, who, h, c.ns)
+			}
+		}
+		for _, h := range c.absent {
+			if has(h) {
+				t.Errorf("%s: %s sends %s.%s, which the case's proxy must not see", c.name, who, h, c.ns)
+			}
+		}
+	}
 }
 
 // binaries returns the folders of Istio's binaries (ISTIO_BIN) and of
@@ -217,7 +260,7 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 			t.Fatal(err)
 		}
 		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n")),
-			logs: bytes.Contains(body, []byte("\n# compare: logs\n"))}
+			logs: bytes.Contains(body, []byte("\n# compare: logs\n")), present: directives(body, "present"), absent: directives(body, "absent")}
 		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(c.net))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
 		if c.gateway {
@@ -438,14 +481,22 @@ func (a *applier) create(t *testing.T, ctx context.Context, obj *unstructured.Un
 // ready.
 func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, settings string, env ...string) string {
 	t.Helper()
+	plain, _ := startIstiodSecure(t, ctx, bin, kubeconfig, work, settings, env...)
+	return plain
+}
+
+// startIstiodSecure starts istiod as startIstiod does and returns its
+// plaintext and its TLS (15012's) ADS addresses.
+func startIstiodSecure(t *testing.T, ctx context.Context, bin, kubeconfig, work, settings string, env ...string) (plain, secure string) {
+	t.Helper()
 	mesh := filepath.Join(work, "mesh.yaml")
 	if err := os.WriteFile(mesh, []byte(settings), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, http := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	grpcAddr, http, secure := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args := []string{"discovery", "--kubeconfig", kubeconfig, "--meshConfig", mesh, "--networksConfig", filepath.Join(work, "none"),
 		"--grpcAddr", grpcAddr, "--httpAddr", http, "--httpsAddr", testutil.FreeAddr(t), "--monitoringAddr", testutil.FreeAddr(t),
-		"--secureGRPCAddr", testutil.FreeAddr(t), "--domain", "cluster.local", "--log_output_level", "default:warn"}
+		"--secureGRPCAddr", secure, "--domain", "cluster.local", "--log_output_level", "default:warn"}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pilot-discovery"), args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "REVISION=default", "PILOT_ENABLE_ANALYSIS=false", "POD_NAME=istiod-0",
 		"PILOT_MAX_REQUESTS_PER_SECOND=1000")
@@ -454,7 +505,7 @@ func startIstiod(t *testing.T, ctx context.Context, bin, kubeconfig, work, setti
 	testutil.Eventually(t, time.Minute, "istiod ready", func() (bool, string) {
 		return ready("http://" + http + "/ready"), "not ready"
 	})
-	return grpcAddr
+	return grpcAddr, secure
 }
 
 // startShardpilot runs etcd and NATS in the test process and the ingester

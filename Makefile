@@ -45,7 +45,7 @@ loadtest-faults: build ## The fault suite (about 3 minutes): under churn, SIGKIL
 		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --faults --settle 60s --out loadtest/out/faults
 
 .PHONY: loadtest-floods
-loadtest-floods: build ## The floods (about 3 minutes, root, a kube-apiserver built by hack/kube-binaries.sh): against a pusher set up as docs/security.md describes and held to the chart's memory limit, forged token reviews, made-up names, CSDS at once and unfinished messages, 15 s each under churn; the pusher's RSS, the honest proxies' convergence and a token proxy's admission reported; fails if the pusher is killed or a change is lost.
+loadtest-floods: build ## The floods (about 3 minutes, root, a kube-apiserver built by hack/kube-binaries.sh): against a pusher set up as docs/security.md describes and held to the chart's memory limit, forged token reviews, one identity's registrations, made-up names, CSDS at once and unfinished messages, 15 s each under churn; the pusher's RSS, the honest proxies' convergence, a token proxy's admission and another namespace's registration reported; fails if the pusher is killed, a change is lost, or that proxy or workload is not served or registered.
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --proxies 300 --services 100 --endpoints 5 \
 		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --floods --fault-hold 15s --out loadtest/out/floods

@@ -304,7 +304,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(version.Collector())
 	serveHook, err := o.hook.start(log, reg)
 	if err != nil {
 		adminLis.Close()
@@ -366,7 +366,7 @@ func run(ctx context.Context, args []string) error {
 		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}
 	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
-	page := statuspage.New(statuspage.Config{Title: "ingester", Gatherer: reg, Rejected: app.Rejections(ingestReport)})
+	page := statuspage.New(statuspage.Config{Title: "ingester", Version: version.String(), Gatherer: reg, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,

@@ -259,7 +259,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(version.Collector())
 	kube, policy, err := o.identities(reg)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func run(ctx context.Context, args []string) error {
 	if readCredentials != nil {
 		g.Go(func() error { return readCredentials(ctx) })
 	}
-	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, StaleReason: ps.StaleReason})
+	page := statuspage.New(statuspage.Config{Title: "pusher", Version: version.String(), Gatherer: reg, Streams: app.PageStreams(status), Stale: ps.Stale, StaleReason: ps.StaleReason})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
@@ -463,14 +463,14 @@ func meshCA(ctx context.Context, etcd *clientv3.Client, certFile, keyFile, sealK
 	} else {
 		var keys ca.SealKeys
 		if keys, err = ca.ReadSealKeys(sealKeysFile); err == nil {
-			root, err = ca.FromStore(ctx, etcd, trustDomain, keys, log.With("part", "ca"))
+			root, err = ca.FromStore(ctx, store.New(etcd), trustDomain, keys, log.With("part", "ca"))
 		}
 	}
 	if err == nil && trustFile != "" {
 		err = root.AlsoTrust(trustFile)
 	}
 	if err == nil {
-		err = ca.PublishTrust(ctx, etcd, root)
+		err = ca.PublishTrust(ctx, store.New(etcd), root)
 	}
 	return root, err
 }

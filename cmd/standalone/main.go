@@ -152,7 +152,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		adminTLSAddr = cli.Advertised(c.AdvertiseHost, adminTLSLis)
 	}
 
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(version.Collector())
 	status := server.NewStreams()
 	busCfg := bus.Config{}
 	rl, err := app.Relay{Etcd: etcdCli, NATS: nc, Bus: busCfg, Log: log, Registerer: reg}.Build()
@@ -200,7 +200,7 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
-	page := statuspage.New(statuspage.Config{Title: "standalone", Gatherer: reg, Streams: status.Status, Stale: ps.Stale, Rejected: app.Rejections(ingestReport)})
+	page := statuspage.New(statuspage.Config{Title: "standalone", Version: version.String(), Gatherer: reg, Streams: app.PageStreams(status), Stale: ps.Stale, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
 	g.Go(func() error {
 		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: c.AdminTokenOnLoopback, Page: page,

@@ -8,10 +8,10 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/shardpilot/shardpilot/pkg/bus"
-	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,7 +44,7 @@ func (c callbacks) Admit(ctx context.Context, node *core.Node) (*core.Node, erro
 			return nil, err
 		}
 	}
-	ns := classify.Namespace(node)
+	ns := nodemeta.Namespace(node)
 	if !c.pusher.Serves(ns) {
 		served, _ := c.pusher.Placement()
 		return nil, status.Errorf(codes.FailedPrecondition, "shardpilot: this pusher serves the proxies of namespaces %s, not of %q: connect to the pushers of its shard",
@@ -85,7 +85,7 @@ func (c callbacks) register(ctx context.Context, node *core.Node) error {
 	if !ok {
 		return status.Error(codes.PermissionDenied, "shardpilot: registering a workload (AUTO_REGISTER_GROUP) needs a verified identity: a client certificate with a SPIFFE ID, or a service account token")
 	}
-	r := model.Registration{Group: group, Namespace: classify.Namespace(node), Identity: id.String(), Proxy: node.GetId(),
+	r := model.Registration{Group: group, Namespace: nodemeta.Namespace(node), Identity: id.String(), Proxy: node.GetId(),
 		Address: workloadAddress(node), Network: meta["NETWORK"].GetStringValue(), ConnectedAt: time.Now()}
 	if l := node.GetLocality(); l != nil {
 		r.Locality = strings.TrimRight(l.GetRegion()+"/"+l.GetZone()+"/"+l.GetSubZone(), "/")
@@ -120,7 +120,7 @@ func workloadAddress(node *core.Node) string {
 // stream.
 func (c callbacks) Closed(node *core.Node) {
 	if c.byProxies {
-		c.pusher.Left(classify.Namespace(node))
+		c.pusher.Left(nodemeta.Namespace(node))
 	}
 	if c.announcer != nil {
 		c.announcer.Disconnect(node)

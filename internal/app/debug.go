@@ -16,11 +16,11 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
+	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -267,7 +267,7 @@ func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (_
 	// another proxy.
 	var streams []server.StreamStatus
 	for _, st := range c.Dump.status.Status() {
-		if st.Node != nil && (!identified || classify.Namespace(st.Node) == id.Namespace) {
+		if st.Node != nil && (!identified || nodemeta.Namespace(st.Node) == id.Namespace) {
 			streams = append(streams, st)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
+	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
 
 // Problem is one rejected input, as /debug/problems serves it.
@@ -63,6 +64,26 @@ func Rejections(m *ingest.Report) func() []statuspage.Rejected {
 				why = "warning (applied): " + why
 			}
 			out = append(out, statuspage.Rejected{Source: p.Source, Location: where, Reason: why})
+		}
+		return out
+	}
+}
+
+// PageStreams lists the proxies' streams for the status page.
+func PageStreams(s *server.Streams) func() []statuspage.Stream {
+	return func() []statuspage.Stream {
+		all := s.Status()
+		out := make([]statuspage.Stream, 0, len(all))
+		for _, st := range all {
+			ps := statuspage.Stream{Proxy: st.Proxy, Class: string(st.Class), Delta: st.Delta, Since: st.Since, Types: make(map[string]statuspage.TypeState, len(st.Types))}
+			for t, ts := range st.Types {
+				state := statuspage.TypeState{State: ts.State()}
+				if ts.LastNACK != nil {
+					state.LastNACK = ts.LastNACK.Message
+				}
+				ps.Types[t] = state
+			}
+			out = append(out, ps)
 		}
 		return out
 	}

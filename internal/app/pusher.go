@@ -11,7 +11,7 @@ import (
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ca"
-	"github.com/shardpilot/shardpilot/pkg/classify"
+	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -266,7 +266,7 @@ func (b *BuiltPusher) Run(ctx context.Context) error {
 				}
 				// Those no longer served reconnect: their address leads to
 				// their new shard now.
-				srv.Shed(func(n *core.Node) bool { return !ps.Serves(classify.Namespace(n)) },
+				srv.Shed(func(n *core.Node) bool { return !ps.Serves(nodemeta.Namespace(n)) },
 					"shardpilot: the proxy's namespace is served by another shard now; reconnect")
 			})
 			return nil

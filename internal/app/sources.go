@@ -183,7 +183,7 @@ func (r RootCerts) Run(ctx context.Context) error {
 	}
 	name := "rootcerts/" + r.Cluster
 	return led(ctx, r.Etcd, r.Election, name, r.Log, nil, func(ctx context.Context) error {
-		return (&kube.RootCerts{Client: client, Etcd: r.Etcd, NamespaceSelector: r.NamespaceSelector, Log: r.Log.With("part", name)}).Run(ctx)
+		return (&kube.RootCerts{Client: client, Store: store.New(r.Etcd), NamespaceSelector: r.NamespaceSelector, Log: r.Log.With("part", name)}).Run(ctx)
 	})
 }
 

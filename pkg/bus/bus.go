@@ -397,6 +397,12 @@ func (b *Bus) Consume(ctx context.Context, fromSeq uint64, fn func(seq uint64, e
 	return b.ConsumeSubjects(ctx, fromSeq, nil, fn)
 }
 
+// ConsumeNamespaces is Consume for the events of some namespaces alone
+// and those every namespace sees (ConsumeSubjects of ScopeSubjects).
+func (b *Bus) ConsumeNamespaces(ctx context.Context, fromSeq uint64, namespaces []string, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error {
+	return b.ConsumeSubjects(ctx, fromSeq, ScopeSubjects(namespaces), fn)
+}
+
 // ConsumeSubjects is Consume for the events of some subjects alone (all of
 // them for none; see ScopeSubjects): the stream sends no other, so its
 // sequence skips theirs. A missing event of these subjects is told apart

@@ -60,7 +60,7 @@ func TestSealedRoot(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range cas {
 		wg.Go(func() {
-			c, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, testutil.Log(t))
+			c, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, testutil.Log(t))
 			if err != nil {
 				t.Error(err)
 			}
@@ -92,7 +92,7 @@ func TestSealedRoot(t *testing.T) {
 		}
 	}
 
-	later, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, nil)
+	later, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, nil)
 	if err != nil || string(later.RootPEM()) != string(cas[0].RootPEM()) {
 		t.Fatalf("a later start: %v", err)
 	}
@@ -107,26 +107,26 @@ func TestSealedRoot(t *testing.T) {
 	}
 
 	// Without its seal key the root cannot be opened, and is not replaced.
-	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), "not among the seal keys") {
+	if _, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), "not among the seal keys") {
 		t.Errorf("the wrong seal key: %v, want an error saying the root's key is not given", err)
 	}
 	// A new first key: the root is the same, sealed with the new key, and
 	// the old key alone no longer opens it.
-	rotated, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next, old}, testutil.Log(t))
+	rotated, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{next, old}, testutil.Log(t))
 	if err != nil || string(rotated.RootPEM()) != string(cas[0].RootPEM()) {
 		t.Fatalf("with a new first seal key: %v", err)
 	}
-	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{old}, nil); err == nil {
+	if _, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, nil); err == nil {
 		t.Error("the root is still sealed with the old key")
 	}
-	if again, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err != nil || string(again.RootPEM()) != string(cas[0].RootPEM()) {
+	if again, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{next}, nil); err != nil || string(again.RootPEM()) != string(cas[0].RootPEM()) {
 		t.Errorf("with the new key alone: %v", err)
 	}
 
 	if _, err := cli.Put(ctx, ca.SealedRootKey, "not json"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), ca.SealedRootKey) {
+	if _, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{next}, nil); err == nil || !strings.Contains(err.Error(), ca.SealedRootKey) {
 		t.Errorf("a broken root: %v, want an error naming its key", err)
 	}
 }
@@ -153,7 +153,7 @@ func TestLegacyRootSealed(t *testing.T) {
 	if _, err := cli.Put(ctx, ca.LegacyRootKey, string(legacy)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ca.FromStore(ctx, cli, "cluster.local", ca.SealKeys{sealKey(1)}, testutil.Log(t))
+	got, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{sealKey(1)}, testutil.Log(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,11 +271,11 @@ func BenchmarkIssue(b *testing.B) {
 func TestPublishTrust(t *testing.T) {
 	_, _, as := testutil.EtcdWithRoles(t)
 	ctx := testutil.Context(t)
-	c, err := ca.FromStore(ctx, as("pusher"), "cluster.local", ca.SealKeys{sealKey(1)}, nil)
+	c, err := ca.FromStore(ctx, store.New(as("pusher")), "cluster.local", ca.SealKeys{sealKey(1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ca.PublishTrust(ctx, as("pusher"), c); err != nil {
+	if err := ca.PublishTrust(ctx, store.New(as("pusher")), c); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := as("ingester").Get(ctx, store.TrustKey)
@@ -283,7 +283,7 @@ func TestPublishTrust(t *testing.T) {
 		t.Fatalf("the ingesters read %v (%v), want the roots", resp, err)
 	}
 	rev := resp.Kvs[0].ModRevision
-	if err := ca.PublishTrust(ctx, as("pusher"), c); err != nil {
+	if err := ca.PublishTrust(ctx, store.New(as("pusher")), c); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := as("ingester").Get(ctx, store.TrustKey); resp.Kvs[0].ModRevision != rev {

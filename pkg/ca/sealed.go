@@ -18,8 +18,6 @@ import (
 	"strings"
 
 	"github.com/shardpilot/shardpilot/pkg/store"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // SealedRootKey is where a root created on the first start is kept: sealed
@@ -128,7 +126,7 @@ func newGCM(key []byte) (cipher.AEAD, error) {
 // first start: of replicas starting at once, one creates it and the others
 // read it. A root unsealed at LegacyRootKey, when there is one the pusher
 // may read, is sealed and adopted instead of a new one.
-func FromStore(ctx context.Context, cli *clientv3.Client, trustDomain string, keys SealKeys, log *slog.Logger) (*CA, error) {
+func FromStore(ctx context.Context, st *store.Store, trustDomain string, keys SealKeys, log *slog.Logger) (*CA, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("ca: a root kept in etcd needs a seal key")
 	}
@@ -136,22 +134,21 @@ func FromStore(ctx context.Context, cli *clientv3.Client, trustDomain string, ke
 		log = slog.New(slog.DiscardHandler)
 	}
 	for range 3 {
-		resp, err := cli.Get(ctx, SealedRootKey)
+		sealed, modRev, err := st.Value(ctx, SealedRootKey)
 		if err != nil {
 			return nil, fmt.Errorf("ca: read %s: %w", SealedRootKey, err)
 		}
-		if len(resp.Kvs) == 1 {
-			kv := resp.Kvs[0]
-			plain, first, err := keys.open(kv.Value)
+		if sealed != nil {
+			plain, first, err := keys.open(sealed)
 			if err != nil {
 				return nil, err
 			}
 			if !first {
-				reseal(ctx, cli, keys, plain, kv.ModRevision, log)
+				reseal(ctx, st, keys, plain, modRev, log)
 			}
 			return decode(plain, SealedRootKey)
 		}
-		plain, legacy, err := legacyRoot(ctx, cli, log)
+		plain, legacy, err := legacyRoot(ctx, st, log)
 		if err != nil {
 			return nil, err
 		}
@@ -164,16 +161,15 @@ func FromStore(ctx context.Context, cli *clientv3.Client, trustDomain string, ke
 		if err != nil {
 			return nil, err
 		}
-		txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(SealedRootKey), "=", 0)).
-			Then(clientv3.OpPut(SealedRootKey, string(value))).Commit()
+		created, err := st.CreateValue(ctx, SealedRootKey, value)
 		if err != nil {
-			return nil, fmt.Errorf("ca: create %s: %w", SealedRootKey, err)
+			return nil, fmt.Errorf("ca: %w", err)
 		}
-		if !txn.Succeeded {
+		if !created {
 			continue // another replica created it first: read theirs
 		}
 		if legacy {
-			if _, err := cli.Delete(ctx, LegacyRootKey); err != nil {
+			if err := st.DeleteValue(ctx, LegacyRootKey); err != nil {
 				log.Warn("the root is sealed now, but its unsealed copy could not be deleted: delete it", "key", LegacyRootKey, "error", err)
 			} else {
 				log.Info("the root kept unsealed is sealed now", "from", LegacyRootKey, "to", SealedRootKey)
@@ -186,18 +182,17 @@ func FromStore(ctx context.Context, cli *clientv3.Client, trustDomain string, ke
 
 // legacyRoot returns the root kept unsealed by earlier releases, or nil
 // when there is none or the pusher may not read it.
-func legacyRoot(ctx context.Context, cli *clientv3.Client, log *slog.Logger) ([]byte, bool, error) {
-	resp, err := cli.Get(ctx, LegacyRootKey)
-	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+func legacyRoot(ctx context.Context, st *store.Store, log *slog.Logger) ([]byte, bool, error) {
+	value, _, err := st.Value(ctx, LegacyRootKey)
+	if store.IsPermissionDenied(err) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("ca: read %s: %w", LegacyRootKey, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if value == nil {
 		return nil, false, nil
 	}
-	value := resp.Kvs[0].Value
 	if _, err := decode(value, LegacyRootKey); err != nil {
 		log.Warn("the root kept unsealed cannot be read: a new one is made", "key", LegacyRootKey, "error", err)
 		return nil, false, nil
@@ -207,11 +202,10 @@ func legacyRoot(ctx context.Context, cli *clientv3.Client, log *slog.Logger) ([]
 
 // reseal seals the root again with the first key, unless another replica
 // changed it meanwhile; a failure only leaves it sealed with the older key.
-func reseal(ctx context.Context, cli *clientv3.Client, keys SealKeys, plain []byte, rev int64, log *slog.Logger) {
+func reseal(ctx context.Context, st *store.Store, keys SealKeys, plain []byte, rev int64, log *slog.Logger) {
 	value, err := keys.seal(plain)
 	if err == nil {
-		_, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(SealedRootKey), "=", rev)).
-			Then(clientv3.OpPut(SealedRootKey, string(value))).Commit()
+		_, err = st.PutValueAt(ctx, SealedRootKey, value, rev)
 	}
 	if err != nil {
 		log.Warn("the root could not be sealed with the first seal key: it stays sealed with an older one", "key", SealedRootKey, "error", err)
@@ -223,16 +217,16 @@ func reseal(ctx context.Context, cli *clientv3.Client, keys SealKeys, plain []by
 // PublishTrust writes the roots proxies trust (TrustPEM, public) to
 // store.TrustKey, unless it holds them already: the ingesters publish
 // them in every namespace for Istio's agents.
-func PublishTrust(ctx context.Context, cli *clientv3.Client, c *CA) error {
-	resp, err := cli.Get(ctx, store.TrustKey)
+func PublishTrust(ctx context.Context, st *store.Store, c *CA) error {
+	have, _, err := st.Value(ctx, store.TrustKey)
 	if err != nil {
 		return fmt.Errorf("ca: read %s: %w", store.TrustKey, err)
 	}
-	if len(resp.Kvs) > 0 && bytes.Equal(resp.Kvs[0].Value, c.TrustPEM()) {
+	if bytes.Equal(have, c.TrustPEM()) {
 		return nil
 	}
-	if _, err := cli.Put(ctx, store.TrustKey, string(c.TrustPEM())); err != nil {
-		return fmt.Errorf("ca: write %s: %w", store.TrustKey, err)
+	if err := st.PutValue(ctx, store.TrustKey, c.TrustPEM()); err != nil {
+		return fmt.Errorf("ca: %w", err)
 	}
 	return nil
 }

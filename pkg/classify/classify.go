@@ -23,6 +23,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 )
 
 // Router is the kind of gateway proxies ("router~..." node ids).
@@ -250,7 +251,7 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 		var keys []string
 		if ix != nil {
 			labels := nodeLabels(node)
-			ns := Namespace(node)
+			ns := nodemeta.Namespace(node)
 			bound := ix.sharedGateways != nil && ns != "" && !ix.sharedGateways[ns]
 			for _, g := range ix.gateways {
 				if bound && g.Namespace != ns {
@@ -266,7 +267,7 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 		return ix.shapeRouter(Class{Kind: Router, Gateways: keys}, node).Key()
 	}
 	c := Class{Kind: Kind(node).String()}
-	ns := Namespace(node)
+	ns := nodemeta.Namespace(node)
 	if ix == nil || ns == "" {
 		return c.Key()
 	}
@@ -307,7 +308,7 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 // gateway), and the tags of the Telemetries and EnvoyFilters that select
 // it.
 func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
-	ns := Namespace(node)
+	ns := nodemeta.Namespace(node)
 	if ix == nil || ns == "" {
 		return c
 	}
@@ -428,20 +429,6 @@ func Kind(node *core.Node) generate.Proxy {
 		return generate.Proxyless
 	}
 	return generate.Envoy
-}
-
-// Namespace reads a node's namespace from Istio's NAMESPACE metadata, else
-// from an Istio node id ("sidecar~10.1.2.3~pod.ns~ns.svc.cluster.local").
-func Namespace(node *core.Node) string {
-	if ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "" {
-		return ns
-	}
-	parts := strings.Split(node.GetId(), "~")
-	if len(parts) == 4 {
-		ns, _, _ := strings.Cut(parts[3], ".")
-		return ns
-	}
-	return ""
 }
 
 // nodeLabels reads Istio's LABELS metadata.

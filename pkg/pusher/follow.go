@@ -9,7 +9,6 @@ import (
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
-	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/model"
 )
 
@@ -94,7 +93,7 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 		return nil
 	}
 	if scope != nil {
-		err = p.cfg.Feed.(ScopedFeed).ConsumeSubjects(ctx, seq+1, bus.ScopeSubjects(scope), fn)
+		err = p.cfg.Feed.(ScopedFeed).ConsumeNamespaces(ctx, seq+1, scope, fn)
 	} else {
 		err = p.cfg.Feed.Consume(ctx, seq+1, fn)
 	}

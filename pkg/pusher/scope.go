@@ -20,10 +20,11 @@ type ScopedLoader interface {
 	ListPrefixes(ctx context.Context, rev int64, prefixes ...string) (items []model.Stored, at int64, errs []error, err error)
 }
 
-// ScopedFeed follows the events of some subjects alone; a pusher that
-// serves some namespaces needs it.
+// ScopedFeed follows the events of some namespaces alone (and those every
+// namespace sees); a pusher that serves some namespaces needs it. How the
+// feed carries them (the bus's subjects) is the feed's.
 type ScopedFeed interface {
-	ConsumeSubjects(ctx context.Context, fromSeq uint64, subjects []string, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error
+	ConsumeNamespaces(ctx context.Context, fromSeq uint64, namespaces []string, fn func(seq uint64, ev *meshv1.ChangeEvent) error) error
 }
 
 // scopeOf returns the namespaces whose objects the proxies of the

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/shardpilot/shardpilot/internal/version"
 )
 
 // NewLogger returns a structured logger writing to w at level ("debug",
@@ -39,10 +38,13 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("telemetry: log format %q: want text or json", format)
 }
 
-// NewRegistry returns a Prometheus registry with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
+// NewRegistry returns a Prometheus registry with the Go and process
+// collectors, and those given (the build's information, which the
+// commands know).
+func NewRegistry(more ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(more...)
 	return reg
 }
 

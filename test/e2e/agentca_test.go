@@ -21,6 +21,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -106,7 +107,7 @@ func clusterTokens(kc *kubetest.Cluster) *identity.Tokens {
 func sealedCA(t *testing.T) (*ca.CA, *clientv3.Client, string) {
 	t.Helper()
 	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromStore(testutil.Context(t), etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	root, err := ca.FromStore(testutil.Context(t), store.New(etcd), "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func publishedRoots(t *testing.T, kc *kubetest.Cluster, etcd *clientv3.Client, s
 	ctx, cancel := context.WithCancel(testutil.Context(t))
 	published := make(chan error, 1)
 	go func() {
-		published <- (&kube.RootCerts{Client: kc.Client, Etcd: etcd, NamespaceSelector: labels.SelectorFromSet(selector), Log: testutil.Log(t)}).Run(ctx)
+		published <- (&kube.RootCerts{Client: kc.Client, Store: store.New(etcd), NamespaceSelector: labels.SelectorFromSet(selector), Log: testutil.Log(t)}).Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-published })
 	var roots string
@@ -352,7 +353,7 @@ func TestIstioAgentFlow(t *testing.T) {
 	serviceAccounts(t, kc, ns, "greeter", "client")
 	root, etcd, meshRoot := sealedCA(t)
 	// The pushers publish the roots; an ingester writes the ConfigMaps.
-	if err := ca.PublishTrust(ctx, etcd, root); err != nil {
+	if err := ca.PublishTrust(ctx, store.New(etcd), root); err != nil {
 		t.Fatal(err)
 	}
 	rootPEM := publishedRoots(t, kc, etcd, selector, ns)

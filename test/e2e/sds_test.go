@@ -25,6 +25,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/app"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -130,7 +131,7 @@ func securedControlPlane(t *testing.T, ttl time.Duration, sources ...source) (*C
 		t.Fatal(err)
 	}
 	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromStore(testutil.Context(t), etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	root, err := ca.FromStore(testutil.Context(t), store.New(etcd), "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

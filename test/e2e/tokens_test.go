@@ -20,6 +20,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/ca"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/sds"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
@@ -74,7 +75,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	policy := identity.Policy{TrustDomain: "cluster.local", Required: true,
 		Tokens: &identity.Tokens{Client: kc.Client, Audiences: []string{"istio-ca"}, TrustDomain: "cluster.local"}}
 	_, etcd := testutil.Etcd(t)
-	root, err := ca.FromStore(ctx, etcd, "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
+	root, err := ca.FromStore(ctx, store.New(etcd), "cluster.local", ca.SealKeys{make([]byte, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/envoypatch"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	"github.com/shardpilot/shardpilot/pkg/xds/patch"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -120,7 +120,7 @@ func (n *normalizer) envoyFilter(in Input, spec *envoyFilter) {
 		return
 	}
 	for _, p := range e.Patches {
-		if err := patch.Check(p); err != nil {
+		if err := envoypatch.Check(p); err != nil {
 			n.problem(in, p.Location+".patch.value", "%v", err)
 			return
 		}

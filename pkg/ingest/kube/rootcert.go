@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/pkg/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +38,7 @@ var ignoredNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"
 // replica runs it (under an election).
 type RootCerts struct {
 	Client kubernetes.Interface
-	Etcd   *clientv3.Client
+	Store  *store.Store
 	// NamespaceSelector selects the namespaces of the mesh (nil: all).
 	NamespaceSelector labels.Selector
 	// Retry is the pause before a failed write is tried again. Default 1s.
@@ -55,7 +54,7 @@ type RootCerts struct {
 
 // Run publishes until ctx ends.
 func (r *RootCerts) Run(ctx context.Context) error {
-	if r.Client == nil || r.Etcd == nil {
+	if r.Client == nil || r.Store == nil {
 		return errors.New("kube: root certificates: a Kubernetes client and etcd are required")
 	}
 	if r.Log == nil {
@@ -125,30 +124,10 @@ func (r *RootCerts) Run(ctx context.Context) error {
 
 // follow keeps the roots current from the store.
 func (r *RootCerts) follow(ctx context.Context) error {
-	resp, err := r.Etcd.Get(ctx, store.TrustKey)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("kube: root certificates: read %s: %w", store.TrustKey, err)
+	if err := r.Store.FollowValue(ctx, store.TrustKey, func(v []byte) { r.setRoots(string(v)) }); err != nil {
+		return fmt.Errorf("kube: root certificates: %w", err)
 	}
-	if len(resp.Kvs) > 0 {
-		r.setRoots(string(resp.Kvs[0].Value))
-	}
-	for wr := range r.Etcd.Watch(clientv3.WithRequireLeader(ctx), store.TrustKey, clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("kube: root certificates: watch %s: %w", store.TrustKey, err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypePut {
-				r.setRoots(string(ev.Kv.Value))
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return nil // the end of the run, not a failure
-	}
-	return fmt.Errorf("kube: root certificates: the watch of %s ended", store.TrustKey)
+	return nil // the end of the run, not a failure
 }
 
 func (r *RootCerts) setRoots(roots string) {

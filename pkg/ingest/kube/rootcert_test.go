@@ -29,7 +29,7 @@ func TestRootCertConfigMaps(t *testing.T) {
 	if _, err := cli.Put(ctx, store.TrustKey, "root one\n"); err != nil {
 		t.Fatal(err)
 	}
-	r := &kube.RootCerts{Client: kc.Client, Etcd: cli, NamespaceSelector: labels.SelectorFromSet(mesh), Log: testutil.Log(t)}
+	r := &kube.RootCerts{Client: kc.Client, Store: store.New(cli), NamespaceSelector: labels.SelectorFromSet(mesh), Log: testutil.Log(t)}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()

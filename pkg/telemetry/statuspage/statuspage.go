@@ -27,8 +27,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/shardpilot/shardpilot/internal/version"
-	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
 
 // The metrics the page reads.
@@ -44,13 +42,29 @@ type Rejected struct {
 	Source, Location, Reason string
 }
 
+// Stream is a proxy's stream as the page lists it.
+type Stream struct {
+	Proxy, Class string
+	Delta        bool
+	Since        time.Time
+	// Types is each type's state: SYNCED, STALE, NOT SENT or NACKED.
+	Types map[string]TypeState
+}
+
+// TypeState is one type's state on a stream, and the message of the last
+// NACK ("" when none).
+type TypeState struct {
+	State, LastNACK string
+}
+
 // Config says what a page shows.
 type Config struct {
-	// Title names the process ("pusher", "ingester", "standalone").
-	Title    string
-	Gatherer prometheus.Gatherer
+	// Title names the process ("pusher", "ingester", "standalone") and
+	// Version the build.
+	Title, Version string
+	Gatherer       prometheus.Gatherer
 	// Streams lists the proxies connected here; nil: no proxies section.
-	Streams func() []server.StreamStatus
+	Streams func() []Stream
 	// Rejected lists what the sources rejected; nil: no such section.
 	Rejected func() []Rejected
 	// Stale, when set, says how long a pusher has not followed the store
@@ -264,7 +278,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	v := view{Title: p.cfg.Title, Now: time.Now().UTC().Format(time.RFC3339), Version: version.String()}
+	v := view{Title: p.cfg.Title, Now: time.Now().UTC().Format(time.RFC3339), Version: p.cfg.Version}
 	// The charts span the time since the start, from a minute to Keep.
 	span := min(max(time.Since(p.started).Round(time.Minute)+time.Minute, time.Minute), p.cfg.Keep)
 	conv := p.Convergence()
@@ -328,13 +342,13 @@ func (p *Page) proxies() ([]proxyRow, int, []string, map[string]int) {
 		if s.Delta {
 			kind = "Delta"
 		}
-		row := proxyRow{Proxy: s.Proxy, Class: string(s.Class), Kind: kind, Since: time.Since(s.Since).Round(time.Second).String(), worst: rank["-"]}
+		row := proxyRow{Proxy: s.Proxy, Class: s.Class, Kind: kind, Since: time.Since(s.Since).Round(time.Second).String(), worst: rank["-"]}
 		for _, t := range types {
 			st := state{Name: "-", Class: "none"}
 			if ts, ok := s.Types[t]; ok {
-				st = state{Name: ts.State(), Class: strings.ToLower(strings.ReplaceAll(ts.State(), " ", "-"))}
-				if ts.LastNACK != nil {
-					st.Title = "last NACK: " + ts.LastNACK.Message
+				st = state{Name: ts.State, Class: strings.ToLower(strings.ReplaceAll(ts.State, " ", "-"))}
+				if ts.LastNACK != "" {
+					st.Title = "last NACK: " + ts.LastNACK
 				}
 				counts[st.Name]++
 			}

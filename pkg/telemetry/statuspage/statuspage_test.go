@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardpilot/shardpilot/pkg/telemetry/statuspage"
-	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
 
 // The page shows the convergence of the minute before each sample, the
@@ -21,11 +20,11 @@ func TestPage(t *testing.T) {
 	streams.Set(2)
 	now := time.Now()
 	page := statuspage.New(statuspage.Config{Title: "pusher", Gatherer: reg,
-		Streams: func() []server.StreamStatus {
-			return []server.StreamStatus{
-				{Proxy: "sidecar~10.0.0.1~good.demo~demo.svc.cluster.local", Since: now, Types: map[string]*server.TypeStatus{"CDS": {Sent: "v2", Acked: "v2"}}},
+		Streams: func() []statuspage.Stream {
+			return []statuspage.Stream{
+				{Proxy: "sidecar~10.0.0.1~good.demo~demo.svc.cluster.local", Since: now, Types: map[string]statuspage.TypeState{"CDS": {State: "SYNCED"}}},
 				{Proxy: "sidecar~10.0.0.2~bad.demo~demo.svc.cluster.local", Delta: true, Since: now,
-					Types: map[string]*server.TypeStatus{"CDS": {Sent: "v2", Acked: "v1", LastNACK: &server.NACK{Version: "v2", Message: "bad cluster"}}}},
+					Types: map[string]statuspage.TypeState{"CDS": {State: "NACKED", LastNACK: "bad cluster"}}},
 			}
 		},
 		Rejected: func() []statuspage.Rejected {

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/shardpilot/shardpilot/pkg/classify"
+	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -226,7 +226,7 @@ func (p Policy) Authorize(ctx context.Context, node *core.Node) (*core.Node, err
 	if !ok {
 		return node, nil
 	}
-	claimed := classify.Namespace(node)
+	claimed := nodemeta.Namespace(node)
 	if claimed != "" && claimed != id.Namespace {
 		return nil, status.Errorf(codes.PermissionDenied, "shardpilot: node %q claims namespace %q, but its certificate is %s", node.GetId(), claimed, id)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/envoypatch"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -66,12 +67,12 @@ type decoded struct {
 // decode returns a patch's value, decoded once while it is asked for.
 func (d *Decoded) decode(p *meshv1.EnvoyPatch) (proto.Message, error) {
 	if d == nil {
-		return Decode(p)
+		return envoypatch.Decode(p)
 	}
 	e, ok := d.next[p]
 	if !ok {
 		if e, ok = d.cur[p]; !ok {
-			e.value, e.err = Decode(p)
+			e.value, e.err = envoypatch.Decode(p)
 		}
 		if d.next == nil {
 			d.next = map[*meshv1.EnvoyPatch]decoded{}
@@ -234,7 +235,7 @@ func patched[M proto.Message](s *Set, b bound, resource string, in M, apply func
 		s.refuse(b, resource, err.Error())
 		return in
 	}
-	if err := Valid(out); err != nil {
+	if err := envoypatch.Valid(out); err != nil {
 		s.refuse(b, resource, "the result would be invalid: "+err.Error())
 		return in
 	}

@@ -1,4 +1,4 @@
-package patch
+package envoypatch
 
 // The Envoy extensions an EnvoyFilter may name in a typed_config: their
 // types are registered, so that a patch's value decodes and validates.

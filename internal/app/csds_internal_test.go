@@ -15,7 +15,7 @@ import (
 // looked at); a slot freed is taken again.
 func TestCSDSConcurrency(t *testing.T) {
 	c := &CSDS{MaxConcurrent: 2}
-	if !c.enter() || !c.enter() {
+	if first, second := c.enter(), c.enter(); !first || !second {
 		t.Fatal("the two slots were not free")
 	}
 	_, err := c.FetchClientStatus(context.Background(), &statusv3.ClientStatusRequest{})

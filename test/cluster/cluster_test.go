@@ -127,12 +127,6 @@ func (e *env) diagnose() string {
 	return b.String()
 }
 
-// try runs a command as run does and returns its error.
-func (e *env) try(name string, args ...string) (string, error) {
-	out, errOut, err := e.exec(name, args...)
-	return out + errOut, err
-}
-
 func (e *env) exec(name string, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = e.root

@@ -174,8 +174,10 @@ func dnsCluster(m *Mesh, c *cluster.Cluster, s *Service, host string, p *meshv1.
 		// Resolved again as the answer's TTL says, every minute (the
 		// mesh's dnsRefreshRate) when it carried none, with a little
 		// jitter, through c-ares.
-		c.DnsRefreshRate, c.RespectDnsTtl = cmp.Or(m.Config.GetDnsRefreshRate(), dnsRefreshRate), true //nolint:staticcheck // the fields istiod sets
-		c.DnsJitter = durationpb.New(100 * time.Millisecond)                                           //nolint:staticcheck // as istiod sets it
+		//lint:ignore SA1019 the field istiod sets
+		c.DnsRefreshRate, c.RespectDnsTtl = cmp.Or(m.Config.GetDnsRefreshRate(), dnsRefreshRate), true
+		//lint:ignore SA1019 the field istiod sets
+		c.DnsJitter = durationpb.New(100 * time.Millisecond)
 		c.TypedDnsResolverConfig = &core.TypedExtensionConfig{Name: "envoy.network.dns_resolver.cares",
 			TypedConfig: mustAny(&cares.CaresDnsResolverConfig{UdpMaxQueries: wrapperspb.UInt32(100)})}
 	}
@@ -338,6 +340,7 @@ func verifySubjectAltNames(common *tlsv3.CommonTlsContext, t *meshv1.ClientTLS, 
 	if proxy == Proxyless {
 		v := common.GetValidationContext()
 		for _, san := range t.SubjectAltNames {
+			//lint:ignore SA1019 the field istiod sets
 			v.MatchSubjectAltNames = append(v.MatchSubjectAltNames, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}})
 		}
 		return

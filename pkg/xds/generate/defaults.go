@@ -118,7 +118,8 @@ func setTimeout(a *route.RouteAction, timeout *durationpb.Duration, envoy bool) 
 	}
 	a.Timeout = timeout
 	if envoy {
-		a.MaxGrpcTimeout = timeout //nolint:staticcheck // what Envoy reads for the grpc-timeout header, as istiod sends it
+		//lint:ignore SA1019 what Envoy reads for the grpc-timeout header, as istiod sends it
+		a.MaxGrpcTimeout = timeout
 		return
 	}
 	a.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{MaxStreamDuration: timeout}

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the tests read the deprecated fields the generators set, as istiod sets them
+
 package generate_test
 
 import (

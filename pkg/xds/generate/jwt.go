@@ -29,6 +29,7 @@ const jwtPayloadKey = "payload"
 
 // claim matches a claim of the request's validated JWT.
 func claim(name string, m *matcher.StringMatcher) *rbacconfig.Principal {
+	//lint:ignore SA1019 the principal istiod sends for a JWT claim
 	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Metadata{Metadata: &matcher.MetadataMatcher{
 		Filter: "envoy.filters.http.jwt_authn",
 		Path:   []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: jwtPayloadKey}}, {Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: name}}},

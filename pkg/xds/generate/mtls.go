@@ -78,7 +78,8 @@ func istioMutual(sni string, sans []string, agent, h2 bool) *tlsv3.UpstreamTlsCo
 	}
 	names := &tlsv3.CertificateValidationContext{}
 	for _, san := range sans {
-		names.MatchSubjectAltNames = append(names.MatchSubjectAltNames, //nolint:staticcheck // the field istiod sets
+		//lint:ignore SA1019 the field istiod sets
+		names.MatchSubjectAltNames = append(names.MatchSubjectAltNames,
 			&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: san}})
 	}
 	return &tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{

@@ -175,6 +175,7 @@ func otelAccessLog(mesh *Mesh, p *meshv1.OtelAccessLog) *accesslog.AccessLog {
 		text = TextLogFormat
 	}
 	cfg := &otelal.OpenTelemetryAccessLogConfig{
+		//lint:ignore SA1019 the field istiod sets
 		CommonConfig: &grpcal.CommonGrpcAccessLogConfig{
 			LogName:                 name,
 			GrpcService:             &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: cluster, Authority: host}}},

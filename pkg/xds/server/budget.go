@@ -231,16 +231,6 @@ func (h *holder) apply(add, drop []holding) {
 	}
 }
 
-// held returns what a holder holds, in bytes.
-func (b *budget) held(k holderKey) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if h := b.holders[k]; h != nil {
-		return h.bytes
-	}
-	return 0
-}
-
 // holdingsLocked is what w's subscription holds of names the proxy
 // asked for: the request a view left part of out, else the interned set
 // of the names it asked for (a Delta watch's named set; a SotW watch's

@@ -474,8 +474,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// only for the stream to refuse it.
 		grpc.MaxRecvMsgSize(s.cfg.MaxNodeBytes + s.cfg.MaxNameBytes + maxRequestOverhead),
 		grpc.ReadBufferSize(s.cfg.ReadBufferSize),
-		grpc.WriteBufferSize(s.cfg.WriteBufferSize),
-		grpc.SharedWriteBuffer(true),
+		grpc.WriteBufferSize(s.cfg.WriteBufferSize), // shared between writes (gRPC's default)
 	}
 	if w := s.cfg.InitialWindowSize; w > 0 {
 		opts = append(opts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))

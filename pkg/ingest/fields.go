@@ -7,7 +7,7 @@ import (
 )
 
 // FieldRow says what becomes of one field of an input kind, for the
-// README's field tables.
+// field tables of docs/reference/inputs.md.
 type FieldRow struct {
 	Kind, Field string
 	// Status is "supported" (it takes effect), "warned" (it has no effect;

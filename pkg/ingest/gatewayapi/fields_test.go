@@ -9,11 +9,11 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/gatewayapi"
 )
 
-// TestFieldTableInREADME: the README's table of the Gateway API's fields
+// TestFieldTableInReference: the reference's table (docs/reference/inputs.md) of the Gateway API's fields
 // is the one the module's types and the translation's notes give. Run
 // with -update to rewrite it.
-func TestFieldTableInREADME(t *testing.T) {
-	golden.CheckSection(t, filepath.Join("..", "..", "..", "README.md"), "gateway-api-fields", gatewayapi.FieldTable(), "go test ./pkg/ingest/gatewayapi -run TestFieldTableInREADME -update")
+func TestFieldTableInReference(t *testing.T) {
+	golden.CheckSection(t, filepath.Join("..", "..", "..", "docs", "reference", "inputs.md"), "gateway-api-fields", gatewayapi.FieldTable(), "go test ./pkg/ingest/gatewayapi -run TestFieldTableInReference -update")
 	for _, r := range gatewayapi.Fields() {
 		switch {
 		case r.Status == "supported" || r.Status == "warned" || r.Status == "rejected":

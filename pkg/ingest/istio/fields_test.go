@@ -9,12 +9,12 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 )
 
-// TestFieldTableInREADME: the README's table of every Istio networking
+// TestFieldTableInReference: the reference's table (docs/reference/inputs.md) of every Istio networking
 // field is the one the decoder's types give (each field kept raw is
 // warned of, each typed one acted on unless its tag says otherwise). Run
 // with -update to rewrite it.
-func TestFieldTableInREADME(t *testing.T) {
-	golden.CheckSection(t, filepath.Join("..", "..", "..", "README.md"), "istio-fields", istio.FieldTable(), "go test ./pkg/ingest/istio -run TestFieldTableInREADME -update")
+func TestFieldTableInReference(t *testing.T) {
+	golden.CheckSection(t, filepath.Join("..", "..", "..", "docs", "reference", "inputs.md"), "istio-fields", istio.FieldTable(), "go test ./pkg/ingest/istio -run TestFieldTableInReference -update")
 	for _, r := range istio.Fields() {
 		switch {
 		case r.Status == "supported" || r.Status == "warned" || r.Status == "rejected":

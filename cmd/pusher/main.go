@@ -495,9 +495,10 @@ func workloadCertificates(root *ca.CA, policy identity.Policy, kube kubernetes.I
 		return nil, nil, nil, nil, err
 	}
 	if creds != nil {
-		creds.Changed = secrets.CredentialsChanged
 		done := &atomic.Bool{}
-		readCredentials = func(ctx context.Context) error { return creds.Run(ctx, func() { done.Store(true) }) }
+		readCredentials = func(ctx context.Context) error {
+			return creds.Run(ctx, secrets.CredentialsChanged, func() { done.Store(true) })
+		}
 		read = done.Load
 	}
 	return secrets, certificates, readCredentials, read, nil

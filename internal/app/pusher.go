@@ -197,14 +197,6 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	if out.srv, err = server.New(p.xdsConfig(out.Pusher, c, lc, out.Dump, out.announcer)); err != nil {
 		return nil, err
 	}
-	if out.announcer != nil {
-		// A registration refused after its stream was admitted (its
-		// connect went unanswered) ends the stream, as istiod refuses it.
-		srv := out.srv
-		out.announcer.Refused = func(key any, reason string) {
-			srv.Shed(func(n *core.Node) bool { return n == key }, "shardpilot: auto-registration refused: "+reason)
-		}
-	}
 	return out, nil
 }
 
@@ -249,7 +241,13 @@ func (b *BuiltPusher) Run(ctx context.Context) error {
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
 	if b.announcer != nil {
-		g.Go(func() error { return b.announcer.Run(ctx) })
+		// A registration refused after its stream was admitted (its
+		// connect went unanswered) ends the stream, as istiod refuses it.
+		g.Go(func() error {
+			return b.announcer.Run(ctx, func(key any, reason string) {
+				b.srv.Shed(func(n *core.Node) bool { return n == key }, "shardpilot: auto-registration refused: "+reason)
+			})
+		})
 	}
 	if p.ClientCA != nil {
 		g.Go(func() error {

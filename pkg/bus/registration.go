@@ -54,10 +54,6 @@ type Announcer struct {
 	// Timeout bounds the wait for an answer to a connect. Default 5s.
 	Timeout time.Duration
 	Log     *slog.Logger
-	// Refused, when set, is told of a registration the ingesters refuse
-	// on a repetition (its connect went unanswered, or its group changed):
-	// the pusher ends its stream with the reason, as istiod refuses it.
-	Refused func(key any, reason string)
 
 	mu   sync.Mutex
 	live map[any]model.Registration // by the stream's key
@@ -124,8 +120,10 @@ func (a *Announcer) publish(r model.Registration) {
 // Run repeats the registrations every Heartbeat until ctx is done, each
 // as a request whose answer comes back to one inbox of its own, so that
 // none waits on another: a refusal drops the registration and is handed
-// to Refused; no answer by the next heartbeat changes nothing.
-func (a *Announcer) Run(ctx context.Context) error {
+// to refused (nil: none), which ends the stream of key with the reason,
+// as istiod refuses it (its connect went unanswered, or its group
+// changed); no answer by the next heartbeat changes nothing.
+func (a *Announcer) Run(ctx context.Context, refused func(key any, reason string)) error {
 	inbox := a.NATS.NewRespInbox()
 	answers := make(chan *nats.Msg, 256)
 	sub, err := a.NATS.ChanSubscribe(inbox+".*", answers)
@@ -149,7 +147,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 			q, ok := pending[token]
 			var ans answer
 			if ok && json.Unmarshal(msg.Data, &ans) == nil && ans.Refused != "" {
-				a.refused(q.key, q.r, ans.Refused)
+				a.refused(q.key, q.r, ans.Refused, refused)
 			}
 		case <-t.C:
 			a.mu.Lock()
@@ -174,8 +172,8 @@ func (a *Announcer) Run(ctx context.Context) error {
 }
 
 // refused drops a registration the ingesters refused on a repetition, if
-// it is still the stream's, and hands it to Refused.
-func (a *Announcer) refused(key any, r model.Registration, reason string) {
+// it is still the stream's, and hands it to tell.
+func (a *Announcer) refused(key any, r model.Registration, reason string, tell func(key any, reason string)) {
 	a.mu.Lock()
 	cur, ok := a.live[key]
 	ok = ok && cur.ConnectedAt.Equal(r.ConnectedAt)
@@ -187,8 +185,8 @@ func (a *Announcer) refused(key any, r model.Registration, reason string) {
 		return
 	}
 	a.Log.Warn("workload registration refused: its stream ends", "proxy", r.Proxy, "group", r.Namespace+"/"+r.Group, "reason", reason)
-	if a.Refused != nil {
-		a.Refused(key, reason)
+	if tell != nil {
+		tell(key, reason)
 	}
 }
 

@@ -59,10 +59,11 @@ func TestRegistrations(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	refused := make(chan string, 4)
-	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: testutil.Log(t),
-		Refused: func(key any, reason string) { refused <- fmt.Sprint(key, ": ", reason) }}
+	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Log: testutil.Log(t)}
 	announced := make(chan error, 1)
-	go func() { announced <- a.Run(ctx) }()
+	go func() {
+		announced <- a.Run(ctx, func(key any, reason string) { refused <- fmt.Sprint(key, ": ", reason) })
+	}()
 	defer func() { cancel(); <-announced }()
 	reg := func(group string) model.Registration {
 		return model.Registration{Group: group, Namespace: "payments", Identity: "spiffe://cluster.local/ns/payments/sa/vm",
@@ -333,7 +334,7 @@ func TestStreamDeliveredToRegistrationsIsDropped(t *testing.T) {
 	// A real registration is answered meanwhile.
 	a := &bus.Announcer{NATS: pusherNC, Pusher: "pusher-0", Heartbeat: time.Minute, Timeout: 5 * time.Second, Log: testutil.Log(t)}
 	announced := make(chan error, 1)
-	go func() { announced <- a.Run(ctx) }()
+	go func() { announced <- a.Run(ctx, nil) }()
 	defer func() { cancel(); <-announced }()
 	if err := a.Connect(ctx, "s1", model.Registration{Group: "vms", Namespace: "payments", Identity: "spiffe://cluster.local/ns/payments/sa/vm",
 		Proxy: "sidecar~10.0.0.7~vm.payments~payments.svc.cluster.local", Address: "10.0.0.7", ConnectedAt: time.Now()}); err != nil {

@@ -357,13 +357,7 @@ func (s *Source) Run(ctx context.Context) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.cfg.Client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shardpilot-ingester"})
 
-	var w *watched
-	loop := ingest.NewLoop(ingest.Loop{
-		Writer: s.cfg.Syncer,
-		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
-		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
-	})
-	w = &watched{
+	w := &watched{
 		services:   factory.Core().V1().Services().Lister(),
 		slices:     factory.Discovery().V1().EndpointSlices().Lister(),
 		pods:       factory.Core().V1().Pods().Lister(),
@@ -372,6 +366,11 @@ func (s *Source) Run(ctx context.Context) error {
 		istio:      map[string]cache.GenericLister{},
 		gatewayAPI: s.gatewayAPIAvailable(),
 	}
+	loop := ingest.NewLoop(ingest.Loop{
+		Writer: s.cfg.Syncer,
+		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
+		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
+	})
 	slices := factory.Discovery().V1().EndpointSlices().Informer()
 	w.slicesByPod = slices.GetIndexer()
 	for kind, inf := range map[string]cache.SharedIndexInformer{

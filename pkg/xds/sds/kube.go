@@ -40,9 +40,6 @@ type KubeCredentials struct {
 
 	mu         sync.Mutex
 	authorized map[identity.ID]authorization
-	// Changed is called with the namespace of every Secret added, updated
-	// or deleted once the cache has synced.
-	Changed func(namespace string)
 }
 
 // NewKubeCredentials returns credentials read from a cluster.
@@ -53,9 +50,10 @@ func NewKubeCredentials(client kubernetes.Interface, log *slog.Logger) *KubeCred
 	return &KubeCredentials{client: client, log: log}
 }
 
-// Run watches the cluster's TLS Secrets until ctx is done; started is
-// called once they are all read.
-func (k *KubeCredentials) Run(ctx context.Context, started func()) error {
+// Run watches the cluster's TLS Secrets until ctx is done: started is
+// called once they are all read, and changed, from then on, with the
+// namespace of every Secret added, updated or deleted (nil: not called).
+func (k *KubeCredentials) Run(ctx context.Context, changed func(namespace string), started func()) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)).String()
@@ -63,19 +61,22 @@ func (k *KubeCredentials) Run(ctx context.Context, started func()) error {
 	inf := factory.Core().V1().Secrets()
 	k.secrets = inf.Lister()
 	var synced atomic.Bool
-	changed := func(o any) {
-		if s, ok := o.(*corev1.Secret); ok && synced.Load() && k.Changed != nil {
-			k.Changed(s.Namespace)
-		} else if t, ok := o.(cache.DeletedFinalStateUnknown); ok && synced.Load() && k.Changed != nil {
+	if changed == nil {
+		changed = func(string) {}
+	}
+	onChange := func(o any) {
+		if s, ok := o.(*corev1.Secret); ok && synced.Load() {
+			changed(s.Namespace)
+		} else if t, ok := o.(cache.DeletedFinalStateUnknown); ok && synced.Load() {
 			if s, ok := t.Obj.(*corev1.Secret); ok {
-				k.Changed(s.Namespace)
+				changed(s.Namespace)
 			}
 		}
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, o any) { changed(o) },
-		DeleteFunc: changed,
+		AddFunc:    onChange,
+		UpdateFunc: func(_, o any) { onChange(o) },
+		DeleteFunc: onChange,
 	}); err != nil {
 		return fmt.Errorf("sds: watch Secrets: %w", err)
 	}

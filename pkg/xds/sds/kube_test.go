@@ -64,11 +64,10 @@ func TestGatewayCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds.Changed = s.CredentialsChanged
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	rctx, cancel := context.WithCancel(ctx)
-	go func() { done <- creds.Run(rctx, func() { close(started) }) }()
+	go func() { done <- creds.Run(rctx, s.CredentialsChanged, func() { close(started) }) }()
 	renewing := make(chan error, 1)
 	go func() { renewing <- s.Run(rctx) }()
 	defer func() { cancel(); <-done; <-renewing }()

@@ -78,7 +78,7 @@ func TestChartTrialEtcdAuth(t *testing.T) {
 	ctx := testutil.Context(t)
 	signIn := func(user, password string) *clientv3.Client {
 		t.Helper()
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: time.Minute, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatalf("%s signs in: %v", user, err)
 		}

@@ -96,7 +96,7 @@ func TestEtcdRolesApply(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, r := range store.EtcdRoles() {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: r.Name, Password: "new-" + r.Part, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: r.Name, Password: "new-" + r.Part, DialTimeout: time.Minute, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatalf("%s signs in with its new password: %v", r.Name, err)
 		}

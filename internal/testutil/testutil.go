@@ -158,10 +158,12 @@ func EtcdWithRoles(t testing.TB) (e *embedded.Etcd, root *clientv3.Client, as fu
 	if _, err := open.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Signing in waits for etcd to check the password (bcrypt), slowly
+	// under the race detector on a loaded machine: 5 s was passed there.
 	signIn := func(user, password string) *clientv3.Client {
 		t.Helper()
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password,
-			DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			DialTimeout: time.Minute, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}

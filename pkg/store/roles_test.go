@@ -137,7 +137,7 @@ func TestEnableAuth(t *testing.T) {
 		t.Errorf("a write without credentials once authentication is on: %v, want %v", err, rpctypes.ErrUserEmpty)
 	}
 	signIn := func(user, password string) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: 5 * time.Second})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,7 +137,7 @@ func TestChartTrialEtcdAuth(t *testing.T) {
 	// role's rights alone; the ingester writes.
 	testutil.Eventually(t, 30*time.Second, "the pusher reads as shardpilot-pusher", func() (bool, string) {
 		_, err := pusher.Get(ctx, "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return err == nil, errString(err)
+		return err == nil, fmt.Sprint(err)
 	})
 	if _, err := pusher.Put(ctx, "/mesh/v1/services/x/y", "forged"); err == nil {
 		t.Error("the pusher's user writes the mesh")
@@ -163,11 +164,4 @@ func TestChartTrialEtcdAuth(t *testing.T) {
 	if env := containerEnv(find(objs, "Deployment", "sp-pusher")); env["SHARDPILOT_ETCD_USERNAME"] != "" {
 		t.Errorf("trial.etcdAuth=false, the pusher still signs in to etcd as %q", env["SHARDPILOT_ETCD_USERNAME"])
 	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

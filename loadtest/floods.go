@@ -340,6 +340,24 @@ func (r *floodRig) dialMany(n int, from string, tc *tls.Config) ([]*grpc.ClientC
 	return conns, closeAll, nil
 }
 
+// firstAnswer sends a stream's first request and waits for its answer:
+// nil, or the error the pusher ended the stream with.
+func firstAnswer(s discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, req *discovery.DiscoveryRequest) error {
+	_ = s.Send(req) // a refused stream's Send fails; Recv says why
+	_, err := s.Recv()
+	return err
+}
+
+// stopThenClose is a flood's end: its callers stopped, then their
+// connections closed; it returns what the callers sent.
+func stopThenClose(stop func() string, closeAll func()) func() string {
+	return func() string {
+		sent := stop()
+		closeAll()
+		return sent
+	}
+}
+
 // bearerToken sends a service account token with every call, as Istio's
 // agent does.
 type bearerToken string
@@ -497,11 +515,7 @@ func (r *floodRig) tokenProxy(wait time.Duration) (time.Duration, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: floodNode(fmt.Sprintf("late-%d", began.UnixNano())), TypeUrl: resource.ClusterType}); err != nil {
-		_, err = s.Recv()
-		return 0, fmt.Sprint(err)
-	}
-	if _, err := s.Recv(); err != nil {
+	if err := firstAnswer(s, &discovery.DiscoveryRequest{Node: floodNode(fmt.Sprintf("late-%d", began.UnixNano())), TypeUrl: resource.ClusterType}); err != nil {
 		return 0, err.Error()
 	}
 	return time.Since(began), ""
@@ -578,18 +592,9 @@ func (r *floodRig) registrations() (func() string, error) {
 		}
 		k := n.Add(1)
 		address := fmt.Sprintf("10.%d.%d.%d", 100+k>>16&0x7f, k>>8&0xff, k&0xff)
-		if err := s.Send(&discovery.DiscoveryRequest{Node: vmNode("ns-0", address), TypeUrl: resource.ClusterType}); err != nil {
-			_, err = s.Recv()
-			return err
-		}
-		_, err = s.Recv()
-		return err
+		return firstAnswer(s, &discovery.DiscoveryRequest{Node: vmNode("ns-0", address), TypeUrl: resource.ClusterType})
 	})
-	return func() string {
-		sent := stop()
-		closeAll()
-		return sent
-	}, nil
+	return stopThenClose(stop, closeAll), nil
 }
 
 // floods are the floods, each after a quiet hold that measures the same
@@ -660,15 +665,9 @@ func (r *floodRig) forgedTokens() (func() string, error) {
 		if err != nil {
 			return err
 		}
-		_ = s.Send(&discovery.DiscoveryRequest{Node: floodNode(fmt.Sprintf("forger-%d", i)), TypeUrl: resource.ClusterType})
-		_, err = s.Recv()
-		return err
+		return firstAnswer(s, &discovery.DiscoveryRequest{Node: floodNode(fmt.Sprintf("forger-%d", i)), TypeUrl: resource.ClusterType})
 	})
-	return func() string {
-		sent := stop()
-		closeAll()
-		return sent
-	}, nil
+	return stopThenClose(stop, closeAll), nil
 }
 
 // forgedToken is a JWT of a service account of ns-0 for audience
@@ -756,11 +755,7 @@ func (r *floodRig) csdsAtOnce() (func() string, error) {
 			grpc.MaxCallRecvMsgSize(1<<30))
 		return err
 	})
-	return func() string {
-		sent := stop()
-		closeAll()
-		return sent
-	}, nil
+	return stopThenClose(stop, closeAll), nil
 }
 
 // unfinished: messages of 4 MiB begun and never finished, without a

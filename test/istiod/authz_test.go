@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -40,13 +39,7 @@ func TestAgainstIstiodSecretAccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	kc, kubeconfig := startKube(t, work)
-	a := &applier{kc: kc}
-	crds, err := os.ReadFile(filepath.Join(istioSource(t, istioBin), "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
-	if err != nil {
-		t.Fatalf("Istio's CRDs: %v", err)
-	}
-	a.apply(t, ctx, crds)
+	kc, kubeconfig, _ := startKubeWithIstioCRDs(t, ctx, istioBin, work)
 	const ns = "sds"
 	for _, n := range []string{"istio-system", ns} {
 		kc.CreateNamespace(t, n, nil)
@@ -83,10 +76,7 @@ func TestAgainstIstiodSecretAccess(t *testing.T) {
 	_, istiod := startIstiodSecure(t, ctx, istioBin, kubeconfig, work, settings)
 	serverCert, serverKey := ca.Issue(t, "pusher", "spiffe://cluster.local/ns/istio-system/sa/shardpilot-pusher")
 	run := shardpilotRunner(t, ctx, ourBin, work)
-	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
-	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
-		return ready("http://" + ingester + "/readyz"), "not ready"
-	})
+	startIngester(t, run, kubeconfig)
 	ours := testutil.FreeAddr(t)
 	pusher := run("pusher", "--ads-addr", ours, "--ads-cert-file", serverCert, "--ads-key-file", serverKey, "--ads-client-ca-file", ca.CertFile,
 		"--ads-tokens", "--kubeconfig", kubeconfig, "--ca-cert-file", ca.CertFile, "--ca-key-file", ca.KeyFile, "--name", "pusher-0")

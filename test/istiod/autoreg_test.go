@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -51,13 +49,7 @@ func TestAgainstIstiodAutoRegistration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	work := t.TempDir()
-	kc, kubeconfig := startKube(t, work)
-	a := &applier{kc: kc}
-	crds, err := os.ReadFile(filepath.Join(istioSource(t, istioBin), "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
-	if err != nil {
-		t.Fatalf("Istio's CRDs: %v", err)
-	}
-	a.apply(t, ctx, crds)
+	kc, kubeconfig, a := startKubeWithIstioCRDs(t, ctx, istioBin, work)
 	for _, ns := range []string{"istio-system", "wg-istiod", "wg-ours"} {
 		kc.CreateNamespace(t, ns, nil)
 	}
@@ -73,10 +65,7 @@ func TestAgainstIstiodAutoRegistration(t *testing.T) {
 	serverCert, serverKey := ca.Issue(t, "pusher")
 	vmCert, vmKey := ca.Issue(t, "vm", "spiffe://cluster.local/ns/wg-ours/sa/vm")
 	run := shardpilotRunner(t, ctx, ourBin, work)
-	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
-	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
-		return ready("http://" + ingester + "/readyz"), "not ready"
-	})
+	startIngester(t, run, kubeconfig)
 	ads := testutil.FreeAddr(t)
 	pusher := run("pusher", "--ads-addr", ads, "--ads-cert-file", serverCert, "--ads-key-file", serverKey, "--ads-client-ca-file", ca.CertFile,
 		"--ca-cert-file", ca.CertFile, "--ca-key-file", ca.KeyFile, "--workload-certificates", "agent", "--name", "pusher-0")

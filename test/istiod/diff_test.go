@@ -508,16 +508,37 @@ func startIstiodSecure(t *testing.T, ctx context.Context, bin, kubeconfig, work,
 	return grpcAddr, secure
 }
 
+// startKubeWithIstioCRDs starts a kube-apiserver for the test holding
+// Istio's CRDs from the tree the binaries of istioBin were built from.
+func startKubeWithIstioCRDs(t *testing.T, ctx context.Context, istioBin, work string) (*kubetest.Cluster, string, *applier) {
+	t.Helper()
+	kc, kubeconfig := startKube(t, work)
+	a := &applier{kc: kc}
+	crds, err := os.ReadFile(filepath.Join(istioSource(t, istioBin), "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
+	if err != nil {
+		t.Fatalf("Istio's CRDs: %v", err)
+	}
+	a.apply(t, ctx, crds)
+	return kc, kubeconfig, a
+}
+
+// startIngester runs the ingester, watching the apiserver of kubeconfig,
+// and waits until it is ready.
+func startIngester(t *testing.T, run func(name string, args ...string) string, kubeconfig string) {
+	t.Helper()
+	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
+	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
+		return ready("http://" + ingester + "/readyz"), "not ready"
+	})
+}
+
 // startShardpilot runs etcd and NATS in the test process and the ingester
 // (watching the apiserver) and a pusher (plaintext ADS) from bin, and
 // returns the pusher's ADS address once it is ready.
 func startShardpilot(t *testing.T, ctx context.Context, bin, kubeconfig, work string) string {
 	t.Helper()
 	run := shardpilotRunner(t, ctx, bin, work)
-	ingester := run("ingester", "--kubeconfig", "Kubernetes="+kubeconfig, "--leader-id", "")
-	testutil.Eventually(t, time.Minute, "the ingester ready", func() (bool, string) {
-		return ready("http://" + ingester + "/readyz"), "not ready"
-	})
+	startIngester(t, run, kubeconfig)
 	ads := testutil.FreeAddr(t)
 	// The sidecar is Envoy as Istio injects it: its agent serves it its
 	// certificates.

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,6 +66,12 @@ type Scenario struct {
 	ShardAlone bool `json:"shard_alone,omitempty"`
 	Baseline   bool `json:"baseline"`
 	Storm      bool `json:"storm"`
+	// Trickle is how many proxies a second connect beside the fleet while
+	// the changes are made, each for TrickleLife (pods of rolling
+	// deployments): their first configs must not hold the fleet's
+	// changes back.
+	Trickle     float64       `json:"trickle_per_s,omitempty"`
+	TrickleLife time.Duration `json:"trickle_life,omitempty"`
 	Faults     bool `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
@@ -121,6 +128,8 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.TLS, "tls", false, "serve ADS over TLS to the proxies (the baseline stays plaintext): what a connection costs with TLS")
 	fs.BoolVar(&sc.ShardAlone, "shard-alone", false, "with --shards, also run shard 0 of the last count alone with its own proxies (and the changes they see), as one shard would run on a machine of its own")
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
+	fs.Float64Var(&sc.Trickle, "trickle", 0, "proxies a second that connect beside the fleet while the changes are made, each for --trickle-life, as pods of rolling deployments come and go (not measured; the fleet's changes must not wait for them)")
+	fs.DurationVar(&sc.TrickleLife, "trickle-life", 3*time.Second, "how long each --trickle proxy stays connected")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, registrations of one identity, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed, a change is lost, or a proxy or workload connecting meanwhile is not served or registered")
@@ -803,7 +812,13 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
 	}
 	changesStart := time.Now()
-	if err := makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog); err != nil {
+	tctx, stopTrickle := context.WithCancel(ctx)
+	trickled := make(chan *report.Trickle, 1)
+	go func() { trickled <- trickle(tctx, sc, fcfg) }()
+	err = makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog)
+	stopTrickle()
+	ph.Trickle = <-trickled
+	if err != nil {
 		return ph, err
 	}
 	settleStart := time.Now()
@@ -927,6 +942,49 @@ func makeChanges(ctx context.Context, sc Scenario, mesh *meshgen.Mesh, tracker *
 	}
 	prog.done("changes: %d made in %s", made, time.Since(begin).Round(time.Second))
 	return nil
+}
+
+// trickle connects sc.Trickle proxies a second beside the fleet of fcfg
+// until ctx is done, each for sc.TrickleLife, numbered after the fleet's;
+// nil when the scenario has none.
+func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle {
+	if sc.Trickle <= 0 {
+		return nil
+	}
+	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards, fcfg.Proxies = nil, nil, 0, 1, 1
+	interval := time.Duration(float64(time.Second) / sc.Trickle)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		full []time.Duration
+	)
+	started := 0
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			fcfg.First = sc.Proxies + started
+			started++
+			f, err := sim.New(fcfg)
+			if err != nil {
+				continue
+			}
+			wg.Go(func() {
+				life, cancel := context.WithTimeout(context.WithoutCancel(ctx), sc.TrickleLife)
+				defer cancel()
+				_ = f.Run(life)
+				if d := f.Stats().FirstFull[0]; d > 0 {
+					mu.Lock()
+					full = append(full, d)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return &report.Trickle{Rate: sc.Trickle, Life: sc.TrickleLife.Seconds(), Started: started, Served: len(full), FullP99: report.Summarise(full).P99}
 }
 
 // storm kills the pusher holding every proxy and makes a change at that

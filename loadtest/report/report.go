@@ -118,6 +118,19 @@ type Storm struct {
 	OK          bool    `json:"ok"`
 }
 
+// Trickle is the proxies that came and went beside the fleet while the
+// changes were made (pods of rolling deployments): none is measured, but
+// each must be served, and the fleet's changes must not wait for them.
+type Trickle struct {
+	Rate float64 `json:"per_s"`
+	Life float64 `json:"life_s"`
+	// Started proxies, of which Served got a full config; FullP99 is the
+	// time each took to get it, at p99.
+	Started int     `json:"started"`
+	Served  int     `json:"served"`
+	FullP99 float64 `json:"full_p99_s"`
+}
+
 // Move is a change of a sharded phase's placement: the proxies of the
 // namespaces that moved reconnect to their new shard, the others keep
 // their streams.
@@ -210,6 +223,7 @@ type Phase struct {
 	Timeline []Point  `json:"timeline"`
 	Usage    []Usage  `json:"usage"`
 	Storm    *Storm   `json:"storm,omitempty"`
+	Trickle  *Trickle `json:"trickle,omitempty"`
 	Moves    []Move   `json:"moves,omitempty"`
 	Faults   []Fault  `json:"faults,omitempty"`
 	Problems []string `json:"problems,omitempty"`
@@ -394,6 +408,10 @@ func (r *Report) Markdown() string {
 		if s := p.Storm; s != nil {
 			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
 				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
+		}
+		if tr := p.Trickle; tr != nil {
+			fmt.Fprintf(&b, "  - beside the fleet, %.3g proxies a second connected for %s each (%d in all): %d got a full config, in %s at p99\n",
+				tr.Rate, format(tr.Life, "s"), tr.Started, tr.Served, format(tr.FullP99, "s"))
 		}
 		for _, m := range p.Moves {
 			fmt.Fprintf(&b, "  - %s: %d proxies of those namespaces moved, %d others reconnected; every proxy held a full config from its shard after %s, the changes made at that moment reached every proxy after %s\n",

@@ -69,6 +69,9 @@ type Config struct {
 	// process runs those whose index modulo Shards is Shard.
 	Proxies       int
 	Shard, Shards int
+	// First is the index of the first proxy (its node id is NodeID of
+	// it): fleets beside one another that must not share node ids.
+	First int
 	// Delta is the share of proxies that speak Delta xDS (0 to 1).
 	Delta float64
 	// NACKRate is the share of responses a proxy rejects (0 to 1).
@@ -89,6 +92,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	if len(c.Addrs) == 0 && c.Resolve == nil {
 		return errors.New("sim: at least one ADS address (or Resolve) is required")
+	}
+	if c.First < 0 {
+		return fmt.Errorf("sim: first proxy %d: want at least 0", c.First)
 	}
 	if c.Proxies < 1 {
 		return fmt.Errorf("sim: %d proxies: want at least 1", c.Proxies)
@@ -138,7 +144,7 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Proxies), 7))
-	for i := cfg.Shard; i < cfg.Proxies; i += cfg.Shards {
+	for i := cfg.First + cfg.Shard; i < cfg.First+cfg.Proxies; i += cfg.Shards {
 		ns := "ns-" + strconv.Itoa(i%cfg.Namespaces)
 		name := "proxy-" + strconv.Itoa(i)
 		meta, err := structpb.NewStruct(map[string]any{"NAMESPACE": ns, "LABELS": map[string]any{"app": name}})

@@ -1,7 +1,14 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,4 +80,176 @@ func TestUnansweredResponseDoesNotHoldTheBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	backlog(0, "the backlog to be empty once every response is answered")
+}
+
+// TestBacklogSurvivesChurn: streams that come and go while the tables
+// change (SotW and Delta, named and wildcard, some answering, some
+// unsubscribing, every one ended abruptly) leave the backlog empty once
+// they are gone. A due unit left behind holds every later generation for
+// the whole maximum hold: the pushes would come in batches of that
+// period for as long as the pusher runs.
+func TestBacklogSurvivesChurn(t *testing.T) {
+	c, ads, ctx := serve(t, server.Config{})
+	stop := make(chan struct{})
+	updated := make(chan struct{})
+	go func() {
+		defer close(updated)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res := map[string]types.Resource{}
+			for j := range 1 + i%5 {
+				res[fmt.Sprint("c", j)] = &clusterv3.Cluster{Name: fmt.Sprint("c", j), ConnectTimeout: durationpb.New(time.Duration(i) * time.Millisecond)}
+			}
+			if _, _, _, err := c.Update("all", resource.ClusterType, res); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 40 {
+		wg.Go(func() {
+			for round := range 15 {
+				sctx, cancel := context.WithCancel(ctx)
+				if (w+round)%2 == 0 {
+					churnSotW(sctx, ads, w, round)
+				} else {
+					churnDelta(sctx, ads, w, round)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-updated
+	testutil.Eventually(t, 10*time.Second, "the backlog to be empty once every stream is gone", func() (bool, string) {
+		return c.Backlog() == 0, fmt.Sprint("backlog ", c.Backlog())
+	})
+}
+
+// churnSotW opens a SotW stream, answers some of what it is sent and
+// returns with the stream open (the caller ends it).
+func churnSotW(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, w, round int) {
+	s, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		return
+	}
+	var names []string
+	if round%3 == 1 {
+		names = []string{"c0", "c3"}
+	}
+	if s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("sotw-", w)}, TypeUrl: resource.ClusterType, ResourceNames: names}) != nil {
+		return
+	}
+	for i := range round % 4 {
+		resp, err := s.Recv()
+		if err != nil {
+			return
+		}
+		if i%2 == 1 {
+			names = nil // and then all of them
+		}
+		if s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: names}) != nil {
+			return
+		}
+	}
+}
+
+// churnDelta is churnSotW on a Delta stream, which also unsubscribes.
+func churnDelta(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, w, round int) {
+	s, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return
+	}
+	var names []string
+	if round%3 != 0 {
+		names = []string{"c0", "c1", "c4"}
+	}
+	if s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("delta-", w)}, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: names}) != nil {
+		return
+	}
+	for i := range round % 4 {
+		resp, err := s.Recv()
+		if err != nil {
+			return
+		}
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce}
+		if i%2 == 1 && names != nil {
+			req.ResourceNamesUnsubscribe = names // nothing is sent after this
+		}
+		if s.Send(req) != nil || req.ResourceNamesUnsubscribe != nil {
+			return
+		}
+	}
+}
+
+// TestSlowReaderDoesNotHoldTheBacklog: a proxy that reads so slowly that
+// a response's write outlasts the answer wait holds the backlog no longer
+// than that, the types due behind the stalled write included (they are
+// not in flight, and were once held until the send timeout ended the
+// stream): under a steady trickle of such proxies, every generation
+// would wait the whole maximum hold.
+func TestSlowReaderDoesNotHoldTheBacklog(t *testing.T) {
+	typs := []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: typs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ads, ctx := serveCache(t, c, server.Config{AnswerWait: 200 * time.Millisecond, SendTimeout: time.Minute})
+	update := func(typ string, res map[string]types.Resource) {
+		t.Helper()
+		if _, _, _, err := c.Update("all", typ, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Responses of 4 MB: the first is queued whole, the next waits for the
+	// proxy to read.
+	big := func(typ string, version int) map[string]types.Resource {
+		res := map[string]types.Resource{}
+		pad := strings.Repeat("x", 10<<10)
+		for i := range 400 {
+			name := fmt.Sprint(typ[len(typ)-5:], i)
+			switch typ {
+			case resource.ClusterType:
+				res[name] = &clusterv3.Cluster{Name: name, AltStatName: pad + fmt.Sprint(version)}
+			case resource.ListenerType:
+				res[name] = &listenerv3.Listener{Name: name, StatPrefix: pad + fmt.Sprint(version)}
+			default:
+				res[name] = &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{{Name: pad + fmt.Sprint(version), Domains: []string{"*"}}}}
+			}
+		}
+		return res
+	}
+	for _, typ := range typs {
+		update(typ, big(typ, 1))
+	}
+	slow, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It asks for every type, one after the other, and reads nothing.
+	for i, typ := range typs {
+		if err := slow.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "slow"}, TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 5*time.Second, "the request to count", func() (bool, string) {
+			return c.Backlog() >= int64(i+1), fmt.Sprint("backlog ", c.Backlog())
+		})
+	}
+	testutil.Eventually(t, 5*time.Second, "the slow reader to leave the backlog", func() (bool, string) {
+		return c.Backlog() == 0, fmt.Sprint("backlog ", c.Backlog())
+	})
+	// Generations make every type due again: a stream that is behind does
+	// not count.
+	for _, typ := range typs {
+		update(typ, big(typ, 2))
+	}
+	if n := c.Backlog(); n != 0 {
+		t.Errorf("after a generation, a stream still behind counts %d in the backlog, want 0", n)
+	}
 }

@@ -631,20 +631,30 @@ func (s *Server) watchWrite(st *stream, now time.Time) {
 	}
 }
 
-// watchAnswers excuses the watches of a stream whose response went
-// unanswered past the answer wait.
+// watchAnswers excuses every watch of a stream that fell behind: a
+// response of it went unanswered (or unwritten) past the answer wait. The
+// types due behind a stalled write are excused with it, and so are those
+// the next generations make due: a proxy that reads slowly holds back
+// the generations for the answer wait at most, not until its send
+// timeout ends the stream.
 func (s *Server) watchAnswers(st *stream, now time.Time) {
 	late := now.Add(-s.cfg.AnswerWait).UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	behind := false
 	for _, w := range st.watches {
-		if !w.inflight || w.sentAt > late || w.excused.Load() {
-			continue
+		if w.inflight && w.sentAt <= late && !w.excused.Load() {
+			behind = true
+			w.status.Unanswered = true
+			s.m.unanswered.Inc()
+			s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for its stream",
+				"stream", st.id, "proxy", st.node.GetId(), "type", w.short, "wait", s.cfg.AnswerWait)
 		}
+	}
+	if !behind {
+		return
+	}
+	for _, w := range st.watches {
 		w.excuse()
-		w.status.Unanswered = true
-		s.m.unanswered.Inc()
-		s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for it",
-			"stream", st.id, "proxy", st.node.GetId(), "type", w.short, "wait", s.cfg.AnswerWait)
 	}
 }

@@ -150,10 +150,11 @@ type watch struct {
 	sentAt int64
 	// counted is how many of the cache's due units (Table.Due) the watch
 	// holds: one while a change is due, one while a response is in
-	// flight. excused is set once the in-flight response went unanswered
-	// past Config.AnswerWait: the watch then holds none, so that a proxy
-	// that does not answer (or read) does not hold back the next
-	// generation for every other; its answer clears it.
+	// flight. excused is set on every watch of a stream once a response
+	// of it went unanswered (or unwritten) past Config.AnswerWait: the
+	// watch then holds none, so that a proxy that does not answer (or
+	// read) does not hold back the next generation for every other; the
+	// watch's next answer clears it.
 	counted atomic.Int32
 	excused atomic.Bool
 }

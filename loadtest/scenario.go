@@ -72,7 +72,7 @@ type Scenario struct {
 	// changes back.
 	Trickle     float64       `json:"trickle_per_s,omitempty"`
 	TrickleLife time.Duration `json:"trickle_life,omitempty"`
-	Faults     bool `json:"faults"`
+	Faults      bool          `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
 	Floods           bool   `json:"floods,omitempty"`

@@ -70,9 +70,14 @@ type Scenario struct {
 	// the changes are made, each for TrickleLife (pods of rolling
 	// deployments): their first configs must not hold the fleet's
 	// changes back.
-	Trickle     float64       `json:"trickle_per_s,omitempty"`
-	TrickleLife time.Duration `json:"trickle_life,omitempty"`
-	Faults      bool          `json:"faults"`
+	Trickle float64 `json:"trickle_per_s,omitempty"`
+	// SlowReaders proxies beside the fleet read each response
+	// SlowReadDelay late while the changes are made: a proxy behind must
+	// not hold the others' changes back.
+	SlowReaders   int           `json:"slow_readers,omitempty"`
+	SlowReadDelay time.Duration `json:"slow_read_delay,omitempty"`
+	TrickleLife   time.Duration `json:"trickle_life,omitempty"`
+	Faults        bool          `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
 	Floods           bool   `json:"floods,omitempty"`
@@ -130,6 +135,8 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
 	fs.Float64Var(&sc.Trickle, "trickle", 0, "proxies a second that connect beside the fleet while the changes are made, each for --trickle-life, as pods of rolling deployments come and go (not measured; the fleet's changes must not wait for them)")
 	fs.DurationVar(&sc.TrickleLife, "trickle-life", 3*time.Second, "how long each --trickle proxy stays connected")
+	fs.IntVar(&sc.SlowReaders, "slow-readers", 0, "proxies beside the fleet that read each response --slow-read-delay late while the changes are made (not measured; the fleet's changes must not wait for them)")
+	fs.DurationVar(&sc.SlowReadDelay, "slow-read-delay", 2*time.Second, "how late each --slow-readers proxy reads a response")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, registrations of one identity, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed, a change is lost, or a proxy or workload connecting meanwhile is not served or registered")
@@ -815,9 +822,15 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	tctx, stopTrickle := context.WithCancel(ctx)
 	trickled := make(chan *report.Trickle, 1)
 	go func() { trickled <- trickle(tctx, sc, fcfg) }()
+	slowDone := make(chan struct{})
+	go func() { defer close(slowDone); slowReaders(tctx, sc, fcfg) }()
+	if sc.SlowReaders > 0 {
+		ph.SlowReaders, ph.SlowReadDelay = sc.SlowReaders, sc.SlowReadDelay.Seconds()
+	}
 	err = makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog)
 	stopTrickle()
 	ph.Trickle = <-trickled
+	<-slowDone
 	if err != nil {
 		return ph, err
 	}
@@ -985,6 +998,21 @@ func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle 
 	}
 	wg.Wait()
 	return &report.Trickle{Rate: sc.Trickle, Life: sc.TrickleLife.Seconds(), Started: started, Served: len(full), FullP99: report.Summarise(full).P99}
+}
+
+// slowReaders runs sc.SlowReaders proxies beside the fleet of fcfg until
+// ctx is done, each reading its responses sc.SlowReadDelay late.
+func slowReaders(ctx context.Context, sc Scenario, fcfg sim.Config) {
+	if sc.SlowReaders <= 0 {
+		return
+	}
+	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards = nil, nil, 0, 1
+	fcfg.First, fcfg.Proxies, fcfg.ReadDelay = sc.Proxies+100_000, sc.SlowReaders, sc.SlowReadDelay
+	f, err := sim.New(fcfg)
+	if err != nil {
+		return
+	}
+	_ = f.Run(ctx)
 }
 
 // storm kills the pusher holding every proxy and makes a change at that

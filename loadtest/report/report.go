@@ -224,9 +224,13 @@ type Phase struct {
 	Usage    []Usage  `json:"usage"`
 	Storm    *Storm   `json:"storm,omitempty"`
 	Trickle  *Trickle `json:"trickle,omitempty"`
-	Moves    []Move   `json:"moves,omitempty"`
-	Faults   []Fault  `json:"faults,omitempty"`
-	Problems []string `json:"problems,omitempty"`
+	// SlowReaders proxies beside the fleet read each response
+	// SlowReadDelay late while the changes were made (not measured).
+	SlowReaders   int      `json:"slow_readers,omitempty"`
+	SlowReadDelay float64  `json:"slow_read_delay_s,omitempty"`
+	Moves         []Move   `json:"moves,omitempty"`
+	Faults        []Fault  `json:"faults,omitempty"`
+	Problems      []string `json:"problems,omitempty"`
 }
 
 // Traffic is what etcd and NATS received and sent, per change, from and
@@ -408,6 +412,9 @@ func (r *Report) Markdown() string {
 		if s := p.Storm; s != nil {
 			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
 				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
+		}
+		if p.SlowReaders > 0 {
+			fmt.Fprintf(&b, "  - beside the fleet, %d proxies read each response %s late\n", p.SlowReaders, format(p.SlowReadDelay, "s"))
 		}
 		if tr := p.Trickle; tr != nil {
 			fmt.Fprintf(&b, "  - beside the fleet, %.3g proxies a second connected for %s each (%d in all): %d got a full config, in %s at p99\n",

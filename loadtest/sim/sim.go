@@ -83,9 +83,12 @@ type Config struct {
 	PerConn int
 	// TLS, when set, is how the proxies speak TLS to the control plane
 	// (plaintext otherwise).
-	TLS      *tls.Config
-	Observer Observer
-	Log      *slog.Logger
+	TLS *tls.Config
+	// ReadDelay, when set, is how long a proxy waits before it reads each
+	// response: a proxy that reads slowly (a busy Envoy, a slow link).
+	ReadDelay time.Duration
+	Observer  Observer
+	Log       *slog.Logger
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -389,6 +392,13 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	p.resumed()
 	for {
+		if d := p.fleet.cfg.ReadDelay; d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
 		resp, err := s.Recv()
 		if err != nil {
 			return err
@@ -580,6 +590,13 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	p.resumed()
 	for {
+		if d := p.fleet.cfg.ReadDelay; d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
 		resp, err := s.Recv()
 		if err != nil {
 			return err

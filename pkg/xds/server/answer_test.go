@@ -200,7 +200,8 @@ func TestSlowReaderDoesNotHoldTheBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ads, ctx := serveCache(t, c, server.Config{AnswerWait: 200 * time.Millisecond, SendTimeout: time.Minute})
+	status := server.NewStreams()
+	_, ads, ctx := serveCache(t, c, server.Config{AnswerWait: 200 * time.Millisecond, SendTimeout: time.Minute, Streams: status})
 	update := func(typ string, res map[string]types.Resource) {
 		t.Helper()
 		if _, _, _, err := c.Update("all", typ, res); err != nil {
@@ -232,17 +233,21 @@ func TestSlowReaderDoesNotHoldTheBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// It asks for every type, one after the other, and reads nothing.
-	for i, typ := range typs {
+	// It asks for every type and reads nothing: the clusters are queued,
+	// the listeners' write stalls, the routes are due behind it.
+	for _, typ := range typs {
 		if err := slow.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "slow"}, TypeUrl: typ}); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 5*time.Second, "the request to count", func() (bool, string) {
-			return c.Backlog() >= int64(i+1), fmt.Sprint("backlog ", c.Backlog())
-		})
 	}
-	testutil.Eventually(t, 5*time.Second, "the slow reader to leave the backlog", func() (bool, string) {
-		return c.Backlog() == 0, fmt.Sprint("backlog ", c.Backlog())
+	testutil.Eventually(t, 10*time.Second, "the slow reader to be reported and to leave the backlog", func() (bool, string) {
+		streams := status.Status()
+		if len(streams) != 1 {
+			return false, fmt.Sprint(len(streams), " streams")
+		}
+		types := streams[0].Types
+		return types["Cluster"].Unanswered && types["Listener"].Unanswered && types["RouteConfiguration"] != nil && c.Backlog() == 0,
+			fmt.Sprintf("backlog %d, types %+v", c.Backlog(), types)
 	})
 	// Generations make every type due again: a stream that is behind does
 	// not count.
@@ -252,4 +257,37 @@ func TestSlowReaderDoesNotHoldTheBacklog(t *testing.T) {
 	if n := c.Backlog(); n != 0 {
 		t.Errorf("after a generation, a stream still behind counts %d in the backlog, want 0", n)
 	}
+	// It answers one response at a time, late: it stays behind, and no
+	// answer brings it back into the backlog, until it has answered all.
+	answered := map[string]bool{}
+	for len(answered) < len(typs) {
+		resp, err := slow.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(answered) < len(typs)-1 {
+			if n := c.Backlog(); n != 0 {
+				t.Fatalf("%d types answered: the stream behind counts %d in the backlog, want 0", len(answered), n)
+			}
+		}
+		answered[resp.TypeUrl] = true
+		if err := slow.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Caught up, it counts again: the next generation waits for it.
+	go func() {
+		for {
+			resp, err := slow.Recv()
+			if err != nil || slow.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}) != nil {
+				return
+			}
+		}
+	}()
+	version := 3
+	testutil.Eventually(t, 5*time.Second, "the stream to catch up", func() (bool, string) {
+		version++
+		update(resource.ListenerType, map[string]types.Resource{"l": &listenerv3.Listener{Name: "l", StatPrefix: fmt.Sprint(version)}})
+		return c.Backlog() > 0, "backlog 0 after a generation"
+	})
 }

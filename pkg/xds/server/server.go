@@ -270,7 +270,7 @@ func New(cfg Config) (*Server, error) {
 		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_streams_untrusted_total",
 			Help: "xDS streams ended because the client CA was replaced and no longer trusts their certificate."}),
 		unanswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_unanswered_responses_total",
-			Help: "Responses unanswered (or unwritten) past the answer wait: the generations that follow no longer wait for them."}),
+			Help: "Responses found unanswered (or unwritten) past the answer wait, their stream then behind: until it has answered every response, nothing due to it holds the next generations back."}),
 		parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_parked_writes_total",
 			Help: "Writes that waited on a proxy's flow control past a moment: another sender took their sender's place."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
@@ -631,27 +631,28 @@ func (s *Server) watchWrite(st *stream, now time.Time) {
 	}
 }
 
-// watchAnswers excuses every watch of a stream that fell behind: a
-// response of it went unanswered (or unwritten) past the answer wait. The
-// types due behind a stalled write are excused with it, and so are those
-// the next generations make due: a proxy that reads slowly holds back
-// the generations for the answer wait at most, not until its send
-// timeout ends the stream.
+// watchAnswers finds a stream behind once a response of it went
+// unanswered (or unwritten) past the answer wait, and excuses its
+// watches: the types due behind a stalled write, and whatever the next
+// generations make due to it until it has caught up, no longer hold them
+// back (see stream.behind).
 func (s *Server) watchAnswers(st *stream, now time.Time) {
+	if st.behind.Load() {
+		return
+	}
 	late := now.Add(-s.cfg.AnswerWait).UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	behind := false
 	for _, w := range st.watches {
-		if w.inflight && w.sentAt <= late && !w.excused.Load() {
-			behind = true
+		if w.inflight && w.sentAt <= late {
 			w.status.Unanswered = true
 			s.m.unanswered.Inc()
-			s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for its stream",
+			s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for its stream until it catches up",
 				"stream", st.id, "proxy", st.node.GetId(), "type", w.short, "wait", s.cfg.AnswerWait)
+			st.behind.Store(true)
 		}
 	}
-	if !behind {
+	if !st.behind.Load() {
 		return
 	}
 	for _, w := range st.watches {

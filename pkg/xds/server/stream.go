@@ -65,6 +65,13 @@ type stream struct {
 	ended atomic.Pointer[error]
 	// sending is when the write in progress started (unix ns; 0: none).
 	sending atomic.Int64
+	// behind is set once a response of the stream went unanswered (or
+	// unwritten) past Config.AnswerWait, and cleared once the stream has
+	// caught up (every response it was sent answered): meanwhile none of
+	// its watches holds a due unit, so that a proxy that does not answer,
+	// or reads slowly, holds back the next generations for every other
+	// for the answer wait at most, not at each of its answers.
+	behind atomic.Bool
 
 	// smu guards the stream's place with the senders: queued while it
 	// waits for one (or, while running, to go back to the queue), done
@@ -150,13 +157,8 @@ type watch struct {
 	sentAt int64
 	// counted is how many of the cache's due units (Table.Due) the watch
 	// holds: one while a change is due, one while a response is in
-	// flight. excused is set on every watch of a stream once a response
-	// of it went unanswered (or unwritten) past Config.AnswerWait: the
-	// watch then holds none, so that a proxy that does not answer (or
-	// read) does not hold back the next generation for every other; the
-	// watch's next answer clears it.
+	// flight; none while its stream is behind.
 	counted atomic.Int32
-	excused atomic.Bool
 }
 
 // Notify marks the watch due and wakes its stream's sender.
@@ -175,13 +177,16 @@ func (w *watch) answered() {
 	}
 }
 
-// count adds a due unit the watch holds, unless it is excused.
+// count adds a due unit the watch holds, unless its stream is behind.
 func (w *watch) count() {
-	if w.excused.Load() {
+	if w.st.behind.Load() {
 		return
 	}
 	w.counted.Add(1)
 	w.table.Due()
+	if w.st.behind.Load() {
+		w.uncount() // fell behind meanwhile: excuse dropped the others
+	}
 }
 
 // uncount drops a due unit the watch holds, if it holds one.
@@ -198,9 +203,8 @@ func (w *watch) uncount() {
 	}
 }
 
-// excuse drops every due unit the watch holds until its answer comes.
+// excuse drops every due unit the watch holds; its stream is behind.
 func (w *watch) excuse() {
-	w.excused.Store(true)
 	for n := w.counted.Swap(0); n > 0; n-- {
 		w.table.Answered()
 	}
@@ -571,8 +575,9 @@ func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) (ack conf
 	}
 	w.inflight = false
 	w.uncount() // the response counted as due until answered
-	if w.excused.Swap(false) {
-		w.status.Unanswered = false
+	w.status.Unanswered = false
+	if st.behind.Load() && st.caughtUpLocked() {
+		st.behind.Store(false)
 	}
 	s := st.srv
 	if nack != nil {
@@ -591,6 +596,17 @@ func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) (ack conf
 		st.wakeUp()
 	}
 	return ack, nil
+}
+
+// caughtUpLocked reports whether every response of the stream is
+// answered (what is due meanwhile goes out at once).
+func (st *stream) caughtUpLocked() bool {
+	for _, w := range st.watches {
+		if w.inflight {
+			return false
+		}
+	}
+	return true
 }
 
 // push sends every due response, in push order.

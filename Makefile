@@ -59,6 +59,13 @@ loadtest-kube: build ## The small load test with the changes made through a real
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --source kube --proxies 500 --services 200 --endpoints 10 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false --out loadtest/out/kube
 
+.PHONY: loadtest-starved
+loadtest-starved: build ## The small load test on a starved pusher (about 2 minutes): held to one core (GOMAXPROCS=1) with two spinning processes beside it, 20 proxies reading each response 2 s late and 10 a second connecting for 3 s beside the fleet; fails unless every change reached every proxy within 10 s.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(BIN)/loadtest run --bin $(BIN) --proxies 500 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false \
+		--pusher-gomaxprocs 1 --hogs 2 --slow-readers 20 --trickle 10 --bound 10s --out loadtest/out/starved
+
 .PHONY: loadtest-large
 loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 services, 10,000 endpoints, 20 endpoint + 1 route changes/s for 2 min; 1 and 2 pushers, the reconnect storm, the baseline.
 	$(GO) build -o $(BIN)/loadtest ./loadtest

@@ -76,8 +76,15 @@ type Scenario struct {
 	// not hold the others' changes back.
 	SlowReaders   int           `json:"slow_readers,omitempty"`
 	SlowReadDelay time.Duration `json:"slow_read_delay,omitempty"`
-	TrickleLife   time.Duration `json:"trickle_life,omitempty"`
-	Faults        bool          `json:"faults"`
+	// PusherProcs, when set, is every pusher's GOMAXPROCS, and Hogs is how
+	// many processes spin beside it while the changes are made: a pusher
+	// starved of CPU. Bound, when set, fails the run if a change took
+	// longer to reach every proxy.
+	PusherProcs int           `json:"pusher_gomaxprocs,omitempty"`
+	Hogs        int           `json:"cpu_hogs,omitempty"`
+	Bound       time.Duration `json:"bound,omitempty"`
+	TrickleLife time.Duration `json:"trickle_life,omitempty"`
+	Faults      bool          `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
 	Floods           bool   `json:"floods,omitempty"`
@@ -137,6 +144,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&sc.TrickleLife, "trickle-life", 3*time.Second, "how long each --trickle proxy stays connected")
 	fs.IntVar(&sc.SlowReaders, "slow-readers", 0, "proxies beside the fleet that read each response --slow-read-delay late while the changes are made (not measured; the fleet's changes must not wait for them)")
 	fs.DurationVar(&sc.SlowReadDelay, "slow-read-delay", 2*time.Second, "how late each --slow-readers proxy reads a response")
+	fs.IntVar(&sc.PusherProcs, "pusher-gomaxprocs", 0, "every pusher's GOMAXPROCS (0: the machine's)")
+	fs.IntVar(&sc.Hogs, "hogs", 0, "processes that spin beside the control plane while the changes are made (a machine starved of CPU)")
+	fs.DurationVar(&sc.Bound, "bound", 0, "fail unless every change reached every proxy within this (0: no bound)")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, registrations of one identity, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed, a change is lost, or a proxy or workload connecting meanwhile is not served or registered")
@@ -261,6 +271,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			for _, pr := range p.Problems {
 				failed = append(failed, p.Name+": "+pr)
 			}
+			if sc.Bound > 0 && p.Convergence.Max > sc.Bound.Seconds() {
+				failed = append(failed, fmt.Sprintf("%s: a change took %.2f s to reach every proxy, over the bound of %s", p.Name, p.Convergence.Max, sc.Bound))
+			}
 		}
 		if len(failed) > 0 {
 			return fmt.Errorf("correctness check failed:\n  %s", strings.Join(failed, "\n  "))
@@ -383,11 +396,19 @@ func freeAddr() (string, error) {
 }
 
 func start(out, name, bin string, args ...string) (*proc, error) {
+	return startWith(nil, out, name, bin, args...)
+}
+
+// startWith is start with env added to the process's environment.
+func startWith(env []string, out, name, bin string, args ...string) (*proc, error) {
 	f, err := os.Create(filepath.Join(out, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -689,7 +710,11 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 				args = append(args, "--namespaces-file", pl.file(i))
 				pl.setAddr(i, ads)
 			}
-			p, err := start(sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), args...)
+			var env []string
+			if sc.PusherProcs > 0 {
+				env = []string{fmt.Sprint("GOMAXPROCS=", sc.PusherProcs)}
+			}
+			p, err := startWith(env, sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), args...)
 			if err != nil {
 				return nil, err
 			}
@@ -822,6 +847,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	tctx, stopTrickle := context.WithCancel(ctx)
 	trickled := make(chan *report.Trickle, 1)
 	go func() { trickled <- trickle(tctx, sc, fcfg) }()
+	stopHogs := hogs(sc.Hogs)
 	slowDone := make(chan struct{})
 	go func() { defer close(slowDone); slowReaders(tctx, sc, fcfg) }()
 	if sc.SlowReaders > 0 {
@@ -829,6 +855,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	}
 	err = makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog)
 	stopTrickle()
+	stopHogs()
 	ph.Trickle = <-trickled
 	<-slowDone
 	if err != nil {
@@ -998,6 +1025,24 @@ func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle 
 	}
 	wg.Wait()
 	return &report.Trickle{Rate: sc.Trickle, Life: sc.TrickleLife.Seconds(), Started: started, Served: len(full), FullP99: report.Summarise(full).P99}
+}
+
+// hogs starts n processes that spin until the returned function is
+// called.
+func hogs(n int) (stop func()) {
+	var cmds []*exec.Cmd
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if cmd.Start() == nil {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}
 }
 
 // slowReaders runs sc.SlowReaders proxies beside the fleet of fcfg until

@@ -637,14 +637,11 @@ func (s *Server) watchWrite(st *stream, now time.Time) {
 // generations make due to it until it has caught up, no longer hold them
 // back (see stream.behind).
 func (s *Server) watchAnswers(st *stream, now time.Time) {
-	if st.behind.Load() {
-		return
-	}
 	late := now.Add(-s.cfg.AnswerWait).UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, w := range st.watches {
-		if w.inflight && w.sentAt <= late {
+		if w.inflight && w.sentAt <= late && !w.status.Unanswered {
 			w.status.Unanswered = true
 			s.m.unanswered.Inc()
 			s.cfg.Log.Debug("a response went unanswered past the answer wait; the next generations no longer wait for its stream until it catches up",

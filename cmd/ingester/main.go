@@ -254,6 +254,15 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 		})
 	}
 	for _, c := range v.clusters {
+		synced := "Kubernetes cluster " + c.id + " synced"
+		var allSynced func()
+		if o.leaderID == "" {
+			// Unelected, this replica writes the cluster's state itself:
+			// ready once it has, so that pushers started after it load
+			// the mesh, not an empty store.
+			ready.Set(synced, false)
+			allSynced = func() { ready.Set(synced, true) }
+		}
 		if *o.rootCerts {
 			g.Go(func() error {
 				return app.RootCerts{Etcd: etcd, Cluster: c.id, Kube: c.kube, NamespaceSelector: v.selector, Election: election, Log: log}.Run(ctx)
@@ -263,7 +272,7 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 			return app.KubeSource{Etcd: etcd, Cluster: c.id, Kube: c.kube, MeshNamespace: o.meshNamespace, DomainSuffix: o.domainSuffix, MaxDelay: o.syncMax,
 				NamespaceSelector: v.selector, Parts: *o.parts, Election: election, Log: log, Report: ingestReport, KubeMetrics: kubeMetrics,
 				GatewayControllers: v.gatewayControllers, Registrations: registrations, RegistrationGrace: o.registrationGrace,
-				RegistrationLimits: o.registrationLimits}.Run(ctx)
+				RegistrationLimits: o.registrationLimits, OnAllSynced: allSynced}.Run(ctx)
 		})
 	}
 	for _, z := range v.zks {

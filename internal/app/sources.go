@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +114,10 @@ type KubeSource struct {
 	Report      *ingest.Report
 	KubeMetrics *kube.Metrics
 	OnSynced    func(ingest.Result)
+	// OnAllSynced, when set, is called once every part this replica runs
+	// has written the cluster's state once (an unelected replica runs
+	// them all): what its readiness waits for.
+	OnAllSynced func()
 	// Registrations, RegistrationGrace and RegistrationLimits: see
 	// kube.Config.
 	Registrations      kube.Registrations
@@ -134,8 +139,21 @@ func (k KubeSource) Run(ctx context.Context) error {
 	// The parts this replica leads watch the cluster once.
 	shared := kube.NewInformers(client, dyn)
 	g, ctx := errgroup.WithContext(ctx)
+	var unsynced atomic.Int32
+	unsynced.Store(int32(parts))
 	for part := range parts {
 		name := kube.PartName(k.Cluster, part, parts)
+		var first sync.Once
+		onSynced := func(r ingest.Result) {
+			if k.OnSynced != nil {
+				k.OnSynced(r)
+			}
+			first.Do(func() {
+				if unsynced.Add(-1) == 0 && k.OnAllSynced != nil {
+					k.OnAllSynced()
+				}
+			})
+		}
 		term := &termStore{}
 		// A part owns what the cluster's other sources (its parts before
 		// the number of parts changed) wrote in its namespaces.
@@ -149,7 +167,7 @@ func (k KubeSource) Run(ctx context.Context) error {
 		src, err := kube.New(kube.Config{
 			Cluster: k.Cluster, Client: client, Dynamic: dyn, Syncer: syncer, Part: part, Parts: parts, Informers: shared,
 			DomainSuffix: k.DomainSuffix, MeshNamespace: k.MeshNamespace, NamespaceSelector: k.NamespaceSelector, GatewayControllers: k.GatewayControllers,
-			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: k.OnSynced, MaxDelay: k.MaxDelay,
+			Log: k.Log.With("source", name), Metrics: k.KubeMetrics, OnSynced: onSynced, MaxDelay: k.MaxDelay,
 			Registrations: k.Registrations, RegistrationGrace: k.RegistrationGrace, RegistrationLimits: k.RegistrationLimits,
 		})
 		if err != nil {

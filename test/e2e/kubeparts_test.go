@@ -159,3 +159,50 @@ func sourceOf(services map[string]string, name string) string {
 	}
 	return ""
 }
+
+// TestKubeSourceSyncedMeansWritten: an unelected replica running every
+// part of a cluster says it has synced (what the ingester's readiness
+// waits for) only once each part has written the cluster's state: a
+// pusher started after it loads the mesh, not an empty store whose
+// filling then moves every connected proxy to another class.
+func TestKubeSourceSyncedMeansWritten(t *testing.T) {
+	kc := kubetest.Get(t)
+	kc.InstallIstioCRDs(t)
+	var namespaces []string
+	for range 6 {
+		ns := kc.Namespace(t, nil)
+		createService(t, kc, ns, "svc", 50051)
+		namespaces = append(namespaces, ns)
+	}
+	_, cli := testutil.Etcd(t)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	synced := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- app.KubeSource{Etcd: cli, Cluster: "c1", Kube: kc.Config, Parts: 2, Log: testutil.Log(t),
+			OnAllSynced: func() { close(synced) }}.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-synced:
+	case err := <-done:
+		t.Fatalf("the source ended before it synced: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the source did not sync within a minute")
+	}
+	items, _, _, err := store.New(cli).List(testutil.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]bool{}
+	for _, it := range items {
+		if it.Key.Kind == model.KindService {
+			stored[it.Key.Namespace] = true
+		}
+	}
+	for _, ns := range namespaces {
+		if !stored[ns] {
+			t.Errorf("synced, but the Service of %s (part %d) is not in the store", ns, kube.PartOf(ns, 2))
+		}
+	}
+}

@@ -66,6 +66,15 @@ loadtest-starved: build ## The small load test on a starved pusher (about 2 minu
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false \
 		--pusher-gomaxprocs 1 --hogs 2 --slow-readers 20 --trickle 10 --bound 10s --out loadtest/out/starved
 
+.PHONY: loadtest-istiod
+loadtest-istiod: build ## shardpilot beside istiod (ISTIO_BIN from hack/istio-binaries.sh) on the same mesh, changes and simulated Envoys, both reading Istio resources from a kube-apiserver built by hack/kube-binaries.sh: 500 proxies with the baseline, then 2,000; the report gives shardpilot ÷ istiod for every figure (about 12 minutes).
+	@test -n "$(ISTIO_BIN)" || { echo "ISTIO_BIN is not set: make loadtest-istiod ISTIO_BIN=$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --source kube --istiod "$(ISTIO_BIN)" --proxies 500 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/istiod
+	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --source kube --istiod "$(ISTIO_BIN)" --proxies 2000 --services 200 --endpoints 10 \
+		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false --out loadtest/out/istiod-2000
+
 .PHONY: loadtest-large
 loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 services, 10,000 endpoints, 20 endpoint + 1 route changes/s for 2 min; 1 and 2 pushers, the reconnect storm, the baseline.
 	$(GO) build -o $(BIN)/loadtest ./loadtest

@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"runtime/pprof"
 
+	"github.com/shardpilot/shardpilot/internal/kubetest"
 	"github.com/shardpilot/shardpilot/internal/pki"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/procstat"
@@ -65,7 +66,12 @@ type Scenario struct {
 	// alone with its proxies: one shard as on a machine of its own.
 	ShardAlone bool `json:"shard_alone,omitempty"`
 	Baseline   bool `json:"baseline"`
-	Storm      bool `json:"storm"`
+	// Istiod, when set, is a directory of Istio's binaries
+	// (hack/istio-binaries.sh): istiod then runs the same mesh, changes
+	// and proxies, its mesh written through a kube-apiserver (Istio
+	// resources), and the report gives shardpilot ÷ istiod.
+	Istiod string `json:"istiod,omitempty"`
+	Storm  bool   `json:"storm"`
 	// Trickle is how many proxies a second connect beside the fleet while
 	// the changes are made, each for TrickleLife (pods of rolling
 	// deployments): their first configs must not hold the fleet's
@@ -147,6 +153,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&sc.PusherProcs, "pusher-gomaxprocs", 0, "every pusher's GOMAXPROCS (0: the machine's)")
 	fs.IntVar(&sc.Hogs, "hogs", 0, "processes that spin beside the control plane while the changes are made (a machine starved of CPU)")
 	fs.DurationVar(&sc.Bound, "bound", 0, "fail unless every change reached every proxy within this (0: no bound)")
+	fs.StringVar(&sc.Istiod, "istiod", "", "directory of Istio's binaries (hack/istio-binaries.sh): also run istiod on the same mesh, changes and proxies, fed through a kube-apiserver built by hack/kube-binaries.sh, and report shardpilot ÷ istiod")
 	fs.BoolVar(&sc.Storm, "storm", false, "also run the reconnect storm: kill the pusher holding every proxy")
 	fs.BoolVar(&sc.Faults, "faults", false, "also run the fault suite: under churn, kill a pusher, stop NATS, stop etcd, kill the ingester leader; fails if a change is lost")
 	fs.BoolVar(&sc.Floods, "floods", false, "also run the floods (needs a kube-apiserver built by hack/kube-binaries.sh, and root to hold the pusher to a memory limit): forged token reviews, registrations of one identity, made-up names, CSDS at once, unfinished messages, each for --fault-hold under churn, against a pusher set up as docs/security.md describes; fails if the pusher is killed, a change is lost, or a proxy or workload connecting meanwhile is not served or registered")
@@ -252,6 +259,13 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		rep.Phases = append(rep.Phases, ph)
 	}
+	if sc.Istiod != "" {
+		ph, err := phase(ctx, sc, target{istiod: true}, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
 	if sc.Baseline {
 		ph, err := phase(ctx, sc, target{baseline: true}, stderr)
 		if err != nil {
@@ -265,8 +279,8 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if sc.check {
 		var failed []string
 		for _, p := range rep.Phases {
-			if p.Target == "baseline" {
-				continue // what the baseline cannot do is a measurement, not a failure
+			if p.Target != "shardpilot" {
+				continue // what the baseline or istiod cannot do is a measurement, not a failure
 			}
 			for _, pr := range p.Problems {
 				failed = append(failed, p.Name+": "+pr)
@@ -340,9 +354,9 @@ func (p *progress) done(format string, args ...any) {
 
 // target is the control plane of one phase.
 type target struct {
-	baseline bool
-	pushers  int
-	storm    bool
+	baseline, istiod bool
+	pushers          int
+	storm            bool
 	// sharded pushers serve their namespaces' proxies alone; reshard adds
 	// a shard and removes it after the changes; alone runs the first
 	// shard's pusher and proxies alone.
@@ -353,6 +367,8 @@ func (t target) name() string {
 	switch {
 	case t.baseline:
 		return "baseline"
+	case t.istiod:
+		return "istiod"
 	case t.storm:
 		return "shardpilot, reconnect storm"
 	case t.alone:
@@ -575,8 +591,8 @@ func workDir() (work, meshDir string, err error) {
 // phase runs the scenario against one control plane.
 func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report.Phase, error) {
 	ph := report.Phase{Name: t.name(), Target: "shardpilot", Pushers: t.pushers, Proxies: sc.Proxies}
-	if t.baseline {
-		ph.Target, ph.Pushers = "baseline", 0
+	if t.baseline || t.istiod {
+		ph.Target, ph.Pushers = t.name(), 0
 	}
 	done := announce(stderr, sc, ph.Name)
 	defer done()
@@ -588,8 +604,10 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces, Sidecars: len(sc.Shards) > 0}
 	source := []string{"--mesh-dir", meshDir}
 	var mesh *meshgen.Mesh
-	if sc.Source == "kube" && !t.baseline {
-		kc, kubeconfig, err := startKube(work, spec)
+	var kc *kubetest.Cluster
+	var kubeconfig string
+	if sc.Source == "kube" && !t.baseline || t.istiod {
+		kc, kubeconfig, err = startKube(work, spec)
 		if err != nil {
 			return ph, err
 		}
@@ -639,6 +657,12 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 			return ph, err
 		}
 		p.ads, p.heap = addr, admin
+		servers = append(servers, p)
+	} else if t.istiod {
+		p, err := startIstiod(ctx, sc, logName, sc.Istiod, work, kc, kubeconfig)
+		if err != nil {
+			return ph, err
+		}
 		servers = append(servers, p)
 	} else {
 		// etcd and NATS run in a process of their own, as beside a real
@@ -808,7 +832,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	memConnected := memoryOf(servers)
 	ph.HeapConnected = mib(memConnected.live)
 	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(ph.Proxies)
-	if !t.baseline {
+	if ph.Target == "shardpilot" {
 		for _, p := range servers {
 			ph.HeapPerPusher = max(ph.HeapPerPusher, mib(memoryOf([]*proc{p}).live))
 		}
@@ -873,7 +897,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		ph.HarnessCPUSeconds = (now.CPU - self.CPU).Seconds()
 	}
 	prog.done("settled: %d changes pending after %s", tracker.Pending(), time.Since(settleStart).Round(time.Millisecond))
-	if !t.baseline {
+	if ph.Target == "shardpilot" {
 		// The change events each pusher took while the changes were made.
 		for i, p := range servers {
 			n := counterOf(p, "shardpilot_pusher_events_total") - eventsBefore[i]

@@ -308,10 +308,13 @@ func (r *Report) Write(dir string, w io.Writer) error {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# shardpilot load test\n\nStarted %s. Scenario: `%s`.\n\n", r.Started.Format(time.RFC3339), scenarioLine(r.Scenario))
-	var base *Phase
+	var base, istiod *Phase
 	for i := range r.Phases {
-		if r.Phases[i].Target == "baseline" {
+		switch r.Phases[i].Target {
+		case "baseline":
 			base = &r.Phases[i]
+		case "istiod":
+			istiod = &r.Phases[i]
 		}
 	}
 	header := "| figure |"
@@ -323,6 +326,10 @@ func (r *Report) Markdown() string {
 			header += " ratio to baseline |"
 			sep += " ---: |"
 		}
+		if istiod != nil && p.Target == "shardpilot" {
+			header += " ratio to istiod |"
+			sep += " ---: |"
+		}
 	}
 	b.WriteString(header + "\n" + sep + "\n")
 	row := func(name string, f func(p Phase) float64, unit string) {
@@ -331,6 +338,9 @@ func (r *Report) Markdown() string {
 			line += " " + format(f(p), unit) + " |"
 			if base != nil && p.Target != "baseline" {
 				line += " " + ratio(f(p), f(*base)) + " |"
+			}
+			if istiod != nil && p.Target == "shardpilot" {
+				line += " " + ratio(f(p), f(*istiod)) + " |"
 			}
 		}
 		b.WriteString(line + "\n")

@@ -68,7 +68,7 @@ loadtest-starved: build ## The small load test on a starved pusher (about 2 minu
 
 .PHONY: loadtest-istiod
 loadtest-istiod: build ## shardpilot beside istiod (ISTIO_BIN from hack/istio-binaries.sh) on the same mesh, changes and simulated Envoys, both reading Istio resources from a kube-apiserver built by hack/kube-binaries.sh: 500 proxies with the baseline, then 2,000; the report gives shardpilot ÷ istiod for every figure (about 12 minutes).
-	@test -n "$(ISTIO_BIN)" || { echo "ISTIO_BIN is not set: make loadtest-istiod ISTIO_BIN=$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
+	@test -n "$(ISTIO_BIN)" || { echo 'ISTIO_BIN is not set: give it the directory hack/istio-binaries.sh prints'; exit 2; }
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" $(BIN)/loadtest run --bin $(BIN) --source kube --istiod "$(ISTIO_BIN)" --proxies 500 --services 200 --endpoints 10 \
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --out loadtest/out/istiod

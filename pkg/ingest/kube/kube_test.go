@@ -213,7 +213,23 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	}
 	r.object(t, "/mesh/v1/routerules/"+ns+"/ratings", "a VirtualService waiting for its host is written with it", nil)
 
-	// Updates and deletes propagate.
+	// Updates and deletes propagate: a changed Istio object is read again
+	// (a sync reads again only those whose resourceVersion moved).
+	vs, err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Get(ctx, "ratings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs.Object["spec"] = map[string]any{
+		"hosts": []any{"ratings"},
+		"http":  []any{map[string]any{"timeout": "7s", "route": []any{map[string]any{"destination": map[string]any{"host": "ratings"}}}}},
+	}
+	if _, err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Update(ctx, vs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.object(t, "/mesh/v1/routerules/"+ns+"/ratings", "a VirtualService's change is written", func(o model.Object) (bool, string) {
+		rr := o.(*meshv1.RouteRule)
+		return rr.Http[0].GetTimeout().AsDuration() == 7*time.Second, fmt.Sprint(rr)
+	})
 	slice.Endpoints = slice.Endpoints[:1]
 	if _, err := kc.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

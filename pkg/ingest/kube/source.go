@@ -213,6 +213,17 @@ type Source struct {
 	// ingressStatus is what the last sync found the Ingresses' statuses
 	// should show (owned like statuses).
 	ingressStatus ingressStatus
+	// decoded is each Istio object read as an istio.Resource, by
+	// location, kept while its resourceVersion stays (owned like
+	// statuses): a sync converts again only the objects that changed.
+	decoded map[string]decodedResource
+}
+
+// decodedResource is an Istio object read as an istio.Resource, at a
+// resourceVersion.
+type decodedResource struct {
+	version string
+	r       istio.Resource
 }
 
 // Metrics are the Kubernetes source's metrics, labelled by cluster.
@@ -683,6 +694,7 @@ func (s *Source) service(w *watched, svc *corev1.Service, now time.Time, refs ma
 func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
 	var problems []ingest.Problem
 	var inputs []istio.Input
+	decoded := make(map[string]decodedResource, len(s.decoded))
 	for kind, lister := range w.istio {
 		list, _ := lister.List(labels.Everything())
 		for _, o := range list {
@@ -692,25 +704,38 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 			}
 			loc := location(kind, u.GetNamespace(), u.GetName())
 			refs[loc] = u
-			raw, err := json.Marshal(u.Object)
-			if err != nil {
-				problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
-				continue
+			version := u.GetResourceVersion()
+			d, ok := s.decoded[loc]
+			if !ok || version == "" || d.version != version {
+				r, err := toResource(u)
+				if err != nil {
+					problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
+					continue
+				}
+				d = decodedResource{version, r}
 			}
-			var r istio.Resource
-			if err := json.Unmarshal(raw, &r); err != nil {
-				problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
-				continue
-			}
-			inputs = append(inputs, istio.Input{Resource: r, Location: loc, SourceVersion: u.GetResourceVersion(), ObservedAt: now})
+			decoded[loc] = d
+			inputs = append(inputs, istio.Input{Resource: d.r, Location: loc, SourceVersion: version, ObservedAt: now})
 		}
 	}
+	s.decoded = decoded
 	if in, ok := s.meshConfigInput(w, now, refs); ok {
 		inputs = append(inputs, in)
 	}
 	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace,
 		Registration: s.cfg.Registrations != nil})
 	return objs, append(problems, more...)
+}
+
+// toResource reads an Istio object as the normalizer takes it.
+func toResource(u *unstructured.Unstructured) (istio.Resource, error) {
+	var r istio.Resource
+	raw, err := json.Marshal(u.Object)
+	if err != nil {
+		return r, err
+	}
+	err = json.Unmarshal(raw, &r)
+	return r, err
 }
 
 // namespaceFilter returns whether a namespace is in the mesh and in this

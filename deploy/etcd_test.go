@@ -15,7 +15,6 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -77,16 +76,7 @@ func TestChartTrialEtcdAuth(t *testing.T) {
 	// is still off.
 	e, open := testutil.Etcd(t)
 	ctx := testutil.Context(t)
-	signIn := func(user, password string) *clientv3.Client {
-		t.Helper()
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: time.Minute, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatalf("%s signs in: %v", user, err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
-	pusher := signIn("shardpilot-pusher", passwords["pusher"])
+	pusher := testutil.SignIn(t, e.Endpoint, "shardpilot-pusher", passwords["pusher"])
 	if _, err := pusher.Get(ctx, "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +132,11 @@ func TestChartTrialEtcdAuth(t *testing.T) {
 	if _, err := pusher.Put(ctx, "/mesh/v1/services/x/y", "forged"); err == nil {
 		t.Error("the pusher's user writes the mesh")
 	}
-	if _, err := signIn("shardpilot-ingester", passwords["ingester"]).Put(ctx, "/mesh/v1/services/x/y", "{}"); err != nil {
+	if _, err := testutil.SignIn(t, e.Endpoint, "shardpilot-ingester", passwords["ingester"]).Put(ctx, "/mesh/v1/services/x/y", "{}"); err != nil {
 		t.Errorf("the ingester's user writes the mesh: %v", err)
 	}
 	for _, r := range store.EtcdRoles() {
-		if _, err := signIn(r.Name, passwords[r.Part]).Get(ctx, "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		if _, err := testutil.SignIn(t, e.Endpoint, r.Name, passwords[r.Part]).Get(ctx, "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 			t.Errorf("%s reads the mesh: %v", r.Name, err)
 		}
 	}

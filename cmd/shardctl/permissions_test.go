@@ -8,14 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // TestBusPermissionsDoc: docs/security.md shows what bus-permissions
@@ -96,13 +94,8 @@ func TestEtcdRolesApply(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, r := range store.EtcdRoles() {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: r.Name, Password: "new-" + r.Part, DialTimeout: time.Minute, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatalf("%s signs in with its new password: %v", r.Name, err)
-		}
-		_, err = cli.Get(testutil.Context(t), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cli.Close()
-		if err != nil {
+		cli := testutil.SignIn(t, e.Endpoint, r.Name, "new-"+r.Part)
+		if _, err := cli.Get(testutil.Context(t), "/mesh/v1/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 			t.Errorf("%s reads the mesh: %v", r.Name, err)
 		}
 	}

@@ -142,6 +142,21 @@ func CPUTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// SignIn returns a client of the etcd at endpoint signed in as user,
+// closed when the test ends. Signing in waits for etcd to check the
+// password (bcrypt), slowly under the race detector on a loaded machine:
+// 5 s was passed there, so it is given a minute.
+func SignIn(t testing.TB, endpoint, user, password string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, Username: user, Password: password,
+		DialTimeout: time.Minute, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("%s signs in: %v", user, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 // EtcdWithRoles starts an embedded etcd with authentication enabled and the
 // parts' roles of store.EtcdRoles, each user's password "<part>-secret".
 // It returns the root's client and one signed in as a part's user.
@@ -158,19 +173,7 @@ func EtcdWithRoles(t testing.TB) (e *embedded.Etcd, root *clientv3.Client, as fu
 	if _, err := open.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Signing in waits for etcd to check the password (bcrypt), slowly
-	// under the race detector on a loaded machine: 5 s was passed there.
-	signIn := func(user, password string) *clientv3.Client {
-		t.Helper()
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password,
-			DialTimeout: time.Minute, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
-	root = signIn("root", "root-secret")
+	root = SignIn(t, e.Endpoint, "root", "root-secret")
 	passwords := map[string]string{}
 	for _, r := range store.EtcdRoles() {
 		passwords[r.Part] = r.Part + "-secret"
@@ -178,5 +181,5 @@ func EtcdWithRoles(t testing.TB) (e *embedded.Etcd, root *clientv3.Client, as fu
 	if err := store.EnsureRoles(ctx, root, passwords); err != nil {
 		t.Fatal(err)
 	}
-	return e, root, func(part string) *clientv3.Client { return signIn("shardpilot-"+part, part+"-secret") }
+	return e, root, func(part string) *clientv3.Client { return SignIn(t, e.Endpoint, "shardpilot-"+part, part+"-secret") }
 }

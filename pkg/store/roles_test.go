@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -136,20 +135,12 @@ func TestEnableAuth(t *testing.T) {
 	if _, err := open.Put(ctx, "/mesh/v1/services/demo/a", "x"); !errors.Is(err, rpctypes.ErrUserEmpty) {
 		t.Errorf("a write without credentials once authentication is on: %v, want %v", err, rpctypes.ErrUserEmpty)
 	}
-	signIn := func(user, password string) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, Username: user, Password: password, DialTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
-	if _, err := signIn("shardpilot-ingester", "ingester-secret").Put(ctx, "/mesh/v1/services/demo/a", "x"); err != nil {
+	if _, err := testutil.SignIn(t, e.Endpoint, "shardpilot-ingester", "ingester-secret").Put(ctx, "/mesh/v1/services/demo/a", "x"); err != nil {
 		t.Errorf("the ingester's write: %v", err)
 	}
-	root := signIn("root", "root-secret")
+	root := testutil.SignIn(t, e.Endpoint, "root", "root-secret")
 	if err := store.EnableAuth(ctx, root, "another"); err != nil {
 		t.Errorf("EnableAuth with authentication on: %v, want nothing done", err)
 	}
-	signIn("root", "root-secret") // the password is root's still
+	testutil.SignIn(t, e.Endpoint, "root", "root-secret") // the password is root's still
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -51,13 +50,9 @@ func startIstiod(ctx context.Context, sc Scenario, name, dir, work string, kc *k
 		return nil, err
 	}
 	p.ads, p.heap = ads, httpAddr
-	c := http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
-		if resp, err := c.Get("http://" + httpAddr + "/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
+		if httpOK("http://" + httpAddr + "/ready") {
+			return p, nil
 		}
 	}
 	p.stop()

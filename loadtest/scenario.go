@@ -76,7 +76,8 @@ type Scenario struct {
 	// the changes are made, each for TrickleLife (pods of rolling
 	// deployments): their first configs must not hold the fleet's
 	// changes back.
-	Trickle float64 `json:"trickle_per_s,omitempty"`
+	Trickle     float64       `json:"trickle_per_s,omitempty"`
+	TrickleLife time.Duration `json:"trickle_life,omitempty"`
 	// SlowReaders proxies beside the fleet read each response
 	// SlowReadDelay late while the changes are made: a proxy behind must
 	// not hold the others' changes back.
@@ -89,7 +90,6 @@ type Scenario struct {
 	PusherProcs int           `json:"pusher_gomaxprocs,omitempty"`
 	Hogs        int           `json:"cpu_hogs,omitempty"`
 	Bound       time.Duration `json:"bound,omitempty"`
-	TrickleLife time.Duration `json:"trickle_life,omitempty"`
 	Faults      bool          `json:"faults"`
 	// Floods runs the floods a client may send at a pusher held to
 	// FloodMemoryLimit (see floodPhase).
@@ -481,9 +481,12 @@ func (p *proc) kill() {
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
 // ready reports whether /readyz answers 200.
-func (p *proc) ready() bool {
+func (p *proc) ready() bool { return httpOK("http://" + p.admin + "/readyz") }
+
+// httpOK reports whether a GET of url answers 200 within a second.
+func httpOK(url string) bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + p.admin + "/readyz")
+	resp, err := c.Get(url)
 	if err != nil {
 		return false
 	}
@@ -868,17 +871,17 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
 	}
 	changesStart := time.Now()
-	tctx, stopTrickle := context.WithCancel(ctx)
+	besideCtx, stopBeside := context.WithCancel(ctx)
 	trickled := make(chan *report.Trickle, 1)
-	go func() { trickled <- trickle(tctx, sc, fcfg) }()
+	go func() { trickled <- trickle(besideCtx, sc, fcfg) }()
 	stopHogs := hogs(sc.Hogs)
 	slowDone := make(chan struct{})
-	go func() { defer close(slowDone); slowReaders(tctx, sc, fcfg) }()
+	go func() { defer close(slowDone); slowReaders(besideCtx, sc, fcfg) }()
 	if sc.SlowReaders > 0 {
 		ph.SlowReaders, ph.SlowReadDelay = sc.SlowReaders, sc.SlowReadDelay.Seconds()
 	}
 	err = makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog)
-	stopTrickle()
+	stopBeside()
 	stopHogs()
 	ph.Trickle = <-trickled
 	<-slowDone
@@ -1015,7 +1018,6 @@ func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle 
 	if sc.Trickle <= 0 {
 		return nil
 	}
-	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards, fcfg.Proxies = nil, nil, 0, 1, 1
 	interval := time.Duration(float64(time.Second) / sc.Trickle)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -1029,9 +1031,8 @@ func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle 
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
-			fcfg.First = sc.Proxies + started
+			f, err := sim.New(beside(fcfg, sc.Proxies+started, 1))
 			started++
-			f, err := sim.New(fcfg)
 			if err != nil {
 				continue
 			}
@@ -1049,6 +1050,14 @@ func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle 
 	}
 	wg.Wait()
 	return &report.Trickle{Rate: sc.Trickle, Life: sc.TrickleLife.Seconds(), Started: started, Served: len(full), FullP99: report.Summarise(full).P99}
+}
+
+// beside is the configuration of n proxies beside the fleet of fcfg,
+// numbered from first: untracked, and dialing the fleet's addresses.
+func beside(fcfg sim.Config, first, n int) sim.Config {
+	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards = nil, nil, 0, 1
+	fcfg.First, fcfg.Proxies = first, n
+	return fcfg
 }
 
 // hogs starts n processes that spin until the returned function is
@@ -1075,9 +1084,9 @@ func slowReaders(ctx context.Context, sc Scenario, fcfg sim.Config) {
 	if sc.SlowReaders <= 0 {
 		return
 	}
-	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards = nil, nil, 0, 1
-	fcfg.First, fcfg.Proxies, fcfg.ReadDelay = sc.Proxies+100_000, sc.SlowReaders, sc.SlowReadDelay
-	f, err := sim.New(fcfg)
+	cfg := beside(fcfg, sc.Proxies+100_000, sc.SlowReaders)
+	cfg.ReadDelay = sc.SlowReadDelay
+	f, err := sim.New(cfg)
 	if err != nil {
 		return
 	}

@@ -331,6 +331,19 @@ func (p *proxy) run(ctx context.Context) {
 	}
 }
 
+// readLate waits the fleet's ReadDelay before the proxy reads a response.
+func (p *proxy) readLate(ctx context.Context) error {
+	if p.fleet.cfg.ReadDelay <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(p.fleet.cfg.ReadDelay):
+		return nil
+	}
+}
+
 // markFull notes a full config once every type has been ACKed.
 func (p *proxy) markFull() {
 	if p.full || !p.acked[resource.ClusterType] || !p.acked[resource.ListenerType] ||
@@ -392,12 +405,8 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	p.resumed()
 	for {
-		if d := p.fleet.cfg.ReadDelay; d > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(d):
-			}
+		if err := p.readLate(ctx); err != nil {
+			return err
 		}
 		resp, err := s.Recv()
 		if err != nil {
@@ -590,12 +599,8 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	p.resumed()
 	for {
-		if d := p.fleet.cfg.ReadDelay; d > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(d):
-			}
+		if err := p.readLate(ctx); err != nil {
+			return err
 		}
 		resp, err := s.Recv()
 		if err != nil {

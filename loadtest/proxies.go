@@ -123,6 +123,7 @@ func runBaseline(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		hs := &http.Server{Handler: mux}
 		go func() { _ = hs.Serve(admin) }()
 		defer hs.Close()

@@ -104,6 +104,9 @@ type Scenario struct {
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
 	Source string `json:"source"`
+	// Profile saves each serving process's CPU profile over the changes
+	// and its heap profile after them, into the output directory.
+	Profile bool `json:"profile,omitempty"`
 
 	bin, out       string
 	connectTimeout time.Duration
@@ -168,6 +171,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
+	fs.BoolVar(&sc.Profile, "profile", false, "save each serving process's CPU profile over the changes (<phase>-<process>-cpu.pprof, beside its log) and its heap profile after them (-heap.pprof) in --out: read them with go tool pprof")
 	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
 	fs.StringVar(&sc.bin, "bin", ".bin", "directory holding the ingester and pusher binaries (make build)")
 	fs.StringVar(&sc.out, "out", "loadtest/out", "directory for report.json, report.md, the plots and the processes' logs")
@@ -871,6 +875,8 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
 	}
 	changesStart := time.Now()
+	received := fleet.Stats()
+	profiled := profile(ctx, sc, servers)
 	besideCtx, stopBeside := context.WithCancel(ctx)
 	trickled := make(chan *report.Trickle, 1)
 	go func() { trickled <- trickle(besideCtx, sc, fcfg) }()
@@ -894,6 +900,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 		time.Sleep(50 * time.Millisecond)
 	}
 	end := usage(servers)
+	profiled()
 	trafficAfter := storeTraffic(store)
 	stagesAfter := scrapeStages(ingester, servers)
 	if now, err := procstat.Read(os.Getpid()); err == nil {
@@ -920,6 +927,7 @@ func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report
 	}
 	cpu := end.CPU - before.CPU
 	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu)
+	ph.ConfigBytesPerProxy, ph.ChangeTraffic = changeTraffic(received, fleet.Stats(), len(tracker.Results()))
 	// Per change made: etcd and NATS carry every change, whether or not a
 	// proxy running sees it (one shard alone).
 	if made := len(tracker.Results()); store != nil && made > 0 {
@@ -1203,6 +1211,62 @@ func memoryOf(ps []*proc) memory {
 		}
 	}
 	return sum
+}
+
+// profile, with sc.Profile, starts each server's CPU profile over the
+// changes (sc.Duration); the function it returns waits for them and then
+// saves each server's heap profile.
+func profile(ctx context.Context, sc Scenario, servers []*proc) (wait func()) {
+	if !sc.Profile {
+		return func() {}
+	}
+	save := func(p *proc, query, suffix string) {
+		client := http.Client{Timeout: sc.Duration + time.Minute}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.heap+"/debug/pprof/"+query, nil)
+		if err != nil {
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "profile of %s: %v\n", p.name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(sc.out, p.name+suffix))
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		io.Copy(f, resp.Body)
+	}
+	var wg sync.WaitGroup
+	for _, p := range servers {
+		wg.Go(func() { save(p, fmt.Sprintf("profile?seconds=%d", max(int(sc.Duration.Seconds()), 1)), "-cpu.pprof") })
+	}
+	return func() {
+		wg.Wait()
+		for _, p := range servers {
+			save(p, "heap?gc=1", "-heap.pprof")
+		}
+	}
+}
+
+// changeTraffic returns what a proxy had received before the changes
+// (before), and what it received per change made and per xDS type between
+// before and after.
+func changeTraffic(before, after sim.Stats, made int) (float64, []report.TypeTraffic) {
+	var config int64
+	for _, b := range before.Bytes {
+		config += b
+	}
+	proxies := float64(max(before.Proxies, 1))
+	var per []report.TypeTraffic
+	for i := range sim.Types {
+		d := after.ByType[i].Minus(before.ByType[i])
+		n := proxies * float64(max(made, 1))
+		per = append(per, report.TypeTraffic{Type: sim.TypeNames[i], Responses: float64(d.Responses) / n, Bytes: float64(d.Bytes) / n})
+	}
+	return float64(config) / proxies, per
 }
 
 // finish fills in a phase's figures from what was measured.

@@ -171,8 +171,13 @@ type Phase struct {
 
 	ResponsesPerProxy float64 `json:"responses_per_proxy"`
 	BytesPerProxy     float64 `json:"bytes_per_proxy"`
-	NACKs             int64   `json:"nacks"`
-	Errors            int64   `json:"stream_errors"`
+	// ConfigBytesPerProxy is what a proxy had received when the changes
+	// began (its full config, and whatever came again on reconnects), and
+	// ChangeTraffic what each change cost a proxy afterwards, per xDS type.
+	ConfigBytesPerProxy float64       `json:"config_bytes_per_proxy,omitempty"`
+	ChangeTraffic       []TypeTraffic `json:"per_change_and_proxy,omitempty"`
+	NACKs               int64         `json:"nacks"`
+	Errors              int64         `json:"stream_errors"`
 
 	// CPUPerChange is the serving processes' CPU during the changes
 	// (until they converged) divided by the number of changes.
@@ -231,6 +236,14 @@ type Phase struct {
 	Moves         []Move   `json:"moves,omitempty"`
 	Faults        []Fault  `json:"faults,omitempty"`
 	Problems      []string `json:"problems,omitempty"`
+}
+
+// TypeTraffic is what a proxy received of one xDS type while the changes
+// were made, per change made.
+type TypeTraffic struct {
+	Type      string  `json:"type"` // CDS, EDS, LDS, RDS
+	Responses float64 `json:"responses"`
+	Bytes     float64 `json:"bytes"`
 }
 
 // Traffic is what etcd and NATS received and sent, per change, from and
@@ -398,6 +411,21 @@ func (r *Report) Markdown() string {
 	row("RSS max", func(p Phase) float64 { return p.RSSMax }, "MiB")
 	row("responses per proxy", func(p Phase) float64 { return p.ResponsesPerProxy }, "")
 	row("bytes per proxy", func(p Phase) float64 { return p.BytesPerProxy / 1024 }, "KiB")
+	row("· before the changes (full config)", func(p Phase) float64 { return p.ConfigBytesPerProxy / 1024 }, "KiB")
+	for _, typ := range []string{"CDS", "EDS", "LDS", "RDS"} {
+		changed := func(f func(t TypeTraffic) float64) func(p Phase) float64 {
+			return func(p Phase) float64 {
+				for _, t := range p.ChangeTraffic {
+					if t.Type == typ {
+						return f(t)
+					}
+				}
+				return math.NaN()
+			}
+		}
+		row("· "+typ+" bytes per change and proxy", changed(func(t TypeTraffic) float64 { return t.Bytes / 1024 }), "KiB")
+		row("· "+typ+" responses per change and proxy", changed(func(t TypeTraffic) float64 { return t.Responses }), "")
+	}
 	row("NACKs", func(p Phase) float64 { return float64(p.NACKs) }, "")
 	row("stream errors", func(p Phase) float64 { return float64(p.Errors) }, "")
 	b.WriteString("\n")

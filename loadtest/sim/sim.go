@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -42,7 +43,6 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
@@ -138,6 +138,11 @@ type Fleet struct {
 	intern interner
 	// dial returns the connection of a group of proxies to an address.
 	dial func(group int, addr string) (*grpc.ClientConn, error)
+	// codec decodes the responses (rawCodec).
+	codec *rawCodec
+	// routeMarkers are the markers of the route configurations the
+	// proxies received, by content: most proxies receive the same.
+	routeMarkers markerCache
 }
 
 // New returns a Fleet; Run starts it.
@@ -172,6 +177,7 @@ func NodeID(i, namespaces int) string {
 // Run connects every proxy and keeps them connected until ctx is done.
 func (f *Fleet) Run(ctx context.Context) error {
 	pool := &dirtyPool{}
+	f.codec = newRawCodec(pool)
 	f.conns = map[string]*grpc.ClientConn{}
 	defer func() {
 		f.connsMu.Lock()
@@ -233,9 +239,12 @@ type Stats struct {
 	FirstFull []time.Duration
 	Responses []int64 // per proxy
 	Bytes     []int64 // per proxy: resource bytes received
-	NACKs     int64
-	Errors    int64   // broken streams
-	ErrorsOf  []int64 // per proxy
+	// ByType is the responses and resource bytes all proxies received,
+	// per xDS type (Types).
+	ByType   [len(Types)]Received
+	NACKs    int64
+	Errors   int64   // broken streams
+	ErrorsOf []int64 // per proxy
 }
 
 // Stats returns the fleet's counters so far.
@@ -248,11 +257,38 @@ func (f *Fleet) Stats() Stats {
 		s.FirstFull = append(s.FirstFull, time.Duration(p.firstFull.Load()))
 		s.Responses = append(s.Responses, p.responses.Load())
 		s.Bytes = append(s.Bytes, p.bytes.Load())
+		for i := range Types {
+			s.ByType[i].Responses += p.byType[i].responses.Load()
+			s.ByType[i].Bytes += p.byType[i].bytes.Load()
+		}
 		s.NACKs += p.nacks.Load()
 		s.Errors += p.errors.Load()
 		s.ErrorsOf = append(s.ErrorsOf, p.errors.Load())
 	}
 	return s
+}
+
+// Types are the xDS types a proxy counts what it receives by, and
+// TypeNames are their names as operators say them.
+var Types = [...]string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
+var TypeNames = [len(Types)]string{"CDS", "EDS", "LDS", "RDS"}
+
+// Received is what proxies received of one type.
+type Received struct{ Responses, Bytes int64 }
+
+// Minus returns what was received since an earlier count.
+func (r Received) Minus(earlier Received) Received {
+	return Received{r.Responses - earlier.Responses, r.Bytes - earlier.Bytes}
+}
+
+// received counts a response of a type.
+func (p *proxy) received(typ string, bytes int64) {
+	p.responses.Add(1)
+	p.bytes.Add(bytes)
+	if i := slices.Index(Types[:], typ); i >= 0 {
+		p.byType[i].responses.Add(1)
+		p.byType[i].bytes.Add(bytes)
+	}
 }
 
 // proxy is one simulated Envoy.
@@ -270,6 +306,7 @@ type proxy struct {
 
 	firstFull                  atomic.Int64 // nanoseconds from the first connect
 	responses, bytes           atomic.Int64
+	byType                     [len(Types)]struct{ responses, bytes atomic.Int64 }
 	nacks, errors              atomic.Int64
 	started                    time.Time
 	state                      holdings
@@ -371,7 +408,7 @@ var nackStatus = &rpcstatus.Status{Code: 3, Message: "rejected by the load test'
 func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	s, err := conn.NewStream(ctx, adsDesc, sotwMethod, grpc.ForceCodecV2(p.fleet.codec))
 	if err != nil {
 		return err
 	}
@@ -380,9 +417,12 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 		p.acked = map[string]bool{}
 	}
 	p.edsRequested, p.rdsRequested = false, false
+	node := p.node // on the first request alone, as Istio's bootstrap has Envoy do
 	request := func(typeURL string, names []string, nonce string, detail *rpcstatus.Status) error {
-		return s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: typeURL, VersionInfo: p.sotwVersion[typeURL],
+		err := s.SendMsg(&discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: p.sotwVersion[typeURL],
 			ResourceNames: names, ResponseNonce: nonce, ErrorDetail: detail})
+		node = nil
+		return err
 	}
 	// Like Envoy, say what is held: the versions last ACKed (from any
 	// replica) and the names subscribed.
@@ -404,21 +444,21 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 		}
 	}
 	p.resumed()
+	resp := &response{}
+	defer resp.release()
 	for {
 		if err := p.readLate(ctx); err != nil {
 			return err
 		}
-		resp, err := s.Recv()
-		if err != nil {
+		if err := s.RecvMsg(resp); err != nil {
 			return err
 		}
-		typ := resp.TypeUrl
-		p.responses.Add(1)
-		p.bytes.Add(anyBytes(resp.Resources))
-		p.sotwNonce[typ] = resp.Nonce
+		typ := resp.typeURL
+		p.received(typ, resp.size())
+		p.sotwNonce[typ] = resp.nonce
 		if p.reject() {
 			p.nacks.Add(1)
-			if err := request(typ, p.names(typ), resp.Nonce, nackStatus); err != nil {
+			if err := request(typ, p.names(typ), resp.nonce, nackStatus); err != nil {
 				return err
 			}
 			continue
@@ -426,15 +466,15 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 		var follow func() error
 		switch typ {
 		case resource.ClusterType:
-			eds, dynamic := p.readClusters(resp.Resources)
+			eds, dynamic := p.readClusters(resp.resources)
 			follow = p.followClusters(eds, dynamic, func(names []string) error {
 				p.edsRequested = true
 				return request(resource.EndpointType, names, p.sotwNonce[resource.EndpointType], nil)
 			})
 		case resource.ListenerType:
 			var rds []string
-			for _, r := range resp.Resources {
-				rds = append(rds, routeNames(r)...)
+			for _, r := range resp.resources {
+				rds = append(rds, routeNames(r.value)...)
 			}
 			rds = p.fleet.intern.list(rds)
 			if !slices.Equal(rds, p.state.rds) {
@@ -445,11 +485,11 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 				}
 			}
 		}
-		p.sotwVersion[typ] = p.fleet.intern.name(resp.VersionInfo)
+		p.sotwVersion[typ] = p.fleet.intern.name(resp.version)
 		// Applied before it is ACKed: a proxy whose ACK is lost with its
 		// stream holds it all the same, and says so when it reconnects.
-		p.observe(typ, resp.Resources)
-		if err := request(typ, p.names(typ), resp.Nonce, nil); err != nil {
+		p.observe(typ, resp.resources)
+		if err := request(typ, p.names(typ), resp.nonce, nil); err != nil {
 			return err
 		}
 		if follow != nil {
@@ -483,11 +523,11 @@ func (p *proxy) names(typ string) []string {
 
 // readClusters returns the EDS cluster names and dynamic services in a
 // full set of clusters, reading only each cluster's name and type.
-func (p *proxy) readClusters(rs []*anypb.Any) ([]string, []int) {
+func (p *proxy) readClusters(rs []body) ([]string, []int) {
 	var eds []string
 	var dynamic []int
 	for _, r := range rs {
-		name, isEDS := clusterNameAndType(r.Value)
+		name, isEDS := clusterNameAndType(r.value)
 		if isEDS {
 			eds = append(eds, p.fleet.intern.name(name))
 		}
@@ -527,7 +567,7 @@ func (p *proxy) followClusters(eds []string, dynamic []int, subscribe func([]str
 }
 
 // observe reports the markers in an ACKed response.
-func (p *proxy) observe(typ string, rs []*anypb.Any) {
+func (p *proxy) observe(typ string, rs []body) {
 	obs := p.fleet.cfg.Observer
 	if obs == nil {
 		return
@@ -549,11 +589,11 @@ func (p *proxy) observe(typ string, rs []*anypb.Any) {
 	switch typ {
 	case resource.EndpointType:
 		for _, r := range rs {
-			forEachEndpointMarker(r.Value, func(svc, n int) { saw(&p.seenEndpoint, meshgen.Endpoint, svc, n) })
+			forEachEndpointMarker(r.value, func(svc, n int) { saw(&p.seenEndpoint, meshgen.Endpoint, svc, n) })
 		}
 	case resource.RouteType:
 		for _, r := range rs {
-			forEachRouteMarker(r.Value, func(svc, n int) { saw(&p.seenRoute, meshgen.Route, svc, n) })
+			p.fleet.routeMarkers.each(r.value, func(svc, n int) { saw(&p.seenRoute, meshgen.Route, svc, n) })
 		}
 	}
 }
@@ -561,7 +601,7 @@ func (p *proxy) observe(typ string, rs []*anypb.Any) {
 func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	s, err := conn.NewStream(ctx, adsDesc, deltaMethod, grpc.ForceCodecV2(p.fleet.codec))
 	if err != nil {
 		return err
 	}
@@ -571,13 +611,16 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 		p.acked = map[string]bool{}
 	}
 	p.edsRequested, p.rdsRequested = false, false
+	node := p.node // on the first request alone, as Istio's bootstrap has Envoy do
 	subscribe := func(typ string, add, remove []string) error {
 		known := p.deltaVersions[typ]
 		if len(known) == 0 {
 			known = nil
 		}
-		return s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: typ,
+		err := s.SendMsg(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: typ,
 			ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: remove, InitialResourceVersions: known})
+		node = nil
+		return err
 	}
 	// A new stream says what is held (initial_resource_versions).
 	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
@@ -598,24 +641,20 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 		}
 	}
 	p.resumed()
+	resp := &response{delta: true}
+	defer resp.release()
 	for {
 		if err := p.readLate(ctx); err != nil {
 			return err
 		}
-		resp, err := s.Recv()
-		if err != nil {
+		if err := s.RecvMsg(resp); err != nil {
 			return err
 		}
-		typ := resp.TypeUrl
-		p.responses.Add(1)
-		var size int64
-		for _, r := range resp.Resources {
-			size += int64(len(r.GetResource().GetValue()))
-		}
-		p.bytes.Add(size)
+		typ := resp.typeURL
+		p.received(typ, resp.size())
 		if p.reject() {
 			p.nacks.Add(1)
-			if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce, ErrorDetail: nackStatus}); err != nil {
+			if err := s.SendMsg(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.nonce, ErrorDetail: nackStatus}); err != nil {
 				return err
 			}
 			continue
@@ -625,15 +664,11 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 			versions = map[string]string{}
 			p.deltaVersions[typ] = versions
 		}
-		for _, name := range resp.RemovedResources {
+		for _, name := range resp.removed {
 			delete(versions, name)
 		}
-		anys := make([]*anypb.Any, 0, len(resp.Resources))
-		for _, r := range resp.Resources {
-			versions[p.fleet.intern.name(r.Name)] = p.fleet.intern.name(r.Version)
-			if r.Resource != nil {
-				anys = append(anys, r.Resource)
-			}
+		for _, r := range resp.resources {
+			versions[p.fleet.intern.name(r.name)] = p.fleet.intern.name(r.version)
 		}
 		var follow func() error
 		switch typ {
@@ -642,13 +677,13 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 			var eds []string
 			var dynamic []int
 			changed := map[string]bool{}
-			for _, r := range resp.Resources {
-				changed[r.Name] = true
-				if name, isEDS := clusterNameAndType(r.GetResource().GetValue()); isEDS {
+			for _, r := range resp.resources {
+				changed[r.name] = true
+				if name, isEDS := clusterNameAndType(r.value); isEDS {
 					eds = append(eds, p.fleet.intern.name(name))
 				}
 			}
-			for _, name := range resp.RemovedResources {
+			for _, name := range resp.removed {
 				changed[name] = true
 			}
 			for _, name := range p.state.eds {
@@ -670,11 +705,11 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 				return subscribe(resource.EndpointType, add, remove)
 			})
 		case resource.ListenerType:
-			for _, name := range resp.RemovedResources {
+			for _, name := range resp.removed {
 				delete(p.listenerRoutes, name)
 			}
-			for _, r := range resp.Resources {
-				p.listenerRoutes[r.Name] = routeNames(r.Resource)
+			for _, r := range resp.resources {
+				p.listenerRoutes[r.name] = routeNames(r.value)
 			}
 			var rds []string
 			for _, names := range p.listenerRoutes {
@@ -690,8 +725,8 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 				}
 			}
 		}
-		p.observe(typ, anys) // applied before it is ACKed, as above
-		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
+		p.observe(typ, resp.resources) // applied before it is ACKed, as above
+		if err := s.SendMsg(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.nonce}); err != nil {
 			return err
 		}
 		if follow != nil {
@@ -716,14 +751,6 @@ func diff(a, b []string) (added, removed []string) {
 		}
 	}
 	return added, removed
-}
-
-func anyBytes(rs []*anypb.Any) int64 {
-	var n int64
-	for _, r := range rs {
-		n += int64(len(r.Value))
-	}
-	return n
 }
 
 // clusterNameAndType reads a Cluster's name (field 1) and whether its
@@ -764,9 +791,9 @@ func clusterNameAndType(b []byte) (string, bool) {
 
 // routeNames returns the route configurations a listener's connection
 // managers fetch over RDS.
-func routeNames(r *anypb.Any) []string {
+func routeNames(b []byte) []string {
 	var l listener.Listener
-	if r == nil || proto.Unmarshal(r.Value, &l) != nil {
+	if b == nil || proto.Unmarshal(b, &l) != nil {
 		return nil
 	}
 	var out []string
@@ -786,6 +813,45 @@ func routeNames(r *anypb.Any) []string {
 
 // forEachRouteMarker finds the route names meshgen writes ("chg-<svc>-<n>")
 // in an encoded route configuration, without decoding it.
+// markerCache remembers the route markers of the last route
+// configurations read, by a hash of their bytes, so that of the many
+// proxies receiving the same configuration one reads it.
+type markerCache struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	byID map[markerKey][][2]int
+}
+
+// markerKey is a configuration's hash and length.
+type markerKey struct {
+	hash uint64
+	size int
+}
+
+// each calls fn with every route marker of an encoded route configuration.
+func (c *markerCache) each(b []byte, fn func(svc, n int)) {
+	c.mu.Lock()
+	if c.byID == nil {
+		c.byID, c.seed = map[markerKey][][2]int{}, maphash.MakeSeed()
+	}
+	if len(c.byID) > 256 {
+		clear(c.byID)
+	}
+	key := markerKey{maphash.Bytes(c.seed, b), len(b)}
+	found, ok := c.byID[key]
+	c.mu.Unlock()
+	if !ok {
+		found = [][2]int{}
+		forEachRouteMarker(b, func(svc, n int) { found = append(found, [2]int{svc, n}) })
+		c.mu.Lock()
+		c.byID[key] = found
+		c.mu.Unlock()
+	}
+	for _, m := range found {
+		fn(m[0], m[1])
+	}
+}
+
 func forEachRouteMarker(b []byte, fn func(svc, n int)) {
 	marker := []byte("chg-")
 	for {

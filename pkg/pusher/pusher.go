@@ -407,6 +407,12 @@ func New(cfg Config) (*Pusher, error) {
 		if err := cfg.Registerer.Register(lag); err != nil {
 			return nil, fmt.Errorf("pusher: register metrics: %w", err)
 		}
+		backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_backlog",
+			Help: "Subscriptions with a change due or a response unanswered, leaving out the streams behind (--answer-wait): while above 0, the next generation waits, up to --debounce-max-hold."},
+			func() float64 { return float64(cfg.Tables.Backlog()) })
+		if err := cfg.Registerer.Register(backlog); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
 	}
 	return p, nil
 }

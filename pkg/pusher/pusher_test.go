@@ -15,6 +15,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	shtest "github.com/shardpilot/shardpilot/internal/testutil"
@@ -466,8 +467,12 @@ func TestRemovedClustersLinger(t *testing.T) {
 		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, events: []*meshv1.ChangeEvent{
 			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/ns/b", Revision: 11}}}}}
 		sink := &busySink{}
-		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 30 * time.Second}, time.Second)
+		reg := prometheus.NewRegistry()
+		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 30 * time.Second, Registerer: reg}, time.Second)
 		sink.backlog.Store(1) // the proxies are busy from here on
+		if got := gauge(t, reg, "shardpilot_pusher_xds_backlog"); got != 1 {
+			t.Errorf("shardpilot_pusher_xds_backlog %v while the proxies are busy, want 1", got)
+		}
 		// b is removed at 2s; busy, the generation waits for the maximum
 		// hold (5s).
 		time.Sleep(7 * time.Second)
@@ -514,6 +519,22 @@ func TestRemovedClustersGoWhileBusy(t *testing.T) {
 			t.Errorf("ClusterLinger after the removal, proxies still busy: clusters %v, want a's alone", got)
 		}
 	})
+}
+
+// gauge reads a gauge of reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 // run starts a pusher in the test's bubble, lets it work for d of the

@@ -54,10 +54,13 @@ func TestSubscribedBytesAreBudgeted(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	// 40 names of a kilobyte hold 41 KiB; a stream may hold two such
-	// sets, a connection three, an identity four, the server seven.
+	// sets, a connection three, an identity four, the server seven. The
+	// rate of new names is not what is tested here (TestNewNamesArePaidForAtTheIdentitysRate
+	// is): the attacker asks for six sets within milliseconds, which the
+	// default rate pays for only when the machine is slow enough.
 	const set = 40 * (1024 + cache.NameOverhead)
 	addr, ctx := serveOn(t, c, server.Config{Registerer: reg, MaxNameBytes: 64 << 10,
-		NameBudget: server.NameBudget{PerStream: 2*set + 1, PerConnection: 3*set + 1, PerIdentity: 4*set + 1, Total: 7*set + 1},
+		NameBudget: server.NameBudget{PerStream: 2*set + 1, PerConnection: 3*set + 1, PerIdentity: 4*set + 1, Total: 7*set + 1, PerIdentityRate: 1 << 40},
 		IdentityOf: identityHeader})
 	connect := func() discovery.AggregatedDiscoveryServiceClient { return dialADS(t, addr) }
 	// ask opens a stream of an identity and asks for names of each type

@@ -424,7 +424,13 @@ func (r *Report) Markdown() string {
 			}
 		}
 		row("· "+typ+" bytes per change and proxy", changed(func(t TypeTraffic) float64 { return t.Bytes / 1024 }), "KiB")
-		row("· "+typ+" responses per change and proxy", changed(func(t TypeTraffic) float64 { return t.Responses }), "")
+		row("· "+typ+" responses per 100 changes and proxy", changed(func(t TypeTraffic) float64 { return 100 * t.Responses }), "")
+		row("· "+typ+" bytes per response", changed(func(t TypeTraffic) float64 {
+			if t.Responses == 0 {
+				return math.NaN()
+			}
+			return t.Bytes / t.Responses / 1024
+		}), "KiB")
 	}
 	row("NACKs", func(p Phase) float64 { return float64(p.NACKs) }, "")
 	row("stream errors", func(p Phase) float64 { return float64(p.Errors) }, "")

@@ -222,8 +222,7 @@ func outboundCluster(m *Mesh, name string, p *meshv1.Port, policy *meshv1.Traffi
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptions: mustAny(opts)}
 		}
 	}
-	if proxy == Envoy && LocalityAware(policy) && len(policy.GetLocalityLb().GetDistribute()) > 0 && c.LbPolicy != cluster.Cluster_RING_HASH {
-		// Envoy weighs localities only when told to (not with a hash ring).
+	if proxy == Envoy && localityWeighted(policy) {
 		c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 			LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}
 	}

@@ -25,6 +25,18 @@ func LocalityAware(policy *meshv1.TrafficPolicy) bool {
 	return len(lb.GetDistribute()) > 0 || policy.GetOutlierDetection() != nil
 }
 
+// localityWeighted reports whether an Envoy's cluster under policy weighs
+// its localities (locality_weighted_lb_config), where istiod has it: the
+// policy distributes, or fails over (with outlier detection) to named
+// regions; with a hash ring too, which then ignores it.
+func localityWeighted(policy *meshv1.TrafficPolicy) bool {
+	lb := policy.GetLocalityLb()
+	if lb.GetDisabled() {
+		return false
+	}
+	return len(lb.GetDistribute()) > 0 || (policy.GetOutlierDetection() != nil && len(lb.GetFailover()) > 0)
+}
+
 // LocalityName is the name of a locality, "region/zone/subzone"; "" for
 // none, or for one that cannot be named so (a part holding a "/").
 func LocalityName(l *core.Locality) string {

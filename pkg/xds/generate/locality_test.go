@@ -128,3 +128,42 @@ func TestLocalityName(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalityWeightedClusters: an Envoy's cluster weighs its localities
+// where istiod's does: when the policy distributes, or fails over to named
+// regions with outlier detection (with a hash ring too); not when it only
+// fails over by proximity, fails over without outlier detection, or turns
+// locality balancing off; never for a proxyless client.
+func TestLocalityWeightedClusters(t *testing.T) {
+	od := &meshv1.OutlierDetection{Consecutive_5XxErrors: 5}
+	failover := &meshv1.LocalityLb{Failover: []*meshv1.LocalityLb_Failover{{From: "us-east", To: "us-west"}}}
+	distribute := &meshv1.LocalityLb{Distribute: []*meshv1.LocalityLb_Distribute{{From: "us-east/*", To: map[string]uint32{"us-east/*": 100}}}}
+	for _, c := range []struct {
+		name   string
+		policy *meshv1.TrafficPolicy
+		proxy  generate.Proxy
+		want   bool
+	}{
+		{"failover to a named region", &meshv1.TrafficPolicy{OutlierDetection: od, LocalityLb: failover}, generate.Envoy, true},
+		{"distribute", &meshv1.TrafficPolicy{LocalityLb: distribute}, generate.Envoy, true},
+		{"distribute, hash ring", &meshv1.TrafficPolicy{LocalityLb: distribute, ConsistentHash: &meshv1.ConsistentHash{Key: &meshv1.ConsistentHash_UseSourceIp{UseSourceIp: true}}}, generate.Envoy, true},
+		{"failover by proximity", &meshv1.TrafficPolicy{OutlierDetection: od}, generate.Envoy, false},
+		{"failover without outlier detection", &meshv1.TrafficPolicy{LocalityLb: failover}, generate.Envoy, false},
+		{"disabled", &meshv1.TrafficPolicy{OutlierDetection: od, LocalityLb: &meshv1.LocalityLb{Disabled: true}}, generate.Envoy, false},
+		{"proxyless", &meshv1.TrafficPolicy{LocalityLb: distribute}, generate.Proxyless, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc := zonal(c.policy)
+			clusters := generate.ServiceClusters(generate.NewMesh([]*generate.Service{svc}, nil), svc, c.proxy)
+			if len(clusters) == 0 {
+				t.Fatal("no cluster")
+			}
+			if got := clusters[0].GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil; got != c.want {
+				t.Errorf("locality_weighted_lb_config %v, want %v", got, c.want)
+			}
+			if err := clusters[0].Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -69,6 +70,16 @@ func ParseClass(class cache.Class) Class {
 		c.Tags = strings.Split(parts[3], ",")
 	}
 	return c
+}
+
+// UnprivilegedTag marks a class of gateway proxies that cannot bind the
+// ports below 1024 (Istio's UNPRIVILEGED_POD metadata).
+const UnprivilegedTag = "u:1"
+
+// Unprivileged reports whether the class's proxies cannot bind the ports
+// below 1024.
+func (c Class) Unprivileged() bool {
+	return slices.Contains(c.Tags, UnprivilegedTag)
 }
 
 // Proxy is the kind of proxy of a sidecar or proxyless class.

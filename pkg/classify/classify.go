@@ -15,6 +15,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -264,7 +265,11 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 				}
 			}
 		}
-		return ix.shapeRouter(Class{Kind: Router, Gateways: keys}, node).Key()
+		c := ix.shapeRouter(Class{Kind: Router, Gateways: keys}, node)
+		if unprivileged(node) {
+			c.Tags = append(c.Tags, UnprivilegedTag)
+		}
+		return c.Key()
 	}
 	c := Class{Kind: Kind(node).String()}
 	ns := nodemeta.Namespace(node)
@@ -318,6 +323,14 @@ func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
 		c.Tags = append(c.Tags, v)
 	}
 	return c
+}
+
+// unprivileged reports whether a node says, as Istio's agent does in an
+// unprivileged pod (UNPRIVILEGED_POD "true"), that it cannot bind the
+// ports below 1024.
+func unprivileged(node *core.Node) bool {
+	v, _ := strconv.ParseBool(node.GetMetadata().GetFields()["UNPRIVILEGED_POD"].GetStringValue())
+	return v
 }
 
 func envoyOnlyTag(tag string) bool {
@@ -385,6 +398,8 @@ func (ix *Index) View(class cache.Class) (generate.Proxy, generate.View) {
 			v.Sources = append(v.Sources, tag)
 		case strings.HasPrefix(tag, "v:"):
 			v.ProxyVersions = ix.matchedVersions(tag)
+		case tag == UnprivilegedTag:
+			// what a gateway proxy may bind, not a policy
 		default:
 			v.Policies = append(v.Policies, tag)
 		}

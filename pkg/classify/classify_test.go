@@ -240,6 +240,36 @@ func TestGatewaysBoundToNamespace(t *testing.T) {
 	}
 }
 
+// TestUnprivilegedRouters: a gateway proxy that says it runs unprivileged
+// (UNPRIVILEGED_POD, as Istio's agent parses it) has a class of its own,
+// which says so; a sidecar's metadata changes nothing.
+func TestUnprivilegedRouters(t *testing.T) {
+	gateway := model.Stored{Key: model.Key{Kind: model.KindGateway, Namespace: "edge", Name: "public"},
+		Object: &meshv1.Gateway{Selector: map[string]string{"istio": "ingressgateway"}}}
+	ix := index(t, gateway)
+	router := func(unprivileged string) cache.Class {
+		md := map[string]any{"NAMESPACE": "edge", "LABELS": map[string]any{"istio": "ingressgateway"}}
+		if unprivileged != "" {
+			md["UNPRIVILEGED_POD"] = unprivileged
+		}
+		return ix.Classify(node("router~10.0.0.9~gw.edge~edge.svc.cluster.local", md))
+	}
+	privileged, unprivileged := router(""), router("true")
+	if privileged == unprivileged || ParseClass(privileged).Unprivileged() || !ParseClass(unprivileged).Unprivileged() {
+		t.Errorf("classes %q and %q: want two, the second unprivileged", privileged, unprivileged)
+	}
+	if router("1") != unprivileged || router("false") != privileged || router("maybe") != privileged {
+		t.Errorf("UNPRIVILEGED_POD 1, false, maybe: %q, %q, %q", router("1"), router("false"), router("maybe"))
+	}
+	if _, ok := Gateways(unprivileged); !ok {
+		t.Errorf("%q is not a router class", unprivileged)
+	}
+	sidecar := func(md map[string]any) cache.Class { return ix.Classify(node("sidecar~10.0.0.8~a.edge~edge.svc.cluster.local", md)) }
+	if a, b := sidecar(map[string]any{"NAMESPACE": "edge"}), sidecar(map[string]any{"NAMESPACE": "edge", "UNPRIVILEGED_POD": "true"}); a != b {
+		t.Errorf("a sidecar's class changed with UNPRIVILEGED_POD: %q, %q", a, b)
+	}
+}
+
 // TestClassesOfEnvoyExtensions: Telemetries and EnvoyFilters shape the
 // classes of Envoys (gateways too) and not of proxyless clients; an
 // EnvoyFilter's version pattern splits Envoys by whether their version

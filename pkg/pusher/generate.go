@@ -386,6 +386,9 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 	p.linger.expire(class, p.gen, p.delivered, time.Now())
 	p.publishClusters(class, shape.clusters(clusters))
 	listen := generate.ListenPorts(mesh, gws)
+	if classify.ParseClass(class).Unprivileged() {
+		listen = generate.Unprivileged(listen)
+	}
 	publish(p, class, resource.RouteType, shape.routes(generate.GatewayRoutes(mesh, gws, listen)))
 	publish(p, class, resource.ListenerType, shape.listeners(generate.GatewayListeners(mesh, gws, listen)))
 	p.noteRefusals(class, shape)

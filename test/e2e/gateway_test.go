@@ -14,6 +14,7 @@ import (
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -145,7 +146,10 @@ func TestGatewayListensOnTargetPort(t *testing.T) {
 	writeMesh(t, dir, "mesh.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), ingress, gatewayService))
 	cp := NewCluster(t, Options{}, yamlSource(dir))
 	ads, node := ingressRouter(t, cp.ads)
-	listeners := func() (bool, string) {
+	unprivileged := proto.CloneOf(node)
+	unprivileged.Id = "router~10.0.0.4~ingress-2.istio-system~istio-system.svc.cluster.local"
+	unprivileged.Metadata.Fields["UNPRIVILEGED_POD"] = structpb.NewStringValue("true")
+	listenersOf := func(node *core.Node) (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s, err := ads.StreamAggregatedResources(ctx)
@@ -166,14 +170,17 @@ func TestGatewayListensOnTargetPort(t *testing.T) {
 		}
 		return false, fmt.Sprint(names)
 	}
-	want := func(what, names string) {
+	want := func(what string, node *core.Node, names string) {
 		t.Helper()
 		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
-			_, got := listeners()
+			_, got := listenersOf(node)
 			return got == names, got
 		})
 	}
-	want("no workload yet: the server's port", "[0.0.0.0_80]")
+	want("no workload yet: the server's port", node, "[0.0.0.0_80]")
+	// An unprivileged pod cannot bind port 80: istiod skips the server.
+	want("no workload yet, an unprivileged pod: nothing", unprivileged, "[]")
 	writeMesh(t, dir, "pod.yaml", gatewayPod)
-	want("the gateway's workload came: its target port", "[0.0.0.0_8080]")
+	want("the gateway's workload came: its target port", node, "[0.0.0.0_8080]")
+	want("the gateway's workload came, an unprivileged pod: its target port", unprivileged, "[0.0.0.0_8080]")
 }

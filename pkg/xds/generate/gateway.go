@@ -80,7 +80,8 @@ func gatewayPorts(gws []*Gateway) ([]uint32, map[uint32]bool) {
 }
 
 // GatewayListeners returns a router's listeners: one bound listener per
-// port of its gateways, on the port listen maps it to (see ListenPorts). A
+// port of its gateways, on the port listen maps it to (see ListenPorts;
+// none for a port it maps to 0, see Unprivileged). A
 // plain HTTP port routes through "http.<listen port>". A TLS port chooses
 // a filter chain by SNI among the servers' hosts: a terminating server's
 // (its certificate from SDS: its credential, "default" for ISTIO_MUTUAL)
@@ -97,6 +98,9 @@ func GatewayListeners(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*li
 	bound := map[uint32]bool{}
 	for _, port := range slices.Sorted(maps.Keys(union(ports, l4))) {
 		lport := listen(port)
+		if lport == 0 {
+			continue // where the proxy cannot listen (Unprivileged)
+		}
 		if bound[lport] {
 			continue // two server ports on one target port: the first wins
 		}
@@ -360,6 +364,19 @@ func ListenPorts(m *Mesh, gws []*Gateway) func(uint32) uint32 {
 	return func(port uint32) uint32 { return cmp.Or(listen[port], port) }
 }
 
+// Unprivileged is where a gateway proxy that cannot bind the ports below
+// 1024 (an unprivileged pod) listens: where listen says, and nowhere (0)
+// for a server whose port listen maps below 1024, whose listener and
+// routes are then left out, as istiod skips them for such a proxy.
+func Unprivileged(listen func(uint32) uint32) func(uint32) uint32 {
+	return func(port uint32) uint32 {
+		if l := listen(port); l >= 1024 {
+			return l
+		}
+		return 0
+	}
+}
+
 // GatewayTargets are the selectors of a set of gateways, each with the
 // server ports of the gateways that have it: what, with the services'
 // endpoints, decides where their routers listen (see ListenPorts). They
@@ -481,6 +498,9 @@ func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route
 		out = append(out, rc)
 	}
 	for _, port := range ports {
+		if listen(port) == 0 {
+			continue // no listener names them (Unprivileged)
+		}
 		if !tls[port] {
 			// Named by the port the gateway listens on, as its listener
 			// refers to them.

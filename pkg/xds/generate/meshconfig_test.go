@@ -181,4 +181,22 @@ func TestGatewayTargetPorts(t *testing.T) {
 	if strings.Join(routes, " ") != "http.8080 https.443.https.public.edge http.9000" {
 		t.Errorf("route configurations %v", routes)
 	}
+
+	// An unprivileged pod cannot bind below 1024: the server of port 443,
+	// which no Service maps above, goes with its routes, as istiod skips
+	// it; 80 (on 8080) and 9000 stay.
+	svc.Spec.Ports[1].TargetPort = 443
+	svc.Endpoints[0].Ports["https"] = 443
+	m = generate.NewMesh([]*generate.Service{svc}, nil)
+	unprivileged := generate.Unprivileged(generate.ListenPorts(m, gws))
+	if got := names(generate.GatewayListeners(m, gws, unprivileged)); strings.Join(got, " ") != "0.0.0.0_8080 0.0.0.0_9000" {
+		t.Errorf("an unprivileged pod's listeners %v, want 8080 and 9000", got)
+	}
+	routes = nil
+	for _, rc := range generate.GatewayRoutes(m, gws, unprivileged) {
+		routes = append(routes, rc.Name)
+	}
+	if strings.Join(routes, " ") != "http.8080 http.9000" {
+		t.Errorf("an unprivileged pod's route configurations %v, want http.8080 and http.9000", routes)
+	}
 }

@@ -264,7 +264,9 @@ func TestUnprivilegedRouters(t *testing.T) {
 	if _, ok := Gateways(unprivileged); !ok {
 		t.Errorf("%q is not a router class", unprivileged)
 	}
-	sidecar := func(md map[string]any) cache.Class { return ix.Classify(node("sidecar~10.0.0.8~a.edge~edge.svc.cluster.local", md)) }
+	sidecar := func(md map[string]any) cache.Class {
+		return ix.Classify(node("sidecar~10.0.0.8~a.edge~edge.svc.cluster.local", md))
+	}
 	if a, b := sidecar(map[string]any{"NAMESPACE": "edge"}), sidecar(map[string]any{"NAMESPACE": "edge", "UNPRIVILEGED_POD": "true"}); a != b {
 		t.Errorf("a sidecar's class changed with UNPRIVILEGED_POD: %q, %q", a, b)
 	}

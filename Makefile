@@ -81,6 +81,12 @@ loadtest-large: build ## Large load test (about 15 min): 5,000 Envoys, 1,000 ser
 	$(BIN)/loadtest run --bin $(BIN) --proxies 5000 --services 1000 --endpoints 10 \
 		--endpoint-rate 20 --route-rate 1 --service-rate 0 --duration 2m --settle 1m --pushers 1,2 --storm --out loadtest/out/large
 
+.PHONY: loadtest-capacity
+loadtest-capacity: build ## Capacity search (about 20-30 min): the most proxies one pusher keeps at convergence p99 <= 1 s under 20 endpoint + 1 route changes/s on 1,000 services (10,000 endpoints), from 5,000 proxies doubling until a trial fails, then bisecting to within a tenth; every trial is a phase of the report.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(BIN)/loadtest run --bin $(BIN) --proxies 5000 --services 1000 --endpoints 10 \
+		--endpoint-rate 20 --route-rate 1 --service-rate 0 --duration 1m --settle 1m --capacity 1s --out loadtest/out/capacity
+
 .PHONY: loadtest-shards
 loadtest-shards: build ## Sharded load test (about 5 min): 4,000 Envoys over 40 namespaces, each namespace's Sidecar seeing it and a shared one; one whole-mesh pusher, then 2 and 4 pushers each serving its share of the namespaces (heap, events, etcd and NATS traffic per change); a fifth shard added and removed (the proxies that move); one of the 4 shards alone with its proxies, as on a machine of its own; the reconnect storm.
 	$(GO) build -o $(BIN)/loadtest ./loadtest

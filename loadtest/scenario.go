@@ -104,6 +104,9 @@ type Scenario struct {
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
 	Source string `json:"source"`
+	// Capacity, when set, runs no other phase: it searches for the most
+	// proxies one pusher keeps at convergence p99 within it (capacity).
+	Capacity time.Duration `json:"capacity_p99,omitempty"`
 	// Profile saves each serving process's CPU profile over the changes
 	// and its heap profile after them, into the output directory.
 	Profile bool `json:"profile,omitempty"`
@@ -171,6 +174,7 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
+	fs.DurationVar(&sc.Capacity, "capacity", 0, "instead of the phases, find the most proxies one pusher keeps at this convergence p99: from --proxies, doubling until a trial fails, then bisecting to within a tenth; each trial is a phase of the report (0: no search)")
 	fs.BoolVar(&sc.Profile, "profile", false, "save each serving process's CPU profile over the changes (<phase>-<process>-cpu.pprof, beside its log) and its heap profile after them (-heap.pprof) in --out: read them with go tool pprof")
 	fs.Uint64Var(&sc.Seed, "seed", 1, "seed of the change sequence (every phase makes the same changes)")
 	fs.StringVar(&sc.bin, "bin", ".bin", "directory holding the ingester and pusher binaries (make build)")
@@ -225,6 +229,14 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer pprof.StopCPUProfile()
 	}
 	rep := &report.Report{Scenario: sc, Started: time.Now()}
+	if sc.Capacity > 0 {
+		c, phases, err := capacity(ctx, sc, stderr)
+		rep.Capacity, rep.Phases = &c, phases
+		if werr := rep.Write(sc.out, stdout); err == nil {
+			err = werr
+		}
+		return err
+	}
 	var targets []target
 	for _, n := range sc.Pushers {
 		targets = append(targets, target{pushers: n})

@@ -290,6 +290,29 @@ type Report struct {
 	Scenario any       `json:"scenario"`
 	Started  time.Time `json:"started"`
 	Phases   []Phase   `json:"phases"`
+	// Capacity is what a capacity search found (loadtest run --capacity).
+	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+// Capacity is the most proxies one pusher kept at convergence p99 within
+// Bound (seconds), and the trials that found it.
+type Capacity struct {
+	Bound   float64 `json:"p99_bound_s"`
+	Proxies int     `json:"proxies"`
+	// Limit is the most proxies a trial could run (open files); AtLimit
+	// says the search stopped there, still passing.
+	Limit   int     `json:"limit"`
+	AtLimit bool    `json:"at_limit,omitempty"`
+	Trials  []Trial `json:"trials"`
+}
+
+// Trial is one phase of a capacity search.
+type Trial struct {
+	Proxies           int     `json:"proxies"`
+	P99               float64 `json:"p99_s"`
+	CPUPerChange      float64 `json:"cpu_ms_per_change"`
+	HarnessCPUSeconds float64 `json:"harness_cpu_seconds"`
+	OK                bool    `json:"passed"`
 }
 
 // Write writes report.json, report.md and the plots into dir, and the
@@ -495,6 +518,16 @@ func (r *Report) Markdown() string {
 		}
 		for _, pr := range p.Problems {
 			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)
+		}
+	}
+	if c := r.Capacity; c != nil {
+		fmt.Fprintf(&b, "\n## Capacity\n\nThe most proxies one pusher kept at convergence p99 ≤ %s: **%d**", format(c.Bound, "s"), c.Proxies)
+		if c.AtLimit {
+			fmt.Fprintf(&b, " (the search stopped at the %d a trial may open: the limit of open files)", c.Limit)
+		}
+		b.WriteString(".\n\n| proxies | convergence p99 | CPU per change | load test's own CPU | passed |\n| ---: | ---: | ---: | ---: | --- |\n")
+		for _, t := range c.Trials {
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %v |\n", t.Proxies, format(t.P99, "s"), format(t.CPUPerChange, "ms"), format(t.HarnessCPUSeconds, "s"), t.OK)
 		}
 	}
 	b.WriteString("\nPlots: convergence-cdf.png, convergence-time.png, cpu.png, rss.png.\n")

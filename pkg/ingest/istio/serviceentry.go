@@ -16,7 +16,7 @@ var protocols = map[string]meshv1.Protocol{
 	"HTTP": meshv1.Protocol_PROTOCOL_HTTP, "HTTP2": meshv1.Protocol_PROTOCOL_HTTP2,
 	"GRPC": meshv1.Protocol_PROTOCOL_GRPC, "GRPC-WEB": meshv1.Protocol_PROTOCOL_HTTP,
 	"HTTPS": meshv1.Protocol_PROTOCOL_HTTPS, "TLS": meshv1.Protocol_PROTOCOL_TLS,
-	"TCP": meshv1.Protocol_PROTOCOL_TCP, "MONGO": meshv1.Protocol_PROTOCOL_TCP,
+	"TCP": meshv1.Protocol_PROTOCOL_TCP, "MONGO": meshv1.Protocol_PROTOCOL_MONGO,
 	"MYSQL": meshv1.Protocol_PROTOCOL_TCP, "REDIS": meshv1.Protocol_PROTOCOL_TCP,
 }
 

@@ -58,6 +58,9 @@ func (n *normalizer) listenerPort(in Input, f string, p *servicePort) (meshv1.Pr
 	if !ok {
 		n.problem(in, f+".port.protocol", "unknown protocol %q", p.Protocol)
 	}
+	if proto == meshv1.Protocol_PROTOCOL_MONGO {
+		proto = meshv1.Protocol_PROTOCOL_TCP // a listener's MongoDB is plain TCP here
+	}
 	return proto, ok
 }
 

@@ -56,7 +56,9 @@ func protocolByName(s string) (meshv1.Protocol, bool) {
 		return meshv1.Protocol_PROTOCOL_HTTPS, true
 	case "tls":
 		return meshv1.Protocol_PROTOCOL_TLS, true
-	case "tcp", "mongo", "mysql", "redis":
+	case "mongo":
+		return meshv1.Protocol_PROTOCOL_MONGO, true
+	case "tcp", "mysql", "redis":
 		return meshv1.Protocol_PROTOCOL_TCP, true
 	}
 	return 0, false

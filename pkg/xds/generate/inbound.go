@@ -37,8 +37,8 @@ func InboundClusterName(port uint32) string {
 
 // inboundPort is what an inbound port carries.
 type inboundPort struct {
-	// http: HTTP (or gRPC); grpc: gRPC alone.
-	http, grpc bool
+	// http: HTTP (or gRPC); grpc: gRPC alone; mongo: MongoDB alone.
+	http, grpc, mongo bool
 }
 
 // inboundPorts returns the target ports of the services in m whose
@@ -63,7 +63,8 @@ func inboundPorts(m *Mesh) map[uint32]inboundPort {
 		for _, p := range s.Spec.Ports {
 			target := cmp.Or(p.TargetPort, p.Number)
 			was, seen := ports[target]
-			ports[target] = inboundPort{http: isHTTP(p) && (!seen || was.http), grpc: p.Protocol == meshv1.Protocol_PROTOCOL_GRPC && (!seen || was.grpc)}
+			ports[target] = inboundPort{http: isHTTP(p) && (!seen || was.http), grpc: p.Protocol == meshv1.Protocol_PROTOCOL_GRPC && (!seen || was.grpc),
+				mongo: p.Protocol == meshv1.Protocol_PROTOCOL_MONGO && (!seen || was.mongo)}
 		}
 	}
 	return ports
@@ -160,7 +161,11 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
 		}
 		if !ports[port].http {
-			chain.Filters = append(inboundTCPFilters(sec, port), tcpProxyFilter(name, name))
+			chain.Filters = inboundTCPFilters(sec, port)
+			if ports[port].mongo {
+				chain.Filters = append(chain.Filters, mongoFilter(name))
+			}
+			chain.Filters = append(chain.Filters, tcpProxyFilter(name, name))
 			out = append(out, inboundTLS(chain, m.inboundMode(sec, port), m.AgentCertificates)...)
 			continue
 		}

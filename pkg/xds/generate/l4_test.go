@@ -1,11 +1,14 @@
 package generate_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	mongoproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/mongo_proxy/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/shardpilot/shardpilot/internal/golden"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
@@ -99,5 +102,63 @@ func TestGatewayL4(t *testing.T) {
 	golden.CheckValid(t, "gateway-sni-clusters.json", auto[:2])
 	if generate.AutoPassthrough(nil) || generate.AutoPassthrough([]*generate.Gateway{{Spec: &meshv1.Gateway{Servers: gw.Spec.Servers[:1]}}}) {
 		t.Error("clusters for AUTO_PASSTHROUGH without such a server")
+	}
+}
+
+// TestMongoPorts: a MongoDB port's TCP proxies, outbound at its virtual
+// IP and on the wildcard port and inbound, follow Envoy's mongo_proxy with
+// the proxy's own stat prefix, as istiod sends them; a plain TCP port
+// keeps the TCP proxy alone.
+func TestMongoPorts(t *testing.T) {
+	svc := func(name string, proto meshv1.Protocol, port uint32, vips ...string) *generate.Service {
+		return &generate.Service{Namespace: "data", Name: name, Spec: &meshv1.Service{Hostnames: []string{name + ".data.svc.cluster.local"},
+			Addresses: vips, Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "p", Number: port, Protocol: proto}}}}
+	}
+	m := generate.NewMesh([]*generate.Service{
+		svc("orders", meshv1.Protocol_PROTOCOL_MONGO, 27017, "10.96.2.1"),
+		svc("events", meshv1.Protocol_PROTOCOL_MONGO, 27018),
+		svc("cache", meshv1.Protocol_PROTOCOL_TCP, 6379),
+	}, nil)
+	filters := func(fs []*listener.Filter) string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	const mongo = "envoy.filters.network.mongo_proxy envoy.filters.network.tcp_proxy"
+	got := map[string]string{}
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if err := l.Validate(); err != nil {
+			t.Fatalf("%s: %v", l.Name, err)
+		}
+		for _, c := range l.FilterChains {
+			got[l.Name+" "+c.Name] = filters(c.Filters)
+			if len(c.Filters) == 2 && c.Filters[0].Name == "envoy.filters.network.mongo_proxy" {
+				var mp mongoproxy.MongoProxy
+				var tp tcpproxy.TcpProxy
+				if c.Filters[0].GetTypedConfig().UnmarshalTo(&mp) != nil || c.Filters[1].GetTypedConfig().UnmarshalTo(&tp) != nil || mp.StatPrefix != tp.StatPrefix {
+					t.Errorf("%s: mongo_proxy counts under %q, the TCP proxy under %q", l.Name, mp.StatPrefix, tp.StatPrefix)
+				}
+			}
+		}
+	}
+	for chain, want := range map[string]string{
+		"10.96.2.1_27017 ": mongo, "0.0.0.0_27018 ": mongo, "0.0.0.0_6379 ": "envoy.filters.network.tcp_proxy",
+	} {
+		if got[chain] != want {
+			t.Errorf("%s: filters %q, want %q", chain, got[chain], want)
+		}
+	}
+	for chain, fs := range got {
+		if strings.HasPrefix(chain, "virtualInbound inbound_0.0.0.0_2701") && !strings.HasSuffix(fs, mongo) {
+			t.Errorf("%s: filters %q, want them to end with %q", chain, fs, mongo)
+		}
+		if strings.HasPrefix(chain, "virtualInbound inbound_0.0.0.0_6379") && strings.Contains(fs, "mongo") {
+			t.Errorf("%s: filters %q, want no mongo_proxy", chain, fs)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(got), "inbound_0.0.0.0_27017") {
+		t.Errorf("no inbound chain for 27017: %v", got)
 	}
 }

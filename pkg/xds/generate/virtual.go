@@ -13,6 +13,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	mongoproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/mongo_proxy/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -102,8 +103,8 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 		addr string
 		port uint32
 	}
-	vips := map[vip]*listener.Filter{}
-	owner := map[uint32]*listener.Filter{}
+	vips := map[vip][]*listener.Filter{}
+	owner := map[uint32][]*listener.Filter{}
 	sni := map[uint32][]*listener.FilterChain{}
 	named := map[uint32]map[string]bool{}
 	http := map[uint32]bool{}
@@ -116,12 +117,12 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 				switch {
 				case isHTTP(p):
 					http[p.Number] = true
-				case (p.Protocol == meshv1.Protocol_PROTOCOL_TCP || isTLS(p)) && len(s.Spec.Addresses) > 0 && !m.routesTLS(h):
+				case (isTCP(p) || isTLS(p)) && len(s.Spec.Addresses) > 0 && !m.routesTLS(h):
 					// At its virtual IPs, whatever SNI a client sends, as
 					// istiod has it (a TLS port without tls routes).
 					for _, a := range s.Spec.Addresses {
 						if _, taken := vips[vip{a, p.Number}]; !taken {
-							vips[vip{a, p.Number}] = l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false))
+							vips[vip{a, p.Number}] = l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false)))
 						}
 					}
 				case isTLS(p):
@@ -135,11 +136,11 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 					sni[p.Number] = append(sni[p.Number], &listener.FilterChain{
 						Name:             ClusterName(p.Number, "", h),
 						FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{h}},
-						Filters:          []*listener.Filter{l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))},
+						Filters:          l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))),
 					})
-				case p.Protocol == meshv1.Protocol_PROTOCOL_TCP:
+				case isTCP(p):
 					if _, taken := owner[p.Number]; !taken {
-						owner[p.Number] = l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false))
+						owner[p.Number] = l4Filters(p, l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false)))
 					}
 				}
 			}
@@ -169,11 +170,11 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			l.FilterChains = chains
 			fallback := owner[port]
 			if fallback == nil {
-				fallback = tcpProxyFilter("outbound|"+num+"||", outboundDefault(m))
+				fallback = []*listener.Filter{tcpProxyFilter("outbound|"+num+"||", outboundDefault(m))}
 			}
-			l.DefaultFilterChain = &listener.FilterChain{Name: "default", Filters: []*listener.Filter{fallback}}
+			l.DefaultFilterChain = &listener.FilterChain{Name: "default", Filters: fallback}
 		} else {
-			l.FilterChains = []*listener.FilterChain{{Filters: []*listener.Filter{owner[port]}}}
+			l.FilterChains = []*listener.FilterChain{{Filters: owner[port]}}
 		}
 		out = append(out, l)
 	}
@@ -186,11 +187,42 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
 			ListenerFiltersTimeout:           cmp.Or(m.Config.GetProtocolDetectionTimeout(), durationpb.New(0)),
 			ContinueOnListenerFiltersTimeout: true,
-			FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{vips[v]},
+			FilterChains: []*listener.FilterChain{{Filters: vips[v],
 				TransportSocketConnectTimeout: durationpb.New(15 * time.Second)}},
 		})
 	}
 	return out
+}
+
+// isTCP reports whether a port carries TCP the proxy proxies as such
+// (MongoDB's included).
+func isTCP(p *meshv1.Port) bool {
+	return p.Protocol == meshv1.Protocol_PROTOCOL_TCP || p.Protocol == meshv1.Protocol_PROTOCOL_MONGO
+}
+
+// l4Filters are the network filters of a port's TCP proxy: for MongoDB,
+// Envoy's mongo_proxy first with the proxy's stat prefix, as istiod sends
+// them.
+func l4Filters(p *meshv1.Port, proxy *listener.Filter) []*listener.Filter {
+	if p.Protocol != meshv1.Protocol_PROTOCOL_MONGO {
+		return []*listener.Filter{proxy}
+	}
+	return []*listener.Filter{mongoFilter(statPrefixOf(proxy)), proxy}
+}
+
+// mongoFilter is Envoy's MongoDB filter, counting under statPrefix.
+func mongoFilter(statPrefix string) *listener.Filter {
+	return &listener.Filter{Name: "envoy.filters.network.mongo_proxy",
+		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&mongoproxy.MongoProxy{StatPrefix: statPrefix})}}
+}
+
+// statPrefixOf reads the stat prefix of a TCP proxy filter.
+func statPrefixOf(f *listener.Filter) string {
+	var t tcpproxy.TcpProxy
+	if err := f.GetTypedConfig().UnmarshalTo(&t); err != nil {
+		return ""
+	}
+	return t.StatPrefix
 }
 
 // isTLS reports whether a port carries TLS the proxy does not terminate.

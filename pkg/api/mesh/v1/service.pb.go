@@ -32,6 +32,10 @@ const (
 	Protocol_PROTOCOL_TCP         Protocol = 4
 	Protocol_PROTOCOL_TLS         Protocol = 5
 	Protocol_PROTOCOL_HTTPS       Protocol = 6
+	// PROTOCOL_MONGO is TCP that Envoy reads as MongoDB's wire protocol for
+	// its statistics (Istio's MONGO: a mongo_proxy filter before the TCP
+	// proxy).
+	Protocol_PROTOCOL_MONGO Protocol = 7
 )
 
 // Enum value maps for Protocol.
@@ -44,6 +48,7 @@ var (
 		4: "PROTOCOL_TCP",
 		5: "PROTOCOL_TLS",
 		6: "PROTOCOL_HTTPS",
+		7: "PROTOCOL_MONGO",
 	}
 	Protocol_value = map[string]int32{
 		"PROTOCOL_UNSPECIFIED": 0,
@@ -53,6 +58,7 @@ var (
 		"PROTOCOL_TCP":         4,
 		"PROTOCOL_TLS":         5,
 		"PROTOCOL_HTTPS":       6,
+		"PROTOCOL_MONGO":       7,
 	}
 )
 
@@ -361,7 +367,7 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
 	"\x15WorkloadSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xaa\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
@@ -369,7 +375,8 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\rPROTOCOL_GRPC\x10\x03\x12\x10\n" +
 	"\fPROTOCOL_TCP\x10\x04\x12\x10\n" +
 	"\fPROTOCOL_TLS\x10\x05\x12\x12\n" +
-	"\x0ePROTOCOL_HTTPS\x10\x06*\x88\x01\n" +
+	"\x0ePROTOCOL_HTTPS\x10\x06\x12\x12\n" +
+	"\x0ePROTOCOL_MONGO\x10\a*\x88\x01\n" +
 	"\n" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x15\n" +

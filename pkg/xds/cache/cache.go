@@ -102,6 +102,9 @@ type Cache struct {
 	adding map[Class]chan struct{}
 	// visible memoizes what each class may see of the shared tables.
 	visible visibility
+	// check validates what the tables take, remembering the virtual hosts
+	// found valid.
+	check *validator
 }
 
 // New returns a Cache with empty tables for the configured classes.
@@ -109,7 +112,7 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[Class]bool{}, adding: map[Class]chan struct{}{},
+	c := &Cache{cfg: cfg, check: newValidator(), tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[Class]bool{}, adding: map[Class]chan struct{}{},
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
 			Help: "Generated resources not served because they failed validation (the last valid version, if any, stays)."})}
 	if cfg.Registerer != nil {
@@ -149,6 +152,7 @@ func (c *Cache) newTable(typeURL string) *Table {
 		c.invalid.Inc()
 		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
 	})
+	t.check = c.check
 	if c.cfg.Reuse != nil {
 		if shared, ok := c.cfg.Reuse.table(Shared, typeURL); ok {
 			t.reuse = shared

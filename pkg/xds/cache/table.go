@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -57,6 +56,8 @@ type Table struct {
 	// reuse, when set, is a table whose entry for the same object is
 	// copied rather than encoded again (see Config.Reuse).
 	reuse *Table
+	// check validates new resources (nil: each its own Validate).
+	check *validator
 
 	// updating serialises Update and Patch; entries are written only under
 	// both it and mu, so they may read them holding updating alone.
@@ -191,22 +192,20 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		// An object another table holds was validated and encoded there.
 		e := t.reuse.encoded(name, r)
 		if e == nil {
-			if v, ok := r.(interface{ Validate() error }); ok {
-				// Validated once, when the object is new: the generators
-				// hand over the same object for unchanged inputs.
-				if err := v.Validate(); err != nil {
-					if t.rejected == nil {
-						t.rejected = map[string]types.Resource{}
-					}
-					t.rejected[name] = r
-					if t.invalid != nil {
-						t.invalid(name, err)
-					}
-					continue // the last valid version stays
+			// Validated once, when the object is new: the generators
+			// hand over the same object for unchanged inputs.
+			if err := t.check.validate(r); err != nil {
+				if t.rejected == nil {
+					t.rejected = map[string]types.Resource{}
 				}
+				t.rejected[name] = r
+				if t.invalid != nil {
+					t.invalid(name, err)
+				}
+				continue // the last valid version stays
 			}
 			var err error
-			if e, err = newEntry(t.typeURL, name, r); err != nil {
+			if e, err = newEntry(t.typeURL, name, r, t.check); err != nil {
 				return 0, 0, 0, err
 			}
 		}
@@ -313,8 +312,8 @@ func (t *Table) encoded(name string, r types.Resource) *entry {
 	return nil
 }
 
-func newEntry(typeURL, name string, r types.Resource) (*entry, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+func newEntry(typeURL, name string, r types.Resource, check *validator) (*entry, error) {
+	b, err := check.encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("cache: encode %s %s: %w", typeURL, name, err)
 	}

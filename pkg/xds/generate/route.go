@@ -2,7 +2,6 @@ package generate
 
 import (
 	"cmp"
-	"fmt"
 	"net"
 	"regexp"
 	"slices"
@@ -205,7 +204,7 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	if s != nil {
 		// What its domains depend on.
 		_, ns, _ := kubeHost(host)
-		fmt.Fprintf(&b, "local=%t vips=%s ", ns != "" && ns == m.Namespace, strings.Join(s.Spec.GetAddresses(), ","))
+		b.WriteString("local=" + strconv.FormatBool(ns != "" && ns == m.Namespace) + " vips=" + strings.Join(s.Spec.GetAddresses(), ",") + " ")
 	}
 	rr := m.routeByHost[host]
 	if rr == nil {
@@ -222,21 +221,23 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 	for _, h := range routes {
 		for _, hm := range h.Match {
 			if hm.SourceNamespace != "" || len(hm.SourceLabels) > 0 {
-				fmt.Fprintf(&b, "src=%t ", m.fromSource(nil, hm.SourceLabels, hm.SourceNamespace))
+				b.WriteString("src=" + strconv.FormatBool(m.fromSource(nil, hm.SourceLabels, hm.SourceNamespace)) + " ")
 			}
 		}
 	}
-	fmt.Fprintf(&b, "%s/%s@%s", rr.Namespace, rr.Name, rr.Version)
+	// Written without fmt: this runs for every host of every class at
+	// every generation.
+	b.WriteString(rr.Namespace + "/" + rr.Name + "@" + rr.Version)
 	dest := func(d *meshv1.Destination) {
 		if s := m.Service(d.GetHost()); s != nil {
-			fmt.Fprintf(&b, " %s=%s/%s@%s", d.GetHost(), s.Namespace, s.Name, s.ConfigVersion)
+			b.WriteString(" " + d.GetHost() + "=" + s.Namespace + "/" + s.Name + "@" + s.ConfigVersion)
 		} else {
-			fmt.Fprintf(&b, " %s=none", d.GetHost())
+			b.WriteString(" " + d.GetHost() + "=none")
 		}
 	}
 	for _, h := range rr.Rule.Http {
 		if d := m.delegateOf(h); d != nil {
-			fmt.Fprintf(&b, " delegate=%s/%s@%s", d.Namespace, d.Name, d.Version)
+			b.WriteString(" delegate=" + d.Namespace + "/" + d.Name + "@" + d.Version)
 		}
 	}
 	for _, h := range routes {

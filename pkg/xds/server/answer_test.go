@@ -87,9 +87,17 @@ func TestUnansweredResponseDoesNotHoldTheBacklog(t *testing.T) {
 // unsubscribing, every one ended abruptly) leave the backlog empty once
 // they are gone. A due unit left behind holds every later generation for
 // the whole maximum hold: the pushes would come in batches of that
-// period for as long as the pusher runs.
+// period for as long as the pusher runs. With the senders' pool and
+// without a limit (a goroutine per stream writing, started by the
+// dispatcher, never by Notify under a table's lock).
 func TestBacklogSurvivesChurn(t *testing.T) {
-	c, ads, ctx := serve(t, server.Config{})
+	for name, pushes := range map[string]int{"pool": 0, "unlimited": -1} {
+		t.Run(name, func(t *testing.T) { backlogSurvivesChurn(t, pushes) })
+	}
+}
+
+func backlogSurvivesChurn(t *testing.T, maxConcurrentPushes int) {
+	c, ads, ctx := serve(t, server.Config{MaxConcurrentPushes: maxConcurrentPushes})
 	stop := make(chan struct{})
 	updated := make(chan struct{})
 	go func() {

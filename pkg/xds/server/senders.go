@@ -16,6 +16,10 @@ import (
 // it, it goes back to the end of the queue, so a stream whose
 // configuration keeps changing does not hold a sender from the others.
 // Idle proxies so cost the server no sending goroutine and no stack.
+// Without a limit (MaxConcurrentPushes negative), a dispatcher takes the
+// same queue and starts a goroutine per stream for its turn. Either way,
+// waking a stream only queues it: Notify, called under a table's lock,
+// neither blocks on a write nor starts a goroutine.
 //
 // A write waits for the proxy to read (HTTP/2 flow control): one that
 // outlasts parkAfter is parked, its sender replaced by a new one, so that
@@ -79,8 +83,19 @@ func (q *pushQueue) stop() {
 	q.ready.Broadcast()
 }
 
-// senders runs the pool until the queue stops.
+// senders runs the pool until the queue stops. Unlimited (n < 0), one
+// dispatcher takes the queue and starts a goroutine per stream for as long
+// as it writes: waking a stream (Watcher.Notify, under a table's lock)
+// only queues it, and never starts a goroutine itself.
 func (s *Server) senders(n int) {
+	if n < 0 {
+		s.sending.Go(func() {
+			for st := s.pushq.get(); st != nil; st = s.pushq.get() {
+				s.unpooled.Go(func() { st.work() })
+			}
+		})
+		return
+	}
 	for range n {
 		s.sending.Go(s.sender)
 	}
@@ -111,17 +126,7 @@ func (st *stream) wakeUp() {
 	}
 	st.queuedAt = time.Now()
 	st.smu.Unlock()
-	st.srv.enqueue(st)
-}
-
-func (s *Server) enqueue(st *stream) {
-	if s.cfg.MaxConcurrentPushes < 0 {
-		// Unlimited: each due stream gets a goroutine for as long as
-		// it writes.
-		s.unpooled.Go(func() { st.work() })
-		return
-	}
-	s.pushq.put(st)
+	st.srv.pushq.put(st)
 }
 
 // work writes the stream's due responses, as its sender; it reports
@@ -154,7 +159,7 @@ func (st *stream) work() (replaced bool) {
 	if err != nil {
 		st.end(err)
 	} else if requeue {
-		st.srv.enqueue(st)
+		st.srv.pushq.put(st)
 	}
 	return replaced
 }

@@ -36,6 +36,10 @@ type StreamStatus struct {
 	Identity cache.Class            `json:"identity,omitempty"`
 	Since    time.Time              `json:"connected"`
 	Types    map[string]*TypeStatus `json:"types"`
+	// Behind says that a response of the stream went unanswered past the
+	// answer wait and not every one has been answered since: meanwhile
+	// none of its types holds the backlog.
+	Behind bool `json:"behind,omitempty"`
 	// Node is the stream's own node, as admitted (several streams may
 	// claim one id: answer for a stream from its node, never by its id).
 	Node *core.Node `json:"-"`
@@ -54,6 +58,12 @@ type TypeStatus struct {
 	// unwritten) past the answer wait: the next generations no longer
 	// wait for it.
 	Unanswered bool `json:"unanswered,omitempty"`
+	// Due says a change waits to be sent, InFlight that a response waits
+	// for its answer, and Owed how many units of the pusher's backlog
+	// (shardpilot_pusher_xds_backlog) the type holds for them.
+	Due      bool  `json:"due,omitempty"`
+	InFlight bool  `json:"in_flight,omitempty"`
+	Owed     int32 `json:"owed,omitempty"`
 }
 
 // NACK is a rejected response.
@@ -137,9 +147,10 @@ func (s *Streams) Status() []StreamStatus {
 	for _, st := range s.all() {
 		st.mu.Lock()
 		c := StreamStatus{Stream: st.id, Proxy: st.node.GetId(), Node: st.node, Delta: st.delta, Class: st.class, Identity: st.secrets, Since: st.since,
-			Types: make(map[string]*TypeStatus, len(st.watches))}
+			Types: make(map[string]*TypeStatus, len(st.watches)), Behind: st.behind.Load()}
 		for _, w := range st.watches {
 			ts := w.status
+			ts.Due, ts.InFlight, ts.Owed = w.dirty.Load(), w.inflight, w.counted.Load()
 			if ts.LastNACK != nil {
 				n := *ts.LastNACK
 				ts.LastNACK = &n

@@ -161,11 +161,17 @@ type watch struct {
 	counted atomic.Int32
 }
 
-// Notify marks the watch due and wakes its stream's sender.
+// Notify marks the watch due and wakes its stream's sender. The due unit
+// is counted before the watch is marked: a sender may clear the mark (and
+// drop a unit) the moment it is set, and a unit counted after that would
+// be held for as long as the stream lives, every later generation waiting
+// the maximum hold for it (a load test's batches did, a few runs in ten).
 func (w *watch) Notify() {
+	w.count()
 	if w.dirty.CompareAndSwap(false, true) {
 		w.dueEpoch.Store(w.st.srv.epoch())
-		w.count()
+	} else {
+		w.uncount() // due already, its unit counted
 	}
 	w.st.wakeUp()
 }

@@ -407,8 +407,7 @@ func New(cfg Config) (*Pusher, error) {
 		if err := cfg.Registerer.Register(lag); err != nil {
 			return nil, fmt.Errorf("pusher: register metrics: %w", err)
 		}
-		backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_backlog",
-			Help: "Subscriptions with a change due or a response unanswered, leaving out the streams behind (--answer-wait): while above 0, the next generation waits, up to --debounce-max-hold."},
+		backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_backlog", Help: backlogHelp},
 			func() float64 { return float64(cfg.Tables.Backlog()) })
 		if err := cfg.Registerer.Register(backlog); err != nil {
 			return nil, fmt.Errorf("pusher: register metrics: %w", err)
@@ -416,6 +415,8 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	return p, nil
 }
+
+const backlogHelp = "Subscriptions with a change due or a response unanswered, leaving out the streams behind (--answer-wait): while above 0, the next generation waits, up to --debounce-max-hold."
 
 // busLag is how many stream events the pusher has yet to consume; NaN
 // when the stream cannot be read.

@@ -470,8 +470,9 @@ func TestRemovedClustersLinger(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		p, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 30 * time.Second, Registerer: reg}, time.Second)
 		sink.backlog.Store(1) // the proxies are busy from here on
-		if got := gauge(t, reg, "shardpilot_pusher_xds_backlog"); got != 1 {
-			t.Errorf("shardpilot_pusher_xds_backlog %v while the proxies are busy, want 1", got)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP shardpilot_pusher_xds_backlog "+backlogHelp+"\n# TYPE shardpilot_pusher_xds_backlog gauge\nshardpilot_pusher_xds_backlog 1\n"),
+			"shardpilot_pusher_xds_backlog"); err != nil {
+			t.Errorf("while the proxies are busy: %v", err)
 		}
 		// b is removed at 2s; busy, the generation waits for the maximum
 		// hold (5s).
@@ -519,22 +520,6 @@ func TestRemovedClustersGoWhileBusy(t *testing.T) {
 			t.Errorf("ClusterLinger after the removal, proxies still busy: clusters %v, want a's alone", got)
 		}
 	})
-}
-
-// gauge reads a gauge of reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }
 
 // run starts a pusher in the test's bubble, lets it work for d of the

@@ -167,6 +167,12 @@ type watch struct {
 // be held for as long as the stream lives, every later generation waiting
 // the maximum hold for it (a load test's batches did, a few runs in ten).
 func (w *watch) Notify() {
+	if w.dirty.Load() {
+		// Due already, its unit counted: a sender clearing the mark from
+		// here on reads the table after, change included.
+		w.st.wakeUp()
+		return
+	}
 	w.count()
 	if w.dirty.CompareAndSwap(false, true) {
 		w.dueEpoch.Store(w.st.srv.epoch())

@@ -99,7 +99,7 @@ istio-binaries: ## Build Istio's pilot-discovery and pilot-agent (once, into a c
 	hack/istio-binaries.sh $(ISTIO_SRC)
 
 .PHONY: diff-istiod
-diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) and shardpilot send one sidecar for each case of test/istiod/testdata/cases, fact by fact, and the WorkloadEntry each makes for a registering workload; DIFF_ISTIOD_OUT=<dir> keeps every difference.
+diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) and shardpilot send each case of test/istiod/testdata/cases, fact by fact: a client sidecar (or the case's gateway) and a workload's inbound side, connected before the case is applied, each also against a second instance started after it (incremental equals full); and the WorkloadEntry each makes for a registering workload. DIFF_ISTIOD_OUT=<dir> keeps every difference and fact, DIFF_ISTIOD_CASES=<regexp> runs some cases.
 	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
 	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
 		$(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod

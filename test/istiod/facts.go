@@ -1,7 +1,8 @@
 // Package istiod compares what istiod and shardpilot send one proxy for the
 // same input, fact by fact: the differential suite behind make diff-istiod.
 // Facts are the leaves of each resource as JSON, with lists of named
-// things keyed by name (virtual hosts, filters, weighted clusters), lists
+// things keyed by name (virtual hosts, filters, weighted clusters), filter
+// chains keyed by what they match, lists
 // of endpoints keyed by address, lists of plain values compared as sets,
 // and what is Istio's own telemetry left out.
 package istiod
@@ -162,6 +163,11 @@ func key(e any, i int) string {
 	if !ok {
 		return fmt.Sprint(i)
 	}
+	if match, ok := m["filter_chain_match"].(map[string]any); ok {
+		// Envoy tells filter chains apart by what they match; istiod
+		// names several alike.
+		return "match " + chainMatch(match)
+	}
 	if name, ok := m["name"].(string); ok && name != "" {
 		return name
 	}
@@ -172,6 +178,24 @@ func key(e any, i int) string {
 		return fmt.Sprintf("locality %v/%v/%v", loc["region"], loc["zone"], loc["sub_zone"])
 	}
 	return fmt.Sprint(i)
+}
+
+// chainMatch writes a filter chain's match with its lists sorted.
+func chainMatch(match map[string]any) string {
+	sorted := map[string]any{}
+	for k, v := range match {
+		if list, ok := v.([]any); ok {
+			s := make([]string, 0, len(list))
+			for _, e := range list {
+				s = append(s, scalar(e))
+			}
+			slices.Sort(s)
+			v = s
+		}
+		sorted[k] = v
+	}
+	b, _ := json.Marshal(sorted)
+	return string(b)
 }
 
 func endpointAddress(m map[string]any) string {
@@ -194,6 +218,15 @@ func scalar(v any) string {
 		b, _ := json.Marshal(x)
 		return string(b)
 	}
+}
+
+// Lines are the facts as "path: value" lines, sorted by path.
+func (f Facts) Lines() []byte {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(f)) {
+		b.WriteString(p + ": " + f[p] + "\n")
+	}
+	return []byte(b.String())
 }
 
 // Comparison is how two sets of facts compare.

@@ -131,7 +131,7 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 
 	var failed, stale []string
 	var report strings.Builder
-	fmt.Fprintf(&report, "%-28s %8s %8s %7s %9s", "case", "facts", "equal", "%", "unserved")
+	fmt.Fprintf(&report, "%-28s %8s %8s %7s %9s %10s", "case", "facts", "equal", "%", "unserved", "deliberate")
 	if incremental {
 		fmt.Fprintf(&report, " %17s %21s", "istiod incr≠full", "shardpilot incr≠full")
 	}
@@ -140,7 +140,7 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 	for _, c := range cases {
 		r := compareCase(t, c, before, after, incremental)
 		total.Compared, total.Equal = total.Compared+r.diff.Compared, total.Equal+r.diff.Equal
-		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%% %9d", c.name, r.diff.Compared, r.diff.Equal, r.diff.Percent(), r.unserved)
+		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%% %9d %10d", c.name, r.diff.Compared, r.diff.Equal, r.diff.Percent(), r.unserved, r.deliberate)
 		if incremental {
 			fmt.Fprintf(&report, " %17d %21d", len(r.theirsStale), len(r.mineStale))
 		}
@@ -159,7 +159,8 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 		}
 	}
 	fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", "all", total.Compared, total.Equal, total.Percent())
-	report.WriteString("(unserved: shardpilot's facts of inbound ports the proxy does not serve, left out; see docs/istio-compatibility.md)\n")
+	report.WriteString("(unserved: shardpilot's facts of inbound ports the proxy does not serve; deliberate: facts of both that name the workload in what a class shares;\n" +
+		" both left out of the share, see docs/istio-compatibility.md)\n")
 	t.Logf("facts istiod and shardpilot send the cases' proxies (incremental %v):\n%s", incremental, report.String())
 	if len(failed) > 0 {
 		t.Errorf("below %.0f%% equal facts: %v (DIFF_ISTIOD_OUT=<dir> writes every difference and every fact)", minPercent, failed)
@@ -175,7 +176,7 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 // before the case differ from those that connected after.
 type caseResult struct {
 	diff                   Comparison
-	unserved               int
+	unserved, deliberate   int
 	theirsStale, mineStale []string
 }
 
@@ -192,6 +193,7 @@ func compareCase(t *testing.T, c testCase, before, after map[string]*Follower, i
 		r.mineStale = Compare(c.facts(t, after, "shardpilot"), mine).Differences
 	}
 	r.unserved = unservedPorts(theirs, mine)
+	r.deliberate = setAside(theirs, mine)
 	r.diff = Compare(theirs, mine)
 	if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
 		lines := slices.Clone(r.diff.Differences)
@@ -404,10 +406,46 @@ func unservedPorts(istiod, ours Facts) int {
 		}
 	}
 	n := 0
-	for path := range ours {
+	for path, v := range ours {
 		if p, ok := port(path); ok && !served[p] {
 			delete(ours, path)
 			n++
+		}
+		// A listener filter turned off on ports: those istiod serves.
+		if strings.HasSuffix(path, ".filter_disabled.ports") {
+			kind, _, _ := strings.Cut(path, " ")
+			list, not := strings.CutPrefix(v, "not ")
+			kept := slices.DeleteFunc(strings.Fields(list), func(p string) bool { return !served[kind+" "+p] })
+			if w := strings.Join(kept, " "); w != list {
+				if not {
+					w = "not " + w
+				}
+				ours[path], n = w, n+1
+			}
+		}
+	}
+	return n
+}
+
+// workloadNamed are the paths of facts that name the proxy's own workload
+// in what a class of shardpilot's shares among workloads: its tracing tags
+// (canonical service and revision; mesh and cluster, which shardpilot has
+// Envoy read from the agent's environment), its tracer's service name, an
+// inbound port's span name. docs/istio-compatibility.md gives each.
+var workloadNamed = regexp.MustCompile(`\.tracing\.custom_tags\[tag istio\.(canonical_service|canonical_revision|mesh_id|cluster_id)\]|` +
+	`\.tracing\.provider\.typed_config\.service_name$|` +
+	`^\w+ listener virtualInbound\.filter_chains\[match \{[^}]*"destination_port":\d+[^}]*\}\].*\.decorator\.operation$`)
+
+// setAside takes the facts that name the proxy's workload (workloadNamed)
+// out of both sides, and returns how many it took.
+func setAside(istiod, ours Facts) int {
+	n := 0
+	for _, f := range []Facts{istiod, ours} {
+		for path := range f {
+			if workloadNamed.MatchString(path) {
+				delete(f, path)
+				n++
+			}
 		}
 	}
 	return n

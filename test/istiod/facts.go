@@ -114,6 +114,12 @@ func walk(out Facts, path string, v any, logs bool) {
 			return
 		}
 		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if k == "filter_disabled" {
+				// Where a listener filter is off, as the ports it names:
+				// one range or several are the same to Envoy.
+				out[path+".filter_disabled.ports"] = predicatePorts(x[k])
+				continue
+			}
 			if k == "metadata" {
 				// Of metadata, only what Envoy matches transport sockets on
 				// changes traffic.
@@ -168,6 +174,9 @@ func key(e any, i int) string {
 		// names several alike.
 		return "match " + chainMatch(match)
 	}
+	if tag, ok := m["tag"].(string); ok && tag != "" {
+		return "tag " + tag // a tracing tag
+	}
 	if name, ok := m["name"].(string); ok && name != "" {
 		return name
 	}
@@ -178,6 +187,45 @@ func key(e any, i int) string {
 		return fmt.Sprintf("locality %v/%v/%v", loc["region"], loc["zone"], loc["sub_zone"])
 	}
 	return fmt.Sprint(i)
+}
+
+// predicatePorts writes a listener filter predicate of destination port
+// ranges (one, any of several, or not those) as its ports, sorted: "9080
+// 15006", "not 9080".
+func predicatePorts(v any) string {
+	m, _ := v.(map[string]any)
+	var ports []int
+	var ranges func(m map[string]any) bool
+	ranges = func(m map[string]any) bool {
+		if r, ok := m["destination_port_range"].(map[string]any); ok {
+			start, _ := r["start"].(float64)
+			end, _ := r["end"].(float64)
+			for p := int(start); p < int(end); p++ {
+				ports = append(ports, p)
+			}
+			return true
+		}
+		if or, ok := m["or_match"].(map[string]any); ok {
+			rules, _ := or["rules"].([]any)
+			for _, r := range rules {
+				if rm, _ := r.(map[string]any); rm == nil || !ranges(rm) {
+					return false
+				}
+			}
+			return true
+		}
+		return false
+	}
+	prefix := ""
+	if not, ok := m["not_match"].(map[string]any); ok {
+		prefix, m = "not ", not
+	}
+	if !ranges(m) {
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	slices.Sort(ports)
+	return prefix + strings.Trim(fmt.Sprint(ports), "[]")
 }
 
 // chainMatch writes a filter chain's match with its lists sorted.

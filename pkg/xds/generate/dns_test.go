@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"math"
 	"testing"
 
@@ -68,8 +69,9 @@ func TestRegistryOnly(t *testing.T) {
 	golden.CheckValid(t, "registry-only-listeners.json", outbound)
 	routes := generate.Routes(m, generate.Envoy)
 	golden.CheckValid(t, "registry-only-routes.json", routes)
-	if got := outbound[0].FilterChains[0].Name; got != generate.BlackHoleCluster {
-		t.Errorf("virtual outbound default %s, want the black hole", got)
+	var proxy tcpproxy.TcpProxy
+	if err := outbound[0].FilterChains[1].Filters[0].GetTypedConfig().UnmarshalTo(&proxy); err != nil || proxy.GetCluster() != generate.BlackHoleCluster {
+		t.Errorf("virtual outbound default %s (%v), want the black hole", proxy.GetCluster(), err)
 	}
 	for _, rc := range routes {
 		last := rc.VirtualHosts[len(rc.VirtualHosts)-1]

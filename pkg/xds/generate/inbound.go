@@ -3,20 +3,25 @@ package generate
 import (
 	"cmp"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	originaldst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -109,12 +114,19 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 			// defaults (1024 connections and requests, 3 retries) would
 			// turn away what the callers' proxies let through.
 			CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{defaultThresholds()}},
+			// Connections are never swept, as istiod's: the workload's
+			// address is the same for the life of the proxy.
+			CleanupInterval: durationpb.New(maxDurationSeconds * time.Second),
 		}
 		defaultEndpoint(c, endpoints[port])
 		out = append(out, c)
 	}
 	return out
 }
+
+// maxDurationSeconds is the longest whole number of seconds a protobuf
+// Duration holds as nanoseconds, about 292 years.
+const maxDurationSeconds = (math.MaxInt64 - 999_999_999) / 1_000_000_000
 
 // defaultEndpoint points an inbound cluster at a Sidecar ingress
 // listener's default endpoint, as Istio does: a loopback address or a unix
@@ -127,7 +139,7 @@ func defaultEndpoint(c *cluster.Cluster, endpoint string) {
 	static := func(addr *core.Address) {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
-		c.UpstreamBindConfig = nil
+		c.UpstreamBindConfig, c.CleanupInterval = nil, nil
 		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: c.Name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}}}}}
 	}
@@ -157,7 +169,7 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
 		name := InboundClusterName(port)
 		chain := &listener.FilterChain{
-			Name:             "inbound_0.0.0.0_" + strconv.FormatUint(uint64(port), 10),
+			Name:             "0.0.0.0_" + strconv.FormatUint(uint64(port), 10),
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
 		}
 		if !ports[port].http {
@@ -166,37 +178,50 @@ func inboundChains(m *Mesh, sec Security) []*listener.FilterChain {
 				chain.Filters = append(chain.Filters, mongoFilter(name))
 			}
 			chain.Filters = append(chain.Filters, tcpProxyFilter(name, name))
-			out = append(out, inboundTLS(chain, m.inboundMode(sec, port), m.AgentCertificates)...)
+			out = append(out, inboundTLS(m, chain, m.inboundMode(sec, port), false)...)
 			continue
 		}
-		manager := &hcm.HttpConnectionManager{
-			StatPrefix: name,
-			RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
-				Name: name,
-				VirtualHosts: []*route.VirtualHost{{
-					Name:    "inbound|http|" + strconv.FormatUint(uint64(port), 10),
-					Domains: []string{"*"},
-					Routes: []*route.Route{{
-						Name:   "default",
-						Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-						Action: &route.Route_Route{Route: inboundAction(name, ports[port].grpc)},
-					}},
-				}},
-			}},
-			HttpFilters: append(inboundHTTPFilters(sec), &hcm.HttpFilter{
-				Name:       "envoy.filters.http.router",
-				ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
-			}),
-		}
-		envoyManager(manager, m.Config, false)
-		forwardClientCert(manager)
-		chain.Filters = []*listener.Filter{{
-			Name:       "envoy.filters.network.http_connection_manager",
-			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
-		}}
-		out = append(out, inboundTLS(chain, m.inboundMode(sec, port), m.AgentCertificates)...)
+		chain.Filters = []*listener.Filter{inboundManager(m, sec, name, "inbound|http|"+strconv.FormatUint(uint64(port), 10), ports[port].grpc, "")}
+		out = append(out, inboundTLS(m, chain, m.inboundMode(sec, port), true)...)
 	}
 	return out
+}
+
+// inboundManager is the connection manager of an inbound HTTP chain, as
+// istiod's: the class's JWT and RBAC filters, the fault and CORS filters,
+// then one route sending everything to cluster (the route configuration
+// is named after it) with no timeout, the caller's proxy having applied
+// one; it answers as istio-envoy and passes the caller's certificate
+// details on. operation names the route's spans ("": the default).
+func inboundManager(m *Mesh, sec Security, cluster, vhost string, grpc bool, operation string) *listener.Filter {
+	r := &route.Route{
+		Name:   "default",
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: inboundAction(cluster, grpc)},
+	}
+	if operation != "" {
+		r.Decorator = &route.Decorator{Operation: operation}
+	}
+	filters := append(inboundHTTPFilters(sec),
+		&hcm.HttpFilter{Name: faultFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&fault.HTTPFault{})}},
+		&hcm.HttpFilter{Name: corsFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}},
+		&hcm.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})}})
+	manager := &hcm.HttpConnectionManager{
+		StatPrefix: cluster,
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name:             cluster,
+			ValidateClusters: wrapperspb.Bool(false),
+			VirtualHosts:     []*route.VirtualHost{{Name: vhost, Domains: []string{"*"}, Routes: []*route.Route{r}}},
+		}},
+		HttpFilters: filters,
+	}
+	envoyManager(manager, m.Config, false)
+	manager.ServerName = "istio-envoy"
+	forwardClientCert(manager)
+	return &listener.Filter{
+		Name:       "envoy.filters.network.http_connection_manager",
+		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
+	}
 }
 
 // forwardClientCert makes an inbound connection manager pass the caller's

@@ -151,14 +151,14 @@ func TestMongoPorts(t *testing.T) {
 		}
 	}
 	for chain, fs := range got {
-		if strings.HasPrefix(chain, "virtualInbound inbound_0.0.0.0_2701") && !strings.HasSuffix(fs, mongo) {
+		if strings.HasPrefix(chain, "virtualInbound 0.0.0.0_2701") && !strings.HasSuffix(fs, mongo) {
 			t.Errorf("%s: filters %q, want them to end with %q", chain, fs, mongo)
 		}
-		if strings.HasPrefix(chain, "virtualInbound inbound_0.0.0.0_6379") && strings.Contains(fs, "mongo") {
+		if strings.HasPrefix(chain, "virtualInbound 0.0.0.0_6379") && strings.Contains(fs, "mongo") {
 			t.Errorf("%s: filters %q, want no mongo_proxy", chain, fs)
 		}
 	}
-	if !strings.Contains(fmt.Sprint(got), "inbound_0.0.0.0_27017") {
+	if !strings.Contains(fmt.Sprint(got), "virtualInbound 0.0.0.0_27017") {
 		t.Errorf("no inbound chain for 27017: %v", got)
 	}
 }

@@ -351,6 +351,9 @@ func (s *observed) listener(l *listener.Listener, listenerLog bool) *listener.Li
 		chains = append(slices.Clone(chains), out.DefaultFilterChain)
 	}
 	for _, c := range chains {
+		if c.Name == virtualInboundChainBlackhole || c.Name == virtualOutboundChainBlackhole {
+			continue // a connection to the listener's own port: not traffic, not logged (as istiod's)
+		}
 		for _, f := range c.Filters {
 			s.filter(f)
 		}

@@ -6,11 +6,9 @@ import (
 	"slices"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	httpinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
-	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -65,19 +63,6 @@ func passthroughModes(m *Mesh, sec Security) []passthroughMode {
 	return out
 }
 
-// httpPolicies reports whether a class has policies that look into HTTP
-// (an AuthorizationPolicy or a RequestAuthentication): only then do its
-// passthrough chains parse HTTP (see docs/istio-compatibility.md).
-func httpPolicies(sec Security) bool {
-	return slices.ContainsFunc(sec, func(p *Policy) bool {
-		switch p.Spec.(type) {
-		case *meshv1.AuthorizationPolicy, *meshv1.RequestAuthentication:
-			return true
-		}
-		return false
-	})
-}
-
 // inboundPassthroughChains returns the passthrough chains of an Envoy sidecar's
 // virtual inbound listener, for each passthrough mode: under STRICT, HTTP
 // and TCP over mutual TLS alone; under PERMISSIVE, those, plaintext HTTP
@@ -89,7 +74,6 @@ func inboundPassthroughChains(m *Mesh, sec Security) []*listener.FilterChain {
 		return []*listener.FilterChain{{Name: InboundPassthroughCluster,
 			Filters: []*listener.Filter{tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster)}}}
 	}
-	http := httpPolicies(sec)
 	var out []*listener.FilterChain
 	for _, pm := range passthroughModes(m, sec) {
 		chain := func(name, transport string, alpn []string, mutual bool) *listener.FilterChain {
@@ -103,27 +87,20 @@ func inboundPassthroughChains(m *Mesh, sec Security) []*listener.FilterChain {
 				c.Filters = append(inboundTCPFilters(sec, pm.port), tcpProxyFilter(InboundPassthroughCluster, InboundPassthroughCluster))
 			}
 			if mutual {
-				c.TransportSocket = inboundMutualTLS(m.AgentCertificates)
+				c.TransportSocket = inboundMutualTLS(m, name == catchAllHTTPChain)
 			}
 			return c
 		}
 		var set []*listener.FilterChain
 		switch pm.mode {
 		case meshv1.MTLSMode_MTLS_MODE_STRICT:
-			if http {
-				set = append(set, chain(catchAllHTTPChain, "tls", mutualHTTPALPNs, true))
-			}
-			set = append(set, chain(catchAllTCPChain, "tls", nil, true))
+			set = append(set, chain(catchAllHTTPChain, "tls", mutualHTTPALPNs, true), chain(catchAllTCPChain, "tls", nil, true))
 		case meshv1.MTLSMode_MTLS_MODE_PERMISSIVE:
-			if http {
-				set = append(set, chain(catchAllHTTPChain, "tls", mutualHTTPALPNs, true), chain(catchAllHTTPChain, "raw_buffer", plaintextHTTPALP, false))
-			}
-			set = append(set, chain(catchAllTCPChain, "tls", mutualTCPALPNs, true), chain(catchAllTCPChain, "raw_buffer", nil, false),
+			set = append(set, chain(catchAllHTTPChain, "tls", mutualHTTPALPNs, true), chain(catchAllHTTPChain, "raw_buffer", plaintextHTTPALP, false),
+				chain(catchAllTCPChain, "tls", mutualTCPALPNs, true), chain(catchAllTCPChain, "raw_buffer", nil, false),
 				chain(catchAllTCPChain, "tls", nil, false))
 		default:
-			if http {
-				set = append(set, chain(catchAllHTTPChain, "raw_buffer", plaintextHTTPALP, false))
-			}
+			set = append(set, chain(catchAllHTTPChain, "raw_buffer", plaintextHTTPALP, false))
 			// Plaintext named, as the HTTP chain beside it is: Envoy
 			// narrows by transport before ALPN, and a chain naming none
 			// would be passed over for the HTTP chain's.
@@ -135,55 +112,72 @@ func inboundPassthroughChains(m *Mesh, sec Security) []*listener.FilterChain {
 }
 
 // passthroughManager is the connection manager of a catch-all HTTP chain:
-// the class's JWT and RBAC filters, then everything to the inbound
-// passthrough cluster.
+// an inbound one (see inboundManager) to the inbound passthrough cluster,
+// its spans named ":0/*" as istiod names them.
 func passthroughManager(m *Mesh, sec Security) *listener.Filter {
-	manager := &hcm.HttpConnectionManager{
-		StatPrefix: InboundPassthroughCluster,
-		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
-			Name: InboundPassthroughCluster,
-			VirtualHosts: []*route.VirtualHost{{
-				Name:    "inbound|http|0",
-				Domains: []string{"*"},
-				Routes: []*route.Route{{
-					Name:   "default",
-					Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-					Action: &route.Route_Route{Route: inboundAction(InboundPassthroughCluster, false)},
-				}},
-			}},
-		}},
-		HttpFilters: append(inboundHTTPFilters(sec), &hcm.HttpFilter{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
-		}),
-	}
-	envoyManager(manager, m.Config, false)
-	forwardClientCert(manager)
-	return &listener.Filter{
-		Name:       "envoy.filters.network.http_connection_manager",
-		ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
-	}
+	return inboundManager(m, sec, InboundPassthroughCluster, "inbound|http|0", false, ":0/*")
 }
 
 // inboundListenerFilters are the virtual inbound listener's filters: the
-// original destination, then the TLS inspector where a chain matches on
-// TLS, then the HTTP inspector where one matches plaintext HTTP (after the
-// TLS inspector, which it must follow).
+// original destination, then the TLS inspector and after it the HTTP
+// inspector (which must follow it), each where a chain matches on what it
+// finds (TLS; a plaintext HTTP ALPN), and each turned off on the ports
+// whose chains do not need it, as istiod's: a declared port's chains are
+// told apart by the port, the listener's own port by nothing.
 func inboundListenerFilters(chains []*listener.FilterChain) []*listener.ListenerFilter {
-	out := []*listener.ListenerFilter{originalDstFilter()}
+	type needs struct{ tls, http bool }
+	ports := map[uint32]needs{}
 	var tls, http bool
 	for _, c := range chains {
 		match := c.GetFilterChainMatch()
-		tls = tls || match.GetTransportProtocol() == "tls"
-		http = http || slices.Contains(match.GetApplicationProtocols(), "http/1.1")
+		port := match.GetDestinationPort().GetValue()
+		n := ports[port]
+		n.tls = n.tls || match.GetTransportProtocol() == "tls"
+		n.http = n.http || slices.ContainsFunc(match.GetApplicationProtocols(), func(a string) bool { return a == "http/1.1" || a == "h2c" })
+		ports[port] = n
+		tls, http = tls || n.tls, http || n.http
 	}
+	out := []*listener.ListenerFilter{originalDstFilter()}
 	if tls {
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.tls_inspector",
-			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})}})
+			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{InitialReadBufferSize: wrapperspb.UInt32(512)})},
+			FilterDisabled: inspectorOff(ports, func(n needs) bool { return n.tls })})
 	}
 	if http {
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.http_inspector",
-			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})}})
+			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})},
+			FilterDisabled: inspectorOff(ports, func(n needs) bool { return n.http })})
 	}
 	return out
+}
+
+// inspectorOff returns where a listener filter is off: where the
+// passthrough chains (port 0) need it, the ports whose chains do not;
+// otherwise every port but those whose chains do. Nil: on everywhere.
+func inspectorOff[N any](ports map[uint32]N, need func(N) bool) *listener.ListenerFilterChainMatchPredicate {
+	everywhere := need(ports[0])
+	var listed []uint32
+	for p, n := range ports {
+		if p != 0 && need(n) != everywhere {
+			listed = append(listed, p)
+		}
+	}
+	if len(listed) == 0 {
+		return nil
+	}
+	slices.Sort(listed)
+	rules := make([]*listener.ListenerFilterChainMatchPredicate, len(listed))
+	for i, p := range listed {
+		rules[i] = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
+			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}
+	}
+	off := rules[0]
+	if len(rules) > 1 {
+		off = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
+			OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules}}}
+	}
+	if everywhere {
+		return off
+	}
+	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: off}}
 }

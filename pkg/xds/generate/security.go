@@ -11,6 +11,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	netrbac "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -183,32 +184,62 @@ func inboundTCPFilters(sec Security, port uint32) []*listener.Filter {
 	return out
 }
 
-// inboundTLS returns the chains of one inbound port for its mTLS mode: the
-// plaintext chain as it is (no PeerAuthentication, or DISABLE); one chain
-// requiring mutual TLS (STRICT: a plaintext connection fails its
-// handshake, never reaching the passthrough); a TLS and a plaintext chain
-// told apart by the TLS inspector (PERMISSIVE).
-func inboundTLS(chain *listener.FilterChain, mode meshv1.MTLSMode, agent bool) []*listener.FilterChain {
+// inboundTLS returns the chains of one inbound port for its mTLS mode, as
+// istiod matches them: plaintext alone (no PeerAuthentication, or
+// DISABLE); one chain requiring mutual TLS (STRICT: a plaintext
+// connection fails its handshake, never reaching the passthrough); under
+// PERMISSIVE, Istio's mutual TLS (told by its ALPNs) and plaintext, and
+// for a TCP port TLS the workload terminates itself, passed on as it is.
+func inboundTLS(m *Mesh, chain *listener.FilterChain, mode meshv1.MTLSMode, http bool) []*listener.FilterChain {
+	mutual := func(c *listener.FilterChain, alpn []string) *listener.FilterChain {
+		c.FilterChainMatch.TransportProtocol, c.FilterChainMatch.ApplicationProtocols = "tls", alpn
+		c.TransportSocket = inboundMutualTLS(m, http)
+		return c
+	}
 	switch mode {
 	case meshv1.MTLSMode_MTLS_MODE_STRICT:
-		chain.TransportSocket = inboundMutualTLS(agent)
-		return []*listener.FilterChain{chain}
+		return []*listener.FilterChain{mutual(chain, nil)}
 	case meshv1.MTLSMode_MTLS_MODE_PERMISSIVE:
-		tlsChain := proto.Clone(chain).(*listener.FilterChain)
-		tlsChain.Name += "_tls"
-		tlsChain.FilterChainMatch.TransportProtocol = "tls"
-		tlsChain.TransportSocket = inboundMutualTLS(agent)
+		out := []*listener.FilterChain{mutual(proto.Clone(chain).(*listener.FilterChain), istioMutualALPNs)}
+		if !http {
+			own := proto.Clone(chain).(*listener.FilterChain)
+			own.FilterChainMatch.TransportProtocol = "tls"
+			out = append(out, own)
+		}
 		chain.FilterChainMatch.TransportProtocol = "raw_buffer"
-		return []*listener.FilterChain{tlsChain, chain}
+		return append(out, chain)
 	}
+	chain.FilterChainMatch.TransportProtocol = "raw_buffer"
 	return []*listener.FilterChain{chain}
 }
 
+// istioMutualALPNs are the ALPNs Istio's clients send over its mutual TLS,
+// for HTTP and TCP alike.
+var istioMutualALPNs = []string{"istio-peer-exchange", "istio", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+
 // inboundMutualTLS is an Envoy sidecar's side of Istio's mutual TLS on its
-// inbound ports: the client's certificate required, and HTTP/2 or
-// HTTP/1.1 offered, as istiod's.
-func inboundMutualTLS(agent bool) *core.TransportSocket {
-	ctx := meshCertificates(Envoy, agent)
+// inbound ports, as istiod's: the client's certificate required, issued by
+// the mesh's root to an identity of its trust domain; TLS 1.2 or 1.3 with
+// Istio's server ciphers; HTTP/2 or HTTP/1.1 offered, and for TCP Istio's
+// peer exchange first.
+func inboundMutualTLS(m *Mesh, http bool) *core.TransportSocket {
+	ctx := meshCertificates(Envoy, m.AgentCertificates)
+	trusted := &tlsv3.CertificateValidationContext{}
+	//lint:ignore SA1019 the field istiod sets
+	trusted.MatchSubjectAltNames = []*matcherv3.StringMatcher{
+		{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + cmp.Or(m.TrustDomain, DefaultTrustDomain) + "/"}}}
+	ctx.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+		DefaultValidationContext: trusted, ValidationContextSdsSecretConfig: workloadSecret("ROOTCA", m.AgentCertificates)}}
+	ctx.TlsParams = &tlsv3.TlsParameters{CipherSuites: inboundCiphers,
+		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2, TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3}
 	ctx.AlpnProtocols = []string{"h2", "http/1.1"}
+	if !http {
+		ctx.AlpnProtocols = []string{"istio-peer-exchange", "h2", "http/1.1"}
+	}
 	return tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: ctx, RequireClientCertificate: wrapperspb.Bool(true)})
 }
+
+// inboundCiphers are the cipher suites of Istio's mutual TLS servers, in
+// order of preference.
+var inboundCiphers = []string{"ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256",
+	"ECDHE-RSA-AES128-GCM-SHA256", "AES256-GCM-SHA384", "AES128-GCM-SHA256"}

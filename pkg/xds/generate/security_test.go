@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -207,27 +208,31 @@ func TestEnvoyInbound(t *testing.T) {
 	if len(l.ListenerFilters) < 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector" {
 		t.Errorf("listener filters %v: PERMISSIVE needs the TLS inspector", l.ListenerFilters)
 	}
-	// A port's TLS and plaintext chains, then the passthrough's (see
-	// TestStrictPassthrough).
-	var tls, plain int
+	// A port's mutual TLS (told by Istio's ALPNs) and plaintext chains,
+	// then the passthrough's (see TestStrictPassthrough).
+	var mutual, plain int
 	for _, fc := range l.FilterChains {
-		if fc.GetFilterChainMatch().GetDestinationPort() == nil {
+		match := fc.GetFilterChainMatch()
+		if match.GetDestinationPort() == nil {
 			continue
 		}
-		switch fc.GetFilterChainMatch().GetTransportProtocol() {
-		case "tls":
-			tls++
-		case "raw_buffer":
+		switch {
+		case match.GetTransportProtocol() == "tls" && fc.TransportSocket != nil:
+			mutual++
+			if !slices.Contains(match.ApplicationProtocols, "istio-http/1.1") {
+				t.Errorf("%s: mutual TLS chain matches ALPNs %v, want Istio's", fc.Name, match.ApplicationProtocols)
+			}
+		case match.GetTransportProtocol() == "raw_buffer":
 			plain++
 		}
 	}
-	if tls == 0 || tls != plain {
-		t.Errorf("%d TLS and %d plaintext chains, want one of each per port", tls, plain)
+	if mutual == 0 || mutual != plain {
+		t.Errorf("%d mutual TLS and %d plaintext chains, want one of each per port", mutual, plain)
 	}
 	// Without policies, Istio's default, PERMISSIVE; without
 	// certificates, plaintext alone.
 	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
-		if l.Name == generate.VirtualInboundListener && (len(l.ListenerFilters) != 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector") {
+		if l.Name == generate.VirtualInboundListener && (len(l.ListenerFilters) < 2 || l.ListenerFilters[1].Name != "envoy.filters.listener.tls_inspector") {
 			t.Errorf("listener filters %v without PeerAuthentication: want the TLS inspector (PERMISSIVE)", l.ListenerFilters)
 		}
 	}

@@ -156,9 +156,11 @@ func TestSidecarIngress(t *testing.T) {
 		}
 	}
 	// Each port's mutual TLS and plaintext chains (Istio's default,
-	// PERMISSIVE), then the passthrough's.
-	if want := []string{"inbound_0.0.0.0_9080_tls", "inbound_0.0.0.0_9080", "inbound_0.0.0.0_9090_tls", "inbound_0.0.0.0_9090",
-		"inbound_0.0.0.0_9091_tls", "inbound_0.0.0.0_9091", "inbound_0.0.0.0_9092_tls", "inbound_0.0.0.0_9092",
+	// PERMISSIVE), and a TCP port's for TLS the workload terminates, named
+	// as istiod names them, after the listener's own port's; then the
+	// passthrough's.
+	if want := []string{"virtualInbound-blackhole", "0.0.0.0_9080", "0.0.0.0_9080", "0.0.0.0_9090", "0.0.0.0_9090", "0.0.0.0_9090",
+		"0.0.0.0_9091", "0.0.0.0_9091", "0.0.0.0_9092", "0.0.0.0_9092", "0.0.0.0_9092", "virtualInbound-catchall-http", "virtualInbound-catchall-http",
 		generate.VirtualInboundListener, generate.VirtualInboundListener, generate.VirtualInboundListener}; !slices.Equal(chains, want) {
 		t.Errorf("inbound chains %v, want %v", chains, want)
 	}

@@ -15,7 +15,9 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	mongoproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/mongo_proxy/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -34,17 +36,30 @@ const (
 // sidecarClusters are the catch-all clusters every sidecar gets: traffic to
 // where the client dialled (outbound and inbound passthrough), and nowhere.
 func sidecarClusters(m *Mesh) []*cluster.Cluster {
+	// The passthrough clusters speak the caller's HTTP version, close
+	// idle connections after 5 minutes and set no limit, as istiod's; the
+	// inbound one connects from 127.0.0.6, which the capture rules let
+	// through, as the inbound clusters do.
 	originalDst := func(name string) *cluster.Cluster {
 		return &cluster.Cluster{
 			Name:                 name,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
 			LbPolicy:             cluster.Cluster_CLUSTER_PROVIDED,
 			ConnectTimeout:       m.connectTimeout(),
+			CircuitBreakers:      &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{defaultThresholds()}},
+			TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptions: mustAny(&upstreamhttp.HttpProtocolOptions{
+				CommonHttpProtocolOptions: &core.HttpProtocolOptions{IdleTimeout: durationpb.New(5 * time.Minute)},
+				UpstreamProtocolOptions: &upstreamhttp.HttpProtocolOptions_UseDownstreamProtocolConfig{
+					UseDownstreamProtocolConfig: &upstreamhttp.HttpProtocolOptions_UseDownstreamHttpConfig{
+						HttpProtocolOptions: &core.Http1ProtocolOptions{}, Http2ProtocolOptions: &core.Http2ProtocolOptions{}}},
+			})},
 		}
 	}
+	inbound := originalDst(InboundPassthroughCluster)
+	inbound.UpstreamBindConfig = &core.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()}
 	return []*cluster.Cluster{
 		originalDst(PassthroughCluster),
-		originalDst(InboundPassthroughCluster),
+		inbound,
 		{
 			Name:                 BlackHoleCluster,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
@@ -68,25 +83,55 @@ func tcpProxyFilter(statPrefix, clusterName string) *listener.Filter {
 // original destination port, passing through what has none; 15006 takes
 // inbound connections to the workload, by their original destination
 // port, passing through what no inbound port matches as the workload's
-// policies allow (see inboundPassthroughChains).
+// policies allow (see inboundPassthroughChains). A connection to either
+// port itself goes to the black hole, which keeps a connection from
+// looping through its own listener. They accept one connection per
+// socket event, as istiod's.
 func virtualListeners(m *Mesh, sec Security) []*listener.Listener {
-	inbound := append(inboundChains(m, sec), inboundPassthroughChains(m, sec)...)
+	inbound := append([]*listener.FilterChain{blackholeChain(virtualInboundChainBlackhole, virtualInboundPort)},
+		append(inboundChains(m, sec), inboundPassthroughChains(m, sec)...)...)
 	return []*listener.Listener{
 		{
 			Name:           VirtualOutboundListener,
 			Address:        socketAddress("0.0.0.0", virtualOutboundPort),
 			UseOriginalDst: wrapperspb.Bool(true),
-			FilterChains: []*listener.FilterChain{{
-				Name:    outboundDefault(m),
-				Filters: []*listener.Filter{tcpProxyFilter(outboundDefault(m), outboundDefault(m))},
-			}},
+			FilterChains: []*listener.FilterChain{
+				blackholeChain(virtualOutboundChainBlackhole, virtualOutboundPort),
+				{
+					Name:    virtualOutboundChainCatchAll,
+					Filters: []*listener.Filter{tcpProxyFilter(outboundDefault(m), outboundDefault(m))},
+				},
+			},
+			TrafficDirection:                     core.TrafficDirection_OUTBOUND,
+			MaxConnectionsToAcceptPerSocketEvent: wrapperspb.UInt32(1),
 		},
 		{
-			Name:            VirtualInboundListener,
-			Address:         socketAddress("0.0.0.0", virtualInboundPort),
-			ListenerFilters: inboundListenerFilters(inbound),
-			FilterChains:    inbound,
+			Name:                                 VirtualInboundListener,
+			Address:                              socketAddress("0.0.0.0", virtualInboundPort),
+			ListenerFilters:                      inboundListenerFilters(inbound),
+			FilterChains:                         inbound,
+			TrafficDirection:                     core.TrafficDirection_INBOUND,
+			ListenerFiltersTimeout:               cmp.Or(m.Config.GetProtocolDetectionTimeout(), durationpb.New(0)),
+			ContinueOnListenerFiltersTimeout:     true,
+			MaxConnectionsToAcceptPerSocketEvent: wrapperspb.UInt32(1),
 		},
+	}
+}
+
+// Istio's names of the virtual listeners' own chains.
+const (
+	virtualInboundChainBlackhole  = "virtualInbound-blackhole"
+	virtualOutboundChainBlackhole = "virtualOutbound-blackhole"
+	virtualOutboundChainCatchAll  = "virtualOutbound-catchall-tcp"
+)
+
+// blackholeChain sends connections to a virtual listener's own port to the
+// black hole.
+func blackholeChain(name string, port uint32) *listener.FilterChain {
+	return &listener.FilterChain{
+		Name:             name,
+		FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)},
+		Filters:          []*listener.Filter{tcpProxyFilter(BlackHoleCluster, BlackHoleCluster)},
 	}
 }
 
@@ -340,10 +385,9 @@ func outboundDefault(m *Mesh) string {
 // every route configuration.
 var (
 	allowAnyHost = &route.VirtualHost{Name: "allow_any", Domains: []string{"*"}, IncludeRequestAttemptCount: true, Routes: []*route.Route{{
-		Name:  "allow_any",
-		Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-		Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: PassthroughCluster},
-			Timeout: durationpb.New(0)}},
+		Name:   "allow_any",
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: passthroughAction()},
 	}}}
 	blockAllHost = &route.VirtualHost{Name: "block_all", Domains: []string{"*"}, IncludeRequestAttemptCount: true, Routes: []*route.Route{{
 		Name:   "block_all",
@@ -351,6 +395,15 @@ var (
 		Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 502}},
 	}}}
 )
+
+// passthroughAction sends a request on to where it was going, without a
+// timeout, gRPC's included, as istiod's.
+func passthroughAction() *route.RouteAction {
+	a := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: PassthroughCluster}, Timeout: durationpb.New(0)}
+	//lint:ignore SA1019 the field istiod sets
+	a.MaxGrpcTimeout = durationpb.New(0)
+	return a
+}
 
 func catchAllHost(m *Mesh) *route.VirtualHost {
 	if m.RegistryOnly {

@@ -415,7 +415,7 @@ func unservedPorts(istiod, ours Facts) int {
 		if strings.HasSuffix(path, ".filter_disabled.ports") {
 			kind, _, _ := strings.Cut(path, " ")
 			list, not := strings.CutPrefix(v, "not ")
-			kept := slices.DeleteFunc(strings.Fields(list), func(p string) bool { return !served[kind+" "+p] })
+			kept := slices.DeleteFunc(strings.Fields(list), func(p string) bool { return p != "0" && !served[kind+" "+p] })
 			if w := strings.Join(kept, " "); w != list {
 				if not {
 					w = "not " + w

@@ -73,7 +73,7 @@ type Facts map[string]string
 var telemetry = map[string]bool{
 	"metadata": true, "alt_stat_name": true, "stat_prefix": true, "access_log": true, "tracing": true,
 	"request_id_extension": true, "filter_metadata": true, "typed_filter_metadata": true, "stats_matcher": true,
-	"track_cluster_stats": true, "stat_name": true,
+	"track_cluster_stats": true, "stat_name": true, "shadow_rules_stat_prefix": true,
 }
 
 // telemetryFilters are the filters of Istio's Envoy build and its stats.

@@ -20,7 +20,9 @@ import (
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	originaldst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -117,6 +119,12 @@ func InboundClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 			// Connections are never swept, as istiod's: the workload's
 			// address is the same for the life of the proxy.
 			CleanupInterval: durationpb.New(maxDurationSeconds * time.Second),
+		}
+		if ports[port].grpc {
+			// gRPC reaches the workload over HTTP/2, as from istiod.
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptions: mustAny(&upstreamhttp.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}}})}
 		}
 		defaultEndpoint(c, endpoints[port])
 		out = append(out, c)

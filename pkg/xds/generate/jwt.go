@@ -2,7 +2,6 @@ package generate
 
 import (
 	"cmp"
-	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -76,7 +75,7 @@ func requestPrincipal(v string) *rbacconfig.Principal {
 
 // claimCondition translates a "when" on request.auth.*; checked is false
 // where the proxy has no JWT filter.
-func claimCondition(c *meshv1.AuthorizationCondition, opts rbacOptions) (*rbacconfig.Principal, bool) {
+func claimCondition(c *meshv1.AuthorizationCondition, opts rbacOptions) ([]*rbacconfig.Principal, bool) {
 	if !opts.jwt || opts.tcp {
 		return nil, false
 	}
@@ -98,7 +97,7 @@ func claimCondition(c *meshv1.AuthorizationCondition, opts rbacOptions) (*rbacco
 	var ids []*rbacconfig.Principal
 	field(&ids, c.Values, false, match)
 	field(&ids, c.NotValues, true, match)
-	return andIDs(ids), true
+	return ids, true
 }
 
 // JWTFilter returns the JWT filter of a class's RequestAuthentications for
@@ -116,10 +115,12 @@ func JWTFilter(sec Security) *hcm.HttpFilter {
 			continue
 		}
 		for _, r := range ra.JwtRules {
-			name := fmt.Sprintf("%s/%s/%s", p.Namespace, p.Name, r.Issuer)
+			name := "origins-" + strconv.Itoa(len(names))
 			provider := &jwt.JwtProvider{
 				Issuer: r.Issuer, Audiences: r.Audiences, Forward: r.ForwardOriginalToken,
 				FromParams: r.FromParams, ForwardPayloadHeader: r.OutputPayloadToHeader, PayloadInMetadata: jwtPayloadKey,
+				// OAuth's space-separated claims are matched a word at a time.
+				NormalizePayloadInMetadata: &jwt.JwtProvider_NormalizePayload{SpaceDelimitedClaims: []string{"permission", "scope"}},
 			}
 			for _, h := range r.FromHeaders {
 				provider.FromHeaders = append(provider.FromHeaders, &jwt.JwtHeader{Name: h.Name, ValuePrefix: h.Prefix})
@@ -141,18 +142,36 @@ func JWTFilter(sec Security) *hcm.HttpFilter {
 	if len(names) == 0 {
 		return nil
 	}
-	var alternatives []*jwt.JwtRequirement
-	for _, n := range names {
-		alternatives = append(alternatives, &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_ProviderName{ProviderName: n}})
+	provider := func(n string) *jwt.JwtRequirement {
+		return &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_ProviderName{ProviderName: n}}
 	}
-	alternatives = append(alternatives, &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}}})
+	anyOf := func(rs ...*jwt.JwtRequirement) *jwt.JwtRequirement {
+		return &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_RequiresAny{RequiresAny: &jwt.JwtRequirementOrList{Requirements: rs}}}
+	}
+	// Each provider's token, where present, must be valid; a request with
+	// none passes (for the RBAC filters to decide). With several
+	// providers, as istiod: any one provider validating, or every
+	// provider's token valid or missing (providers may share where they
+	// read a token from).
+	missing := &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}}}
+	requires := anyOf(provider(names[0]), missing)
+	if len(names) > 1 {
+		var each, alternatives []*jwt.JwtRequirement
+		for _, n := range names {
+			each = append(each, anyOf(provider(n), missing))
+			alternatives = append(alternatives, provider(n))
+		}
+		requires = anyOf(append(alternatives, &jwt.JwtRequirement{RequiresType: &jwt.JwtRequirement_RequiresAll{
+			RequiresAll: &jwt.JwtRequirementAndList{Requirements: each}}})...)
+	}
 	config := &jwt.JwtAuthentication{
 		Providers: providers,
 		Rules: []*jwt.RequirementRule{{
-			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-			RequirementType: &jwt.RequirementRule_Requires{Requires: &jwt.JwtRequirement{
-				RequiresType: &jwt.JwtRequirement_RequiresAny{RequiresAny: &jwt.JwtRequirementOrList{Requirements: alternatives}}}},
+			Match:           &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			RequirementType: &jwt.RequirementRule_Requires{Requires: requires},
 		}},
+		// A CORS preflight carries no token: the CORS filter answers it.
+		BypassCorsPreflight: true,
 	}
 	return &hcm.HttpFilter{Name: "envoy.filters.http.jwt_authn", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(config)}}
 }

@@ -137,47 +137,59 @@ func inboundListenerFilters(chains []*listener.FilterChain) []*listener.Listener
 		ports[port] = n
 		tls, http = tls || n.tls, http || n.http
 	}
+	// off lists the ports (0 for the passthrough's, with wanted) whose
+	// chains do not need an inspector.
+	off := func(need func(needs) bool, withPassthrough bool) []uint32 {
+		var out []uint32
+		for p, n := range ports {
+			if (p != 0 || withPassthrough) && !need(n) {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	out := []*listener.ListenerFilter{originalDstFilter()}
 	if tls {
+		need := func(n needs) bool { return n.tls }
+		// Where the passthrough chains need it, it is off on the ports
+		// that do not; otherwise on only on the ports that do.
+		disabled := portsPredicate(off(need, false))
+		if !ports[0].tls {
+			var on []uint32
+			for p, n := range ports {
+				if p != 0 && n.tls {
+					on = append(on, p)
+				}
+			}
+			slices.Sort(on)
+			disabled = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(on)}}
+		}
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.tls_inspector",
 			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{InitialReadBufferSize: wrapperspb.UInt32(512)})},
-			FilterDisabled: inspectorOff(ports, func(n needs) bool { return n.tls })})
+			FilterDisabled: disabled})
 	}
 	if http {
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.http_inspector",
 			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})},
-			FilterDisabled: inspectorOff(ports, func(n needs) bool { return n.http })})
+			FilterDisabled: portsPredicate(off(func(n needs) bool { return n.http }, true))})
 	}
 	return out
 }
 
-// inspectorOff returns where a listener filter is off: where the
-// passthrough chains (port 0) need it, the ports whose chains do not;
-// otherwise every port but those whose chains do. Nil: on everywhere.
-func inspectorOff[N any](ports map[uint32]N, need func(N) bool) *listener.ListenerFilterChainMatchPredicate {
-	everywhere := need(ports[0])
-	var listed []uint32
-	for p, n := range ports {
-		if p != 0 && need(n) != everywhere {
-			listed = append(listed, p)
-		}
-	}
-	if len(listed) == 0 {
+// portsPredicate matches connections to any of ports (nil for none).
+func portsPredicate(ports []uint32) *listener.ListenerFilterChainMatchPredicate {
+	if len(ports) == 0 {
 		return nil
 	}
-	slices.Sort(listed)
-	rules := make([]*listener.ListenerFilterChainMatchPredicate, len(listed))
-	for i, p := range listed {
+	rules := make([]*listener.ListenerFilterChainMatchPredicate, len(ports))
+	for i, p := range ports {
 		rules[i] = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_DestinationPortRange{
 			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}}}
 	}
-	off := rules[0]
-	if len(rules) > 1 {
-		off = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
-			OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules}}}
+	if len(rules) == 1 {
+		return rules[0]
 	}
-	if everywhere {
-		return off
-	}
-	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: off}}
+	return &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_OrMatch{
+		OrMatch: &listener.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules}}}
 }

@@ -80,68 +80,63 @@ func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.P
 		TypedConfig: mustAny(&rbac.RBAC{Rules: &rbacconfig.RBAC{Action: action, Policies: policies}})}}
 }
 
-// rbacPolicy translates one rule. What the proxy cannot check (a JWT's
-// principal or claims without a JWT filter; paths, methods, hosts and
-// headers of TCP traffic) fails closed: an ALLOW rule naming it matches
-// nothing (ok false: left out), a DENY rule matches regardless of it.
+// rbacPolicy translates one rule into istiod's shape: a permission for
+// each operation of "to" and a principal for each source of "from", each
+// the conjunction of its fields (hosts, methods, paths, ports; principals,
+// request principals, namespaces, addresses) and the rule's "when"
+// conditions, each field any of its values and none of its "not" values.
+// What the proxy cannot check (a JWT's principal or claims without a JWT
+// filter; paths, methods, hosts and headers of TCP traffic) fails closed:
+// an ALLOW rule's source or operation naming it matches nothing (ok false
+// when none is left), a DENY rule matches regardless of it.
 func rbacPolicy(r *meshv1.AuthorizationRule, isDeny bool, opts rbacOptions) (*rbacconfig.Policy, bool) {
-	var principals []*rbacconfig.Principal
-	var perms []*rbacconfig.Permission
-	if len(r.From) > 0 {
-		var alts []*rbacconfig.Principal
-		for _, src := range r.From {
-			id, checked := sourcePrincipal(src, opts)
-			if !checked && !isDeny {
-				continue // this source can never be proven
-			}
-			alts = append(alts, id)
-		}
-		if len(alts) == 0 {
-			return nil, false
-		}
-		principals = append(principals, orIDs(alts))
-	}
-	if len(r.To) > 0 {
-		var alts []*rbacconfig.Permission
-		for _, op := range r.To {
-			perm, checked := operationPermission(op, opts)
-			if !checked && !isDeny {
-				continue
-			}
-			alts = append(alts, perm)
-		}
-		if len(alts) == 0 {
-			return nil, false
-		}
-		perms = append(perms, orPermissions(alts))
-	}
+	var whenIDs []*rbacconfig.Principal
+	var whenPerms []*rbacconfig.Permission
 	for _, c := range r.When {
 		switch {
 		case c.Key == "destination.port":
-			perms = append(perms, valuesPermission(c, func(v string) *rbacconfig.Permission {
-				n, _ := strconv.ParseUint(v, 10, 32)
-				return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
-			}))
+			permissionField(&whenPerms, c.Values, false, portPermission)
+			permissionField(&whenPerms, c.NotValues, true, portPermission)
 		case strings.HasPrefix(c.Key, "request.auth."):
-			id, checked := claimCondition(c, opts)
+			ids, checked := claimCondition(c, opts)
 			if !checked {
 				if !isDeny {
 					return nil, false
 				}
 				continue
 			}
-			principals = append(principals, id)
+			whenIDs = append(whenIDs, ids...)
 		case strings.HasPrefix(c.Key, "request.headers[") && opts.tcp:
 			if !isDeny {
 				return nil, false
 			}
 		default:
-			principals = append(principals, conditionPrincipal(c))
+			whenIDs = append(whenIDs, conditionPrincipals(c)...)
 		}
 	}
-	p := &rbacconfig.Policy{
-		Permissions: []*rbacconfig.Permission{andPermissions(perms)},
-		Principals:  []*rbacconfig.Principal{andIDs(principals)},
+	p := &rbacconfig.Policy{}
+	for _, op := range r.To {
+		perms, checked := operationPermissions(op, opts)
+		if !checked && !isDeny {
+			continue // this operation can never be proven
+		}
+		p.Permissions = append(p.Permissions, andPermissions(append(perms, whenPerms...)))
+	}
+	if len(r.To) == 0 {
+		p.Permissions = []*rbacconfig.Permission{andPermissions(whenPerms)}
+	}
+	for _, src := range r.From {
+		ids, checked := sourcePrincipals(src, opts)
+		if !checked && !isDeny {
+			continue // this source can never be proven
+		}
+		p.Principals = append(p.Principals, andIDs(append(ids, whenIDs...)))
+	}
+	if len(r.From) == 0 {
+		p.Principals = []*rbacconfig.Principal{andIDs(whenIDs)}
+	}
+	if len(p.Permissions) == 0 || len(p.Principals) == 0 {
+		return nil, false
 	}
 	return p, true
 }
@@ -150,20 +145,15 @@ var anyID = &rbacconfig.Principal{Identifier: &rbacconfig.Principal_Any{Any: tru
 
 var anyPermission = &rbacconfig.Permission{Rule: &rbacconfig.Permission_Any{Any: true}}
 
+// andIDs is the conjunction of ids, any principal for none.
 func andIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
-	switch len(ids) {
-	case 0:
-		return anyID
-	case 1:
-		return ids[0]
+	if len(ids) == 0 {
+		ids = []*rbacconfig.Principal{anyID}
 	}
 	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_AndIds{AndIds: &rbacconfig.Principal_Set{Ids: ids}}}
 }
 
 func orIDs(ids []*rbacconfig.Principal) *rbacconfig.Principal {
-	if len(ids) == 1 {
-		return ids[0]
-	}
 	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_OrIds{OrIds: &rbacconfig.Principal_Set{Ids: ids}}}
 }
 
@@ -171,20 +161,15 @@ func notID(id *rbacconfig.Principal) *rbacconfig.Principal {
 	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_NotId{NotId: id}}
 }
 
+// andPermissions is the conjunction of ps, any permission for none.
 func andPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
-	switch len(ps) {
-	case 0:
-		return anyPermission
-	case 1:
-		return ps[0]
+	if len(ps) == 0 {
+		ps = []*rbacconfig.Permission{anyPermission}
 	}
 	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_AndRules{AndRules: &rbacconfig.Permission_Set{Rules: ps}}}
 }
 
 func orPermissions(ps []*rbacconfig.Permission) *rbacconfig.Permission {
-	if len(ps) == 1 {
-		return ps[0]
-	}
 	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_OrRules{OrRules: &rbacconfig.Permission_Set{Rules: ps}}}
 }
 
@@ -258,16 +243,12 @@ func field(ids *[]*rbacconfig.Principal, values []string, not bool, match func(s
 	*ids = append(*ids, id)
 }
 
-// sourcePrincipal translates a source; checked is false when it names
-// request principals the proxy cannot check (they are left out).
-func sourcePrincipal(src *meshv1.AuthorizationSource, opts rbacOptions) (id *rbacconfig.Principal, checked bool) {
-	var ids []*rbacconfig.Principal
+// sourcePrincipals translates a source into the principals all of which a
+// peer must match, in istiod's order; checked is false when it names what
+// the proxy cannot check (request principals without a JWT filter).
+func sourcePrincipals(src *meshv1.AuthorizationSource, opts rbacOptions) (ids []*rbacconfig.Principal, checked bool) {
 	field(&ids, src.Principals, false, principalMatch)
 	field(&ids, src.NotPrincipals, true, principalMatch)
-	field(&ids, src.Namespaces, false, namespaceMatch)
-	field(&ids, src.NotNamespaces, true, namespaceMatch)
-	field(&ids, src.IpBlocks, false, ipMatch)
-	field(&ids, src.NotIpBlocks, true, ipMatch)
 	checked = len(src.Unchecked) == 0
 	if len(src.RequestPrincipals) > 0 || len(src.NotRequestPrincipals) > 0 {
 		if opts.jwt && !opts.tcp && requestPrincipalsSupported(src.RequestPrincipals) && requestPrincipalsSupported(src.NotRequestPrincipals) {
@@ -277,7 +258,11 @@ func sourcePrincipal(src *meshv1.AuthorizationSource, opts rbacOptions) (id *rba
 			checked = false
 		}
 	}
-	return andIDs(ids), checked
+	field(&ids, src.Namespaces, false, namespaceMatch)
+	field(&ids, src.NotNamespaces, true, namespaceMatch)
+	field(&ids, src.IpBlocks, false, ipMatch)
+	field(&ids, src.NotIpBlocks, true, ipMatch)
+	return ids, checked
 }
 
 func permissionField(perms *[]*rbacconfig.Permission, values []string, not bool, match func(string) *rbacconfig.Permission) {
@@ -300,11 +285,11 @@ func headerPermission(name string, m *matcher.StringMatcher) *rbacconfig.Permiss
 		Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: m}}}}
 }
 
-// operationPermission translates an operation; checked is false for a
-// TCP port when it names HTTP fields (paths, methods, hosts), which are
+// operationPermissions translates an operation into the permissions all
+// of which a request must match, in istiod's order; checked is false for
+// a TCP port when it names HTTP fields (paths, methods, hosts), which are
 // then left out.
-func operationPermission(op *meshv1.AuthorizationOperation, opts rbacOptions) (perm *rbacconfig.Permission, checked bool) {
-	var perms []*rbacconfig.Permission
+func operationPermissions(op *meshv1.AuthorizationOperation, opts rbacOptions) (perms []*rbacconfig.Permission, checked bool) {
 	checked = true
 	if opts.tcp {
 		checked = len(op.Paths)+len(op.NotPaths)+len(op.Methods)+len(op.NotMethods)+len(op.Hosts)+len(op.NotHosts) == 0
@@ -315,20 +300,21 @@ func operationPermission(op *meshv1.AuthorizationOperation, opts rbacOptions) (p
 		}
 		method := func(v string) *rbacconfig.Permission { return headerPermission(":method", stringMatch(v, false)) }
 		host := func(v string) *rbacconfig.Permission { return headerPermission(":authority", stringMatch(v, true)) }
-		permissionField(&perms, op.Paths, false, path)
-		permissionField(&perms, op.NotPaths, true, path)
-		permissionField(&perms, op.Methods, false, method)
-		permissionField(&perms, op.NotMethods, true, method)
 		permissionField(&perms, op.Hosts, false, host)
 		permissionField(&perms, op.NotHosts, true, host)
+		permissionField(&perms, op.Methods, false, method)
+		permissionField(&perms, op.NotMethods, true, method)
+		permissionField(&perms, op.Paths, false, path)
+		permissionField(&perms, op.NotPaths, true, path)
 	}
-	port := func(v string) *rbacconfig.Permission {
-		n, _ := strconv.ParseUint(v, 10, 32)
-		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
-	}
-	permissionField(&perms, portStrings(op.Ports), false, port)
-	permissionField(&perms, portStrings(op.NotPorts), true, port)
-	return andPermissions(perms), checked
+	permissionField(&perms, portStrings(op.Ports), false, portPermission)
+	permissionField(&perms, portStrings(op.NotPorts), true, portPermission)
+	return perms, checked
+}
+
+func portPermission(v string) *rbacconfig.Permission {
+	n, _ := strconv.ParseUint(v, 10, 32)
+	return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationPort{DestinationPort: uint32(n)}}
 }
 
 func portStrings(ports []uint32) []string {
@@ -339,16 +325,9 @@ func portStrings(ports []uint32) []string {
 	return out
 }
 
-func valuesPermission(c *meshv1.AuthorizationCondition, match func(string) *rbacconfig.Permission) *rbacconfig.Permission {
-	var perms []*rbacconfig.Permission
-	permissionField(&perms, c.Values, false, match)
-	permissionField(&perms, c.NotValues, true, match)
-	return andPermissions(perms)
-}
-
-// conditionPrincipal translates a "when" condition on the source or the
-// request's headers.
-func conditionPrincipal(c *meshv1.AuthorizationCondition) *rbacconfig.Principal {
+// conditionPrincipals translates a "when" condition on the source or the
+// request's headers into principals all of which must match.
+func conditionPrincipals(c *meshv1.AuthorizationCondition) []*rbacconfig.Principal {
 	var match func(string) *rbacconfig.Principal
 	switch c.Key {
 	case "source.ip":
@@ -364,5 +343,5 @@ func conditionPrincipal(c *meshv1.AuthorizationCondition) *rbacconfig.Principal 
 	var ids []*rbacconfig.Principal
 	field(&ids, c.Values, false, match)
 	field(&ids, c.NotValues, true, match)
-	return andIDs(ids)
+	return ids
 }

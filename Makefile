@@ -94,20 +94,26 @@ loadtest-shards: build ## Sharded load test (about 5 min): 4,000 Envoys over 40 
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 30s --pushers 1 --shards 2,4 --reshard --shard-alone --storm --baseline=false --out loadtest/out/shards
 
 .PHONY: istio-binaries
-istio-binaries: ## Build Istio's pilot-discovery and pilot-agent (once, into a cache folder) from ISTIO_SRC, an Istio release's source tree (see hack/istio-binaries.sh).
-	@test -n "$(ISTIO_SRC)" || { echo "set ISTIO_SRC to an Istio release's source tree"; exit 2; }
+istio-binaries: ## Build Istio's pilot-discovery and pilot-agent (once, into a cache folder, tens of minutes on 2 cores) from ISTIO_SRC, an Istio release's source tree; Istio pins go-control-plane, istio/client-go and agentgateway at commits the module proxy refuses: ISTIO_REPLACE_SRC names a folder of those repositories (see hack/istio-binaries.sh).
+	@test -n "$(ISTIO_SRC)" || { echo "set ISTIO_SRC to an Istio release's source tree, and ISTIO_REPLACE_SRC to a folder of go-control-plane, client-go and agentgateway (trees or bare repositories; see hack/istio-binaries.sh)"; exit 2; }
 	hack/istio-binaries.sh $(ISTIO_SRC)
 
+# The Istio comparisons build shardpilot into a folder of their own, so
+# that a run leaves the checkout's .bin as it was.
+ISTIO_TEST_BIN = bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && $(GO) build -o "$$bin/" ./cmd/... &&
+
 .PHONY: diff-istiod
-diff-istiod: build ## Compare what istiod (ISTIO_BIN, from make istio-binaries) and shardpilot send each case of test/istiod/testdata/cases, fact by fact: a client sidecar (or the case's gateway) and a workload's inbound side, connected before the case is applied, each also against a second instance started after it (incremental equals full); and the WorkloadEntry each makes for a registering workload. DIFF_ISTIOD_OUT=<dir> keeps every difference and fact, DIFF_ISTIOD_CASES=<regexp> runs some cases.
+diff-istiod: ## Compare what istiod (ISTIO_BIN, from make istio-binaries) and shardpilot send each case of test/istiod/testdata/cases, fact by fact: a client sidecar (or the case's gateway) and a workload's inbound side, connected before the case is applied, each also against a second instance started after it (incremental equals full); and the WorkloadEntry each makes for a registering workload. Writes the tables into DIFF_ISTIOD_REPORT (docs/istio-differential.md); DIFF_ISTIOD_OUT=<dir> keeps every difference and fact, DIFF_ISTIOD_CASES=<regexp> runs some cases.
 	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
-	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
-		$(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod
+	$(ISTIO_TEST_BIN) ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN="$$bin" SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
+		DIFF_ISTIOD_REPORT=$(abspath $(DIFF_ISTIOD_REPORT)) $(GO) test -count=1 -timeout 20m -v -run TestAgainstIstiod ./test/istiod
+
+DIFF_ISTIOD_REPORT ?= docs/istio-differential.md
 
 .PHONY: e2e-istio-agent
-e2e-istio-agent: build ## Run Istio's own agent (pilot-agent of ISTIO_BIN, from make istio-binaries) in its proxyless mode against shardpilot and a kube-apiserver: certificates from the pushers' CA service, a gRPC server and client talking Istio's mutual TLS, the server's agent naming a WorkloadGroup and registered.
+e2e-istio-agent: ## Run Istio's own agent (pilot-agent of ISTIO_BIN, from make istio-binaries) in its proxyless mode against shardpilot and a kube-apiserver: certificates from the pushers' CA service, a gRPC server and client talking Istio's mutual TLS, the server's agent naming a WorkloadGroup and registered.
 	@test -n "$(ISTIO_BIN)" || { echo "set ISTIO_BIN=\$$(hack/istio-binaries.sh <istio source>)"; exit 2; }
-	ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN=$(BIN) SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
+	$(ISTIO_TEST_BIN) ISTIO_BIN=$(ISTIO_BIN) SHARDPILOT_BIN="$$bin" SHARDPILOT_KUBE_BIN="$$(hack/kube-binaries.sh)" \
 		$(GO) test -count=1 -timeout 10m -v -run 'TestIstioAgent$$' ./test/istiod
 
 .PHONY: kube-binaries

@@ -16,6 +16,13 @@
 #                           Instead of a tree, a folder may be a bare git repository:
 #                           the commit is then extracted into the cache.
 #   SHARDPILOT_ISTIO_CACHE  where to build (default ~/.cache/shardpilot/istio-<version>)
+#   ISTIO_VERSION           the version the binaries report (default: the tree's git tag,
+#                           else its VERSION file)
+#
+# Istio pins those three modules at commits the module proxy refuses, so
+# without ISTIO_REPLACE_SRC the build stops, naming the one it lacks; the
+# search tool's fetch brings each as a bare repository. The build takes
+# tens of minutes on a 2-core machine, once.
 #
 # The tree is not modified: the build uses a go.mod of its own in the cache
 # (go build -modfile) with replace directives for those modules.
@@ -81,10 +88,17 @@ if c=$(pin github.com/agentgateway/agentgateway/api) && [ -n "$c" ]; then
   add_replace github.com/agentgateway/agentgateway/api "$(dep agentgateway "$c")/api"
 fi
 
-echo "building Istio $version's pilot-discovery and pilot-agent into $cache (several minutes, once)" >&2
+# The version the binaries report, as Istio's release build stamps it.
+release="${ISTIO_VERSION:-$(git -C "$src" describe --tags --exact-match 2>/dev/null || cat "$src/VERSION" 2>/dev/null || echo unknown)}"
+revision="$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)"
+stamp="-X istio.io/istio/pkg/version.buildVersion=$release -X istio.io/istio/pkg/version.buildGitRevision=$revision"
+stamp="$stamp -X istio.io/istio/pkg/version.buildTag=$release -X istio.io/istio/pkg/version.buildStatus=Clean"
+stamp="$stamp -X istio.io/istio/pkg/version.buildOS=$(go env GOOS) -X istio.io/istio/pkg/version.buildArch=$(go env GOARCH)"
+
+echo "building Istio $release's pilot-discovery and pilot-agent into $cache (tens of minutes on 2 cores, once)" >&2
 cd "$src"
 for bin in pilot-discovery pilot-agent; do
-  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -modfile "$cache/go.mod" -trimpath -ldflags "-s -w" -o "$cache/$bin.tmp" "./pilot/cmd/$bin"
+  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -modfile "$cache/go.mod" -trimpath -ldflags "-s -w $stamp" -o "$cache/$bin.tmp" "./pilot/cmd/$bin"
   mv "$cache/$bin.tmp" "$cache/$bin"
 done
 echo "$src" >"$cache/source"

@@ -162,12 +162,45 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 	report.WriteString("(unserved: shardpilot's facts of inbound ports the proxy does not serve; deliberate: facts of both that name the workload in what a class shares;\n" +
 		" both left out of the share, see docs/istio-compatibility.md)\n")
 	t.Logf("facts istiod and shardpilot send the cases' proxies (incremental %v):\n%s", incremental, report.String())
+	if path := os.Getenv("DIFF_ISTIOD_REPORT"); path != "" {
+		if err := writeReport(path, t.Name(), settings, report.String()); err != nil {
+			t.Errorf("DIFF_ISTIOD_REPORT: %v", err)
+		}
+	}
 	if len(failed) > 0 {
 		t.Errorf("below %.0f%% equal facts: %v (DIFF_ISTIOD_OUT=<dir> writes every difference and every fact)", minPercent, failed)
 	}
 	if len(stale) > 0 {
 		t.Errorf("shardpilot's proxies that connected before the cases hold other than what proxies connecting after are sent: %v", stale)
 	}
+}
+
+// reportHeader opens the report DIFF_ISTIOD_REPORT names.
+const reportHeader = `# What make diff-istiod measured
+
+Written by ` + "`make diff-istiod`" + ` (test/istiod): do not edit. What is compared, and
+every difference left, is in [istio-compatibility.md](istio-compatibility.md).
+`
+
+// writeReport writes a run's table into the report at path, in place of
+// the section of the same test from an earlier run, keeping the others.
+func writeReport(path, test, settings, table string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	begin, end := "<!-- "+test+" -->\n", "<!-- end "+test+" -->\n"
+	section := begin + "## " + test + "\n\nMeshConfig:\n\n```yaml\n" + settings + "```\n\n```\n" + table + "```\n" + end
+	body := string(old)
+	if body == "" {
+		body = reportHeader
+	}
+	if i, j := strings.Index(body, begin), strings.Index(body, end); i >= 0 && j > i {
+		body = body[:i] + section + body[j+len(end):]
+	} else {
+		body += "\n" + section
+	}
+	return os.WriteFile(path, []byte(body), 0o644)
 }
 
 // caseResult is how a case compares: istiod's facts with shardpilot's,

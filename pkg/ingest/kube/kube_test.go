@@ -562,8 +562,10 @@ func TestSecurityPolicies(t *testing.T) {
 	})
 }
 
-// TestExternalNameService: an ExternalName Service is a DNS service whose
-// endpoint is its external name, which its clusters resolve.
+// TestExternalNameService: an ExternalName Service is an alias of its
+// external name (the pushers send nothing of its own, as istiod), and for
+// a pusher that does not read aliases, a DNS service whose endpoint is its
+// external name.
 func TestExternalNameService(t *testing.T) {
 	kc := kubetest.Get(t)
 	_, cli := testutil.Etcd(t)
@@ -577,7 +579,8 @@ func TestExternalNameService(t *testing.T) {
 	}
 	r := startSource(t, kc, cli, "c1", nil)
 	r.object(t, "/mesh/v1/services/"+ns+"/"+kube.ObjectName("payments", "c1"), "the DNS service", func(o model.Object) (bool, string) {
-		return o.(*meshv1.Service).Resolution == meshv1.Resolution_RESOLUTION_DNS, "not DNS"
+		s := o.(*meshv1.Service)
+		return s.Resolution == meshv1.Resolution_RESOLUTION_DNS && s.AliasOf == "api.payments.example.com", s.String()
 	})
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/"+model.EndpointsName(kube.ObjectName("payments", "c1"), "c1"), "its endpoint, the external name", func(o model.Object) (bool, string) {
 		eps := o.(*meshv1.Endpoints).Endpoints

@@ -74,7 +74,10 @@ func ConvertService(svc *corev1.Service, suffix string) (*meshv1.Service, error)
 		Resolution: meshv1.Resolution_RESOLUTION_STATIC,
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		// A name of another host (istiod's alias); DNS to it for a pusher
+		// that does not know aliases.
 		out.Resolution = meshv1.Resolution_RESOLUTION_DNS
+		out.AliasOf = strings.TrimSuffix(strings.ToLower(svc.Spec.ExternalName), ".")
 	}
 	// Its cluster IPs are its virtual IPs (a headless Service has none).
 	ips := svc.Spec.ClusterIPs

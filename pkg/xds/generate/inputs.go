@@ -151,6 +151,16 @@ type Mesh struct {
 	// routeByHost maps a host to the first route rule (by namespace/name)
 	// that names it and applies to the mesh.
 	routeByHost map[string]*Route
+	// aliases are the names of the mesh's ExternalName Services (see
+	// meshv1.Service.AliasOf): the host each is a name of, and for a host,
+	// the services that name it.
+	aliases
+}
+
+// aliases index the mesh's alias services.
+type aliases struct {
+	aliasOf map[string]string
+	aliasBy map[string][]*Service
 }
 
 // NewMesh indexes services and routes. Services and routes are ordered by
@@ -164,6 +174,24 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 	}
 	slices.SortFunc(m.Services, func(a, b *Service) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	// An alias service is a name of another host, not a service of its
+	// own: it leaves the services, and its names resolve to the host.
+	m.Services = slices.DeleteFunc(m.Services, func(s *Service) bool {
+		target := s.Spec.GetAliasOf()
+		if target == "" {
+			return false
+		}
+		if m.aliasOf == nil {
+			m.aliasOf, m.aliasBy = map[string]string{}, map[string][]*Service{}
+		}
+		for _, h := range s.Spec.Hostnames {
+			if _, taken := m.aliasOf[h]; !taken {
+				m.aliasOf[h] = target
+			}
+		}
+		m.aliasBy[target] = append(m.aliasBy[target], s)
+		return true
 	})
 	slices.SortFunc(m.Routes, func(a, b *Route) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -198,7 +226,8 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 		by[id{s.Namespace, s.Name}] = s
 	}
 	out := &Mesh{Services: slices.Clone(m.Services), Routes: m.Routes, Gateways: m.Gateways, Policies: m.Policies, RegistryOnly: m.RegistryOnly,
-		Settings: m.Settings, Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost}
+		Settings: m.Settings, Namespace: m.Namespace, sources: m.sources, ingress: m.ingress, byHost: maps.Clone(m.byHost), routeByHost: m.routeByHost,
+		aliases: m.aliases}
 	for i, s := range out.Services {
 		if n, ok := by[id{s.Namespace, s.Name}]; ok {
 			out.Services[i] = n
@@ -219,7 +248,16 @@ func appliesToMesh(r *meshv1.RouteRule) bool {
 }
 
 // Service returns the service that owns a host.
-func (m *Mesh) Service(host string) *Service { return m.byHost[host] }
+func (m *Mesh) Service(host string) *Service { return m.byHost[m.Resolve(host)] }
+
+// Resolve returns the host a name stands for: the host an alias service
+// names, else the name itself.
+func (m *Mesh) Resolve(host string) string {
+	if target, ok := m.aliasOf[host]; ok {
+		return target
+	}
+	return host
+}
 
 // RouteFor returns the route rule that routes a host for sidecars and
 // proxyless clients, nil for none.
@@ -330,6 +368,7 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
+	out.aliases = m.aliases
 	out.Settings = m.Settings
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}

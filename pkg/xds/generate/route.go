@@ -131,6 +131,13 @@ func SidecarVirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 	vh.IncludeRequestAttemptCount = true
 	if s := m.Service(host); s != nil {
 		vh.Domains = Domains(m, s, host, 0)
+		// The names of the ExternalName Services that alias it, as istiod
+		// adds them.
+		for _, a := range m.aliasBy[host] {
+			for _, h := range a.Spec.Hostnames {
+				vh.Domains = append(vh.Domains, Domains(m, a, h, 0)...)
+			}
+		}
 	}
 	return vh
 }
@@ -205,6 +212,9 @@ func VirtualHostInputs(m *Mesh, host string, port uint32) string {
 		// What its domains depend on.
 		_, ns, _ := kubeHost(host)
 		b.WriteString("local=" + strconv.FormatBool(ns != "" && ns == m.Namespace) + " vips=" + strings.Join(s.Spec.GetAddresses(), ",") + " ")
+		for _, a := range m.aliasBy[host] {
+			b.WriteString("alias=" + a.Namespace + "/" + a.Name + "@" + a.ConfigVersion + " ")
+		}
 	}
 	rr := m.routeByHost[host]
 	if rr == nil {
@@ -433,7 +443,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		if len(h.Route) > 1 && d.Weight == 0 {
 			continue
 		}
-		targets = append(targets, target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1),
+		targets = append(targets, target{ClusterName(port, dst.GetSubset(), m.Resolve(dst.GetHost())), max(d.Weight, 1),
 			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
 	}
 	if len(targets) == invalid {
@@ -456,7 +466,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 					pct = 100
 				}
 				a.RequestMirrorPolicies = []*route.RouteAction_RequestMirrorPolicy{{
-					Cluster:         ClusterName(port, mr.Destination.Subset, mr.Destination.Host),
+					Cluster:         ClusterName(port, mr.Destination.Subset, m.Resolve(mr.Destination.Host)),
 					RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: fractional(pct)},
 					// Mirrored requests keep their host and start no trace.
 					TraceSampled:                  wrapperspb.Bool(false),

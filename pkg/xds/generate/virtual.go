@@ -348,7 +348,7 @@ func resolveTargets(m *Mesh, ds []*meshv1.RouteDestination, listenerPort uint32)
 		if port == 0 || (dst.GetSubset() != "" && s.subset(dst.GetSubset()) == nil) || (len(ds) > 1 && d.Weight == 0) {
 			continue
 		}
-		out = append(out, l4Target{ClusterName(port, dst.GetSubset(), dst.GetHost()), max(d.Weight, 1)})
+		out = append(out, l4Target{ClusterName(port, dst.GetSubset(), m.Resolve(dst.GetHost())), max(d.Weight, 1)})
 	}
 	return out
 }

@@ -241,7 +241,14 @@ type Service struct {
 	// mesh_external says the service is outside the mesh (a ServiceEntry's
 	// location MESH_EXTERNAL, its default): its clients never speak Istio's
 	// mutual TLS to it unasked.
-	MeshExternal  bool `protobuf:"varint,9,opt,name=mesh_external,json=meshExternal,proto3" json:"mesh_external,omitempty"`
+	MeshExternal bool `protobuf:"varint,9,opt,name=mesh_external,json=meshExternal,proto3" json:"mesh_external,omitempty"`
+	// alias_of is the host a Kubernetes ExternalName Service aliases. The
+	// service is then a name of that host, as istiod treats it: it gets no
+	// clusters, listeners or routes of its own; its names route as the
+	// host's where the host is in the mesh, and pass through (as any name
+	// outside the mesh) where it is not. Its resolution and endpoints stay
+	// DNS to the host, for a pusher that does not read this field.
+	AliasOf       string `protobuf:"bytes,10,opt,name=alias_of,json=aliasOf,proto3" json:"alias_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +346,13 @@ func (x *Service) GetMeshExternal() bool {
 	return false
 }
 
+func (x *Service) GetAliasOf() string {
+	if x != nil {
+		return x.AliasOf
+	}
+	return ""
+}
+
 var File_shardpilot_mesh_v1_service_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
@@ -349,7 +363,7 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\x06number\x18\x02 \x01(\rR\x06number\x128\n" +
 	"\bprotocol\x18\x03 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x1f\n" +
 	"\vtarget_port\x18\x04 \x01(\rR\n" +
-	"targetPort\"\xcc\x04\n" +
+	"targetPort\"\xe7\x04\n" +
 	"\aService\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12.\n" +
@@ -361,7 +375,9 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\texport_to\x18\x06 \x03(\tR\bexportTo\x12^\n" +
 	"\x11workload_selector\x18\a \x03(\v21.shardpilot.mesh.v1.Service.WorkloadSelectorEntryR\x10workloadSelector\x12\x1c\n" +
 	"\taddresses\x18\b \x03(\tR\taddresses\x12#\n" +
-	"\rmesh_external\x18\t \x01(\bR\fmeshExternal\x1a9\n" +
+	"\rmesh_external\x18\t \x01(\bR\fmeshExternal\x12\x19\n" +
+	"\balias_of\x18\n" +
+	" \x01(\tR\aaliasOf\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +

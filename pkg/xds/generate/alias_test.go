@@ -1,0 +1,71 @@
+package generate_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+)
+
+// TestExternalNameIsAnAlias: an ExternalName Service is a name of the host
+// it aliases, as istiod has it. It gets no cluster, listener or virtual
+// host of its own; where the host is in the mesh, the host's virtual host
+// answers to the alias's names too and a route to the alias goes to the
+// host's cluster; where it is not, nothing is sent for it (requests pass
+// through).
+func TestExternalNameIsAnAlias(t *testing.T) {
+	http := []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}
+	svc := func(name string, spec *meshv1.Service) *generate.Service {
+		spec.Hostnames, spec.Ports = []string{name + ".shop.svc.cluster.local"}, http
+		return &generate.Service{Namespace: "shop", Name: name, Spec: spec}
+	}
+	backend := svc("backend", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_STATIC, Addresses: []string{"10.96.0.9"}})
+	legacy := svc("legacy", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "backend.shop.svc.cluster.local"})
+	search := svc("search", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "search.example.com"})
+	caller := &generate.Route{Namespace: "shop", Name: "caller", Rule: &meshv1.RouteRule{Hosts: []string{"front.example.com"},
+		Http: []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "legacy.shop.svc.cluster.local"}}}}}}}
+	m := generate.NewMesh([]*generate.Service{backend, legacy, search}, []*generate.Route{caller}).For(generate.View{Namespace: "shop"})
+
+	var clusters []string
+	for _, c := range generate.Clusters(m, generate.Envoy) {
+		clusters = append(clusters, c.Name)
+	}
+	for _, name := range clusters {
+		if strings.Contains(name, "legacy") || strings.Contains(name, "search") {
+			t.Errorf("cluster %s: an alias has none", name)
+		}
+	}
+	if !slices.Contains(clusters, "outbound|80||backend.shop.svc.cluster.local") {
+		t.Fatalf("clusters %v: want the aliased service's", clusters)
+	}
+	for _, l := range generate.Listeners(m, generate.Envoy, nil) {
+		if strings.Contains(l.Name, "legacy") || strings.Contains(l.Name, "search") {
+			t.Errorf("listener %s: an alias has none", l.Name)
+		}
+	}
+	var domains []string
+	var routed string
+	for _, rc := range generate.Routes(m, generate.Envoy) {
+		for _, vh := range rc.VirtualHosts {
+			if strings.HasPrefix(vh.Name, "backend.") {
+				domains = vh.Domains
+			}
+			if strings.HasPrefix(vh.Name, "legacy.") || strings.HasPrefix(vh.Name, "search.") {
+				t.Errorf("virtual host %s: an alias has none", vh.Name)
+			}
+			if strings.HasPrefix(vh.Name, "front.example.com") {
+				routed = vh.Routes[0].GetRoute().GetCluster()
+			}
+		}
+	}
+	for _, want := range []string{"backend", "legacy", "legacy.shop.svc.cluster.local", "legacy.shop"} {
+		if !slices.Contains(domains, want) {
+			t.Errorf("the aliased service's domains %v lack %s", domains, want)
+		}
+	}
+	if routed != "outbound|80||backend.shop.svc.cluster.local" {
+		t.Errorf("a route to the alias goes to %q, want the aliased service's cluster", routed)
+	}
+}

@@ -386,6 +386,11 @@ func (b *Builder) withEndpoints(svc id, j *joined) *generate.Service {
 	if out.ServiceAccounts = generate.ServiceAccounts(out.Endpoints); len(out.ServiceAccounts) > 0 {
 		out.ConfigVersion += "a" + strings.Join(out.ServiceAccounts, ",")
 	}
+	if out.Spec.GetHeadless() && generate.AllSidecars(out.Endpoints) {
+		// A headless service's clusters speak mutual TLS when every one
+		// of its workloads has a sidecar.
+		out.ConfigVersion += "m"
+	}
 	// The namespace's (or the mesh's) mode decides its clusters, as
 	// istiod has it; each workload's policy, its endpoints.
 	out.PlaintextPeers = cmp.Or(b.peerModes[out.Namespace], b.meshPeers) == meshv1.MTLSMode_MTLS_MODE_DISABLE

@@ -77,9 +77,15 @@ func (s *serverPorts) record(mesh *generate.Mesh) {
 	}
 }
 
-// printOf prints a service's ports.
+// printOf prints a service's ports, and for a headless service what its
+// clusters read of its endpoints (whether all have sidecars): an endpoint
+// change that changes either generates the classes again.
 func (s *serverPorts) printOf(svc *generate.Service) string {
-	return generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
+	print := generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
+	if svc.Spec.GetHeadless() {
+		print += "|" + svc.ConfigVersion
+	}
+	return print
 }
 
 // of returns a service's ports as recorded (computed when it is new).

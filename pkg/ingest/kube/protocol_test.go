@@ -28,3 +28,31 @@ func TestPortProtocols(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadlessAndExternalName: a Service without a cluster IP is headless
+// (its clients dial its pods), an ExternalName Service an alias of its
+// name; neither has virtual IPs.
+func TestHeadlessAndExternalName(t *testing.T) {
+	port := []corev1.ServicePort{{Name: "tcp-db", Port: 5432}}
+	headless, err := ConvertService(&corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: port}}, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !headless.Headless || headless.AliasOf != "" || len(headless.Addresses) != 0 {
+		t.Errorf("headless Service: %v", headless)
+	}
+	alias, err := ConvertService(&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "DB.Example.com.", Ports: port}}, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alias.Headless || alias.AliasOf != "db.example.com" || alias.Resolution != meshv1.Resolution_RESOLUTION_DNS {
+		t.Errorf("ExternalName Service: %v", alias)
+	}
+	clusterIP, err := ConvertService(&corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.5", Ports: port}}, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clusterIP.Headless || clusterIP.AliasOf != "" {
+		t.Errorf("a Service with a cluster IP: %v", clusterIP)
+	}
+}

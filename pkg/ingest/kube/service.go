@@ -89,6 +89,7 @@ func ConvertService(svc *corev1.Service, suffix string) (*meshv1.Service, error)
 			out.Addresses = append(out.Addresses, ip)
 		}
 	}
+	out.Headless = svc.Spec.ClusterIP == corev1.ClusterIPNone && svc.Spec.Type != corev1.ServiceTypeExternalName
 	if v := svc.Annotations[annotationExportTo]; v != "" {
 		for _, ns := range strings.Split(v, ",") {
 			out.ExportTo = append(out.ExportTo, strings.TrimSpace(ns))

@@ -78,16 +78,27 @@ func ServiceClusters(m *Mesh, s *Service, proxy Proxy) []*cluster.Cluster {
 			policy := effectivePolicy(s.Policy, nil, p.Number)
 			c := outboundCluster(m, ClusterName(p.Number, "", h), p, policy, policy.GetLoadBalancer(), proxy)
 			mutualTLS(c, m, s, h, p, "", policy, proxy)
-			out = append(out, dnsCluster(m, c, s, h, p, nil, proxy))
+			out = append(out, headless(dnsCluster(m, c, s, h, p, nil, proxy), s, p, proxy))
 			for _, sub := range s.Policy.GetSubsets() {
 				policy := effectivePolicy(s.Policy, sub, p.Number)
 				c := outboundCluster(m, ClusterName(p.Number, sub.Name, h), p, policy, policy.GetLoadBalancer(), proxy)
 				mutualTLS(c, m, s, h, p, sub.Name, policy, proxy)
-				out = append(out, dnsCluster(m, c, s, h, p, sub.Labels, proxy))
+				out = append(out, headless(dnsCluster(m, c, s, h, p, sub.Labels, proxy), s, p, proxy))
 			}
 		}
 	}
 	return out
+}
+
+// headless makes an Envoy's cluster of a headless Kubernetes service an
+// original-destination one (see originalDestination); a proxyless client,
+// which cannot follow an address it did not resolve itself, keeps the
+// service's endpoints.
+func headless(c *cluster.Cluster, s *Service, p *meshv1.Port, proxy Proxy) *cluster.Cluster {
+	if proxy == Envoy && s.Spec.GetHeadless() && s.Spec.GetResolution() == meshv1.Resolution_RESOLUTION_STATIC {
+		originalDestination(c, s, p)
+	}
+	return c
 }
 
 // effectivePolicy is the traffic policy of a service's port (and subset),

@@ -150,6 +150,36 @@ func plaintextWorkload(s *Service, ep *meshv1.Endpoint, port uint32) bool {
 	return s.PlaintextDefault
 }
 
+// AllSidecars reports whether a service has endpoints and every one has a
+// sidecar (labelled tlsMode: istio).
+func AllSidecars(eps []*meshv1.Endpoint) bool {
+	for _, ep := range eps {
+		if ep.Labels[TLSModeLabel] != "istio" {
+			return false
+		}
+	}
+	return len(eps) > 0
+}
+
+// originalDestination makes an Envoy's cluster of a headless service send
+// each connection to the address its client dialled (a pod's own, from
+// DNS), as istiod's: no load assignment, and, where automatic mutual TLS
+// would have chosen by endpoint, mutual TLS when every workload has a
+// sidecar and takes it on the port, else plaintext (the connection's
+// endpoint is not known before it is made).
+func originalDestination(c *cluster.Cluster, s *Service, p *meshv1.Port) {
+	c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+	c.LbPolicy, c.EdsClusterConfig, c.LbConfig, c.CommonLbConfig = cluster.Cluster_CLUSTER_PROVIDED, nil, nil, nil
+	if len(c.TransportSocketMatches) == 0 {
+		return
+	}
+	mutual := AllSidecars(s.Endpoints) && !slices.ContainsFunc(s.Endpoints, func(ep *meshv1.Endpoint) bool { return plaintextWorkload(s, ep, endpointPort(ep, p)) })
+	if mutual {
+		c.TransportSocket = c.TransportSocketMatches[0].TransportSocket
+	}
+	c.TransportSocketMatches = nil
+}
+
 // endpointMetadata says, for Envoy's transport socket match, that an
 // endpoint has a sidecar (when its service takes mutual TLS, mtls).
 func endpointMetadata(ep *meshv1.Endpoint, mtls bool) *core.Metadata {

@@ -248,7 +248,11 @@ type Service struct {
 	// host's where the host is in the mesh, and pass through (as any name
 	// outside the mesh) where it is not. Its resolution and endpoints stay
 	// DNS to the host, for a pusher that does not read this field.
-	AliasOf       string `protobuf:"bytes,10,opt,name=alias_of,json=aliasOf,proto3" json:"alias_of,omitempty"`
+	AliasOf string `protobuf:"bytes,10,opt,name=alias_of,json=aliasOf,proto3" json:"alias_of,omitempty"`
+	// headless says the service is a Kubernetes Service without a cluster
+	// IP: its clients dial its pods' own addresses (from DNS), and an Envoy
+	// sends each connection to the address dialled, as istiod's.
+	Headless      bool `protobuf:"varint,11,opt,name=headless,proto3" json:"headless,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +357,13 @@ func (x *Service) GetAliasOf() string {
 	return ""
 }
 
+func (x *Service) GetHeadless() bool {
+	if x != nil {
+		return x.Headless
+	}
+	return false
+}
+
 var File_shardpilot_mesh_v1_service_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
@@ -363,7 +374,7 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\x06number\x18\x02 \x01(\rR\x06number\x128\n" +
 	"\bprotocol\x18\x03 \x01(\x0e2\x1c.shardpilot.mesh.v1.ProtocolR\bprotocol\x12\x1f\n" +
 	"\vtarget_port\x18\x04 \x01(\rR\n" +
-	"targetPort\"\xe7\x04\n" +
+	"targetPort\"\x83\x05\n" +
 	"\aService\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12.\n" +
@@ -377,7 +388,8 @@ const file_shardpilot_mesh_v1_service_proto_rawDesc = "" +
 	"\taddresses\x18\b \x03(\tR\taddresses\x12#\n" +
 	"\rmesh_external\x18\t \x01(\bR\fmeshExternal\x12\x19\n" +
 	"\balias_of\x18\n" +
-	" \x01(\tR\aaliasOf\x1a9\n" +
+	" \x01(\tR\aaliasOf\x12\x1a\n" +
+	"\bheadless\x18\v \x01(\bR\bheadless\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +

@@ -77,15 +77,13 @@ func (s *serverPorts) record(mesh *generate.Mesh) {
 	}
 }
 
-// printOf prints a service's ports, and for a headless service what its
-// clusters read of its endpoints (whether all have sidecars): an endpoint
-// change that changes either generates the classes again.
+// printOf prints a service's ports and what its clusters read of its
+// endpoints (its configuration version: their service accounts, which its
+// clusters expect of a peer, whether a headless service's all have
+// sidecars): an endpoint change that changes either generates the classes
+// again.
 func (s *serverPorts) printOf(svc *generate.Service) string {
-	print := generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc)
-	if svc.Spec.GetHeadless() {
-		print += "|" + svc.ConfigVersion
-	}
-	return print
+	return generate.ServicePortsPrint(svc) + "|" + s.targets.Print(svc) + "|" + svc.ConfigVersion
 }
 
 // of returns a service's ports as recorded (computed when it is new).

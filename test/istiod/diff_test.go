@@ -815,7 +815,7 @@ func startIstiodSecure(t *testing.T, ctx context.Context, bin, kubeconfig, work,
 		"PILOT_MAX_REQUESTS_PER_SECOND=1000")
 	cmd.Env = append(cmd.Env, env...)
 	startProcess(t, "istiod", cmd, work)
-	testutil.Eventually(t, time.Minute, "istiod ready", func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "istiod ready", func() (bool, string) {
 		return ready("http://" + http + "/ready"), "not ready"
 	})
 	return grpcAddr, secure

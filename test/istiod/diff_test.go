@@ -131,16 +131,17 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 
 	var failed, stale []string
 	var report strings.Builder
-	fmt.Fprintf(&report, "%-28s %8s %8s %7s %9s %10s", "case", "facts", "equal", "%", "unserved", "deliberate")
+	fmt.Fprintf(&report, "%-28s %8s %8s %7s %9s %10s %11s", "case", "facts", "equal", "%", "unserved", "deliberate", "proxyless %")
 	if incremental {
 		fmt.Fprintf(&report, " %17s %21s", "istiod incr≠full", "shardpilot incr≠full")
 	}
 	report.WriteString("\n")
-	var total Comparison
+	var total, grpc Comparison
 	for _, c := range cases {
 		r := compareCase(t, c, before, after, incremental)
 		total.Compared, total.Equal = total.Compared+r.diff.Compared, total.Equal+r.diff.Equal
-		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%% %9d %10d", c.name, r.diff.Compared, r.diff.Equal, r.diff.Percent(), r.unserved, r.deliberate)
+		fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%% %9d %10d %10.1f%%", c.name, r.diff.Compared, r.diff.Equal, r.diff.Percent(), r.unserved, r.deliberate, r.proxyless.Percent())
+		grpc.Compared, grpc.Equal = grpc.Compared+r.proxyless.Compared, grpc.Equal+r.proxyless.Equal
 		if incremental {
 			fmt.Fprintf(&report, " %17d %21d", len(r.theirsStale), len(r.mineStale))
 		}
@@ -158,9 +159,9 @@ func differential(t *testing.T, settings string, named func(string) bool, increm
 			}
 		}
 	}
-	fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%%\n", "all", total.Compared, total.Equal, total.Percent())
+	fmt.Fprintf(&report, "%-28s %8d %8d %6.1f%% %9s %10s %10.1f%%\n", "all", total.Compared, total.Equal, total.Percent(), "", "", grpc.Percent())
 	report.WriteString("(unserved: shardpilot's facts of inbound ports the proxy does not serve; deliberate: facts of both that name the workload in what a class shares;\n" +
-		" both left out of the share, see docs/istio-compatibility.md)\n")
+		" both left out of the share, see docs/istio-compatibility.md; proxyless %: a proxyless gRPC client's facts, apart)\n")
 	t.Logf("facts istiod and shardpilot send the cases' proxies (incremental %v):\n%s", incremental, report.String())
 	if path := os.Getenv("DIFF_ISTIOD_REPORT"); path != "" {
 		if err := writeReport(path, t.Name(), settings, report.String()); err != nil {
@@ -208,7 +209,7 @@ func writeReport(path, test, settings, table string) error {
 // and, incrementally, where each control plane's proxies that connected
 // before the case differ from those that connected after.
 type caseResult struct {
-	diff                   Comparison
+	diff, proxyless        Comparison
 	unserved, deliberate   int
 	theirsStale, mineStale []string
 }
@@ -227,9 +228,15 @@ func compareCase(t *testing.T, c testCase, before, after map[string]*Follower, i
 	}
 	r.unserved = unservedPorts(theirs, mine)
 	r.deliberate = setAside(theirs, mine)
+	// A proxyless client's facts are compared apart: istiod sends it
+	// Envoy's route fields grpc-go does not read.
+	theirsGRPC, mineGRPC := takeKind(theirs, "proxyless"), takeKind(mine, "proxyless")
+	r.proxyless = Compare(theirsGRPC, mineGRPC)
 	r.diff = Compare(theirs, mine)
 	if out := os.Getenv("DIFF_ISTIOD_OUT"); out != "" {
-		lines := slices.Clone(r.diff.Differences)
+		lines := append(slices.Clone(r.diff.Differences), r.proxyless.Differences...)
+		maps.Copy(theirs, theirsGRPC)
+		maps.Copy(mine, mineGRPC)
 		for _, d := range r.mineStale {
 			lines = append(lines, "shardpilot full | incremental: "+d)
 		}
@@ -469,6 +476,18 @@ var workloadNamed = regexp.MustCompile(`\.tracing\.custom_tags\[tag istio\.(cano
 	`\.tracing\.provider\.typed_config\.service_name$|` +
 	`^\w+ listener virtualInbound\.filter_chains\[match \{[^}]*"destination_port":\d+[^}]*\}\].*\.decorator\.operation$`)
 
+// takeKind takes the facts of a kind of proxy out of f and returns them.
+func takeKind(f Facts, kind string) Facts {
+	out := Facts{}
+	for path, v := range f {
+		if strings.HasPrefix(path, kind+" ") {
+			out[path] = v
+			delete(f, path)
+		}
+	}
+	return out
+}
+
 // setAside takes the facts that name the proxy's workload (workloadNamed)
 // out of both sides, and returns how many it took.
 func setAside(istiod, ours Facts) int {
@@ -485,20 +504,26 @@ func setAside(istiod, ours Facts) int {
 }
 
 // proxy is one of a case's proxies; its kind names it in the facts.
+// targets are what a proxyless client dials (host:port).
 type proxy struct {
-	kind string
-	node *core.Node
+	kind    string
+	node    *core.Node
+	targets []string
 }
 
 // proxies are a case's proxies whose configuration is compared: its client
 // sidecar (or its ingress gateway), and productpage's sidecar for the
 // inbound side of a workload that Services select.
 func (c testCase) proxies() []proxy {
-	first := proxy{"sidecar", sidecar(c.ns)}
+	first := proxy{kind: "sidecar", node: sidecar(c.ns)}
 	if c.gateway {
-		first = proxy{"gateway", gatewayProxy(c.ns, c.net)}
+		first = proxy{kind: "gateway", node: gatewayProxy(c.ns, c.net)}
 	}
-	return []proxy{first, {"workload", workload(c.ns, c.net)}}
+	var targets []string
+	for _, svc := range []string{"productpage", "details", "reviews", "ratings"} {
+		targets = append(targets, svc+"."+c.ns+".svc.cluster.local:9080")
+	}
+	return []proxy{first, {kind: "workload", node: workload(c.ns, c.net)}, {kind: "proxyless", node: proxyless(c.ns), targets: targets}}
 }
 
 // follow connects every proxy of the cases to both control planes, keyed
@@ -510,6 +535,9 @@ func follow(t *testing.T, ctx context.Context, cases []testCase, istiod, ours st
 		for _, p := range c.proxies() {
 			for plane, addr := range map[string]string{"istiod": istiod, "shardpilot": ours} {
 				f, err := Follow(ctx, addr, p.node)
+				if p.targets != nil {
+					f, err = FollowProxyless(ctx, addr, p.node, p.targets)
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -542,8 +570,17 @@ func settle(t *testing.T, cases []testCase, now, full map[string]*Follower, time
 	type look struct {
 		answers int
 		since   time.Time
+		facts   Facts // of that many answers, once computed
 	}
 	looks := map[string]*look{}
+	// factsOf computes a proxy's facts once per answer it reads.
+	factsOf := func(key string, c testCase, kind string, f *Follower) Facts {
+		l := looks[key]
+		if l.facts == nil {
+			l.facts = c.proxyFacts(t, kind, f)
+		}
+		return l.facts
+	}
 	quietFor := func(key string, f *Follower, at time.Time) (time.Duration, bool) {
 		cfg, answers, err := f.Config()
 		if err != nil {
@@ -579,7 +616,7 @@ func settle(t *testing.T, cases []testCase, now, full map[string]*Follower, time
 					if plane == "istiod" && q >= istiodQuiet {
 						continue
 					}
-					if !sameFacts(c.proxyFacts(t, p.kind, now[key]), c.proxyFacts(t, p.kind, full[key])) {
+					if !sameFacts(factsOf(key, c, p.kind, now[key]), factsOf("full "+key, c, p.kind, full[key])) {
 						waiting = append(waiting, key+" (differs from full)")
 					}
 				}
@@ -622,6 +659,14 @@ func sidecar(ns string) *core.Node {
 func workload(ns string, net int) *core.Node {
 	return agentNode("sidecar", fmt.Sprintf("10.%d.0.10", net), ns, "productpage-v1", "productpage-v1", "bookinfo-productpage",
 		map[string]any{"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"})
+}
+
+// proxyless is a proxyless gRPC client of namespace ns, as Istio's agent
+// announces one (its grpc-agent injection template: GENERATOR grpc).
+func proxyless(ns string) *core.Node {
+	n := agentNode("sidecar", "10.250.0.8", ns, "grpc-client-0", "grpc-client", "default", map[string]any{"app": "grpc-client"})
+	n.Metadata.Fields["GENERATOR"] = structpb.NewStringValue("grpc")
+	return n
 }
 
 // gatewayProxy is the ingress gateway of namespace ns (testdata/gateway.yaml)
@@ -715,9 +760,17 @@ func (c testCase) proxyFacts(t *testing.T, kind string, f *Follower) Facts {
 		}
 		for _, vh := range rc.VirtualHosts {
 			host, _, _ := strings.Cut(vh.Name, ":")
-			if mine(host) || !strings.Contains(host, ".") {
-				add(Of(kind+" routes "+name+" vhost "+vh.Name, vh))
+			if !mine(host) && strings.Contains(host, ".") {
+				continue
 			}
+			if kind == "proxyless" {
+				// A proxyless client's route configuration is named by its
+				// listener alone (the control plane's choice): compared by
+				// virtual host.
+				add(Of(kind+" routes vhost "+vh.Name, vh))
+				continue
+			}
+			add(Of(kind+" routes "+name+" vhost "+vh.Name, vh))
 		}
 	}
 	return out

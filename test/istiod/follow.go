@@ -28,7 +28,12 @@ import (
 // the clusters and listeners change. Config is what it holds now: what a
 // proxy that connected before the changes were made ends up with.
 type Follower struct {
-	node   *core.Node
+	node *core.Node
+	// listeners are the listeners a proxyless client asks for by name (a
+	// target each, host:port), nil for an Envoy: it then walks from them
+	// to their route configurations, their clusters and their load
+	// assignments, as grpc-go's xDS client does.
+	listeners []string
 	client discovery.AggregatedDiscoveryServiceClient
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
@@ -46,13 +51,23 @@ type Follower struct {
 // ADS) and keeps it open, opening it again when the control plane ends it
 // (as the pushers do when a proxy's class changes); Close ends it.
 func Follow(ctx context.Context, addr string, node *core.Node) (*Follower, error) {
+	return followStream(ctx, addr, node, nil)
+}
+
+// FollowProxyless opens the stream of a proxyless gRPC client dialling
+// the targets (xds:///host:port), as Follow opens an Envoy's.
+func FollowProxyless(ctx context.Context, addr string, node *core.Node, targets []string) (*Follower, error) {
+	return followStream(ctx, addr, node, slices.Sorted(slices.Values(targets)))
+}
+
+func followStream(ctx context.Context, addr string, node *core.Node, listeners []string) (*Follower, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	f := &Follower{node: node, client: discovery.NewAggregatedDiscoveryServiceClient(conn), conn: conn, cancel: cancel,
+	f := &Follower{node: node, listeners: listeners, client: discovery.NewAggregatedDiscoveryServiceClient(conn), conn: conn, cancel: cancel,
 		done: make(chan struct{}), cfg: Config{
 			Clusters: map[string]*cluster.Cluster{}, Endpoints: map[string]*endpoint.ClusterLoadAssignment{},
 			Listeners: map[string]*listener.Listener{}, RouteConfig: map[string]*route.RouteConfiguration{}}}
@@ -115,6 +130,9 @@ func (f *Follower) run(ctx context.Context) {
 	defer close(f.done)
 	subs := map[string]*subscription{resource.ClusterType: {}, resource.ListenerType: {},
 		resource.EndpointType: {names: []string{}}, resource.RouteType: {names: []string{}}}
+	if f.listeners != nil {
+		subs[resource.ListenerType].names, subs[resource.ClusterType].names = f.listeners, []string{}
+	}
 	for {
 		err := f.follow(ctx, subs)
 		if ctx.Err() != nil {
@@ -156,6 +174,9 @@ func (f *Follower) follow(ctx context.Context, subs map[string]*subscription) er
 	// between their answer and the request that follows it.
 	if f.streams > 1 {
 		subs[resource.EndpointType].names, subs[resource.RouteType].names = f.edsNames(), f.rdsNames()
+		if f.listeners != nil {
+			subs[resource.ClusterType].names = f.cdsNames()
+		}
 	}
 	first := true
 	for _, typeURL := range []string{resource.ClusterType, resource.ListenerType, resource.EndpointType, resource.RouteType} {
@@ -197,6 +218,11 @@ func (f *Follower) follow(ctx context.Context, subs map[string]*subscription) er
 			typeURL, names = resource.EndpointType, f.edsNames()
 		case resource.ListenerType:
 			typeURL, names = resource.RouteType, f.rdsNames()
+		case resource.RouteType:
+			if f.listeners == nil {
+				continue
+			}
+			typeURL, names = resource.ClusterType, f.cdsNames()
 		default:
 			continue
 		}
@@ -284,10 +310,37 @@ func (f *Follower) rdsNames() []string {
 	return slices.Compact(names)
 }
 
+// cdsNames are the clusters the route configurations held send to, sorted.
+func (f *Follower) cdsNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := []string{}
+	for _, rc := range f.cfg.RouteConfig {
+		for _, vh := range rc.VirtualHosts {
+			for _, r := range vh.Routes {
+				if c := r.GetRoute().GetCluster(); c != "" {
+					names = append(names, c)
+				}
+				for _, w := range r.GetRoute().GetWeightedClusters().GetClusters() {
+					names = append(names, w.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // routeNames are the route configurations a listener's HTTP connection
-// managers name.
+// managers name (an API listener's, for a proxyless client).
 func routeNames(l *listener.Listener) []string {
 	var names []string
+	if api := l.GetApiListener().GetApiListener(); api != nil {
+		m := &hcm.HttpConnectionManager{}
+		if api.UnmarshalTo(m) == nil && m.GetRds().GetRouteConfigName() != "" {
+			names = append(names, m.GetRds().GetRouteConfigName())
+		}
+	}
 	chains := l.FilterChains
 	if l.DefaultFilterChain != nil {
 		chains = append(slices.Clip(chains), l.DefaultFilterChain)

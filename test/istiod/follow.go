@@ -34,10 +34,10 @@ type Follower struct {
 	// to their route configurations, their clusters and their load
 	// assignments, as grpc-go's xDS client does.
 	listeners []string
-	client discovery.AggregatedDiscoveryServiceClient
-	conn   *grpc.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{}
+	client    discovery.AggregatedDiscoveryServiceClient
+	conn      *grpc.ClientConn
+	cancel    context.CancelFunc
+	done      chan struct{}
 
 	mu  sync.Mutex
 	cfg Config

@@ -2,8 +2,10 @@ package classify
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
@@ -80,6 +82,37 @@ const UnprivilegedTag = "u:1"
 // below 1024.
 func (c Class) Unprivileged() bool {
 	return slices.Contains(c.Tags, UnprivilegedTag)
+}
+
+// topologyPrefix starts the tag of a class of gateway proxies whose
+// agent says their gateway topology (see TopologyTag).
+const topologyPrefix = "gt:"
+
+// TopologyTag marks a class of gateway proxies whose agent says their
+// gateway topology (Istio's PROXY_CONFIG gatewayTopology: the mesh's
+// defaultConfig as the pod's proxy.istio.io/config annotation overrides
+// it): "gt:<trusted proxies>:<client certificate details>".
+func TopologyTag(trusted uint32, details meshv1.ClientCertDetails) string {
+	return topologyPrefix + strconv.FormatUint(uint64(trusted), 10) + ":" + strconv.Itoa(int(details))
+}
+
+// Topology returns the gateway topology the class's proxies say, if they
+// say one.
+func (c Class) Topology() (trusted uint32, details meshv1.ClientCertDetails, ok bool) {
+	for _, tag := range c.Tags {
+		v, found := strings.CutPrefix(tag, topologyPrefix)
+		if !found {
+			continue
+		}
+		n, d, _ := strings.Cut(v, ":")
+		t, err1 := strconv.ParseUint(n, 10, 32)
+		cd, err2 := strconv.Atoi(d)
+		if err1 != nil || err2 != nil {
+			return 0, 0, false
+		}
+		return uint32(t), meshv1.ClientCertDetails(cd), true
+	}
+	return 0, 0, false
 }
 
 // Proxy is the kind of proxy of a sidecar or proxyless class.

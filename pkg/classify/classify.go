@@ -13,6 +13,7 @@ package classify
 import (
 	"cmp"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -269,6 +270,9 @@ func (ix *Index) Classify(node *core.Node) cache.Class {
 		if unprivileged(node) {
 			c.Tags = append(c.Tags, UnprivilegedTag)
 		}
+		if tag, ok := gatewayTopology(node); ok {
+			c.Tags = append(c.Tags, tag)
+		}
 		return c.Key()
 	}
 	c := Class{Kind: Kind(node).String()}
@@ -328,6 +332,21 @@ func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
 // unprivileged reports whether a node says, as Istio's agent does in an
 // unprivileged pod (UNPRIVILEGED_POD "true"), that it cannot bind the
 // ports below 1024.
+// gatewayTopology returns the tag of the gateway topology a gateway
+// proxy's agent says (PROXY_CONFIG gatewayTopology), when it says one.
+func gatewayTopology(node *core.Node) (string, bool) {
+	topo := node.GetMetadata().GetFields()["PROXY_CONFIG"].GetStructValue().GetFields()["gatewayTopology"].GetStructValue()
+	if topo == nil {
+		return "", false
+	}
+	trusted := topo.GetFields()["numTrustedProxies"].GetNumberValue()
+	if trusted < 0 || trusted > math.MaxUint32 {
+		trusted = 0
+	}
+	details := meshv1.ClientCertDetails(meshv1.ClientCertDetails_value["CLIENT_CERT_DETAILS_"+topo.GetFields()["forwardClientCertDetails"].GetStringValue()])
+	return TopologyTag(uint32(trusted), details), true
+}
+
 func unprivileged(node *core.Node) bool {
 	v, _ := strconv.ParseBool(node.GetMetadata().GetFields()["UNPRIVILEGED_POD"].GetStringValue())
 	return v
@@ -398,8 +417,8 @@ func (ix *Index) View(class cache.Class) (generate.Proxy, generate.View) {
 			v.Sources = append(v.Sources, tag)
 		case strings.HasPrefix(tag, "v:"):
 			v.ProxyVersions = ix.matchedVersions(tag)
-		case tag == UnprivilegedTag:
-			// what a gateway proxy may bind, not a policy
+		case tag == UnprivilegedTag, strings.HasPrefix(tag, topologyPrefix):
+			// what a gateway proxy may bind or trusts, not a policy
 		default:
 			v.Policies = append(v.Policies, tag)
 		}

@@ -272,6 +272,38 @@ func TestUnprivilegedRouters(t *testing.T) {
 	}
 }
 
+// TestRouterTopology: a gateway proxy whose agent says its gateway
+// topology (PROXY_CONFIG gatewayTopology, from the pod's annotation over
+// the mesh's defaultConfig) has a class that carries it; one that says
+// none keeps the mesh's; a sidecar's changes nothing.
+func TestRouterTopology(t *testing.T) {
+	gateway := model.Stored{Key: model.Key{Kind: model.KindGateway, Namespace: "edge", Name: "public"},
+		Object: &meshv1.Gateway{Selector: map[string]string{"istio": "ingressgateway"}}}
+	ix := index(t, gateway)
+	classOf := func(kind string, proxyConfig map[string]any) cache.Class {
+		md := map[string]any{"NAMESPACE": "edge", "LABELS": map[string]any{"istio": "ingressgateway"}}
+		if proxyConfig != nil {
+			md["PROXY_CONFIG"] = proxyConfig
+		}
+		return ix.Classify(node(kind+"~10.0.0.9~gw.edge~edge.svc.cluster.local", md))
+	}
+	plain := classOf("router", nil)
+	if _, _, ok := ParseClass(plain).Topology(); ok || classOf("router", map[string]any{"concurrency": 2.0}) != plain {
+		t.Errorf("a router saying no topology: %q", plain)
+	}
+	behindTwo := classOf("router", map[string]any{"gatewayTopology": map[string]any{"numTrustedProxies": 2.0, "forwardClientCertDetails": "APPEND_FORWARD"}})
+	trusted, details, ok := ParseClass(behindTwo).Topology()
+	if behindTwo == plain || !ok || trusted != 2 || details != meshv1.ClientCertDetails_CLIENT_CERT_DETAILS_APPEND_FORWARD {
+		t.Errorf("class %q: topology %d %v %v, want 2 APPEND_FORWARD", behindTwo, trusted, details, ok)
+	}
+	if _, ok := Gateways(behindTwo); !ok {
+		t.Errorf("%q is not a router class", behindTwo)
+	}
+	if a, b := classOf("sidecar", nil), classOf("sidecar", map[string]any{"gatewayTopology": map[string]any{"numTrustedProxies": 2.0}}); a != b {
+		t.Errorf("a sidecar's class changed with a gateway topology: %q, %q", a, b)
+	}
+}
+
 // TestClassesOfEnvoyExtensions: Telemetries and EnvoyFilters shape the
 // classes of Envoys (gateways too) and not of proxyless clients; an
 // EnvoyFilter's version pattern splits Envoys by whether their version

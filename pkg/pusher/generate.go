@@ -354,6 +354,10 @@ func (p *Pusher) ResponseLimit(class cache.Class) int {
 // generateRouter generates the resources of a class of gateway proxies:
 // every service's clusters, and the listeners and routes of its gateways.
 func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected []string) {
+	if trusted, details, ok := classify.ParseClass(class).Topology(); ok {
+		// The proxies' own gateway topology, as istiod reads it from them.
+		mesh = mesh.WithTopology(trusted, details)
+	}
 	var gws []*generate.Gateway
 	for _, g := range mesh.Gateways {
 		if slices.Contains(selected, g.Key()) {

@@ -73,10 +73,22 @@ localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}
 defaultConfig: {gatewayTopology: {numTrustedProxies: 2, forwardClientCertDetails: APPEND_FORWARD}}
 `
 
+// meshTopology is the gateway topology of meshSettings' defaultConfig, as
+// Istio's agent puts it in PROXY_CONFIG.
+var meshTopology = map[string]any{"numTrustedProxies": 2.0, "forwardClientCertDetails": "APPEND_FORWARD"}
+
+// agentTopology is the gateway topology a gateway proxy's agent says when
+// its case says none (a "# gateway-topology: <proxies> <details>" line).
+var agentTopology map[string]any
+
 // TestAgainstIstiodMeshConfig compares some cases again under a MeshConfig
 // that changes every default the pushers take from it: istiod reads it
 // from its file, shardpilot from the ConfigMap istio of istio-system.
 func TestAgainstIstiodMeshConfig(t *testing.T) {
+	// Istio's agent sends its gateway the mesh's defaultConfig in its
+	// node's PROXY_CONFIG, which istiod reads the gateway topology from.
+	agentTopology = meshTopology
+	defer func() { agentTopology = nil }()
 	differential(t, meshSettings, func(name string) bool {
 		return slices.Contains([]string{"01-bookinfo", "05-timeouts-retries", "08-subset-port-policy", "10-serviceentry-dns",
 			"11-locality-failover", "13-sidecar-scope", "17-ingress-gateway", "18-gateway-tls", "19-websocket"}, name)
@@ -288,6 +300,10 @@ type testCase struct {
 	present, absent []string
 	// body is the case's text, its namespace filled in.
 	body []byte
+	// topology is what its gateway's agent says of its gateway topology
+	// (the line "# gateway-topology: <trusted proxies> <client cert details>",
+	// as a pod's proxy.istio.io/config annotation sets it).
+	topology map[string]any
 }
 
 // directives are the values of a case's lines "# <key>: <value>".
@@ -399,7 +415,16 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n")),
+		var topology map[string]any
+		if d := directives(body, "gateway-topology"); len(d) > 0 {
+			var n float64
+			var details string
+			if _, err := fmt.Sscan(d[0], &n, &details); err != nil {
+				t.Fatalf("%s: gateway-topology %q: %v", name, d[0], err)
+			}
+			topology = map[string]any{"numTrustedProxies": n, "forwardClientCertDetails": details}
+		}
+		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n")), topology: topology,
 			logs: bytes.Contains(body, []byte("\n# compare: logs\n")), present: directives(body, "present"), absent: directives(body, "absent")}
 		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(c.net))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
@@ -517,7 +542,7 @@ type proxy struct {
 func (c testCase) proxies() []proxy {
 	first := proxy{kind: "sidecar", node: sidecar(c.ns)}
 	if c.gateway {
-		first = proxy{kind: "gateway", node: gatewayProxy(c.ns, c.net)}
+		first = proxy{kind: "gateway", node: gatewayProxy(c.ns, c.net, c.topology)}
 	}
 	var targets []string
 	for _, svc := range []string{"productpage", "details", "reviews", "ratings"} {
@@ -671,9 +696,19 @@ func proxyless(ns string) *core.Node {
 
 // gatewayProxy is the ingress gateway of namespace ns (testdata/gateway.yaml)
 // as Istio's agent announces it.
-func gatewayProxy(ns string, net int) *core.Node {
-	return agentNode("router", fmt.Sprintf("10.%d.0.50", net), ns, "ingressgateway-0", "ingressgateway", "ingressgateway",
+// Its agent says topology (PROXY_CONFIG gatewayTopology) when it is set,
+// else agentTopology.
+func gatewayProxy(ns string, net int, topology map[string]any) *core.Node {
+	n := agentNode("router", fmt.Sprintf("10.%d.0.50", net), ns, "ingressgateway-0", "ingressgateway", "ingressgateway",
 		map[string]any{"istio": "ingressgateway-" + ns, "app": "ingressgateway"})
+	if topology == nil {
+		topology = agentTopology
+	}
+	if topology != nil {
+		t, _ := structpb.NewStruct(topology)
+		n.Metadata.Fields["PROXY_CONFIG"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"gatewayTopology": structpb.NewStructValue(t)}})
+	}
+	return n
 }
 
 // agentNode is a proxy as Istio's agent announces it.

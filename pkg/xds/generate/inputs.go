@@ -241,6 +241,21 @@ func (m *Mesh) WithServices(changed []*Service) *Mesh {
 	return out
 }
 
+// WithTopology returns a copy of the mesh whose gateways trust that many
+// proxies in front of them and handle a client's certificate details so:
+// a gateway proxy's own topology (its agent's PROXY_CONFIG), which takes
+// the mesh's place. Everything else is shared.
+func (m *Mesh) WithTopology(trusted uint32, details meshv1.ClientCertDetails) *Mesh {
+	out := *m
+	cfg := &meshv1.MeshConfig{}
+	if m.Config != nil {
+		cfg = proto.CloneOf(m.Config)
+	}
+	cfg.GatewayTrustedProxies, cfg.GatewayClientCert = trusted, details
+	out.Config = cfg
+	return &out
+}
+
 // appliesToMesh reports whether a route rule applies to sidecars and
 // proxyless clients: it names no gateways, or names the reserved "mesh".
 func appliesToMesh(r *meshv1.RouteRule) bool {

@@ -329,9 +329,6 @@ func (ix *Index) shapeRouter(c Class, node *core.Node) Class {
 	return c
 }
 
-// unprivileged reports whether a node says, as Istio's agent does in an
-// unprivileged pod (UNPRIVILEGED_POD "true"), that it cannot bind the
-// ports below 1024.
 // gatewayTopology returns the tag of the gateway topology a gateway
 // proxy's agent says (PROXY_CONFIG gatewayTopology), when it says one.
 func gatewayTopology(node *core.Node) (string, bool) {
@@ -347,6 +344,9 @@ func gatewayTopology(node *core.Node) (string, bool) {
 	return TopologyTag(uint32(trusted), details), true
 }
 
+// unprivileged reports whether a node says, as Istio's agent does in an
+// unprivileged pod (UNPRIVILEGED_POD "true"), that it cannot bind the
+// ports below 1024.
 func unprivileged(node *core.Node) bool {
 	v, _ := strconv.ParseBool(node.GetMetadata().GetFields()["UNPRIVILEGED_POD"].GetStringValue())
 	return v

@@ -137,12 +137,12 @@ func inboundListenerFilters(chains []*listener.FilterChain) []*listener.Listener
 		ports[port] = n
 		tls, http = tls || n.tls, http || n.http
 	}
-	// off lists the ports (0 for the passthrough's, with wanted) whose
-	// chains do not need an inspector.
-	off := func(need func(needs) bool, withPassthrough bool) []uint32 {
+	// where lists the ports whose chains need an inspector (or do not),
+	// with or without the passthrough's (port 0).
+	where := func(need func(needs) bool, want, withPassthrough bool) []uint32 {
 		var out []uint32
 		for p, n := range ports {
-			if (p != 0 || withPassthrough) && !need(n) {
+			if (p != 0 || withPassthrough) && need(n) == want {
 				out = append(out, p)
 			}
 		}
@@ -151,19 +151,13 @@ func inboundListenerFilters(chains []*listener.FilterChain) []*listener.Listener
 	}
 	out := []*listener.ListenerFilter{originalDstFilter()}
 	if tls {
-		need := func(n needs) bool { return n.tls }
 		// Where the passthrough chains need it, it is off on the ports
 		// that do not; otherwise on only on the ports that do.
-		disabled := portsPredicate(off(need, false))
+		need := func(n needs) bool { return n.tls }
+		disabled := portsPredicate(where(need, false, false))
 		if !ports[0].tls {
-			var on []uint32
-			for p, n := range ports {
-				if p != 0 && n.tls {
-					on = append(on, p)
-				}
-			}
-			slices.Sort(on)
-			disabled = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(on)}}
+			disabled = &listener.ListenerFilterChainMatchPredicate{Rule: &listener.ListenerFilterChainMatchPredicate_NotMatch{
+				NotMatch: portsPredicate(where(need, true, false))}}
 		}
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.tls_inspector",
 			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{InitialReadBufferSize: wrapperspb.UInt32(512)})},
@@ -172,7 +166,7 @@ func inboundListenerFilters(chains []*listener.FilterChain) []*listener.Listener
 	if http {
 		out = append(out, &listener.ListenerFilter{Name: "envoy.filters.listener.http_inspector",
 			ConfigType:     &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspector.HttpInspector{})},
-			FilterDisabled: portsPredicate(off(func(n needs) bool { return n.http }, true))})
+			FilterDisabled: portsPredicate(where(func(n needs) bool { return n.http }, false, true))})
 	}
 	return out
 }

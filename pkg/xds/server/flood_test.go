@@ -103,6 +103,8 @@ func TestNameFloodIsBoundedInHeap(t *testing.T) {
 
 	// The flood.
 	var wg sync.WaitGroup
+	var once sync.Once
+	started := make(chan struct{})
 	refusals := make(chan error, streams)
 	fctx, stopFlood := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "x-identity", "attacker"))
 	defer stopFlood()
@@ -110,12 +112,12 @@ func TestNameFloodIsBoundedInHeap(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			refusals <- flood(fctx, dialADS(t, addr), i, perStream, batch)
+			refusals <- flood(fctx, dialADS(t, addr), i, perStream, batch, func() { once.Do(func() { close(started) }) })
 		}()
 	}
 
 	// Meanwhile a change reaches the victim.
-	time.Sleep(100 * time.Millisecond) // let the flood start; what follows waits for conditions
+	<-started // a flooding stream has sent its first names
 	changed := time.Now()
 	update()
 	resp, err := victim.Recv()
@@ -171,8 +173,9 @@ func liveHeap() uint64 {
 }
 
 // flood asks on one Delta stream for n made-up names of a kilobyte, batch
-// at a time, and returns how the stream ended.
-func flood(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, stream, n, batch int) error {
+// at a time, calling onSend after each request, and returns how the stream
+// ended.
+func flood(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, stream, n, batch int, onSend func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s, err := ads.DeltaAggregatedResources(ctx)
@@ -202,6 +205,7 @@ func flood(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, 
 		if s.Send(req) != nil {
 			break // refused: its status comes from Recv
 		}
+		onSend()
 		select {
 		case err := <-ended:
 			return err

@@ -209,6 +209,7 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 			return generate.ServiceClusters(m, s, proxy)
 		})...)
 	}
+	clusters = append(clusters, generate.AliasClusters(m, proxy)...)
 	clusters = append(clusters, generate.InboundClusters(m, proxy)...)
 	if proxy == generate.Envoy {
 		clusters = append(clusters, generate.JWKSClusters(security)...)
@@ -249,9 +250,9 @@ func (p *Pusher) virtualHost(proxy generate.Proxy) generate.VirtualHostFunc {
 
 // classPrint hashes what a class's clusters, routes and listeners are made
 // of: the kind of proxy, its view, the mesh's settings, the services it
-// sees with the versions of their configuration (not of their endpoints),
-// every route rule (see withLingering for the removed clusters it still
-// serves).
+// sees (alias services too) with the versions of their configuration (not
+// of their endpoints), every route rule (see withLingering for the removed
+// clusters it still serves).
 func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, servers string) uint64 {
 	h := fnv.New64a()
 	write := func(parts ...string) {
@@ -271,6 +272,11 @@ func classPrint(m *generate.Mesh, proxy generate.Proxy, view generate.View, serv
 	}
 	for _, s := range m.Services {
 		write("s", s.Namespace, s.Name, s.ConfigVersion)
+	}
+	// Alias services name other hosts: an Envoy's virtual hosts answer to
+	// their names, a proxyless client dials them.
+	for _, s := range m.Aliases() {
+		write("a", s.Namespace, s.Name, s.ConfigVersion)
 	}
 	for _, r := range m.Routes {
 		write("r", r.Namespace, r.Name, r.Version)

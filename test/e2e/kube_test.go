@@ -99,8 +99,9 @@ func applyIstio(t *testing.T, kc *kubetest.Cluster, kind, resource, ns, name str
 }
 
 // TestProxylessGRPCFollowsKubernetes: endpoints that exist only as
-// EndpointSlices in a real apiserver carry real RPCs, and a VirtualService
-// applied through the API moves them.
+// EndpointSlices in a real apiserver carry real RPCs, a VirtualService
+// applied through the API moves them, and an ExternalName Service naming
+// the service is routed as it.
 func TestProxylessGRPCFollowsKubernetes(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -128,6 +129,18 @@ func TestProxylessGRPCFollowsKubernetes(t *testing.T) {
 		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "greeter", "subset": "v2"}}}}},
 	})
 	allOn(t, conn, b.addr, "a VirtualService applied through the API sends every RPC to subset v2")
+
+	// An ExternalName Service naming greeter is an alias of it: a client
+	// dialling the alias is routed as greeter is.
+	if _, err := kc.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "legacy"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "greeter." + ns + ".svc.cluster.local",
+			Ports: []corev1.ServicePort{{Name: "grpc", Port: 50051}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alias := dialXDS(t, cp.ads, fmt.Sprintf("xds:///legacy.%s.svc.cluster.local:50051", ns))
+	allOn(t, alias, b.addr, "RPCs to the ExternalName alias are routed as greeter's")
 }
 
 // TestLeaderFailover runs two ingester replicas for one cluster; the

@@ -37,8 +37,28 @@ func Clusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
 	for _, s := range m.Services {
 		out = append(out, ServiceClusters(m, s, proxy)...)
 	}
+	out = append(out, AliasClusters(m, proxy)...)
 	out = append(out, InboundClusters(m, proxy)...)
 	return append(out, CatchAllClusters(m, proxy)...)
+}
+
+// AliasClusters are a proxyless client's clusters of the alias services'
+// names it dials that are not routed as a service of the mesh (see
+// virtualHost): each resolves the name by DNS, as the cluster's own
+// Service would be reached. An Envoy gets none (its traffic to such a
+// name passes through, as istiod sends it).
+func AliasClusters(m *Mesh, proxy Proxy) []*cluster.Cluster {
+	if proxy != Proxyless {
+		return nil
+	}
+	var out []*cluster.Cluster
+	forEachProxylessAlias(m, func(a *Service, host string, p *meshv1.Port) {
+		if m.aliasTarget(host, p.Number) == "" {
+			c := outboundCluster(m, ClusterName(p.Number, "", host), p, nil, meshv1.LoadBalancer_LOAD_BALANCER_UNSPECIFIED, proxy)
+			out = append(out, dnsCluster(m, c, a, host, p, nil, proxy))
+		}
+	})
+	return out
 }
 
 // CatchAllClusters are the clusters that belong to no service: Envoy's

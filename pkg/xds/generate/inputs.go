@@ -161,6 +161,8 @@ type Mesh struct {
 type aliases struct {
 	aliasOf map[string]string
 	aliasBy map[string][]*Service
+	// list holds the alias services a view sees, in service order.
+	list []*Service
 }
 
 // NewMesh indexes services and routes. Services and routes are ordered by
@@ -191,6 +193,7 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 			}
 		}
 		m.aliasBy[target] = append(m.aliasBy[target], s)
+		m.list = append(m.list, s)
 		return true
 	})
 	slices.SortFunc(m.Routes, func(a, b *Route) int {
@@ -272,6 +275,28 @@ func (m *Mesh) Resolve(host string) string {
 		return target
 	}
 	return host
+}
+
+// Aliases returns the alias services the mesh's view sees, in service
+// order.
+func (m *Mesh) Aliases() []*Service { return m.list }
+
+// aliasTarget returns the host a name of an alias service stands for when
+// that host is a service of the mesh routing HTTP on port, else "": a
+// proxyless client dialling the name is routed as the host's.
+func (m *Mesh) aliasTarget(name string, port uint32) string {
+	target, ok := m.aliasOf[name]
+	if !ok {
+		return ""
+	}
+	s := m.byHost[target]
+	if s == nil || !s.routable() {
+		return ""
+	}
+	if p := s.port(port); p == nil || !isHTTP(p) {
+		return ""
+	}
+	return target
 }
 
 // RouteFor returns the route rule that routes a host for sidecars and
@@ -383,7 +408,12 @@ func (m *Mesh) For(v View) *Mesh {
 	}
 	out := NewMesh(svcs, m.Routes)
 	out.Policies, out.RegistryOnly, out.Namespace, out.ingress = m.Policies, v.RegistryOnly, v.Namespace, v.Ingress
-	out.aliases = m.aliases
+	out.aliasOf, out.aliasBy = m.aliasOf, m.aliasBy
+	for _, a := range m.list {
+		if v.sees(a) {
+			out.list = append(out.list, a)
+		}
+	}
 	out.Settings = m.Settings
 	if len(v.Sources) > 0 {
 		out.sources = map[string]bool{}

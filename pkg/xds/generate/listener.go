@@ -30,7 +30,7 @@ import (
 func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
 	var out []*listener.Listener
 	if proxy == Proxyless {
-		forEachHTTPPort(m, func(_ *Service, host string, p *meshv1.Port) {
+		forEachProxylessPort(m, func(host string, p *meshv1.Port) {
 			name := ListenerName(host, p.Number)
 			out = append(out, &listener.Listener{
 				Name:        name,

@@ -35,7 +35,7 @@ type VirtualHostFunc func(m *Mesh, host string, port uint32) *route.VirtualHost
 func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfiguration {
 	if proxy == Proxyless {
 		var out []*route.RouteConfiguration
-		forEachHTTPPort(m, func(s *Service, host string, p *meshv1.Port) {
+		forEachProxylessPort(m, func(host string, p *meshv1.Port) {
 			name := ListenerName(host, p.Number)
 			out = append(out, &route.RouteConfiguration{
 				Name:         name,
@@ -201,10 +201,36 @@ func forEachHTTPPort(m *Mesh, fn func(s *Service, host string, p *meshv1.Port)) 
 	}
 }
 
+// forEachProxylessPort calls fn for every host and HTTP port a proxyless
+// client may dial: those of forEachHTTPPort, then each name of an alias
+// service on each of its HTTP ports, as istiod gives proxyless clients a
+// listener for each (see virtualHost for where they are routed).
+func forEachProxylessPort(m *Mesh, fn func(host string, p *meshv1.Port)) {
+	forEachHTTPPort(m, func(_ *Service, host string, p *meshv1.Port) { fn(host, p) })
+	forEachProxylessAlias(m, func(_ *Service, host string, p *meshv1.Port) { fn(host, p) })
+}
+
+// forEachProxylessAlias calls fn for each name and HTTP port of each alias
+// service the mesh's view sees, in service order.
+func forEachProxylessAlias(m *Mesh, fn func(a *Service, host string, p *meshv1.Port)) {
+	for _, a := range m.list {
+		for _, h := range a.Spec.Hostnames {
+			for _, p := range a.Spec.Ports {
+				if isHTTP(p) {
+					fn(a, h, p)
+				}
+			}
+		}
+	}
+}
+
 // VirtualHostInputs names the versions of everything VirtualHost reads for
 // host:port: the route rule that names the host and the services its
 // destinations resolve to. Equal inputs give an equal virtual host.
 func VirtualHostInputs(m *Mesh, host string, port uint32) string {
+	if target := m.aliasTarget(host, port); target != "" {
+		return "alias=" + target + " " + VirtualHostInputs(m, target, port)
+	}
 	var b strings.Builder
 	b.WriteString("mesh=" + m.ConfigVersion + " ")
 	s := m.Service(host)
@@ -270,8 +296,18 @@ func VirtualHost(m *Mesh, host string, port uint32) *route.VirtualHost {
 
 // virtualHost is VirtualHost for an Envoy (envoy: with what only Envoy
 // acts on) or a proxyless client.
+//
+// A name of an alias service is routed as the host it names where that is
+// a service of the mesh on the port (istiod adds the alias's names to that
+// host's virtual host); elsewhere, to the alias's own cluster, which
+// resolves the name (see AliasClusters).
 func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHost {
 	name := ListenerName(host, port)
+	if target := m.aliasTarget(host, port); target != "" {
+		vh := proto.CloneOf(virtualHost(m, target, port, envoy))
+		vh.Name, vh.Domains = name, []string{name, host}
+		return vh
+	}
 	vh := &route.VirtualHost{Name: name, Domains: []string{name, host}}
 	rr := m.routeByHost[host]
 	if rr == nil {

@@ -285,11 +285,14 @@ func istioSource(t *testing.T, bin string) string {
 
 // testCase is one case: its file's name, its namespace and its network
 // (10.<net>.0.0/16); gateway says its proxy is the namespace's ingress
-// gateway (the file's first line says "# proxy: gateway"), not a sidecar.
+// gateway (the file's first line says "# proxy: gateway"), not a sidecar;
+// gatewayAPI, that it is the namespace's Gateway API gateway "gateway" of
+// class istio (testdata/gatewayapi.yaml; "# proxy: gateway-api").
 type testCase struct {
-	name, ns string
-	net      int
-	gateway  bool
+	name, ns   string
+	net        int
+	gateway    bool
+	gatewayAPI bool
 	// logs compares access logs and tracing too (a case whose text has
 	// the line "# compare: logs").
 	logs bool
@@ -388,6 +391,13 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 		t.Fatalf("Istio's CRDs: %v", err)
 	}
 	a.apply(t, ctx, crds)
+	// The Gateway API's CRDs, as the chart ships them, and Istio's class.
+	gatewayCRDs, err := os.ReadFile(filepath.Join("..", "..", kubetest.GatewayAPICRDs))
+	if err != nil {
+		t.Fatalf("the Gateway API's CRDs: %v", err)
+	}
+	a.apply(t, ctx, gatewayCRDs)
+	a.apply(t, ctx, []byte(istioGatewayClass))
 	a.apply(t, ctx, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n"))
 	a.create(t, ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "istio", "namespace": "istio-system"}, "data": map[string]any{"mesh": settings}}})
@@ -404,6 +414,10 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 		t.Fatal(err)
 	}
 	gateway, err := os.ReadFile(filepath.Join("testdata", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gatewayAPI, err := os.ReadFile(filepath.Join("testdata", "gatewayapi.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,11 +438,15 @@ func startCases(t *testing.T, ctx context.Context, src, work, settings string) (
 			}
 			topology = map[string]any{"numTrustedProxies": n, "forwardClientCertDetails": details}
 		}
-		c := testCase{name: name, ns: ns, net: 100 + i, gateway: bytes.HasPrefix(body, []byte("# proxy: gateway\n")), topology: topology,
+		kube := bytes.HasPrefix(body, []byte("# proxy: gateway-api\n"))
+		c := testCase{name: name, ns: ns, net: 100 + i, gateway: kube || bytes.HasPrefix(body, []byte("# proxy: gateway\n")), gatewayAPI: kube, topology: topology,
 			logs: bytes.Contains(body, []byte("\n# compare: logs\n")), present: directives(body, "present"), absent: directives(body, "absent")}
 		fill := strings.NewReplacer("{{ns}}", ns, "{{net}}", strconv.Itoa(c.net))
 		a.apply(t, ctx, []byte(fill.Replace(string(bookinfo))))
-		if c.gateway {
+		switch {
+		case c.gatewayAPI:
+			a.apply(t, ctx, []byte(fill.Replace(string(gatewayAPI))))
+		case c.gateway:
 			a.apply(t, ctx, []byte(fill.Replace(string(gateway))))
 		}
 		c.body = []byte(fill.Replace(string(body)))
@@ -541,7 +559,10 @@ type proxy struct {
 // inbound side of a workload that Services select.
 func (c testCase) proxies() []proxy {
 	first := proxy{kind: "sidecar", node: sidecar(c.ns)}
-	if c.gateway {
+	switch {
+	case c.gatewayAPI:
+		first = proxy{kind: "gateway", node: gatewayAPIProxy(c.ns, c.net)}
+	case c.gateway:
 		first = proxy{kind: "gateway", node: gatewayProxy(c.ns, c.net, c.topology)}
 	}
 	var targets []string
@@ -710,6 +731,29 @@ func gatewayProxy(ns string, net int, topology map[string]any) *core.Node {
 	}
 	return n
 }
+
+// gatewayAPIProxy is the Gateway API gateway of namespace ns
+// (testdata/gatewayapi.yaml) as Istio's agent announces the pod istiod's
+// deployment controller deploys.
+func gatewayAPIProxy(ns string, net int) *core.Node {
+	n := agentNode("router", fmt.Sprintf("10.%d.0.60", net), ns, "gateway-istio-0", "gateway-istio", "gateway-istio",
+		map[string]any{"gateway.networking.k8s.io/gateway-name": "gateway", "gateway.networking.k8s.io/gateway-class-name": "istio",
+			"gateway.istio.io/managed": "istio.io-gateway-controller", "service.istio.io/canonical-name": "gateway-istio",
+			"service.istio.io/canonical-revision": "latest", "sidecar.istio.io/inject": "false"})
+	if agentTopology != nil {
+		t, _ := structpb.NewStruct(agentTopology)
+		n.Metadata.Fields["PROXY_CONFIG"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"gatewayTopology": structpb.NewStructValue(t)}})
+	}
+	return n
+}
+
+// istioGatewayClass is Istio's GatewayClass, which both control planes
+// serve.
+const istioGatewayClass = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio}
+spec: {controllerName: istio.io/gateway-controller}
+`
 
 // agentNode is a proxy as Istio's agent announces it.
 func agentNode(kind, ip, ns, pod, workload, account string, labels map[string]any) *core.Node {

@@ -1,8 +1,9 @@
 // Package istiod compares what istiod and shardpilot send one proxy for the
 // same input, fact by fact: the differential suite behind make diff-istiod.
 // Facts are the leaves of each resource as JSON, with lists of named
-// things keyed by name (virtual hosts, filters, weighted clusters), filter
-// chains keyed by what they match, lists
+// things keyed by name (virtual hosts, filters, weighted clusters; a
+// virtual host's routes also in their order, one fact), filter chains
+// keyed by what they match, lists
 // of endpoints keyed by address, lists of plain values compared as sets,
 // and what is Istio's own telemetry left out.
 package istiod
@@ -145,8 +146,22 @@ func walk(out Facts, path string, v any, logs bool) {
 			}
 			return
 		}
+		// Elements of one key (routes of one rule's several matches)
+		// are told apart by their turn.
+		seen := map[string]int{}
+		var order []string
 		for i, e := range x {
-			walk(out, path+"["+key(e, i)+"]", e, logs)
+			k := key(e, i)
+			if seen[k]++; seen[k] > 1 {
+				k += fmt.Sprintf(" #%d", seen[k])
+			}
+			order = append(order, k)
+			walk(out, path+"["+k+"]", e, logs)
+		}
+		if strings.HasSuffix(path, ".routes") {
+			// Envoy takes a virtual host's first route that matches:
+			// their order is one fact.
+			out[path+".order"] = strings.Join(order, ", ")
 		}
 	default:
 		out[path] = scalar(v)

@@ -42,6 +42,7 @@ var fieldNotes = map[string]string{
 	"Gateway spec.listeners[].tls.certificateRefs":   "supported: the first, a Secret of the Gateway's namespace served through SDS as an Istio Gateway's credentialName; another namespace's is refused (RefNotPermitted without a ReferenceGrant, InvalidCertificateRef with one)",
 	"Gateway spec.listeners[].tls.options":           "warned: no option is read",
 	"Gateway spec.listeners[].allowedRoutes.kinds":   "supported: HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS, TCPRoute on TCP; another kind is refused (InvalidRouteKinds)",
+	"HTTPRoute spec.rules[].matches":                 "supported: ranked by the API's precedence, with the rules of the other HTTPRoutes of the host at a Gateway; nothing after the first rule that matches every request is sent",
 	"HTTPRoute spec.useDefaultGateways":              "warned: default Gateways are not read",
 	"HTTPRoute spec.parentRefs":                      "supported: a Gateway of a served class, or a Service (GAMMA: the route applies to the Service's callers, only those of the route's namespace when it is another)",
 	"HTTPRoute spec.rules[].filters":                 "supported: RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror (one per rule), CORS; ExtensionRef and ExternalAuth make the route not accepted (UnsupportedValue)",

@@ -1,17 +1,14 @@
 package gatewayapi
 
 import (
-	"cmp"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -64,59 +61,8 @@ func (t *translator) httpRules(r *gwv1.HTTPRoute, refs *refs) *rules {
 		t.destinations(h, KindHTTPRoute, r.Namespace, backends, refs, rs)
 		rs.http = append(rs.http, h)
 	}
-	rs.http = byPrecedence(rs.http)
+	rs.http = model.ByPrecedence(rs.http)
 	return rs
-}
-
-// byPrecedence orders a route's rules as the Gateway API ranks their
-// matches (and istiod sends them), each match a rule of its own: an exact
-// path before a prefix before a regular expression, a longer path before
-// a shorter, a method before none, more header matches, then more query
-// matches, before fewer; equal ones keep their written order, and a rule
-// without matches comes last.
-func byPrecedence(in []*meshv1.HTTPRoute) []*meshv1.HTTPRoute {
-	out := make([]*meshv1.HTTPRoute, 0, len(in))
-	for _, h := range in {
-		if len(h.Match) <= 1 {
-			out = append(out, h)
-			continue
-		}
-		for _, m := range h.Match {
-			one := proto.CloneOf(h)
-			one.Match = []*meshv1.HTTPMatch{m}
-			out = append(out, one)
-		}
-	}
-	rank := func(m *meshv1.HTTPMatch) (kind, length int) {
-		switch u := m.GetUri().GetKind().(type) {
-		case *meshv1.StringMatch_Exact:
-			return 3, len(u.Exact)
-		case *meshv1.StringMatch_Prefix:
-			return 2, len(u.Prefix)
-		case *meshv1.StringMatch_Regex:
-			return 1, len(u.Regex)
-		}
-		return 0, 0
-	}
-	slices.SortStableFunc(out, func(a, b *meshv1.HTTPRoute) int {
-		if len(a.Match) == 0 || len(b.Match) == 0 {
-			return cmp.Compare(len(b.Match), len(a.Match))
-		}
-		ma, mb := a.Match[0], b.Match[0]
-		ka, la := rank(ma)
-		kb, lb := rank(mb)
-		return cmp.Or(cmp.Compare(kb, ka), cmp.Compare(lb, la),
-			cmp.Compare(boolInt(mb.Method != nil), boolInt(ma.Method != nil)),
-			cmp.Compare(len(mb.Headers), len(ma.Headers)), cmp.Compare(len(mb.QueryParams), len(ma.QueryParams)))
-	})
-	return out
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // ruleName is a rule's name, or Istio's for an unnamed one.

@@ -455,8 +455,9 @@ func CredentialResource(name string) string {
 
 // GatewayRoutes returns a router's route configurations: per plain HTTP
 // port (named by the port listen maps it to), and per TLS-terminating
-// server, a virtual host for every host of
-// the VirtualServices bound to a gateway whose server admits the host.
+// server, a virtual host for every host of the rules bound to a gateway
+// whose server admits the host, holding the routes of all those rules
+// (see gatewayHost.routes).
 func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route.RouteConfiguration {
 	ports, tls := gatewayPorts(gws)
 	var out []*route.RouteConfiguration
@@ -468,7 +469,7 @@ func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route
 		}
 		named[name] = true
 		rc := &route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
-		seen := map[string]bool{}
+		hosts := map[string]*gatewayHost{}
 		for _, g := range gws {
 			for _, srv := range g.Spec.Servers {
 				if srv.Port != port || !take(g, srv) {
@@ -478,22 +479,38 @@ func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route
 					if !boundTo(r, g) {
 						continue
 					}
+					var groups []routeGroup
 					for _, host := range r.Rule.Hosts {
-						if seen[host] || !admits(srv, g.Namespace, r.Namespace, host) {
+						if !admits(srv, g.Namespace, r.Namespace, host) {
 							continue
 						}
-						seen[host] = true
-						// The port is ignored in host matching.
-						vh := &route.VirtualHost{Name: host + ":" + strconv.FormatUint(uint64(port), 10), Domains: []string{strings.ToLower(host)},
-							IncludeRequestAttemptCount: true}
-						if srv.GetTls().GetHttpsRedirect() {
-							vh.RequireTls = route.VirtualHost_ALL
+						domain := strings.ToLower(host)
+						gh := hosts[domain]
+						if gh == nil {
+							// The port is ignored in host matching.
+							gh = &gatewayHost{rules: map[*Route]bool{}, vh: &route.VirtualHost{Name: host + ":" + strconv.FormatUint(uint64(port), 10),
+								Domains: []string{domain}, IncludeRequestAttemptCount: true}}
+							hosts[domain] = gh
+							rc.VirtualHosts = append(rc.VirtualHosts, gh.vh)
 						}
-						vh.Routes = httpRoutes(m, r, g, port, true)
-						rc.VirtualHosts = append(rc.VirtualHosts, vh)
+						if srv.GetTls().GetHttpsRedirect() {
+							gh.vh.RequireTls = route.VirtualHost_ALL
+						}
+						if gh.rules[r] {
+							continue // admitted by two servers: routed once
+						}
+						gh.rules[r] = true
+						if groups == nil {
+							groups = httpRouteGroups(m, r, g, port, true)
+						}
+						gh.groups = append(gh.groups, groups...)
+						gh.gatewayAPI = gh.gatewayAPI || r.Rule.GetGatewayApi()
 					}
 				}
 			}
+		}
+		for _, vh := range rc.VirtualHosts {
+			vh.Routes = hosts[vh.Domains[0]].routes()
 		}
 		out = append(out, rc)
 	}
@@ -520,6 +537,57 @@ func GatewayRoutes(m *Mesh, gws []*Gateway, listen func(uint32) uint32) []*route
 		}
 	}
 	return out
+}
+
+// gatewayHost gathers a gateway virtual host's routes: those of every rule
+// bound to a gateway whose server admits the host, as istiod merges them.
+type gatewayHost struct {
+	vh         *route.VirtualHost
+	rules      map[*Route]bool
+	groups     []routeGroup
+	gatewayAPI bool
+}
+
+// routes are the host's routes: its rules' in their order (the Gateway
+// API's ranked by precedence across its routes, as their matches rank, up
+// to the first that matches every request), then the catch-all routes,
+// as istiod moves them last.
+func (gh *gatewayHost) routes() []*route.Route {
+	groups := gh.groups
+	if gh.gatewayAPI {
+		// The Gateway API's routes of a host are one list, up to the
+		// first catch-all route, as istiod merges them.
+		model.SortByPrecedence(groups, func(g routeGroup) *meshv1.HTTPRoute { return g.rule })
+		if i := slices.IndexFunc(groups, func(g routeGroup) bool { return isCatchAll(g.routes[len(g.routes)-1].Match) }); i >= 0 {
+			groups = groups[:i+1]
+		}
+	}
+	var out, catchAll []*route.Route
+	for _, g := range groups {
+		for _, r := range g.routes {
+			if isCatchAll(r.Match) {
+				catchAll = append(catchAll, r)
+			} else {
+				out = append(out, r)
+			}
+		}
+	}
+	return append(out, catchAll...)
+}
+
+// isCatchAll reports whether a route matches every request: the path "/"
+// as a prefix (or ".*" as an expression) and nothing else.
+func isCatchAll(m *route.RouteMatch) bool {
+	var all bool
+	switch p := m.GetPathSpecifier().(type) {
+	case *route.RouteMatch_Prefix:
+		all = p.Prefix == "/"
+	case *route.RouteMatch_PathSeparatedPrefix:
+		all = p.PathSeparatedPrefix == "/"
+	case *route.RouteMatch_SafeRegex:
+		all = p.SafeRegex.GetRegex() == ".*"
+	}
+	return all && len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && len(m.GetDynamicMetadata()) == 0
 }
 
 // boundTo reports whether a route rule names the gateway, and may bind to

@@ -77,8 +77,9 @@ func TestMatchConditions(t *testing.T) {
 		return out
 	}
 	inShop := generate.VirtualHost(m.For(generate.View{Namespace: "shop"}), "search.shop.svc.cluster.local", 80)
-	if got := names(inShop.Routes); len(got) != 3 {
-		t.Errorf("routes in shop %v, want query, local, rest", got)
+	// In shop, local matches every request: rest, after it, is not sent.
+	if got := names(inShop.Routes); !slices.Equal(got, []string{"query", "local"}) {
+		t.Errorf("routes in shop %v, want query, local", got)
 	}
 	if got := names(generate.VirtualHost(m.For(generate.View{Namespace: "web"}), "search.shop.svc.cluster.local", 80).Routes); len(got) != 2 || got[1] != "rest" {
 		t.Errorf("routes in web %v, want query, rest", got)
@@ -211,5 +212,53 @@ func TestDefaultRouteFollowsThePolicy(t *testing.T) {
 	vh := generate.SidecarVirtualHost(m, "cart.shop.svc.cluster.local", 80)
 	if len(vh.Routes) == 0 || len(vh.Routes[0].GetRoute().GetHashPolicy()) == 0 {
 		t.Errorf("the default route has no hash policy: %v", vh.Routes)
+	}
+}
+
+// TestGatewayHostMergesRules: a gateway's virtual host holds the routes of
+// every rule bound to it for that host, as istiod merges them: the
+// VirtualServices' in their order, each up to its first catch-all route,
+// with the catch-all routes moved last; the Gateway API's routes ranked by
+// precedence across the routes (a longer prefix of one route before a
+// shorter of another) up to the first catch-all: the prefix "/" ranks
+// above a regular expression, which is then never sent. The first rule of
+// a host used to take it alone.
+func TestGatewayHostMergesRules(t *testing.T) {
+	svc := &generate.Service{Namespace: "shop", Name: "cart", Spec: &meshv1.Service{Hostnames: []string{"cart.shop.svc.cluster.local"},
+		Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}}}
+	to := []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "cart.shop.svc.cluster.local"}}}
+	prefix := func(p string) []*meshv1.HTTPMatch {
+		return []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Prefix{Prefix: p}}}}
+	}
+	rule := func(name, host, gateway string, api bool, http ...*meshv1.HTTPRoute) *generate.Route {
+		return &generate.Route{Namespace: "shop", Name: name, Rule: &meshv1.RouteRule{Hosts: []string{host}, Gateways: []string{gateway}, GatewayApi: api, Http: http}}
+	}
+	m := generate.NewMesh([]*generate.Service{svc}, []*generate.Route{
+		rule("a", "shop.example.com", "ingress", false, &meshv1.HTTPRoute{Name: "a", Match: prefix("/a"), Route: to}, &meshv1.HTTPRoute{Name: "a-all", Route: to},
+			&meshv1.HTTPRoute{Name: "a-never", Match: prefix("/z"), Route: to}),
+		rule("b", "shop.example.com", "ingress", false, &meshv1.HTTPRoute{Name: "b", Match: prefix("/b"), Route: to}),
+		rule("r1", "web.example.com", "web", true, &meshv1.HTTPRoute{Name: "r1.0", Match: prefix("/api"), Route: to}),
+		rule("r2", "web.example.com", "web", true, &meshv1.HTTPRoute{Name: "r2.0", Match: prefix("/api/v1"), Route: to},
+			&meshv1.HTTPRoute{Name: "r2.1", Match: prefix("/"), Route: to}),
+		rule("r3", "web.example.com", "web", true, &meshv1.HTTPRoute{Name: "r3.0", Match: []*meshv1.HTTPMatch{{Uri: &meshv1.StringMatch{Kind: &meshv1.StringMatch_Regex{Regex: "/v[0-9]+/.*"}}}}, Route: to}),
+	})
+	server := []*meshv1.GatewayServer{{Port: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP, Hosts: []string{"*"}}}
+	gws := []*generate.Gateway{
+		{Namespace: "shop", Name: "ingress", Spec: &meshv1.Gateway{Servers: server}},
+		{Namespace: "shop", Name: "web", Spec: &meshv1.Gateway{Servers: server, GatewayApi: true}},
+	}
+	got := map[string][]string{}
+	for _, rc := range generate.GatewayRoutes(m, gws, generate.ListenPorts(m, gws)) {
+		for _, vh := range rc.VirtualHosts {
+			for _, r := range vh.Routes {
+				got[vh.Name] = append(got[vh.Name], r.Name)
+			}
+		}
+	}
+	if want := []string{"a", "b", "a-all"}; !slices.Equal(got["shop.example.com:80"], want) {
+		t.Errorf("VirtualServices' routes %v, want %v", got["shop.example.com:80"], want)
+	}
+	if want := []string{"r2.0", "r1.0", "r2.1"}; !slices.Equal(got["web.example.com:80"], want) {
+		t.Errorf("Gateway API routes %v, want %v", got["web.example.com:80"], want)
 	}
 }

@@ -323,6 +323,23 @@ func virtualHost(m *Mesh, host string, port uint32, envoy bool) *route.VirtualHo
 // for an Envoy or (not envoy) a proxyless client.
 func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*route.Route {
 	var out []*route.Route
+	for _, g := range httpRouteGroups(m, rr, gw, port, envoy) {
+		out = append(out, g.routes...)
+	}
+	return out
+}
+
+// routeGroup is the Envoy routes of one HTTP route of a rule (one per
+// match that applies), beside that route: what ranks it among others.
+type routeGroup struct {
+	rule   *meshv1.HTTPRoute
+	routes []*route.Route
+}
+
+// httpRouteGroups is httpRoutes grouped by the rule's HTTP routes, up to
+// the first route that matches every request.
+func httpRouteGroups(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []routeGroup {
+	var out []routeGroup
 	for _, h := range m.expand(rr.Rule) {
 		// The action, headers and filter settings are shared by the
 		// routes of every match.
@@ -347,6 +364,7 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 		if len(matches) == 0 {
 			matches = []*meshv1.HTTPMatch{nil}
 		}
+		group := routeGroup{rule: h}
 		for _, hm := range matches {
 			if hm.GetPort() != 0 && hm.GetPort() != port {
 				continue
@@ -368,7 +386,15 @@ func httpRoutes(m *Mesh, rr *Route, gw *Gateway, port uint32, envoy bool) []*rou
 				r.Decorator = &route.Decorator{Operation: operation(r, rr.Name, port)}
 			}
 			removePrefix(r, h.Rewrite)
-			out = append(out, r)
+			group.routes = append(group.routes, r)
+			if isCatchAll(r.Match) {
+				// No request gets past it: what follows is not sent, as
+				// istiod does not send it.
+				return append(out, group)
+			}
+		}
+		if len(group.routes) > 0 {
+			out = append(out, group)
 		}
 	}
 	return out

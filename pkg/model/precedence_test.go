@@ -1,10 +1,11 @@
-package gatewayapi
+package model_test
 
 import (
 	"slices"
 	"testing"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
 )
 
 // TestRulesByPrecedence: a route's rules are ordered as the Gateway API
@@ -31,7 +32,7 @@ func TestRulesByPrecedence(t *testing.T) {
 		{Name: "api-again", Match: []*meshv1.HTTPMatch{{Uri: prefix("/api")}}},
 	}
 	var got []string
-	for _, r := range byPrecedence(rules) {
+	for _, r := range model.ByPrecedence(rules) {
 		got = append(got, r.Name)
 	}
 	want := []string{"two", "products", "api-get", "api-canary", "api", "api-again", "two", "orders", "catch-all"}

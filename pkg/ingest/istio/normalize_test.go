@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardpilot/shardpilot/internal/golden"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/istio"
 	"github.com/shardpilot/shardpilot/pkg/ingest/yamldir"
@@ -140,4 +141,24 @@ func problemTexts(problems []ingest.Problem) []string {
 		out[i] = p.Error()
 	}
 	return out
+}
+
+// TestAuditPolicy: an AUDIT policy's rules go in the model's audit; its
+// action is DENY with no rules, so that a pusher that does not know audit
+// applies nothing for it (an AUDIT read as an ALLOW would deny everything
+// else). A field not checked widens the rule, and says so.
+func TestAuditPolicy(t *testing.T) {
+	objs, problems := istio.Normalize([]istio.Input{{Location: "audit", Resource: istio.Resource{APIVersion: "security.istio.io/v1", Kind: "AuthorizationPolicy",
+		Metadata: istio.Metadata{Name: "audit", Namespace: "shop"},
+		Spec:     []byte(`{"action": "AUDIT", "rules": [{"to": [{"operation": {"methods": ["GET"]}}]}, {"from": [{"source": {"serviceAccounts": ["a"]}}]}]}`)}}}, istio.Options{})
+	if len(objs) != 1 {
+		t.Fatalf("objects %v, problems %v", objs, problemTexts(problems))
+	}
+	p := objs[0].Object.(*meshv1.AuthorizationPolicy)
+	if p.Action != meshv1.AuthorizationPolicy_ACTION_DENY || len(p.Rules) != 0 || len(p.Audit) != 2 || p.Audit[0].To[0].Methods[0] != "GET" {
+		t.Errorf("policy %v, want DENY without rules and the two audit rules", p)
+	}
+	if got := strings.Join(problemTexts(problems), "\n"); !strings.Contains(got, "this AUDIT rule audits regardless of it") {
+		t.Errorf("problems %s, want the unchecked serviceAccounts warned of", got)
+	}
 }

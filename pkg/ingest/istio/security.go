@@ -31,6 +31,7 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		return
 	}
 	p := &meshv1.AuthorizationPolicy{Origin: n.origin(in), Selector: selectorOf(spec.Selector)}
+	audit := false
 	switch strings.ToUpper(spec.Action) {
 	case "", "ALLOW":
 		p.Action = meshv1.AuthorizationPolicy_ACTION_ALLOW
@@ -42,9 +43,11 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		n.warn(in, "spec.action", "CUSTOM (external authorization) is not supported yet: the requests its rules select are denied")
 		p.Action = meshv1.AuthorizationPolicy_ACTION_DENY
 	case "AUDIT":
-		// Audit decides nothing: leaving it out changes no request's fate.
-		n.warn(in, "spec.action", "AUDIT is not supported yet: the policy is not applied (it allows and denies nothing)")
-		return
+		// Its rules go in a field of their own (see meshv1's audit): a
+		// DENY policy without rules denies nothing to a pusher that does
+		// not know it.
+		p.Action = meshv1.AuthorizationPolicy_ACTION_DENY
+		audit = true
 	default:
 		n.problem(in, "spec.action", "%q is not ALLOW or DENY", spec.Action)
 		return
@@ -71,7 +74,7 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 			}
 			for _, u := range unchecked {
 				n.warn(in, sf+"."+u, "not checked yet (%s); %s", map[string]string{
-					"remoteIpBlocks": "addresses from X-Forwarded-For", "serviceAccounts": "use principals"}[u], failClosed(p.Action))
+					"remoteIpBlocks": "addresses from X-Forwarded-For", "serviceAccounts": "use principals"}[u], failClosed(p.Action, audit))
 			}
 			rule.From = append(rule.From, &meshv1.AuthorizationSource{
 				Principals: src.Principals, NotPrincipals: src.NotPrincipals,
@@ -104,13 +107,21 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		for _, c := range r.When {
 			rule.When = append(rule.When, &meshv1.AuthorizationCondition{Key: c.Key, Values: c.Values, NotValues: c.NotValues})
 		}
-		p.Rules = append(p.Rules, rule)
+		if audit {
+			p.Audit = append(p.Audit, rule)
+		} else {
+			p.Rules = append(p.Rules, rule)
+		}
 	}
 	n.emit(in, p)
 }
 
-// failClosed says what a field not checked does to its rule.
-func failClosed(a meshv1.AuthorizationPolicy_Action) string {
+// failClosed says what a field not checked does to its rule (of an AUDIT
+// policy with audit).
+func failClosed(a meshv1.AuthorizationPolicy_Action, audit bool) string {
+	if audit {
+		return "this AUDIT rule audits regardless of it"
+	}
 	if a == meshv1.AuthorizationPolicy_ACTION_DENY {
 		return "this DENY rule denies regardless of it (failing closed)"
 	}

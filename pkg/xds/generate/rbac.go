@@ -29,8 +29,11 @@ type rbacOptions struct {
 // evaluates them: a request matching a DENY rule is denied; then, when
 // any ALLOW policy applies, a request matching none of their rules is
 // denied. No policy: no filter.
+//
+// AUDIT policies are left out: grpc-go ignores Envoy's LOG action (gRFC
+// A41).
 func RBACFilters(sec Security) []*hcm.HttpFilter {
-	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{})
+	_, deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{})
 	var out []*hcm.HttpFilter
 	if len(deny) > 0 {
 		// grpc-go refuses a listener whose HTTP filters share a name (the
@@ -47,15 +50,24 @@ func RBACFilters(sec Security) []*hcm.HttpFilter {
 }
 
 // rbacPolicies translates the AuthorizationPolicies of a class into the
-// policies of a DENY and an ALLOW RBAC filter, and says whether any ALLOW
-// policy applies (an ALLOW filter is needed even with no rule: it denies
-// everything).
-func rbacPolicies(sec Security, opts rbacOptions) (deny, allow map[string]*rbacconfig.Policy, anyAllow bool) {
-	deny, allow = map[string]*rbacconfig.Policy{}, map[string]*rbacconfig.Policy{}
+// policies of an AUDIT (Envoy's LOG), a DENY and an ALLOW RBAC filter, and
+// says whether any ALLOW policy applies (an ALLOW filter is needed even
+// with no rule: it denies everything). An AUDIT rule is translated as a
+// DENY rule is: what it cannot check widens it, as istiod widens it.
+func rbacPolicies(sec Security, opts rbacOptions) (audit, deny, allow map[string]*rbacconfig.Policy, anyAllow bool) {
+	audit, deny, allow = map[string]*rbacconfig.Policy{}, map[string]*rbacconfig.Policy{}, map[string]*rbacconfig.Policy{}
 	for _, p := range sec {
 		ap, ok := p.Spec.(*meshv1.AuthorizationPolicy)
 		if !ok {
 			continue
+		}
+		for i, r := range ap.Audit {
+			if policy, ok := rbacPolicy(r, true, opts); ok {
+				audit[fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]", p.Namespace, p.Name, i)] = policy
+			}
+		}
+		if len(ap.Audit) > 0 {
+			continue // its action and rules are for pushers that do not know audit
 		}
 		isDeny := ap.Action == meshv1.AuthorizationPolicy_ACTION_DENY
 		anyAllow = anyAllow || !isDeny
@@ -72,7 +84,7 @@ func rbacPolicies(sec Security, opts rbacOptions) (deny, allow map[string]*rbacc
 			}
 		}
 	}
-	return deny, allow, anyAllow
+	return audit, deny, allow, anyAllow
 }
 
 func rbacFilter(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy) *hcm.HttpFilter {

@@ -148,14 +148,18 @@ func (m *Mesh) inboundMode(sec Security, port uint32) meshv1.MTLSMode {
 }
 
 // inboundHTTPFilters are an Envoy's inbound HTTP filters before the
-// router: the JWT filter, then the RBAC filters (which read its metadata).
+// router: the JWT filter, then the RBAC filters (which read its metadata):
+// AUDIT's, DENY's, ALLOW's, as istiod orders them.
 func inboundHTTPFilters(sec Security) []*hcm.HttpFilter {
 	var out []*hcm.HttpFilter
 	jwtFilter := JWTFilter(sec)
 	if jwtFilter != nil {
 		out = append(out, jwtFilter)
 	}
-	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{jwt: jwtFilter != nil})
+	audit, deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{jwt: jwtFilter != nil})
+	if len(audit) > 0 {
+		out = append(out, rbacFilter(rbacconfig.RBAC_LOG, audit))
+	}
 	if len(deny) > 0 {
 		out = append(out, rbacFilter(rbacconfig.RBAC_DENY, deny))
 	}
@@ -167,13 +171,16 @@ func inboundHTTPFilters(sec Security) []*hcm.HttpFilter {
 
 // inboundTCPFilters are an Envoy's network RBAC filters for a TCP port.
 func inboundTCPFilters(sec Security, port uint32) []*listener.Filter {
-	deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{tcp: true})
+	audit, deny, allow, anyAllow := rbacPolicies(sec, rbacOptions{tcp: true})
 	var out []*listener.Filter
 	add := func(action rbacconfig.RBAC_Action, policies map[string]*rbacconfig.Policy, what string) {
 		out = append(out, &listener.Filter{Name: "envoy.filters.network.rbac", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&netrbac.RBAC{
 			StatPrefix: "tcp." + what + "." + strconv.FormatUint(uint64(port), 10) + ".",
 			Rules:      &rbacconfig.RBAC{Action: action, Policies: policies},
 		})}})
+	}
+	if len(audit) > 0 {
+		add(rbacconfig.RBAC_LOG, audit, "audit")
 	}
 	if len(deny) > 0 {
 		add(rbacconfig.RBAC_DENY, deny, "deny")

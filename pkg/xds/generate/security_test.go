@@ -271,3 +271,81 @@ func TestRootNamespace(t *testing.T) {
 		t.Error("a root PeerAuthentication with a selector selects the root namespace's workloads only; a root AuthorizationPolicy every namespace's")
 	}
 }
+
+// TestAuditPolicies: an AUDIT policy's rules (the model's audit) become an
+// RBAC filter of Envoy's LOG action before the DENY and ALLOW filters, on
+// HTTP and TCP ports, as istiod sends them, widened where it cannot check
+// a field as a DENY rule is; the policy's own action and rules (DENY,
+// none: what a pusher that does not know audit applies) are not applied
+// beside them; a proxyless server, whose grpc-go ignores the LOG action,
+// gets none.
+func TestAuditPolicies(t *testing.T) {
+	svc := func(name string, p *meshv1.Port) *generate.Service {
+		return &generate.Service{Namespace: "demo", Name: name, Spec: &meshv1.Service{Hostnames: []string{name + ".demo.svc.cluster.local"},
+			Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: []*meshv1.Port{p}}, Endpoints: []*meshv1.Endpoint{{Address: "10.1.0.1"}}}
+	}
+	m := generate.NewMesh([]*generate.Service{
+		svc("web", &meshv1.Port{Name: "http", Number: 8080, Protocol: meshv1.Protocol_PROTOCOL_HTTP}),
+		svc("db", &meshv1.Port{Name: "tcp", Number: 5432, Protocol: meshv1.Protocol_PROTOCOL_TCP}),
+	}, nil)
+	m.Policies = []*generate.Policy{
+		{Namespace: "demo", Name: "audit", Version: "1", Spec: &meshv1.AuthorizationPolicy{Action: meshv1.AuthorizationPolicy_ACTION_DENY,
+			Audit: []*meshv1.AuthorizationRule{{To: []*meshv1.AuthorizationOperation{{Methods: []string{"GET"}}}}}}},
+		{Namespace: "demo", Name: "deny", Version: "2", Spec: &meshv1.AuthorizationPolicy{Action: meshv1.AuthorizationPolicy_ACTION_DENY,
+			Rules: []*meshv1.AuthorizationRule{{To: []*meshv1.AuthorizationOperation{{Paths: []string{"/admin"}}}}}}},
+	}
+	sec := m.PoliciesFor("demo", nil)
+	var ls []*listener.Listener
+	for _, l := range generate.Listeners(m, generate.Envoy, sec) {
+		if l.Name == generate.VirtualInboundListener {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) != 1 {
+		t.Fatalf("%d virtual inbound listeners", len(ls))
+	}
+	validateInside(t, ls)
+	var httpActions, tcpActions []string
+	for _, fc := range ls[0].FilterChains {
+		if fc.GetFilterChainMatch().GetTransportProtocol() != "raw_buffer" {
+			continue
+		}
+		switch fc.GetFilterChainMatch().GetDestinationPort().GetValue() {
+		case 8080:
+			var m hcm.HttpConnectionManager
+			if err := fc.Filters[len(fc.Filters)-1].GetTypedConfig().UnmarshalTo(&m); err != nil {
+				t.Fatal(err)
+			}
+			for _, hf := range m.HttpFilters {
+				var r rbac.RBAC
+				if hf.GetTypedConfig().UnmarshalTo(&r) == nil {
+					httpActions = append(httpActions, r.GetRules().GetAction().String())
+					if r.GetRules().GetAction().String() == "LOG" && len(r.GetRules().GetPolicies()) != 1 {
+						t.Errorf("audit filter policies %v, want the audit policy's rule", r.GetRules().GetPolicies())
+					}
+				}
+			}
+		case 5432:
+			for _, f := range fc.Filters {
+				var r netrbac.RBAC
+				if f.GetTypedConfig().UnmarshalTo(&r) == nil {
+					tcpActions = append(tcpActions, r.GetRules().GetAction().String())
+				}
+			}
+		}
+	}
+	if want := []string{"LOG", "DENY"}; !slices.Equal(httpActions, want) {
+		t.Errorf("HTTP port's RBAC filters %v, want %v", httpActions, want)
+	}
+	// On TCP, the audit rule's method cannot be checked: it audits every
+	// connection; the DENY rule's path likewise denies every one.
+	if want := []string{"LOG", "DENY"}; !slices.Equal(tcpActions, want) {
+		t.Errorf("TCP port's RBAC filters %v, want %v", tcpActions, want)
+	}
+	for _, f := range generate.RBACFilters(sec) {
+		var r rbac.RBAC
+		if f.GetTypedConfig().UnmarshalTo(&r) == nil && r.GetRules().GetAction().String() == "LOG" {
+			t.Error("a proxyless server gets the audit filter")
+		}
+	}
+}

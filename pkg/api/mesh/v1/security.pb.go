@@ -131,7 +131,13 @@ type AuthorizationPolicy struct {
 	Action   AuthorizationPolicy_Action `protobuf:"varint,3,opt,name=action,proto3,enum=shardpilot.mesh.v1.AuthorizationPolicy_Action" json:"action,omitempty"`
 	// rules: a request matching any is allowed (ALLOW) or denied (DENY). An
 	// ALLOW policy without rules allows nothing; a DENY one denies nothing.
-	Rules         []*AuthorizationRule `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
+	Rules []*AuthorizationRule `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
+	// audit are the rules of an AUDIT policy: a request matching any is
+	// marked for the access logs that filter on it (Envoy's RBAC LOG
+	// action); nothing is allowed or denied. Such a policy has action DENY
+	// and no rules, so that a pusher that does not know this field applies
+	// nothing for it.
+	Audit         []*AuthorizationRule `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -190,6 +196,13 @@ func (x *AuthorizationPolicy) GetAction() AuthorizationPolicy_Action {
 func (x *AuthorizationPolicy) GetRules() []*AuthorizationRule {
 	if x != nil {
 		return x.Rules
+	}
+	return nil
+}
+
+func (x *AuthorizationPolicy) GetAudit() []*AuthorizationRule {
+	if x != nil {
+		return x.Audit
 	}
 	return nil
 }
@@ -838,12 +851,13 @@ var File_shardpilot_mesh_v1_security_proto protoreflect.FileDescriptor
 
 const file_shardpilot_mesh_v1_security_proto_rawDesc = "" +
 	"\n" +
-	"!shardpilot/mesh/v1/security.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\"\x8b\x03\n" +
+	"!shardpilot/mesh/v1/security.proto\x12\x12shardpilot.mesh.v1\x1a\x1fshardpilot/mesh/v1/origin.proto\"\xc8\x03\n" +
 	"\x13AuthorizationPolicy\x122\n" +
 	"\x06origin\x18\x01 \x01(\v2\x1a.shardpilot.mesh.v1.OriginR\x06origin\x12Q\n" +
 	"\bselector\x18\x02 \x03(\v25.shardpilot.mesh.v1.AuthorizationPolicy.SelectorEntryR\bselector\x12F\n" +
 	"\x06action\x18\x03 \x01(\x0e2..shardpilot.mesh.v1.AuthorizationPolicy.ActionR\x06action\x12;\n" +
-	"\x05rules\x18\x04 \x03(\v2%.shardpilot.mesh.v1.AuthorizationRuleR\x05rules\x1a;\n" +
+	"\x05rules\x18\x04 \x03(\v2%.shardpilot.mesh.v1.AuthorizationRuleR\x05rules\x12;\n" +
+	"\x05audit\x18\x05 \x03(\v2%.shardpilot.mesh.v1.AuthorizationRuleR\x05audit\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"+\n" +
@@ -958,23 +972,24 @@ var file_shardpilot_mesh_v1_security_proto_depIdxs = []int32{
 	11, // 1: shardpilot.mesh.v1.AuthorizationPolicy.selector:type_name -> shardpilot.mesh.v1.AuthorizationPolicy.SelectorEntry
 	1,  // 2: shardpilot.mesh.v1.AuthorizationPolicy.action:type_name -> shardpilot.mesh.v1.AuthorizationPolicy.Action
 	3,  // 3: shardpilot.mesh.v1.AuthorizationPolicy.rules:type_name -> shardpilot.mesh.v1.AuthorizationRule
-	4,  // 4: shardpilot.mesh.v1.AuthorizationRule.from:type_name -> shardpilot.mesh.v1.AuthorizationSource
-	5,  // 5: shardpilot.mesh.v1.AuthorizationRule.to:type_name -> shardpilot.mesh.v1.AuthorizationOperation
-	6,  // 6: shardpilot.mesh.v1.AuthorizationRule.when:type_name -> shardpilot.mesh.v1.AuthorizationCondition
-	15, // 7: shardpilot.mesh.v1.PeerAuthentication.origin:type_name -> shardpilot.mesh.v1.Origin
-	12, // 8: shardpilot.mesh.v1.PeerAuthentication.selector:type_name -> shardpilot.mesh.v1.PeerAuthentication.SelectorEntry
-	0,  // 9: shardpilot.mesh.v1.PeerAuthentication.mode:type_name -> shardpilot.mesh.v1.MTLSMode
-	13, // 10: shardpilot.mesh.v1.PeerAuthentication.port_modes:type_name -> shardpilot.mesh.v1.PeerAuthentication.PortModesEntry
-	9,  // 11: shardpilot.mesh.v1.JWTRule.from_headers:type_name -> shardpilot.mesh.v1.JWTHeader
-	15, // 12: shardpilot.mesh.v1.RequestAuthentication.origin:type_name -> shardpilot.mesh.v1.Origin
-	14, // 13: shardpilot.mesh.v1.RequestAuthentication.selector:type_name -> shardpilot.mesh.v1.RequestAuthentication.SelectorEntry
-	8,  // 14: shardpilot.mesh.v1.RequestAuthentication.jwt_rules:type_name -> shardpilot.mesh.v1.JWTRule
-	0,  // 15: shardpilot.mesh.v1.PeerAuthentication.PortModesEntry.value:type_name -> shardpilot.mesh.v1.MTLSMode
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	3,  // 4: shardpilot.mesh.v1.AuthorizationPolicy.audit:type_name -> shardpilot.mesh.v1.AuthorizationRule
+	4,  // 5: shardpilot.mesh.v1.AuthorizationRule.from:type_name -> shardpilot.mesh.v1.AuthorizationSource
+	5,  // 6: shardpilot.mesh.v1.AuthorizationRule.to:type_name -> shardpilot.mesh.v1.AuthorizationOperation
+	6,  // 7: shardpilot.mesh.v1.AuthorizationRule.when:type_name -> shardpilot.mesh.v1.AuthorizationCondition
+	15, // 8: shardpilot.mesh.v1.PeerAuthentication.origin:type_name -> shardpilot.mesh.v1.Origin
+	12, // 9: shardpilot.mesh.v1.PeerAuthentication.selector:type_name -> shardpilot.mesh.v1.PeerAuthentication.SelectorEntry
+	0,  // 10: shardpilot.mesh.v1.PeerAuthentication.mode:type_name -> shardpilot.mesh.v1.MTLSMode
+	13, // 11: shardpilot.mesh.v1.PeerAuthentication.port_modes:type_name -> shardpilot.mesh.v1.PeerAuthentication.PortModesEntry
+	9,  // 12: shardpilot.mesh.v1.JWTRule.from_headers:type_name -> shardpilot.mesh.v1.JWTHeader
+	15, // 13: shardpilot.mesh.v1.RequestAuthentication.origin:type_name -> shardpilot.mesh.v1.Origin
+	14, // 14: shardpilot.mesh.v1.RequestAuthentication.selector:type_name -> shardpilot.mesh.v1.RequestAuthentication.SelectorEntry
+	8,  // 15: shardpilot.mesh.v1.RequestAuthentication.jwt_rules:type_name -> shardpilot.mesh.v1.JWTRule
+	0,  // 16: shardpilot.mesh.v1.PeerAuthentication.PortModesEntry.value:type_name -> shardpilot.mesh.v1.MTLSMode
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_shardpilot_mesh_v1_security_proto_init() }

@@ -48,6 +48,8 @@ type Writer interface {
 	SyncPart(ctx context.Context, part []string, objs []Object, problems []Problem) (Result, error)
 	// Forget makes the next sync read the store again.
 	Forget()
+	// WentBack: see Syncer.
+	WentBack(ctx context.Context) (bool, error)
 	// Pending, RetryPending and Stored: see Syncer.
 	Pending() bool
 	RetryPending(ctx context.Context) (Result, error)
@@ -116,8 +118,11 @@ type Syncer struct {
 	// listed is the store revision of the last list: RetryPending lists
 	// again only once the store moved past it.
 	listed int64
-	mine   map[model.Key]held
-	ix     *index
+	// highest is the highest store revision the Syncer saw (its lists and
+	// its writes): a store below it went back (see WentBack).
+	highest int64
+	mine    map[model.Key]held
+	ix      *index
 	// problems are the current ones, every location's.
 	problems []Problem
 	// pending holds the objects rejected only for a reference to a host
@@ -215,7 +220,7 @@ func (s *Syncer) RetryPending(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
 	}
-	s.listed = rev
+	s.listed, s.highest = rev, max(s.highest, rev)
 	ix := newIndex()
 	for _, it := range stored {
 		if !s.owns(it) {
@@ -253,6 +258,28 @@ func (s *Syncer) owns(it model.Stored) bool {
 // source calls it at its start and on a resync).
 func (s *Syncer) Forget() { s.loaded = false }
 
+// WentBack reports whether the store's revision is below the highest the
+// Syncer saw: the store was restored from an older snapshot, and may lack
+// what this source wrote since, which the Syncer believes it holds. It
+// then forgets what it read, so that the next sync lists the store and
+// writes what is missing; a source's Loop asks every StoreCheck and syncs
+// all at once when it did.
+func (s *Syncer) WentBack(ctx context.Context) (bool, error) {
+	if s.highest == 0 {
+		return false, nil
+	}
+	rev, err := s.cfg.Store.Revision(ctx)
+	if err != nil {
+		return false, fmt.Errorf("ingest: %s: %w", s.cfg.Source, err)
+	}
+	if rev >= s.highest {
+		return false, nil
+	}
+	s.highest = rev
+	s.Forget()
+	return true, nil
+}
+
 // load reads the store: this source's objects and every object's hosts
 // and endpoints.
 func (s *Syncer) load(ctx context.Context) error {
@@ -273,7 +300,7 @@ func (s *Syncer) load(ctx context.Context) error {
 		}
 	}
 	s.pending = map[model.Key]Object{}
-	s.loaded, s.listed = true, rev
+	s.loaded, s.listed, s.highest = true, rev, max(s.highest, rev)
 	return nil
 }
 
@@ -395,6 +422,7 @@ func (s *Syncer) write(ctx context.Context, puts map[model.Kind][]Object, dels m
 			mu.Lock()
 			defer mu.Unlock()
 			s.mine[o.Key] = held{o.Object, rev}
+			s.highest = max(s.highest, rev)
 			if !written {
 				res.Unchanged++
 				return nil
@@ -425,6 +453,7 @@ func (s *Syncer) write(ctx context.Context, puts map[model.Kind][]Object, dels m
 			mu.Lock()
 			defer mu.Unlock()
 			delete(s.mine, k)
+			s.highest = max(s.highest, rev)
 			if deleted {
 				res.Deleted++
 				res.Revision = max(res.Revision, rev)

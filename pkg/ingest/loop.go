@@ -8,8 +8,9 @@ import (
 
 // Loop runs a source's syncs: a full one at start, one after every burst
 // of changes (once Changed has not been called for the quiet period), a
-// full one every resync period to repair drift, and full retries after a
-// failed sync. Changed never blocks and may be called from any goroutine;
+// full one every resync period to repair drift, a full one as soon as the
+// store went back (restored from a snapshot: see Syncer.WentBack), and
+// full retries after a failed sync. Changed never blocks and may be called from any goroutine;
 // Run returns when its context is done.
 type Loop struct {
 	// Sync reads the source and syncs it into the store: all of it when
@@ -32,7 +33,10 @@ type Loop struct {
 	// every PendingEvery (default 5s) until none wait.
 	Writer       Writer
 	PendingEvery time.Duration
-	Log          *slog.Logger
+	// StoreCheck is how often the Writer is asked whether the store went
+	// back. Default 5s; negative: never.
+	StoreCheck time.Duration
+	Log        *slog.Logger
 
 	changed chan struct{}
 }
@@ -50,6 +54,9 @@ func NewLoop(l Loop) *Loop {
 	}
 	if l.PendingEvery == 0 {
 		l.PendingEvery = 5 * time.Second
+	}
+	if l.StoreCheck == 0 {
+		l.StoreCheck = 5 * time.Second
 	}
 	if l.Log == nil {
 		l.Log = slog.New(slog.DiscardHandler)
@@ -73,6 +80,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	var first time.Time // the oldest change waiting, zero when none
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
+	var check <-chan time.Time
+	if l.Writer != nil && l.StoreCheck > 0 {
+		t := time.NewTicker(l.StoreCheck)
+		defer t.Stop()
+		check = t.C
+	}
 	var retry <-chan time.Time // set while objects are pending
 	armRetry := func() {
 		if retry == nil && l.Writer != nil && l.Writer.Pending() {
@@ -110,6 +123,16 @@ func (l *Loop) Run(ctx context.Context) error {
 			quiet = nil
 		case <-resync.C:
 			pending, full = true, true
+		case <-check:
+			went, err := l.Writer.WentBack(ctx)
+			if err != nil {
+				l.Log.Debug("cannot ask the store whether it went back", "err", err)
+				continue
+			}
+			if went {
+				l.Log.Error("the store's revision went back (etcd restored from a snapshot?): syncing everything again, to write what it lost")
+				pending, full = true, true
+			}
 		case <-retry:
 			retry = nil
 			if _, err := l.Writer.RetryPending(ctx); err != nil && ctx.Err() == nil {

@@ -141,6 +141,8 @@ type pendingSink struct {
 
 func (p *pendingSink) Pending() bool { return len(p.retries) < 3 }
 
+func (p *pendingSink) WentBack(context.Context) (bool, error) { return false, nil }
+
 func (p *pendingSink) RetryPending(context.Context) (Result, error) {
 	p.retries = append(p.retries, time.Since(p.start))
 	return Result{}, nil

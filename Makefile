@@ -42,7 +42,7 @@ loadtest: build ## Small load test (about 3 minutes): 500 simulated Envoys, 200 
 		--endpoint-rate 10 --route-rate 1 --service-rate 0.5 --duration 20s --baseline=false --out loadtest/out/small-2000
 
 .PHONY: loadtest-faults
-loadtest-faults: build ## The fault suite (about 3 minutes): under churn, SIGKILL a pusher, SIGSTOP NATS and etcd for 30 s each, SIGKILL the ingester leader, a never-answering proxy and 100 non-reading ones for 30 s (the others' convergence reported), values the bus cannot carry written into etcd past the ingester, the change stream deleted, etcd's NOSPACE alarm for 10 s (what readiness and staleness said reported); then NATS killed with its data wiped and no change after; fails if a change is lost or held back.
+loadtest-faults: build ## The fault suite (about 5 minutes): under churn, SIGKILL a pusher, SIGSTOP NATS and etcd for 30 s each, SIGKILL the ingester leader, a never-answering proxy and 100 non-reading ones for 30 s (the others' convergence reported), values the bus cannot carry written into etcd past the ingester, the change stream deleted, etcd's NOSPACE alarm for 10 s, NATS's file system full for 30 s then NATS restarted (root: a tmpfs holds its store), etcd restored from a snapshot taken 10 s earlier (what readiness and staleness said reported); then NATS killed with its data wiped and no change after; fails if a change is lost or held back.
 	$(GO) build -o $(BIN)/loadtest ./loadtest
 	$(BIN)/loadtest run --bin $(BIN) --proxies 100 --services 50 --endpoints 5 \
 		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --faults --settle 60s --out loadtest/out/faults

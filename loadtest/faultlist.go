@@ -21,6 +21,8 @@ func (r *faultRig) faults() []fault {
 		{name: "values the bus cannot carry written into etcd past the ingester (1.2 MB, a namespace with a space, bytes that do not decode)", inject: r.foreignValues},
 		{name: "the change stream deleted under churn", inject: r.streamDeleted},
 		{name: fmt.Sprintf("etcd's NOSPACE alarm raised for %s under churn (every write refused)", r.sc.FaultHold/3), inject: r.etcdFull},
+		{name: fmt.Sprintf("NATS's file system full for %s under churn, then NATS restarted", r.sc.FaultHold), inject: r.natsDiskFull},
+		{name: fmt.Sprintf("etcd restored from a snapshot taken %s earlier, under churn", r.sc.FaultHold/3), inject: r.etcdRestored},
 	}
 }
 

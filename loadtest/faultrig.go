@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/report"
 	"github.com/shardpilot/shardpilot/loadtest/track"
 	"github.com/shardpilot/shardpilot/pkg/store"
@@ -20,16 +22,22 @@ type faultRig struct {
 	ctx context.Context
 	// said is what the pushers said during the last fault, for those
 	// that watch it (see watchSignals).
-	said                     string
-	sc                       Scenario
-	work, meshDir            string
-	etcdURL, natsURL         string
-	procs                    []*proc // every process started, to stop
-	etcd, nats               *proc
+	said             string
+	sc               Scenario
+	work, meshDir    string
+	etcdURL, natsURL string
+	procs            []*proc // every process started, to stop
+	etcd, nats       *proc
+	// natsDir is where NATS's store process keeps its data: a file system
+	// of its own (natsFSErr says why not), which a fault fills.
+	natsDir                  string
+	natsFSErr                error
+	unmountNATS              func()
 	ingesters                map[string]*proc
 	servers                  []*proc
 	cli                      *clientv3.Client
 	tracker                  *track.Tracker
+	mesh                     *meshgen.Mesh
 	hostagesFrom, hostagesTo time.Time
 }
 
@@ -49,7 +57,11 @@ func (r *faultRig) start() error {
 		return err
 	}
 	r.procs = append(r.procs, r.etcd)
-	if r.nats, _, r.natsURL, err = startStore(r.ctx, r.sc.out, "faults-nats", r.work, "--only", "nats"); err != nil {
+	r.natsDir = filepath.Join(r.work, "natsfs")
+	if r.unmountNATS, r.natsFSErr = mountNATSFS(r.natsDir); r.natsFSErr != nil {
+		r.natsFSErr = fmt.Errorf("%w: %w", errNotRun, r.natsFSErr)
+	}
+	if r.nats, _, r.natsURL, err = startStore(r.ctx, r.sc.out, "faults-nats", r.natsDir, "--only", "nats"); err != nil {
 		return err
 	}
 	r.procs = append(r.procs, r.nats)
@@ -120,8 +132,15 @@ func (r *faultRig) leader() (*proc, string) {
 // until it ended must reach every proxy.
 func (r *faultRig) injectAll(ph *report.Phase, prog *progress) {
 	for _, f := range r.faults() {
+		if r.sc.FaultOnly != nil && !r.sc.FaultOnly.MatchString(f.name) {
+			continue
+		}
 		faulted := time.Now()
-		if err := f.inject(); err != nil {
+		if err := f.inject(); errors.Is(err, errNotRun) {
+			ph.Faults = append(ph.Faults, report.Fault{Name: f.name, Said: err.Error()})
+			prog.done("fault: %s: %v", f.name, err)
+			continue
+		} else if err != nil {
 			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %v", f.name, err))
 			return
 		}
@@ -171,7 +190,7 @@ func (r *faultRig) terminate(ph *report.Phase, prog *progress) {
 	}
 }
 
-// stopAll stops every process left.
+// stopAll stops every process left, and unmounts NATS's file system.
 func (r *faultRig) stopAll() {
 	for _, p := range r.procs {
 		if p.cmd.ProcessState == nil {
@@ -179,4 +198,11 @@ func (r *faultRig) stopAll() {
 		}
 		p.stop()
 	}
+	if r.unmountNATS != nil {
+		r.unmountNATS()
+	}
 }
+
+// errNotRun marks a fault this machine cannot inject: reported as not
+// run, with the reason, and the suite goes on.
+var errNotRun = errors.New("not run")

@@ -30,7 +30,11 @@ import (
 // nothing) are written into etcd past the ingester, and the change stream
 // is deleted, and etcd's NOSPACE alarm refuses every write for a while:
 // the stream must not wedge, the ingesters must say etcd is full, and what
-// readiness and staleness said meanwhile is reported.
+// readiness and staleness said meanwhile is reported. NATS's file system
+// fills (JetStream shuts itself down; NATS is restarted once space is
+// back), and etcd is restored from a snapshot: the pushers must say they
+// are behind the store meanwhile, and a proxy must hold every service's
+// newest change again after.
 // Last, with the churn over, NATS is killed and its data wiped: the
 // pushers must follow the store again with no change made, ready
 // throughout. A change that never reaches every proxy is lost, and fails
@@ -48,7 +52,10 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	if err != nil {
 		return ph, err
 	}
-	r := &faultRig{ctx: ctx, sc: sc, work: work, meshDir: meshDir, ingesters: map[string]*proc{}, servers: make([]*proc, 2), tracker: track.New(sc.Proxies)}
+	r := &faultRig{ctx: ctx, sc: sc, work: work, meshDir: meshDir, ingesters: map[string]*proc{}, servers: make([]*proc, 2), tracker: track.New(sc.Proxies), mesh: mesh}
+	// What proxy 0 holds, for the faults after which it must hold every
+	// service's newest change again.
+	r.tracker.Follow(0)
 	defer r.stopAll()
 	if err := r.start(); err != nil {
 		return ph, err
@@ -82,7 +89,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Last, with no change made: NATS loses its data.
-	p, problem := wipedNATS(ctx, sc, work, r.natsURL, r.nats, r.servers, mesh, r.tracker, prog, &ph)
+	p, problem := wipedNATS(ctx, sc, r.natsDir, r.natsURL, r.nats, r.servers, mesh, r.tracker, prog, &ph)
 	if p != nil {
 		r.procs, r.nats = append(r.procs, p), p
 	}

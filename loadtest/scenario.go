@@ -99,7 +99,9 @@ type Scenario struct {
 	// (all when empty), after the one for comparison.
 	FloodsOnly []string      `json:"floods_only,omitempty"`
 	FaultHold  time.Duration `json:"fault_hold"`
-	Seed       uint64        `json:"seed"`
+	// FaultOnly, when set, runs only the faults whose names it matches.
+	FaultOnly *regexp.Regexp `json:"fault_only,omitempty"`
+	Seed      uint64         `json:"seed"`
 	// Source is what shardpilot's ingester reads: "yaml" (a directory) or
 	// "kube" (Istio resources through a kube-apiserver). The baseline
 	// always reads the directory.
@@ -173,6 +175,10 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	})
 	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
+	fs.Func("fault-only", "a regular expression: run only the faults of the suite whose names it matches (the last, NATS wiped, always runs)", func(v string) (err error) {
+		sc.FaultOnly, err = regexp.Compile(v)
+		return err
+	})
 	fs.StringVar(&sc.Source, "source", "yaml", `what the ingester reads: "yaml" (a directory) or "kube" (a kube-apiserver built by hack/kube-binaries.sh)`)
 	fs.DurationVar(&sc.Capacity, "capacity", 0, "instead of the phases, find the most proxies one pusher keeps at this convergence p99: from --proxies, doubling until a trial fails, then bisecting to within a tenth; each trial is a phase of the report (0: no search)")
 	fs.BoolVar(&sc.Profile, "profile", false, "save each serving process's CPU profile over the changes (<phase>-<process>-cpu.pprof, beside its log) and its heap profile after them (-heap.pprof) in --out: read them with go tool pprof")

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/shardpilot/shardpilot/internal/embedded"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
 )
 
 // runStore runs etcd and NATS (JetStream) in a process of their own, as
@@ -30,6 +33,8 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 	out := fs.String("addresses", "", "file to write \"<etcd endpoint> <nats url> <metrics address>\" to once both serve")
 	only := fs.String("only", "", `run only "etcd" or only "nats" (the other address is written as "-")`)
 	natsPort := fs.Int("nats-port", 0, "NATS's port (0: any free one)")
+	etcdPort := fs.Int("etcd-port", 0, "etcd's client port (0: any free one)")
+	restore := fs.String("etcd-restore", "", "an etcd snapshot file: etcd's data is made anew from it before it starts (etcd restored)")
 	if err := parse(fs, "Run etcd and NATS JetStream for a load test, until SIGTERM.", args); err != nil {
 		return err
 	}
@@ -44,7 +49,14 @@ func runStore(ctx context.Context, args []string, stderr io.Writer) error {
 	// and messages in the default registry; NATS's counts are read here.
 	reg := prometheus.NewRegistry()
 	if *only != "nats" {
-		etcd, err := embedded.StartEtcd(filepath.Join(*dir, "etcd-store"))
+		opts := embedded.EtcdOptions{ClientPort: *etcdPort}
+		if *restore != "" {
+			opts.Restore = func(dataDir, name, initialCluster string, peer url.URL) error {
+				return snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{SnapshotPath: *restore, Name: name,
+					OutputDataDir: dataDir, PeerURLs: []string{peer.String()}, InitialCluster: initialCluster, InitialClusterToken: "etcd-cluster"})
+			}
+		}
+		etcd, err := embedded.StartEtcdWith(filepath.Join(*dir, "etcd-store"), opts)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -46,6 +47,13 @@ type TLS struct {
 type EtcdOptions struct {
 	// TLS, when set, serves clients over https.
 	TLS *TLS
+	// ClientPort, when set, is the port clients reach it on (else a free
+	// one): an etcd started again where its clients still look.
+	ClientPort int
+	// Restore, when set, makes its data directory (emptied first) from a
+	// snapshot for a single member of that name, initial cluster and
+	// peer address, before it starts: etcd restored from a snapshot.
+	Restore func(dataDir, name, initialCluster string, peer url.URL) error
 }
 
 // StartEtcd starts a single-member etcd with its data in dir.
@@ -70,6 +78,9 @@ func StartEtcdWith(dir string, opts EtcdOptions) (*Etcd, error) {
 	var lastErr error
 	for range 5 {
 		cp, err := freePort()
+		if opts.ClientPort != 0 {
+			cp, err = opts.ClientPort, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("embedded: etcd port: %w", err)
 		}
@@ -82,6 +93,16 @@ func StartEtcdWith(dir string, opts EtcdOptions) (*Etcd, error) {
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		if opts.Restore != nil {
+			// The member is made anew from the snapshot, at this
+			// attempt's peer address.
+			if err := os.RemoveAll(cfg.Dir); err != nil {
+				return nil, fmt.Errorf("embedded: restore: %w", err)
+			}
+			if err := opts.Restore(cfg.Dir, cfg.Name, cfg.InitialCluster, purl); err != nil {
+				return nil, fmt.Errorf("embedded: restore: %w", err)
+			}
+		}
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
 			// Another process may have taken the port in the meantime.

@@ -46,6 +46,41 @@ type Tracker struct {
 	// audience, when set, says how many proxies a change reaches (all of
 	// them without it).
 	audience func(meshgen.Change) int
+	// held, for the proxy followed (see Follow), is the change each key
+	// was last seen as, older ones included.
+	followed int
+	held     map[Key]int
+}
+
+// Follow makes the Tracker remember what proxy p holds: the change each
+// key was last seen as, even one older than seen before (a store that
+// went back), for Behind.
+func (t *Tracker) Follow(p int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.followed, t.held = p, map[Key]int{}
+}
+
+// Behind returns the keys of the endpoint and route changes whose newest
+// change the followed proxy does not hold (an older one, or none), of
+// those sees says reach it.
+func (t *Tracker) Behind(sees func(meshgen.Change) bool) []Key {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Key
+	for k, list := range t.byKey {
+		if k.Kind != meshgen.Endpoint && k.Kind != meshgen.Route || len(list) == 0 {
+			continue
+		}
+		newest := list[len(list)-1]
+		if !sees(t.records[newest].change) {
+			continue
+		}
+		if n, ok := t.held[k]; !ok || n < newest {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Expect sets how many proxies each change reaches, for a mesh whose
@@ -79,6 +114,9 @@ func (t *Tracker) Made(c meshgen.Change, at time.Time) {
 func (t *Tracker) Saw(p int, k Key, n int, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.held != nil && p == t.followed {
+		t.held[k] = n
+	}
 	list := t.byKey[k]
 	i, found := slices.BinarySearch(list, n)
 	if found {

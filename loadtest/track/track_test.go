@@ -78,3 +78,32 @@ func TestExpect(t *testing.T) {
 		t.Error("not done after both its proxies saw it")
 	}
 }
+
+// TestBehind: the followed proxy is behind on a key it last saw as an
+// older change than the newest made, even after it saw the newest (a
+// store that went back sent it the older one again); changes it does not
+// see and other kinds are left out.
+func TestBehind(t *testing.T) {
+	tr := New(2)
+	tr.Follow(0)
+	t0 := time.Unix(100, 0)
+	ep, rt := Key{meshgen.Endpoint, 1}, Key{meshgen.Route, 2}
+	tr.Made(meshgen.Change{N: 1, Kind: meshgen.Endpoint, Service: 1}, t0)
+	tr.Made(meshgen.Change{N: 2, Kind: meshgen.Endpoint, Service: 1}, t0)
+	tr.Made(meshgen.Change{N: 3, Kind: meshgen.Route, Service: 2}, t0)
+	tr.Made(meshgen.Change{N: 4, Kind: meshgen.AddService, Service: 9}, t0)
+	all := func(meshgen.Change) bool { return true }
+	tr.Saw(0, ep, 2, t0)
+	tr.Saw(0, rt, 3, t0)
+	tr.Saw(1, ep, 1, t0) // another proxy's view does not count
+	if got := tr.Behind(all); len(got) != 0 {
+		t.Errorf("behind on %v, holding every newest change", got)
+	}
+	tr.Saw(0, ep, 1, t0.Add(time.Second)) // the store went back
+	if got := tr.Behind(all); len(got) != 1 || got[0] != ep {
+		t.Errorf("behind on %v, want the endpoints it holds an older change of", got)
+	}
+	if got := tr.Behind(func(c meshgen.Change) bool { return c.Kind != meshgen.Endpoint }); len(got) != 0 {
+		t.Errorf("behind on %v, want nothing of changes it does not see", got)
+	}
+}

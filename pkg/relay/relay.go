@@ -268,6 +268,10 @@ func (r *Relay) relay(ctx context.Context) error {
 	}
 	inFlight := make(chan pending, r.cfg.Window)
 	var unacked atomic.Int64
+	// acked is the newest event the bus stored: the store must still hold
+	// it (see the checks below).
+	var acked atomic.Pointer[meshv1.ChangeEvent]
+	acked.Store(last)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		for {
@@ -280,6 +284,7 @@ func (r *Relay) relay(ctx context.Context) error {
 					return err
 				}
 				unacked.Add(-1)
+				acked.Store(p.ev)
 				r.advanced()
 				if dup {
 					r.m.duplicates.Inc()
@@ -299,6 +304,21 @@ func (r *Relay) relay(ctx context.Context) error {
 			case <-t.C:
 				if err := r.bounded(gctx, r.cfg.Publisher.Check); err != nil && gctx.Err() == nil {
 					return err
+				}
+				// A store restored from a snapshot under the watch: the
+				// watch waits past revisions the store now reuses, whose
+				// changes it would never bring. The next pass finds the
+				// last event unconfirmed and starts a new history.
+				var reason string
+				err := r.bounded(gctx, func(ctx context.Context) (err error) {
+					reason, err = r.cfg.Watcher.Confirm(ctx, acked.Load())
+					return err
+				})
+				switch {
+				case gctx.Err() != nil:
+					return nil
+				case err == nil && reason != "":
+					return fmt.Errorf("the store no longer holds the last event published (%s): restored from a snapshot?", reason)
 				}
 				// Following for two checks with nothing unanswered: a
 				// pass that fails at its first publish never gets here.

@@ -262,3 +262,74 @@ func repairs(t *testing.T, g prometheus.Gatherer) float64 {
 	}
 	return n
 }
+
+// switchedWatcher is a store that is swapped for another under a running
+// relay, as etcd restored from a snapshot is the same endpoint: the
+// relay's watch of the old one goes on, bringing nothing.
+type switchedWatcher struct {
+	mu  sync.Mutex
+	cur *store.Store
+}
+
+func (w *switchedWatcher) get() *store.Store {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur
+}
+
+func (w *switchedWatcher) Revision(ctx context.Context) (int64, error) { return w.get().Revision(ctx) }
+func (w *switchedWatcher) Watch(ctx context.Context, from int64, fn func([]*meshv1.ChangeEvent) error) error {
+	return w.get().Watch(ctx, from, fn)
+}
+func (w *switchedWatcher) Confirm(ctx context.Context, ev *meshv1.ChangeEvent) (string, error) {
+	return w.get().Confirm(ctx, ev)
+}
+
+// TestStoreRestoredUnderTheRelay: etcd restored while the relay follows it
+// (its watch reconnects past revisions the restored store reuses, and
+// would never bring their changes) is noticed within CheckEvery: the last
+// event published is no longer the store's, and the relay starts a new
+// history whose changes are published.
+func TestStoreRestoredUnderTheRelay(t *testing.T) {
+	_, old := shtest.Etcd(t)
+	_, restored := shtest.Etcd(t)
+	_, nc := shtest.NATS(t)
+	b, err := bus.New(nc, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &switchedWatcher{cur: store.New(old)}
+	reg := prometheus.NewRegistry()
+	r, err := relay.New(relay.Config{Watcher: w, Publisher: b, Log: shtest.Log(t), RetryDelay: 10 * time.Millisecond,
+		CheckEvery: 100 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFollowing(t, b)
+	commit(t, old, "before", 12)
+	waitForKey(t, b, "/mesh/v1/services/ns/before-x")
+
+	w.mu.Lock()
+	w.cur = store.New(restored)
+	w.mu.Unlock()
+	shtest.Eventually(t, 10*time.Second, "the repair", func() (bool, string) { return repairs(t, reg) == 1, "" })
+	commit(t, restored, "after", 3)
+	got := waitForKey(t, b, "/mesh/v1/services/ns/after-x")
+	var resync *meshv1.ChangeEvent
+	for _, ev := range got {
+		if ev.Type == meshv1.ChangeEvent_TYPE_RESYNC && ev.Restored {
+			resync = ev
+		}
+	}
+	if resync == nil {
+		t.Errorf("no RESYNC marked restored before the restored store's changes")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

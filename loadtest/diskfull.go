@@ -75,17 +75,7 @@ func (r *faultRig) natsDiskFull() error {
 	}
 	r.procs, r.nats = append(r.procs, p), p
 	restarted := time.Now()
-	back := r.watchSignals(time.Minute, func() bool {
-		if time.Since(restarted) < 2*time.Second {
-			return false
-		}
-		for _, p := range r.servers {
-			if v, _ := p.staleness(); v > 0 {
-				return false
-			}
-		}
-		return true
-	})
+	back := r.watchSignals(time.Minute, r.following(restarted, 2*time.Second))
 	r.said = fmt.Sprintf("while full: %s; after the restart: %s, following again %.1fs after it", s, back, time.Since(restarted).Seconds())
 	switch {
 	case len(s.unready) > 0 || len(back.unready) > 0:

@@ -57,6 +57,22 @@ func (r *faultRig) watchSignals(hold time.Duration, done func() bool) signals {
 	return s
 }
 
+// following is a watchSignals condition: settle has passed since from,
+// and every pusher follows the store (is not stale).
+func (r *faultRig) following(from time.Time, settle time.Duration) func() bool {
+	return func() bool {
+		if time.Since(from) < settle {
+			return false
+		}
+		for _, p := range r.servers {
+			if v, _ := p.staleness(); v > 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // foreignValues writes into etcd, past the ingester, what the bus cannot
 // carry as it is: a valid Service over NATS's payload limit (under etcd's),
 // a Service in a namespace holding a space (no subject token), and bytes
@@ -125,18 +141,7 @@ func (r *faultRig) streamDeleted() error {
 	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 		return fmt.Errorf("delete the stream: %w", err)
 	}
-	deleted := time.Now()
-	s := r.watchSignals(time.Minute, func() bool {
-		if time.Since(deleted) < 2*time.Second {
-			return false
-		}
-		for _, p := range r.servers {
-			if v, _ := p.staleness(); v > 0 {
-				return false
-			}
-		}
-		return true
-	})
+	s := r.watchSignals(time.Minute, r.following(time.Now(), 2*time.Second))
 	r.said = s.String()
 	if len(s.unready) > 0 {
 		return fmt.Errorf("a pusher went unready: %s", s)

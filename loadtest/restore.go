@@ -33,14 +33,10 @@ func (r *faultRig) etcdRestored() error {
 	r.procs, r.etcd = append(r.procs, p), p
 	restored := time.Now()
 	var behind []string
+	following := r.following(restored, 5*time.Second)
 	s := r.watchSignals(time.Minute, func() bool {
-		if time.Since(restored) < 5*time.Second {
+		if !following() {
 			return false
-		}
-		for _, p := range r.servers {
-			if v, _ := p.staleness(); v > 0 {
-				return false
-			}
 		}
 		behind = behind[:0]
 		for _, k := range r.tracker.Behind(func(c meshgen.Change) bool { return r.mesh.Sees(c, 0) }) {

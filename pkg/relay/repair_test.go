@@ -190,16 +190,9 @@ func (r *refusing) PublishAfter(ev, after *meshv1.ChangeEvent) (func(context.Con
 func TestRelayRepairsAStreamThatRefuses(t *testing.T) {
 	cli, s, b := storeAndBus(t)
 	p := &refusing{Bus: b, key: "/mesh/v1/services/ns/wedge"}
-	reg := prometheus.NewRegistry()
-	r, err := relay.New(relay.Config{Watcher: s, Publisher: p, Log: shtest.Log(t), RetryDelay: 10 * time.Millisecond,
-		RepairAfter: time.Second, CheckEvery: 100 * time.Millisecond, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	r, reg, done := checkedRelay(t, ctx, relay.Config{Watcher: s, Publisher: p, RepairAfter: time.Second})
 	waitFollowing(t, b)
 	commit(t, cli, "a", 2)
 	waitForKey(t, b, "/mesh/v1/services/ns/a-x")
@@ -299,16 +292,9 @@ func TestStoreRestoredUnderTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &switchedWatcher{cur: store.New(old)}
-	reg := prometheus.NewRegistry()
-	r, err := relay.New(relay.Config{Watcher: w, Publisher: b, Log: shtest.Log(t), RetryDelay: 10 * time.Millisecond,
-		CheckEvery: 100 * time.Millisecond, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	_, reg, done := checkedRelay(t, ctx, relay.Config{Watcher: w, Publisher: b})
 	waitFollowing(t, b)
 	commit(t, old, "before", 12)
 	waitForKey(t, b, "/mesh/v1/services/ns/before-x")
@@ -332,4 +318,19 @@ func TestStoreRestoredUnderTheRelay(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkedRelay runs a relay of cfg, checking every 100 ms, with a registry
+// of its own for its metrics, until ctx is done.
+func checkedRelay(t *testing.T, ctx context.Context, cfg relay.Config) (*relay.Relay, *prometheus.Registry, <-chan error) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Log, cfg.RetryDelay, cfg.CheckEvery, cfg.Registerer = shtest.Log(t), 10*time.Millisecond, 100*time.Millisecond, reg
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return r, reg, done
 }

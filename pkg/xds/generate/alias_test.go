@@ -16,14 +16,7 @@ import (
 // host's cluster; where it is not, nothing is sent for it (requests pass
 // through).
 func TestExternalNameIsAnAlias(t *testing.T) {
-	http := []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}
-	svc := func(name string, spec *meshv1.Service) *generate.Service {
-		spec.Hostnames, spec.Ports = []string{name + ".shop.svc.cluster.local"}, http
-		return &generate.Service{Namespace: "shop", Name: name, Spec: spec}
-	}
-	backend := svc("backend", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_STATIC, Addresses: []string{"10.96.0.9"}})
-	legacy := svc("legacy", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "backend.shop.svc.cluster.local"})
-	search := svc("search", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "search.example.com"})
+	backend, legacy, search := aliasServices()
 	caller := &generate.Route{Namespace: "shop", Name: "caller", Rule: &meshv1.RouteRule{Hosts: []string{"front.example.com"},
 		Http: []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "legacy.shop.svc.cluster.local"}}}}}}}
 	m := generate.NewMesh([]*generate.Service{backend, legacy, search}, []*generate.Route{caller}).For(generate.View{Namespace: "shop"})
@@ -77,14 +70,7 @@ func TestExternalNameIsAnAlias(t *testing.T) {
 // cluster of its own that resolves it by DNS, so the call still reaches
 // what the name resolves to.
 func TestProxylessClientsDialAliases(t *testing.T) {
-	http := []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}
-	svc := func(name string, spec *meshv1.Service) *generate.Service {
-		spec.Hostnames, spec.Ports = []string{name + ".shop.svc.cluster.local"}, http
-		return &generate.Service{Namespace: "shop", Name: name, Spec: spec}
-	}
-	backend := svc("backend", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_STATIC, Addresses: []string{"10.96.0.9"}})
-	legacy := svc("legacy", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "backend.shop.svc.cluster.local"})
-	search := svc("search", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "search.example.com"})
+	backend, legacy, search := aliasServices()
 	backend.Policy = &meshv1.TrafficPolicy{Subsets: []*meshv1.Subset{{Name: "v2", Labels: map[string]string{"version": "v2"}}}}
 	canary := &generate.Route{Namespace: "shop", Name: "backend", Rule: &meshv1.RouteRule{Hosts: []string{"backend.shop.svc.cluster.local"},
 		Http: []*meshv1.HTTPRoute{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "backend.shop.svc.cluster.local", Subset: "v2"}}}}}}}
@@ -133,4 +119,18 @@ func TestProxylessClientsDialAliases(t *testing.T) {
 	if len(generate.AliasClusters(m, generate.Envoy)) != 0 {
 		t.Error("an Envoy gets alias clusters; its traffic to an outside name passes through")
 	}
+}
+
+// aliasServices are shop's backend (a service on port 80), legacy (an
+// ExternalName Service naming backend) and search (one naming a host
+// outside the mesh).
+func aliasServices() (backend, legacy, search *generate.Service) {
+	http := []*meshv1.Port{{Name: "http", Number: 80, Protocol: meshv1.Protocol_PROTOCOL_HTTP}}
+	svc := func(name string, spec *meshv1.Service) *generate.Service {
+		spec.Hostnames, spec.Ports = []string{name + ".shop.svc.cluster.local"}, http
+		return &generate.Service{Namespace: "shop", Name: name, Spec: spec}
+	}
+	return svc("backend", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_STATIC, Addresses: []string{"10.96.0.9"}}),
+		svc("legacy", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "backend.shop.svc.cluster.local"}),
+		svc("search", &meshv1.Service{Resolution: meshv1.Resolution_RESOLUTION_DNS, AliasOf: "search.example.com"})
 }

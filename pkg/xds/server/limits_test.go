@@ -385,9 +385,11 @@ func TestFirstRequestWithAStaleNonceIsAnswered(t *testing.T) {
 }
 
 // TestResponseLimit: a response past the class's ResponseLimit is not
-// sent (a client would refuse it and the stream with it) and is counted;
-// a client naming fewer resources is served, and the stream refused one
-// is served the next response that fits.
+// sent (a client would refuse it and the stream with it) and is counted.
+// A client that holds nothing of the type is told why, in the status that
+// ends its stream, never left waiting in silence; one that holds a version
+// keeps it, and is served the next response that fits; a client naming
+// fewer resources is served.
 func TestResponseLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c, ads, ctx := serve(t, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
@@ -400,24 +402,30 @@ func TestResponseLimit(t *testing.T) {
 	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
 		t.Fatal(err)
 	}
-	open := func(id string, names []string) grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse] {
+	open := func(id, version string, names []string) grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse] {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType, ResourceNames: names}); err != nil {
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id}, TypeUrl: resource.ClusterType, ResourceNames: names, VersionInfo: version}); err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	few := open("few", all[:2])
+	few := open("few", "", all[:2])
 	if r, err := few.Recv(); err != nil || len(r.Resources) != 2 {
 		t.Fatalf("a client naming 2 clusters: %v resources, %v", len(r.GetResources()), err)
 	}
-	many := open("many", all)
-	testutil.Eventually(t, 10*time.Second, "the response naming 100 clusters refused", func() (bool, string) {
+	_, err := open("nothing", "", all).Recv()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the 2000 it takes") {
+		t.Fatalf("a client holding nothing, over the limit: %v, want its stream ended with the reason", err)
+	}
+	// One that holds a version (from another pusher, before the mesh
+	// grew) keeps it.
+	holding := open("holding", "an-earlier-version", all)
+	testutil.Eventually(t, 10*time.Second, "both responses counted", func() (bool, string) {
 		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
-			if m.GetLabel()[0].GetValue() == "response_size" && m.GetCounter().GetValue() == 1 {
+			if m.GetLabel()[0].GetValue() == "response_size" && m.GetCounter().GetValue() == 2 {
 				return true, ""
 			}
 		}
@@ -430,8 +438,11 @@ func TestResponseLimit(t *testing.T) {
 	if _, _, _, err := c.Update("all", resource.ClusterType, kept); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := many.Recv(); err != nil || len(r.Resources) != 5 {
+	if r, err := holding.Recv(); err != nil || len(r.Resources) != 5 {
 		t.Fatalf("once its clusters fit: %v resources, %v", len(r.GetResources()), err)
+	}
+	if r, err := open("nothing-again", "", all).Recv(); err != nil || len(r.Resources) != 5 {
+		t.Fatalf("a client holding nothing, once its clusters fit: %v resources, %v", len(r.GetResources()), err)
 	}
 }
 

@@ -178,8 +178,10 @@ func (st *stream) park(started int64) bool {
 }
 
 // stopSending stops the stream's sending, waiting for a write in progress
-// (gRPC forbids writing to a stream whose handler returned). The write
-// returns soon: the stream's context is done by then.
+// (gRPC forbids writing to a stream whose handler returned): cancelling
+// the stream's context makes it return (the stream is reset then, and a
+// status the server ended it with is lost; without a write in progress
+// the status reaches the proxy).
 func (st *stream) stopSending() {
 	st.smu.Lock()
 	st.done = true
@@ -189,6 +191,7 @@ func (st *stream) stopSending() {
 	}
 	st.stopped = make(chan struct{})
 	st.smu.Unlock()
+	st.cancel()
 	<-st.stopped
 }
 

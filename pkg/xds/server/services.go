@@ -46,10 +46,13 @@ func (s *Server) register(gs *grpc.Server) {
 
 func (s *Server) serveSotW(ss grpc.ServerStream, typeURL string) error {
 	r := &sotwRequest{}
-	return s.serve(ss, false, func(st *stream) error { return st.receiveSotW(r, typeURL) })
+	return s.serve(ss, false, func(st *stream) error { return st.recv(r) }, func(st *stream) error {
+		defer r.release()
+		return st.applySotW(r, typeURL)
+	})
 }
 
 func (s *Server) serveDelta(ss grpc.ServerStream, typeURL string) error {
 	r := &deltaRequest{maxInitial: s.cfg.MaxNames}
-	return s.serve(ss, true, func(st *stream) error { return st.receiveDelta(r, typeURL) })
+	return s.serve(ss, true, func(st *stream) error { return st.recv(r) }, func(st *stream) error { return st.applyDelta(r, typeURL) })
 }

@@ -61,8 +61,10 @@ type stream struct {
 	since  time.Time
 	// startEpoch is the generation current when the stream began.
 	startEpoch int64
-	// ended says why the server ended the stream (nil: it did not).
-	ended atomic.Pointer[error]
+	// ended says why the server ended the stream (nil: it did not);
+	// endedC is closed then.
+	ended  atomic.Pointer[error]
+	endedC chan struct{}
 	// sending is when the write in progress started (unix ns; 0: none).
 	sending atomic.Int64
 	// behind is set once a response of the stream went unanswered (or
@@ -142,7 +144,10 @@ type watch struct {
 	fresh   bool
 	prev    *cache.Set
 	initial map[string]string
-	dirty   atomic.Bool
+	// holds says the proxy holds something of the type: it said so when
+	// it subscribed (a version, initial versions) or was sent a response.
+	holds bool
+	dirty atomic.Bool
 	// dueEpoch is the generation that made the watch due: the proxy
 	// needed nothing of those before it.
 	dueEpoch atomic.Int64
@@ -225,18 +230,23 @@ func (w *watch) excuse() {
 var _ cache.Watcher = (*watch)(nil)
 
 // end ends the stream with err as its status; it reports whether the
-// stream was not ended before.
+// stream was not ended before. Its handler returns err at once, even while
+// its read waits for the proxy (see serve): the stream's context is not
+// cancelled, which would reset the stream, and the proxy would never learn
+// why it ended (a write in progress is, see stopSending).
 func (st *stream) end(err error) bool {
 	if !st.ended.CompareAndSwap(nil, &err) {
 		return false
 	}
-	st.cancel()
+	if st.endedC != nil {
+		close(st.endedC)
+	}
 	return true
 }
 
 // serve runs a stream until the proxy goes, the server ends it, or a
-// request is refused. receive reads and applies one request.
-func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) error) error {
+// request is refused. read reads one request, apply applies it.
+func (s *Server) serve(ss grpc.ServerStream, delta bool, read, apply func(*stream) error) error {
 	ctx := ss.Context()
 	cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc)
 	if !ok {
@@ -246,7 +256,8 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 	if delta {
 		id = -id
 	}
-	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now(), startEpoch: s.epoch()}
+	st := &stream{srv: s, id: id, delta: delta, ss: ss, ctx: ctx, cancel: cancel, since: time.Now(), startEpoch: s.epoch(),
+		endedC: make(chan struct{})}
 	st.holders = s.holdersOf(st)
 	s.cfg.Streams.add(st)
 	s.m.streams.Inc()
@@ -272,13 +283,45 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, receive func(*stream) e
 			s.cfg.Callbacks.Closed(node)
 		}
 	}()
+	// Requests are read on a goroutine of their own, one at a time, and
+	// applied here: a stream the server ends returns its status at once,
+	// while the read may wait for the proxy for good. The reader goes
+	// when gRPC ends the stream after this returns.
+	reads, more, done := make(chan error), make(chan struct{}), make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			err := read(st)
+			select {
+			case reads <- err:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+			select {
+			case <-more:
+			case <-done:
+				return
+			}
+		}
+	}()
 	for {
-		err := receive(st)
-		if err == nil {
-			continue
+		var err error
+		select {
+		case err = <-reads:
+			if err == nil {
+				err = apply(st)
+			}
+		case <-st.endedC:
 		}
 		if e := st.ended.Load(); e != nil {
 			return *e
+		}
+		if err == nil {
+			more <- struct{}{}
+			continue
 		}
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -316,13 +359,6 @@ var errClosed = errors.New("server: stream closed")
 
 // receiveSotW reads and applies one SotW request. typeURL is the type of
 // a single-type stream ("" for ADS).
-func (st *stream) receiveSotW(r *sotwRequest, typeURL string) error {
-	defer r.release()
-	if err := st.recv(r); err != nil {
-		return err
-	}
-	return st.applySotW(r, typeURL)
-}
 
 // recv reads one request; one its codec could not decode, or holds more
 // than a stream may ask for, is refused.
@@ -426,6 +462,9 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 	if err := st.holdLocked(w); err != nil {
 		return ack, err
 	}
+	if first && len(r.version) > 0 {
+		w.holds = true
+	}
 	if first && len(r.version) > 0 && len(r.nonce) == 0 {
 		// A proxy that moved from another replica, or reconnected, says
 		// what it holds: if it is what this replica would send, only the
@@ -441,12 +480,9 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 	return ack, nil
 }
 
-// receiveDelta reads and applies one Delta request.
-func (st *stream) receiveDelta(r *deltaRequest, typeURL string) error {
+// applyDelta applies one decoded Delta request.
+func (st *stream) applyDelta(r *deltaRequest, typeURL string) error {
 	defer r.release()
-	if err := st.recv(r); err != nil {
-		return err
-	}
 	w, err := st.request(r.hasNode, r.node, r.typeURL, typeURL)
 	if w == nil || err != nil {
 		return err
@@ -538,7 +574,7 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 		return ack, err
 	}
 	if first && len(r.initial) > 0 {
-		w.initial = r.initial
+		w.initial, w.holds = r.initial, true
 	}
 	w.Notify()
 	return ack, nil
@@ -666,15 +702,23 @@ func (st *stream) next(i int) (*outgoing, error) {
 		return nil, nil
 	}
 	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
-		// The client would refuse it, and the stream with it: it keeps
-		// what it has, and the next change tries again.
+		// The client would refuse it, and the stream with it. One that
+		// holds something of the type keeps it, and the next change tries
+		// again; one that holds nothing would wait in silence, so it is
+		// told why, in the status that ends its stream.
 		st.srv.m.limited.WithLabelValues(limitResponse).Inc()
+		hint := "subscribe to fewer names, or narrow what the proxy sees with a Sidecar's egress hosts"
+		if !w.holds {
+			st.srv.cfg.Log.Warn("a first response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
+				"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "hint", hint)
+			return nil, status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent; %s",
+				w.short, len(resp.Body), resp.Resources, limit, hint)
+		}
 		st.srv.cfg.Log.Warn("a response too large for its client is not sent; the client keeps its last one", "proxy", st.node.GetId(),
-			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit,
-			"hint", "the client names these resources: limit what it sees with a Sidecar (egress hosts)")
+			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "hint", hint)
 		return nil, nil
 	}
-	w.version, w.fresh, w.prev, w.initial = resp.To, false, nil, nil
+	w.version, w.fresh, w.prev, w.initial, w.holds = resp.To, false, nil, nil, true
 	if w.credited > 0 {
 		// Generations that did not touch what the proxy watches are not
 		// its changes: an ACK measures only those from the one that made

@@ -407,6 +407,11 @@ func (o *options) secure(ctx context.Context, etcd *clientv3.Client, kube kubern
 		if root, err = meshCA(ctx, etcd, o.caCert, o.caKey, o.caSealKeys, o.caTrust, o.trustDomain, log); err != nil {
 			return sec, err
 		}
+		if reg != nil {
+			if err := reg.Register(ca.ExpiryCollector(root)); err != nil {
+				return sec, err
+			}
+		}
 		var check func() bool
 		if sec.secrets, sec.certificates, sec.readCredentials, check, err = workloadCertificates(root, policy, kube,
 			ca.Service{TTL: o.certTTL, MaxTTL: o.maxCertTTL, PerIdentity: o.certEvery, PerIdentityBurst: o.certBurst}, log, reg); err != nil {

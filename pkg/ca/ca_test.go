@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,5 +292,36 @@ func TestPublishTrust(t *testing.T) {
 	}
 	if _, err := as("ingester").Put(ctx, store.TrustKey, "forged"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("the ingesters wrote the roots: %v", err)
+	}
+}
+
+// TestExpiryCollector: the signing certificate's expiry and that of each
+// other certificate proxies trust are reported, each once.
+func TestExpiryCollector(t *testing.T) {
+	signing, next := testutil.NewCA(t), testutil.NewCA(t)
+	c, err := ca.FromFiles(signing.CertFile, signing.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AlsoTrust(next.CertFile); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ca.ExpiryCollector(c))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] += 1
+			if m.GetLabel()[0].GetValue() == "signing" && m.GetGauge().GetValue() != float64(c.Root().NotAfter.Unix()) {
+				t.Errorf("signing certificate expires at %v, want %v", m.GetGauge().GetValue(), c.Root().NotAfter.Unix())
+			}
+		}
+	}
+	if got["signing"] != 1 || got["trusted"] != 1 {
+		t.Errorf("certificates reported %v, want the signing one and the other trusted root", got)
 	}
 }

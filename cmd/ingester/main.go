@@ -362,7 +362,10 @@ func run(ctx context.Context, args []string) error {
 		return leads
 	})
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_ingester_leading",
-		Help: "Elections (sources, the relay) this replica leads now."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {
+		Help: "Elections (sources, the relay) this replica leads now (all it runs, without elections)."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {
+		return err
+	}
+	if err := reg.Register(election.Share.Collector()); err != nil {
 		return err
 	}
 	g.Go(func() error { return rl.Run(ctx) })

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"maps"
 	"slices"
@@ -44,7 +45,46 @@ type Share struct {
 	elections int
 	leading   int
 	led       map[string]bool // the elections led now
+	runs      map[string]bool // every election this replica runs
 	yielded   time.Time
+}
+
+// Runs returns every election this replica runs, each with whether it
+// leads it now.
+func (s *Share) Runs() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]bool, len(s.runs))
+	for name := range s.runs {
+		out[name] = s.led[name]
+	}
+	return out
+}
+
+// running records that this replica runs an election (led says it leads
+// it now, as an unelected replica leads everything it runs), until the
+// returned func is called.
+func (s *Share) running(name string, led bool) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string]bool{}
+	}
+	if s.led == nil {
+		s.led = map[string]bool{}
+	}
+	s.runs[name] = true
+	if led {
+		s.led[name] = true
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.runs, name)
+		if led {
+			delete(s.led, name)
+		}
+	}
 }
 
 // Leading returns the elections this replica leads now, in order.
@@ -139,6 +179,9 @@ func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, lo
 		if term != nil {
 			term.cur.Store(store.New(etcd))
 		}
+		if e.Share != nil {
+			defer e.Share.running(name, true)()
+		}
 		return run(ctx)
 	}
 	el := &store.Elector{Client: etcd, Name: name, ID: e.ID, TTL: e.TTL, Log: log}
@@ -146,6 +189,7 @@ func led(ctx context.Context, etcd *clientv3.Client, e Election, name string, lo
 		e.Share.mu.Lock()
 		e.Share.elections++
 		e.Share.mu.Unlock()
+		defer e.Share.running(name, false)()
 	}
 	return el.Run(ctx, func(ctx context.Context, fenced *store.Store) error {
 		if term != nil {
@@ -165,5 +209,29 @@ func forgetting(m *ingest.Report, source string, run func(context.Context) error
 	return func(ctx context.Context) error {
 		defer m.Forget(source)
 		return run(ctx)
+	}
+}
+
+// leadsDesc describes the Share's per-election gauge.
+var leadsDesc = prometheus.NewDesc("shardpilot_ingester_leads",
+	"Each election (source/<name>, relay) this replica runs: 1 while it leads it (an unelected replica leads all it runs), 0 while it waits. "+
+		"An election no replica leads (every one at 0) is a source nobody syncs, or the relay stopped.",
+	[]string{"election"}, nil)
+
+// Collector reports, for each election this replica runs, whether it
+// leads it now (shardpilot_ingester_leads).
+func (s *Share) Collector() prometheus.Collector { return leadsCollector{s} }
+
+type leadsCollector struct{ s *Share }
+
+func (c leadsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- leadsDesc }
+
+func (c leadsCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, led := range c.s.Runs() {
+		v := 0.0
+		if led {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(leadsDesc, prometheus.GaugeValue, v, name)
 	}
 }

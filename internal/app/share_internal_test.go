@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shardpilot/shardpilot/internal/testutil"
 	"github.com/shardpilot/shardpilot/pkg/store"
 )
@@ -74,3 +76,54 @@ func TestShareSpreadsElections(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// TestLeadsReportsEveryElection: each election a replica runs is reported,
+// 1 while it leads it and 0 while it waits; an unelected replica leads
+// all it runs; an election it no longer runs goes.
+func TestLeadsReportsEveryElection(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leader, waiting := &Share{Etcd: cli, Role: "ingester"}, &Share{Etcd: cli, Role: "ingester"}
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		_ = led(ctx, cli, Election{ID: "a", TTL: time.Second, Share: leader}, "source/yaml", slog.New(slog.DiscardHandler), nil, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	})
+	<-started
+	wg.Go(func() {
+		_ = led(ctx, cli, Election{ID: "b", TTL: time.Second, Share: waiting}, "source/yaml", slog.New(slog.DiscardHandler), nil, func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	})
+	unelected := &Share{}
+	stopped := make(chan struct{})
+	wg.Go(func() {
+		_ = led(ctx, cli, Election{Share: unelected}, "relay", slog.New(slog.DiscardHandler), nil, func(ctx context.Context) error {
+			<-ctx.Done()
+			close(stopped)
+			return nil
+		})
+	})
+	testutil.Eventually(t, 10*time.Second, "every replica's elections reported", func() (bool, string) {
+		a, b, u := leader.Runs(), waiting.Runs(), unelected.Runs()
+		return a["source/yaml"] && len(b) == 1 && !b["source/yaml"] && u["relay"], fmt.Sprint(a, b, u)
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(waiting.Collector())
+	if n, err := promtestutil.GatherAndCount(reg, "shardpilot_ingester_leads"); err != nil || n != 1 {
+		t.Errorf("%d series of the waiting replica, %v: want its one election", n, err)
+	}
+	cancel()
+	<-stopped
+	testutil.Eventually(t, 10*time.Second, "the unelected replica's election gone", func() (bool, string) {
+		return len(unelected.Runs()) == 0, fmt.Sprint(unelected.Runs())
+	})
+}

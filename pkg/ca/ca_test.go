@@ -226,14 +226,7 @@ func TestRootFromFiles(t *testing.T) {
 // TestAlsoTrust: while a root is replaced proxies trust both, the one
 // that signs first; a file of anything but CA certificates is refused.
 func TestAlsoTrust(t *testing.T) {
-	signing, next := testutil.NewCA(t), testutil.NewCA(t)
-	c, err := ca.FromFiles(signing.CertFile, signing.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AlsoTrust(next.CertFile); err != nil {
-		t.Fatal(err)
-	}
+	c, next := trustingNext(t)
 	nextPEM, err := os.ReadFile(next.CertFile)
 	if err != nil {
 		t.Fatal(err)
@@ -298,14 +291,7 @@ func TestPublishTrust(t *testing.T) {
 // TestExpiryCollector: the signing certificate's expiry and that of each
 // other certificate proxies trust are reported, each once.
 func TestExpiryCollector(t *testing.T) {
-	signing, next := testutil.NewCA(t), testutil.NewCA(t)
-	c, err := ca.FromFiles(signing.CertFile, signing.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AlsoTrust(next.CertFile); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := trustingNext(t)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(ca.ExpiryCollector(c))
 	mfs, err := reg.Gather()
@@ -324,4 +310,19 @@ func TestExpiryCollector(t *testing.T) {
 	if got["signing"] != 1 || got["trusted"] != 1 {
 		t.Errorf("certificates reported %v, want the signing one and the other trusted root", got)
 	}
+}
+
+// trustingNext is a CA that also trusts the next root (a rotation's first
+// step), and that next root.
+func trustingNext(t *testing.T) (*ca.CA, *testutil.CA) {
+	t.Helper()
+	signing, next := testutil.NewCA(t), testutil.NewCA(t)
+	c, err := ca.FromFiles(signing.CertFile, signing.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AlsoTrust(next.CertFile); err != nil {
+		t.Fatal(err)
+	}
+	return c, next
 }

@@ -10,8 +10,8 @@ import (
 // of changes (once Changed has not been called for the quiet period), a
 // full one every resync period to repair drift, a full one as soon as the
 // store went back (restored from a snapshot: see Syncer.WentBack), and
-// full retries after a failed sync. Changed never blocks and may be called from any goroutine;
-// Run returns when its context is done.
+// full retries after a failed sync. Changed never blocks and may be called
+// from any goroutine; Run returns when its context is done.
 type Loop struct {
 	// Sync reads the source and syncs it into the store: all of it when
 	// full, else what changed since the last sync.

@@ -357,9 +357,6 @@ func (st *stream) close() (class, secrets, locality cache.Class) {
 // errClosed stops a receive that finds its stream closed.
 var errClosed = errors.New("server: stream closed")
 
-// receiveSotW reads and applies one SotW request. typeURL is the type of
-// a single-type stream ("" for ADS).
-
 // recv reads one request; one its codec could not decode, or holds more
 // than a stream may ask for, is refused.
 func (st *stream) recv(r any) error {
@@ -464,12 +461,10 @@ func (st *stream) applySotWLocked(w *watch, r *sotwRequest) (ack confirmation, e
 	}
 	if first && len(r.version) > 0 {
 		w.holds = true
-	}
-	if first && len(r.version) > 0 && len(r.nonce) == 0 {
 		// A proxy that moved from another replica, or reconnected, says
 		// what it holds: if it is what this replica would send, only the
 		// next change is.
-		if v, at := w.set.ContentVersion(); v == string(r.version) {
+		if v, at := w.set.ContentVersion(); len(r.nonce) == 0 && v == string(r.version) {
 			w.version, w.fresh, w.prev = at, false, nil
 			w.status.Sent, w.status.Acked = v, v
 			w.credited = st.srv.epoch()

@@ -47,6 +47,13 @@ loadtest-faults: build ## The fault suite (about 5 minutes): under churn, SIGKIL
 	$(BIN)/loadtest run --bin $(BIN) --proxies 100 --services 50 --endpoints 5 \
 		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --faults --settle 60s --out loadtest/out/faults
 
+.PHONY: loadtest-inputs
+loadtest-inputs: build ## The heavy inputs (about 10 minutes): on the fault suite's processes, under churn, 300 EnvoyFilters merging contradictory values into every cluster, 20,000 services in one namespace every proxy sees, a VirtualService of 5,000 routes rewritten every second for 20 s; a grpc-go client on each pusher follows an endpoint moved every 5 s meanwhile; reports how the unrelated changes converged against the churn alone, how long until both pushers served the input alike, the pushers' CPU and RSS; fails if an unrelated change is held back or lost, or the pushers do not agree.
+	$(GO) build -o $(BIN)/loadtest ./loadtest
+	$(GO) build -o $(BIN)/meshapp ./test/cluster/meshapp
+	$(BIN)/loadtest run --bin $(BIN) --proxies 100 --services 50 --endpoints 5 \
+		--endpoint-rate 5 --route-rate 0.5 --service-rate 0.2 --pushers "" --baseline=false --inputs --settle 60s --out loadtest/out/inputs
+
 .PHONY: loadtest-floods
 loadtest-floods: build ## The floods (about 3 minutes, root, a kube-apiserver built by hack/kube-binaries.sh): against a pusher set up as docs/security.md describes and held to the chart's memory limit, forged token reviews, one identity's registrations, made-up names, CSDS at once and unfinished messages, 15 s each under churn; the pusher's RSS, the honest proxies' convergence, a token proxy's admission and another namespace's registration reported; fails if the pusher is killed, a change is lost, or that proxy or workload is not served or registered.
 	$(GO) build -o $(BIN)/loadtest ./loadtest

@@ -99,6 +99,14 @@ type Scenario struct {
 	// (all when empty), after the one for comparison.
 	FloodsOnly []string      `json:"floods_only,omitempty"`
 	FaultHold  time.Duration `json:"fault_hold"`
+	// Inputs runs the heavy inputs (see inputsPhase): InputFilters
+	// EnvoyFilters, InputServices services in one namespace, a
+	// VirtualService of InputRoutes routes rewritten InputRewrites times.
+	Inputs        bool `json:"inputs,omitempty"`
+	InputFilters  int  `json:"input_filters,omitempty"`
+	InputServices int  `json:"input_services,omitempty"`
+	InputRoutes   int  `json:"input_routes,omitempty"`
+	InputRewrites int  `json:"input_rewrites,omitempty"`
 	// FaultOnly, when set, runs only the faults whose names it matches.
 	FaultOnly *regexp.Regexp `json:"fault_only,omitempty"`
 	Seed      uint64         `json:"seed"`
@@ -173,6 +181,11 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return nil
 	})
+	fs.BoolVar(&sc.Inputs, "inputs", false, "also run the heavy inputs on the fault suite's processes (needs meshapp in --bin): contradictory EnvoyFilters, a namespace of many services, a VirtualService of many routes rewritten every second, each beside churn and a grpc-go client on each pusher; fails if an unrelated change is held back, a change is lost, or the pushers do not serve the input alike")
+	fs.IntVar(&sc.InputFilters, "input-filters", 300, "--inputs: how many EnvoyFilters")
+	fs.IntVar(&sc.InputServices, "input-services", 20000, "--inputs: how many services in the one namespace")
+	fs.IntVar(&sc.InputRoutes, "input-routes", 5000, "--inputs: how many routes the VirtualService has")
+	fs.IntVar(&sc.InputRewrites, "input-rewrites", 20, "--inputs: how many times (once a second) the VirtualService is rewritten")
 	fs.StringVar(&sc.FloodMemoryLimit, "flood-memory-limit", "678Mi", "the pusher's memory limit under the floods: the chart's default (2 × the sized request of 339 MiB)")
 	fs.DurationVar(&sc.FaultHold, "fault-hold", 30*time.Second, "how long the fault suite keeps NATS and etcd stopped")
 	fs.Func("fault-only", "a regular expression: run only the faults of the suite whose names it matches (the last, NATS wiped, always runs)", func(v string) (err error) {
@@ -269,6 +282,13 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if sc.Faults {
 		ph, err := faultPhase(ctx, sc, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Phases = append(rep.Phases, ph)
+	}
+	if sc.Inputs {
+		ph, err := inputsPhase(ctx, sc, stderr)
 		if err != nil {
 			return err
 		}

@@ -71,6 +71,27 @@ type Fault struct {
 	Said string `json:"said,omitempty"`
 	// Flood, for a flood a client sends, is what it cost the pusher.
 	Flood *Flood `json:"flood,omitempty"`
+	// Input, for a heavy input, is what it cost and how the mesh kept
+	// flowing while it applied.
+	Input *Input `json:"input,omitempty"`
+}
+
+// Input is a heavy input: how long until both pushers served it, and its
+// removal, alike (-1: not within the bound); how the grpc-go clients
+// followed an endpoint moved meanwhile (each move's slowest client, -1
+// when one did not follow within a minute) and how many of their RPCs
+// failed; the CPU the pushers used from its write until its removal was
+// served, and their largest RSS. NormalP99 is the churn's convergence
+// p99 alone, before the inputs, to read During against.
+type Input struct {
+	Applied    float64 `json:"applied_s"`
+	Removed    float64 `json:"removed_s"`
+	NormalP99  float64 `json:"normal_p99_s"`
+	Moves      int     `json:"moves"`
+	FollowMax  float64 `json:"follow_max_s"`
+	RPCsFailed int64   `json:"rpcs_failed"`
+	CPUSeconds float64 `json:"cpu_s"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
 // Flood is what a flood cost the pusher, held to a memory limit.
@@ -499,6 +520,12 @@ func (r *Report) Markdown() string {
 			}
 			if f.Said != "" {
 				fmt.Fprintf(&b, "    the pushers meanwhile: %s\n", f.Said)
+			}
+			if in := f.Input; in != nil {
+				fmt.Fprintf(&b, "    both pushers served it alike after %s and its removal after %s; the churn alone converged in %s at p99\n",
+					format(in.Applied, "s"), format(in.Removed, "s"), format(in.NormalP99, "s"))
+				fmt.Fprintf(&b, "    the grpc-go clients followed %d endpoint moves meanwhile in %s at most; %d RPCs failed\n", in.Moves, format(in.FollowMax, "s"), in.RPCsFailed)
+				fmt.Fprintf(&b, "    the pushers used %s CPU-s; RSS at most %s MiB\n", format(in.CPUSeconds, ""), format(in.PeakRSSMiB, ""))
 			}
 			if fl := f.Flood; fl != nil {
 				fmt.Fprintf(&b, "    sent: %s\n", fl.Sent)

@@ -36,6 +36,7 @@ func (p *Pusher) generate(c change) {
 	p.conv.begin(c.observed)
 	p.delivered = p.cfg.Tables.Backlog() == 0
 	p.gen++
+	p.genAt = start
 	p.lru.sweep(start)
 	built, index, rev := p.state.mesh()
 	mesh := built.Mesh
@@ -62,6 +63,7 @@ func (p *Pusher) generate(c change) {
 		p.prints.keep(classes)
 		p.patchValues.Sweep()
 		p.linger.keep(classes)
+		p.armLinger(start, p.linger.next())
 		if previous != nil && !previous.Same(index) {
 			// Sidecars, exportTo or Gateways changed: a connected proxy may
 			// belong to another class now.
@@ -170,28 +172,31 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	// proxyless class's servers' listeners) follows the policies that
 	// apply; a proxyless class also follows the ports its namespace serves.
 	security := mesh.PoliciesFor(view.Namespace, view.Policies)
-	var servers string
+	// One builder: a proxyless class's print names every service it
+	// serves, and concatenating in turn was quadratic in them.
+	var sb strings.Builder
 	for _, pol := range security {
-		servers += "|" + pol.Tag() + "@" + pol.Version
+		sb.WriteString("|" + pol.Tag() + "@" + pol.Version)
 	}
 	if proxy == generate.Proxyless {
 		for _, s := range mesh.Services {
 			if view.Namespace == "" || s.Namespace == view.Namespace {
-				servers += s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|"
+				sb.WriteString(s.Namespace + "/" + s.Name + ":" + p.serverPorts.of(s) + "|")
 			}
 		}
 		for _, pol := range mesh.Policies {
 			// The namespaces with policies have classes of their own.
-			servers += "|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version
+			sb.WriteString("|" + pol.Namespace + "/" + pol.Tag() + "@" + pol.Version)
 		}
 	}
 	if proxy == generate.Envoy {
-		servers += collectorsPrint(mesh)
+		sb.WriteString(collectorsPrint(mesh))
 	}
+	servers := sb.String()
 	// The print names the removed clusters the class still serves, after
 	// those that may go now are let go: a generation that only drops
 	// them is not skipped.
-	p.linger.expire(class, p.gen, p.delivered, time.Now())
+	p.linger.expire(class, p.gen, p.delivered, p.genAt)
 	base := classPrint(m, proxy, view, servers)
 	if !printChanged(&p.prints, class, withLingering(base, p.linger.key(class))) {
 		// Nothing this class sees changed: its resources would be the same.
@@ -295,19 +300,27 @@ func withLingering(print uint64, lingering string) uint64 {
 
 // publishClusters hands over a class's clusters with those it lost less
 // than ClusterLinger ago (make before break; linger.expire has let go
-// those that may go), and schedules the generation that drops them.
+// those that may go). While some linger it asks for a generation, held
+// (up to the maximum hold) until this one's pushes are written and
+// answered, which lets them go; armLinger makes one at the latest.
 func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster) {
-	now := time.Now()
-	out, next := p.linger.apply(class, clusters, p.gen, now)
+	out, next := p.linger.apply(class, clusters, p.gen, p.genAt)
 	publish(p, class, resource.ClusterType, out)
-	if next.IsZero() {
-		return
+	if !next.IsZero() {
+		p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
 	}
-	// A generation to drop them: held (up to the maximum hold) until this
-	// one's pushes are written and answered, and one at the latest.
-	p.debouncer.Add(change{1, now, true, time.Time{}})
-	if p.lingerAt.After(now) {
-		return // one is due already
+}
+
+// armLinger has the timer ask for a generation at next, when the first
+// lingering cluster of any class goes at the latest, unless it is armed
+// for then or sooner already. It runs after every full generation, from
+// every class's lingering clusters: a class whose print did not change
+// publishes nothing, and a timer armed by its own publication alone would
+// leave its clusters lingering, with no generation to come (a removal
+// that never reached its proxies).
+func (p *Pusher) armLinger(now, next time.Time) {
+	if next.IsZero() || p.lingerAt.After(now) && !p.lingerAt.After(next) {
+		return
 	}
 	p.lingerAt = next
 	request := func() { p.debouncer.Add(change{1, time.Now(), true, time.Time{}}) }
@@ -393,7 +406,7 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 	}
 	clusters = append(clusters, generate.GatewayCatchAllClusters(mesh)...)
 	shape := p.routerShaping(mesh, class)
-	p.linger.expire(class, p.gen, p.delivered, time.Now())
+	p.linger.expire(class, p.gen, p.delivered, p.genAt)
 	p.publishClusters(class, shape.clusters(clusters))
 	listen := generate.ListenPorts(mesh, gws)
 	if classify.ParseClass(class).Unprivileged() {

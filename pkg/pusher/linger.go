@@ -99,6 +99,20 @@ func (l *linger) apply(class cache.Class, list []*cluster.Cluster, gen uint64, n
 	return out, next
 }
 
+// next returns when the first lingering cluster of any class goes at the
+// latest (zero: none lingers).
+func (l *linger) next() time.Time {
+	var next time.Time
+	for _, gone := range l.gone.by {
+		for _, g := range gone {
+			if due := g.since.Add(l.period); next.IsZero() || due.Before(next) {
+				next = due
+			}
+		}
+	}
+	return next
+}
+
 // key names the clusters a class still serves after their removal, for
 // the class's print: when they go the class is generated again.
 func (l *linger) key(class cache.Class) string {

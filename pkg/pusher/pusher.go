@@ -245,6 +245,9 @@ type Pusher struct {
 	// pushes was written and answered when the current one began.
 	gen       uint64
 	delivered bool
+	// genAt is when the current generation began: the time lingering
+	// clusters are stamped with and let go by, alike for every class.
+	genAt time.Time
 	// lingerTimer asks for the generation that drops lingering clusters at
 	// the latest, at lingerAt.
 	lingerTimer *time.Timer

@@ -59,6 +59,7 @@ type scriptedFeed struct {
 
 type feedBatch struct {
 	delay  time.Duration // before the events
+	gap    time.Duration // between them
 	events []*meshv1.ChangeEvent
 	end    error
 }
@@ -75,6 +76,9 @@ func (f *scriptedFeed) Consume(ctx context.Context, _ uint64, fn func(uint64, *m
 	f.mu.Unlock()
 	time.Sleep(b.delay)
 	for i, ev := range b.events {
+		if i > 0 {
+			time.Sleep(b.gap)
+		}
 		if err := fn(uint64(i+1), ev); err != nil {
 			return err
 		}
@@ -706,5 +710,72 @@ func TestImpossibleObservedTimes(t *testing.T) {
 			t.Errorf("apply lag: %d samples summing %vs, want the one possible (a second)", n, lag.GetHistogram().GetSampleSum())
 		}
 		stop()
+	})
+}
+
+// twoScopes is a busy sink serving two classes, of namespaces a and b,
+// whose Sidecars see their own namespace alone.
+type twoScopes struct{ busySink }
+
+func (s *twoScopes) Classes() []cache.Class {
+	return []cache.Class{"envoy/a/default", "envoy/b/default"}
+}
+
+func (s *twoScopes) outbound(class cache.Class) []string {
+	var names []string
+	for n := range s.resources(class, resource.ClusterType) {
+		if strings.HasPrefix(n, "outbound|") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestLingeringGoesInEveryClass: a class whose cluster lingers from a
+// later removal than another class's loses it at the latest ClusterLinger
+// after its own removal, though the generation that let the other's go
+// changed nothing for it (it once lingered for ever: the only timer was
+// the other class's, and the class published nothing to arm its own).
+func TestLingeringGoesInEveryClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := func(ns, name string) model.Stored {
+			s := stored(name, 80)
+			s.Key.Namespace = ns
+			s.Object.(*meshv1.Service).Hostnames = []string{name + "." + ns + ".svc.cluster.local"}
+			return s
+		}
+		scope := func(ns string) model.Stored {
+			return model.Stored{Key: model.Key{Kind: model.KindScope, Namespace: ns, Name: "default"}, ModRevision: 1,
+				Object: &meshv1.Scope{Egress: []*meshv1.EgressListener{{Hosts: []string{"./*"}}}}}
+		}
+		loader := &scriptedLoader{loads: []func() ([]model.Stored, int64, error){
+			func() ([]model.Stored, int64, error) {
+				return []model.Stored{scope("a"), scope("b"), in("a", "x"), in("a", "keep"), in("b", "y"), in("b", "keep")}, 10, nil
+			},
+		}}
+		feed := &scriptedFeed{batches: []feedBatch{{delay: 2 * time.Second, gap: 12 * time.Second, events: []*meshv1.ChangeEvent{
+			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/a/x", Revision: 11},
+			{Type: meshv1.ChangeEvent_TYPE_DELETE, Key: "/mesh/v1/services/b/y", Revision: 12}}}}}
+		sink := &twoScopes{}
+		_, stop := run(t, Config{Loader: loader, Feed: feed, Tables: sink, ClusterLinger: 20 * time.Second}, time.Second)
+		defer stop()
+		sink.backlog.Store(1) // the proxies are busy for good
+		if got := sink.outbound("envoy/b/default"); len(got) != 2 {
+			t.Fatalf("class b at the start: clusters %v, want y's and keep's", got)
+		}
+		// Busy, each generation waits the maximum hold (5s): x's removal
+		// (at 2s) is generated at 7s, y's (at 14s) at 19s, and the one its
+		// lingering asks for at 24s, which sees y lingering; the timer for
+		// x (27s) is generated at 32s, where x goes and class b changes
+		// nothing. y goes at 39s, generated at 44s.
+		time.Sleep(70 * time.Second)
+		synctest.Wait()
+		if got := sink.outbound("envoy/a/default"); !slices.Equal(got, []string{"outbound|80||keep.a.svc.cluster.local"}) {
+			t.Errorf("class a, ClusterLinger after x's removal: clusters %v, want keep's alone", got)
+		}
+		if got := sink.outbound("envoy/b/default"); !slices.Equal(got, []string{"outbound|80||keep.b.svc.cluster.local"}) {
+			t.Errorf("class b, ClusterLinger after y's removal: clusters %v, want keep's alone", got)
+		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,6 +117,19 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 	}
 	for settle := time.Now(); r.tracker.Pending() > 0 && time.Since(settle) < sc.Settle && ctx.Err() == nil; {
 		time.Sleep(100 * time.Millisecond)
+	}
+	if r.tracker.Pending() > 0 {
+		// Where a lost change stopped: what each pusher's probe holds.
+		for i, p := range probes {
+			var dyn []string
+			for name := range p.view().clusters {
+				if strings.Contains(name, "||"+meshgen.DynamicName(0)[:4]) {
+					dyn = append(dyn, name)
+				}
+			}
+			slices.Sort(dyn)
+			ph.Problems = append(ph.Problems, fmt.Sprintf("after the settle, pusher %d's probe holds the dynamic services' clusters %v", i, dyn))
+		}
 	}
 	return finish(ph, fleet, r.tracker, &sampler, r.servers, phaseStart, changesStart, nil), nil
 }

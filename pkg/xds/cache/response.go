@@ -70,7 +70,12 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	case delta && r.Initial != nil:
 		return t.encode(s, delta, t.initialLocked(s, r.Initial))
 	case r.Fresh && r.Prev != nil && (delta || !t.full):
-		return t.encode(s, delta, t.addedLocked(r.Prev, s, r.From))
+		names := t.addedLocked(r.Prev, s, r.From)
+		if delta && r.From < t.floor {
+			gone, _ := t.goneSinceLocked(r.Prev, r.From)
+			names = append(names, gone...)
+		}
+		return t.encode(s, delta, names)
 	case !r.Fresh && r.From == t.version:
 		return Response{To: t.version}, nil
 	}
@@ -83,6 +88,13 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 			return Response{To: t.version}, nil
 		case ok && (delta || !t.full):
 			key.since, key.from, names = true, r.From, changed
+		case !ok && delta:
+			// The log no longer reaches back to the stream's version:
+			// every resource, and every name removed since that the
+			// table still remembers (its own to this stream's version,
+			// so not kept as the set's body).
+			gone, _ := t.goneSinceLocked(s, r.From)
+			return t.encode(s, delta, append(t.namesLocked(s), gone...))
 		}
 	}
 	if body, ok := s.bodyLocked(key); ok {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -73,6 +74,13 @@ type Table struct {
 	// log holds the changes after floor, oldest first.
 	log   []change
 	floor uint64
+	// removed holds, by name, the version at which each name was removed
+	// (forgotten when it comes back), after removedFloor: a Delta stream
+	// the log no longer reaches back to must still be told what went.
+	// It outlives the log (removals are names alone), within
+	// tombstoneLimit names.
+	removed      map[string]uint64
+	removedFloor uint64
 	// sets are the interned named subscriptions by fingerprint; wild is
 	// the wildcard subscription.
 	sets map[Fingerprint][]*Set
@@ -240,6 +248,7 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		t.size += e.size
 		t.log = append(t.log, change{version: t.version, name: e.name, old: old, sum: e.sum})
 		names = append(names, e.name)
+		delete(t.removed, e.name)
 	}
 	for _, name := range gone {
 		old := t.entries[name]
@@ -248,8 +257,13 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		t.size -= old.size
 		t.log = append(t.log, change{version: t.version, name: name, old: old.sum})
 		names = append(names, name)
+		if t.removed == nil {
+			t.removed = map[string]uint64{}
+		}
+		t.removed[name] = t.version
 	}
 	t.trimLocked()
+	t.trimRemovedLocked()
 	t.notifyLocked(names)
 	return len(next), len(gone), t.size, nil
 }
@@ -269,6 +283,44 @@ func (t *Table) trimLocked() {
 	}
 	t.floor = t.log[cut-1].version
 	t.log = append(t.log[:0:0], t.log[cut:]...)
+}
+
+// tombstoneLimit is how many removed names a table remembers past its log
+// at least (see Table.removed).
+const tombstoneLimit = 1 << 16
+
+// trimRemovedLocked keeps the removed names within the larger of
+// tombstoneLimit and eight logs: past it the older half goes.
+func (t *Table) trimRemovedLocked() {
+	limit := max(tombstoneLimit, 8*t.logSize)
+	if len(t.removed) <= limit {
+		return
+	}
+	versions := make([]uint64, 0, len(t.removed))
+	for _, v := range t.removed {
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	cut := versions[len(versions)/2]
+	for n, v := range t.removed {
+		if v <= cut {
+			delete(t.removed, n)
+		}
+	}
+	t.removedFloor = cut
+}
+
+// goneSinceLocked returns the names of the set removed after version
+// from, for a Delta stream the log does not reach back to, and whether
+// the removed names reach back that far.
+func (t *Table) goneSinceLocked(s *Set, from uint64) ([]string, bool) {
+	var out []string
+	for n, v := range t.removed {
+		if v > from && s.Has(n) {
+			out = append(out, n)
+		}
+	}
+	return out, from >= t.removedFloor
 }
 
 // notifyLocked wakes the watchers of the wildcard set and of every set

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"unsafe"
@@ -172,6 +173,42 @@ func TestStreamBehindTheLogIsSentWhatItLacks(t *testing.T) {
 	s2 := fresh.Subscribe(w, []string{"b", "a"}, false)
 	if v2, _ := s2.ContentVersion(); v2 != v {
 		t.Errorf("content version %s, another table with the same content %s", v, v2)
+	}
+}
+
+// TestDeltaStreamBehindTheLogIsToldWhatWent: a Delta stream the log no
+// longer reaches back to (one large removal trims it whole) is sent every
+// resource and the names removed since its version (they were once left
+// out: the stream kept a removed cluster for good).
+func TestDeltaStreamBehindTheLogIsToldWhatWent(t *testing.T) {
+	_, tb := edsTable(t, 2)
+	w := &counter{}
+	set := tb.Subscribe(w, nil, true)
+	defer tb.Unsubscribe(w, set)
+	all := map[string]types.Resource{"keep": cla("keep", 0), "old": cla("old", 0)}
+	for i := range 10 {
+		all[fmt.Sprintf("bulk-%d", i)] = cla("bulk", 0)
+	}
+	update(t, tb, all)
+	first := must(tb.Delta(Request{Set: set, Fresh: true}))
+	// "old" goes, then the bulk comes and goes: the log holds none of it.
+	update(t, tb, map[string]types.Resource{"keep": cla("keep", 0)})
+	update(t, tb, map[string]types.Resource{"keep": cla("keep", 1)})
+	if from := first.To; from >= tb.floor {
+		t.Fatalf("the log reaches back to version %d (floor %d): the test does not test what it says", from, tb.floor)
+	}
+	names, removed := deltaNames(t, must(tb.Delta(Request{Set: set, From: first.To})))
+	slices.Sort(removed)
+	if !slices.Equal(names, []string{"keep"}) || len(removed) != 11 || !slices.Contains(removed, "old") {
+		t.Errorf("behind the log: resources %v, removed %v; want keep, and old and the 10 bulk names removed", names, removed)
+	}
+	// A name that comes back is not removed.
+	update(t, tb, map[string]types.Resource{"keep": cla("keep", 1), "old": cla("old", 1)})
+	update(t, tb, map[string]types.Resource{"keep": cla("keep", 2), "old": cla("old", 1)})
+	update(t, tb, map[string]types.Resource{"keep": cla("keep", 3), "old": cla("old", 1)})
+	_, removed = deltaNames(t, must(tb.Delta(Request{Set: set, From: first.To})))
+	if slices.Contains(removed, "old") {
+		t.Errorf("old came back, and is still said removed: %v", removed)
 	}
 }
 

@@ -70,12 +70,7 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	case delta && r.Initial != nil:
 		return t.encode(s, delta, t.initialLocked(s, r.Initial))
 	case r.Fresh && r.Prev != nil && (delta || !t.full):
-		names := t.addedLocked(r.Prev, s, r.From)
-		if delta && r.From < t.floor {
-			gone, _ := t.goneSinceLocked(r.Prev, r.From)
-			names = append(names, gone...)
-		}
-		return t.encode(s, delta, names)
+		return t.encode(s, delta, t.addedLocked(r.Prev, s, r.From, delta))
 	case !r.Fresh && r.From == t.version:
 		return Response{To: t.version}, nil
 	}
@@ -89,12 +84,9 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 		case ok && (delta || !t.full):
 			key.since, key.from, names = true, r.From, changed
 		case !ok && delta:
-			// The log no longer reaches back to the stream's version:
-			// every resource, and every name removed since that the
-			// table still remembers (its own to this stream's version,
-			// so not kept as the set's body).
-			gone, _ := t.goneSinceLocked(s, r.From)
-			return t.encode(s, delta, append(t.namesLocked(s), gone...))
+			// Its own to the stream's version (the removals it names):
+			// not kept as the set's body.
+			return t.encode(s, delta, t.behindLocked(s, s, r.From, delta))
 		}
 	}
 	if body, ok := s.bodyLocked(key); ok {
@@ -177,12 +169,12 @@ func (t *Table) changedLocked(s *Set, from uint64) ([]string, bool) {
 }
 
 // addedLocked returns the names s holds that prev did not, with the
-// names of s that changed after from (all of s when the log does not
-// reach back that far).
-func (t *Table) addedLocked(prev, s *Set, from uint64) []string {
+// names of s that changed after from (see behindLocked when the log does
+// not reach back that far).
+func (t *Table) addedLocked(prev, s *Set, from uint64, delta bool) []string {
 	changed, ok := t.changedLocked(s, from)
 	if !ok {
-		return t.namesLocked(s)
+		return t.behindLocked(s, prev, from, delta)
 	}
 	seen := map[string]struct{}{}
 	for _, n := range changed {
@@ -204,6 +196,24 @@ func (t *Table) addedLocked(prev, s *Set, from uint64) []string {
 		}
 	}
 	return changed
+}
+
+// behindLocked returns the names a stream at version from, which the log
+// no longer reaches back to, is sent: every name of s, and, for a Delta
+// stream, the names of held (what it subscribed to) removed since, as far
+// as the table remembers them (Table.removed); a SotW stream's full
+// response says what went by leaving it out.
+func (t *Table) behindLocked(s, held *Set, from uint64, delta bool) []string {
+	names := t.namesLocked(s)
+	if !delta {
+		return names
+	}
+	for n, v := range t.removed {
+		if v > from && held.Has(n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // namesLocked returns the names of what the set holds that exist.

@@ -75,12 +75,12 @@ type Table struct {
 	log   []change
 	floor uint64
 	// removed holds, by name, the version at which each name was removed
-	// (forgotten when it comes back), after removedFloor: a Delta stream
-	// the log no longer reaches back to must still be told what went.
-	// It outlives the log (removals are names alone), within
-	// tombstoneLimit names.
-	removed      map[string]uint64
-	removedFloor uint64
+	// (forgotten when it comes back): a Delta stream the log no longer
+	// reaches back to must still be told what went (behindLocked). It
+	// outlives the log (removals are names alone), within tombstoneLimit
+	// names: a stream further behind than the oldest is told of those it
+	// remembers, and keeps the rest until it reconnects.
+	removed map[string]uint64
 	// sets are the interned named subscriptions by fingerprint; wild is
 	// the wildcard subscription.
 	sets map[Fingerprint][]*Set
@@ -307,20 +307,6 @@ func (t *Table) trimRemovedLocked() {
 			delete(t.removed, n)
 		}
 	}
-	t.removedFloor = cut
-}
-
-// goneSinceLocked returns the names of the set removed after version
-// from, for a Delta stream the log does not reach back to, and whether
-// the removed names reach back that far.
-func (t *Table) goneSinceLocked(s *Set, from uint64) ([]string, bool) {
-	var out []string
-	for n, v := range t.removed {
-		if v > from && s.Has(n) {
-			out = append(out, n)
-		}
-	}
-	return out, from >= t.removedFloor
 }
 
 // notifyLocked wakes the watchers of the wildcard set and of every set

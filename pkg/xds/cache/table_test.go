@@ -202,6 +202,14 @@ func TestDeltaStreamBehindTheLogIsToldWhatWent(t *testing.T) {
 	if !slices.Equal(names, []string{"keep"}) || len(removed) != 11 || !slices.Contains(removed, "old") {
 		t.Errorf("behind the log: resources %v, removed %v; want keep, and old and the 10 bulk names removed", names, removed)
 	}
+	// So is one that changes what it subscribes to meanwhile: told of
+	// what it held that went.
+	named := tb.Subscribe(w, []string{"keep"}, false)
+	defer tb.Unsubscribe(w, named)
+	names, removed = deltaNames(t, must(tb.Delta(Request{Set: named, Prev: set, Fresh: true, From: first.To})))
+	if !slices.Equal(names, []string{"keep"}) || len(removed) != 11 || !slices.Contains(removed, "old") {
+		t.Errorf("behind the log, subscribing anew: resources %v, removed %v; want keep, and old and the 10 bulk names removed", names, removed)
+	}
 	// A name that comes back is not removed.
 	update(t, tb, map[string]types.Resource{"keep": cla("keep", 1), "old": cla("old", 1)})
 	update(t, tb, map[string]types.Resource{"keep": cla("keep", 2), "old": cla("old", 1)})

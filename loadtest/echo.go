@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 )
 
 // echo is a real gRPC service in the mesh and its proxyless clients:
@@ -24,29 +25,42 @@ type echo struct {
 	at      int      // the server the ServiceEntry names
 }
 
-// EchoNamespace is the echo service's namespace, and its clients'.
+// echoNamespace is the echo service's namespace, and its clients'.
 const echoNamespace = "echo"
 
 const echoHost = "echo." + echoNamespace + ".svc.cluster.local"
 
-// startEcho starts the servers and writes the ServiceEntry; clients start
-// once the pushers serve (startClients).
-func startEcho(out, meshapp, meshDir string) (*echo, error) {
-	if _, err := os.Stat(meshapp); err != nil {
-		return nil, fmt.Errorf("the grpc-go client and server: %w (build it: go build -o %s ./test/cluster/meshapp)", err, meshapp)
-	}
+// startEcho starts the servers, writes the ServiceEntry naming the first,
+// and starts a client on each ADS address; it returns once each client
+// has had an answer. stop stops what it started, after an error too.
+func startEcho(out, meshapp, meshDir string, ads []string) (*echo, error) {
 	e := &echo{meshDir: meshDir}
+	if _, err := os.Stat(meshapp); err != nil {
+		return e, fmt.Errorf("the grpc-go client and server: %w (build it: go build -o %s ./test/cluster/meshapp)", err, meshapp)
+	}
 	for i := range e.servers {
 		addr, err := freeAddr()
 		if err != nil {
-			return nil, err
+			return e, err
 		}
 		if e.servers[i], err = start(out, fmt.Sprintf("echo-server-%d", i), meshapp, "server", "-addr", addr, "-drain", "0s"); err != nil {
-			return nil, err
+			return e, err
 		}
 		e.addrs[i] = addr
 	}
-	return e, e.write(0)
+	if err := e.write(0); err != nil {
+		return e, err
+	}
+	return e, e.startClients(out, meshapp, ads)
+}
+
+// stop stops the servers and clients.
+func (e *echo) stop() {
+	for _, p := range append(e.clients, e.servers[:]...) {
+		if p != nil {
+			p.stop()
+		}
+	}
 }
 
 func (e *echo) write(at int) error {
@@ -60,12 +74,8 @@ spec:
   resolution: STATIC
   endpoints: [{address: 127.0.0.1, ports: {grpc: %s}}]
 `, echoNamespace, echoHost, port)
-	tmp := filepath.Join(e.meshDir, ".echo.yaml.tmp")
-	if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
-		return err
-	}
 	e.at = at
-	return os.Rename(tmp, filepath.Join(e.meshDir, "echo.yaml"))
+	return meshgen.Dir(e.meshDir).Put("echo", []byte(doc))
 }
 
 // startClients starts a client on each ADS address, and waits until each

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/report"
+	"github.com/shardpilot/shardpilot/loadtest/sim"
 	"github.com/shardpilot/shardpilot/loadtest/track"
 	"github.com/shardpilot/shardpilot/pkg/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,6 +50,46 @@ type fault struct {
 	// during, when set, reports how the changes made during the fault
 	// converged, and says whether that was too slow.
 	during func(*report.Fault) string
+}
+
+// newFaultRig writes the scenario's mesh into a new work directory and
+// starts the fault suite's processes on it. stop stops them and removes
+// the directory, after an error too.
+func newFaultRig(ctx context.Context, sc Scenario) (r *faultRig, stop func(), err error) {
+	work, meshDir, err := workDir()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	r = &faultRig{ctx: ctx, sc: sc, work: work, meshDir: meshDir, ingesters: map[string]*proc{}, servers: make([]*proc, 2), tracker: track.New(sc.Proxies)}
+	stop = func() {
+		if r.cli != nil {
+			r.cli.Close()
+		}
+		r.stopAll()
+		os.RemoveAll(work)
+	}
+	if r.mesh, err = meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces}); err != nil {
+		return r, stop, err
+	}
+	return r, stop, r.start()
+}
+
+// newFleet makes the simulated proxies, spread over both pushers and
+// observed by the rig's tracker.
+func (r *faultRig) newFleet() (*sim.Fleet, error) {
+	return sim.New(sim.Config{Addrs: []string{r.servers[0].ads, r.servers[1].ads}, Proxies: r.sc.Proxies, Delta: r.sc.Delta, PerConn: r.sc.PerConn,
+		Namespaces: r.sc.Namespaces, Observer: r.tracker})
+}
+
+// settleUpTo waits, for the scenario's settle at most, until every change
+// up to n has reached every proxy, and returns how long it waited and how
+// many had not.
+func (r *faultRig) settleUpTo(n int) (time.Duration, int) {
+	start := time.Now()
+	for pendingUpTo(r.tracker, n) > 0 && time.Since(start) < r.sc.Settle && r.ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start), pendingUpTo(r.tracker, n)
 }
 
 // start starts the processes and waits until the pushers are ready.
@@ -144,17 +186,9 @@ func (r *faultRig) injectAll(ph *report.Phase, prog *progress) {
 			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %v", f.name, err))
 			return
 		}
-		upTo := lastMade(r.tracker)
-		recovered := time.Now()
-		ok := false
-		for time.Since(recovered) < r.sc.Settle && r.ctx.Err() == nil {
-			if pendingUpTo(r.tracker, upTo) == 0 {
-				ok = true
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		fr := report.Fault{Name: f.name, Lasted: recovered.Sub(faulted).Seconds(), Recovered: time.Since(recovered).Seconds(), Pending: pendingUpTo(r.tracker, upTo), Said: r.said}
+		ended := time.Now()
+		recovered, pending := r.settleUpTo(lastMade(r.tracker))
+		fr := report.Fault{Name: f.name, Lasted: ended.Sub(faulted).Seconds(), Recovered: recovered.Seconds(), Pending: pending, Said: r.said}
 		r.said = ""
 		if f.during != nil {
 			if problem := f.during(&fr); problem != "" {
@@ -166,7 +200,7 @@ func (r *faultRig) injectAll(ph *report.Phase, prog *progress) {
 		if d := fr.During; d != nil {
 			prog.done("  the %d changes made during it reached every other proxy in %.2fs at p99, %.2fs at most", d.Changes, d.P99, d.Max)
 		}
-		if !ok {
+		if pending > 0 {
 			ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %d changes made before it ended did not reach every proxy within %s", f.name, fr.Pending, r.sc.Settle))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -43,29 +42,18 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	ph := report.Phase{Name: "shardpilot, faults", Target: "shardpilot", Pushers: 2, Proxies: sc.Proxies}
 	done := announce(stderr, sc, ph.Name)
 	defer done()
-	work, meshDir, err := workDir()
+	r, stop, err := newFaultRig(ctx, sc)
+	defer stop()
 	if err != nil {
 		return ph, err
 	}
-	defer os.RemoveAll(work)
-	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
-	if err != nil {
-		return ph, err
-	}
-	r := &faultRig{ctx: ctx, sc: sc, work: work, meshDir: meshDir, ingesters: map[string]*proc{}, servers: make([]*proc, 2), tracker: track.New(sc.Proxies), mesh: mesh}
 	// What proxy 0 holds, for the faults after which it must hold every
 	// service's newest change again.
 	r.tracker.Follow(0)
-	defer r.stopAll()
-	if err := r.start(); err != nil {
-		return ph, err
-	}
-	defer r.cli.Close()
 
 	phaseStart := time.Now()
 	var sampler procstat.Sampler
-	fleet, err := sim.New(sim.Config{Addrs: []string{r.servers[0].ads, r.servers[1].ads}, Proxies: sc.Proxies, Delta: sc.Delta, PerConn: sc.PerConn,
-		Namespaces: sc.Namespaces, Observer: r.tracker})
+	fleet, err := r.newFleet()
 	if err != nil {
 		return ph, err
 	}
@@ -78,7 +66,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 	}
 
 	// Steady churn for as long as the faults take.
-	changesStart, stopChurn := steadyChurn(ctx, sc, mesh, r.tracker, fleet)
+	changesStart, stopChurn := steadyChurn(ctx, sc, r.mesh, r.tracker, fleet)
 	defer stopChurn()
 	time.Sleep(5 * time.Second)
 	r.injectAll(&ph, prog)
@@ -89,7 +77,7 @@ func faultPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phas
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Last, with no change made: NATS loses its data.
-	p, problem := wipedNATS(ctx, sc, r.natsDir, r.natsURL, r.nats, r.servers, mesh, r.tracker, prog, &ph)
+	p, problem := wipedNATS(ctx, sc, r.natsDir, r.natsURL, r.nats, r.servers, r.mesh, r.tracker, prog, &ph)
 	if p != nil {
 		r.procs, r.nats = append(r.procs, p), p
 	}

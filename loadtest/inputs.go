@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/procstat"
 	"github.com/shardpilot/shardpilot/loadtest/report"
-	"github.com/shardpilot/shardpilot/loadtest/sim"
-	"github.com/shardpilot/shardpilot/loadtest/track"
 )
 
 // inputsPhase runs the heavy inputs (make loadtest-inputs) on the fault
@@ -37,36 +34,15 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 	ph := report.Phase{Name: "shardpilot, heavy inputs", Target: "shardpilot", Pushers: 2, Proxies: sc.Proxies}
 	done := announce(stderr, sc, ph.Name)
 	defer done()
-	work, meshDir, err := workDir()
-	if err != nil {
-		return ph, err
-	}
-	defer os.RemoveAll(work)
-	mesh, err := meshgen.Write(meshDir, meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces})
+	r, stop, err := newFaultRig(ctx, sc)
+	defer stop()
 	if err != nil {
 		return ph, err
 	}
 	meshapp := filepath.Join(sc.bin, "meshapp")
-	app, err := startEcho(sc.out, meshapp, meshDir)
-	if app != nil {
-		defer func() {
-			for _, p := range append(app.clients, app.servers[:]...) {
-				if p != nil {
-					p.stop()
-				}
-			}
-		}()
-	}
+	app, err := startEcho(sc.out, meshapp, r.meshDir, []string{r.servers[0].ads, r.servers[1].ads})
+	defer app.stop()
 	if err != nil {
-		return ph, err
-	}
-	r := &faultRig{ctx: ctx, sc: sc, work: work, meshDir: meshDir, ingesters: map[string]*proc{}, servers: make([]*proc, 2), tracker: track.New(sc.Proxies), mesh: mesh}
-	defer r.stopAll()
-	if err := r.start(); err != nil {
-		return ph, err
-	}
-	defer r.cli.Close()
-	if err := app.startClients(sc.out, meshapp, []string{r.servers[0].ads, r.servers[1].ads}); err != nil {
 		return ph, err
 	}
 	pctx, stopProbes := context.WithCancel(ctx)
@@ -78,8 +54,7 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 
 	phaseStart := time.Now()
 	var sampler procstat.Sampler
-	fleet, err := sim.New(sim.Config{Addrs: []string{r.servers[0].ads, r.servers[1].ads}, Proxies: sc.Proxies, Delta: sc.Delta, PerConn: sc.PerConn,
-		Namespaces: sc.Namespaces, Observer: r.tracker})
+	fleet, err := r.newFleet()
 	if err != nil {
 		return ph, err
 	}
@@ -90,13 +65,13 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 		ph.Problems = append(ph.Problems, problem)
 		return finish(ph, fleet, r.tracker, &sampler, r.servers, phaseStart, time.Now(), nil), nil
 	}
-	changesStart, stopChurn := steadyChurn(ctx, sc, mesh, r.tracker, fleet)
+	changesStart, stopChurn := steadyChurn(ctx, sc, r.mesh, r.tracker, fleet)
 	defer stopChurn()
 	// The churn alone, for what "normal" is on this machine today.
 	time.Sleep(20 * time.Second)
 	normal, _, _ := convergedBetween(r.tracker, changesStart.Add(5*time.Second), time.Now())
 	prog.done("the churn alone: its changes reached every proxy in %.2fs at p99", normal.Seconds())
-	ir := &inputRig{faultRig: r, app: app, probes: probes, meshDir: meshDir, normal: normal}
+	ir := &inputRig{faultRig: r, app: app, probes: probes, normal: normal}
 	for _, in := range ir.inputs() {
 		if sc.FaultOnly != nil && !sc.FaultOnly.MatchString(in.name) {
 			continue
@@ -123,7 +98,7 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 		for i, p := range probes {
 			var dyn []string
 			for name := range p.view().clusters {
-				if strings.Contains(name, "||"+meshgen.DynamicName(0)[:4]) {
+				if strings.Contains(name, "."+meshgen.DynamicNamespace+".svc.") {
 					dyn = append(dyn, name)
 				}
 			}
@@ -134,25 +109,26 @@ func inputsPhase(ctx context.Context, sc Scenario, stderr io.Writer) (report.Pha
 	return finish(ph, fleet, r.tracker, &sampler, r.servers, phaseStart, changesStart, nil), nil
 }
 
-// inputRig is the input suite's processes and probes.
+// inputRig is the input suite's processes and probes, and the churn's
+// convergence p99 alone.
 type inputRig struct {
 	*faultRig
-	app     *echo
-	probes  []*probe
-	meshDir string
-	normal  time.Duration
+	app    *echo
+	probes []*probe
+	normal time.Duration
 }
 
 // input is one heavy input: apply writes it (and, for one rewritten
 // under churn, rewrites it until it returns), remove removes it; applied
-// and removed say whether a probe's view holds it, and holds none of it.
+// and gone say whether a probe's view holds it, and holds none of it. It
+// is held for hold, and both pushers must serve it alike within
+// agreeWithin, and its removal too.
 type input struct {
-	name            string
-	apply, remove   func() error
-	applied, gone   func(view) bool
-	hold            time.Duration
-	agreeWithin     time.Duration
-	unrelatedWithin time.Duration
+	name          string
+	apply, remove func() error
+	applied, gone func(view) bool
+	hold          time.Duration
+	agreeWithin   time.Duration
 }
 
 func (ir *inputRig) inputs() []input {
@@ -218,7 +194,7 @@ func (ir *inputRig) run(in input) (report.Fault, []string) {
 
 	p99, longest, n := convergedBetween(ir.tracker, from, to)
 	f.During = &report.During{Changes: n, P99: p99.Seconds(), Max: longest.Seconds()}
-	if n == 0 || p99 > in.unrelatedWithin {
+	if n == 0 || p99 > ir.bound() {
 		problems = append(problems, fmt.Sprintf("the %d changes made meanwhile reached every proxy in %s at p99 (%s with the churn alone): held back", n, p99.Round(time.Millisecond), ir.normal.Round(time.Millisecond)))
 	}
 	f.Input.Moves = len(follows) / max(1, len(ir.app.stats))
@@ -238,14 +214,10 @@ func (ir *inputRig) run(in input) (report.Fault, []string) {
 		}
 	}
 	// Every change made until now reaches every proxy.
-	upTo := lastMade(ir.tracker)
-	settled := time.Now()
-	for pendingUpTo(ir.tracker, upTo) > 0 && time.Since(settled) < ir.sc.Settle && ir.ctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.Recovered, f.Pending = time.Since(settled).Seconds(), pendingUpTo(ir.tracker, upTo)
-	if f.Pending > 0 {
-		problems = append(problems, fmt.Sprintf("%d changes did not reach every proxy within %s", f.Pending, ir.sc.Settle))
+	recovered, pending := ir.settleUpTo(lastMade(ir.tracker))
+	f.Recovered, f.Pending = recovered.Seconds(), pending
+	if pending > 0 {
+		problems = append(problems, fmt.Sprintf("%d changes did not reach every proxy within %s", pending, ir.sc.Settle))
 	}
 	return f, problems
 }
@@ -285,8 +257,8 @@ func (ir *inputRig) agree(cond func(view) bool, limit time.Duration) (time.Durat
 		}
 		alike := ""
 		for _, v := range views[1:] {
-			if v.digest != views[0].digest {
-				alike = differ(views[0], v)
+			if d := differ(views[0], v); d != "" {
+				alike = d
 			}
 		}
 		if why == "" && alike == "" {
@@ -300,29 +272,14 @@ func (ir *inputRig) agree(cond func(view) bool, limit time.Duration) (time.Durat
 	return -1, strings.TrimSuffix(why, "; ")
 }
 
-// put writes a file of the YAML directory whole (renamed into place).
-func (ir *inputRig) put(name string, data []byte) error {
-	tmp := filepath.Join(ir.meshDir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(ir.meshDir, name))
-}
-
-func (ir *inputRig) drop(names ...string) error {
-	for _, n := range names {
-		if err := os.Remove(filepath.Join(ir.meshDir, n)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// dir is the YAML directory the ingesters read.
+func (ir *inputRig) dir() meshgen.Dir { return meshgen.Dir(ir.meshDir) }
 
 // envoyFilters is n EnvoyFilters in the root namespace, each merging its
 // own connection buffer limit and connect timeout into every outbound
 // cluster: they contradict one another, and the last in order wins.
 func (ir *inputRig) envoyFilters(n int) input {
-	const file = "heavy-envoyfilters.yaml"
+	const file = "heavy-envoyfilters"
 	return input{
 		name: fmt.Sprintf("%d EnvoyFilters in the root namespace merging contradictory values into every cluster, removed %s later", n, ir.sc.FaultHold),
 		apply: func() error {
@@ -341,9 +298,9 @@ spec:
       value: {per_connection_buffer_limit_bytes: %d, connect_timeout: %ds}
 `, i, 32768+i, 1+i%7)
 			}
-			return ir.put(file, b.Bytes())
+			return ir.dir().Put(file, b.Bytes())
 		},
-		remove: func() error { return ir.drop(file) },
+		remove: func() error { return ir.dir().Delete("", file) },
 		applied: func(v view) bool {
 			for _, c := range v.clusters {
 				if c.PerConnectionBufferLimitBytes != nil && c.PerConnectionBufferLimitBytes.Value >= 32768 {
@@ -360,9 +317,8 @@ spec:
 			}
 			return len(v.clusters) > 0
 		},
-		hold:            ir.sc.FaultHold,
-		agreeWithin:     2 * time.Minute,
-		unrelatedWithin: ir.bound(),
+		hold:        ir.sc.FaultHold,
+		agreeWithin: 2 * time.Minute,
 	}
 }
 
@@ -370,7 +326,7 @@ spec:
 func (ir *inputRig) services(n int) input {
 	const perFile = 1000
 	files := (n + perFile - 1) / perFile
-	name := func(f int) string { return fmt.Sprintf("heavy-services-%03d.yaml", f) }
+	name := func(f int) string { return fmt.Sprintf("heavy-services-%03d", f) }
 	isBulk := func(cluster string) bool { return strings.Contains(cluster, ".bulk.svc.cluster.local") }
 	count := func(v view) int {
 		c := 0
@@ -398,7 +354,7 @@ spec:
   endpoints: [{address: 10.250.%d.%d}]
 `, i, i, i>>8&0xff, i&0xff)
 				}
-				if err := ir.put(name(f), b.Bytes()); err != nil {
+				if err := ir.dir().Put(name(f), b.Bytes()); err != nil {
 					return err
 				}
 			}
@@ -406,24 +362,23 @@ spec:
 		},
 		remove: func() error {
 			for f := range files {
-				if err := ir.drop(name(f)); err != nil {
+				if err := ir.dir().Delete("", name(f)); err != nil {
 					return err
 				}
 			}
 			return nil
 		},
-		applied:         func(v view) bool { return count(v) == n },
-		gone:            func(v view) bool { return len(v.clusters) > 0 && count(v) == 0 },
-		hold:            ir.sc.FaultHold,
-		agreeWithin:     3 * time.Minute,
-		unrelatedWithin: ir.bound(),
+		applied:     func(v view) bool { return count(v) == n },
+		gone:        func(v view) bool { return len(v.clusters) > 0 && count(v) == 0 },
+		hold:        ir.sc.FaultHold,
+		agreeWithin: 3 * time.Minute,
 	}
 }
 
 // routes is a VirtualService of n routes, rewritten every second
 // rewrites times (each rewrite renames every route), then removed.
 func (ir *inputRig) routes(n, rewrites int) input {
-	const file = "heavy-routes.yaml"
+	const file = "heavy-routes"
 	gen := 0
 	write := func(g int) error {
 		var b bytes.Buffer
@@ -446,7 +401,7 @@ spec:
 		for i := range n {
 			fmt.Fprintf(&b, "  - {name: wide-%d-%d, match: [{uri: {prefix: /r%d/}}], route: [{destination: {host: wide.wide.svc.cluster.local}}]}\n", g, i, i)
 		}
-		return ir.put(file, b.Bytes())
+		return ir.dir().Put(file, b.Bytes())
 	}
 	has := func(v view, name string) bool {
 		for _, rc := range v.routes {
@@ -473,11 +428,10 @@ spec:
 			}
 			return nil
 		},
-		remove:          func() error { return ir.drop(file) },
-		applied:         func(v view) bool { return has(v, fmt.Sprintf("wide-%d-%d", gen, n-1)) },
-		gone:            func(v view) bool { return len(v.routes) > 0 && !has(v, fmt.Sprintf("wide-%d-0", gen)) },
-		agreeWithin:     2 * time.Minute,
-		unrelatedWithin: ir.bound(),
+		remove:      func() error { return ir.dir().Delete("", file) },
+		applied:     func(v view) bool { return has(v, fmt.Sprintf("wide-%d-%d", gen, n-1)) },
+		gone:        func(v view) bool { return len(v.routes) > 0 && !has(v, fmt.Sprintf("wide-%d-0", gen)) },
+		agreeWithin: 2 * time.Minute,
 	}
 }
 

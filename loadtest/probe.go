@@ -24,17 +24,24 @@ import (
 
 // probe is one SotW ADS client of a pusher that keeps, decoded, the
 // clusters, listeners and route configurations it is sent (no
-// endpoints): what a heavy input did to a proxy's configuration, and
-// whether two pushers serve the same one.
+// endpoints), each with a hash of its content: what a heavy input did to
+// a proxy's configuration, and whether two pushers serve the same one.
 type probe struct {
 	addr string
 	node *core.Node
 
-	mu       sync.Mutex
-	clusters map[string]*cluster.Cluster
-	routes   map[string]*route.RouteConfiguration
-	// listeners are kept as sent, for the digest.
-	listeners map[string]*anypb.Any
+	mu sync.Mutex
+	v  view
+}
+
+// view is what a probe holds at one moment. Each type's map is replaced
+// whole by the next response of that type, never changed in place.
+type view struct {
+	clusters  map[string]*cluster.Cluster
+	listeners map[string]*listener.Listener
+	routes    map[string]*route.RouteConfiguration
+	// hashes holds each type's resources' hashes by name.
+	hashes map[string]map[string]string
 }
 
 func newProbe(addr, ns string) *probe {
@@ -86,16 +93,20 @@ func (p *probe) stream(ctx context.Context) error {
 		var names []string
 		switch resp.TypeUrl {
 		case resource.ClusterType:
-			p.keepClusters(resp.Resources)
+			clusters, hashes := decode(resp.Resources, (*cluster.Cluster).GetName)
+			p.keep(resp.TypeUrl, hashes, func(v *view) { v.clusters = clusters })
 		case resource.ListenerType:
-			if want := p.keepListeners(resp.Resources); !slices.Equal(want, rds) {
+			listeners, hashes := decode(resp.Resources, (*listener.Listener).GetName)
+			p.keep(resp.TypeUrl, hashes, func(v *view) { v.listeners = listeners })
+			if want := routeNames(listeners); !slices.Equal(want, rds) {
 				rds = want
 				if err := request(resource.RouteType, rds, ""); err != nil {
 					return err
 				}
 			}
 		case resource.RouteType:
-			p.keepRoutes(resp.Resources)
+			routes, hashes := decode(resp.Resources, (*route.RouteConfiguration).GetName)
+			p.keep(resp.TypeUrl, hashes, func(v *view) { v.routes = routes })
 			names = rds
 		}
 		if err := request(resp.TypeUrl, names, resp.Nonce); err != nil {
@@ -104,30 +115,45 @@ func (p *probe) stream(ctx context.Context) error {
 	}
 }
 
-func (p *probe) keepClusters(rs []*anypb.Any) {
-	held := make(map[string]*cluster.Cluster, len(rs))
+// decode decodes a response's resources of one type by name, with the
+// hash of each one's content (encoded deterministically: two pushers'
+// equal resources hash alike whatever order their maps had).
+func decode[T any, M interface {
+	*T
+	proto.Message
+}](rs []*anypb.Any, name func(M) string) (map[string]M, map[string]string) {
+	out, hashes := make(map[string]M, len(rs)), make(map[string]string, len(rs))
+	opts := proto.MarshalOptions{Deterministic: true}
 	for _, a := range rs {
-		c := &cluster.Cluster{}
-		if a.UnmarshalTo(c) == nil {
-			held[c.Name] = c
-		}
-	}
-	p.mu.Lock()
-	p.clusters = held
-	p.mu.Unlock()
-}
-
-// keepListeners keeps the listeners and returns the route configurations
-// their HTTP connection managers name, sorted.
-func (p *probe) keepListeners(rs []*anypb.Any) []string {
-	held := make(map[string]*anypb.Any, len(rs))
-	var rds []string
-	for _, a := range rs {
-		l := &listener.Listener{}
-		if a.UnmarshalTo(l) != nil {
+		m := M(new(T))
+		if a.UnmarshalTo(m) != nil {
 			continue
 		}
-		held[l.Name] = a
+		b, _ := opts.Marshal(m)
+		sum := sha256.Sum256(b)
+		out[name(m)], hashes[name(m)] = m, hex.EncodeToString(sum[:8])
+	}
+	return out, hashes
+}
+
+// keep replaces what the probe holds of one type.
+func (p *probe) keep(typ string, hashes map[string]string, set func(*view)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set(&p.v)
+	all := make(map[string]map[string]string, len(p.v.hashes)+1)
+	for t, h := range p.v.hashes {
+		all[t] = h
+	}
+	all[typ] = hashes
+	p.v.hashes = all
+}
+
+// routeNames returns the route configurations the listeners' HTTP
+// connection managers name, sorted.
+func routeNames(listeners map[string]*listener.Listener) []string {
+	var rds []string
+	for _, l := range listeners {
 		for _, fc := range append(slices.Clone(l.FilterChains), l.DefaultFilterChain) {
 			for _, f := range fc.GetFilters() {
 				m := &hcm.HttpConnectionManager{}
@@ -138,77 +164,30 @@ func (p *probe) keepListeners(rs []*anypb.Any) []string {
 		}
 	}
 	slices.Sort(rds)
-	p.mu.Lock()
-	p.listeners = held
-	p.mu.Unlock()
 	return slices.Compact(rds)
-}
-
-func (p *probe) keepRoutes(rs []*anypb.Any) {
-	held := make(map[string]*route.RouteConfiguration, len(rs))
-	for _, a := range rs {
-		rc := &route.RouteConfiguration{}
-		if a.UnmarshalTo(rc) == nil {
-			held[rc.Name] = rc
-		}
-	}
-	p.mu.Lock()
-	p.routes = held
-	p.mu.Unlock()
-}
-
-// view is what a probe holds at one moment.
-type view struct {
-	clusters map[string]*cluster.Cluster
-	routes   map[string]*route.RouteConfiguration
-	// hashes holds each resource's hash by type and name, and digest
-	// all of them: two pushers serving the same configuration give alike.
-	hashes map[string]string
-	digest string
 }
 
 // view returns what the probe holds.
 func (p *probe) view() view {
 	p.mu.Lock()
-	v := view{clusters: p.clusters, routes: p.routes, hashes: map[string]string{}}
-	listeners := p.listeners
-	p.mu.Unlock()
-	opts := proto.MarshalOptions{Deterministic: true}
-	add := func(key string, m proto.Message) {
-		b, _ := opts.Marshal(m)
-		sum := sha256.Sum256(b)
-		v.hashes[key] = hex.EncodeToString(sum[:8])
-	}
-	for name, c := range v.clusters {
-		add("cluster "+name, c)
-	}
-	for name, a := range listeners {
-		l := &listener.Listener{}
-		if a.UnmarshalTo(l) == nil {
-			add("listener "+name, l)
-		}
-	}
-	for name, rc := range v.routes {
-		add("route configuration "+name, rc)
-	}
-	h := sha256.New()
-	for _, k := range sortedKeys(v.hashes) {
-		h.Write([]byte(k + "=" + v.hashes[k] + "\n"))
-	}
-	v.digest = hex.EncodeToString(h.Sum(nil))
-	return v
+	defer p.mu.Unlock()
+	return p.v
 }
 
 // differ names a resource two views hold differently ("" when none does).
 func differ(a, b view) string {
-	for _, k := range sortedKeys(a.hashes) {
-		if a.hashes[k] != b.hashes[k] {
-			return k
+	for _, typ := range sortedKeys(a.hashes) {
+		for _, name := range sortedKeys(a.hashes[typ]) {
+			if a.hashes[typ][name] != b.hashes[typ][name] {
+				return typ + " " + name
+			}
 		}
 	}
-	for _, k := range sortedKeys(b.hashes) {
-		if _, ok := a.hashes[k]; !ok {
-			return k
+	for _, typ := range sortedKeys(b.hashes) {
+		for _, name := range sortedKeys(b.hashes[typ]) {
+			if _, ok := a.hashes[typ][name]; !ok {
+				return typ + " " + name
+			}
 		}
 	}
 	return ""

@@ -13,20 +13,20 @@ func TestDecodedOnceWhileAskedFor(t *testing.T) {
 	v, _ := structpb.NewStruct(map[string]any{"connect_timeout": "1s"})
 	p := &meshv1.EnvoyPatch{ApplyTo: meshv1.EnvoyPatch_APPLY_TO_CLUSTER, Operation: meshv1.EnvoyPatch_OPERATION_MERGE, Value: v}
 	var d Decoded
-	first, err := d.decode(p)
+	_, first, err := d.decode(p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Sweep()
-	if again, _ := d.decode(p); again != first {
+	if _, again, _ := d.decode(p, 0); again != first {
 		t.Error("decoded again in the generation after")
 	}
 	d.Sweep()
 	d.Sweep() // a generation that did not ask
-	if len(d.cur)+len(d.next) != 0 {
-		t.Errorf("kept %d values no generation asked for", len(d.cur)+len(d.next))
+	if d.values.len() != 0 {
+		t.Errorf("kept %d values no generation asked for", d.values.len())
 	}
-	if again, _ := d.decode(p); again == first {
+	if _, again, _ := d.decode(p, 0); again == first {
 		t.Error("a forgotten value came back")
 	}
 }

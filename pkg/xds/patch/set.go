@@ -3,10 +3,12 @@ package patch
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/envoypatch"
 	"google.golang.org/protobuf/proto"
@@ -48,42 +50,148 @@ type bound struct {
 type Set struct {
 	patches  []bound
 	refusals []Refusal
+	// memo, if not nil, keeps merged clusters across sets.
+	memo *Decoded
 }
 
 // Decoded keeps the decoded values of patches from one generation to the
 // next, so that a patch is decoded once while it is unchanged (a changed
-// EnvoyFilter is a new object). It is not for concurrent use: one
-// goroutine owns it. Its zero value is ready; a nil one decodes every
-// time.
+// EnvoyFilter is a new object), and the clusters merged with them, so
+// that a cluster is merged once while it and its patches are unchanged.
+// It is not for concurrent use: one goroutine owns it. Its zero value is
+// ready; a nil one decodes and merges every time.
 type Decoded struct {
-	cur, next map[*meshv1.EnvoyPatch]decoded
+	values kept[*meshv1.EnvoyPatch, decoded]
+	// lists are the classes' lists of CLUSTER patches, by their hash;
+	// merged the clusters merged, by the cluster given.
+	lists  kept[uint64, []*patchList]
+	merged kept[*cluster.Cluster, []mergedCluster]
 }
 
 type decoded struct {
-	value proto.Message
-	err   error
+	// located is the patch with its place in its EnvoyFilter.
+	located *meshv1.EnvoyPatch
+	value   proto.Message
+	err     error
 }
 
-// decode returns a patch's value, decoded once while it is asked for.
-func (d *Decoded) decode(p *meshv1.EnvoyPatch) (proto.Message, error) {
+// patchList is a class's CLUSTER patches in order: one object while a
+// Decoded sees the same list.
+type patchList struct{ patches []*meshv1.EnvoyPatch }
+
+// mergedCluster is a cluster merged with the patches of a list (and a
+// kind of proxy), and the merges refused.
+type mergedCluster struct {
+	list     *patchList
+	router   bool
+	out      *cluster.Cluster
+	refusals []Refusal
+}
+
+// kept is a map whose entries last while they are asked for: sweep
+// forgets those not asked for since the sweep before last.
+type kept[K comparable, V any] struct{ cur, next map[K]V }
+
+func (k *kept[K, V]) get(key K) (V, bool) {
+	if v, ok := k.next[key]; ok {
+		return v, true
+	}
+	v, ok := k.cur[key]
+	if ok {
+		k.put(key, v)
+	}
+	return v, ok
+}
+
+func (k *kept[K, V]) put(key K, v V) {
+	if k.next == nil {
+		k.next = map[K]V{}
+	}
+	k.next[key] = v
+}
+
+func (k *kept[K, V]) sweep() { k.cur, k.next = k.next, nil }
+
+func (k *kept[K, V]) len() int { return len(k.cur) + len(k.next) }
+
+// decode returns a patch's value, and the patch with its place (the i-th
+// of its EnvoyFilter), decoded once while it is asked for.
+func (d *Decoded) decode(p *meshv1.EnvoyPatch, i int) (*meshv1.EnvoyPatch, proto.Message, error) {
 	if d == nil {
-		return envoypatch.Decode(p)
+		v, err := envoypatch.Decode(p)
+		return withLocation(p, i), v, err
 	}
-	e, ok := d.next[p]
+	e, ok := d.values.get(p)
 	if !ok {
-		if e, ok = d.cur[p]; !ok {
-			e.value, e.err = envoypatch.Decode(p)
-		}
-		if d.next == nil {
-			d.next = map[*meshv1.EnvoyPatch]decoded{}
-		}
-		d.next[p] = e
+		e.located = withLocation(p, i)
+		e.value, e.err = envoypatch.Decode(p)
+		d.values.put(p, e)
 	}
-	return e.value, e.err
+	return e.located, e.value, e.err
 }
 
-// Sweep forgets the patches not asked for since the Sweep before last.
-func (d *Decoded) Sweep() { d.cur, d.next = d.next, nil }
+// listOf returns the one object for a class's CLUSTER patches.
+func (d *Decoded) listOf(patches []bound) *patchList {
+	if d == nil {
+		return nil
+	}
+	sum := hashPatches(patches)
+	lists, _ := d.lists.get(sum)
+	for _, l := range lists {
+		if slices.EqualFunc(l.patches, patches, func(p *meshv1.EnvoyPatch, b bound) bool { return p == b.p }) {
+			return l
+		}
+	}
+	l := &patchList{}
+	for _, b := range patches {
+		l.patches = append(l.patches, b.p)
+	}
+	d.lists.put(sum, append(lists, l))
+	return l
+}
+
+var seed = maphash.MakeSeed()
+
+// hashPatches hashes a list of patches by their identity.
+func hashPatches(patches []bound) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, b := range patches {
+		maphash.WriteComparable(&h, b.p)
+	}
+	return h.Sum64()
+}
+
+// mergedCluster returns what a cluster merged with a list's patches made
+// before, if it was asked for since the sweep before last.
+func (d *Decoded) mergedCluster(c *cluster.Cluster, list *patchList, router bool) (mergedCluster, bool) {
+	if d == nil || list == nil {
+		return mergedCluster{}, false
+	}
+	all, _ := d.merged.get(c)
+	for _, m := range all {
+		if m.list == list && m.router == router {
+			return m, true
+		}
+	}
+	return mergedCluster{}, false
+}
+
+func (d *Decoded) keepCluster(c *cluster.Cluster, m mergedCluster) {
+	if d == nil || m.list == nil {
+		return
+	}
+	all, _ := d.merged.get(c)
+	d.merged.put(c, append(all, m))
+}
+
+// Sweep forgets the values and clusters not asked for since the Sweep
+// before last. Call it after each generation.
+func (d *Decoded) Sweep() {
+	d.values.sweep()
+	d.lists.sweep()
+	d.merged.sweep()
+}
 
 // NewSet orders the EnvoyFilters that apply to a class as Istio does (the
 // root namespace's first, then by priority, then by name) and keeps the
@@ -108,19 +216,19 @@ func (d *Decoded) NewSet(filters []*Filter, versions map[string]bool) *Set {
 		}
 		return cmp.Or(cmp.Compare(a.Spec.GetPriority(), b.Spec.GetPriority()), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	s := &Set{}
+	s := &Set{memo: d}
 	for _, f := range sorted {
 		name := f.Namespace + "/" + f.Name
 		for i, p := range f.Spec.GetPatches() {
 			if p.ProxyVersion != "" && !versions[p.ProxyVersion] {
 				continue
 			}
-			v, err := d.decode(p)
+			located, v, err := d.decode(p, i)
 			if err != nil {
-				s.refuse(bound{filter: name, p: withLocation(p, i)}, "any resource", err.Error())
+				s.refuse(bound{filter: name, p: located}, "any resource", err.Error())
 				continue
 			}
-			s.patches = append(s.patches, bound{filter: name, p: withLocation(p, i), value: v})
+			s.patches = append(s.patches, bound{filter: name, p: located, value: v})
 		}
 	}
 	return s
@@ -249,9 +357,11 @@ func portOf(name string) uint32 {
 	var s string
 	switch {
 	case strings.HasPrefix(name, "inbound|"), strings.HasPrefix(name, "outbound|"):
-		s = strings.Split(name, "|")[1]
+		_, s, _ = strings.Cut(name, "|")
+		s, _, _ = strings.Cut(s, "|")
 	case strings.HasPrefix(name, "http."), strings.HasPrefix(name, "https."):
-		s = strings.Split(name, ".")[1]
+		_, s, _ = strings.Cut(name, ".")
+		s, _, _ = strings.Cut(s, ".")
 	case strings.Contains(name, ":"):
 		s = name[strings.LastIndex(name, ":")+1:]
 	default:

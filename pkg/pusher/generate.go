@@ -56,12 +56,14 @@ func (p *Pusher) generate(c change) {
 	p.generateEndpoints(built)
 	if c.full {
 		classes := p.cfg.Tables.Classes()
+		p.routes.generation()
 		for _, class := range classes {
 			p.generateClass(mesh, class)
 		}
 		p.routes.keep(classes)
 		p.prints.keep(classes)
 		p.patchValues.Sweep()
+		p.apiListeners.sweep()
 		p.linger.keep(classes)
 		p.armLinger(start, p.linger.next())
 		if previous != nil && !previous.Same(index) {
@@ -224,8 +226,8 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	// The clusters it lost now linger: the print records them, so the
 	// generation that lets them go regenerates the class.
 	p.prints.set(class, withLingering(base, p.linger.key(class)))
-	publish(p, class, resource.RouteType, reuseRoutes(&p.routes, class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy)))))
-	listeners := generate.Listeners(m, proxy, security)
+	publish(p, class, resource.RouteType, p.routes.reuse(class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy)))))
+	listeners := generate.ListenersFrom(m, proxy, security, p.apiListeners.get)
 	if proxy == generate.Proxyless {
 		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
 	}

@@ -1,9 +1,14 @@
 package pusher
 
 import (
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
 )
 
@@ -33,5 +38,59 @@ func TestEndpointChangesThatChangeClustersRegenerate(t *testing.T) {
 	s.record(generate.NewMesh([]*generate.Service{svc(true, "s1adbm")}, nil))
 	if !s.changed([]*generate.Service{svc(true, "s1adb")}) {
 		t.Error("a workload without a sidecar behind a headless service does not regenerate the classes")
+	}
+}
+
+// TestClassesShareWhatTheySeeAlike: classes that see the same services
+// alike (the Envoys of two namespaces without services: a namespace's own
+// services have short names in its routes) are handed one route
+// configuration object for a port, which the cache checks and encodes
+// once; and a proxyless client's listener is one object from one
+// generation to the next (the tables skip it).
+func TestClassesShareWhatTheySeeAlike(t *testing.T) {
+	items := []model.Stored{stored("w-0", 80), stored("w-1", 80)}
+	service := func(ns string, protocol meshv1.Protocol) model.Stored {
+		s := stored("a", 80)
+		s.Key.Namespace = ns
+		svc := s.Object.(*meshv1.Service)
+		svc.Hostnames = []string{"a." + ns + ".svc.cluster.local"}
+		svc.Ports[0].Protocol = protocol
+		return s
+	}
+	classes := slices.Clone(Classes)
+	items = append(items, service("ns-0", meshv1.Protocol_PROTOCOL_HTTP))
+	for _, ns := range []string{"ns-0", "ns-1", "ns-2"} {
+		classes = append(classes, cache.Class("envoy/"+ns+"/"))
+	}
+	c, err := cache.New(cache.Config{Classes: classes, Types: ClassTypes, SharedTypes: SharedTypes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Loader: &scriptedLoader{}, Feed: &scriptedFeed{}, Tables: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.state.reset(items, 1)
+	p.generate(change{n: 1, since: time.Now(), full: true})
+	const api = "w-0.ns.svc.cluster.local:80"
+	first := c.Resources("proxyless", resource.ListenerType)[api]
+	s := service("ns-0", meshv1.Protocol_PROTOCOL_GRPC)
+	value, err := model.Encode(s.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := p.state.apply(s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: 2, Key: s.Key.String(), Value: value}); !changed || err != nil {
+		t.Fatalf("the change was not applied: %v", err)
+	}
+	p.generate(change{n: 1, since: time.Now(), full: true})
+	ns0, ns1, ns2 := c.Resources("envoy/ns-0/", resource.RouteType)["80"], c.Resources("envoy/ns-1/", resource.RouteType)["80"], c.Resources("envoy/ns-2/", resource.RouteType)["80"]
+	if ns1 == nil || ns1 != ns2 {
+		t.Error("the classes that see the same services alike were handed port 80's routes as different objects")
+	}
+	if ns0 == ns1 {
+		t.Error("the class whose namespace has a service was handed the routes of the others")
+	}
+	if l := c.Resources("proxyless", resource.ListenerType)[api]; first == nil || l != first {
+		t.Errorf("a proxyless listener is a new object after a generation: %p, then %p", first, l)
 	}
 }

@@ -131,7 +131,12 @@ type Config struct {
 	// can tell (StoreWatcher), whether it holds changes the change stream
 	// has not brought. Default 5s; negative never asks.
 	StoreCheck time.Duration
-	// CacheSize bounds the per-service generated resources kept. Default 100,000.
+	// CacheSize bounds the per-service generated resources kept, about
+	// six per service port (clusters and virtual hosts of each kind of
+	// proxy, load assignments and their locality variants). Default
+	// 1,000,000: CacheBytes is the bound that holds (100,000 entries
+	// missed at every generation past about 17,000 services, and each
+	// miss made every class check and encode its objects anew).
 	CacheSize int
 	// CacheBytes bounds them by their encoded size as well. Default 256 MiB.
 	CacheBytes int64
@@ -190,7 +195,7 @@ func (c *Config) Validate() error {
 		c.CacheIdle = 5 * time.Minute
 	}
 	if c.CacheSize == 0 {
-		c.CacheSize = 100_000
+		c.CacheSize = 1_000_000
 	}
 	if c.ClusterLinger == 0 {
 		c.ClusterLinger = 5 * time.Second
@@ -268,6 +273,9 @@ type Pusher struct {
 	// generating goroutine).
 	refused     map[string]bool
 	patchValues patch.Decoded
+	// apiListeners are proxyless clients' listeners (owned by the
+	// generating goroutine).
+	apiListeners apiListeners
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces (owned by the following
 	// goroutine).

@@ -259,17 +259,23 @@ func (c *Cache) RemoveClass(class Class) bool {
 	// A class being added is not held yet, so not removed: RemoveClass
 	// does not wait for a fill.
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.classes[class] {
+		c.mu.Unlock()
 		return false
 	}
+	var dropped []*Table
 	for _, t := range c.cfg.Types {
+		dropped = append(dropped, c.tables[tableKey{class, t}])
 		delete(c.tables, tableKey{class, t})
 	}
 	delete(c.classes, class)
 	c.visible.mu.Lock()
 	delete(c.visible.classes, class)
 	c.visible.mu.Unlock()
+	c.mu.Unlock()
+	for _, t := range dropped {
+		t.drop()
+	}
 	c.cfg.Log.Info("proxy class dropped: no proxy left", "class", class)
 	return true
 }

@@ -3,11 +3,13 @@ package cache
 import (
 	"slices"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestUpdateReplacesOnlyWhatChanged(t *testing.T) {
@@ -140,5 +142,49 @@ func TestReuseSharesEncodings(t *testing.T) {
 		if reused := st.entries["a"].any == lt.entries["a"].any; reused != (r == same) {
 			t.Errorf("encoding reused: %v, want %v", reused, r == same)
 		}
+	}
+}
+
+// TestClassesShareAnObjectsEncoding: an object one class's table holds is
+// neither checked nor encoded again for another class's (its encoding is
+// the first table's); under another name it is encoded anew; an object no
+// table holds any more, replaced, removed or in a dropped class's table,
+// is let go.
+func TestClassesShareAnObjectsEncoding(t *testing.T) {
+	c, err := New(Config{Classes: []Class{"a", "b"}, Types: []string{resource.ClusterType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddClass("c", nil)
+	same := &cluster.Cluster{Name: "x", ConnectTimeout: durationpb.New(time.Second)}
+	for _, class := range []Class{"a", "b", "c"} {
+		if _, _, _, err := c.Update(class, resource.ClusterType, map[string]types.Resource{"x": same, "y": same}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := c.Table("a", resource.ClusterType)
+	b, _ := c.Table("b", resource.ClusterType)
+	if a.entries["x"].any != b.entries["x"].any || b.entries["x"].res != same {
+		t.Error("class b encoded the object class a holds again")
+	}
+	if a.entries["x"].any == a.entries["y"].any {
+		t.Error("the object under another name has the first name's entry")
+	}
+	equal := &cluster.Cluster{Name: "x", ConnectTimeout: durationpb.New(time.Second)}
+	if _, _, _, err := c.Update("a", resource.ClusterType, map[string]types.Resource{"x": equal}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.Update("b", resource.ClusterType, map[string]types.Resource{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.check.objectsHeld(); n != 2 {
+		t.Errorf("%d objects held, want 2 (the first, in class c; the equal one, in class a)", n)
+	}
+	c.RemoveClass("c")
+	if _, _, _, err := c.Update("a", resource.ClusterType, map[string]types.Resource{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.check.objectsHeld(); n != 0 {
+		t.Errorf("%d objects held after every table let them go", n)
 	}
 }

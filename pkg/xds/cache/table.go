@@ -59,6 +59,8 @@ type Table struct {
 	reuse *Table
 	// check validates new resources (nil: each its own Validate).
 	check *validator
+	// dropped says the cache no longer holds the table (drop).
+	dropped bool
 
 	// updating serialises Update and Patch; entries are written only under
 	// both it and mu, so they may read them holding updating alone.
@@ -200,6 +202,10 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		// An object another table holds was validated and encoded there.
 		e := t.reuse.encoded(name, r)
 		if e == nil {
+			// An object another class's table holds, likewise.
+			e = t.check.object(name, r)
+		}
+		if e == nil {
 			// Validated once, when the object is new: the generators
 			// hand over the same object for unchanged inputs.
 			if err := t.check.validate(r); err != nil {
@@ -229,7 +235,7 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range same {
-		t.entries[e.name] = e
+		t.putLocked(e)
 	}
 	if len(next) == 0 && len(gone) == 0 {
 		return 0, 0, t.size, nil
@@ -239,11 +245,10 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 	for _, e := range next {
 		e.changed = t.version
 		var old uint64
-		if prev := t.entries[e.name]; prev != nil {
+		if prev := t.putLocked(e); prev != nil {
 			old = prev.sum
 			t.size -= prev.size
 		}
-		t.entries[e.name] = e
 		t.sum += e.sum - old
 		t.size += e.size
 		t.log = append(t.log, change{version: t.version, name: e.name, old: old, sum: e.sum})
@@ -253,6 +258,7 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 	for _, name := range gone {
 		old := t.entries[name]
 		delete(t.entries, name)
+		t.releaseLocked(old)
 		t.sum -= old.sum
 		t.size -= old.size
 		t.log = append(t.log, change{version: t.version, name: name, old: old.sum})
@@ -266,6 +272,38 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 	t.trimRemovedLocked()
 	t.notifyLocked(names)
 	return len(next), len(gone), t.size, nil
+}
+
+// putLocked stores e under its name and returns the entry it replaces:
+// the cache holds e's object once more, and the replaced one once less
+// (see validator.objects).
+func (t *Table) putLocked(e *entry) (prev *entry) {
+	prev = t.entries[e.name]
+	t.entries[e.name] = e
+	if !t.dropped {
+		t.check.hold(e)
+	}
+	t.releaseLocked(prev)
+	return prev
+}
+
+func (t *Table) releaseLocked(e *entry) {
+	if e != nil && !t.dropped {
+		t.check.release(e.res)
+	}
+}
+
+// drop releases what a table the cache no longer holds holds (see
+// validator.objects); an update it is still handed holds nothing.
+func (t *Table) drop() {
+	t.updating.Lock()
+	defer t.updating.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.entries {
+		t.releaseLocked(e)
+	}
+	t.dropped = true
 }
 
 // trimLocked keeps the log within its size: it drops the oldest changes,

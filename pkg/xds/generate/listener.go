@@ -28,14 +28,26 @@ import (
 // listeners, whose inbound chains apply the class's security policies
 // (see ServerListeners for a proxyless class's).
 func Listeners(m *Mesh, proxy Proxy, sec Security) []*listener.Listener {
+	return ListenersFrom(m, proxy, sec, APIListener)
+}
+
+// APIListener is a proxyless client's listener of a name ("<host>:<port>"):
+// its connection manager takes the route configuration of the same name.
+// It depends on the name alone: a caller may hand ListenersFrom one
+// object per name.
+func APIListener(name string) *listener.Listener {
+	return &listener.Listener{
+		Name:        name,
+		ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(nil, name, name, apiManager))},
+	}
+}
+
+// ListenersFrom is Listeners with proxyless clients' listeners from api.
+func ListenersFrom(m *Mesh, proxy Proxy, sec Security, api func(name string) *listener.Listener) []*listener.Listener {
 	var out []*listener.Listener
 	if proxy == Proxyless {
 		forEachProxylessPort(m, func(host string, p *meshv1.Port) {
-			name := ListenerName(host, p.Number)
-			out = append(out, &listener.Listener{
-				Name:        name,
-				ApiListener: &listener.ApiListener{ApiListener: mustAny(httpConnectionManager(m, name, name, apiManager))},
-			})
+			out = append(out, api(ListenerName(host, p.Number)))
 		})
 		return out
 	}

@@ -456,3 +456,64 @@ func TestRestoredStoreIsWrittenAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSyncWritesManyKeysPerTransaction: a sync of many objects writes
+// them many to a transaction (the store's revision moves once per
+// transaction), and deletes them likewise; a key another writer moved
+// makes its transaction write one by one, and every object is stored as
+// the source says, the moved one included.
+func TestSyncWritesManyKeysPerTransaction(t *testing.T) {
+	s, st := newSyncer(t)
+	ctx := testutil.Context(t)
+	var objs []ingest.Object
+	var keys []string
+	for i := range 300 {
+		o := svc(fmt.Sprintf("s-%03d", i), 80)
+		objs = append(objs, o)
+		keys = append(keys, o.Key.String())
+	}
+	before, err := st.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sync(ctx, objs, nil)
+	if err != nil || res.Written != 300 {
+		t.Fatalf("sync: %+v %v, want 300 written", res, err)
+	}
+	after, err := st.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if txns := after - before; txns > 10 {
+		t.Errorf("300 objects took %d revisions: want a few transactions", txns)
+	}
+	want(t, st, keys...)
+
+	// Another writer moves one key: its transaction fails whole, and is
+	// written one by one.
+	moved := svc("s-007", 81)
+	if _, _, err := st.Store.Put(ctx, moved.Key, moved.Object); err != nil {
+		t.Fatal(err)
+	}
+	for i := range objs {
+		objs[i] = svc(fmt.Sprintf("s-%03d", i), 82)
+	}
+	if res, err := s.Sync(ctx, objs, nil); err != nil || res.Written != 300 {
+		t.Fatalf("sync over a moved key: %+v %v, want 300 written", res, err)
+	}
+	items, _, _, err := st.Store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if p := it.Object.(*meshv1.Service).Ports[0].Number; p != 82 {
+			t.Errorf("%s holds port %d, want 82", it.Key, p)
+		}
+	}
+
+	res, err = s.Sync(ctx, nil, nil)
+	if err != nil || res.Deleted != 300 {
+		t.Fatalf("sync of nothing: %+v %v, want 300 deleted", res, err)
+	}
+	want(t, st)
+}

@@ -85,6 +85,11 @@ func TestFailover(t *testing.T) {
 	if _, _, err := bStore.Put(context.Background(), k, service(time.Now(), 82)); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("a former leader's put: %v, want ErrNotLeader", err)
 	}
+	// Nor write many keys at once: the transaction is refused whole.
+	other := model.Key{Kind: model.KindService, Namespace: k.Namespace, Name: k.Name + "-other"}
+	if ok, _, _, err := bStore.WriteAll(context.Background(), []model.Stored{{Key: other, Object: service(time.Now(), 82)}}); ok || err != nil {
+		t.Fatalf("a former leader's WriteAll: ok %v, %v: want refused", ok, err)
+	}
 }
 
 // freezer forwards TCP connections to target until frozen, then holds

@@ -86,6 +86,51 @@ func (s *Store) PutAt(ctx context.Context, k model.Key, o model.Object, modRev i
 	return false, 0, fmt.Errorf("store: put %s: %w", key, ErrConflict)
 }
 
+// WriteAll makes writes in one transaction: each object under its key (a
+// nil Object deletes the key), on the condition that every key's mod
+// revision is the one given (0: absent) and the fence, if any, holds. ok
+// false says some key was not as given, or the fence refused: nothing was
+// written, and the caller writes them one by one (PutAt, DeleteAt), which
+// tells which. rev is the transaction's revision, every key's mod revision
+// after it; deleted says of each delete whether its key existed. The
+// caller keeps a transaction within the store's bounds (etcd's
+// --max-txn-ops, 128 by default, and --max-request-bytes).
+func (s *Store) WriteAll(ctx context.Context, writes []model.Stored) (ok bool, rev int64, deleted []bool, err error) {
+	cmps := make([]clientv3.Cmp, 0, len(writes)+1)
+	ops := make([]clientv3.Op, 0, len(writes))
+	for _, w := range writes {
+		key := w.Key.String()
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", w.ModRevision))
+		if w.Object == nil {
+			ops = append(ops, clientv3.OpDelete(key))
+			continue
+		}
+		if model.KindOf(w.Object) != w.Key.Kind {
+			return false, 0, nil, fmt.Errorf("store: put %s: object is a %T", w.Key, w.Object)
+		}
+		value, err := model.Encode(w.Object)
+		if err != nil {
+			return false, 0, nil, fmt.Errorf("store: put %s: %w", w.Key, err)
+		}
+		ops = append(ops, clientv3.OpPut(key, string(value)))
+	}
+	if s.fence != nil {
+		cmps = append(cmps, s.fence.compare())
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, 0, nil, fmt.Errorf("store: write %d keys: %w", len(writes), err)
+	}
+	if !resp.Succeeded {
+		return false, 0, nil, nil
+	}
+	deleted = make([]bool, len(writes))
+	for i, w := range writes {
+		deleted[i] = w.Object == nil && resp.Responses[i].GetResponseDeleteRange().GetDeleted() > 0
+	}
+	return true, resp.Header.Revision, deleted, nil
+}
+
 // Delete removes k if it exists. It reports whether it deleted and the
 // store revision of the deletion.
 func (s *Store) Delete(ctx context.Context, k model.Key) (deleted bool, rev int64, err error) {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +253,49 @@ func TestAhead(t *testing.T) {
 	}
 	if _, _, err := s.Ahead(ctx, from, nil, 5*time.Second); !errors.Is(err, model.ErrCompacted) {
 		t.Errorf("after a compaction: %v, want model.ErrCompacted", err)
+	}
+}
+
+// TestWriteAllInOneTransaction: puts and deletes of keys as expected are
+// written at one revision, each delete told whether its key existed; with
+// one key not as expected, nothing is written.
+func TestWriteAllInOneTransaction(t *testing.T) {
+	_, cli := testutil.Etcd(t)
+	ctx := testutil.Context(t)
+	s := store.New(cli)
+	key := func(name string) model.Key { return model.Key{Kind: model.KindService, Namespace: "ns", Name: name} }
+	_, revA, err := s.Put(ctx, key("a"), service(time.Unix(1, 0), 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, rev, deleted, err := s.WriteAll(ctx, []model.Stored{
+		{Key: key("b"), Object: service(time.Unix(1, 0), 80)},
+		{Key: key("c"), Object: service(time.Unix(1, 0), 80)},
+		{Key: key("a"), ModRevision: revA},
+		{Key: key("gone")},
+	})
+	if err != nil || !ok || rev != revA+1 || !slices.Equal(deleted, []bool{false, false, true, false}) {
+		t.Fatalf("WriteAll: ok %v at %d, deleted %v, %v: want written at %d, a deleted", ok, rev, deleted, err, revA+1)
+	}
+	ok, _, _, err = s.WriteAll(ctx, []model.Stored{
+		{Key: key("d"), Object: service(time.Unix(1, 0), 80)},
+		{Key: key("b"), Object: service(time.Unix(1, 0), 81)}, // b is at rev, not absent
+	})
+	if err != nil || ok {
+		t.Fatalf("WriteAll with a key not as expected: ok %v, %v: want nothing written", ok, err)
+	}
+	items, _, _, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, it := range items {
+		names = append(names, it.Key.Name)
+		if it.ModRevision != rev {
+			t.Errorf("%s at %d, want %d", it.Key, it.ModRevision, rev)
+		}
+	}
+	if !slices.Equal(names, []string{"b", "c"}) {
+		t.Errorf("store holds %v, want b and c", names)
 	}
 }

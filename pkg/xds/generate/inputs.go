@@ -82,9 +82,13 @@ func (s *Service) routable() bool {
 // Owned returns the hostnames a service owns in the mesh (where two
 // services claim one host, the first owns it).
 func (m *Mesh) Owned(s *Service) []string {
+	owned := func(h string) bool { return m.Service(h) == s }
+	if !slices.ContainsFunc(s.Spec.Hostnames, func(h string) bool { return !owned(h) }) {
+		return s.Spec.Hostnames // all of them, as nearly always: shared, not copied
+	}
 	var out []string
 	for _, h := range s.Spec.Hostnames {
-		if m.Service(h) == s {
+		if owned(h) {
 			out = append(out, h)
 		}
 	}

@@ -106,7 +106,11 @@ func portlessHosts(m *Mesh) []*route.VirtualHost {
 // host), as Istio does: Envoy refuses a route configuration that names a
 // domain twice. Only a virtual host that loses a domain is copied.
 func uniqueDomains(vhs []*route.VirtualHost) []*route.VirtualHost {
-	seen := map[string]bool{}
+	n := 0
+	for _, vh := range vhs {
+		n += len(vh.Domains)
+	}
+	seen := make(map[string]bool, n)
 	for i, vh := range vhs {
 		if !slices.ContainsFunc(vh.Domains, func(d string) bool { return seen[d] }) {
 			for _, d := range vh.Domains {

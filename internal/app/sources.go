@@ -36,6 +36,10 @@ func (t *termStore) DeleteAt(ctx context.Context, k model.Key, modRev int64) (bo
 	return t.cur.Load().DeleteAt(ctx, k, modRev)
 }
 
+func (t *termStore) WriteAll(ctx context.Context, writes []model.Stored) (bool, int64, []bool, error) {
+	return t.cur.Load().WriteAll(ctx, writes)
+}
+
 func (t *termStore) List(ctx context.Context) ([]model.Stored, int64, []error, error) {
 	return t.cur.Load().List(ctx)
 }

@@ -38,6 +38,10 @@ func (o Object) resource() string {
 type Store interface {
 	PutAt(ctx context.Context, k model.Key, o model.Object, modRev int64) (written bool, rev int64, err error)
 	DeleteAt(ctx context.Context, k model.Key, modRev int64) (deleted bool, rev int64, err error)
+	// WriteAll makes many guarded writes in one transaction (a nil
+	// Object deletes): ok false says some key was not as expected, and
+	// nothing was written (see store.Store.WriteAll).
+	WriteAll(ctx context.Context, writes []model.Stored) (ok bool, rev int64, deleted []bool, err error)
 	List(ctx context.Context) (items []model.Stored, rev int64, errs []error, err error)
 	// Revision is the store's current revision.
 	Revision(ctx context.Context) (int64, error)
@@ -395,8 +399,8 @@ func (s *Syncer) apply(ctx context.Context, part []string, objs []Object, proble
 // write makes the writes in waves, each wave's guarded transactions in
 // parallel: puts kind by kind, services and endpoints before what refers
 // to them, then deletes in the reverse order, so that nothing is ever
-// stored referring to what is not there yet or any more. A store that can
-// (batchStore) takes a wave's writes many to a transaction.
+// stored referring to what is not there yet or any more. A wave's writes
+// go many to a transaction.
 func (s *Syncer) write(ctx context.Context, puts map[model.Kind][]Object, dels map[model.Kind][]model.Key, res *Result) error {
 	w := writer{s: s, res: res}
 	order := slices.Clone(model.Kinds)
@@ -431,13 +435,6 @@ func (s *Syncer) write(ctx context.Context, puts map[model.Kind][]Object, dels m
 	return nil
 }
 
-// batchStore is a Store that makes many guarded writes in one transaction
-// (store.Store.WriteAll): a nil Object deletes. ok false says some key was
-// not as expected and nothing was written.
-type batchStore interface {
-	WriteAll(ctx context.Context, writes []model.Stored) (ok bool, rev int64, deleted []bool, err error)
-}
-
 // A transaction holds at most batchWrites writes of batchBytes in all,
 // well within etcd's defaults (--max-txn-ops 128, --max-request-bytes
 // 1.5 MiB). One transaction per key wrote 2,000 keys a second: 20,000
@@ -455,16 +452,9 @@ type writer struct {
 	mu  sync.Mutex // guards the Syncer's state and res
 }
 
-// batches splits a wave's writes into transactions: one write each when
-// the store cannot take more.
+// batches splits a wave's writes into transactions.
 func (w *writer) batches(writes []model.Stored) [][]model.Stored {
 	var out [][]model.Stored
-	if _, ok := w.s.cfg.Store.(batchStore); !ok {
-		for i := range writes {
-			out = append(out, writes[i:i+1])
-		}
-		return out
-	}
 	start, bytes := 0, 0
 	for i, wr := range writes {
 		size := 0
@@ -492,9 +482,9 @@ func (w *writer) batch(ctx context.Context, writes []model.Stored) error {
 		writes[i].ModRevision = w.s.mine[writes[i].Key].modRev
 	}
 	w.mu.Unlock()
-	if bs, ok := w.s.cfg.Store.(batchStore); ok && len(writes) > 1 {
+	if len(writes) > 1 {
 		start := time.Now()
-		ok, rev, deleted, err := bs.WriteAll(ctx, writes)
+		ok, rev, deleted, err := w.s.cfg.Store.WriteAll(ctx, writes)
 		w.s.m.latency.WithLabelValues(w.s.cfg.Source).Observe(time.Since(start).Seconds())
 		if err != nil && ctx.Err() != nil {
 			return err

@@ -386,6 +386,9 @@ func (s *switchable) PutAt(ctx context.Context, k model.Key, o model.Object, mod
 func (s *switchable) DeleteAt(ctx context.Context, k model.Key, modRev int64) (bool, int64, error) {
 	return s.get().DeleteAt(ctx, k, modRev)
 }
+func (s *switchable) WriteAll(ctx context.Context, writes []model.Stored) (bool, int64, []bool, error) {
+	return s.get().WriteAll(ctx, writes)
+}
 func (s *switchable) List(ctx context.Context) ([]model.Stored, int64, []error, error) {
 	return s.get().List(ctx)
 }
@@ -435,11 +438,13 @@ func TestRestoredStoreIsWrittenAgain(t *testing.T) {
 		return len(got) == 3, fmt.Sprint(got)
 	})
 	// The snapshot was taken before c: the restored store holds a and b
-	// alone, at a lower revision.
+	// alone, at the revision they were written at (one transaction).
+	var snapshot []model.Stored
 	for _, o := range objs[:2] {
-		if _, _, err := store.New(restored).Put(ctx, o.Key, o.Object); err != nil {
-			t.Fatal(err)
-		}
+		snapshot = append(snapshot, model.Stored{Key: o.Key, Object: o.Object})
+	}
+	if ok, _, _, err := store.New(restored).WriteAll(ctx, snapshot); !ok || err != nil {
+		t.Fatalf("restoring a and b: %v %v", ok, err)
 	}
 	sw.set(store.New(restored))
 	testutil.Eventually(t, 10*time.Second, "c written again into the restored store", func() (bool, string) {

@@ -48,41 +48,15 @@ func TestEndpointChangesThatChangeClustersRegenerate(t *testing.T) {
 // once; and a proxyless client's listener is one object from one
 // generation to the next (the tables skip it).
 func TestClassesShareWhatTheySeeAlike(t *testing.T) {
-	items := []model.Stored{stored("w-0", 80), stored("w-1", 80)}
-	service := func(ns string, protocol meshv1.Protocol) model.Stored {
-		s := stored("a", 80)
-		s.Key.Namespace = ns
-		svc := s.Object.(*meshv1.Service)
-		svc.Hostnames = []string{"a." + ns + ".svc.cluster.local"}
-		svc.Ports[0].Protocol = protocol
-		return s
-	}
+	items := []model.Stored{stored("w-0", 80), stored("w-1", 80), serviceIn("ns-0", meshv1.Protocol_PROTOCOL_HTTP)}
 	classes := slices.Clone(Classes)
-	items = append(items, service("ns-0", meshv1.Protocol_PROTOCOL_HTTP))
 	for _, ns := range []string{"ns-0", "ns-1", "ns-2"} {
 		classes = append(classes, cache.Class("envoy/"+ns+"/"))
 	}
-	c, err := cache.New(cache.Config{Classes: classes, Types: ClassTypes, SharedTypes: SharedTypes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{Loader: &scriptedLoader{}, Feed: &scriptedFeed{}, Tables: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.state.reset(items, 1)
-	p.generate(change{n: 1, since: time.Now(), full: true})
+	p, c := generated(t, items, classes)
 	const api = "w-0.ns.svc.cluster.local:80"
 	first := c.Resources("proxyless", resource.ListenerType)[api]
-	s := service("ns-0", meshv1.Protocol_PROTOCOL_GRPC)
-	value, err := model.Encode(s.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if changed, _, err := p.state.apply(s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: 2, Key: s.Key.String(), Value: value}); !changed || err != nil {
-		t.Fatalf("the change was not applied: %v", err)
-	}
-	p.generate(change{n: 1, since: time.Now(), full: true})
+	p.putAndGenerate(t, serviceIn("ns-0", meshv1.Protocol_PROTOCOL_GRPC), 2)
 	ns0, ns1, ns2 := c.Resources("envoy/ns-0/", resource.RouteType)["80"], c.Resources("envoy/ns-1/", resource.RouteType)["80"], c.Resources("envoy/ns-2/", resource.RouteType)["80"]
 	if ns1 == nil || ns1 != ns2 {
 		t.Error("the classes that see the same services alike were handed port 80's routes as different objects")
@@ -93,4 +67,45 @@ func TestClassesShareWhatTheySeeAlike(t *testing.T) {
 	if l := c.Resources("proxyless", resource.ListenerType)[api]; first == nil || l != first {
 		t.Errorf("a proxyless listener is a new object after a generation: %p, then %p", first, l)
 	}
+}
+
+// serviceIn is a service "a" of a namespace, with one port 80 of a
+// protocol.
+func serviceIn(ns string, protocol meshv1.Protocol) model.Stored {
+	s := stored("a", 80)
+	s.Key.Namespace = ns
+	svc := s.Object.(*meshv1.Service)
+	svc.Hostnames = []string{"a." + ns + ".svc.cluster.local"}
+	svc.Ports[0].Protocol = protocol
+	return s
+}
+
+// generated returns a pusher that generated a mesh for some classes into
+// a real cache, and the cache.
+func generated(t testing.TB, items []model.Stored, classes []cache.Class) (*Pusher, *cache.Cache) {
+	t.Helper()
+	c, err := cache.New(cache.Config{Classes: classes, Types: ClassTypes, SharedTypes: SharedTypes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Loader: &scriptedLoader{}, Feed: &scriptedFeed{}, Tables: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.state.reset(items, 1)
+	p.generate(change{n: 1, since: time.Now(), full: true})
+	return p, c
+}
+
+// putAndGenerate applies a put of s at rev, and generates.
+func (p *Pusher) putAndGenerate(t testing.TB, s model.Stored, rev int64) {
+	t.Helper()
+	value, err := model.Encode(s.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := p.state.apply(s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev, Key: s.Key.String(), Value: value}); !changed || err != nil {
+		t.Fatalf("the change was not applied: %v", err)
+	}
+	p.generate(change{n: 1, since: time.Now(), full: true})
 }

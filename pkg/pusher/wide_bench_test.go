@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -30,29 +29,12 @@ func BenchmarkWideNamespace(b *testing.B) {
 		items = append(items, s)
 	}
 	classes := slices.Clone(Classes)
-	service := func(ns string, protocol meshv1.Protocol) model.Stored {
-		s := stored("a", 80)
-		s.Key.Namespace = ns
-		svc := s.Object.(*meshv1.Service)
-		svc.Hostnames = []string{"a." + ns + ".svc.cluster.local"}
-		svc.Ports[0].Protocol = protocol
-		return s
-	}
 	for i := range 5 {
 		ns := fmt.Sprintf("ns-%d", i)
-		items = append(items, service(ns, meshv1.Protocol_PROTOCOL_HTTP))
+		items = append(items, serviceIn(ns, meshv1.Protocol_PROTOCOL_HTTP))
 		classes = append(classes, cache.Class("envoy/"+ns+"/"))
 	}
-	c, err := cache.New(cache.Config{Classes: classes, Types: ClassTypes, SharedTypes: SharedTypes})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := New(Config{Loader: &scriptedLoader{}, Feed: &scriptedFeed{}, Tables: c})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.state.reset(items, 1)
-	p.generate(change{n: 1, since: time.Now(), full: true})
+	p, c := generated(b, items, classes)
 	rev := int64(1)
 	for b.Loop() {
 		rev++
@@ -60,22 +42,14 @@ func BenchmarkWideNamespace(b *testing.B) {
 		if rev%2 == 0 {
 			protocol = meshv1.Protocol_PROTOCOL_GRPC
 		}
-		s := service("ns-0", protocol)
-		value, err := model.Encode(s.Object)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if changed, _, err := p.state.apply(s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev, Key: s.Key.String(), Value: value}); !changed || err != nil {
-			b.Fatalf("the change was not applied: %v", err)
-		}
-		p.generate(change{n: 1, since: time.Now(), full: true})
+		p.putAndGenerate(b, serviceIn("ns-0", protocol), rev)
 	}
 	// Each kind of proxy's clusters of the wide namespace are made once,
 	// at the first generation: the generation cache holds them all.
 	if miss := testutil.ToFloat64(p.m.cache.WithLabelValues("cds", "miss")); miss > 2*wide+100 {
 		b.Errorf("%v cluster cache misses over %d generations: the cache does not hold %d services", miss, rev, wide)
 	}
-	if n := len(c.Resources("envoy/ns-3/", "type.googleapis.com/envoy.config.cluster.v3.Cluster")); n < wide {
+	if n := len(c.Resources("envoy/ns-3/", resource.ClusterType)); n < wide {
 		b.Fatalf("ns-3's Envoys hold %d clusters, want the wide namespace's %d at least", n, wide)
 	}
 }

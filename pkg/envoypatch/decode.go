@@ -2,7 +2,9 @@ package envoypatch
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -104,6 +106,96 @@ func Valid(m proto.Message) error {
 		}
 		return Valid(inner)
 	})
+}
+
+// ValidPart checks a message that is part of a resource, as a MERGE's
+// value is: each field it sets as Envoy would take it, and every extension
+// configuration (Any) it holds whole; the fields it leaves out are not
+// checked (the resource it merges into may hold them).
+func ValidPart(m proto.Message) error {
+	if v, ok := m.(interface{ ValidateAll() error }); ok {
+		if err := v.ValidateAll(); err != nil {
+			all := []error{err}
+			if multi, ok := err.(interface{ AllErrors() []error }); ok {
+				all = multi.AllErrors()
+			}
+			var set []string
+			for _, e := range all {
+				if !leftOut(m.ProtoReflect(), e) {
+					set = append(set, e.Error())
+				}
+			}
+			if len(set) > 0 {
+				return errors.New(strings.Join(set, "; "))
+			}
+		}
+	}
+	return WalkAny(m.ProtoReflect(), func(a *anypb.Any) error {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			return fmt.Errorf("%s: %v", a.GetTypeUrl(), err)
+		}
+		return Valid(inner)
+	})
+}
+
+// leftOut reports whether every violation err names (a generated
+// validator's, through the messages that hold it) is of a field, or a
+// oneof, that m leaves out.
+func leftOut(m protoreflect.Message, err error) bool {
+	type multi interface{ AllErrors() []error }
+	type violation interface {
+		Field() string
+		Cause() error
+	}
+	switch e := err.(type) {
+	case multi:
+		for _, x := range e.AllErrors() {
+			if !leftOut(m, x) {
+				return false
+			}
+		}
+		return true
+	case violation:
+		name, index, indexed := strings.Cut(strings.TrimSuffix(e.Field(), "]"), "[")
+		fd := byGoName(m.Descriptor().Fields(), name)
+		if fd == nil {
+			od := byGoName(m.Descriptor().Oneofs(), name)
+			return od != nil && m.WhichOneof(od) == nil
+		}
+		if !m.Has(fd) {
+			return true
+		}
+		if e.Cause() == nil || fd.Message() == nil || fd.IsMap() {
+			return false
+		}
+		v := m.Get(fd)
+		if !fd.IsList() {
+			return leftOut(v.Message(), e.Cause())
+		}
+		i, err := strconv.Atoi(index)
+		if !indexed || err != nil || i < 0 || i >= v.List().Len() {
+			return false
+		}
+		return leftOut(v.List().Get(i).Message(), e.Cause())
+	}
+	return false
+}
+
+// byGoName finds a field or oneof by the name the generated Go code gives
+// it ("connect_timeout" is ConnectTimeout).
+func byGoName[D interface{ Name() protoreflect.Name }, L interface {
+	Len() int
+	Get(int) D
+}](list L, goName string) D {
+	var none D
+	for i := range list.Len() {
+		d := list.Get(i)
+		if strings.EqualFold(strings.ReplaceAll(string(d.Name()), "_", ""), goName) {
+			return d
+		}
+	}
+	return none
 }
 
 // walkAny calls f with every Any that m holds, outermost first; it does

@@ -15,15 +15,16 @@ import (
 //
 // A cluster's MERGEs apply together, after the ADDs and REMOVEs that
 // decide which clusters there are: a merge changes its own cluster alone,
-// unless it renames it, and then every patch applies in turn. The values
+// unless it renames it, and then every patch applies in turn. A merge
+// whose value is invalid in itself was refused whole (NewSet). The values
 // of the merges that take a cluster are merged into one, once for the
 // clusters they all take (a merge is associative: merging a then b is
 // merging a merged with b), and the result is checked once, as Envoy
-// would take it whole (istiod sends it unchecked); only a result Envoy
-// would reject is taken apart, each merge applied in turn and refused
-// where it would make the cluster invalid. With a Decoded, a cluster
-// merged with the same patches before (by another class, or the
-// generation before) is the same object again.
+// would take it whole; only a result Envoy would reject (a value that
+// completes a part of the cluster only with another's) is taken apart,
+// each merge applied in turn and refused where it would make the cluster
+// invalid. With a Decoded, a cluster merged with the same patches before
+// (by another class, or the generation before) is the same object again.
 func (s *Set) Clusters(in []*cluster.Cluster, router bool) []*cluster.Cluster {
 	patches := s.of(meshv1.EnvoyPatch_APPLY_TO_CLUSTER)
 	if len(patches) == 0 {

@@ -13,12 +13,12 @@ func TestDecodedOnceWhileAskedFor(t *testing.T) {
 	v, _ := structpb.NewStruct(map[string]any{"connect_timeout": "1s"})
 	p := &meshv1.EnvoyPatch{ApplyTo: meshv1.EnvoyPatch_APPLY_TO_CLUSTER, Operation: meshv1.EnvoyPatch_OPERATION_MERGE, Value: v}
 	var d Decoded
-	_, first, err := d.decode(p, 0)
-	if err != nil {
+	first := d.decode(p, 0).value
+	if err := d.decode(p, 0).err; err != nil {
 		t.Fatal(err)
 	}
 	d.Sweep()
-	if _, again, _ := d.decode(p, 0); again != first {
+	if again := d.decode(p, 0).value; again != first {
 		t.Error("decoded again in the generation after")
 	}
 	d.Sweep()
@@ -26,7 +26,7 @@ func TestDecodedOnceWhileAskedFor(t *testing.T) {
 	if d.values.len() != 0 {
 		t.Errorf("kept %d values no generation asked for", d.values.len())
 	}
-	if _, again, _ := d.decode(p, 0); again == first {
+	if again := d.decode(p, 0).value; again == first {
 		t.Error("a forgotten value came back")
 	}
 }

@@ -2,6 +2,7 @@ package patch
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -83,24 +84,37 @@ func TestMergedTogetherAsInTurn(t *testing.T) {
 	}
 }
 
-// TestMergesTakenApartOnlyWhenInvalid: merges whose result is valid all
-// apply, even when one of them alone would not (Envoy takes the result);
-// where the result is invalid, the merge that makes it so is refused and
-// the others apply.
+// TestMergesTakenApartOnlyWhenInvalid: a merge whose value is invalid in
+// itself is refused whole, the others apply; merges whose values are valid
+// apply together when their result is, even when one alone would leave a
+// part of the cluster incomplete that another completes (a load
+// assignment without its name); where the result
+// is invalid, the merge that makes it so is refused and the others apply.
 func TestMergesTakenApartOnlyWhenInvalid(t *testing.T) {
-	negative := mergePatch(t, nil, map[string]any{"connect_timeout": "-1s"})
+	negative := mergePatch(t, nil, map[string]any{"connect_timeout": "-1s", "lb_policy": "MAGLEV"})
 	fixed := mergePatch(t, nil, map[string]any{"connect_timeout": "3s"})
 	buffer := mergePatch(t, nil, map[string]any{"per_connection_buffer_limit_bytes": 2048})
-	s := NewSet([]*Filter{{Namespace: "ns", Name: "f", Spec: &meshv1.EnvoyFilter{Patches: []*meshv1.EnvoyPatch{negative, fixed}}}}, nil)
-	got := s.Clusters(testClusters()[:1], false)[0]
-	if got.GetConnectTimeout().AsDuration().Seconds() != 3 || len(s.Refusals()) != 0 {
-		t.Errorf("cluster %v, refusals %v: want the last timeout, nothing refused", got, s.Refusals())
+	named := mergePatch(t, nil, map[string]any{"load_assignment": map[string]any{"cluster_name": "a"}})
+	half := mergePatch(t, nil, map[string]any{"load_assignment": map[string]any{"policy": map[string]any{"overprovisioning_factor": 150}}})
+	merged := func(patches ...*meshv1.EnvoyPatch) (*cluster.Cluster, []Refusal) {
+		s := NewSet([]*Filter{{Namespace: "ns", Name: "f", Spec: &meshv1.EnvoyFilter{Patches: patches}}}, nil)
+		return s.Clusters(testClusters()[:1], false)[0], s.Refusals()
 	}
-	s = NewSet([]*Filter{{Namespace: "ns", Name: "f", Spec: &meshv1.EnvoyFilter{Patches: []*meshv1.EnvoyPatch{buffer, negative}}}}, nil)
-	got = s.Clusters(testClusters()[:1], false)[0]
-	if got.GetConnectTimeout().AsDuration().Seconds() != 1 || got.GetPerConnectionBufferLimitBytes().GetValue() != 2048 ||
-		len(s.Refusals()) != 1 || s.Refusals()[0].Patch != "spec.configPatches[1]" {
-		t.Errorf("cluster %v, refusals %v: want the buffer merged, the negative timeout refused", got, s.Refusals())
+
+	got, refused := merged(negative, fixed)
+	if got.GetConnectTimeout().AsDuration().Seconds() != 3 || got.GetLbPolicy() == cluster.Cluster_MAGLEV ||
+		len(refused) != 1 || refused[0].Patch != "spec.configPatches[0]" || refused[0].Resource != "any cluster" ||
+		!strings.Contains(refused[0].Reason, "ConnectTimeout") || strings.Contains(refused[0].Reason, "Name") {
+		t.Errorf("cluster %v, refusals %v: want the negative timeout's patch refused whole (its reason the timeout alone), the next applied", got, refused)
+	}
+	got, refused = merged(half, named)
+	if got.GetLoadAssignment().GetClusterName() != "a" || got.GetLoadAssignment().GetPolicy() == nil || len(refused) != 0 {
+		t.Errorf("cluster %v, refusals %v: want both halves of the load assignment, nothing refused", got, refused)
+	}
+	got, refused = merged(buffer, half)
+	if got.GetPerConnectionBufferLimitBytes().GetValue() != 2048 || got.GetLoadAssignment() != nil ||
+		len(refused) != 1 || refused[0].Patch != "spec.configPatches[1]" || !strings.Contains(refused[0].Reason, "would be invalid") {
+		t.Errorf("cluster %v, refusals %v: want the buffer merged, the load assignment without its name refused", got, refused)
 	}
 }
 
@@ -141,9 +155,11 @@ func TestMergedClusterKept(t *testing.T) {
 		return &meshv1.EnvoyFilter{Patches: []*meshv1.EnvoyPatch{
 			mergePatch(t, nil, map[string]any{"per_connection_buffer_limit_bytes": 2048}),
 			mergePatch(t, nil, map[string]any{"connect_timeout": timeout}),
+			// A load assignment without its name: refused for each cluster.
+			mergePatch(t, nil, map[string]any{"load_assignment": map[string]any{"policy": map[string]any{"overprovisioning_factor": 150}}}),
 		}}
 	}
-	filters := []*Filter{{Namespace: "istio-system", Name: "f", Root: true, Spec: spec("-1s")}}
+	filters := []*Filter{{Namespace: "istio-system", Name: "f", Root: true, Spec: spec("3s")}}
 	var d Decoded
 	first := d.NewSet(filters, nil)
 	a := first.Clusters(in, false)
@@ -159,7 +175,7 @@ func TestMergedClusterKept(t *testing.T) {
 	}
 	for _, s := range []*Set{first, other, next} {
 		if len(s.Refusals()) != len(in) {
-			t.Errorf("refusals %v: want the negative timeout's, for each cluster", s.Refusals())
+			t.Errorf("refusals %v: want the nameless load assignment's, for each cluster", s.Refusals())
 		}
 	}
 	if a := d.NewSet(filters, nil).Clusters(in, true); a[0] == c[0] {
@@ -167,6 +183,9 @@ func TestMergedClusterKept(t *testing.T) {
 	}
 
 	changed := []*Filter{{Namespace: "istio-system", Name: "f", Root: true, Spec: spec("2s")}}
+	if a[0].GetConnectTimeout().AsDuration().Seconds() != 3 {
+		t.Errorf("merged cluster %v: want the timeout merged", a[0])
+	}
 	if got := d.NewSet(changed, nil).Clusters(in, false); got[0] == c[0] || got[0].GetConnectTimeout().AsDuration().Seconds() != 2 {
 		t.Errorf("changed EnvoyFilter: got %v, the same object: want it merged anew", got[0])
 	}

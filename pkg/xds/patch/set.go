@@ -73,6 +73,8 @@ type decoded struct {
 	located *meshv1.EnvoyPatch
 	value   proto.Message
 	err     error
+	// invalid says why a cluster MERGE's value is invalid in itself.
+	invalid error
 }
 
 // patchList is a class's CLUSTER patches in order: one object while a
@@ -114,20 +116,30 @@ func (k *kept[K, V]) sweep() { k.cur, k.next = k.next, nil }
 
 func (k *kept[K, V]) len() int { return len(k.cur) + len(k.next) }
 
-// decode returns a patch's value, and the patch with its place (the i-th
-// of its EnvoyFilter), decoded once while it is asked for.
-func (d *Decoded) decode(p *meshv1.EnvoyPatch, i int) (*meshv1.EnvoyPatch, proto.Message, error) {
+// decode returns a patch decoded, with its place (the i-th of its
+// EnvoyFilter), once while it is asked for.
+func (d *Decoded) decode(p *meshv1.EnvoyPatch, i int) decoded {
 	if d == nil {
-		v, err := envoypatch.Decode(p)
-		return withLocation(p, i), v, err
+		return decodePatch(p, i)
 	}
 	e, ok := d.values.get(p)
 	if !ok {
-		e.located = withLocation(p, i)
-		e.value, e.err = envoypatch.Decode(p)
+		e = decodePatch(p, i)
 		d.values.put(p, e)
 	}
-	return e.located, e.value, e.err
+	return e
+}
+
+func decodePatch(p *meshv1.EnvoyPatch, i int) decoded {
+	e := decoded{located: withLocation(p, i)}
+	e.value, e.err = envoypatch.Decode(p)
+	if e.err == nil && p.ApplyTo == meshv1.EnvoyPatch_APPLY_TO_CLUSTER && p.Operation == meshv1.EnvoyPatch_OPERATION_MERGE {
+		// A cluster's merges apply together (see Set.Clusters): one
+		// whose value is invalid in itself is refused whole, as it
+		// would be applied alone.
+		e.invalid = envoypatch.ValidPart(e.value)
+	}
+	return e
 }
 
 // listOf returns the one object for a class's CLUSTER patches.
@@ -223,12 +235,15 @@ func (d *Decoded) NewSet(filters []*Filter, versions map[string]bool) *Set {
 			if p.ProxyVersion != "" && !versions[p.ProxyVersion] {
 				continue
 			}
-			located, v, err := d.decode(p, i)
-			if err != nil {
-				s.refuse(bound{filter: name, p: located}, "any resource", err.Error())
-				continue
+			e := d.decode(p, i)
+			switch {
+			case e.err != nil:
+				s.refuse(bound{filter: name, p: e.located}, "any resource", e.err.Error())
+			case e.invalid != nil:
+				s.refuse(bound{filter: name, p: e.located}, "any cluster", "its value is invalid: "+e.invalid.Error())
+			default:
+				s.patches = append(s.patches, bound{filter: name, p: e.located, value: e.value})
 			}
-			s.patches = append(s.patches, bound{filter: name, p: located, value: v})
 		}
 	}
 	return s

@@ -107,7 +107,7 @@ func NewReport(reg prometheus.Registerer) (*Report, error) {
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_ingest_objects",
 			Help: "Objects a source holds in the store, by kind."}, []string{"source", "kind"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardpilot_ingest_store_write_seconds",
-			Help: "Latency of one guarded store write (put or delete), by source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"source"}),
+			Help: "Latency of one guarded store transaction (a put or delete, or up to 64 of them at once), by source.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"source"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardpilot_ingest_commit_lag_seconds",
 			Help:    "From when a source observed an object to when its write committed (the first stage of convergence), by source.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"source"}),

@@ -87,9 +87,9 @@ func TestMergedTogetherAsInTurn(t *testing.T) {
 // TestMergesTakenApartOnlyWhenInvalid: a merge whose value is invalid in
 // itself is refused whole, the others apply; merges whose values are valid
 // apply together when their result is, even when one alone would leave a
-// part of the cluster incomplete that another completes (a load
-// assignment without its name); where the result
-// is invalid, the merge that makes it so is refused and the others apply.
+// part of the cluster incomplete that another completes (a load assignment
+// without its name); where the result is invalid, the merge that makes it
+// so is refused and the others apply.
 func TestMergesTakenApartOnlyWhenInvalid(t *testing.T) {
 	negative := mergePatch(t, nil, map[string]any{"connect_timeout": "-1s", "lb_policy": "MAGLEV"})
 	fixed := mergePatch(t, nil, map[string]any{"connect_timeout": "3s"})

@@ -395,9 +395,22 @@ func (p *proxy) markFull() {
 }
 
 // resumed counts a reconnected proxy that holds a full config as full
-// once it has said what it holds: like Envoy, it keeps what it ACKed on
-// earlier streams, and a control plane that finds it current sends nothing.
-func (p *proxy) resumed() { p.markFull() }
+// once it has said what it holds: like Envoy, it keeps what it applied on
+// earlier streams (see held), and a control plane that finds it current
+// sends nothing.
+func (p *proxy) resumed() {
+	for typ, version := range p.sotwVersion {
+		if version != "" {
+			p.held(typ)
+		}
+	}
+	for typ, versions := range p.deltaVersions {
+		if len(versions) > 0 {
+			p.held(typ)
+		}
+	}
+	p.markFull()
+}
 
 func (p *proxy) reject() bool {
 	return p.fleet.cfg.NACKRate > 0 && p.rng.Float64() < p.fleet.cfg.NACKRate
@@ -501,12 +514,21 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 }
 
-// ackedType records an ACK; EDS and RDS count once they were asked for.
-func (p *proxy) ackedType(typ string) {
+// held counts a type as ACKed: an ACK sent, or, on a new stream, a type
+// applied on an earlier one, whose ACK may have gone with that stream (a
+// proxy moved to another pusher mid-response held its endpoints unACKed;
+// the pusher, finding them current, sent nothing, and the proxy was never
+// counted full again).
+func (p *proxy) held(typ string) {
 	if (typ == resource.EndpointType && !p.edsRequested) || (typ == resource.RouteType && !p.rdsRequested) {
 		return
 	}
 	p.acked[typ] = true
+}
+
+// ackedType records an ACK; EDS and RDS count once they were asked for.
+func (p *proxy) ackedType(typ string) {
+	p.held(typ)
 	p.markFull()
 }
 

@@ -8,6 +8,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
@@ -69,5 +70,24 @@ func TestDirtyPoolSizes(t *testing.T) {
 			t.Errorf("Get(%d): len %d cap %d", n, len(*b), cap(*b))
 		}
 		p.Put(b)
+	}
+}
+
+// TestResumedWithWhatItApplied: a proxy back on a new stream holding what
+// it applied on the last one, its ACK lost with that stream, is full (a
+// control plane that finds it current sends nothing); one that holds no
+// endpoints yet is not.
+func TestResumedWithWhatItApplied(t *testing.T) {
+	for _, holds := range []bool{true, false} {
+		p := &proxy{fleet: &Fleet{}, acked: map[string]bool{resource.ClusterType: true, resource.ListenerType: true},
+			deltaVersions: map[string]map[string]string{resource.ClusterType: {"outbound|80||a": "1"}}, edsRequested: true}
+		p.state.eds = []string{"outbound|80||a"}
+		if holds {
+			p.deltaVersions[resource.EndpointType] = map[string]string{"outbound|80||a": "7"}
+		}
+		p.resumed()
+		if p.full != holds {
+			t.Errorf("holding endpoints %v: full %v", holds, p.full)
+		}
 	}
 }

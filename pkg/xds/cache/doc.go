@@ -3,15 +3,16 @@
 //
 // A Table holds the resources of one class and type (ClusterLoadAssignments:
 // one mesh-wide table every class shares). Each resource is validated
-// against Envoy's schema and marshalled here once, when a new object
-// arrives, and kept with its content hash and the table version at which
-// it last changed; a route configuration is validated and encoded a virtual
-// host at a time, each host once while it lives (the cache remembers it
-// weakly; the runtime's cleanups forget it under the validator's own
-// lock). A
-// ring log records which names changed at each version, so a stream that
-// was sent version v learns what changed since in O(changed); one that fell
-// behind the log's tail does one O(subscribed) scan.
+// against Envoy's schema and marshalled once, when a new object arrives
+// at the cache (another class's table handed the same object copies its
+// entry, while any table holds it), and kept with its content hash and the
+// table version at which it last changed; a route configuration is
+// validated and encoded a virtual host at a time, each host once while it
+// lives (the cache remembers it weakly; the runtime's cleanups forget it
+// under the validator's own lock). A ring log records which names changed
+// at each version, so a stream that was sent version v learns what changed
+// since in O(changed); one that fell behind the log's tail does one
+// O(subscribed) scan.
 //
 // Streams that ask for the same names share one interned Set (every Envoy
 // of a class asks for the same clusters' endpoints). An Update wakes only

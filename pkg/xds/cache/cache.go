@@ -32,9 +32,10 @@ type Config struct {
 	// LogSize is how many changes each table remembers; a stream further
 	// behind is answered from a scan of its subscription. Default 4096.
 	LogSize int
-	// Reuse is a cache whose shared tables may hold the very objects this
-	// one is handed (the locality variants of load assignments are mostly
-	// the shared ones): their encoding is reused rather than done again.
+	// Reuse is a cache whose tables may hold the very objects this one is
+	// handed (the locality variants of load assignments are mostly the
+	// shared ones): the two share what they checked and encoded, so that
+	// an object either holds is not encoded again (see validator.objects).
 	Reuse *Cache
 	Log   *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
@@ -112,7 +113,11 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, check: newValidator(), tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[Class]bool{}, adding: map[Class]chan struct{}{},
+	check := newValidator()
+	if cfg.Reuse != nil {
+		check = cfg.Reuse.check
+	}
+	c := &Cache{cfg: cfg, check: check, tables: map[tableKey]*Table{}, filling: map[tableKey]*Table{}, classes: map[Class]bool{}, adding: map[Class]chan struct{}{},
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_invalid_resources_total",
 			Help: "Generated resources not served because they failed validation (the last valid version, if any, stays)."})}
 	if cfg.Registerer != nil {
@@ -153,11 +158,6 @@ func (c *Cache) newTable(typeURL string) *Table {
 		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
 	})
 	t.check = c.check
-	if c.cfg.Reuse != nil {
-		if shared, ok := c.cfg.Reuse.table(Shared, typeURL); ok {
-			t.reuse = shared
-		}
-	}
 	return t
 }
 

@@ -54,9 +54,6 @@ type Table struct {
 	rejected map[string]types.Resource
 	// due is the cache's count of due watches.
 	due *atomic.Int64
-	// reuse, when set, is a table whose entry for the same object is
-	// copied rather than encoded again (see Config.Reuse).
-	reuse *Table
 	// check validates new resources (nil: each its own Validate).
 	check *validator
 	// dropped says the cache no longer holds the table (drop).
@@ -199,12 +196,9 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		if t.rejected[name] == r {
 			continue // the last valid version stays
 		}
-		// An object another table holds was validated and encoded there.
-		e := t.reuse.encoded(name, r)
-		if e == nil {
-			// An object another class's table holds, likewise.
-			e = t.check.object(name, r)
-		}
+		// An object another table holds (of another class, or of the
+		// cache this one reuses) was validated and encoded there.
+		e := t.check.object(name, r)
 		if e == nil {
 			// Validated once, when the object is new: the generators
 			// hand over the same object for unchanged inputs.
@@ -371,21 +365,6 @@ func (t *Table) sinceLocked(from uint64) (int, bool) {
 		return 0, false
 	}
 	return sort.Search(len(t.log), func(i int) bool { return t.log[i].version > from }), true
-}
-
-// encoded returns a copy of the table's entry for name if it holds r
-// itself (a nil table holds nothing).
-func (t *Table) encoded(name string, r types.Resource) *entry {
-	if t == nil {
-		return nil
-	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if e := t.entries[name]; e != nil && e.res == r {
-		cp := *e
-		return &cp
-	}
-	return nil
 }
 
 func newEntry(typeURL, name string, r types.Resource, check *validator) (*entry, error) {

@@ -28,10 +28,11 @@ type validator struct {
 	// hosts are the virtual hosts found valid with their encoding, held
 	// weakly: one leaves the set when the garbage collector frees it.
 	hosts map[weak.Pointer[route.VirtualHost]][]byte
-	// objects are the resources the cache's tables hold, by object, with
-	// their entry (but the object) and how many entries hold them: a
-	// table handed an object another holds copies the entry rather than
-	// check and encode it again. The classes of a mesh that gives each
+	// objects are the resources the tables hold (of the cache, and of a
+	// cache that reuses it: Config.Reuse), by object, with their entry
+	// (but the object) and how many entries hold them: a table handed an
+	// object another holds copies the entry rather than check and encode
+	// it again. The classes of a mesh that gives each
 	// namespace its own are handed the same objects for the services
 	// they all see (20,000 services checked and encoded once per class
 	// took a fifth of a pusher's CPU). An object leaves when no table

@@ -99,6 +99,28 @@ func (d *Debouncer[T]) Add(v T) {
 	}
 }
 
+// Take hands over at once the part of the pending value that split takes,
+// whether it settled or not: split returns what it takes, what stays
+// pending, whether it took anything and whether anything stays. What stays
+// keeps its place (when its first value arrived).
+func (d *Debouncer[T]) Take(split func(pending T) (taken, rest T, took, left bool)) (T, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var zero T
+	if !d.has {
+		return zero, false
+	}
+	taken, rest, took, left := split(d.pending)
+	if !took {
+		return zero, false
+	}
+	d.pending, d.has = rest, left
+	if !left {
+		d.pending = zero
+	}
+	return taken, true
+}
+
 // Run hands each settled value to fn until ctx is done.
 func (d *Debouncer[T]) Run(ctx context.Context, fn func(T)) error {
 	for {

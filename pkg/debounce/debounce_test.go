@@ -156,3 +156,61 @@ func TestHoldWaitsForTheConsumer(t *testing.T) {
 		<-done
 	})
 }
+
+// TestTake: a part of the pending value goes at once; the rest stays
+// pending in its batch and settles as before; taking all leaves nothing.
+func TestTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Config[[]string]{Quiet: 100 * time.Millisecond, MaxDelay: time.Second,
+			Merge: func(a, b []string) []string { return append(a, b...) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		split := func(want string) func([]string) ([]string, []string, bool, bool) {
+			return func(pending []string) (taken, rest []string, took, left bool) {
+				for _, v := range pending {
+					if v == want {
+						taken = append(taken, v)
+					} else {
+						rest = append(rest, v)
+					}
+				}
+				return taken, rest, len(taken) > 0, len(rest) > 0
+			}
+		}
+		if _, ok := d.Take(split("eds")); ok {
+			t.Error("took from nothing pending")
+		}
+		d.Add([]string{"full"})
+		d.Add([]string{"eds"})
+		if got, ok := d.Take(split("eds")); !ok || len(got) != 1 {
+			t.Errorf("Take = %v, %v; want [eds]", got, ok)
+		}
+		if _, ok := d.Take(split("eds")); ok {
+			t.Error("took the same value twice")
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var handed [][]string
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = d.Run(ctx, func(v []string) { handed = append(handed, v) })
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if len(handed) != 1 || len(handed[0]) != 1 || handed[0][0] != "full" {
+			t.Errorf("handed on %v, want [[full]]", handed)
+		}
+		d.Add([]string{"eds"})
+		if got, ok := d.Take(split("eds")); !ok || len(got) != 1 {
+			t.Errorf("Take = %v, %v; want [eds]", got, ok)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if len(handed) != 1 {
+			t.Errorf("handed on %v after all was taken, want nothing more", handed)
+		}
+		cancel()
+		<-done
+	})
+}

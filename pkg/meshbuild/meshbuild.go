@@ -66,6 +66,9 @@ type Builder struct {
 	// whether anything else did.
 	endpoints map[id]bool
 	rejoin    bool
+	// endpointsJoin is set when an endpoint change itself needs a join
+	// (those of a service whose clusters hold its endpoints).
+	endpointsJoin bool
 	// From the last build.
 	last    *Built
 	joined  map[id]*joined
@@ -162,7 +165,7 @@ func (b *Builder) touch(svc id) {
 	// change of the service, for a join.
 	if e, ok := b.objs[model.Key{Kind: model.KindService, Namespace: svc.namespace, Name: svc.name}]; ok {
 		if s, ok := e.Object.(*meshv1.Service); ok && generate.ResolvesNames(s) {
-			b.rejoin = true
+			b.rejoin, b.endpointsJoin = true, true
 		}
 	}
 	if b.endpoints == nil {
@@ -181,8 +184,26 @@ func (b *Builder) Build() *Built {
 	default:
 		b.update()
 	}
-	b.endpoints, b.rejoin = nil, false
+	b.endpoints, b.rejoin, b.endpointsJoin = nil, false, false
 	return b.last
+}
+
+// Pending reports whether changes other than endpoint changes wait for
+// the next Build.
+func (b *Builder) Pending() bool { return b.rejoin || b.last == nil }
+
+// BuildEndpoints returns the previous view with the services whose
+// endpoints changed rebuilt, leaving every other change for the next
+// Build: load assignments can go out while a join waits. It reports false,
+// and changes nothing, when there is no previous view or an endpoint
+// change needs a join itself.
+func (b *Builder) BuildEndpoints() (*Built, bool) {
+	if b.last == nil || b.endpointsJoin {
+		return nil, false
+	}
+	b.update()
+	b.endpoints = nil
+	return b.last, true
 }
 
 // join joins everything.

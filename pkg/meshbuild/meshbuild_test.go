@@ -239,3 +239,55 @@ func TestMeshSettings(t *testing.T) {
 		t.Errorf("forced off: %+v", m.Settings)
 	}
 }
+
+// TestBuildEndpointsLeavesTheJoin: endpoint changes go out on the last
+// view while another change waits for the next Build, which joins it all;
+// a DNS service's endpoints, part of its clusters, wait for the join too.
+func TestBuildEndpointsLeavesTheJoin(t *testing.T) {
+	b := New()
+	key := func(kind model.Kind, name string) model.Key {
+		return model.Key{Kind: kind, Namespace: "ns", Name: name}
+	}
+	if _, ok := b.BuildEndpoints(); ok {
+		t.Fatal("BuildEndpoints built a first view: only a join can")
+	}
+	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns.svc.cluster.local"), 1})
+	b.Build()
+	b.Set(key(model.KindService, "new"), Entry{service("new", "new.ns.svc.cluster.local"), 2})
+	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
+	b.Set(key(model.KindEndpoints, "new/s"), Entry{endpoints("new", "s", "10.0.0.2"), 4})
+	got, ok := b.BuildEndpoints()
+	if !ok {
+		t.Fatal("BuildEndpoints refused endpoint changes of a static service")
+	}
+	if len(got.Mesh.Services) != 1 || summary(got.Mesh.Services[0]) != "ns/app v=s1e3 c=s1 policy=false eps=[10.0.0.1]" {
+		t.Errorf("the view ahead of the join: %v, want app alone with its new endpoint", got.Mesh.Services)
+	}
+	if len(got.Changed) != 1 || got.Changed[0].Name != "app" {
+		t.Errorf("Changed %v, want app (new is not joined yet)", got.Changed)
+	}
+	if !b.Pending() {
+		t.Error("the new service does not wait for the next Build")
+	}
+	joined := b.Build()
+	if b.Pending() || joined.Changed != nil || len(joined.Mesh.Services) != 2 {
+		t.Errorf("Build after BuildEndpoints: pending %v, Changed %v, %d services; want a join of both", b.Pending(), joined.Changed, len(joined.Mesh.Services))
+	}
+	for _, s := range joined.Mesh.Services {
+		if s.Name == "new" && len(s.Endpoints) != 1 {
+			t.Errorf("the joined new service has endpoints %v, want the one set before the join", s.Endpoints)
+		}
+	}
+
+	dns := service("ext", "ext.example.com")
+	dns.Resolution = meshv1.Resolution_RESOLUTION_DNS
+	b.Set(key(model.KindService, "ext"), Entry{dns, 5})
+	b.Build()
+	b.Set(key(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 6})
+	if _, ok := b.BuildEndpoints(); ok {
+		t.Error("BuildEndpoints took a DNS service's endpoints, which its clusters hold")
+	}
+	if got := b.Build(); got.Changed != nil {
+		t.Errorf("the join after a refused BuildEndpoints: Changed %v, want a whole join", got.Changed)
+	}
+}

@@ -18,10 +18,13 @@
 // the class sees, and the load assignments once for the whole mesh, taking
 // per-service resources from an LRU cache keyed by their inputs' store
 // revisions; an endpoint-only change rebuilds and hands over only the load
-// assignments of the services it touched. The cache forwards only what
-// changed. Each generation
-// opens an epoch, so that an ACK can be traced back to when its changes
-// were observed (shardpilot_pusher_convergence_seconds).
+// assignments of the services it touched. Once full generations take
+// long (a large mesh every proxy sees), endpoint changes do not wait for
+// them: a batch's load assignments go out ahead of its join, and those
+// that arrive while a generation runs go out between its classes. The
+// cache forwards only what changed. Each generation (and each pass of
+// endpoints ahead) opens an epoch, so that an ACK can be traced back to
+// when its changes were observed (shardpilot_pusher_convergence_seconds).
 //
 // Pusher.Run returns after its goroutines have stopped. The accessors are
 // safe for concurrent use.

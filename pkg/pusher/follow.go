@@ -65,7 +65,7 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	p.state.reset(items, rev)
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
-	p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+	p.debouncer.Add(fullChange())
 	p.consumed.Store(seq)
 	p.following.Store(true)
 	defer func() {
@@ -251,7 +251,11 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 			p.m.applyLag.Observe(lag.Seconds())
 		}
 	}
-	p.debouncer.Add(change{1, time.Now(), k.Kind != model.KindEndpoints, observed})
+	if k.Kind == model.KindEndpoints {
+		p.debouncer.Add(change{n: 1, since: time.Now(), endpoints: 1, endpointsObserved: observed})
+		return nil
+	}
+	p.debouncer.Add(change{n: 1, since: time.Now(), full: true, observed: observed})
 	return nil
 }
 

@@ -33,7 +33,14 @@ import (
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())
-	p.conv.begin(c.observed)
+	if c.full && c.endpoints > 0 && p.fullTook > endpointsAheadAfter && p.endpointsAhead(c, true) {
+		// Full generations take long: the load assignments went out
+		// first.
+		c.n, c.endpoints, c.endpointsObserved = c.n-c.endpoints, 0, time.Time{}
+		start = time.Now()
+	}
+	p.conv.begin(c.earliestObserved())
+	generatedBefore := p.generated.Load()
 	p.delivered = p.cfg.Tables.Backlog() == 0
 	p.gen++
 	p.genAt = start
@@ -57,8 +64,15 @@ func (p *Pusher) generate(c change) {
 	if c.full {
 		classes := p.cfg.Tables.Classes()
 		p.routes.generation()
+		ahead := start
 		for _, class := range classes {
 			p.generateClass(mesh, class)
+			if time.Since(ahead) > endpointsAheadAfter {
+				// Endpoint changes made meanwhile go out between the
+				// classes of a long generation.
+				p.endpointsMeanwhile()
+				ahead = time.Now()
+			}
 		}
 		p.routes.keep(classes)
 		p.prints.keep(classes)
@@ -76,14 +90,70 @@ func (p *Pusher) generate(c change) {
 		}
 		p.sizes.flush(p.m)
 	}
+	if g := p.generated.Load(); g != generatedBefore && g > rev {
+		// Endpoints went ahead between the classes, from a later revision.
+		rev = g
+	}
 	p.generated.Store(rev)
 	kind := "full"
 	if !c.full {
 		kind = "eds"
+	} else {
+		p.fullTook = time.Since(start)
 	}
 	p.m.generations.WithLabelValues(kind).Inc()
 	p.m.genTime.Observe(time.Since(start).Seconds())
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
+}
+
+// endpointsAheadAfter is how long a full generation must take for the
+// endpoint changes to go ahead of it: before it, and between its classes
+// after each such stretch. Below it they are generated with the rest.
+const endpointsAheadAfter = 250 * time.Millisecond
+
+// endpointsMeanwhile hands over the endpoint changes waiting in the
+// debouncer, ahead of the other changes waiting there.
+func (p *Pusher) endpointsMeanwhile() {
+	c, ok := p.debouncer.Take(func(pending change) (taken, rest change, took, left bool) {
+		if pending.endpoints == 0 {
+			return change{}, pending, false, true
+		}
+		taken = change{n: pending.endpoints, since: pending.since, endpoints: pending.endpoints, endpointsObserved: pending.endpointsObserved}
+		rest = pending
+		rest.n, rest.endpoints, rest.endpointsObserved = rest.n-rest.endpoints, 0, time.Time{}
+		return taken, rest, true, rest.n > 0 || rest.full
+	})
+	if ok && !p.endpointsAhead(c, false) {
+		p.debouncer.Add(c) // they need a full generation: with the rest
+	}
+}
+
+// endpointsAhead hands over the load assignments of the endpoint changes
+// applied so far, while the other changes wait for the next full view (see
+// meshbuild.Builder.BuildEndpoints); a full generation follows, or, when
+// fullFollows is false, is asked for if endpoints moved what the classes
+// serve. It reports false, having done nothing, when the endpoint changes
+// need a full view themselves.
+func (p *Pusher) endpointsAhead(c change, fullFollows bool) bool {
+	start := time.Now()
+	built, rev, ok := p.state.meshEndpoints()
+	if !ok {
+		return false
+	}
+	p.conv.begin(c.endpointsObserved)
+	p.last = built.Mesh
+	p.generateEndpoints(built)
+	if !fullFollows && p.serverPorts.changed(built.Changed) {
+		// The ports proxyless servers serve or gateways listen on moved.
+		p.debouncer.Add(fullChange())
+	}
+	if rev > p.generated.Load() {
+		p.generated.Store(rev)
+	}
+	p.m.generations.WithLabelValues("eds").Inc()
+	p.m.genTime.Observe(time.Since(start).Seconds())
+	p.cfg.Log.Debug("generated ahead", "changes", c.endpoints, "kind", "eds", "took", time.Since(start))
+	return true
 }
 
 // noteSettings logs the mesh's settings when they change, and warns of
@@ -309,7 +379,7 @@ func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster)
 	out, next := p.linger.apply(class, clusters, p.gen, p.genAt)
 	publish(p, class, resource.ClusterType, out)
 	if !next.IsZero() {
-		p.debouncer.Add(change{1, time.Now(), true, time.Time{}})
+		p.debouncer.Add(fullChange())
 	}
 }
 
@@ -325,7 +395,7 @@ func (p *Pusher) armLinger(now, next time.Time) {
 		return
 	}
 	p.lingerAt = next
-	request := func() { p.debouncer.Add(change{1, time.Now(), true, time.Time{}}) }
+	request := func() { p.debouncer.Add(fullChange()) }
 	if p.lingerTimer == nil {
 		p.lingerTimer = time.AfterFunc(next.Sub(now), request)
 	} else {

@@ -245,7 +245,9 @@ type Pusher struct {
 	routes      routeMemo
 	prints      prints
 	serverPorts serverPorts
-	linger      linger
+	// fullTook is how long the last full generation took.
+	fullTook time.Duration
+	linger   linger
 	// gen numbers the generations; delivered says whether the last wave of
 	// pushes was written and answered when the current one began.
 	gen       uint64
@@ -290,15 +292,41 @@ type Pusher struct {
 	}
 }
 
-// change is what the debouncer merges: how many changes, since when, and
-// whether any of them was more than an endpoint change.
+// change is what the debouncer merges: how many changes, since when,
+// whether any of them was more than an endpoint change, and how many were
+// endpoint changes.
 type change struct {
 	n     int
 	since time.Time
 	full  bool
-	// observed is when the earliest change was observed at its source;
-	// zero for a reload.
+	// observed is when the earliest change other than an endpoint change
+	// was observed at its source; zero for a reload.
 	observed time.Time
+	// endpoints counts the endpoint changes, the earliest observed at
+	// endpointsObserved.
+	endpoints         int
+	endpointsObserved time.Time
+}
+
+// fullChange is a change that generates every class: a reload, a
+// lingering cluster let go.
+func fullChange() change { return change{n: 1, since: time.Now(), full: true} }
+
+// merge folds b into c.
+func (c change) merge(b change) change {
+	return change{n: c.n + b.n, since: c.since, full: c.full || b.full, observed: earliest(c.observed, b.observed),
+		endpoints: c.endpoints + b.endpoints, endpointsObserved: earliest(c.endpointsObserved, b.endpointsObserved)}
+}
+
+// earliestObserved is when the earliest of the changes was observed.
+func (c change) earliestObserved() time.Time { return earliest(c.observed, c.endpointsObserved) }
+
+// earliest returns the earlier of two times, zero standing for none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 type metrics struct {
@@ -331,14 +359,8 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay, MaxHold: cfg.MaxHold,
-		Hold: func() bool { return cfg.Tables.Backlog() > 0 },
-		Merge: func(a, b change) change {
-			observed := a.observed
-			if observed.IsZero() || (!b.observed.IsZero() && b.observed.Before(observed)) {
-				observed = b.observed
-			}
-			return change{a.n + b.n, a.since, a.full || b.full, observed}
-		},
+		Hold:  func() bool { return cfg.Tables.Backlog() > 0 },
+		Merge: change.merge,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pusher: %w", err)

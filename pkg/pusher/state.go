@@ -119,3 +119,21 @@ func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 	}
 	return built, s.index, s.rev
 }
+
+// meshEndpoints returns the last view with the endpoint changes applied
+// since (see meshbuild.Builder.BuildEndpoints), and the revision it
+// reflects: the highest applied when nothing else waits, else 0 (the
+// revision of the last full view stands). It reports false when the
+// endpoint changes need a full view.
+func (s *state) meshEndpoints() (*meshbuild.Built, int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	built, ok := s.b.BuildEndpoints()
+	if !ok {
+		return nil, 0, false
+	}
+	if s.b.Pending() {
+		return built, 0, true
+	}
+	return built, s.rev, true
+}

@@ -135,7 +135,8 @@ type Config struct {
 	// ResponseLimit, when set, bounds the encoded size of one response to a
 	// proxy of a class (0: none): grpc-go refuses a message above 4 MiB,
 	// and the stream with it. A response past it is not sent and is
-	// reported; the proxy keeps what it has.
+	// reported, and the stream is ended with the reason
+	// (ResourceExhausted); the proxy keeps what it has.
 	ResponseLimit func(cache.Class) int
 }
 

@@ -386,10 +386,10 @@ func TestFirstRequestWithAStaleNonceIsAnswered(t *testing.T) {
 
 // TestResponseLimit: a response past the class's ResponseLimit is not
 // sent (a client would refuse it and the stream with it) and is counted.
-// A client that holds nothing of the type is told why, in the status that
-// ends its stream, never left waiting in silence; one that holds a version
-// keeps it, and is served the next response that fits; a client naming
-// fewer resources is served.
+// The client is told why, in the status that ends its stream, never left
+// waiting in silence: one that holds nothing of the type, and one that
+// holds a version (told it keeps it), served again once its configuration
+// fits; a client naming fewer resources is served.
 func TestResponseLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c, ads, ctx := serve(t, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
@@ -421,8 +421,11 @@ func TestResponseLimit(t *testing.T) {
 		t.Fatalf("a client holding nothing, over the limit: %v, want its stream ended with the reason", err)
 	}
 	// One that holds a version (from another pusher, before the mesh
-	// grew) keeps it.
-	holding := open("holding", "an-earlier-version", all)
+	// grew) keeps it, and is told so.
+	_, err = open("holding", "an-earlier-version", all).Recv()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "the client keeps the Cluster resources it holds") {
+		t.Fatalf("a client holding a version, over the limit: %v, want its stream ended with the reason", err)
+	}
 	testutil.Eventually(t, 10*time.Second, "both responses counted", func() (bool, string) {
 		for _, m := range family(t, reg, "shardpilot_pusher_xds_limited_total").GetMetric() {
 			if m.GetLabel()[0].GetValue() == "response_size" && m.GetCounter().GetValue() == 2 {
@@ -438,8 +441,8 @@ func TestResponseLimit(t *testing.T) {
 	if _, _, _, err := c.Update("all", resource.ClusterType, kept); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := holding.Recv(); err != nil || len(r.Resources) != 5 {
-		t.Fatalf("once its clusters fit: %v resources, %v", len(r.GetResources()), err)
+	if r, err := open("holding", "an-earlier-version", all).Recv(); err != nil || len(r.Resources) != 5 {
+		t.Fatalf("a client holding a version, once its clusters fit: %v resources, %v", len(r.GetResources()), err)
 	}
 	if r, err := open("nothing-again", "", all).Recv(); err != nil || len(r.Resources) != 5 {
 		t.Fatalf("a client holding nothing, once its clusters fit: %v resources, %v", len(r.GetResources()), err)

@@ -697,21 +697,21 @@ func (st *stream) next(i int) (*outgoing, error) {
 		return nil, nil
 	}
 	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
-		// The client would refuse it, and the stream with it. One that
-		// holds something of the type keeps it, and the next change tries
-		// again; one that holds nothing would wait in silence, so it is
-		// told why, in the status that ends its stream.
+		// The client would refuse it, and the stream with it. It is told
+		// why, in the status that ends its stream, never left waiting in
+		// silence: one that holds something of the type keeps it (a
+		// grpc-go client serves what it holds while it reconnects, and
+		// is told again while its configuration does not fit).
 		st.srv.m.limited.WithLabelValues(limitResponse).Inc()
 		hint := "subscribe to fewer names, or narrow what the proxy sees with a Sidecar's egress hosts"
-		if !w.holds {
-			st.srv.cfg.Log.Warn("a first response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
-				"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "hint", hint)
-			return nil, status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent; %s",
-				w.short, len(resp.Body), resp.Resources, limit, hint)
+		kept := ""
+		if w.holds {
+			kept = fmt.Sprintf(", the client keeps the %s resources it holds", w.short)
 		}
-		st.srv.cfg.Log.Warn("a response too large for its client is not sent; the client keeps its last one", "proxy", st.node.GetId(),
-			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "hint", hint)
-		return nil, nil
+		st.srv.cfg.Log.Warn("a response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
+			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "holds", w.holds, "hint", hint)
+		return nil, status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent%s; %s",
+			w.short, len(resp.Body), resp.Resources, limit, kept, hint)
 	}
 	w.version, w.fresh, w.prev, w.initial, w.holds = resp.To, false, nil, nil, true
 	if w.credited > 0 {

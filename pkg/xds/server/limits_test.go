@@ -14,6 +14,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -392,7 +393,11 @@ func TestFirstRequestWithAStaleNonceIsAnswered(t *testing.T) {
 // fits; a client naming fewer resources is served.
 func TestResponseLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c, ads, ctx := serve(t, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
+	tables, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.ClusterType, resource.ListenerType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ads, ctx := serveCache(t, tables, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
 	clusters := map[string]types.Resource{}
 	var all []string
 	for i := range 100 {
@@ -416,13 +421,30 @@ func TestResponseLimit(t *testing.T) {
 	if r, err := few.Recv(); err != nil || len(r.Resources) != 2 {
 		t.Fatalf("a client naming 2 clusters: %v resources, %v", len(r.GetResources()), err)
 	}
-	_, err := open("nothing", "", all).Recv()
+	_, err = open("nothing", "", all).Recv()
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the 2000 it takes") {
 		t.Fatalf("a client holding nothing, over the limit: %v, want its stream ended with the reason", err)
 	}
 	// One that holds a version (from another pusher, before the mesh
-	// grew) keeps it, and is told so.
-	_, err = open("holding", "an-earlier-version", all).Recv()
+	// grew) keeps it, and is told so, after the responses of its other
+	// types that fit.
+	if _, _, _, err := c.Update("all", resource.ListenerType, map[string]types.Resource{"l": &listenerv3.Listener{Name: "l"}}); err != nil {
+		t.Fatal(err)
+	}
+	holding, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*discovery.DiscoveryRequest{{Node: &core.Node{Id: "holding"}, TypeUrl: resource.ListenerType},
+		{TypeUrl: resource.ClusterType, ResourceNames: all, VersionInfo: "an-earlier-version"}} {
+		if err := holding.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := holding.Recv(); err != nil || r.TypeUrl != resource.ListenerType {
+		t.Fatalf("a client over the limit for its clusters: %v, %v; want its listeners first", r.GetTypeUrl(), err)
+	}
+	_, err = holding.Recv()
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "the client keeps the Cluster resources it holds") {
 		t.Fatalf("a client holding a version, over the limit: %v, want its stream ended with the reason", err)
 	}

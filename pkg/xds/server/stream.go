@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -654,10 +655,20 @@ func (st *stream) caughtUpLocked() bool {
 
 // push sends every due response, in push order.
 func (st *stream) push() error {
+	var over error
 	for i := 0; ; i++ {
 		out, err := st.next(i)
-		if err != nil || out == errDone {
+		if tl, ok := err.(tooLarge); ok {
+			// The other types' responses go out first: every stream the
+			// client opens brings them, while this one does not fit.
+			over = cmp.Or(over, tl.error)
+			continue
+		}
+		if err != nil {
 			return err
+		}
+		if out == errDone {
+			return over
 		}
 		if out == nil {
 			continue
@@ -669,6 +680,10 @@ func (st *stream) push() error {
 }
 
 var errDone = &outgoing{}
+
+// tooLarge is a response past the stream's ResponseLimit: the status the
+// stream ends with once the other types' responses are written.
+type tooLarge struct{ error }
 
 // next computes the response due for the i-th watch: nil when none is,
 // errDone past the last watch.
@@ -698,7 +713,8 @@ func (st *stream) next(i int) (*outgoing, error) {
 	}
 	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
 		// The client would refuse it, and the stream with it. It is told
-		// why, in the status that ends its stream, never left waiting in
+		// why, in the status that ends its stream once the other types'
+		// responses are written (see push), never left waiting in
 		// silence: one that holds something of the type keeps it (a
 		// grpc-go client serves what it holds while it reconnects, and
 		// is told again while its configuration does not fit).
@@ -710,8 +726,8 @@ func (st *stream) next(i int) (*outgoing, error) {
 		}
 		st.srv.cfg.Log.Warn("a response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
 			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "holds", w.holds, "hint", hint)
-		return nil, status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent%s; %s",
-			w.short, len(resp.Body), resp.Resources, limit, kept, hint)
+		return nil, tooLarge{status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent%s; %s",
+			w.short, len(resp.Body), resp.Resources, limit, kept, hint)}
 	}
 	w.version, w.fresh, w.prev, w.initial, w.holds = resp.To, false, nil, nil, true
 	if w.credited > 0 {

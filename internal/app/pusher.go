@@ -51,7 +51,7 @@ type Pusher struct {
 	Streams *server.Streams
 	// XDS tunes the xDS server (connection age, stream rate, senders,
 	// send timeout, class idle time, gRPC buffers, TLS): its cache,
-	// classifier, callbacks, log, registry and status are the pusher's own.
+	// hooks, log, registry and status are the pusher's own.
 	XDS server.Config
 	// Policy, when set, is how proxies are identified: a stream's node
 	// must match its peer's certificate (identity.Policy.Authorize). CSDS
@@ -201,36 +201,19 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 }
 
 // xdsConfig is the xDS server's configuration: it answers from the caches
-// and calls into the pusher through callbacks.
+// and calls into the pusher and the policy through hooks.
 func (p Pusher) xdsConfig(ps *pusher.Pusher, c, lc *cache.Cache, dump *ConfigDump, announcer *bus.Announcer) server.Config {
 	xcfg := p.XDS
-	xcfg.Cache, xcfg.Classes, xcfg.ClassesChanged = c, ps, ps.ClassesChanged()
-	xcfg.Localities = localities{Cache: lc, pusher: ps}
-	if xcfg.ResponseLimit == nil {
-		xcfg.ResponseLimit = ps.ResponseLimit
-	}
-	xcfg.Callbacks = callbacks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies, announcer: announcer}
-	if p.Policy != nil {
-		// Who may call is decided before anything a caller sends is read.
-		xcfg.Screen, xcfg.AdmitStream = p.Policy.Screen, p.Policy.Admit
-		// What a stream subscribes to counts against the identity it
-		// was admitted as.
-		xcfg.IdentityOf = func(ctx context.Context) string {
-			if id, ok := identity.Admitted(ctx); ok {
-				return id.String()
-			}
-			return ""
-		}
-	}
-	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
-	xcfg.Register = func(r grpc.ServiceRegistrar) {
+	xcfg.Cache, xcfg.Localities = c, localities{Cache: lc, pusher: ps}
+	xcfg.Hooks = hooks{pusher: ps, policy: p.Policy, byProxies: p.ScopeByProxies, announcer: announcer, register: func(r grpc.ServiceRegistrar) {
 		if dump != nil {
 			statusv3.RegisterClientStatusDiscoveryServiceServer(r, &CSDS{Dump: dump, Policy: p.Policy})
 		}
 		if p.Certificates != nil {
 			securityv1.RegisterIstioCertificateServiceServer(r, p.Certificates)
 		}
-	}
+	}}
+	xcfg.Log, xcfg.Registerer, xcfg.Streams = p.Log.With("part", "xds"), p.Registerer, p.Streams
 	return xcfg
 }
 
@@ -240,6 +223,18 @@ func (b *BuiltPusher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ps.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx, p.ADS) })
+	g.Go(func() error {
+		// What decides classes changed (Sidecars, exportTo, Gateways):
+		// the proxies whose class is another now reconnect to it.
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ps.ClassesChanged():
+				srv.Reclassify()
+			}
+		}
+	})
 	if b.announcer != nil {
 		// A registration refused after its stream was admitted (its
 		// connect went unanswered) ends the stream, as istiod refuses it.

@@ -408,7 +408,7 @@ func (p *Pusher) armLinger(now, next time.Time) {
 // clients above what grpc-go takes in one message. They are served all
 // the same: grpc-go names the ones it needs, and each response holds
 // those alone (the server refuses a response past the limit, see
-// ResponseLimit). It is logged when the class's set first passes the
+// Pusher.ResponseLimit). It is logged when the class's set first passes the
 // limit.
 func tooLarge[R types.Resource](p *Pusher, class cache.Class, typeURL string, list []R) bool {
 	if classify.ParseClass(class).Kind != generate.Proxyless.String() || (typeURL != resource.ClusterType && typeURL != resource.ListenerType) {
@@ -434,7 +434,7 @@ func tooLarge[R types.Resource](p *Pusher, class cache.Class, typeURL string, li
 }
 
 // ResponseLimit is the largest response a proxy of a class takes: for a
-// proxyless client, MaxProxylessResponse (for the server's ResponseLimit).
+// proxyless client, MaxProxylessResponse (the server's Hooks.OnResponseLimit).
 func (p *Pusher) ResponseLimit(class cache.Class) int {
 	if classify.ParseClass(class).Kind == generate.Proxyless.String() {
 		return p.cfg.MaxProxylessResponse

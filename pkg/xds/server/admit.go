@@ -16,7 +16,7 @@ import (
 // A stream's first requests: the proxy's admission, its class and the
 // watch of each type it asks for. They run on the stream's handler, the
 // only goroutine that changes the node, the classes and the watches, and
-// call out (the callbacks, the classifier, a new class's fill) without
+// call out (the hooks: a proxy's admission, class, a new class's fill) without
 // the stream's lock.
 
 // request applies what every request may carry, its node, and returns the
@@ -34,8 +34,8 @@ func (st *stream) request(hasNode bool, node, typeURL []byte, fixed string) (*wa
 	return st.watchOf(typeURL, fixed)
 }
 
-// admit records the stream's node from its encoding, as the callbacks
-// admit it; a node that names another proxy than the stream's first is
+// admit records the stream's node from its encoding, as the hooks
+// admit it (Hooks.OnNode); a node that names another proxy than the stream's first is
 // refused.
 func (st *stream) admit(b []byte) error {
 	if st.node != nil && (bytes.Equal(b, st.nodeRaw) || sameID(b, st.node.GetId())) {
@@ -55,7 +55,7 @@ func (st *stream) admit(b []byte) error {
 	if st.node != nil && n.GetId() != st.node.GetId() {
 		return status.Errorf(codes.InvalidArgument, "shardpilot: the node changed from %q to %q on one stream", st.node.GetId(), n.GetId())
 	}
-	admitted, err := st.srv.cfg.Callbacks.Admit(st.ctx, n)
+	admitted, err := st.srv.cfg.Hooks.OnNode(st.ctx, n)
 	if err != nil {
 		st.srv.cfg.Log.Warn("proxy refused", "proxy", n.GetId(), "err", err)
 		return err
@@ -89,7 +89,7 @@ func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 	if typeURL == resource.SecretType && st.srv.secrets != nil {
 		return st.secretWatch(typeURL)
 	}
-	if !st.srv.cfg.Callbacks.Ready() {
+	if !st.srv.cfg.Hooks.OnReady() {
 		return nil, errNotReady
 	}
 	if typeURL == resource.EndpointType && st.srv.localities != nil {
@@ -100,11 +100,11 @@ func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 	var t *cache.Table
 	var err error
 	if st.class == "" {
-		class := st.srv.cfg.Classes.Classify(st.node)
+		class := st.srv.cfg.Hooks.OnClassify(st.node)
 		t, err = st.srv.join(class, typeURL)
 		st.mu.Lock()
 		st.class = class // counted in its class, left when the stream ends
-		st.responseLimit = st.srv.cfg.ResponseLimit(class)
+		st.responseLimit = st.srv.cfg.Hooks.OnResponseLimit(class)
 		st.mu.Unlock()
 	} else {
 		t, err = st.srv.table(st.class, typeURL)

@@ -50,7 +50,7 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(Config{Cache: c, Classes: OneClass("all")})
+	srv, err := New(Config{Cache: c, Hooks: OneClass("all")})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -31,7 +31,7 @@ type NameBudget struct {
 	// PerConnection bounds the streams of one client connection together.
 	// Default 32 MiB.
 	PerConnection int
-	// PerIdentity bounds the streams of one identity (Config.IdentityOf)
+	// PerIdentity bounds the streams of one identity (Hooks.OnIdentity)
 	// together, on every connection. Default 64 MiB.
 	PerIdentity int
 	// Total bounds every stream of the server together: a few identities
@@ -289,10 +289,8 @@ func (s *Server) holdersOf(st *stream) []holderKey {
 	if p, ok := peer.FromContext(st.ctx); ok && p.Addr != nil {
 		keys = append(keys, holderKey{kind: heldByConnection, name: p.Addr.String()})
 	}
-	if s.cfg.IdentityOf != nil {
-		if id := s.cfg.IdentityOf(st.ctx); id != "" {
-			keys = append(keys, holderKey{kind: heldByIdentity, name: id})
-		}
+	if id := s.cfg.Hooks.OnIdentity(st.ctx); id != "" {
+		keys = append(keys, holderKey{kind: heldByIdentity, name: id})
 	}
 	return append(keys, holderKey{kind: heldByServer})
 }

@@ -61,7 +61,7 @@ func TestSubscribedBytesAreBudgeted(t *testing.T) {
 	const set = 40 * (1024 + cache.NameOverhead)
 	addr, ctx := serveOn(t, c, server.Config{Registerer: reg, MaxNameBytes: 64 << 10,
 		NameBudget: server.NameBudget{PerStream: 2*set + 1, PerConnection: 3*set + 1, PerIdentity: 4*set + 1, Total: 7*set + 1, PerIdentityRate: 1 << 40},
-		IdentityOf: identityHeader})
+		Hooks:      hooks{identity: identityHeader}})
 	connect := func() discovery.AggregatedDiscoveryServiceClient { return dialADS(t, addr) }
 	// ask opens a stream of an identity and asks for names of each type
 	// in turn; it returns the stream (nil once refused) and the refusal.
@@ -257,9 +257,8 @@ func TestNewNamesArePaidForAtTheIdentitysRate(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c, ads, ctx := serve(t, server.Config{Registerer: reg,
 		// A burst of two sets, then a byte a second: nothing more.
-		NameBudget:  server.NameBudget{PerIdentity: 2*set + 1, PerIdentityRate: 1},
-		AdmitStream: func(ctx context.Context) (context.Context, error) { return ctx, nil },
-		IdentityOf:  identityHeader})
+		NameBudget: server.NameBudget{PerIdentity: 2*set + 1, PerIdentityRate: 1},
+		Hooks:      hooks{identity: identityHeader}})
 	clusters := map[string]types.Resource{}
 	for _, n := range slices.Concat(sets...) {
 		clusters[n] = &clusterv3.Cluster{Name: n}

@@ -18,7 +18,7 @@ import (
 // blocking holds the callouts of proxies and classes whose name starts
 // with "slow" until released, and says when each is entered.
 type blocking struct {
-	server.NoCallbacks
+	server.NoHooks
 	c       *cache.Cache
 	entered chan string
 	release chan struct{}
@@ -29,18 +29,16 @@ func (b *blocking) hold(what string) {
 	<-b.release
 }
 
-func (b *blocking) Admit(_ context.Context, n *core.Node) (*core.Node, error) {
+func (b *blocking) OnNode(_ context.Context, n *core.Node) (*core.Node, error) {
 	if n.GetId() == "slow-admit" {
 		b.hold("admit")
 	}
 	return n, nil
 }
 
-func (b *blocking) Confirmed(string, int64, int64) {}
+func (b *blocking) OnClassify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
 
-func (b *blocking) Classify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
-
-func (b *blocking) FillClass(class cache.Class) {
+func (b *blocking) OnNewClass(class cache.Class) {
 	if class == "slow-fill" {
 		b.hold("fill")
 	}
@@ -58,7 +56,7 @@ func TestCallsOutWithoutLocks(t *testing.T) {
 	}
 	b := &blocking{c: c, entered: make(chan string), release: make(chan struct{})}
 	status := server.NewStreams()
-	_, ads, ctx := serveCache(t, c, server.Config{Classes: b, Callbacks: b, Streams: status})
+	_, ads, ctx := serveCache(t, c, server.Config{Hooks: b, Streams: status})
 	open := func(id string) (discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {

@@ -1,29 +1,22 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
 // Config configures a Server.
 type Config struct {
-	Cache   Cache
-	Classes Classifier
-	// Callbacks are told of streams and ACKs; default NoCallbacks.
-	Callbacks Callbacks
-	// ClassesChanged, when set, says that what decides classes changed
-	// (Sidecars, exportTo, Gateways): the server ends the stream of every
-	// proxy whose class is no longer the one it is served from.
-	ClassesChanged <-chan struct{}
-	Log            *slog.Logger
+	Cache Cache
+	// Hooks are every call the server makes to the control plane around
+	// it (a proxy's class, admission, ACKs, limits): see Hooks.
+	Hooks Hooks
+	Log   *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// DrainTimeout bounds the graceful stop. Default 10s.
@@ -44,9 +37,6 @@ type Config struct {
 	// grace period for the stream to move), so that load rebalances across
 	// replicas as they scale. Default 30m; negative disables.
 	MaxConnectionAge time.Duration
-	// Register, when set, registers more services on the xDS gRPC server
-	// (Envoy's client status discovery service, for one).
-	Register func(grpc.ServiceRegistrar)
 	// MaxConcurrentPushes is how many senders write the streams'
 	// responses, so how many are written at once; the rest wait
 	// (shardpilot_pusher_xds_push_queue_seconds). Default 100; negative
@@ -112,47 +102,20 @@ type Config struct {
 	// NameBudget bounds the bytes of names streams subscribe to, per
 	// stream, connection, identity and in all.
 	NameBudget NameBudget
-	// IdentityOf, when set, names the identity a stream's subscriptions
-	// count against (see NameBudget), from its context as AdmitStream
-	// returned it; "" counts them against its connection alone.
-	IdentityOf func(ctx context.Context) string
 	// MaxLocalities bounds the locality classes (the load assignments of
 	// one locality, a table each): a proxy of a locality beyond them is
 	// served the mesh-wide assignments, as a proxy without one is. Default
 	// 1,000.
 	MaxLocalities int
-	// Screen, when set, checks every new call (a stream or a unary call)
-	// from its connection and headers before any of its messages is read:
-	// an error refuses it, so that what a refused client sends is never
-	// buffered. It runs on the connection's reader (gRPC's tap) and must
-	// do no I/O.
-	Screen func(ctx context.Context, md metadata.MD) error
-	// AdmitStream, when set, admits every stream when it starts, before
-	// its first message is read (with the I/O Screen may not do: a token's
-	// review): an error ends the stream with it, and the context returned
-	// is the stream's.
-	AdmitStream func(ctx context.Context) (context.Context, error)
-	// ResponseLimit, when set, bounds the encoded size of one response to a
-	// proxy of a class (0: none): grpc-go refuses a message above 4 MiB,
-	// and the stream with it. A response past it is not sent and is
-	// reported, and the stream is ended with the reason
-	// (ResourceExhausted); the proxy keeps what it has.
-	ResponseLimit func(cache.Class) int
 }
 
 // Validate checks the configuration and fills in defaults.
 func (c *Config) Validate() error {
-	if c.Cache == nil || c.Classes == nil {
-		return errors.New("server: a cache and a classifier are required")
+	if c.Cache == nil || c.Hooks == nil {
+		return errors.New("server: a cache and hooks (a proxy's class at least) are required")
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.ResponseLimit == nil {
-		c.ResponseLimit = func(cache.Class) int { return 0 }
-	}
-	if c.Callbacks == nil {
-		c.Callbacks = NoCallbacks{}
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second

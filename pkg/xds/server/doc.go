@@ -17,12 +17,15 @@
 // is ignored; listeners and clusters are sent whole, other SotW types only
 // as they change; Delta resource versions are content hashes.
 //
-// The server calls into the control plane around it through Callbacks
-// (readiness, a proxy's admission and end, what its ACKs confirm), its
-// Classifier and the secrets and locality sources (a proxy's class, a new
-// class's fill), always from the goroutine of the stream concerned and
-// with none of its locks held. It reads the generation (epoch) a change
-// belongs to from the cache, which the generator numbers.
+// The server calls into the control plane around it through one
+// interface, Hooks (a call's screening, a stream's admission, readiness,
+// a proxy's admission, class and end, a new class's fill, the response
+// limit, what its ACKs confirm), always from the goroutine of the stream
+// concerned and with none of its locks held, and reads tables from the
+// cache and the secrets and locality sources; the embedder tells it of
+// changes by its methods (Reclassify, Shed, EndUntrusted). It reads the
+// generation (epoch) a change belongs to from the cache, which the
+// generator numbers.
 //
 // Server.Run serves on a listener until its context is done, then stops
 // gracefully (bounded by a drain timeout) and returns after the gRPC server,

@@ -54,7 +54,7 @@ func TestNameFloodIsBoundedInHeap(t *testing.T) {
 	}
 	update()
 	reg := prometheus.NewRegistry()
-	addr, ctx := serveOn(t, c, server.Config{Registerer: reg, IdentityOf: identityHeader})
+	addr, ctx := serveOn(t, c, server.Config{Registerer: reg, Hooks: hooks{identity: identityHeader}})
 	const perIdentity = 64 << 20 // NameBudget's default
 
 	// The victim: a proxy of another identity, holding every cluster.

@@ -64,7 +64,7 @@ func TestIdleServer(t *testing.T) {
 	}
 	status := server.NewStreams()
 	// Every proxy connects from this host: its connections are not bounded.
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), Streams: status, MaxConnectionsPerSource: -1})
+	srv, err := server.New(server.Config{Cache: c, Hooks: server.OneClass("all"), Streams: status, MaxConnectionsPerSource: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,10 +252,13 @@ func TestEDSFollowsTheClassView(t *testing.T) {
 
 // fillingClass serves every proxy from class "late", whose clusters it
 // fills when the class is first made.
-type fillingClass struct{ c *cache.Cache }
+type fillingClass struct {
+	server.NoHooks
+	c *cache.Cache
+}
 
-func (fillingClass) Classify(*core.Node) cache.Class { return "late" }
-func (f fillingClass) FillClass(class cache.Class) {
+func (fillingClass) OnClassify(*core.Node) cache.Class { return "late" }
+func (f fillingClass) OnNewClass(class cache.Class) {
 	_, _, _, _ = f.c.Update(class, resource.ClusterType, map[string]types.Resource{"c1": &clusterv3.Cluster{Name: "c1",
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}}})
 }
@@ -279,7 +282,7 @@ func TestEDSBeforeTheClass(t *testing.T) {
 	}
 	// The replica the proxy was on: the version of its clusters.
 	other := newCache()
-	_, otherADS, ctx := serveCache(t, other, server.Config{Classes: fillingClass{other}})
+	_, otherADS, ctx := serveCache(t, other, server.Config{Hooks: fillingClass{c: other}})
 	prevStream, err := otherADS.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +296,7 @@ func TestEDSBeforeTheClass(t *testing.T) {
 	}
 
 	c := newCache()
-	_, ads, ctx := serveCache(t, c, server.Config{Classes: fillingClass{c}})
+	_, ads, ctx := serveCache(t, c, server.Config{Hooks: fillingClass{c: c}})
 	s, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +400,7 @@ func TestResponseLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ads, ctx := serveCache(t, tables, server.Config{Registerer: reg, ResponseLimit: func(cache.Class) int { return 2000 }})
+	c, ads, ctx := serveCache(t, tables, server.Config{Registerer: reg, Hooks: hooks{limit: 2000}})
 	clusters := map[string]types.Resource{}
 	var all []string
 	for i := range 100 {

@@ -60,56 +60,6 @@ type Cache interface {
 
 var _ Cache = (*cache.Cache)(nil)
 
-// Callbacks are the server's calls into the control plane around it, as
-// go-control-plane's server callbacks are. The server makes each on the
-// goroutine of the stream concerned and with none of its locks held: a
-// callback may block (a proxy's admission may load what its namespace
-// sees) but must not call back into the server. Embed NoCallbacks to
-// implement some of them.
-type Callbacks interface {
-	// Ready says whether there is a config to serve (the pusher has loaded
-	// the mesh): until there is, a new subscription is refused with
-	// UNAVAILABLE, never answered with an empty config a proxy would apply.
-	Ready() bool
-	// Admit checks a stream's node against the stream's context (its
-	// peer's certificate) when the node first arrives, and returns the
-	// node to serve it as; an error ends the stream with it.
-	Admit(ctx context.Context, node *core.Node) (*core.Node, error)
-	// Closed is told of the end of every stream Admit admitted.
-	Closed(node *core.Node)
-	// Confirmed is told of the epochs (from, to] that an ACK of a type
-	// newly confirms (see Cache.Epoch).
-	Confirmed(typeURL string, from, to int64)
-}
-
-// NoCallbacks are callbacks that do nothing: always ready, every proxy
-// admitted as it comes.
-type NoCallbacks struct{}
-
-func (NoCallbacks) Ready() bool { return true }
-
-func (NoCallbacks) Admit(_ context.Context, node *core.Node) (*core.Node, error) { return node, nil }
-
-func (NoCallbacks) Closed(*core.Node) {}
-
-func (NoCallbacks) Confirmed(string, int64, int64) {}
-
-var _ Callbacks = NoCallbacks{}
-
-// Classifier tells the class of a proxy and fills the tables of a class
-// seen for the first time.
-type Classifier interface {
-	Classify(*core.Node) cache.Class
-	FillClass(class cache.Class)
-}
-
-// OneClass serves every proxy from one class, whose tables are filled by
-// whoever fills the cache.
-type OneClass cache.Class
-
-func (c OneClass) Classify(*core.Node) cache.Class { return cache.Class(c) }
-func (OneClass) FillClass(cache.Class)             {}
-
 // Server is an xDS server.
 type Server struct {
 	cfg    Config
@@ -304,7 +254,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue(), budget: newBudget(cfg.NameBudget, m.subscribedBytes)}
 	srv.conns.maxPerSource, srv.conns.refused = max(cfg.MaxConnectionsPerSource, 0), m.connsRefused
-	srv.classes = newClassSet(cfg.Cache, cfg.Classes.FillClass)
+	srv.classes = newClassSet(cfg.Cache, cfg.Hooks.OnNewClass)
 	if cfg.Secrets != nil {
 		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)
 	}
@@ -378,7 +328,7 @@ func (s *Server) EndUntrusted(trusted func(context.Context) bool) int {
 // its new class.
 func (s *Server) Reclassify() int {
 	n := 0
-	for _, st := range s.cfg.Streams.moved(s.cfg.Classes.Classify) {
+	for _, st := range s.cfg.Streams.moved(s.cfg.Hooks.OnClassify) {
 		if st.end(errMoved) {
 			n++
 		}
@@ -439,14 +389,12 @@ type admittedStream struct {
 func (a admittedStream) Context() context.Context { return a.ctx }
 
 // tap runs on the connection's reader when a call starts, before any of
-// its messages is read: it screens the call (Config.Screen) and gives its
+// its messages is read: it screens the call (Hooks.OnCall) and gives its
 // context the cancel the senders end a stream with.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if s.cfg.Screen != nil {
-		if err := s.cfg.Screen(ctx, info.Header); err != nil {
-			s.m.unadmitted.Inc()
-			return ctx, err
-		}
+	if err := s.cfg.Hooks.OnCall(ctx, info.Header); err != nil {
+		s.m.unadmitted.Inc()
+		return ctx, err
 	}
 	return tapCancel(ctx, info)
 }
@@ -491,32 +439,29 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 			return handler(srv, ss)
 		})
 	}
-	if s.cfg.AdmitStream != nil {
-		interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			ctx, err := s.cfg.AdmitStream(ss.Context())
-			if err != nil {
-				s.m.unadmitted.Inc()
-				return err
-			}
-			if s.cfg.IdentityOf != nil {
-				// An identity that asked for more new names than its rate
-				// has paid for opens no stream until it has: nothing of
-				// what it sends is read meanwhile.
-				if id := s.cfg.IdentityOf(ctx); id != "" && s.budget.owes(id) {
-					s.m.unadmitted.Inc()
-					s.m.limited.WithLabelValues(limitRate).Inc()
-					return status.Errorf(codes.ResourceExhausted, "shardpilot: identity %s asked for more new names than its rate of %d bytes a second; retry later", id, int(s.budget.rate))
-				}
-			}
-			return handler(srv, admittedStream{ServerStream: ss, ctx: ctx})
-		})
-	}
+	interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := s.cfg.Hooks.OnStream(ss.Context())
+		if err != nil {
+			s.m.unadmitted.Inc()
+			return err
+		}
+		// An identity that asked for more new names than its rate has
+		// paid for opens no stream until it has: nothing of what it
+		// sends is read meanwhile.
+		if id := s.cfg.Hooks.OnIdentity(ctx); id != "" && s.budget.owes(id) {
+			s.m.unadmitted.Inc()
+			s.m.limited.WithLabelValues(limitRate).Inc()
+			return status.Errorf(codes.ResourceExhausted, "shardpilot: identity %s asked for more new names than its rate of %d bytes a second; retry later", id, int(s.budget.rate))
+		}
+		if ctx != ss.Context() {
+			ss = admittedStream{ServerStream: ss, ctx: ctx}
+		}
+		return handler(srv, ss)
+	})
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...), grpc.ForceServerCodecV2(newCodec()))
 	gs := grpc.NewServer(opts...)
 	s.register(gs)
-	if s.cfg.Register != nil {
-		s.cfg.Register(gs)
-	}
+	s.cfg.Hooks.OnRegister(gs)
 
 	var wg sync.WaitGroup
 	wctx, stopWatching := context.WithCancel(ctx)
@@ -536,18 +481,6 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 					return
 				case now := <-tick.C:
 					s.dropIdleClasses(now)
-				}
-			}
-		})
-	}
-	if s.cfg.ClassesChanged != nil {
-		wg.Go(func() {
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case <-s.cfg.ClassesChanged:
-					s.Reclassify()
 				}
 			}
 		})

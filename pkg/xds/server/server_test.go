@@ -55,8 +55,8 @@ func serveCache(t *testing.T, c *cache.Cache, cfg server.Config) (*cache.Cache, 
 func serveOn(t *testing.T, c *cache.Cache, cfg server.Config) (string, context.Context) {
 	t.Helper()
 	cfg.Cache = c
-	if cfg.Classes == nil {
-		cfg.Classes = server.OneClass("all")
+	if cfg.Hooks == nil {
+		cfg.Hooks = server.OneClass("all")
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -171,7 +171,7 @@ func stalledWrite(t *testing.T, sendTimeout time.Duration) (*prometheus.Registry
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := server.New(server.Config{Cache: c, Classes: server.OneClass("all"), MaxConcurrentPushes: 1, SendTimeout: sendTimeout,
+	srv, err := server.New(server.Config{Cache: c, Hooks: server.OneClass("all"), MaxConcurrentPushes: 1, SendTimeout: sendTimeout,
 		Registerer: reg, DrainTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // told to retry (UNAVAILABLE) rather than sent an empty one it would apply.
 func TestNotReadyIsUnavailable(t *testing.T) {
 	ready := &readyWhen{}
-	c, ads, ctx := serve(t, server.Config{Callbacks: ready})
+	c, ads, ctx := serve(t, server.Config{Hooks: ready})
 	ask := func() (*discovery.DiscoveryResponse, error) {
 		s, err := ads.StreamAggregatedResources(ctx)
 		if err != nil {
@@ -263,24 +263,50 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 	}
 }
 
-// readyWhen is ready once set.
+// readyWhen serves every proxy from class "all", ready once set.
 type readyWhen struct {
-	server.NoCallbacks
+	server.NoHooks
 	atomic.Bool
 }
 
-func (r *readyWhen) Ready() bool { return r.Load() }
+func (r *readyWhen) OnReady() bool                     { return r.Load() }
+func (r *readyWhen) OnClassify(*core.Node) cache.Class { return "all" }
 
 // byNode puts every proxy in a class of its own, named by its node id.
-type byNode struct{}
+type byNode struct{ server.NoHooks }
 
-func (byNode) Classify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
-func (byNode) FillClass(cache.Class)             {}
+func (byNode) OnClassify(n *core.Node) cache.Class { return cache.Class(n.GetId()) }
+
+// hooks serve every proxy from class "all", with the calls a test sets.
+type hooks struct {
+	server.NoHooks
+	stream   func(context.Context) (context.Context, error)
+	identity func(context.Context) string
+	limit    int
+}
+
+func (hooks) OnClassify(*core.Node) cache.Class { return "all" }
+
+func (h hooks) OnStream(ctx context.Context) (context.Context, error) {
+	if h.stream != nil {
+		return h.stream(ctx)
+	}
+	return ctx, nil
+}
+
+func (h hooks) OnIdentity(ctx context.Context) string {
+	if h.identity != nil {
+		return h.identity(ctx)
+	}
+	return ""
+}
+
+func (h hooks) OnResponseLimit(cache.Class) int { return h.limit }
 
 // TestIdleClassesAreDropped: a class added for a proxy is dropped once no
 // proxy has used it for ClassIdle, and added again when one comes back.
 func TestIdleClassesAreDropped(t *testing.T) {
-	c, ads, ctx := serve(t, server.Config{Classes: byNode{}, ClassIdle: 100 * time.Millisecond, Log: testutil.Log(t)})
+	c, ads, ctx := serve(t, server.Config{Hooks: byNode{}, ClassIdle: 100 * time.Millisecond, Log: testutil.Log(t)})
 
 	open := func(id string) context.CancelFunc {
 		sctx, stop := context.WithCancel(ctx)

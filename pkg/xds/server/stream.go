@@ -281,7 +281,7 @@ func (s *Server) serve(ss grpc.ServerStream, delta bool, read, apply func(*strea
 		node := st.node
 		st.mu.Unlock()
 		if node != nil {
-			s.cfg.Callbacks.Closed(node)
+			s.cfg.Hooks.OnClosed(node)
 		}
 	}()
 	// Requests are read on a goroutine of their own, one at a time, and
@@ -598,11 +598,11 @@ type confirmation struct {
 	from, to int64
 }
 
-// confirm tells the callbacks what an ACK confirmed, once the stream's
+// confirm tells the hooks what an ACK confirmed, once the stream's
 // lock is released.
 func (st *stream) confirm(c confirmation) {
 	if c.to > 0 {
-		st.srv.cfg.Callbacks.Confirmed(c.typeURL, c.from, c.to)
+		st.srv.cfg.Hooks.OnConfirmed(c.typeURL, c.from, c.to)
 	}
 }
 

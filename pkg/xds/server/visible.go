@@ -35,7 +35,7 @@ func (st *stream) visibleLocked(w *watch) *cache.View {
 	}
 	class := st.class
 	if class == "" {
-		class = st.srv.cfg.Classes.Classify(st.node)
+		class = st.srv.cfg.Hooks.OnClassify(st.node)
 	}
 	return v.Visible(class, w.typeURL)
 }

@@ -10,34 +10,75 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/bus"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/pusher"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/identity"
 	"github.com/shardpilot/shardpilot/pkg/xds/nodemeta"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// callbacks are the xDS server's calls into the pusher. A proxy is
-// admitted when its node matches its identity (with a policy), when its
-// namespace is served here, and, with byProxies, once what its namespace
-// sees is loaded.
-type callbacks struct {
+// hooks are the xDS server's calls into the pusher and the policy. A call
+// is screened and a stream admitted by the policy (when there is one); a
+// proxy is admitted when its node matches its identity, when its namespace
+// is served here, and, with byProxies, once what its namespace sees is
+// loaded. The pusher names a proxy's class and fills it.
+type hooks struct {
 	pusher    *pusher.Pusher
 	policy    *identity.Policy
 	byProxies bool
 	// announcer, when set, registers the workloads whose agents name a
 	// WorkloadGroup (AUTO_REGISTER_GROUP).
 	announcer *bus.Announcer
+	// register registers the other services the ADS port serves (CSDS,
+	// Istio's CA).
+	register func(grpc.ServiceRegistrar)
 }
 
-var _ server.Callbacks = callbacks{}
+var _ server.Hooks = hooks{}
 
-// Ready says whether the pusher has loaded the mesh.
-func (c callbacks) Ready() bool { return c.pusher.GeneratedRevision() > 0 }
+// OnCall screens a call by its connection and headers, before anything
+// it sends is read.
+func (c hooks) OnCall(ctx context.Context, md metadata.MD) error {
+	if c.policy == nil {
+		return nil
+	}
+	return c.policy.Screen(ctx, md)
+}
 
-// Admit checks a proxy's identity, then that this pusher serves its
+// OnStream admits a stream by its peer (a token's review).
+func (c hooks) OnStream(ctx context.Context) (context.Context, error) {
+	if c.policy == nil {
+		return ctx, nil
+	}
+	return c.policy.Admit(ctx)
+}
+
+// OnIdentity is the identity a stream was admitted as: what it subscribes
+// to counts against it.
+func (c hooks) OnIdentity(ctx context.Context) string {
+	if id, ok := identity.Admitted(ctx); ok {
+		return id.String()
+	}
+	return ""
+}
+
+// OnReady says whether the pusher has loaded the mesh.
+func (c hooks) OnReady() bool { return c.pusher.GeneratedRevision() > 0 }
+
+func (c hooks) OnClassify(node *core.Node) cache.Class { return c.pusher.Classify(node) }
+
+func (c hooks) OnNewClass(class cache.Class) { c.pusher.FillClass(class) }
+
+func (c hooks) OnResponseLimit(class cache.Class) int { return c.pusher.ResponseLimit(class) }
+
+func (c hooks) OnRegister(r grpc.ServiceRegistrar) { c.register(r) }
+
+// OnNode checks a proxy's identity, then that this pusher serves its
 // namespace, then (by proxies) loads what the namespace sees.
-func (c callbacks) Admit(ctx context.Context, node *core.Node) (*core.Node, error) {
+func (c hooks) OnNode(ctx context.Context, node *core.Node) (*core.Node, error) {
 	if c.policy != nil {
 		var err error
 		if node, err = c.policy.Authorize(ctx, node); err != nil {
@@ -58,7 +99,7 @@ func (c callbacks) Admit(ctx context.Context, node *core.Node) (*core.Node, erro
 			return nil, status.Errorf(codes.Unavailable, "shardpilot: loading what namespace %q sees; retry", ns)
 		}
 	}
-	if err := c.register(ctx, node); err != nil {
+	if err := c.announce(ctx, node); err != nil {
 		if c.byProxies {
 			c.pusher.Left(ns)
 		}
@@ -70,8 +111,8 @@ func (c callbacks) Admit(ctx context.Context, node *core.Node) (*core.Node, erro
 // register announces a workload whose agent names a WorkloadGroup, with
 // the identity its stream was verified with, and refuses the stream when
 // the ingesters refuse the registration, as istiod does. The node is the
-// stream's key for Closed.
-func (c callbacks) register(ctx context.Context, node *core.Node) error {
+// stream's key for OnClosed.
+func (c hooks) announce(ctx context.Context, node *core.Node) error {
 	meta := node.GetMetadata().GetFields()
 	group := meta["AUTO_REGISTER_GROUP"].GetStringValue()
 	if group == "" || c.announcer == nil {
@@ -115,10 +156,10 @@ func workloadAddress(node *core.Node) string {
 	return ""
 }
 
-// Closed releases, by proxies, what a proxy's namespace sees once its
+// OnClosed releases, by proxies, what a proxy's namespace sees once its
 // last proxy left, and announces the end of a registered workload's
 // stream.
-func (c callbacks) Closed(node *core.Node) {
+func (c hooks) OnClosed(node *core.Node) {
 	if c.byProxies {
 		c.pusher.Left(nodemeta.Namespace(node))
 	}
@@ -127,5 +168,5 @@ func (c callbacks) Closed(node *core.Node) {
 	}
 }
 
-// Confirmed measures the convergence of the generations an ACK confirms.
-func (c callbacks) Confirmed(typeURL string, from, to int64) { c.pusher.Confirmed(typeURL, from, to) }
+// OnConfirmed measures the convergence of the generations an ACK confirms.
+func (c hooks) OnConfirmed(typeURL string, from, to int64) { c.pusher.Confirmed(typeURL, from, to) }

@@ -121,6 +121,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.xcfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close proxy connections after this long so load rebalances across replicas (negative: never)")
 	fs.Float64Var(&o.xcfg.StreamRate, "stream-rate", 0, "new xDS streams accepted per second; the rest are told to retry (0: unlimited)")
 	fs.IntVar(&o.xcfg.MaxConcurrentPushes, "max-concurrent-pushes", 100, "senders writing responses, so responses written at once across all proxies; the rest wait (negative: unlimited, a goroutine per proxy being written to)")
+	fs.IntVar(&o.xcfg.ResponseBytesPerSecond, "response-bytes-per-second", 1<<20, "bytes of one type a proxy is sent a second, on average: after a large response the next of its type waits, carrying every change made meanwhile, so that a huge route configuration does not fill a proxy's stream ahead of its other changes (negative: no bound)")
 	fs.DurationVar(&o.xcfg.SendTimeout, "send-timeout", 10*time.Second, "longest one response's write may take before the proxy's stream is ended (negative: no limit)")
 	fs.DurationVar(&o.xcfg.AnswerWait, "answer-wait", time.Second, "longest the next generations wait for a proxy to answer (or read) a response; past it the proxy is reported unanswered and, until it answers, nothing due to it holds changes back (negative: wait for every answer, up to --debounce-max-hold)")
 	fs.IntVar(&o.maxStreams, "max-streams-per-connection", 100, "concurrent streams one client connection may open (an Envoy opens one ADS stream)")

@@ -192,13 +192,15 @@ type metrics struct {
 	// for; parked the writes that outlasted parkAfter, whose sender was
 	// replaced.
 	unanswered, parked prometheus.Counter
-	queue              prometheus.Histogram
-	send               prometheus.Histogram
-	streams            prometheus.Gauge
-	subscribedBytes    prometheus.Gauge
-	responses          *prometheus.CounterVec
-	nacks              *prometheus.CounterVec
-	limited            *prometheus.CounterVec
+	// paced counts the responses that waited for their type's pace.
+	paced           prometheus.Counter
+	queue           prometheus.Histogram
+	send            prometheus.Histogram
+	streams         prometheus.Gauge
+	subscribedBytes prometheus.Gauge
+	responses       *prometheus.CounterVec
+	nacks           *prometheus.CounterVec
+	limited         *prometheus.CounterVec
 }
 
 // New returns a Server.
@@ -223,6 +225,8 @@ func New(cfg Config) (*Server, error) {
 			Help: "Responses found unanswered (or unwritten) past the answer wait, their stream then behind: until it has answered every response, nothing due to it holds the next generations back."}),
 		parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_parked_writes_total",
 			Help: "Writes that waited on a proxy's flow control past a moment: another sender took their sender's place."}),
+		paced: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_paced_total",
+			Help: "Responses that waited for their type's pace (--response-bytes-per-second): the last of the type was large for the time since, and the changes made meanwhile went together."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
 			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",
@@ -246,7 +250,7 @@ func New(cfg Config) (*Server, error) {
 		m.limited.WithLabelValues(l)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.refused, m.connsRefused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.queue, m.send, m.streams, m.subscribedBytes, m.responses, m.nacks, m.limited} {
+		for _, c := range []prometheus.Collector{m.refused, m.connsRefused, m.unadmitted, m.moved, m.shed, m.untrusted, m.timeouts, m.unanswered, m.parked, m.paced, m.queue, m.send, m.streams, m.subscribedBytes, m.responses, m.nacks, m.limited} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("server: register metrics: %w", err)
 			}

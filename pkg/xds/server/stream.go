@@ -165,6 +165,30 @@ type watch struct {
 	// holds: one while a change is due, one while a response is in
 	// flight; none while its stream is behind.
 	counted atomic.Int32
+	// pacedUntil is when the next response of the type may go (Unix ns,
+	// see Config.ResponseBytesPerSecond); pace wakes the watch then.
+	pacedUntil int64
+	pace       *time.Timer
+}
+
+// waitPaceLocked leaves the due watch until its pace ends: it holds no due
+// unit meanwhile, so that the generations do not wait for it, and is due
+// again then, with what changed until then.
+func (w *watch) waitPaceLocked(d time.Duration) {
+	w.answered()
+	w.st.srv.m.paced.Inc()
+	if w.pace != nil {
+		w.pace.Reset(d)
+		return
+	}
+	w.pace = time.AfterFunc(d, func() {
+		st := w.st
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if !st.closed { // a closed stream's units are all dropped
+			w.Notify()
+		}
+	})
 }
 
 // Notify marks the watch due and wakes its stream's sender. The due unit
@@ -350,6 +374,9 @@ func (st *stream) close() (class, secrets, locality cache.Class) {
 		if w.inflight {
 			w.inflight = false
 			w.uncount()
+		}
+		if w.pace != nil {
+			w.pace.Stop()
 		}
 	}
 	return st.class, st.secrets, st.locality
@@ -697,6 +724,12 @@ func (st *stream) next(i int) (*outgoing, error) {
 	if w.inflight || w.set == nil || !w.dirty.Load() {
 		return nil, nil
 	}
+	if wait := time.Duration(w.pacedUntil - time.Now().UnixNano()); wait > 0 && !w.fresh && w.initial == nil {
+		// The last response of the type was large for the time since
+		// it: what changed meanwhile goes together when its pace ends.
+		w.waitPaceLocked(wait)
+		return nil, nil
+	}
 	due := w.dueEpoch.Load()
 	w.answered()
 	req := cache.Request{Set: w.set, From: w.version, Fresh: w.fresh, Prev: w.prev, Initial: w.initial}
@@ -746,6 +779,9 @@ func (st *stream) next(i int) (*outgoing, error) {
 	w.nonce = strconv.FormatUint(st.nonce, 10)
 	w.inflight = true
 	w.sentAt = time.Now().UnixNano()
+	if rate := st.srv.cfg.ResponseBytesPerSecond; rate > 0 {
+		w.pacedUntil = w.sentAt + int64(len(resp.Body))*int64(time.Second)/int64(rate)
+	}
 	w.count()
 	w.epoch = st.srv.epoch()
 	if w.credited == 0 {

@@ -192,7 +192,7 @@ type metrics struct {
 	// for; parked the writes that outlasted parkAfter, whose sender was
 	// replaced.
 	unanswered, parked prometheus.Counter
-	// paced counts the responses that waited for their type's pace.
+	// paced counts the times a due response waited for its type's pace.
 	paced           prometheus.Counter
 	queue           prometheus.Histogram
 	send            prometheus.Histogram
@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 		parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_parked_writes_total",
 			Help: "Writes that waited on a proxy's flow control past a moment: another sender took their sender's place."}),
 		paced: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_paced_total",
-			Help: "Responses that waited for their type's pace (--response-bytes-per-second): the last of the type was large for the time since, and the changes made meanwhile went together."}),
+			Help: "Times a due response waited for its type's pace (--response-bytes-per-second): the last of the type was large for the time since; the changes made meanwhile go together when it ends."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_xds_send_timeouts_total",
 			Help: "Responses whose write outlasted the send timeout (the stream is ended)."}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_xds_push_queue_seconds",

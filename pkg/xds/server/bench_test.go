@@ -95,7 +95,7 @@ func (f *fleet) pushAll(tb testing.TB) int {
 		st.smu.Unlock()
 	}
 	for _, st := range f.streams {
-		out, err := st.next(0)
+		out, err := st.next(0, false)
 		if err != nil || out == nil || out == errDone {
 			tb.Fatalf("stream %d: no response (%v)", st.id, err)
 		}

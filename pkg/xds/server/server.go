@@ -410,6 +410,27 @@ func (s *Server) epoch() int64 { return s.cfg.Cache.Epoch() }
 
 // Run serves on lis until ctx is done.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	gs := s.grpcServer()
+	var wg sync.WaitGroup
+	wctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	// The senders outlive every stream handler: a handler waits for a
+	// write of its stream in progress.
+	s.senders(s.cfg.MaxConcurrentPushes)
+	defer func() { s.pushq.stop(); s.sending.Wait(); s.unpooled.Wait() }()
+	wg.Go(func() { s.watchdog(wctx) })
+	if s.cfg.ClassIdle > 0 {
+		wg.Go(func() { s.dropIdle(wctx) })
+	}
+	err := s.serveUntil(ctx, gs, lis)
+	stopWatching()
+	wg.Wait()
+	return err
+}
+
+// grpcServer returns the gRPC server the streams are served on, with
+// every service registered (the embedder's too).
+func (s *Server) grpcServer() *grpc.Server {
 	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
 	if s.cfg.MaxConnectionAge > 0 {
 		params.MaxConnectionAge, params.MaxConnectionAgeGrace = s.cfg.MaxConnectionAge, time.Minute
@@ -432,7 +453,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		opts = append(opts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
 	}
 	opts = append(opts, s.cfg.GRPCOptions...)
-	interceptors := []grpc.StreamServerInterceptor{}
+	var interceptors []grpc.StreamServerInterceptor
 	if s.cfg.StreamRate > 0 {
 		limiter := rate.NewLimiter(rate.Limit(s.cfg.StreamRate), max(1, int(s.cfg.StreamRate)))
 		interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -443,76 +464,73 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 			return handler(srv, ss)
 		})
 	}
-	interceptors = append(interceptors, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := s.cfg.Hooks.OnStream(ss.Context())
-		if err != nil {
-			s.m.unadmitted.Inc()
-			return err
-		}
-		// An identity that asked for more new names than its rate has
-		// paid for opens no stream until it has: nothing of what it
-		// sends is read meanwhile.
-		if id := s.cfg.Hooks.OnIdentity(ctx); id != "" && s.budget.owes(id) {
-			s.m.unadmitted.Inc()
-			s.m.limited.WithLabelValues(limitRate).Inc()
-			return status.Errorf(codes.ResourceExhausted, "shardpilot: identity %s asked for more new names than its rate of %d bytes a second; retry later", id, int(s.budget.rate))
-		}
-		if ctx != ss.Context() {
-			ss = admittedStream{ServerStream: ss, ctx: ctx}
-		}
-		return handler(srv, ss)
-	})
+	interceptors = append(interceptors, s.admitStream)
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...), grpc.ForceServerCodecV2(newCodec()))
 	gs := grpc.NewServer(opts...)
 	s.register(gs)
 	s.cfg.Hooks.OnRegister(gs)
+	return gs
+}
 
-	var wg sync.WaitGroup
-	wctx, stopWatching := context.WithCancel(ctx)
-	defer stopWatching()
-	// The senders outlive every stream handler: a handler waits for a
-	// write of its stream in progress.
-	s.senders(s.cfg.MaxConcurrentPushes)
-	defer func() { s.pushq.stop(); s.sending.Wait(); s.unpooled.Wait() }()
-	wg.Go(func() { s.watchdog(wctx) })
-	if s.cfg.ClassIdle > 0 {
-		wg.Go(func() {
-			tick := time.NewTicker(max(s.cfg.ClassIdle/4, 10*time.Millisecond))
-			defer tick.Stop()
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case now := <-tick.C:
-					s.dropIdleClasses(now)
-				}
-			}
-		})
+// admitStream admits a stream before its first message is read
+// (Hooks.OnStream), and refuses it while its identity owes the rate of
+// new names.
+func (s *Server) admitStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := s.cfg.Hooks.OnStream(ss.Context())
+	if err != nil {
+		s.m.unadmitted.Inc()
+		return err
 	}
+	// An identity that asked for more new names than its rate has paid
+	// for opens no stream until it has: nothing of what it sends is read
+	// meanwhile.
+	if id := s.cfg.Hooks.OnIdentity(ctx); id != "" && s.budget.owes(id) {
+		s.m.unadmitted.Inc()
+		s.m.limited.WithLabelValues(limitRate).Inc()
+		return status.Errorf(codes.ResourceExhausted, "shardpilot: identity %s asked for more new names than its rate of %d bytes a second; retry later", id, int(s.budget.rate))
+	}
+	if ctx != ss.Context() {
+		ss = admittedStream{ServerStream: ss, ctx: ctx}
+	}
+	return handler(srv, ss)
+}
+
+// dropIdle drops the classes idle for ClassIdle until ctx is done.
+func (s *Server) dropIdle(ctx context.Context) {
+	tick := time.NewTicker(max(s.cfg.ClassIdle/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			s.dropIdleClasses(now)
+		}
+	}
+}
+
+// serveUntil serves on lis until ctx is done, then stops gracefully,
+// bounded by the drain timeout; it returns the error serving stopped on.
+func (s *Server) serveUntil(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(listener{Listener: lis, conns: &s.conns}) }()
-	var err error
 	select {
-	case err = <-errc:
-		err = fmt.Errorf("server: serve: %w", err)
-	case <-ctx.Done():
-		stopped := make(chan struct{})
-		go func() { gs.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(s.cfg.DrainTimeout):
-			s.cfg.Log.Warn("drain timed out; closing the remaining streams", "timeout", s.cfg.DrainTimeout)
-			gs.Stop()
-			<-stopped
-		}
-		<-errc
-	}
-	if err != nil {
+	case err := <-errc:
 		gs.Stop()
+		return fmt.Errorf("server: serve: %w", err)
+	case <-ctx.Done():
 	}
-	stopWatching()
-	wg.Wait()
-	return err
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.cfg.Log.Warn("drain timed out; closing the remaining streams", "timeout", s.cfg.DrainTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
 }
 
 // watchdog watches the writes and the answers: a write that outlasts

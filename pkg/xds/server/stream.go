@@ -171,24 +171,17 @@ type watch struct {
 	pace       *time.Timer
 }
 
-// waitPaceLocked leaves the due watch until its pace ends: it holds no due
-// unit meanwhile, so that the generations do not wait for it, and is due
-// again then, with what changed until then.
+// waitPaceLocked leaves the due watch until its pace ends, when its stream
+// is pushed again: it stays due, with what changes meanwhile, but holds no
+// due unit, so that the generations do not wait for it.
 func (w *watch) waitPaceLocked(d time.Duration) {
-	w.answered()
+	w.excuse()
 	w.st.srv.m.paced.Inc()
 	if w.pace != nil {
 		w.pace.Reset(d)
 		return
 	}
-	w.pace = time.AfterFunc(d, func() {
-		st := w.st
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if !st.closed { // a closed stream's units are all dropped
-			w.Notify()
-		}
-	})
+	w.pace = time.AfterFunc(d, w.st.wakeUp) // nothing once the stream is done
 }
 
 // Notify marks the watch due and wakes its stream's sender. The due unit
@@ -245,7 +238,8 @@ func (w *watch) uncount() {
 	}
 }
 
-// excuse drops every due unit the watch holds; its stream is behind.
+// excuse drops every due unit the watch holds, leaving it due: its stream
+// is behind, or it waits for a pace.
 func (w *watch) excuse() {
 	for n := w.counted.Swap(0); n > 0; n-- {
 		w.table.Answered()
@@ -680,11 +674,14 @@ func (st *stream) caughtUpLocked() bool {
 	return true
 }
 
-// push sends every due response, in push order.
+// push sends every due response, in push order. A type that waits for its
+// pace holds back the types after it, whose responses may name what its
+// own brings (routes a new cluster).
 func (st *stream) push() error {
 	var over error
+	held := false
 	for i := 0; ; i++ {
-		out, err := st.next(i)
+		out, err := st.next(i, held)
 		if tl, ok := err.(tooLarge); ok {
 			// The other types' responses go out first: every stream the
 			// client opens brings them, while this one does not fit.
@@ -697,6 +694,10 @@ func (st *stream) push() error {
 		if out == errDone {
 			return over
 		}
+		if out == errPaced {
+			held = true
+			continue
+		}
 		if out == nil {
 			continue
 		}
@@ -706,15 +707,18 @@ func (st *stream) push() error {
 	}
 }
 
-var errDone = &outgoing{}
+// errDone says that no watch is left; errPaced that the watch waits for
+// its pace.
+var errDone, errPaced = &outgoing{}, &outgoing{}
 
 // tooLarge is a response past the stream's ResponseLimit: the status the
 // stream ends with once the other types' responses are written.
 type tooLarge struct{ error }
 
-// next computes the response due for the i-th watch: nil when none is,
-// errDone past the last watch.
-func (st *stream) next(i int) (*outgoing, error) {
+// next computes the response due for the i-th watch: nil when none is (or
+// a type before it waits for its pace: held), errPaced when it waits for
+// its own, errDone past the last watch.
+func (st *stream) next(i int, held bool) (*outgoing, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if i >= len(st.watches) {
@@ -724,11 +728,17 @@ func (st *stream) next(i int) (*outgoing, error) {
 	if w.inflight || w.set == nil || !w.dirty.Load() {
 		return nil, nil
 	}
+	if held {
+		// It goes after the type before it, with the same wait: due,
+		// without holding the generations.
+		w.excuse()
+		return nil, nil
+	}
 	if wait := time.Duration(w.pacedUntil - time.Now().UnixNano()); wait > 0 && !w.fresh && w.initial == nil {
 		// The last response of the type was large for the time since
 		// it: what changed meanwhile goes together when its pace ends.
 		w.waitPaceLocked(wait)
-		return nil, nil
+		return errPaced, nil
 	}
 	due := w.dueEpoch.Load()
 	w.answered()

@@ -106,56 +106,6 @@ func (p *Pusher) generate(c change) {
 	p.cfg.Log.Debug("generated", "revision", rev, "changes", c.n, "kind", kind, "took", time.Since(start))
 }
 
-// endpointsAheadAfter is how long a full generation must take for the
-// endpoint changes to go ahead of it: before it, and between its classes
-// after each such stretch. Below it they are generated with the rest.
-const endpointsAheadAfter = 250 * time.Millisecond
-
-// endpointsMeanwhile hands over the endpoint changes waiting in the
-// debouncer, ahead of the other changes waiting there.
-func (p *Pusher) endpointsMeanwhile() {
-	c, ok := p.debouncer.Take(func(pending change) (taken, rest change, took, left bool) {
-		if pending.endpoints == 0 {
-			return change{}, pending, false, true
-		}
-		taken = change{n: pending.endpoints, since: pending.since, endpoints: pending.endpoints, endpointsObserved: pending.endpointsObserved}
-		rest = pending
-		rest.n, rest.endpoints, rest.endpointsObserved = rest.n-rest.endpoints, 0, time.Time{}
-		return taken, rest, true, rest.n > 0 || rest.full
-	})
-	if ok && !p.endpointsAhead(c, false) {
-		p.debouncer.Add(c) // they need a full generation: with the rest
-	}
-}
-
-// endpointsAhead hands over the load assignments of the endpoint changes
-// applied so far, while the other changes wait for the next full view (see
-// meshbuild.Builder.BuildEndpoints); a full generation follows, or, when
-// fullFollows is false, is asked for if endpoints moved what the classes
-// serve. It reports false, having done nothing, when the endpoint changes
-// need a full view themselves.
-func (p *Pusher) endpointsAhead(c change, fullFollows bool) bool {
-	start := time.Now()
-	built, rev, ok := p.state.meshEndpoints()
-	if !ok {
-		return false
-	}
-	p.conv.begin(c.endpointsObserved)
-	p.last = built.Mesh
-	p.generateEndpoints(built)
-	if !fullFollows && p.serverPorts.changed(built.Changed) {
-		// The ports proxyless servers serve or gateways listen on moved.
-		p.debouncer.Add(fullChange())
-	}
-	if rev > p.generated.Load() {
-		p.generated.Store(rev)
-	}
-	p.m.generations.WithLabelValues("eds").Inc()
-	p.m.genTime.Observe(time.Since(start).Seconds())
-	p.cfg.Log.Debug("generated ahead", "changes", c.endpoints, "kind", "eds", "took", time.Since(start))
-	return true
-}
-
 // noteSettings logs the mesh's settings when they change, and warns of
 // those the pushers take from their own configuration instead.
 func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {

@@ -755,22 +755,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 		return nil, nil
 	}
 	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
-		// The client would refuse it, and the stream with it. It is told
-		// why, in the status that ends its stream once the other types'
-		// responses are written (see push), never left waiting in
-		// silence: one that holds something of the type keeps it (a
-		// grpc-go client serves what it holds while it reconnects, and
-		// is told again while its configuration does not fit).
-		st.srv.m.limited.WithLabelValues(limitResponse).Inc()
-		hint := "subscribe to fewer names, or narrow what the proxy sees with a Sidecar's egress hosts"
-		kept := ""
-		if w.holds {
-			kept = fmt.Sprintf(", the client keeps the %s resources it holds", w.short)
-		}
-		st.srv.cfg.Log.Warn("a response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
-			"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "holds", w.holds, "hint", hint)
-		return nil, tooLarge{status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent%s; %s",
-			w.short, len(resp.Body), resp.Resources, limit, kept, hint)}
+		return nil, st.tooLargeLocked(w, resp, limit)
 	}
 	w.version, w.fresh, w.prev, w.initial, w.holds = resp.To, false, nil, nil, true
 	if w.credited > 0 {
@@ -785,6 +770,31 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	if w.typeURL == resource.ClusterType {
 		st.reviewAskedLocked()
 	}
+	return st.sendingLocked(w, resp), nil
+}
+
+// tooLargeLocked reports a response past the client's limit, which would
+// refuse it and the stream with it, and returns the status its stream
+// ends with once the other types' responses are written (see push): the
+// client is never left waiting in silence. One that holds something of
+// the type keeps it (a grpc-go client serves what it holds while it
+// reconnects, and is told again while its configuration does not fit).
+func (st *stream) tooLargeLocked(w *watch, resp cache.Response, limit int) error {
+	st.srv.m.limited.WithLabelValues(limitResponse).Inc()
+	hint := "subscribe to fewer names, or narrow what the proxy sees with a Sidecar's egress hosts"
+	kept := ""
+	if w.holds {
+		kept = fmt.Sprintf(", the client keeps the %s resources it holds", w.short)
+	}
+	st.srv.cfg.Log.Warn("a response too large for its client: its stream is ended with the reason", "proxy", st.node.GetId(),
+		"class", st.class, "type", w.short, "bytes", len(resp.Body), "resources", resp.Resources, "limit", limit, "holds", w.holds, "hint", hint)
+	return tooLarge{status.Errorf(codes.ResourceExhausted, "shardpilot: the %s response for this proxy is %d bytes (%d resources), over the %d it takes: not sent%s; %s",
+		w.short, len(resp.Body), resp.Resources, limit, kept, hint)}
+}
+
+// sendingLocked records a response of the watch as in flight (its nonce,
+// its pace, the generation it is sent from, its status) and returns it.
+func (st *stream) sendingLocked(w *watch, resp cache.Response) *outgoing {
 	st.nonce++
 	w.nonce = strconv.FormatUint(st.nonce, 10)
 	w.inflight = true
@@ -806,7 +816,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	}
 	w.status.SentNonce, w.status.Resources = w.nonce, resp.Resources
 	st.srv.m.responses.WithLabelValues(w.short).Inc()
-	return newOutgoing(resp.Body, w.nonce), nil
+	return newOutgoing(resp.Body, w.nonce)
 }
 
 // send writes one response.

@@ -42,15 +42,17 @@ type Config struct {
 	// (shardpilot_pusher_xds_push_queue_seconds). Default 100; negative
 	// means unlimited (a goroutine per stream writing).
 	MaxConcurrentPushes int
-	// ResponseBytesPerSecond bounds, on average, the bytes of one type a
-	// stream is sent a second: after a response of n bytes, the next of
-	// its type waits until n / ResponseBytesPerSecond has passed, and
-	// carries every change made meanwhile. At 20,000 hosts a sidecar's
-	// route configuration is 9.8 MB, and one a route change made twice a
-	// second kept a hundred proxies' streams full, their endpoint changes
-	// behind it for half a minute; a few hundred KiB (1,000 hosts) twice a
-	// second never wait. A response with names the proxy newly asks for
-	// does not wait. Default 1 MiB; negative: no bound.
+	// ResponseBytesPerSecond, when positive, bounds on average the bytes
+	// of one type a stream is sent a second: after a response of n bytes,
+	// the next of its type (and the types after it in push order) waits
+	// until n / ResponseBytesPerSecond has passed, and carries every change
+	// made meanwhile. At 20,000 hosts a sidecar's route configuration is
+	// 9.8 MB, and one a route change made twice a second kept a hundred
+	// proxies' streams full, their endpoint changes behind it; 1 MiB a
+	// second let them through. It also holds back the route changes of
+	// smaller meshes (470 KiB at 1,000 hosts waits up to half a second),
+	// so it is off by default. A response with names the proxy newly asks
+	// for does not wait.
 	ResponseBytesPerSecond int
 	// SendTimeout bounds how long writing one response may take: a proxy
 	// that does not read its stream loses its push slot and its stream
@@ -138,9 +140,6 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrentPushes == 0 {
 		c.MaxConcurrentPushes = 100
-	}
-	if c.ResponseBytesPerSecond == 0 {
-		c.ResponseBytesPerSecond = 1 << 20
 	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = 10 * time.Second

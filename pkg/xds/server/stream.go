@@ -171,6 +171,16 @@ type watch struct {
 	pace       *time.Timer
 }
 
+// paceLeftLocked is how long the watch's next response must still wait for
+// its pace: none when responses are not paced (the default, read without
+// the clock) or when the proxy asks for names anew.
+func (w *watch) paceLeftLocked() time.Duration {
+	if w.pacedUntil == 0 || w.fresh || w.initial != nil {
+		return 0
+	}
+	return time.Duration(w.pacedUntil - time.Now().UnixNano())
+}
+
 // waitPaceLocked leaves the due watch until its pace ends, when its stream
 // is pushed again: it stays due, with what changes meanwhile, but holds no
 // due unit, so that the generations do not wait for it.
@@ -734,7 +744,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 		w.excuse()
 		return nil, nil
 	}
-	if wait := time.Duration(w.pacedUntil - time.Now().UnixNano()); wait > 0 && !w.fresh && w.initial == nil {
+	if wait := w.paceLeftLocked(); wait > 0 {
 		// The last response of the type was large for the time since
 		// it: what changed meanwhile goes together when its pace ends.
 		w.waitPaceLocked(wait)

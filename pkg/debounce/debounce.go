@@ -1,22 +1,9 @@
 package debounce
 
 import (
-	"context"
 	"errors"
-	"sync"
 	"time"
 )
-
-// Clock tells the time and makes timers.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Config configures a Debouncer.
 type Config[T any] struct {
@@ -35,8 +22,6 @@ type Config[T any] struct {
 	// MaxHold bounds how long Hold keeps the first pending value back.
 	// Default MaxDelay.
 	MaxHold time.Duration
-	// Clock defaults to the real clock.
-	Clock Clock
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -56,18 +41,13 @@ func (c *Config[T]) Validate() error {
 	if c.MaxHold < 0 {
 		return errors.New("debounce: the maximum hold must not be negative")
 	}
-	if c.Clock == nil {
-		c.Clock = realClock{}
-	}
 	return nil
 }
 
-// Debouncer merges values until they settle.
+// Debouncer merges values until they settle. It is not safe for
+// concurrent use: one goroutine owns it.
 type Debouncer[T any] struct {
-	cfg    Config[T]
-	signal chan struct{}
-
-	mu      sync.Mutex
+	cfg     Config[T]
 	pending T
 	has     bool
 	first   time.Time // when the first pending value arrived
@@ -79,23 +59,18 @@ func New[T any](cfg Config[T]) (*Debouncer[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Debouncer[T]{cfg: cfg, signal: make(chan struct{}, 1)}, nil
+	return &Debouncer[T]{cfg: cfg}, nil
 }
 
-// Add merges v into the pending value.
-func (d *Debouncer[T]) Add(v T) {
-	now := d.cfg.Clock.Now()
-	d.mu.Lock()
+// Add merges v, which arrived at at, into the pending value.
+func (d *Debouncer[T]) Add(v T, at time.Time) {
 	if d.has {
 		d.pending = d.cfg.Merge(d.pending, v)
 	} else {
-		d.pending, d.has, d.first = v, true, now
+		d.pending, d.has, d.first = v, true, at
 	}
-	d.last = now
-	d.mu.Unlock()
-	select {
-	case d.signal <- struct{}{}:
-	default:
+	if at.After(d.last) {
+		d.last = at
 	}
 }
 
@@ -104,8 +79,6 @@ func (d *Debouncer[T]) Add(v T) {
 // pending, whether it took anything and whether anything stays. What stays
 // keeps its place (when its first value arrived).
 func (d *Debouncer[T]) Take(split func(pending T) (taken, rest T, took, left bool)) (T, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var zero T
 	if !d.has {
 		return zero, false
@@ -121,52 +94,26 @@ func (d *Debouncer[T]) Take(split func(pending T) (taken, rest T, took, left boo
 	return taken, true
 }
 
-// Run hands each settled value to fn until ctx is done.
-func (d *Debouncer[T]) Run(ctx context.Context, fn func(T)) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.signal:
-		}
-		for {
-			wait, ready := d.due()
-			if ready {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-d.signal:
-			case <-d.cfg.Clock.After(wait):
-			}
-		}
-		d.mu.Lock()
-		v, has := d.pending, d.has
-		var zero T
-		d.pending, d.has = zero, false
-		d.mu.Unlock()
-		if has {
-			fn(v)
-		}
-	}
-}
-
-// due reports whether the pending value should be handed on, and otherwise
-// how long until it should.
-func (d *Debouncer[T]) due() (time.Duration, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// Poll hands over the pending value when it is due at now (ready).
+// Otherwise wait says how long until it may be (a value held by Hold is
+// asked about again a quiet period later), or is 0 when nothing is
+// pending.
+func (d *Debouncer[T]) Poll(now time.Time) (v T, ready bool, wait time.Duration) {
 	if !d.has {
-		return 0, true
+		return v, false, 0
 	}
-	now := d.cfg.Clock.Now()
 	quiet := d.last.Add(d.cfg.Quiet).Sub(now)
 	limit := d.first.Add(d.cfg.MaxDelay).Sub(now)
-	wait := min(quiet, limit)
+	wait = min(quiet, limit)
 	if hold := d.first.Add(d.cfg.MaxHold).Sub(now); wait <= 0 && hold > 0 && d.cfg.Hold != nil && d.cfg.Hold() {
 		// Due, but held: look again a quiet period later.
-		return min(d.cfg.Quiet, hold), false
+		return v, false, min(d.cfg.Quiet, hold)
 	}
-	return wait, wait <= 0
+	if wait > 0 {
+		return v, false, wait
+	}
+	v = d.pending
+	var zero T
+	d.pending, d.has = zero, false
+	return v, true, 0
 }

@@ -3,9 +3,9 @@
 // the first pending value has waited the maximum delay, whichever comes
 // first.
 //
-// Add never blocks and is safe for concurrent use. Run calls its function
-// from its own goroutine, one call at a time; values added while the
-// function runs wait for the next round. Run returns when its context is
-// done. Time comes from a Clock, so tests can control it (or run inside
-// testing/synctest).
+// A Debouncer has no goroutine and no lock: it belongs to one goroutine
+// (the pusher's owner loop), which adds values with the time they arrived,
+// and asks Poll, when it has nothing else to do, whether the merged value
+// is due and otherwise how long to sleep before asking again. Time is
+// passed in, so tests control it.
 package debounce

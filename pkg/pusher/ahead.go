@@ -12,9 +12,11 @@ import "time"
 // after each such stretch. Below it they are generated with the rest.
 const endpointsAheadAfter = 250 * time.Millisecond
 
-// endpointsMeanwhile hands over the endpoint changes waiting in the
-// debouncer, ahead of the other changes waiting there.
+// endpointsMeanwhile takes what the follow goroutine read meanwhile, and
+// hands over the endpoint changes waiting in the debouncer, ahead of the
+// other changes waiting there.
 func (p *Pusher) endpointsMeanwhile() {
+	p.takeArrived()
 	c, ok := p.debouncer.Take(func(pending change) (taken, rest change, took, left bool) {
 		if pending.endpoints == 0 {
 			return change{}, pending, false, true
@@ -25,7 +27,7 @@ func (p *Pusher) endpointsMeanwhile() {
 		return taken, rest, true, rest.n > 0 || rest.full
 	})
 	if ok && !p.endpointsAhead(c, false) {
-		p.debouncer.Add(c) // they need a full generation: with the rest
+		p.debouncer.Add(c, c.since) // they need a full generation: with the rest
 	}
 }
 
@@ -46,7 +48,8 @@ func (p *Pusher) endpointsAhead(c change, fullFollows bool) bool {
 	p.generateEndpoints(built)
 	if !fullFollows && p.serverPorts.changed(built.Changed) {
 		// The ports proxyless servers serve or gateways listen on moved.
-		p.debouncer.Add(fullChange())
+		now := time.Now()
+		p.debouncer.Add(fullChange(now), now)
 	}
 	if rev > p.generated.Load() {
 		p.generated.Store(rev)

@@ -69,12 +69,12 @@ func aheadPusher(t *testing.T) (*Pusher, *orderedSink, func(model.Stored)) {
 		t.Fatal(err)
 	}
 	p.state.reset([]model.Stored{stored("a", 80)}, 1)
-	p.generate(fullChange())
+	p.generate(fullChange(time.Now()))
 	sink.take()
 	apply := func(s model.Stored) {
 		t.Helper()
-		if changed, _, err := p.state.apply(s.Key, event(t, s)); !changed || err != nil {
-			t.Fatalf("%s was not applied: %v", s.Key, err)
+		if !applyEvent(t, p.state, s.Key, event(t, s)) {
+			t.Fatalf("%s was not applied", s.Key)
 		}
 	}
 	return p, sink, apply
@@ -144,8 +144,8 @@ func TestEndpointsMeanwhile(t *testing.T) {
 	apply(at(stored("c", 80), 2))
 	apply(storedEndpoints("a", 3, "10.0.0.2"))
 	now := time.Now()
-	p.debouncer.Add(change{n: 1, since: now, full: true, observed: now})
-	p.debouncer.Add(change{n: 1, since: now, endpoints: 1, endpointsObserved: now})
+	p.debouncer.Add(change{n: 1, since: now, full: true, observed: now}, now)
+	p.debouncer.Add(change{n: 1, since: now, endpoints: 1, endpointsObserved: now}, now)
 	p.endpointsMeanwhile()
 	if log := sink.take(); len(log) != 1 || log[0] != "patch ClusterLoadAssignment " {
 		t.Errorf("handed over %v, want a's load assignment alone", log)
@@ -164,15 +164,45 @@ func TestEndpointsMeanwhile(t *testing.T) {
 	dns := stored("d", 80)
 	dns.Object.(*meshv1.Service).Resolution = meshv1.Resolution_RESOLUTION_DNS
 	apply(at(dns, 4))
-	p.generate(fullChange())
+	p.generate(fullChange(time.Now()))
 	sink.take()
 	apply(storedEndpoints("d", 5, "d.example.com"))
-	p.debouncer.Add(change{n: 1, since: now, endpoints: 1, endpointsObserved: now})
+	p.debouncer.Add(change{n: 1, since: now, endpoints: 1, endpointsObserved: now}, now)
 	p.endpointsMeanwhile()
 	if log := sink.take(); len(log) != 0 {
 		t.Errorf("a DNS service's endpoints handed over %v ahead of the join they need", log)
 	}
 	if rest, ok := p.debouncer.Take(func(c change) (change, change, bool, bool) { return c, change{}, true, false }); !ok || rest.endpoints != 1 {
 		t.Errorf("pending after: %+v (%v), want the DNS endpoint change", rest, ok)
+	}
+}
+
+// TestArrivedMeanwhile: what the follow goroutine read while a long
+// generation runs waits in the owner's queue; between the classes the
+// owner takes it, and its endpoint changes go out. An event of a pass the
+// owner ended is not applied.
+func TestArrivedMeanwhile(t *testing.T) {
+	p, sink, _ := aheadPusher(t)
+	var ended error
+	p.pass, p.passEnd = 1, func(err error) { ended = err }
+	eps := storedEndpoints("a", 3, "10.0.0.2")
+	old := storedEndpoints("a", 4, "10.0.0.9")
+	obj := func(s model.Stored) (model.Key, *meshv1.ChangeEvent, model.Object) {
+		return s.Key, event(t, s), s.Object
+	}
+	now := time.Now()
+	k, ev, o := obj(old)
+	p.arrivals <- arrival{pass: 0, at: now, seq: 6, key: k, event: ev, obj: o} // of the pass before
+	k, ev, o = obj(eps)
+	p.arrivals <- arrival{pass: 1, at: now, seq: 7, key: k, event: ev, obj: o}
+	p.endpointsMeanwhile()
+	if got := sink.endpointsOf("a"); len(got) != 1 || got[0] != "10.0.0.2" {
+		t.Errorf("a's endpoints %v, want [10.0.0.2], the current pass's", got)
+	}
+	if len(p.arrivals) != 0 || p.consumed.Load() != 7 || p.applied.Load() != 3 {
+		t.Errorf("%d left queued, consumed %d, applied %d; want 0, 7 and 3", len(p.arrivals), p.consumed.Load(), p.applied.Load())
+	}
+	if ended != nil {
+		t.Errorf("the pass ended: %v", ended)
 	}
 }

@@ -26,6 +26,13 @@
 // endpoints ahead) opens an epoch, so that an ACK can be traced back to
 // when its changes were observed (shardpilot_pusher_convergence_seconds).
 //
+// Two goroutines carry a change. The follow goroutine reads: it loads the
+// store, reads the change stream and decodes each event, beside a
+// generation. The owner keeps the mesh: one loop over what follow hands it,
+// the fills and questions of the proxies' streams, and its own timer (the
+// debounce and the lingering clusters); the mesh state, the debouncer and
+// the generation caches are its alone and carry no lock (owner.go).
+//
 // Pusher.Run returns after its goroutines have stopped. The accessors are
 // safe for concurrent use.
 package pusher

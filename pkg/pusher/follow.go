@@ -15,18 +15,17 @@ import (
 // errReload ends a pass of follow so that the next one loads the store again.
 var errReload = errors.New("pusher: reload requested")
 
+// follow is the goroutine that reads: it loads the store, follows the
+// change stream, and hands what it read, decoded, to the owner (arrival),
+// pass after pass until ctx ends. A pass ends on an error, or when the
+// owner, the store's check or a change of the namespaces served asks for a
+// load again.
 func (p *Pusher) follow(ctx context.Context) {
-	for {
-		pass, cancel := context.WithCancel(ctx)
-		p.served.setReload(cancel)
-		err := p.followOnce(pass)
-		rescoped := pass.Err() != nil // asked for while following
-		cancel()
+	loadedOnce := false
+	for pass := uint64(1); ; pass++ {
+		err := p.followOnce(ctx, pass, &loadedOnce)
 		if ctx.Err() != nil {
 			return
-		}
-		if rescoped {
-			err = fmt.Errorf("%w: the namespaces served changed", errReload)
 		}
 		switch {
 		case errors.Is(err, model.ErrRefused):
@@ -38,8 +37,13 @@ func (p *Pusher) follow(ctx context.Context) {
 		case errors.Is(err, errReload), errors.Is(err, model.ErrGap):
 			p.cfg.Log.Info("reloading the mesh from the store", "reason", err)
 			continue
+		case !loadedOnce:
+			// A clean start that comes before the store or the stream
+			// (the relay makes the stream): nothing is lost yet.
+			p.cfg.Log.Info("waiting for the store and the change stream", "err", err, "retry_in", p.cfg.RetryDelay)
+		default:
+			p.cfg.Log.Warn("lost the store or the change stream; serving the last config", "err", err, "retry_in", p.cfg.RetryDelay)
 		}
-		p.cfg.Log.Warn("lost the store or the change stream; serving the last config", "err", err, "retry_in", p.cfg.RetryDelay)
 		select {
 		case <-ctx.Done():
 			return
@@ -48,25 +52,31 @@ func (p *Pusher) follow(ctx context.Context) {
 	}
 }
 
-// followOnce loads the store and follows the stream until an error.
-func (p *Pusher) followOnce(ctx context.Context) error {
+// followOnce loads the store and follows the stream until an error, or
+// until the pass is ended (its cause is returned).
+func (p *Pusher) followOnce(ctx context.Context, pass uint64, loadedOnce *bool) error {
 	// Take the stream position before the load: every event at or before
 	// it is in the load, and later ones older than the load are skipped.
 	seq, err := p.cfg.Feed.LastSeq(ctx)
 	if err != nil {
 		return err
 	}
-	items, rev, scope, err := p.load(ctx)
+	items, rev, scope, sidecars, err := p.load(ctx)
 	if err != nil {
 		return err
 	}
-	p.scope = scope
+	*loadedOnce = true
+	// The owner, or the store's check, ends the pass with a cause: a
+	// change that asks for a load again, a store restored.
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	p.m.scope.Set(float64(len(scope)))
-	p.state.reset(items, rev)
 	p.m.loads.Inc()
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
-	p.debouncer.Add(fullChange())
-	p.consumed.Store(seq)
+	if !p.send(ctx, arrival{pass: pass, at: time.Now(), seq: seq,
+		load: &loaded{items: items, rev: rev, scope: scope, sidecars: sidecars, end: end}}) {
+		return ctx.Err()
+	}
 	p.following.Store(true)
 	defer func() {
 		p.lostAt.Store(time.Now().UnixNano())
@@ -75,23 +85,24 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 	// The store is checked beside the stream: events that stop coming
 	// while the store moves on, whatever the cause, are said (Stale), and
 	// a store that went back (restored) is loaded again.
-	ctx, reload := context.WithCancelCause(ctx)
 	var checker sync.WaitGroup
 	if sw, ok := p.cfg.Loader.(StoreWatcher); ok && p.cfg.StoreCheck > 0 {
-		checker.Go(func() { p.checkStore(ctx, sw, scope, reload) })
+		checker.Go(func() { p.checkStore(ctx, sw, scope, end) })
 	}
+	checker.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-p.served.reloads:
+			end(fmt.Errorf("%w: the namespaces served changed", errReload))
+		}
+	})
 	defer func() {
-		reload(nil)
+		end(nil)
 		checker.Wait()
 		p.behind.Store(0)
 	}()
-	fn := func(n uint64, ev *meshv1.ChangeEvent) error {
-		if err := p.apply(ctx, ev); err != nil {
-			return err
-		}
-		p.consumed.Store(n)
-		return nil
-	}
+	r := reader{pass: pass, rev: rev}
+	fn := func(n uint64, ev *meshv1.ChangeEvent) error { return p.read(ctx, &r, n, ev) }
 	if scope != nil {
 		err = p.cfg.Feed.(ScopedFeed).ConsumeNamespaces(ctx, seq+1, scope, fn)
 	} else {
@@ -101,6 +112,16 @@ func (p *Pusher) followOnce(ctx context.Context) error {
 		return cause
 	}
 	return err
+}
+
+// send hands an arrival to the owner; false when ctx ended first.
+func (p *Pusher) send(ctx context.Context, a arrival) bool {
+	select {
+	case p.arrivals <- a:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // StoreWatcher is a Loader that can tell, cheaply, whether the store holds
@@ -129,7 +150,7 @@ func (p *Pusher) checkStore(ctx context.Context, sw StoreWatcher, scope []string
 			return
 		case <-t.C:
 		}
-		applied := p.state.revision()
+		applied := p.applied.Load()
 		if pending != 0 && applied >= pending {
 			pending = 0
 			p.behind.Store(0)
@@ -185,13 +206,24 @@ func inScope(scope []string) func(key string) bool {
 // far in the future would otherwise hold its key until the store caught up.
 const revisionJump = 1 << 20
 
-func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
+// reader is a pass's reading of the change stream: rev is the highest
+// revision handed to the owner, the revision its state reaches once it
+// took them.
+type reader struct {
+	pass uint64
+	rev  int64
+}
+
+// read checks and decodes a change event, reading the store where the
+// event asks it to, and hands it to the owner. An error ends the pass.
+func (p *Pusher) read(ctx context.Context, r *reader, seq uint64, ev *meshv1.ChangeEvent) error {
 	if ev == nil {
 		// Its change would be lost: read the store again instead.
 		p.m.events.WithLabelValues("invalid").Inc()
 		return fmt.Errorf("%w: an undecodable change event", errReload)
 	}
-	if ev.Revision > p.state.revision()+revisionJump {
+	consumed := arrival{pass: r.pass, seq: seq} // read, nothing to apply
+	if ev.Revision > r.rev+revisionJump {
 		rev, err := p.cfg.Loader.Revision(ctx)
 		if err != nil {
 			return err
@@ -199,6 +231,7 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 		if ev.Revision > rev {
 			p.m.events.WithLabelValues("invalid").Inc()
 			p.cfg.Log.Warn("change event beyond the store's revision refused", "key", ev.Key, "revision", ev.Revision, "store_revision", rev)
+			p.send(ctx, consumed)
 			return nil
 		}
 	}
@@ -206,9 +239,10 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 		switch {
 		case ev.Restored:
 			return fmt.Errorf("%w: resync at revision %d: the store's history is a new one (restored)", errReload, ev.Revision)
-		case ev.Revision > p.state.revision():
+		case ev.Revision > r.rev:
 			return fmt.Errorf("%w: resync at revision %d", errReload, ev.Revision)
 		}
+		p.send(ctx, consumed)
 		return nil
 	}
 	k, err := model.ParseKey(ev.Key)
@@ -217,6 +251,7 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 		// it, and it would cost a load for each such key.
 		p.m.events.WithLabelValues("invalid").Inc()
 		p.cfg.Log.Warn("change event of a key that is not a mesh object's refused", "key", ev.Key, "revision", ev.Revision, "reason", err)
+		p.send(ctx, consumed)
 		return nil
 	}
 	if ev.ByReference {
@@ -224,38 +259,16 @@ func (p *Pusher) apply(ctx context.Context, ev *meshv1.ChangeEvent) error {
 			return err
 		}
 	}
-	changed, obj, err := p.state.apply(k, ev)
-	if err != nil {
-		// Its change would be lost: read the store again instead.
-		p.m.events.WithLabelValues("invalid").Inc()
-		return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
-	}
-	if !changed {
-		p.m.events.WithLabelValues("skipped").Inc()
-		return nil
-	}
-	p.m.events.WithLabelValues("applied").Inc()
-	if err := p.rescope(k, obj); err != nil {
-		return err
-	}
-	observed := time.Now() // a delete: observed when it arrives
-	if obj != nil && obj.GetOrigin().GetObservedAt() != nil {
-		at := obj.GetOrigin().GetObservedAt().AsTime()
-		if lag := time.Since(at); lag < -clockSkew || lag > maxApplyLag {
-			// Its source's clock is off: measured from its arrival, so
-			// that the convergence time is not skewed for as long as
-			// its object lives.
-			p.m.impossibleClock.Inc()
-		} else {
-			observed = at
-			p.m.applyLag.Observe(lag.Seconds())
+	var obj model.Object
+	if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
+		if obj, err = model.Decode(k, ev.Value); err != nil {
+			// Its change would be lost: read the store again instead.
+			p.m.events.WithLabelValues("invalid").Inc()
+			return fmt.Errorf("%w: change event %s at revision %d: %v", errReload, ev.Key, ev.Revision, err)
 		}
 	}
-	if k.Kind == model.KindEndpoints {
-		p.debouncer.Add(change{n: 1, since: time.Now(), endpoints: 1, endpointsObserved: observed})
-		return nil
-	}
-	p.debouncer.Add(change{n: 1, since: time.Now(), full: true, observed: observed})
+	r.rev = max(r.rev, ev.Revision)
+	p.send(ctx, arrival{pass: r.pass, at: time.Now(), seq: seq, key: k, event: ev, obj: obj})
 	return nil
 }
 

@@ -47,9 +47,13 @@ func FuzzApplyEvent(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, _, err := s.apply(k, &ev); err != nil {
-			return
+		var obj model.Object
+		if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
+			if obj, err = model.Decode(k, ev.Value); err != nil {
+				return // the follow goroutine refuses it
+			}
 		}
+		s.apply(k, &ev, obj)
 		built, _, _ := s.mesh()
 		m := built.Mesh
 		for _, proxy := range []generate.Proxy{generate.Envoy, generate.Proxyless} {

@@ -1,11 +1,9 @@
 package pusher
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 )
@@ -14,15 +12,13 @@ import (
 // bounded by entries and by bytes (the resources' encoded size), and it
 // forgets what no generation has used for a while: a change of the mesh's
 // settings, or inputs removed, would otherwise leave their resources in
-// it until entries alone pushed them out. Streams filling a class use it
-// beside the generating goroutine: it is safe for concurrent use.
+// it until entries alone pushed them out. It is the owner's alone
+// (owner.go), and so is its LRU, which has no lock.
 type genCache struct {
-	// now is the start of the current generation (Unix nanoseconds), the
-	// time a lookup marks its entry used: no clock read, no lock of this
-	// cache on a hit (the LRU has its own).
-	now      atomic.Int64
-	mu       sync.Mutex // bytes, swept and adding
-	lru      *lru.Cache[string, *genEntry]
+	// now is the start of the current generation, the time a lookup marks
+	// its entry used: no clock read on a hit.
+	now      time.Time
+	lru      *simplelru.LRU[string, *genEntry]
 	bytes    int64
 	maxBytes int64
 	idle     time.Duration
@@ -33,14 +29,13 @@ type genCache struct {
 type genEntry struct {
 	v    any
 	size int64
-	used atomic.Int64 // Unix nanoseconds
+	used time.Time
 }
 
 func newGenCache(entries int, maxBytes int64, idle time.Duration, held prometheus.Gauge) (*genCache, error) {
-	c := &genCache{maxBytes: maxBytes, idle: idle, held: held}
-	c.now.Store(time.Now().UnixNano())
+	c := &genCache{now: time.Now(), maxBytes: maxBytes, idle: idle, held: held}
 	var err error
-	c.lru, err = lru.NewWithEvict(entries, func(_ string, e *genEntry) { c.bytes -= e.size })
+	c.lru, err = simplelru.NewLRU(entries, func(_ string, e *genEntry) { c.bytes -= e.size })
 	return c, err
 }
 
@@ -50,21 +45,18 @@ func (c *genCache) get(key string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	e.used.Store(c.now.Load())
+	e.used = c.now
 	return e.v, true
 }
 
 // add caches a value of size bytes, evicting the least recently used past
 // the bounds.
 func (c *genCache) add(key string, v any, size int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if old, ok := c.lru.Peek(key); ok {
 		c.bytes -= old.size
 		old.size = 0 // the eviction callback does not run on a replace
 	}
-	e := &genEntry{v: v, size: size}
-	e.used.Store(c.now.Load())
+	e := &genEntry{v: v, size: size, used: c.now}
 	c.lru.Add(key, e)
 	c.bytes += size
 	for c.bytes > c.maxBytes && c.lru.Len() > 1 {
@@ -77,16 +69,14 @@ func (c *genCache) add(key string, v any, size int64) {
 // used for idle, at most once a minute: they are the least recently used,
 // the oldest first.
 func (c *genCache) sweep(now time.Time) {
-	c.now.Store(now.UnixNano())
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.now = now
 	if c.idle <= 0 || now.Sub(c.swept) < min(time.Minute, c.idle) {
 		return
 	}
 	c.swept = now
 	for {
 		key, e, ok := c.lru.GetOldest()
-		if !ok || now.Sub(time.Unix(0, e.used.Load())) < c.idle {
+		if !ok || now.Sub(e.used) < c.idle {
 			break
 		}
 		c.lru.Remove(key)
@@ -99,8 +89,6 @@ func (c *genCache) len() int { return c.lru.Len() }
 
 // held returns the bytes held.
 func (c *genCache) heldBytes() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	return c.bytes
 }
 

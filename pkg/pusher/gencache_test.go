@@ -45,7 +45,7 @@ func TestGenCacheForgetsIdleEntries(t *testing.T) {
 	c.add("used", 0, 1000)
 	for i := range 10 {
 		e, _ := c.lru.Peek(fmt.Sprint("old", i))
-		e.used.Add(-int64(6 * time.Minute)) // last used six minutes ago
+		e.used = e.used.Add(-6 * time.Minute) // last used six minutes ago
 	}
 	now := time.Now()
 	c.sweep(now)
@@ -54,7 +54,7 @@ func TestGenCacheForgetsIdleEntries(t *testing.T) {
 	}
 	c.add("later", 0, 1000)
 	e, _ := c.lru.Peek("later")
-	e.used.Add(-int64(time.Hour))
+	e.used = e.used.Add(-time.Hour)
 	c.sweep(now.Add(30 * time.Second))
 	if c.len() != 2 {
 		t.Errorf("a second sweep within the minute ran: %d entries", c.len())

@@ -120,7 +120,7 @@ func (p *Pusher) noteSettings(s *meshv1.MeshConfig) {
 	p.cfg.Log.Info("mesh settings applied", "from", s.GetOrigin().GetLocation(), "version", s.GetOrigin().GetSourceVersion())
 	for _, d := range []struct{ field, mesh, own, flag string }{
 		{"trustDomain", s.TrustDomain, cmp.Or(p.cfg.TrustDomain, "cluster.local"), "--trust-domain"},
-		{"rootNamespace", s.RootNamespace, p.state.rootNamespace(), "--root-namespace"},
+		{"rootNamespace", s.RootNamespace, p.state.b.RootNamespace, "--root-namespace"},
 	} {
 		if d.mesh != "" && d.mesh != d.own {
 			p.cfg.Log.Warn("the mesh's MeshConfig differs from the pushers' own setting, which applies", "field", d.field,
@@ -329,13 +329,13 @@ func (p *Pusher) publishClusters(class cache.Class, clusters []*cluster.Cluster)
 	out, next := p.linger.apply(class, clusters, p.gen, p.genAt)
 	publish(p, class, resource.ClusterType, out)
 	if !next.IsZero() {
-		p.debouncer.Add(fullChange())
+		p.debouncer.Add(fullChange(p.genAt), p.genAt)
 	}
 }
 
-// armLinger has the timer ask for a generation at next, when the first
-// lingering cluster of any class goes at the latest, unless it is armed
-// for then or sooner already. It runs after every full generation, from
+// armLinger has the owner ask for a generation at next, when the first
+// lingering cluster of any class goes at the latest, unless it asks for
+// then or sooner already. It runs after every full generation, from
 // every class's lingering clusters: a class whose print did not change
 // publishes nothing, and a timer armed by its own publication alone would
 // leave its clusters lingering, with no generation to come (a removal
@@ -345,12 +345,6 @@ func (p *Pusher) armLinger(now, next time.Time) {
 		return
 	}
 	p.lingerAt = next
-	request := func() { p.debouncer.Add(fullChange()) }
-	if p.lingerTimer == nil {
-		p.lingerTimer = time.AfterFunc(next.Sub(now), request)
-	} else {
-		p.lingerTimer.Reset(next.Sub(now))
-	}
 }
 
 // tooLarge reports, and logs and counts, a set of resources a class's

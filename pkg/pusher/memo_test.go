@@ -104,8 +104,8 @@ func (p *Pusher) putAndGenerate(t testing.TB, s model.Stored, rev int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if changed, _, err := p.state.apply(s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev, Key: s.Key.String(), Value: value}); !changed || err != nil {
-		t.Fatalf("the change was not applied: %v", err)
+	if !applyEvent(t, p.state, s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev, Key: s.Key.String(), Value: value}) {
+		t.Fatal("the change was not applied")
 	}
 	p.generate(change{n: 1, since: time.Now(), full: true})
 }

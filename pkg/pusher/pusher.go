@@ -217,6 +217,7 @@ type Pusher struct {
 	m         metrics
 	generated atomic.Int64 // revision of the last generation, 0 before the first
 	following atomic.Bool  // the store is loaded and the stream followed
+	applied   atomic.Int64 // the highest revision the owner applied
 	// lostAt is when the pusher last stopped following (its start before
 	// it first did), in Unix nanoseconds.
 	lostAt atomic.Int64
@@ -233,11 +234,17 @@ type Pusher struct {
 	// index classifies proxies (read by the streams).
 	index atomic.Pointer[classify.Index]
 	conv  *convergence
-	// inbox carries the work of the owner, the goroutine that generates
-	// (owner.go); stopped is closed when it has stopped. What follows,
-	// up to the metrics, is the owner's alone.
-	inbox   chan func()
-	stopped chan struct{}
+	// arrivals carry what the follow goroutine read to the owner, the
+	// goroutine that applies and generates (owner.go); inbox carries the
+	// streams' fills and questions to it; stopped is closed when it has
+	// stopped. What follows, up to placement, is the owner's alone.
+	arrivals chan arrival
+	inbox    chan func()
+	stopped  chan struct{}
+	// pass is the follow pass whose load the owner took last, passEnd
+	// ends it (nil once ended).
+	pass    uint64
+	passEnd context.CancelCauseFunc
 	// last is the mesh of the last generation, for a class or locality
 	// seen between generations.
 	last        *generate.Mesh
@@ -255,10 +262,9 @@ type Pusher struct {
 	// genAt is when the current generation began: the time lingering
 	// clusters are stamped with and let go by, alike for every class.
 	genAt time.Time
-	// lingerTimer asks for the generation that drops lingering clusters at
-	// the latest, at lingerAt.
-	lingerTimer *time.Timer
-	lingerAt    time.Time
+	// lingerAt is when the owner asks, at the latest, for the generation
+	// that drops lingering clusters (zero: none).
+	lingerAt time.Time
 	// classesChanged says that what decides classes changed.
 	classesChanged chan struct{}
 	// eds holds, by service, the names of the load assignments last
@@ -279,10 +285,11 @@ type Pusher struct {
 	// generating goroutine).
 	apiListeners apiListeners
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
-	// all), of a pusher serving some namespaces (owned by the following
-	// goroutine).
+	// all), of a pusher serving some namespaces.
 	sidecars map[model.Key]*meshv1.Scope
 	scope    []string
+	// root is the mesh's root namespace.
+	root string
 	// served tracks the namespaces served by proxies (ScopeByProxies).
 	served served
 	// placement is the namespaces served (Namespaces, changed by Place).
@@ -309,8 +316,8 @@ type change struct {
 }
 
 // fullChange is a change that generates every class: a reload, a
-// lingering cluster let go.
-func fullChange() change { return change{n: 1, since: time.Now(), full: true} }
+// lingering cluster let go, at at.
+func fullChange(at time.Time) change { return change{n: 1, since: at, full: true} }
 
 // merge folds b into c.
 func (c change) merge(b change) change {
@@ -379,7 +386,7 @@ func New(cfg Config) (*Pusher, error) {
 			// report).
 			Buckets: prometheus.ExponentialBuckets(0.005, 1.15, 69)}),
 		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_apply_lag_seconds",
-			Help:    "From when a source observed a change to when the pusher applied its event (ingest, store, relay and stream together).",
+			Help:    "From when a source observed a change to when the pusher read its event (ingest, store, relay and stream together).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_cache_lookups_total",
 			Help: "Per-service generated resources looked up in the cache, by type and result (hit, miss)."}, []string{"type", "result"}),
@@ -423,7 +430,10 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
 		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, refused: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
-		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger}, inbox: make(chan func()), stopped: make(chan struct{})}
+		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger},
+		arrivals: make(chan arrival, arrivalsQueued), inbox: make(chan func()), stopped: make(chan struct{})}
+	p.root = p.state.b.RootNamespace
+	p.served.reloads = make(chan struct{}, 1)
 	p.lostAt.Store(time.Now().UnixNano())
 	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	p.noteDrained()
@@ -499,26 +509,20 @@ func (p *Pusher) StaleReason() string {
 // reflect, 0 before the first generation.
 func (p *Pusher) GeneratedRevision() int64 { return p.generated.Load() }
 
+// arrivalsQueued is how many events the follow goroutine may read and
+// decode ahead of the owner, while it generates.
+const arrivalsQueued = 1024
+
 // Run follows the store and generates until ctx is done; nothing it
 // started outlives it.
 func (p *Pusher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	var err error
 	wg.Go(func() { p.own(ctx) })
 	if p.cfg.ScopeByProxies {
 		wg.Go(func() { p.served.expire(ctx, p.cfg.ScopeGrace) })
 	}
-	wg.Go(func() {
-		err = p.debouncer.Run(ctx, func(c change) { p.onOwner(func() { p.generate(c) }) })
-	})
 	p.follow(ctx)
 	wg.Wait()
-	if p.lingerTimer != nil {
-		p.lingerTimer.Stop()
-	}
-	if err != nil {
-		return fmt.Errorf("pusher: %w", err)
-	}
 	return nil
 }
 

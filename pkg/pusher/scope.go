@@ -109,21 +109,22 @@ func scopePrefixes(namespaces []string) []string {
 // load reads what the pusher follows: everything, or for a pusher serving
 // some namespaces, every object of the mesh-wide kinds first and then, at the same
 // revision, what their scope needs. It returns the scope (nil: the whole
-// mesh).
-func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, scope []string, err error) {
+// mesh) and the Sidecars that decide it.
+func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, scope []string, sidecars map[model.Key]*meshv1.Scope, err error) {
 	var errs []error
 	defer func() {
 		for _, e := range errs {
 			p.cfg.Log.Warn("store holds an unreadable value; skipped", "err", e)
 		}
 	}()
+	p.served.loading()
 	serve, scoped := p.Placement()
 	if p.cfg.ScopeByProxies {
 		serve = p.served.wanted()
 	}
 	if !scoped {
 		items, rev, errs, err = p.cfg.Loader.List(ctx)
-		return items, rev, nil, err
+		return items, rev, nil, nil, err
 	}
 	loader := p.cfg.Loader.(ScopedLoader)
 	var whole []string
@@ -134,15 +135,15 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 	}
 	items, rev, errs, err = loader.ListPrefixes(ctx, 0, whole...)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, nil, err
 	}
-	p.sidecars = map[model.Key]*meshv1.Scope{}
+	sidecars = map[model.Key]*meshv1.Scope{}
 	for _, it := range items {
 		if sc, ok := it.Object.(*meshv1.Scope); ok {
-			p.sidecars[it.Key] = sc
+			sidecars[it.Key] = sc
 		}
 	}
-	scope = scopeOf(serve, p.state.b.RootNamespace, p.sidecars)
+	scope = scopeOf(serve, p.root, sidecars)
 	p.served.loaded(serve, scope == nil)
 	prefixes := []string{model.Prefix}
 	if scope != nil {
@@ -151,12 +152,12 @@ func (p *Pusher) load(ctx context.Context) (items []model.Stored, rev int64, sco
 	rest, _, more, err := loader.ListPrefixes(ctx, rev, prefixes...)
 	errs = append(errs, more...)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, nil, err
 	}
 	if scope == nil {
-		return rest, rev, nil, nil // the whole mesh: the first read is in it
+		return rest, rev, nil, sidecars, nil // the whole mesh: the first read is in it
 	}
-	return append(items, rest...), rev, scope, nil
+	return append(items, rest...), rev, scope, sidecars, nil
 }
 
 // Placement returns the namespaces placed on the pusher, and whether it
@@ -229,7 +230,7 @@ func (p *Pusher) rescope(k model.Key, obj model.Object) error {
 	if p.cfg.ScopeByProxies {
 		serve = p.served.loadedNamespaces()
 	}
-	if next := scopeOf(serve, p.state.b.RootNamespace, p.sidecars); !slices.Equal(next, p.scope) {
+	if next := scopeOf(serve, p.root, p.sidecars); !slices.Equal(next, p.scope) {
 		return fmt.Errorf("%w: the namespaces in scope change from %v to %v (nil: all)", errReload, p.scope, next)
 	}
 	return nil
@@ -248,23 +249,26 @@ type served struct {
 	// the whole mesh (every namespace is served).
 	done  map[string]bool
 	whole bool
-	// reload ends the current pass of follow, so that the next loads again.
-	reload context.CancelFunc
+	// reloads asks the follow goroutine for a load (one asked at most):
+	// what the last load served is no longer what is wanted. A load takes
+	// the asks made before it read what is wanted.
+	reloads chan struct{}
 }
 
-func (s *served) setReload(cancel context.CancelFunc) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reload = cancel
-}
-
-// askReload ends the current pass of follow, if any, so that the next
-// loads again.
+// askReload asks for a load: it ends the pass of follow under way, if any.
 func (s *served) askReload() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reload != nil {
-		s.reload()
+	select {
+	case s.reloads <- struct{}{}:
+	default:
+	}
+}
+
+// loading takes the asks for a load made so far: the load about to read
+// what is wanted answers them.
+func (s *served) loading() {
+	select {
+	case <-s.reloads:
+	default:
 	}
 }
 
@@ -315,9 +319,9 @@ func (p *Pusher) Admit(namespace string) error {
 	if s.done[namespace] || (s.whole && s.done != nil) {
 		return nil
 	}
-	if !known && s.reload != nil {
+	if !known {
 		p.cfg.Log.Info("a proxy of a namespace not served yet: loading what it sees", "namespace", namespace)
-		s.reload()
+		s.askReload()
 	}
 	return ErrLoadingScope
 }
@@ -355,8 +359,8 @@ func (s *served) expire(ctx context.Context, grace time.Duration) {
 					dropped = dropped || s.done[ns]
 				}
 			}
-			if dropped && s.reload != nil {
-				s.reload()
+			if dropped {
+				s.askReload()
 			}
 			s.mu.Unlock()
 		}

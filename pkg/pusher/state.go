@@ -1,18 +1,17 @@
 package pusher
 
 import (
-	"sync"
-
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/classify"
 	"github.com/shardpilot/shardpilot/pkg/meshbuild"
 	"github.com/shardpilot/shardpilot/pkg/model"
 )
 
-// state is the pusher's copy of the mesh. Objects are never modified once
-// stored, so a generation may read them without the lock.
+// state is the pusher's copy of the mesh, the owner's alone (owner.go).
+// Objects are never modified once stored: a view built from it stays true
+// while later changes are applied (between the classes of a long
+// generation).
 type state struct {
-	mu sync.Mutex
 	// floor is the revision of the last full load: events at or below it
 	// are already held.
 	floor int64
@@ -47,50 +46,24 @@ func newState(root string, ms meshSettings, opts ...classify.Option) *state {
 	return &state{b: b, tombstones: map[model.Key]int64{}, indexOpts: opts}
 }
 
-// rootNamespace returns the mesh's root namespace.
-func (s *state) rootNamespace() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.RootNamespace
-}
-
 // reset replaces the content with a full load at rev.
 func (s *state) reset(items []model.Stored, rev int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.b.Reset(items)
 	s.tombstones, s.floor, s.rev = map[model.Key]int64{}, rev, rev
 }
 
-// revision returns the highest revision applied.
-func (s *state) revision() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rev
-}
-
-// apply applies a PUT or DELETE event. It reports whether the mesh changed
-// (an event the state already reflects changes nothing) and returns the
-// object a PUT decoded to.
-func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Object, error) {
-	var obj model.Object
-	if ev.Type == meshv1.ChangeEvent_TYPE_PUT {
-		o, err := model.Decode(k, ev.Value)
-		if err != nil {
-			return false, nil, err
-		}
-		obj = o
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// apply applies a PUT or DELETE event, a PUT's value decoded to obj. It
+// reports whether the mesh changed (an event the state already reflects
+// changes nothing).
+func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent, obj model.Object) bool {
 	if ev.Revision <= s.floor {
-		return false, nil, nil
+		return false
 	}
 	if e, ok := s.b.Get(k); ok && e.ModRev >= ev.Revision {
-		return false, nil, nil
+		return false
 	}
 	if t, ok := s.tombstones[k]; ok && t >= ev.Revision {
-		return false, nil, nil
+		return false
 	}
 	s.rev = max(s.rev, ev.Revision)
 	switch ev.Type {
@@ -100,19 +73,17 @@ func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent) (bool, model.Object, 
 	case meshv1.ChangeEvent_TYPE_DELETE:
 		s.tombstones[k] = ev.Revision
 		if _, ok := s.b.Get(k); !ok {
-			return false, nil, nil
+			return false
 		}
 		s.b.Delete(k)
 	}
-	return true, obj, nil
+	return true
 }
 
 // mesh returns the generators' view of the current content (see
 // meshbuild.Builder.Build), the classes' index, and the revision it
 // reflects.
 func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	built := s.b.Build()
 	if built.Changed == nil || s.index == nil {
 		s.index = classify.NewIndex(built, s.indexOpts...)
@@ -126,8 +97,6 @@ func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 // revision of the last full view stands). It reports false when the
 // endpoint changes need a full view.
 func (s *state) meshEndpoints() (*meshbuild.Built, int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	built, ok := s.b.BuildEndpoints()
 	if !ok {
 		return nil, 0, false

@@ -86,8 +86,7 @@ type tableKey struct {
 type Cache struct {
 	cfg     Config
 	invalid prometheus.Counter
-	// due counts the watches notified of a change that have not yet been
-	// answered from it (see Table.Due).
+	// due is the backlog: what the watches owe (see Owed).
 	due atomic.Int64
 	// epoch numbers the generations the tables hold (see BeginEpoch).
 	epoch atomic.Int64

@@ -30,4 +30,8 @@
 //
 // A Cache and its Tables are safe for concurrent use. Update calls for one
 // table are serialised; responses are computed under a table's read lock.
+// The order of its locks with the server's is written down once, in
+// package server's documentation (Concurrency). The backlog, what the
+// watches owe the last generations, is held unit by unit in each watch's
+// Owed.
 package cache

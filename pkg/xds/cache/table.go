@@ -52,7 +52,7 @@ type Table struct {
 	// reported again.
 	invalid  func(name string, err error)
 	rejected map[string]types.Resource
-	// due is the cache's count of due watches.
+	// due is the cache's backlog (see Owed).
 	due *atomic.Int64
 	// check validates new resources (nil: each its own Validate).
 	check *validator
@@ -91,24 +91,6 @@ func newTable(typeURL string, logSize int, due *atomic.Int64, invalid func(name 
 		entries: map[string]*entry{}, sets: map[Fingerprint][]*Set{}}
 	t.wild = &Set{table: t, wildcard: true, watchers: map[Watcher]int{}}
 	return t
-}
-
-// Due and Answered bracket a wait that the last generation is still being
-// written: a watcher calls Due when it is notified and was not due
-// already, or when it sends a response, and Answered when it has computed
-// its response (or found nothing to send), or when that response is ACKed
-// or NACKed. The cache's Backlog is their difference.
-func (t *Table) Due() {
-	if t.due != nil {
-		t.due.Add(1)
-	}
-}
-
-// Answered: see Due.
-func (t *Table) Answered() {
-	if t.due != nil {
-		t.due.Add(-1)
-	}
 }
 
 // Version returns the table's version: it grows with every change.

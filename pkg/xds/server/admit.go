@@ -155,7 +155,7 @@ func (st *stream) addWatch(typeURL string, t *cache.Table) (*watch, error) {
 
 // addWatchLocked adds the stream's watch of a type's table, in push order.
 func (st *stream) addWatchLocked(typeURL string, t *cache.Table) *watch {
-	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t}
+	w := &watch{st: st, typeURL: typeURL, short: shortType(typeURL), table: t, owed: t.NewOwed()}
 	i, _ := slices.BinarySearchFunc(st.watches, rank(typeURL), func(w *watch, r int) int { return rank(w.typeURL) - r })
 	st.watches = slices.Insert(st.watches, i, w)
 	return w

@@ -67,7 +67,7 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 	for i := range P {
 		st := &stream{srv: srv, id: int64(i + 1), delta: delta, ctx: context.Background(),
 			node: &core.Node{Id: "sidecar~10.0.0.1~p" + strconv.Itoa(i) + ".ns~ns.svc.cluster.local"}}
-		w := &watch{st: st, typeURL: resource.EndpointType, short: "ClusterLoadAssignment", table: f.table}
+		w := &watch{st: st, typeURL: resource.EndpointType, short: "ClusterLoadAssignment", table: f.table, owed: f.table.NewOwed()}
 		if set == nil {
 			set = f.table.Subscribe(w, names, false)
 		} else {

@@ -27,6 +27,41 @@
 // generation (epoch) a change belongs to from the cache, which the
 // generator numbers.
 //
+// # Concurrency
+//
+// The goroutines: each stream's handler (it alone changes the stream's
+// node, classes and watches) and its reader (it receives and hands each
+// request to the handler); the senders, a fixed pool that computes and
+// writes the responses of the streams queued; the generator (the pusher's
+// owner), whose Update and Patch of a table notify its watchers; and the
+// server's own (the answer watcher, the idle-class dropper, the status
+// readers) and the embedder's calls (Reclassify, Shed, EndUntrusted).
+//
+// The locks of this package and of package cache, and the only order in
+// which one is taken while another is held (left before right):
+//
+//	stream.mu → budget.mu
+//	stream.mu → cache.Cache.mu → cache.visibility.mu → cache.Table.mu → cache.Set.mu
+//	cache.Table.updating → cache.Table.mu → stream.smu → pushQueue.mu
+//	cache.Table.updating → cache.validator.mu
+//
+// Streams.mu, classSet.mu and conns.mu are taken alone: who walks the
+// streams copies the list and then takes each stream's lock. Hooks are
+// called with none of them held.
+//
+// What a table's change does under its lock is bounded: Watcher.Notify
+// (watch.Notify) sets the watch's due flag, adds its unit to the backlog
+// (cache.Owed) and queues the stream for a sender (stream.smu, then
+// pushQueue.mu, each held for a few instructions); it never blocks on a
+// write, never waits for a stream's lock, and never starts a goroutine.
+//
+// The atomics, each read without a lock by a goroutine that does not own
+// it: a watch's due flag and the generation that made it due (set by
+// Notify, cleared by the sender); its units of the backlog (cache.Owed);
+// a stream's behind flag (set by the answer watcher, read by Notify), the
+// start of its write in progress (read by the senders' parking) and why it
+// ended (read by its handler); the server's stream numbering.
+//
 // Server.Run serves on a listener until its context is done, then stops
 // gracefully (bounded by a drain timeout) and returns after the gRPC server,
 // every stream's handler and the senders have stopped.

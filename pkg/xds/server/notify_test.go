@@ -14,7 +14,7 @@ import (
 func TestNotifyRacingTheSender(t *testing.T) {
 	f := newFleet(t, 1, 1, false)
 	w := f.streams[0].watches[0]
-	if n := w.counted.Load(); n != 0 {
+	if n := w.owed.Held(); n != 0 {
 		t.Fatalf("%d units held before the race", n)
 	}
 	procs := runtime.GOMAXPROCS(0)
@@ -32,7 +32,7 @@ func TestNotifyRacingTheSender(t *testing.T) {
 		close(start)
 		wg.Wait()
 		w.answered()
-		if n := w.counted.Load(); n != 0 {
+		if n := w.owed.Held(); n != 0 {
 			t.Fatalf("round %d: %d units held by a watch neither due nor in flight", i, n)
 		}
 	}

@@ -608,6 +608,6 @@ func (s *Server) watchAnswers(st *stream, now time.Time) {
 		return
 	}
 	for _, w := range st.watches {
-		w.excuse()
+		w.owed.Excuse()
 	}
 }

@@ -150,7 +150,7 @@ func (s *Streams) Status() []StreamStatus {
 			Types: make(map[string]*TypeStatus, len(st.watches)), Behind: st.behind.Load()}
 		for _, w := range st.watches {
 			ts := w.status
-			ts.Due, ts.InFlight, ts.Owed = w.dirty.Load(), w.inflight, w.counted.Load()
+			ts.Due, ts.InFlight, ts.Owed = w.dirty.Load(), w.inflight, w.owed.Held()
 			if ts.LastNACK != nil {
 				n := *ts.LastNACK
 				ts.LastNACK = &n

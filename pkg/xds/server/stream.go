@@ -161,10 +161,10 @@ type watch struct {
 	epoch, credited int64
 	// sentAt is when the in-flight response was made (Unix ns).
 	sentAt int64
-	// counted is how many of the cache's due units (Table.Due) the watch
-	// holds: one while a change is due, one while a response is in
-	// flight; none while its stream is behind.
-	counted atomic.Int32
+	// owed holds the watch's units of the cache's backlog: one while a
+	// change is due, one while a response is in flight; none while its
+	// stream is behind.
+	owed *cache.Owed
 	// pacedUntil is when the next response of the type may go (Unix ns,
 	// see Config.ResponseBytesPerSecond); pace wakes the watch then.
 	pacedUntil int64
@@ -185,7 +185,7 @@ func (w *watch) paceLeftLocked() time.Duration {
 // is pushed again: it stays due, with what changes meanwhile, but holds no
 // due unit, so that the generations do not wait for it.
 func (w *watch) waitPaceLocked(d time.Duration) {
-	w.excuse()
+	w.owed.Excuse()
 	w.st.srv.m.paced.Inc()
 	if w.pace != nil {
 		w.pace.Reset(d)
@@ -206,11 +206,11 @@ func (w *watch) Notify() {
 		w.st.wakeUp()
 		return
 	}
-	w.count()
+	w.owed.Add(&w.st.behind)
 	if w.dirty.CompareAndSwap(false, true) {
 		w.dueEpoch.Store(w.st.srv.epoch())
 	} else {
-		w.uncount() // due already, its unit counted
+		w.owed.Drop() // due already, its unit counted
 	}
 	w.st.wakeUp()
 }
@@ -218,41 +218,7 @@ func (w *watch) Notify() {
 // answered clears the watch's due flag.
 func (w *watch) answered() {
 	if w.dirty.Swap(false) {
-		w.uncount()
-	}
-}
-
-// count adds a due unit the watch holds, unless its stream is behind.
-func (w *watch) count() {
-	if w.st.behind.Load() {
-		return
-	}
-	w.counted.Add(1)
-	w.table.Due()
-	if w.st.behind.Load() {
-		w.uncount() // fell behind meanwhile: excuse dropped the others
-	}
-}
-
-// uncount drops a due unit the watch holds, if it holds one.
-func (w *watch) uncount() {
-	for {
-		c := w.counted.Load()
-		if c <= 0 {
-			return
-		}
-		if w.counted.CompareAndSwap(c, c-1) {
-			w.table.Answered()
-			return
-		}
-	}
-}
-
-// excuse drops every due unit the watch holds, leaving it due: its stream
-// is behind, or it waits for a pace.
-func (w *watch) excuse() {
-	for n := w.counted.Swap(0); n > 0; n-- {
-		w.table.Answered()
+		w.owed.Drop()
 	}
 }
 
@@ -377,7 +343,7 @@ func (st *stream) close() (class, secrets, locality cache.Class) {
 		w.answered()
 		if w.inflight {
 			w.inflight = false
-			w.uncount()
+			w.owed.Drop()
 		}
 		if w.pace != nil {
 			w.pace.Stop()
@@ -649,7 +615,7 @@ func (st *stream) answeredLocked(w *watch, nacked bool, detail []byte) (ack conf
 		}
 	}
 	w.inflight = false
-	w.uncount() // the response counted as due until answered
+	w.owed.Drop() // the response counted as due until answered
 	w.status.Unanswered = false
 	if st.behind.Load() && st.caughtUpLocked() {
 		st.behind.Store(false)
@@ -741,7 +707,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	if held {
 		// It goes after the type before it, with the same wait: due,
 		// without holding the generations.
-		w.excuse()
+		w.owed.Excuse()
 		return nil, nil
 	}
 	if wait := w.paceLeftLocked(); wait > 0 {
@@ -812,7 +778,7 @@ func (st *stream) sendingLocked(w *watch, resp cache.Response) *outgoing {
 	if rate := st.srv.cfg.ResponseBytesPerSecond; rate > 0 {
 		w.pacedUntil = w.sentAt + int64(len(resp.Body))*int64(time.Second)/int64(rate)
 	}
-	w.count()
+	w.owed.Add(&w.st.behind)
 	w.epoch = st.srv.epoch()
 	if w.credited == 0 {
 		// A new subscription is not credited with changes made before it,

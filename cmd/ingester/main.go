@@ -282,7 +282,7 @@ func (o *options) startSources(ctx context.Context, g *errgroup.Group, v validat
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string) (err error) {
 	var o options
 	fs := flag.NewFlagSet("ingester", flag.ContinueOnError)
 	o.register(fs)
@@ -312,11 +312,18 @@ func run(ctx context.Context, args []string) error {
 		adminLis.Close()
 		return err
 	}
+	defer func() {
+		if err != nil { // the admin server closes them once it runs
+			adminLis.Close()
+			if adminTLSLis != nil {
+				adminTLSLis.Close()
+			}
+		}
+	}()
 
 	reg := telemetry.NewRegistry(version.Collector())
 	serveHook, err := o.hook.start(log, reg)
 	if err != nil {
-		adminLis.Close()
 		return err
 	}
 	ingestReport, err := ingest.NewReport(reg)
@@ -344,12 +351,32 @@ func run(ctx context.Context, args []string) error {
 		g.Go(func() error { return serveHook(ctx) })
 	}
 	ready.Check("relay following the store", rl.Relay.Healthy)
-	// An ingester that cannot reach the store writes nothing, whatever it
-	// leads.
+	watchStore(ctx, g, ready, conns.Etcd, election)
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_ingester_leading",
+		Help: "Elections (sources, the relay) this replica leads now (all it runs, without elections)."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {
+		return err
+	}
+	if err := reg.Register(election.Share.Collector()); err != nil {
+		return err
+	}
+	g.Go(func() error { return rl.Run(ctx) })
+	me := o.member(adminLis, adminTLSLis)
+	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
+	page := statuspage.New(statuspage.Config{Title: "ingester", Version: version.String(), Gatherer: reg, Rejected: app.Rejections(ingestReport)})
+	g.Go(func() error { return page.Run(ctx) })
+	admin := &telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
+		TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page, Debug: o.debugHandlers(conns, ingestReport)}
+	g.Go(func() error { return admin.Run(ctx) })
+	return g.Wait()
+}
+
+// watchStore probes the store and makes readiness say what it found: an
+// ingester that cannot reach the store writes nothing, whatever it leads,
+// and etcd out of space (its NOSPACE alarm) refuses every write.
+func watchStore(ctx context.Context, g *errgroup.Group, ready *telemetry.Readiness, etcd *clientv3.Client, election app.Election) {
 	var probe store.Probe
-	g.Go(func() error { probe.Run(ctx, store.New(conns.Etcd), 2*time.Second); return nil })
+	g.Go(func() error { probe.Run(ctx, store.New(etcd), 2*time.Second); return nil })
 	ready.Check("store reachable", probe.Reachable)
-	// etcd out of space (its NOSPACE alarm) refuses every write.
 	ready.Check("store accepts writes (no etcd alarm)", probe.Writable)
 	ready.Detail(func() string {
 		leads := "leads: everything (no elections)"
@@ -361,14 +388,10 @@ func run(ctx context.Context, args []string) error {
 		}
 		return leads
 	})
-	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_ingester_leading",
-		Help: "Elections (sources, the relay) this replica leads now (all it runs, without elections)."}, func() float64 { return float64(len(election.Share.Leading())) })); err != nil {
-		return err
-	}
-	if err := reg.Register(election.Share.Collector()); err != nil {
-		return err
-	}
-	g.Go(func() error { return rl.Run(ctx) })
+}
+
+// member is how the ingester announces itself in etcd.
+func (o *options) member(adminLis, adminTLSLis net.Listener) store.Member {
 	name := o.leaderID
 	if name == "" {
 		name, _ = os.Hostname()
@@ -377,22 +400,20 @@ func run(ctx context.Context, args []string) error {
 	if adminTLSLis != nil {
 		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
 	}
-	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
-	page := statuspage.New(statuspage.Config{Title: "ingester", Version: version.String(), Gatherer: reg, Rejected: app.Rejections(ingestReport)})
-	g.Go(func() error { return page.Run(ctx) })
-	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
-			Debug: map[string]http.Handler{"/debug/problems": app.ProblemsHandler(ingestReport),
-				"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
-					ws := o.common.Weaknesses(ctx, &o.remote, conns.NATS, conns.Etcd)
-					if o.signingKeyFile == "" {
-						ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--bus-signing-key-file (chart: nats.signing)",
-							Risk: "change events are not signed: pushers cannot tell the relay's from those any NATS credential that may publish writes"})
-					}
-					return ws
-				})}}).Run(ctx)
-	})
-	return g.Wait()
+	return me
+}
+
+// debugHandlers are the admin server's debug pages of the ingester.
+func (o *options) debugHandlers(conns *app.Conns, report *ingest.Report) map[string]http.Handler {
+	return map[string]http.Handler{"/debug/problems": app.ProblemsHandler(report),
+		"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
+			ws := o.common.Weaknesses(ctx, &o.remote, conns.NATS, conns.Etcd)
+			if o.signingKeyFile == "" {
+				ws = append(ws, telemetry.Weakness{Severity: telemetry.High, Setting: "--bus-signing-key-file (chart: nats.signing)",
+					Risk: "change events are not signed: pushers cannot tell the relay's from those any NATS credential that may publish writes"})
+			}
+			return ws
+		})}
 }
 
 // injectFlags are the flags of the webhook that points new pods' Istio

@@ -261,7 +261,6 @@ func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (_
 			c.leave()
 		}
 	}()
-	cch, ps := c.Dump.cache, c.Dump.pusher
 	// Each stream is answered for from its own node, which ADS admitted
 	// for its own identity: another stream claiming the same id is
 	// another proxy.
@@ -286,29 +285,44 @@ func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (_
 		}
 		return false
 	}
-	// What the response holds, measured before anything of it is built.
-	type part struct {
-		typeURL, acked string
-		held           map[string]*anypb.Any
-		client         adminv3.ClientResourceStatus
-		config         statusv3.ConfigStatus
+	plan, err := c.plan(streams, wanted)
+	if err != nil {
+		return nil, nil, err
 	}
-	type proxy struct {
-		node  *corev3.Node
-		parts []part
-	}
-	var plan []proxy
+	return plan.response(), c.leave, nil
+}
+
+// csdsPlan is what a CSDS response holds, measured before anything of it
+// is built: for each proxy, each type's resources as the proxy holds them.
+type csdsPlan []csdsProxy
+
+type csdsProxy struct {
+	node  *corev3.Node
+	parts []csdsPart
+}
+
+type csdsPart struct {
+	typeURL, acked string
+	held           map[string]*anypb.Any
+	client         adminv3.ClientResourceStatus
+	config         statusv3.ConfigStatus
+}
+
+// plan gathers, for the streams wanted, the resources of each type as
+// every response encodes them (the dump marshals nothing of its own), and
+// refuses a response past MaxBytes before building any of it.
+func (c *CSDS) plan(streams []server.StreamStatus, wanted func(id string) bool) (csdsPlan, error) {
+	cch, ps := c.Dump.cache, c.Dump.pusher
+	var plan csdsPlan
 	size, maxBytes := 0, cmp.Or(c.MaxBytes, csdsMaxBytes)
 	for _, st := range streams {
 		if !wanted(st.Proxy) {
 			continue
 		}
 		class := ps.Classify(st.Node)
-		p := proxy{node: st.Node}
+		p := csdsProxy{node: st.Node}
 		for _, short := range slices.Sorted(maps.Keys(st.Types)) {
 			ts, typeURL := st.Types[short], typeURLs[short]
-			// The resources as every response encodes them: the dump
-			// marshals nothing of its own.
 			held := cch.Encoded(class, typeURL)
 			if typeURL == resource.EndpointType {
 				held = cch.Encoded(cache.Shared, typeURL)
@@ -324,28 +338,32 @@ func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (_
 			}
 			for name, r := range held {
 				if size += proto.Size(r) + len(name); size > maxBytes {
-					return nil, nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", maxBytes>>20)
+					return nil, status.Errorf(codes.ResourceExhausted, "csds: the response would exceed %d MiB; name fewer proxies", maxBytes>>20)
 				}
 			}
-			p.parts = append(p.parts, part{typeURL: typeURL, acked: ts.Acked, held: held, client: clientStatus, config: configStatus})
+			p.parts = append(p.parts, csdsPart{typeURL: typeURL, acked: ts.Acked, held: held, client: clientStatus, config: configStatus})
 		}
 		plan = append(plan, p)
 	}
+	return plan, nil
+}
+
+// response builds the response the plan measured.
+func (plan csdsPlan) response() *statusv3.ClientStatusResponse {
 	resp := &statusv3.ClientStatusResponse{}
 	for _, p := range plan {
 		cfg := &statusv3.ClientConfig{Node: p.node}
 		for _, pt := range p.parts {
 			for _, name := range slices.Sorted(maps.Keys(pt.held)) {
-				a := pt.held[name]
 				cfg.GenericXdsConfigs = append(cfg.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
-					TypeUrl: pt.typeURL, Name: name, VersionInfo: pt.acked, XdsConfig: a,
+					TypeUrl: pt.typeURL, Name: name, VersionInfo: pt.acked, XdsConfig: pt.held[name],
 					ConfigStatus: pt.config, ClientStatus: pt.client,
 				})
 			}
 		}
 		resp.Config = append(resp.Config, cfg)
 	}
-	return resp, c.leave, nil
+	return resp
 }
 
 // StreamClientStatus answers every request on the stream.

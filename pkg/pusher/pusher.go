@@ -372,6 +372,50 @@ func New(cfg Config) (*Pusher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pusher: %w", err)
 	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	memo, err := newGenCache(cfg.CacheSize, cfg.CacheBytes, cfg.CacheIdle, m.cacheBytes)
+	if err != nil {
+		return nil, fmt.Errorf("pusher: cache: %w", err)
+	}
+	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
+		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, refused: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
+		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger},
+		arrivals: make(chan arrival, arrivalsQueued), inbox: make(chan func()), stopped: make(chan struct{})}
+	p.root = p.state.b.RootNamespace
+	p.served.reloads = make(chan struct{}, 1)
+	p.lostAt.Store(time.Now().UnixNano())
+	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
+	p.noteDrained()
+	if cfg.Registerer != nil {
+		stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_stale_seconds",
+			Help: "Seconds the pusher has been behind the store (0 while it is not): since it stopped following the store's changes (etcd or NATS out of reach), or since it first found a change in the store that the change stream has not brought (a stuck relay, a broken stream). It serves what it generated last, which may be that old, and stays ready."},
+			func() float64 { return p.Stale().Seconds() })
+		if err := cfg.Registerer.Register(stale); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
+		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
+			Help: "Change events in the stream this pusher has not consumed yet: the stream's last sequence minus the last one consumed (read at each scrape)."},
+			p.busLag)
+		if err := cfg.Registerer.Register(lag); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
+		backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_backlog", Help: backlogHelp},
+			func() float64 { return float64(cfg.Tables.Backlog()) })
+		if err := cfg.Registerer.Register(backlog); err != nil {
+			return nil, fmt.Errorf("pusher: register metrics: %w", err)
+		}
+	}
+	return p, nil
+}
+
+const backlogHelp = "Subscriptions with a change due or a response unanswered, leaving out the streams behind (--answer-wait): while above 0, the next generation waits, up to --debounce-max-hold."
+
+// newMetrics makes the pusher's metrics, registered with reg when it is
+// not nil.
+func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	m := metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_events_total",
 			Help: "Change events consumed, by outcome (applied, skipped, invalid; refused: not published by the relay, on a subject that is not its key's or without its signature)."}, []string{"outcome"}),
@@ -417,49 +461,15 @@ func New(cfg Config) (*Pusher, error) {
 		configBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardpilot_pusher_config_bytes",
 			Help: "Encoded size of a type's resources in the largest class (load assignments: mesh-wide), at the last generation."}, []string{"type"}),
 	}
-	if cfg.Registerer != nil {
+	if reg != nil {
 		for _, c := range []prometheus.Collector{m.events, m.loads, m.generations, m.convergence, m.applyLag, m.cache, m.genTime, m.debounce, m.resources, m.configBytes, m.classes, m.tooLarge, m.refusals, m.scope, m.cacheBytes, m.drained, m.storeBack, m.byReference, m.impossibleClock} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("pusher: register metrics: %w", err)
+			if err := reg.Register(c); err != nil {
+				return metrics{}, fmt.Errorf("pusher: register metrics: %w", err)
 			}
 		}
 	}
-	memo, err := newGenCache(cfg.CacheSize, cfg.CacheBytes, cfg.CacheIdle, m.cacheBytes)
-	if err != nil {
-		return nil, fmt.Errorf("pusher: cache: %w", err)
-	}
-	p := &Pusher{cfg: cfg, state: newState(cfg.RootNamespace, meshSettings{noAutoMTLS: cfg.NoAutoMTLS, trustDomain: cfg.TrustDomain, agentCertificates: cfg.AgentCertificates, overrides: cfg.MeshOverrides},
-		gatewayBinding(cfg.SharedGatewayNamespaces)...), debouncer: d, m: m, lru: memo, oversize: map[string]bool{}, refused: map[string]bool{}, conv: newConvergence(m.convergence, cfg.Tables.BeginEpoch),
-		classesChanged: make(chan struct{}, 1), linger: linger{period: cfg.ClusterLinger},
-		arrivals: make(chan arrival, arrivalsQueued), inbox: make(chan func()), stopped: make(chan struct{})}
-	p.root = p.state.b.RootNamespace
-	p.served.reloads = make(chan struct{}, 1)
-	p.lostAt.Store(time.Now().UnixNano())
-	p.placement.namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
-	p.noteDrained()
-	if cfg.Registerer != nil {
-		stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_stale_seconds",
-			Help: "Seconds the pusher has been behind the store (0 while it is not): since it stopped following the store's changes (etcd or NATS out of reach), or since it first found a change in the store that the change stream has not brought (a stuck relay, a broken stream). It serves what it generated last, which may be that old, and stays ready."},
-			func() float64 { return p.Stale().Seconds() })
-		if err := cfg.Registerer.Register(stale); err != nil {
-			return nil, fmt.Errorf("pusher: register metrics: %w", err)
-		}
-		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_bus_lag_messages",
-			Help: "Change events in the stream this pusher has not consumed yet: the stream's last sequence minus the last one consumed (read at each scrape)."},
-			p.busLag)
-		if err := cfg.Registerer.Register(lag); err != nil {
-			return nil, fmt.Errorf("pusher: register metrics: %w", err)
-		}
-		backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardpilot_pusher_xds_backlog", Help: backlogHelp},
-			func() float64 { return float64(cfg.Tables.Backlog()) })
-		if err := cfg.Registerer.Register(backlog); err != nil {
-			return nil, fmt.Errorf("pusher: register metrics: %w", err)
-		}
-	}
-	return p, nil
+	return m, nil
 }
-
-const backlogHelp = "Subscriptions with a change due or a response unanswered, leaving out the streams behind (--answer-wait): while above 0, the next generation waits, up to --debounce-max-hold."
 
 // busLag is how many stream events the pusher has yet to consume; NaN
 // when the stream cannot be read.

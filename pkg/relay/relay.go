@@ -257,105 +257,132 @@ func (r *Relay) relay(ctx context.Context) error {
 	from, skip := resumePoint(last)
 	r.m.revision.Set(float64(last.Revision))
 	r.cfg.Log.Info("relay resuming", "after_revision", from, "last_event", fmt.Sprintf("%s@%d", last.Key, last.Revision))
-
-	// Events are published without waiting, each on the condition that the
-	// one before it is stored; a second goroutine takes the answers in
-	// order. The first failure stops both: the next pass resumes from what
-	// the bus holds.
-	type pending struct {
-		ev  *meshv1.ChangeEvent
-		ack func(context.Context) (bool, error)
-	}
-	inFlight := make(chan pending, r.cfg.Window)
-	var unacked atomic.Int64
-	// acked is the newest event the bus stored: the store must still hold
-	// it (see the checks below).
-	var acked atomic.Pointer[meshv1.ChangeEvent]
-	acked.Store(last)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case p := <-inFlight:
-				dup, err := p.ack(gctx)
-				if err != nil {
-					return err
-				}
-				unacked.Add(-1)
-				acked.Store(p.ev)
-				r.advanced()
-				if dup {
-					r.m.duplicates.Inc()
-				}
-				r.m.published.Inc()
-				r.m.revision.Set(float64(p.ev.Revision))
-			}
-		}
-	})
-	g.Go(func() error {
-		t := time.NewTicker(r.cfg.CheckEvery)
-		defer t.Stop()
-		for ticks := 1; ; ticks++ {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-				if err := r.bounded(gctx, r.cfg.Publisher.Check); err != nil && gctx.Err() == nil {
-					return err
-				}
-				// A store restored from a snapshot under the watch: the
-				// watch waits past revisions the store now reuses, whose
-				// changes it would never bring. The next pass finds the
-				// last event unconfirmed and starts a new history.
-				var reason string
-				err := r.bounded(gctx, func(ctx context.Context) (err error) {
-					reason, err = r.cfg.Watcher.Confirm(ctx, acked.Load())
-					return err
-				})
-				switch {
-				case gctx.Err() != nil:
-					return nil
-				case err == nil && reason != "":
-					return fmt.Errorf("the store no longer holds the last event published (%s): restored from a snapshot?", reason)
-				}
-				// Following for two checks with nothing unanswered: a
-				// pass that fails at its first publish never gets here.
-				if ticks >= 2 && unacked.Load() == 0 {
-					r.advanced()
-				}
-			}
-		}
-	})
-	g.Go(func() error {
-		prev := last
-		return r.cfg.Watcher.Watch(gctx, from, func(evs []*meshv1.ChangeEvent) error {
-			for _, ev := range evs {
-				if ev.Revision == from+1 && ev.Index <= skip {
-					continue
-				}
-				ev.Epoch = r.epoch
-				unacked.Add(1)
-				ack, err := r.cfg.Publisher.PublishAfter(ev, prev)
-				if err != nil {
-					return err
-				}
-				select {
-				case inFlight <- pending{ev, ack}:
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-				prev = ev
-			}
-			return nil
-		})
-	})
-	err = g.Wait()
+	err = r.follow(ctx, last, from, skip)
 	if errors.Is(err, model.ErrCompacted) {
 		return r.resync(ctx, err.Error())
 	}
 	return err
+}
+
+// pass is one pass of the relay following the store from a resume point.
+// Events are published without waiting, each on the condition that the
+// one before it is stored; a second goroutine takes the answers in order.
+// The first failure stops the pass: the next resumes from what the bus
+// holds.
+type pass struct {
+	r        *Relay
+	inFlight chan pending
+	unacked  atomic.Int64
+	// acked is the newest event the bus stored: the store must still hold
+	// it (see check).
+	acked atomic.Pointer[meshv1.ChangeEvent]
+}
+
+// pending is an event published and its answer to come.
+type pending struct {
+	ev  *meshv1.ChangeEvent
+	ack func(context.Context) (bool, error)
+}
+
+// follow publishes the store's changes after from (the first revision's
+// events up to skip being published already), last being the newest event
+// the bus holds, until an error or ctx ends.
+func (r *Relay) follow(ctx context.Context, last *meshv1.ChangeEvent, from int64, skip int32) error {
+	p := &pass{r: r, inFlight: make(chan pending, r.cfg.Window)}
+	p.acked.Store(last)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.answers(gctx) })
+	g.Go(func() error { return p.check(gctx) })
+	g.Go(func() error { return p.publish(gctx, last, from, skip) })
+	return g.Wait()
+}
+
+// answers takes the bus's answers, in order.
+func (p *pass) answers(ctx context.Context) error {
+	r := p.r
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case pe := <-p.inFlight:
+			dup, err := pe.ack(ctx)
+			if err != nil {
+				return err
+			}
+			p.unacked.Add(-1)
+			p.acked.Store(pe.ev)
+			r.advanced()
+			if dup {
+				r.m.duplicates.Inc()
+			}
+			r.m.published.Inc()
+			r.m.revision.Set(float64(pe.ev.Revision))
+		}
+	}
+}
+
+// check asks, every CheckEvery, whether the bus takes writes and the store
+// still holds the last event the bus stored.
+func (p *pass) check(ctx context.Context) error {
+	r := p.r
+	t := time.NewTicker(r.cfg.CheckEvery)
+	defer t.Stop()
+	for ticks := 1; ; ticks++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := r.bounded(ctx, r.cfg.Publisher.Check); err != nil && ctx.Err() == nil {
+			return err
+		}
+		// A store restored from a snapshot under the watch: the watch
+		// waits past revisions the store now reuses, whose changes it
+		// would never bring. The next pass finds the last event
+		// unconfirmed and starts a new history.
+		var reason string
+		err := r.bounded(ctx, func(ctx context.Context) (err error) {
+			reason, err = r.cfg.Watcher.Confirm(ctx, p.acked.Load())
+			return err
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && reason != "":
+			return fmt.Errorf("the store no longer holds the last event published (%s): restored from a snapshot?", reason)
+		}
+		// Following for two checks with nothing unanswered: a pass that
+		// fails at its first publish never gets here.
+		if ticks >= 2 && p.unacked.Load() == 0 {
+			r.advanced()
+		}
+	}
+}
+
+// publish watches the store and publishes each event after the one before.
+func (p *pass) publish(ctx context.Context, last *meshv1.ChangeEvent, from int64, skip int32) error {
+	r := p.r
+	prev := last
+	return r.cfg.Watcher.Watch(ctx, from, func(evs []*meshv1.ChangeEvent) error {
+		for _, ev := range evs {
+			if ev.Revision == from+1 && ev.Index <= skip {
+				continue
+			}
+			ev.Epoch = r.epoch
+			p.unacked.Add(1)
+			ack, err := r.cfg.Publisher.PublishAfter(ev, prev)
+			if err != nil {
+				return err
+			}
+			select {
+			case p.inFlight <- pending{ev, ack}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			prev = ev
+		}
+		return nil
+	})
 }
 
 // resumePoint returns the revision after which to watch, and the highest

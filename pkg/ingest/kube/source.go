@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -337,21 +339,58 @@ func (w *watched) Node(name string) *corev1.Node {
 
 // Run watches the cluster and syncs until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
+	t, err := s.build(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	return t.run(ctx)
+}
+
+// term is one run of the source, built: the informers it shares, its
+// handlers on them, what it reads and its sync loop. Nothing runs until
+// run starts the informers.
+type term struct {
+	s       *Source
+	factory informers.SharedInformerFactory
+	dyn     dynamicinformer.DynamicSharedInformerFactory
+	stop    <-chan struct{}
+	w       *watched
+	loop    *ingest.Loop
+	served  map[string]servedResource
+	closers []func() // in the order they run
+}
+
+// close removes the term's handlers and lets go of what it holds.
+func (t *term) close() {
+	for _, c := range t.closers {
+		c()
+	}
+}
+
+// build acquires the informers and adds the source's handlers. On an
+// error it has let go of everything.
+func (s *Source) build(ctx context.Context) (_ *term, err error) {
 	shared := s.cfg.Informers
 	if shared == nil {
 		shared = NewInformers(s.cfg.Client, s.cfg.Dynamic)
 	}
 	factory, dyn, stop, release, err := shared.acquire()
 	if err != nil {
-		return fmt.Errorf("kube: %s: index EndpointSlices: %w", s.cfg.Cluster, err)
+		return nil, fmt.Errorf("kube: %s: index EndpointSlices: %w", s.cfg.Cluster, err)
 	}
-	defer release()
+	t := &term{s: s, factory: factory, dyn: dyn, stop: stop, closers: []func(){release}}
 	// The handlers are this source's: the informers may serve other
 	// parts after it stops.
 	var handlers []func()
-	defer func() {
+	t.closers = append(t.closers, func() {
 		for _, remove := range handlers {
 			remove()
+		}
+	})
+	defer func() {
+		if err != nil {
+			t.close()
 		}
 	}()
 	watch := func(kind string, inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
@@ -364,7 +403,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
+	t.closers = append(t.closers, broadcaster.Shutdown)
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.cfg.Client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shardpilot-ingester"})
 
@@ -377,60 +416,77 @@ func (s *Source) Run(ctx context.Context) error {
 		istio:      map[string]cache.GenericLister{},
 		gatewayAPI: s.gatewayAPIAvailable(),
 	}
-	loop := ingest.NewLoop(ingest.Loop{
+	t.w = w
+	t.loop = ingest.NewLoop(ingest.Loop{
 		Writer: s.cfg.Syncer,
 		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("cluster", s.cfg.Cluster),
 		Sync: func(ctx context.Context, full bool) error { return s.sync(ctx, w, recorder, full) },
 	})
-	slices := factory.Discovery().V1().EndpointSlices().Informer()
+	if err := s.watchAll(ctx, t, watch); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// watchAll adds the source's handlers to every informer it reads.
+func (s *Source) watchAll(ctx context.Context, t *term, watch func(string, cache.SharedIndexInformer, cache.ResourceEventHandler) error) error {
+	w, changed := t.w, t.loop.Changed
+	slices := t.factory.Discovery().V1().EndpointSlices().Informer()
 	w.slicesByPod = slices.GetIndexer()
 	for kind, inf := range map[string]cache.SharedIndexInformer{
-		"Service":       factory.Core().V1().Services().Informer(),
+		"Service":       t.factory.Core().V1().Services().Informer(),
 		"EndpointSlice": slices,
-		"Pod":           factory.Core().V1().Pods().Informer(),
-		"Node":          factory.Core().V1().Nodes().Informer(),
-		"Namespace":     factory.Core().V1().Namespaces().Informer(),
+		"Pod":           t.factory.Core().V1().Pods().Informer(),
+		"Node":          t.factory.Core().V1().Nodes().Informer(),
+		"Namespace":     t.factory.Core().V1().Namespaces().Informer(),
 	} {
-		if err := watch(kind, inf, s.handler(kind, w, loop.Changed)); err != nil {
+		if err := watch(kind, inf, s.handler(kind, w, changed)); err != nil {
 			return err
 		}
 	}
-	served := s.istioAvailable()
-	for kind, resource := range served {
-		gi := dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: resource.version, Resource: resource.plural})
-		if err := watch(kind, gi.Informer(), s.handler(kind, w, loop.Changed)); err != nil {
+	t.served = s.istioAvailable()
+	for kind, resource := range t.served {
+		gi := t.dyn.ForResource(schema.GroupVersionResource{Group: istio.GroupOf(kind), Version: resource.version, Resource: resource.plural})
+		if err := watch(kind, gi.Informer(), s.handler(kind, w, changed)); err != nil {
 			return err
 		}
 		w.istio[kind] = gi.Lister()
 	}
-	if err := s.watchGatewayAPI(dyn, w, watch, loop.Changed); err != nil {
+	if err := s.watchGatewayAPI(t.dyn, w, watch, changed); err != nil {
 		return err
 	}
-	if err := s.watchIngress(factory, w, watch, loop.Changed); err != nil {
+	if err := s.watchIngress(t.factory, w, watch, changed); err != nil {
 		return err
 	}
-	stopMesh, err := s.watchMeshConfig(ctx, w, watch, loop.Changed)
+	stopMesh, err := s.watchMeshConfig(ctx, w, watch, changed)
 	if err != nil {
 		return err
 	}
-	defer stopMesh()
+	t.closers = append(t.closers, stopMesh)
+	return nil
+}
+
+// run starts the informers, waits for their caches, and syncs until ctx
+// is done.
+func (t *term) run(ctx context.Context) error {
+	s := t.s
 	// Started by the first source, the informers run until the last
 	// stops (Start starts only those not running yet).
-	factory.Start(stop)
-	dyn.Start(stop)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+	t.factory.Start(t.stop)
+	t.dyn.Start(t.stop)
+	for typ, ok := range t.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, typ, ctx.Err())
 		}
 	}
-	for gvr, ok := range dyn.WaitForCacheSync(ctx.Done()) {
+	for gvr, ok := range t.dyn.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("kube: %s: %v never synced: %w", s.cfg.Cluster, gvr, ctx.Err())
 		}
 	}
-	s.cfg.Log.Info("kubernetes caches synced", "cluster", s.cfg.Cluster, "istio_kinds", len(w.istio))
+	s.cfg.Log.Info("kubernetes caches synced", "cluster", s.cfg.Cluster, "istio_kinds", len(t.w.istio))
 	// Events before this point are in the first sync.
-	return s.runSynced(ctx, loop, s.registrar(w, served))
+	return s.runSynced(ctx, t.loop, s.registrar(t.w, t.served))
 }
 
 // runSynced runs the sync loop, and the registrar of the part's

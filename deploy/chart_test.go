@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"cmp"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -269,6 +271,73 @@ func TestChartMonitoring(t *testing.T) {
 	}
 }
 
+// TestChartRunbooks: every alert's runbook_url is prometheusRule.runbookBaseURL
+// with the alert's anchor, a heading of docs/runbooks.md.
+func TestChartRunbooks(t *testing.T) {
+	h := helm(t)
+	runbooks, err := os.ReadFile(filepath.Join("..", "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range []string{"", "https://wiki.example.com/mesh/runbooks"} {
+		set := "prometheusRule.enabled=true"
+		if base != "" {
+			set += ",prometheusRule.runbookBaseURL=" + base
+		}
+		out := run(t, h, "template", "sp", filepath.Join("helm", "shardpilot"), "--set", set)
+		urls := regexp.MustCompile(`runbook_url: (\S+)`).FindAllStringSubmatch(out, -1)
+		if len(urls) == 0 {
+			t.Fatal("no runbook_url")
+		}
+		for _, u := range urls {
+			page, anchor, _ := strings.Cut(u[1], "#")
+			if want := cmp.Or(base, "https://github.com/shardpilot/shardpilot/blob/main/docs/runbooks.md"); page != want {
+				t.Errorf("runbook_url %s, want it at %s", u[1], want)
+			}
+			if !regexp.MustCompile(`(?mi)^## ` + anchor + `$`).Match(runbooks) {
+				t.Errorf("runbook_url %s: docs/runbooks.md has no heading %s", u[1], anchor)
+			}
+		}
+	}
+}
+
+// TestChartRevisions: two releases of one cluster, the running one and a
+// canary with a revision, each have a webhook of their own that selects
+// its own namespaces (the canary's: shardpilot.io/rev=canary), and every
+// object of the canary carries its revision.
+func TestChartRevisions(t *testing.T) {
+	h := helm(t)
+	migration := filepath.Join("helm", "examples", "values-istio-migration.yaml")
+	selectors := map[string]string{}
+	for _, r := range []struct{ release, revision string }{{"sp", ""}, {"sp-canary", "canary"}} {
+		out := run(t, h, "template", r.release, filepath.Join("helm", "shardpilot"), "-f", migration, "--set", "revision="+r.revision)
+		objs, err := kubetest.Decode([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook := find(objs, "MutatingWebhookConfiguration", r.release+"-discovery-address")
+		if hook == nil {
+			t.Fatalf("%s: no webhook of its own", r.release)
+		}
+		sel, _, _ := unstructured.NestedMap(hook.Object["webhooks"].([]any)[0].(map[string]any), "namespaceSelector")
+		selectors[r.release] = fmt.Sprint(sel)
+		if r.revision == "" {
+			continue
+		}
+		if want := "map[matchLabels:map[shardpilot.io/rev:canary]]"; selectors[r.release] != want {
+			t.Errorf("the canary's webhook selects %s, want %s", selectors[r.release], want)
+		}
+		for _, o := range objs {
+			if o.GetLabels()["shardpilot.io/rev"] != "canary" {
+				t.Errorf("%s %s: labels %v, want shardpilot.io/rev: canary", o.GetKind(), o.GetName(), o.GetLabels())
+			}
+		}
+	}
+	if selectors["sp"] == selectors["sp-canary"] {
+		t.Errorf("both releases' webhooks select %s", selectors["sp"])
+	}
+}
+
 // TestChartAlertThresholds: prometheusRule.alerts changes an alert's
 // threshold, for and severity; an alert that does not exist, and a for
 // that is no duration, are refused with the reason.
@@ -311,21 +380,30 @@ func TestChartAlertThresholds(t *testing.T) {
 	}
 }
 
-// TestVersion: the chart's appVersion (the image tag it pulls by default)
-// is the release the commands report, and make image tags the image so.
+// TestVersion: the chart's version and appVersion (the image tag it pulls
+// by default) are the release the commands report, so is the newest
+// heading of the changelog, and make image tags the image so.
 func TestVersion(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("helm", "shardpilot", "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var chart struct {
+		Version    string `json:"version"`
 		AppVersion string `json:"appVersion"`
 	}
 	if err := yaml.Unmarshal(b, &chart); err != nil {
 		t.Fatal(err)
 	}
-	if chart.AppVersion != version.Release {
-		t.Errorf("the chart's appVersion is %q, the commands' release %q", chart.AppVersion, version.Release)
+	if chart.AppVersion != version.Release || chart.Version != version.Release {
+		t.Errorf("the chart's version is %q and appVersion %q, the commands' release %q", chart.Version, chart.AppVersion, version.Release)
+	}
+	changes, err := os.ReadFile(filepath.Join("..", "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newest := regexp.MustCompile(`(?m)^## (\S+)`).FindSubmatch(changes); newest == nil || string(newest[1]) != version.Release {
+		t.Errorf("CHANGELOG.md's newest release is %q, the commands' %q", newest, version.Release)
 	}
 	out, err := exec.Command("make", "-C", "..", "-n", "image").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "shardpilot:"+version.Release+" ") {

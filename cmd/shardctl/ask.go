@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 	}
 	defer etcd.Close()
 	ms, err := store.Members(ctx, etcd, role)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("etcd %s did not answer in %s: give --etcd-endpoints, or find the pushers and ingesters in Kubernetes with --kube-namespace <the release's namespace>: %w", o.etcd.Endpoints, o.timeout, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", o.etcd.Endpoints, err)
 	}
@@ -64,6 +68,20 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 
 // get asks one member's admin port for path and decodes its JSON answer.
 func (o *options) get(ctx context.Context, m store.Member, path string, into any) error {
+	body, err := o.do(ctx, m, path)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if err := json.NewDecoder(body).Decode(into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// do asks one member's admin port for path, and returns the body of its
+// answer (the caller closes it), or an error that says why there is none.
+func (o *options) do(ctx context.Context, m store.Member, path string) (io.ReadCloser, error) {
 	u := url.URL{Scheme: "http", Host: m.Admin, Path: path}
 	if m.AdminTLS != "" {
 		u.Scheme, u.Host = "https", m.AdminTLS
@@ -73,7 +91,7 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	token := o.token
 	if token == "" && o.kube != nil {
@@ -84,29 +102,26 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 		// etcd can announce one): the token goes there over TLS alone.
 		host, _, _ := net.SplitHostPort(u.Host)
 		if u.Scheme != "https" && o.admin == "" && host != "127.0.0.1" && host != "::1" && host != "localhost" {
-			return fmt.Errorf("its admin port %s is announced without TLS: the token is not sent in the clear (give the pushers and ingesters --admin-tls-addr, or reach it through a port-forward with --admin-addrs)", m.Admin)
+			return nil, fmt.Errorf("its admin port %s is announced without TLS: the token is not sent in the clear (give the pushers and ingesters --admin-tls-addr, or reach it through a port-forward with --admin-addrs)", m.Admin)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := o.client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp.Body, nil
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		if resp.StatusCode == http.StatusNotFound && o.admin != "" {
-			return errNotServed
-		}
-		if resp.StatusCode == http.StatusUnauthorized && token == "" && o.kube != nil && o.kube.tokenError() != nil {
-			return fmt.Errorf("%s: %s (%v; give --admin-token-file)", path, resp.Status, o.kube.tokenError())
-		}
-		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode == http.StatusNotFound && o.admin != "" {
+		return nil, errNotServed
 	}
-	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if resp.StatusCode == http.StatusUnauthorized && token == "" && o.kube != nil && o.kube.tokenError() != nil {
+		return nil, fmt.Errorf("%s: %s (%v; give --admin-token-file)", path, resp.Status, o.kube.tokenError())
 	}
-	return nil
+	return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(text)))
 }
 
 // askEach calls ask for every member at once. It reports on stderr each
@@ -160,20 +175,31 @@ func members(ctx context.Context, o *options, args []string) error {
 	return t.flush()
 }
 
-// versions prints shardctl's version and, when etcd answers, every
-// member's.
+// versions prints shardctl's version and every member's: as announced in
+// etcd, or, for those found otherwise (--kube-namespace, --admin-addrs),
+// as their metrics say (shardpilot_build_info).
 func versions(ctx context.Context, o *options, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
-	var ms []store.Member
-	err := errors.New("the members' versions are what etcd holds: drop --admin-addrs")
-	if o.admin == "" {
-		ms, err = o.find(ctx, "")
+	ms, err := o.find(ctx, "")
+	if err == nil {
+		err = askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+			if m.Version != "" {
+				return nil
+			}
+			v, err := o.buildVersion(ctx, m)
+			for i := range ms {
+				if ms[i].Admin == m.Admin && ms[i].Name == m.Name {
+					ms[i].Version = v
+				}
+			}
+			return err
+		})
 	}
-	if o.output == "json" {
+	if o.output == "json" || o.output == "yaml" {
 		out := map[string]any{"client": version.String()}
-		if err == nil {
+		if ms != nil {
 			out["members"] = ms
 		}
 		if werr := writeOutput(o, out); werr != nil {
@@ -182,14 +208,43 @@ func versions(ctx context.Context, o *options, args []string) error {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "client: %s\n", version.String())
-	if err != nil {
+	if ms == nil {
 		return err
 	}
 	t := newTable(o.stdout, "NAME", "ROLE", "VERSION")
 	for _, m := range ms {
-		t.row(m.Name, m.Role, cmp.Or(m.Version, "(not announced)"))
+		t.row(m.Name, cmp.Or(m.Role, "-"), cmp.Or(m.Version, "(unknown)"))
 	}
-	return t.flush()
+	if ferr := t.flush(); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// buildInfo finds the labels of shardpilot_build_info in a metrics page.
+var buildInfo = regexp.MustCompile(`(?m)^shardpilot_build_info\{([^}]*)\}`)
+
+// buildVersion asks a member's metrics which shardpilot it is, as
+// version.String prints it.
+func (o *options) buildVersion(ctx context.Context, m store.Member) (string, error) {
+	body, err := o.do(ctx, m, "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	page, err := io.ReadAll(io.LimitReader(body, 16<<20))
+	if err != nil {
+		return "", err
+	}
+	found := buildInfo.FindSubmatch(page)
+	if found == nil {
+		return "", errors.New("/metrics: no shardpilot_build_info")
+	}
+	labels := map[string]string{}
+	for _, l := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllSubmatch(found[1], -1) {
+		labels[string(l[1])] = string(l[2])
+	}
+	return fmt.Sprintf("shardpilot %s (revision %s, %s)", labels["version"], labels["revision"], labels["goversion"]), nil
 }
 
 func writeJSON(w io.Writer, v any) error {

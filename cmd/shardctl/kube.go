@@ -34,7 +34,7 @@ const (
 // app.kubernetes.io/component=<role> (and the selector), each asked at its
 // http-admin port.
 type kube struct {
-	kubeconfig, namespace, selector, reach string
+	kubeconfig, context, namespace, selector, reach string
 	// tls asks the pods' https-admin port (--admin-ca-file given).
 	tls bool
 
@@ -109,7 +109,7 @@ func (k *kube) config() (*rest.Config, error) {
 	if k.kubeconfig != "" {
 		rules.ExplicitPath = k.kubeconfig
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.context}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}

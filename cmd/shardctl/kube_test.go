@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardpilot/shardpilot/internal/kubetest"
+	"github.com/shardpilot/shardpilot/internal/version"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -68,6 +69,11 @@ func (f *twoPushers) foundInKubernetes(t *testing.T) {
 	out, _, err = shardctl("http://127.0.0.1:1", append(kube, "--kube-reach", "pod-ip", "members")...)
 	if err != nil || strings.Contains(out, "starting") || strings.Contains(out, "other-release") {
 		t.Errorf("members through Kubernetes (the pod not ready and the other release's left out): %v\n%s", err, out)
+	}
+	// Pods announce no version: their metrics say it.
+	out, _, err = shardctl("http://127.0.0.1:1", append(kube, "--kube-reach", "pod-ip", "version")...)
+	if want := "shardpilot " + version.Release + " (revision "; err != nil || strings.Count(out, want) != 3 || strings.Contains(out, "(unknown)") {
+		t.Errorf("version through Kubernetes: %v, want the client's and two pushers' versions\n%s", err, out)
 	}
 	if _, _, err := shardctl("http://127.0.0.1:1", append(kube, "proxy-status")...); err == nil || !strings.Contains(err.Error(), "port-forward") {
 		t.Errorf("a port-forward without a kubelet: %v, want its failure named", err)

@@ -30,9 +30,9 @@ func main() {
 const summary = `shardctl: inspect a running shardpilot mesh.
 
 Commands:
-  proxy-status [<proxy>]             every connected proxy once, with its pusher and sync state per type
+  proxy-status [<proxy>]  (ps)       every connected proxy once, with its pusher and sync state per type
                                      (SYNCED, NACKED, STALE, NOT SENT); one proxy in detail, with its last NACK
-  proxy-config <proxy> <what>        what a proxy is served: clusters, routes, listeners, endpoints or secrets
+  proxy-config <proxy> <what>  (pc)  what a proxy is served: clusters, routes, listeners, endpoints or secrets
   analyze                            the objects the ingesters rejected, where they are and why
   members                            the pushers and ingesters announced in etcd
   security-check                     the weak settings of every pusher and ingester, and what each costs;
@@ -90,6 +90,8 @@ func init() {
 	// Added here: completion lists the commands, so the map's initializer
 	// cannot name it.
 	commands["completion"] = command{"completion bash|zsh", "A completion script for the shell: source <(shardctl completion bash).", completion}
+	// istioctl's short names.
+	commands["ps"], commands["pc"] = commands["proxy-status"], commands["proxy-config"]
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
@@ -130,6 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	k := &kube{}
 	fs.StringVar(&k.namespace, "kube-namespace", "", "find the pushers and ingesters as the ready pods of this namespace (the chart's release namespace) instead of in etcd, as istioctl finds istiod: labelled app.kubernetes.io/component=pusher or ingester, asked at their admin port")
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig for --kube-namespace (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account)")
+	fs.StringVar(&k.context, "context", "", "the kubeconfig context for --kube-namespace (default: its current context)")
 	fs.StringVar(&k.selector, "kube-selector", "", "more labels the pods must have, with --kube-namespace (app.kubernetes.io/instance=<release> when two releases share the namespace)")
 	fs.StringVar(&k.reach, "kube-reach", reachPortForward, "how the pods found are reached: port-forward (through the API server, as kubectl port-forward, from anywhere) or pod-ip (their IPs, from a pod in the cluster)")
 	fs.Usage = func() { cli.Usage(fs.Output(), fs, cli.Prefix, summary) }
@@ -168,6 +171,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.client, err = adminClient(o.caFile); err != nil {
 		return err
+	}
+	if k.namespace == "" && (k.kubeconfig != "" || k.context != "" || k.selector != "") {
+		return errors.New("--kubeconfig, --context and --kube-selector find the pushers and ingesters in Kubernetes: give --kube-namespace, the release's namespace, too")
 	}
 	if k.namespace != "" {
 		if o.admin != "" {

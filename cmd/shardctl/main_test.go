@@ -158,6 +158,12 @@ func TestAgainstTwoPushers(t *testing.T) {
 	f := startTwoPushers(t)
 	t.Run("members", f.members)
 	t.Run("version", func(t *testing.T) { checkVersions(t, f.etcd, 3) })
+	t.Run("version of admin addresses", func(t *testing.T) {
+		out, _, err := shardctl(f.etcd, "version", "--admin-addrs", f.a.admin+","+f.b.admin)
+		if want := "shardpilot " + version.Release + " (revision "; err != nil || strings.Count(out, want) != 3 || strings.Contains(out, "(unknown)") {
+			t.Errorf("version --admin-addrs: %v, want the client's and the two pushers' versions from their metrics\n%s", err, out)
+		}
+	})
 	f.listed(t)
 	t.Run("table", f.table)
 	t.Run("proxy-config", f.proxyConfig)
@@ -517,8 +523,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"proxy-status", "--timeout", "0s"}, "--timeout 0s"},
 		{[]string{"proxy-config", "p"}, "want <proxy> clusters|routes|listeners|endpoints|secrets"},
 		{[]string{"members", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
-		{[]string{"version", "--admin-addrs", "127.0.0.1:1"}, "drop --admin-addrs"},
 		{[]string{"analyze", "--admin-token-file", "/nonexistent"}, "--admin-token-file"},
+		{[]string{"ps", "--context", "prod"}, "give --kube-namespace"},
+		{[]string{"ps", "--etcd-endpoints", "http://127.0.0.1:1", "--timeout", "1s"}, "--kube-namespace <the release's namespace>"},
 	} {
 		var out bytes.Buffer
 		if err := run(context.Background(), c.args, &out, &out); err == nil || !strings.Contains(err.Error(), c.want) {

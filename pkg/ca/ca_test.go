@@ -2,16 +2,19 @@ package ca_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"github.com/prometheus/client_golang/prometheus"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,8 +50,22 @@ func verify(t *testing.T, w *ca.Workload, rootPEM []byte, id identity.ID) *x509.
 	return leaf
 }
 
+// newRoots counts the warnings that a new root was created.
+type newRoots struct{ n atomic.Int32 }
+
+func (h *newRoots) Enabled(context.Context, slog.Level) bool { return true }
+func (h *newRoots) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *newRoots) WithGroup(string) slog.Handler            { return h }
+func (h *newRoots) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "a new root was created") {
+		h.n.Add(1)
+	}
+	return nil
+}
+
 // TestSealedRoot: replicas starting at once agree on one root, created
-// once and kept in etcd sealed: no key in the clear, under the prefix the
+// once (and said so, in a warning: on any start but the first, etcd lost
+// it) and kept in etcd sealed: no key in the clear, under the prefix the
 // pushers' etcd user alone may read. A later start reads it; a start
 // without its seal key fails naming the key; a new first seal key seals it
 // again.
@@ -59,9 +76,10 @@ func TestSealedRoot(t *testing.T) {
 	old, next := sealKey(1), sealKey(2)
 	cas := make([]*ca.CA, 4)
 	var wg sync.WaitGroup
+	created := &newRoots{}
 	for i := range cas {
 		wg.Go(func() {
-			c, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, testutil.Log(t))
+			c, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, slog.New(created))
 			if err != nil {
 				t.Error(err)
 			}
@@ -93,9 +111,12 @@ func TestSealedRoot(t *testing.T) {
 		}
 	}
 
-	later, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, nil)
+	later, err := ca.FromStore(ctx, store.New(cli), "cluster.local", ca.SealKeys{old}, slog.New(created))
 	if err != nil || string(later.RootPEM()) != string(cas[0].RootPEM()) {
 		t.Fatalf("a later start: %v", err)
+	}
+	if n := created.n.Load(); n != 1 {
+		t.Errorf("a new root was said %d times, want once: by the replica that created it", n)
 	}
 	id := identity.ID{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "reviews"}
 	w, err := cas[2].Issue(id, time.Hour)

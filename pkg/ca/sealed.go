@@ -152,7 +152,8 @@ func FromStore(ctx context.Context, st *store.Store, trustDomain string, keys Se
 		if err != nil {
 			return nil, err
 		}
-		if plain == nil {
+		fresh := plain == nil
+		if fresh {
 			if plain, err = newRoot(trustDomain); err != nil {
 				return nil, err
 			}
@@ -167,6 +168,14 @@ func FromStore(ctx context.Context, st *store.Store, trustDomain string, keys Se
 		}
 		if !created {
 			continue // another replica created it first: read theirs
+		}
+		if fresh {
+			// Right on a mesh's first start; on any other, etcd lost the
+			// root (wiped, or restored from a backup without it), and the
+			// proxies' certificates of the old root no longer verify
+			// against what the new one's proxies trust.
+			log.Warn("a new root was created: no root was kept in etcd. On a mesh's first start this is expected; otherwise etcd lost the root, and workloads whose certificates the old root signed are not trusted by those the new one signs until they renew: restore the root from a backup (docs/disaster-recovery.md) or restart the workloads",
+				"key", SealedRootKey, "trust_domain", trustDomain)
 		}
 		if legacy {
 			if err := st.DeleteValue(ctx, LegacyRootKey); err != nil {

@@ -9,6 +9,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: shardpilot
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- with .Values.revision }}
+shardpilot.io/rev: {{ . }}
+{{- end }}
 {{- end -}}
 
 {{- define "shardpilot.env" -}}

@@ -11,6 +11,10 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +236,73 @@ func TestIntermediateUnderIstiosRoot(t *testing.T) {
 	}
 	if err := chainTo(parts[0], parts[1:], ours.TrustPEM()); err != nil {
 		t.Errorf("our proxies refuse istiod's: %v", err)
+	}
+}
+
+// TestMigrationGuideIntermediate runs the openssl commands of
+// docs/migrating-from-istiod.md (step 2) against a root of Istio's, and
+// checks that the intermediate they make is one the pushers sign with:
+// its workload certificates chain to Istio's root.
+func TestMigrationGuideIntermediate(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("no openssl on PATH")
+	}
+	guide, err := os.ReadFile(filepath.Join("..", "..", "docs", "migrating-from-istiod.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commands []string
+	for _, block := range regexp.MustCompile("(?s)```\n(.*?)```").FindAllStringSubmatch(string(guide), -1) {
+		if !strings.Contains(block[1], "openssl req") {
+			continue
+		}
+		for _, line := range strings.Split(strings.ReplaceAll(block[1], "\\\n", ""), "\n") {
+			// The root comes from the cluster and the root's keeper: here,
+			// from the test.
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "kubectl ") {
+				commands = append(commands, line)
+			}
+		}
+	}
+	if len(commands) < 2 {
+		t.Fatalf("the guide's openssl commands were not found: %q", commands)
+	}
+	istio := testutil.NewCA(t)
+	dir := t.TempDir()
+	for from, to := range map[string]string{istio.CertFile: "root-cert.pem", istio.KeyFile: "root-key.pem"} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(commands, "\n"))
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "PATH="+filepath.Dir(openssl)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the guide's commands: %v\n%s", err, out)
+	}
+	ours, err := ca.FromFiles(filepath.Join(dir, "shardpilot-intermediate.pem"), filepath.Join(dir, "shardpilot-intermediate-key.pem"))
+	if err != nil {
+		t.Fatalf("the pushers refuse the guide's intermediate: %v", err)
+	}
+	w, err := ours.Issue(identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "cart"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(w.CertPEM)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	rootPEM, _ := os.ReadFile(istio.CertFile)
+	roots.AppendCertsFromPEM(rootPEM)
+	interPEM, _ := os.ReadFile(filepath.Join(dir, "shardpilot-intermediate.pem"))
+	inter.AppendCertsFromPEM(interPEM)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("a workload certificate of the guide's intermediate does not chain to Istio's root: %v", err)
 	}
 }

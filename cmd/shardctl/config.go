@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,10 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 	if err := o.get(ctx, pusherOf(at), "/debug/config_dump?proxy="+url.QueryEscape(at.Proxy), &dump); err != nil {
 		return fmt.Errorf("pusher %s (%s): %w", at.Pusher, at.Admin, err)
 	}
-	raw := dump.Resources[kind]
+	raw, err := o.filter.keep(kind, dump.Resources[kind])
+	if err != nil {
+		return err
+	}
 	if o.output != "table" {
 		if raw == nil {
 			raw = []json.RawMessage{}
@@ -81,6 +85,67 @@ func proxyConfig(ctx context.Context, o *options, args []string) error {
 		return secrets(o, raw)
 	}
 	return endpoints(o, raw)
+}
+
+// resourceFilter keeps the resources of a type whose name matches a pattern,
+// whose host is an FQDN, or whose port is a number (0 and "": any).
+type resourceFilter struct {
+	name, fqdn string
+	port       uint
+}
+
+// keep returns the resources of raw (of kind) the filter keeps. Clusters
+// and load assignments are named <direction>|<port>|<subset>|<fqdn>,
+// listeners <address>_<port> (or by their address's port).
+func (f resourceFilter) keep(kind string, raw []json.RawMessage) ([]json.RawMessage, error) {
+	if f == (resourceFilter{}) {
+		return raw, nil
+	}
+	if _, err := path.Match(f.name, ""); err != nil {
+		return nil, fmt.Errorf("--name %q: %w", f.name, err)
+	}
+	if (f.fqdn != "" || f.port != 0) && kind != "Cluster" && kind != "ClusterLoadAssignment" && (kind != "Listener" || f.fqdn != "") {
+		return nil, fmt.Errorf("--fqdn and --port filter clusters and endpoints (--port listeners too), not %s", kind)
+	}
+	var out []json.RawMessage
+	for _, r := range raw {
+		var res struct {
+			Name        string `json:"name"`
+			ClusterName string `json:"clusterName"`
+			Address     struct {
+				SocketAddress struct {
+					PortValue uint `json:"portValue"`
+				} `json:"socketAddress"`
+			} `json:"address"`
+		}
+		if err := json.Unmarshal(r, &res); err != nil {
+			return nil, err
+		}
+		name := cmp.Or(res.Name, res.ClusterName)
+		if ok, _ := path.Match(f.name, name); f.name != "" && !ok {
+			continue
+		}
+		parts := strings.Split(name, "|")
+		if f.fqdn != "" && (len(parts) != 4 || parts[3] != f.fqdn) {
+			continue
+		}
+		if f.port != 0 {
+			port := ""
+			switch {
+			case len(parts) == 4:
+				port = parts[1]
+			case kind == "Listener" && res.Address.SocketAddress.PortValue != 0:
+				port = strconv.FormatUint(uint64(res.Address.SocketAddress.PortValue), 10)
+			case kind == "Listener":
+				_, port, _ = strings.Cut(name, "_")
+			}
+			if port != strconv.FormatUint(uint64(f.port), 10) {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // secret is a secret as the config dump summarizes it (app.SecretSummary).

@@ -63,7 +63,8 @@ not answered yet) or NOT SENT. With -n, the proxies of one namespace. With a pro
 node id, <pod>.<namespace>, or <pod> with -n), that proxy in detail, with its last NACK.
 -o json or yaml prints every field.`, proxyStatus},
 	"proxy-config": {"proxy-config <proxy> clusters|routes|listeners|endpoints|secrets", `What one proxy is served of one type, from the pusher it is connected to: a summary
-table, or each resource whole with -o json or yaml. Secrets are the certificates the
+table, or each resource whole with -o json or yaml. --name (a pattern), --fqdn and
+--port keep some of them, as istioctl's filters do. Secrets are the certificates the
 pushers serve the proxy's identity over SDS: their identity, serial and validity,
 never a key. The proxy is its node id,
 <pod>.<namespace>, or <pod> with -n.`, proxyConfig},
@@ -105,6 +106,8 @@ type options struct {
 	output    string
 	timeout   time.Duration
 	namespace string
+	// filter keeps some of proxy-config's resources.
+	filter resourceFilter
 	// kube, when set, finds the pushers and ingesters as pods.
 	kube *kube
 
@@ -129,6 +132,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&all, "all-namespaces", false, "proxy-status: the proxies of every namespace (the default; kubectl's -A)")
 	fs.BoolVar(&all, "A", false, "short for --all-namespaces")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
+	fs.StringVar(&o.filter.name, "name", "", "proxy-config: only the resources whose name matches this pattern (path.Match: * and ?), as istioctl's --name")
+	fs.StringVar(&o.filter.fqdn, "fqdn", "", "proxy-config clusters and endpoints: only those of this host (outbound|<port>|<subset>|<fqdn>), as istioctl's --fqdn")
+	fs.UintVar(&o.filter.port, "port", 0, "proxy-config clusters, endpoints and listeners: only those of this port, as istioctl's --port")
 	k := &kube{}
 	fs.StringVar(&k.namespace, "kube-namespace", "", "find the pushers and ingesters as the ready pods of this namespace (the chart's release namespace) instead of in etcd, as istioctl finds istiod: labelled app.kubernetes.io/component=pusher or ingester, asked at their admin port")
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig for --kube-namespace (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account)")

@@ -355,6 +355,24 @@ func (f *twoPushers) proxyConfig(t *testing.T) {
 			}
 		}
 	}
+	// istioctl's filters: --fqdn and --port of clusters and endpoints,
+	// --name of anything.
+	for _, c := range []struct {
+		args       []string
+		want, not string
+	}{
+		{[]string{"clusters", "--fqdn", "greeter.demo.svc.cluster.local"}, "greeter.demo.svc.cluster.local", "reviews.bookinfo"},
+		{[]string{"endpoints", "--port", "50051"}, "outbound|50051||greeter.demo.svc.cluster.local", "|9080|"},
+		{[]string{"clusters", "--name", "outbound|9080|*"}, "reviews.bookinfo.svc.cluster.local", "greeter.demo"},
+	} {
+		out, _, err := shardctl(f.etcd, append([]string{"pc", shortName(grpcB1)}, c.args...)...)
+		if err != nil || !strings.Contains(out, c.want) || strings.Contains(out, c.not) {
+			t.Errorf("pc %v: %v, want %q and no %q in\n%s", c.args, err, c.want, c.not, out)
+		}
+	}
+	if _, _, err := shardctl(f.etcd, "pc", shortName(grpcB1), "routes", "--fqdn", "x"); err == nil || !strings.Contains(err.Error(), "--fqdn and --port filter clusters") {
+		t.Errorf("--fqdn of routes: %v, want it refused", err)
+	}
 	// The provenance columns name the DestinationRule of reviews'
 	// clusters and the VirtualService of its virtual host.
 	for what, line := range map[string]string{

@@ -68,7 +68,13 @@ func (o *options) find(ctx context.Context, role string) ([]store.Member, error)
 
 // get asks one member's admin port for path and decodes its JSON answer.
 func (o *options) get(ctx context.Context, m store.Member, path string, into any) error {
-	body, err := o.do(ctx, m, path)
+	return o.call(ctx, m, http.MethodGet, path, into)
+}
+
+// call sends one member's admin port a request without a body and decodes
+// its JSON answer.
+func (o *options) call(ctx context.Context, m store.Member, method, path string, into any) error {
+	body, err := o.send(ctx, m, method, path)
 	if err != nil {
 		return err
 	}
@@ -82,6 +88,11 @@ func (o *options) get(ctx context.Context, m store.Member, path string, into any
 // do asks one member's admin port for path, and returns the body of its
 // answer (the caller closes it), or an error that says why there is none.
 func (o *options) do(ctx context.Context, m store.Member, path string) (io.ReadCloser, error) {
+	return o.send(ctx, m, http.MethodGet, path)
+}
+
+// send is do with another method than GET.
+func (o *options) send(ctx context.Context, m store.Member, method, path string) (io.ReadCloser, error) {
 	u := url.URL{Scheme: "http", Host: m.Admin, Path: path}
 	if m.AdminTLS != "" {
 		u.Scheme, u.Host = "https", m.AdminTLS
@@ -89,7 +100,7 @@ func (o *options) do(ctx context.Context, m store.Member, path string) (io.ReadC
 	if p, q, ok := strings.Cut(path, "?"); ok {
 		u.Path, u.RawQuery = p, q
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +230,49 @@ func versions(ctx context.Context, o *options, args []string) error {
 		return ferr
 	}
 	return err
+}
+
+// logLevels prints the level of every member's logs, or sets it: for a
+// look at one problem without a restart (until the next start, which
+// takes --log-level again).
+func logLevels(ctx context.Context, o *options, args []string) error {
+	if len(args) > 1 {
+		return fmt.Errorf("want [debug|info|warn|error], got %q", args)
+	}
+	method, path := http.MethodGet, "/debug/loglevel"
+	if len(args) == 1 {
+		switch args[0] {
+		case "debug", "info", "warn", "error":
+		default:
+			return fmt.Errorf("%q: want debug, info, warn or error", args[0])
+		}
+		method, path = http.MethodPut, path+"?level="+args[0]
+	}
+	ms, err := o.find(ctx, "")
+	if err != nil {
+		return err
+	}
+	levels := make([]string, len(ms))
+	askErr := askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+		var answer struct {
+			Level string `json:"level"`
+		}
+		err := o.call(ctx, m, method, path, &answer)
+		for i := range ms {
+			if ms[i].Name == m.Name && ms[i].Admin == m.Admin {
+				levels[i] = answer.Level
+			}
+		}
+		return err
+	})
+	t := newTable(o.stdout, "NAME", "ROLE", "LEVEL")
+	for i, m := range ms {
+		t.row(m.Name, cmp.Or(m.Role, "-"), cmp.Or(levels[i], "?"))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return askErr
 }
 
 // buildInfo finds the labels of shardpilot_build_info in a metrics page.

@@ -38,6 +38,8 @@ Commands:
   security-check                     the weak settings of every pusher and ingester, and what each costs;
                                      exit status 1 when one is of high severity
   version                            shardctl's version and every announced pusher's and ingester's
+  log-level [<level>]                the level of every pusher's and ingester's logs; with a level, set it
+                                     until they restart
   completion bash|zsh                a completion script for the shell (source <(shardctl completion bash))
   bus-permissions [<stream>]         the NATS permissions of each role (the ingester's relay, the pushers),
                                      as nats-server users and nsc commands; needs no etcd
@@ -85,6 +87,8 @@ needs, as etcdctl commands; "apply" makes them, signed in as root (--etcd-userna
 root), the passwords read from <password-dir>/<part>; with <password-dir>/root, an etcd
 whose authentication is off (a new one) is given that root password and has it turned on.`, etcdRoles},
 	"version": {"version", "shardctl's version, and every announced pusher's and ingester's.", versions},
+	"log-level": {"log-level [debug|info|warn|error]", `The level of every pusher's and ingester's logs; with a level, sets it on each of them
+until it restarts (its --log-level then applies again). Each logs the change.`, logLevels},
 }
 
 func init() {

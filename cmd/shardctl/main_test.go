@@ -158,6 +158,37 @@ func TestAgainstTwoPushers(t *testing.T) {
 	f := startTwoPushers(t)
 	t.Run("members", f.members)
 	t.Run("version", func(t *testing.T) { checkVersions(t, f.etcd, 3) })
+	t.Run("log-level", func(t *testing.T) {
+		levels := func(args ...string) []string {
+			t.Helper()
+			out, _, err := shardctl(f.etcd, append([]string{"log-level"}, args...)...)
+			if err != nil {
+				t.Fatalf("log-level %v: %v\n%s", args, err, out)
+			}
+			var got []string
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+				fields := strings.Fields(l)
+				got = append(got, fields[len(fields)-1])
+			}
+			return got
+		}
+		was := levels()
+		if len(was) != 3 || was[0] != was[1] || was[1] != was[2] {
+			t.Fatalf("log-level: %v, want the 3 replicas' level", was)
+		}
+		if got := levels("debug"); !slices.Equal(got, []string{"debug", "debug", "debug"}) {
+			t.Errorf("log-level debug: %v", got)
+		}
+		if got := levels(); !slices.Equal(got, []string{"debug", "debug", "debug"}) {
+			t.Errorf("log-level after setting debug: %v", got)
+		}
+		if got := levels(was[0]); !slices.Equal(got, was) {
+			t.Errorf("log-level %s: %v", was[0], got)
+		}
+		if _, _, err := shardctl(f.etcd, "log-level", "loud"); err == nil || !strings.Contains(err.Error(), "want debug, info, warn or error") {
+			t.Errorf("log-level loud: %v", err)
+		}
+	})
 	t.Run("version of admin addresses", func(t *testing.T) {
 		out, _, err := shardctl(f.etcd, "version", "--admin-addrs", f.a.admin+","+f.b.admin)
 		if want := "shardpilot " + version.Release + " (revision "; err != nil || strings.Count(out, want) != 3 || strings.Contains(out, "(unknown)") {
@@ -358,7 +389,7 @@ func (f *twoPushers) proxyConfig(t *testing.T) {
 	// istioctl's filters: --fqdn and --port of clusters and endpoints,
 	// --name of anything.
 	for _, c := range []struct {
-		args       []string
+		args      []string
 		want, not string
 	}{
 		{[]string{"clusters", "--fqdn", "greeter.demo.svc.cluster.local"}, "greeter.demo.svc.cluster.local", "reviews.bookinfo"},

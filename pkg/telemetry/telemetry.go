@@ -24,18 +24,72 @@ import (
 // NewLogger returns a structured logger writing to w at level ("debug",
 // "info", "warn", "error") in format ("text" or "json").
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
+	lv := new(slog.LevelVar)
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("telemetry: log level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(leveled{slog.NewTextHandler(w, opts), lv}), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(leveled{slog.NewJSONHandler(w, opts), lv}), nil
 	}
 	return nil, fmt.Errorf("telemetry: log format %q: want text or json", format)
+}
+
+// leveled is a handler whose level can change while the process runs
+// (LevelOf), whatever attributes or groups its loggers add.
+type leveled struct {
+	slog.Handler
+	level *slog.LevelVar
+}
+
+func (h leveled) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return leveled{h.Handler.WithAttrs(attrs), h.level}
+}
+
+func (h leveled) WithGroup(name string) slog.Handler {
+	return leveled{h.Handler.WithGroup(name), h.level}
+}
+
+// LevelOf returns the level of a logger NewLogger made, which changes the
+// level of every logger derived from it; nil for another logger.
+func LevelOf(log *slog.Logger) *slog.LevelVar {
+	if log == nil {
+		return nil
+	}
+	if h, ok := log.Handler().(leveled); ok {
+		return h.level
+	}
+	return nil
+}
+
+// logLevel serves the level of the process's logs at /debug/loglevel: GET
+// says it, PUT or POST with ?level=debug|info|warn|error changes it until
+// the process ends (its flag, --log-level, gives it at the next start).
+func logLevel(lv *slog.LevelVar, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+		case http.MethodPut, http.MethodPost:
+			var next slog.Level
+			if err := next.UnmarshalText([]byte(r.URL.Query().Get("level"))); err != nil {
+				http.Error(w, fmt.Sprintf("loglevel: ?level=%q: want debug, info, warn or error", r.URL.Query().Get("level")), http.StatusBadRequest)
+				return
+			}
+			if was := lv.Level(); was != next {
+				lv.Set(next)
+				log.Warn("log level changed at run time", "from", was.String(), "to", next.String(), "by", r.RemoteAddr)
+			}
+		default:
+			w.Header().Set("Allow", "GET, PUT, POST")
+			http.Error(w, "loglevel: GET, PUT or POST", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, "{\"level\":%q}\n", strings.ToLower(lv.Level().String()))
+	})
 }
 
 // NewRegistry returns a Prometheus registry with the Go and process
@@ -163,6 +217,9 @@ func (a *Admin) Handler() http.Handler {
 	debug.HandleFunc("/debug/pprof/", pprof.Index)
 	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if lv := LevelOf(a.Log); lv != nil {
+		debug.Handle("/debug/loglevel", logLevel(lv, a.Log))
+	}
 	for path, h := range a.Debug {
 		debug.Handle(path, h)
 	}

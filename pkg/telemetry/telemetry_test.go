@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -247,3 +249,72 @@ func TestTokenOverTLSOnly(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// TestLogLevelAtRunTime: /debug/loglevel says the level of the process's
+// logs and changes it for every logger derived from it; a level that is
+// none is refused with the reason.
+func TestLogLevelAtRunTime(t *testing.T) {
+	var out strings.Builder
+	log, err := NewLogger(&syncWriter{w: &out}, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := log.With("part", "pusher")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Admin{Listener: lis, Gatherer: NewRegistry(), Ready: NewReadiness(), Log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	ask := func(method, query string) (int, string) {
+		req, err := http.NewRequest(method, "http://"+lis.Addr().String()+"/debug/loglevel"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	if code, body := ask(http.MethodGet, ""); code != 200 || body != `{"level":"info"}` {
+		t.Errorf("GET: %d %s, want info", code, body)
+	}
+	part.Debug("before")
+	if code, body := ask(http.MethodPut, "?level=debug"); code != 200 || body != `{"level":"debug"}` {
+		t.Errorf("PUT debug: %d %s", code, body)
+	}
+	part.Debug("after")
+	if code, body := ask(http.MethodPut, "?level=loud"); code != 400 || !strings.Contains(body, "want debug, info, warn or error") {
+		t.Errorf("PUT loud: %d %s, want it refused", code, body)
+	}
+	logged := out.String()
+	if strings.Contains(logged, "before") || !strings.Contains(logged, "after") || !strings.Contains(logged, "log level changed") {
+		t.Errorf("logged:\n%s\nwant the debug line after the change alone, and the change", logged)
+	}
+	if LevelOf(slog.New(slog.DiscardHandler)) != nil {
+		t.Error("a logger NewLogger did not make has a level to change")
+	}
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

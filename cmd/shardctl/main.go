@@ -33,7 +33,8 @@ Commands:
   proxy-status [<proxy>]  (ps)       every connected proxy once, with its pusher and sync state per type
                                      (SYNCED, NACKED, STALE, NOT SENT); one proxy in detail, with its last NACK
   proxy-config <proxy> <what>  (pc)  what a proxy is served: clusters, routes, listeners, endpoints or secrets
-  analyze                            the objects the ingesters rejected, where they are and why
+  analyze [-f <file>]                the objects the ingesters rejected, where they are and why; with -f,
+                                     YAML files checked offline
   members                            the pushers and ingesters announced in etcd
   security-check                     the weak settings of every pusher and ingester, and what each costs;
                                      exit status 1 when one is of high severity
@@ -70,9 +71,11 @@ table, or each resource whole with -o json or yaml. --name (a pattern), --fqdn a
 pushers serve the proxy's identity over SDS: their identity, serial and validity,
 never a key. The proxy is its node id,
 <pod>.<namespace>, or <pod> with -n.`, proxyConfig},
-	"analyze": {"analyze", `The inputs the ingesters rejected or warned of: where each is (file and document, or
+	"analyze": {"analyze [-f <file or directory>]...", `The inputs the ingesters rejected or warned of: where each is (file and document, or
 Kubernetes object), the field and the reason. The last valid version of a rejected
-input stays in effect.`, analyze},
+input stays in effect. With -f, the YAML files and directories given instead, checked
+as the ingesters check them, without a cluster or a store (before kubectl apply); exit
+status 1 when one would be rejected.`, analyze},
 	"members": {"members", "The pushers and ingesters announced in etcd, with their admin and ADS addresses.", members},
 	"security-check": {"security-check", `The weak settings every pusher and ingester reports (/debug/security), each once
 with the replicas that have it: NATS or etcd letting in clients without a credential
@@ -99,6 +102,12 @@ func init() {
 	commands["ps"], commands["pc"] = commands["proxy-status"], commands["proxy-config"]
 }
 
+// fileList is a flag given once per file.
+type fileList []string
+
+func (l *fileList) String() string     { return strings.Join(*l, ",") }
+func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
+
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
 
 // options are the flags every command takes.
@@ -112,6 +121,8 @@ type options struct {
 	namespace string
 	// filter keeps some of proxy-config's resources.
 	filter resourceFilter
+	// files are analyze's, read offline.
+	files fileList
 	// kube, when set, finds the pushers and ingesters as pods.
 	kube *kube
 
@@ -136,6 +147,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&all, "all-namespaces", false, "proxy-status: the proxies of every namespace (the default; kubectl's -A)")
 	fs.BoolVar(&all, "A", false, "short for --all-namespaces")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for etcd and for every admin port")
+	fs.Var(&o.files, "f", "analyze: a YAML file or directory to check offline, as the ingesters would (repeat it for more)")
+	fs.Var(&o.files, "filename", "long for -f")
 	fs.StringVar(&o.filter.name, "name", "", "proxy-config: only the resources whose name matches this pattern (path.Match: * and ?), as istioctl's --name")
 	fs.StringVar(&o.filter.fqdn, "fqdn", "", "proxy-config clusters and endpoints: only those of this host (outbound|<port>|<subset>|<fqdn>), as istioctl's --fqdn")
 	fs.UintVar(&o.filter.port, "port", 0, "proxy-config clusters, endpoints and listeners: only those of this port, as istioctl's --port")

@@ -631,3 +631,28 @@ func checkVersions(t *testing.T, etcd string, members int) {
 		t.Errorf("version: want the client's and the %d members' versions, got\n%s", members, out)
 	}
 }
+
+// TestAnalyzeFiles: analyze -f checks YAML files and directories offline,
+// as the ingesters would, naming the file, the field and the reason; exit
+// status 1 when an input would be rejected.
+func TestAnalyzeFiles(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte(brokenRoute), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mesh := filepath.Join("..", "..", "examples", "mesh")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"analyze", "-f", broken, "-f", mesh}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "1 inputs would be rejected") ||
+		!strings.Contains(out.String(), broken+" document 1") || !strings.Contains(out.String(), "spec.http[0].route[0].destination.host") {
+		t.Errorf("analyze -f broken.yaml -f examples/mesh: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"analyze", "-f", mesh}, &out, &errOut); err != nil || !strings.Contains(out.String(), "No problems") {
+		t.Errorf("analyze -f examples/mesh: %v\n%s", err, out.String())
+	}
+	if err := run(context.Background(), []string{"analyze", "-f", filepath.Join(dir, "none.yaml")}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("analyze -f of a missing file: %v", err)
+	}
+}

@@ -196,3 +196,15 @@ func (s *Syncer) dedupe(part []string, objs []Object, problems []Problem) ([]Obj
 	}
 	return out, problems
 }
+
+// Check returns the problems a source's sync would find in objs, beside
+// the source's own problems, without a store: each object checked as Sync
+// checks it, its references against the other objects given alone (a
+// reference to what only the store holds is a problem here). It is what
+// shardctl analyze -f reports before anything is applied.
+func Check(source string, objs []Object, problems []Problem) []Problem {
+	s := &Syncer{cfg: Config{Source: source, MaxObjectSize: MaxObjectSize}, mine: map[model.Key]held{},
+		ix: newIndex(), pending: map[model.Key]Object{}, reported: map[string]bool{}}
+	_, _, problems = s.validate(nil, objs, problems)
+	return problems
+}

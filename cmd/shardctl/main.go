@@ -39,6 +39,7 @@ Commands:
   security-check                     the weak settings of every pusher and ingester, and what each costs;
                                      exit status 1 when one is of high severity
   version                            shardctl's version and every announced pusher's and ingester's
+  bug-report [<archive>]             an archive of what every replica says of itself, for a report
   log-level [<level>]                the level of every pusher's and ingester's logs; with a level, set it
                                      until they restart
   completion bash|zsh                a completion script for the shell (source <(shardctl completion bash))
@@ -90,6 +91,11 @@ needs, as etcdctl commands; "apply" makes them, signed in as root (--etcd-userna
 root), the passwords read from <password-dir>/<part>; with <password-dir>/root, an etcd
 whose authentication is off (a new one) is given that root password and has it turned on.`, etcdRoles},
 	"version": {"version", "shardctl's version, and every announced pusher's and ingester's.", versions},
+	"bug-report": {"bug-report [<archive>]", `An archive (.tar.gz) of what every pusher and ingester says of itself, to attach to a
+report of a problem: its readiness, metrics, proxies' state, rejected inputs, weak
+settings, log level and goroutines, with shardctl's version and the members. No config
+dump: no secret, certificate or key. The archive is written where the name says
+(default shardpilot-bug-report-<time>.tar.gz here), never over a file.`, bugReport},
 	"log-level": {"log-level [debug|info|warn|error]", `The level of every pusher's and ingester's logs; with a level, sets it on each of them
 until it restarts (its --log-level then applies again). Each logs the change.`, logLevels},
 }

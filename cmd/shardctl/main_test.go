@@ -1,12 +1,15 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"cmp"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -187,6 +190,30 @@ func TestAgainstTwoPushers(t *testing.T) {
 		}
 		if _, _, err := shardctl(f.etcd, "log-level", "loud"); err == nil || !strings.Contains(err.Error(), "want debug, info, warn or error") {
 			t.Errorf("log-level loud: %v", err)
+		}
+	})
+	t.Run("bug-report", func(t *testing.T) {
+		name := filepath.Join(t.TempDir(), "report.tar.gz")
+		if out, _, err := shardctl(f.etcd, "bug-report", name); err != nil || !strings.Contains(out, "3 replicas") {
+			t.Fatalf("bug-report: %v\n%s", err, out)
+		}
+		files := readArchive(t, name)
+		for _, want := range []string{"version.txt", "members.yaml", "pusher-pusher-a/readyz.txt", "pusher-pusher-a/metrics.txt",
+			"pusher-pusher-a/syncz.json", "pusher-pusher-b/goroutines.txt", "ingester-ingester-0/problems.json", "ingester-ingester-0/loglevel.json"} {
+			if _, ok := files[want]; !ok {
+				t.Errorf("the report has no %s: %v", want, slices.Sorted(maps.Keys(files)))
+			}
+		}
+		for file, b := range files {
+			if strings.Contains(file, "errors") || bytes.Contains(b, []byte("PRIVATE KEY")) {
+				t.Errorf("the report holds %s: %.200s", file, b)
+			}
+		}
+		if !bytes.Contains(files["pusher-pusher-a/syncz.json"], []byte("grpc-a")) {
+			t.Errorf("pusher-a's proxies are not in the report: %.300s", files["pusher-pusher-a/syncz.json"])
+		}
+		if _, _, err := shardctl(f.etcd, "bug-report", name); err == nil || !strings.Contains(err.Error(), "exists") {
+			t.Errorf("a second report over the first: %v, want it refused", err)
 		}
 	})
 	t.Run("version of admin addresses", func(t *testing.T) {
@@ -654,5 +681,35 @@ func TestAnalyzeFiles(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"analyze", "-f", filepath.Join(dir, "none.yaml")}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "none.yaml") {
 		t.Errorf("analyze -f of a missing file: %v", err)
+	}
+}
+
+// readArchive returns the files of a gzipped tar by name.
+func readArchive(t *testing.T, name string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	files := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = b
 	}
 }

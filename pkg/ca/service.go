@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,8 @@ type Service struct {
 	PerIdentityBurst int
 	Log              *slog.Logger
 	results          *prometheus.CounterVec
+	cut              prometheus.Counter
+	cutSaid          atomic.Bool
 	limits           *identity.KeyedLimit[identity.ID]
 }
 
@@ -70,9 +73,13 @@ func NewService(s *Service, reg prometheus.Registerer) (*Service, error) {
 	s.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ca_certificate_requests_total",
 		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, rate, error)."},
 		[]string{"result"})
+	s.cut = prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_ca_certificates_cut_total",
+		Help: "Workload certificates issued for less than their lifetime (the one asked, or the default) because the certificate that signs them expires first: replace it (the ShardpilotCACertificateExpiring alert)."})
 	if reg != nil {
-		if err := reg.Register(s.results); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{s.results, s.cut} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -109,6 +116,13 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	}
 	s.results.WithLabelValues("issued").Inc()
 	s.Log.Debug("certificate issued", "identity", id, "expires", notAfter)
+	if time.Until(notAfter) < ttl-time.Minute {
+		// Cut to the signing certificate's expiry.
+		s.cut.Inc()
+		if !s.cutSaid.Swap(true) {
+			s.Log.Warn("workload certificates are cut to the expiry of the certificate that signs them: replace it", "expires", notAfter, "asked", ttl)
+		}
+	}
 	// As Istio answers: the certificate, the chain above it, the root.
 	chain := []string{string(leaf)}
 	if !isSelfSigned(s.CA.root) {

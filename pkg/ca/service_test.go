@@ -8,6 +8,9 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/shardpilot/shardpilot/internal/pki"
 	"math"
 	"net/url"
 	"os"
@@ -304,5 +307,48 @@ func TestMigrationGuideIntermediate(t *testing.T) {
 	inter.AppendCertsFromPEM(interPEM)
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("a workload certificate of the guide's intermediate does not chain to Istio's root: %v", err)
+	}
+}
+
+// TestCertificatesCut: a workload certificate the signing certificate's
+// expiry cuts short is counted (shardpilot_ca_certificates_cut_total);
+// one that it does not, is not.
+func TestCertificatesCut(t *testing.T) {
+	for _, c := range []struct {
+		root time.Duration
+		want float64
+	}{{30 * time.Minute, 1}, {24 * time.Hour, 0}} {
+		short, err := pki.NewCA(t.TempDir(), "root", c.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, err := ca.FromFiles(short.CertFile, short.KeyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := identity.ID{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "cart"}
+		reg := prometheus.NewRegistry()
+		svc, err := ca.NewService(&ca.Service{CA: root, TTL: time.Hour, MaxTTL: time.Hour, Log: testutil.Log(t),
+			Identify: func(context.Context) (identity.ID, bool, error) { return id, true, nil }}, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: newCSR(t, []string{id.String()})}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := promtest.GatherAndCount(reg, "shardpilot_ca_certificates_cut_total")
+		if err != nil || n != 1 {
+			t.Fatalf("the counter is not registered: %d, %v", n, err)
+		}
+		mfs, _ := reg.Gather()
+		got := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "shardpilot_ca_certificates_cut_total" {
+				got = mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		if got != c.want {
+			t.Errorf("a root of %s, certificates of an hour: %v cut, want %v", c.root, got, c.want)
+		}
 	}
 }

@@ -47,7 +47,7 @@ if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
   exit 0
 fi
 mkdir -p "$dir"
-echo "building kube-apiserver $k8s and etcd $etcd into $dir (a few minutes, once)" >&2
+echo "building kube-apiserver $k8s and etcd $etcd into $dir (once: 10 to 50 minutes on 2 cores, longer on a loaded machine; cached after)" >&2
 CGO_ENABLED=0 go build -trimpath -o "$dir/kube-apiserver.tmp" \
   -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver
 CGO_ENABLED=0 go build -trimpath -o "$dir/etcd.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3

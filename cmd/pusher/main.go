@@ -146,22 +146,47 @@ func (o *options) register(fs *flag.FlagSet) {
 // validate checks the flags before anything starts, and returns the
 // namespaces served (--namespaces) and the mesh settings given as flags.
 func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1.MeshConfig, err error) {
+	if err := o.validateLimits(); err != nil {
+		return nil, nil, err
+	}
+	if o.namespaces != "" && o.namespacesFile != "" {
+		return nil, nil, errors.New("--namespaces and --namespaces-file are alternatives: give one")
+	}
+	served, err = app.ParseNamespaces(o.namespaces, "--namespaces")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := o.validateSecurity(); err != nil {
+		return nil, nil, err
+	}
+	if *o.workloadCerts != "pushers" && *o.workloadCerts != "agent" {
+		return nil, nil, fmt.Errorf("--workload-certificates %q: want pushers or agent", *o.workloadCerts)
+	}
+	if overrides, err = o.meshOverrides(fs); err != nil {
+		return nil, nil, err
+	}
+	return served, overrides, nil
+}
+
+// validateLimits checks what bounds the proxies' streams and fills in
+// the gRPC buffers' defaults.
+func (o *options) validateLimits() error {
 	if *o.maxPerIdentity < 1 || o.xcfg.MaxNodeBytes < 1 || o.xcfg.MaxNames < 1 || o.xcfg.MaxNameBytes < 1 || o.xcfg.MaxLocalities < 1 {
-		return nil, nil, fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-subscribed-bytes %d, --max-locality-classes %d: want positive numbers",
+		return fmt.Errorf("--max-streams-per-identity %d, --max-node-bytes %d, --max-subscribed-names %d, --max-subscribed-bytes %d, --max-locality-classes %d: want positive numbers",
 			*o.maxPerIdentity, o.xcfg.MaxNodeBytes, o.xcfg.MaxNames, o.xcfg.MaxNameBytes, o.xcfg.MaxLocalities)
 	}
 	if o.xcfg.MaxConnectionsPerSource == 0 {
-		return nil, nil, errors.New("--max-connections-per-source 0: want a positive number, or a negative one for unbounded")
+		return errors.New("--max-connections-per-source 0: want a positive number, or a negative one for unbounded")
 	}
 	if o.maxStreams < 1 {
-		return nil, nil, fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)
+		return fmt.Errorf("--max-streams-per-connection %d: want at least 1", o.maxStreams)
 	}
 	if b := o.xcfg.NameBudget; b.PerStream < 1 || b.PerConnection < 1 || b.PerIdentity < 1 || b.Total < 1 || b.PerIdentityRate < 1 {
-		return nil, nil, fmt.Errorf("--max-subscribed-bytes-per-stream %d, --max-subscribed-bytes-per-connection %d, --max-subscribed-bytes-per-identity %d, --max-subscribed-bytes-total %d, --subscribed-bytes-per-identity-rate %d: want positive numbers",
+		return fmt.Errorf("--max-subscribed-bytes-per-stream %d, --max-subscribed-bytes-per-connection %d, --max-subscribed-bytes-per-identity %d, --max-subscribed-bytes-total %d, --subscribed-bytes-per-identity-rate %d: want positive numbers",
 			b.PerStream, b.PerConnection, b.PerIdentity, b.Total, b.PerIdentityRate)
 	}
 	if o.xcfg.ReadBufferSize < 0 || o.xcfg.WriteBufferSize < 1 {
-		return nil, nil, fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want a read buffer of 0 (the default for the transport) or more, and a positive write buffer", o.xcfg.ReadBufferSize, o.xcfg.WriteBufferSize)
+		return fmt.Errorf("--grpc-read-buffer %d, --grpc-write-buffer %d: want a read buffer of 0 (the default for the transport) or more, and a positive write buffer", o.xcfg.ReadBufferSize, o.xcfg.WriteBufferSize)
 	}
 	if o.xcfg.ReadBufferSize == 0 {
 		// Measured with 1,000 proxies (loadtest run --tls): 63 KiB of heap
@@ -173,43 +198,63 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 		}
 	}
 	if *o.window >= 0 && *o.window < 64<<10 || *o.window > math.MaxInt32 {
-		return nil, nil, fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *o.window, math.MaxInt32)
+		return fmt.Errorf("--grpc-window %d: want from 65536 (HTTP/2's default) to %d, or negative", *o.window, math.MaxInt32)
 	}
 	o.xcfg.MaxStreamsPerConnection, o.xcfg.InitialWindowSize = uint32(o.maxStreams), int32(*o.window)
-	if o.namespaces != "" && o.namespacesFile != "" {
-		return nil, nil, errors.New("--namespaces and --namespaces-file are alternatives: give one")
-	}
-	served, err = app.ParseNamespaces(o.namespaces, "--namespaces")
-	if err != nil {
-		return nil, nil, err
-	}
+	return nil
+}
+
+// validateSecurity checks the flags of ADS's TLS, the CA, tokens, the
+// workload certificates and the registrations, which go together.
+func (o *options) validateSecurity() error {
 	switch {
 	case o.plaintext && (o.adsCert != "" || o.adsKey != "" || o.adsClientCA != ""):
-		return nil, nil, errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
+		return errors.New("--ads-plaintext and --ads-cert-file, --ads-key-file, --ads-client-ca-file are alternatives: give one")
 	case o.plaintext && o.adsCertNames != "":
-		return nil, nil, errors.New("--ads-plaintext and --ads-cert-names are alternatives: give one")
+		return errors.New("--ads-plaintext and --ads-cert-names are alternatives: give one")
 	case o.adsCertNames != "" && (o.adsCert != "" || o.adsKey != ""):
-		return nil, nil, errors.New("--ads-cert-names and --ads-cert-file are alternatives: give one")
+		return errors.New("--ads-cert-names and --ads-cert-file are alternatives: give one")
 	case o.adsCertNames != "" && o.adsClientCA == "":
-		return nil, nil, errors.New("--ads-cert-names: the certificate comes from the mesh's CA, which serves authenticated proxies only; give --ads-client-ca-file and the CA")
+		return errors.New("--ads-cert-names: the certificate comes from the mesh's CA, which serves authenticated proxies only; give --ads-client-ca-file and the CA")
 	case *o.remoteClusters != "" && !o.tokens:
-		return nil, nil, errors.New("--token-review-clusters: give --ads-tokens too")
+		return errors.New("--token-review-clusters: give --ads-tokens too")
 	case !o.plaintext && o.adsCertNames == "" && (o.adsCert == "" || o.adsKey == ""):
-		return nil, nil, errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file, or --ads-cert-names for a certificate of the mesh's CA (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
+		return errors.New("ADS is served over TLS: give --ads-cert-file and --ads-key-file, or --ads-cert-names for a certificate of the mesh's CA (and --ads-client-ca-file to authenticate proxies), or --ads-plaintext for a trial")
 	}
 	if (o.caCert == "") != (o.caKey == "") {
-		return nil, nil, errors.New("--ca-cert-file and --ca-key-file go together")
+		return errors.New("--ca-cert-file and --ca-key-file go together")
 	}
 	if o.caCert != "" && o.caSealKeys != "" {
-		return nil, nil, errors.New("--ca-cert-file and --ca-seal-key-file are alternatives: give one")
+		return errors.New("--ca-cert-file and --ca-seal-key-file are alternatives: give one")
 	}
 	if o.adsClientCA != "" && o.caCert == "" && o.caSealKeys == "" {
-		return nil, nil, errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
+		return errors.New("--ads-client-ca-file: authenticated proxies are served workload certificates, which need a CA: give --ca-cert-file and --ca-key-file (a Secret mounted into the pushers alone), or --ca-seal-key-file (a root made on the first start, kept in etcd sealed with that key)")
 	}
-	if *o.workloadCerts != "pushers" && *o.workloadCerts != "agent" {
-		return nil, nil, fmt.Errorf("--workload-certificates %q: want pushers or agent", *o.workloadCerts)
+	if o.tokens && (o.kubeconfig == "" || o.adsClientCA == "") {
+		return errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
 	}
-	overrides = &meshv1.MeshConfig{}
+	if o.kubeconfig != "" && o.adsClientCA == "" {
+		return errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
+	if (o.caCert != "" || o.caSealKeys != "" || o.caTrust != "") && o.adsClientCA == "" {
+		return errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
+	}
+	if o.registrationHeartbeat <= 0 || o.registrationHeartbeat > model.MaxRegistrationHeartbeat {
+		return fmt.Errorf("--registration-heartbeat %s: want above 0 and at most %s (the ingesters refuse longer)", o.registrationHeartbeat, model.MaxRegistrationHeartbeat)
+	}
+	if o.certEvery < 0 || (o.certEvery > 0 && o.certBurst < 1) {
+		return fmt.Errorf("--ca-identity-every %s, --ca-identity-burst %d: want a positive burst, or --ca-identity-every 0 for no bound", o.certEvery, o.certBurst)
+	}
+	if o.certTTL < time.Minute || o.maxCertTTL < o.certTTL {
+		return fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", o.certTTL, o.maxCertTTL)
+	}
+	return nil
+}
+
+// meshOverrides are the mesh settings the flags set over the mesh's
+// MeshConfig: --auto-mtls when given, --outbound-traffic-policy.
+func (o *options) meshOverrides(fs *flag.FlagSet) (*meshv1.MeshConfig, error) {
+	overrides := &meshv1.MeshConfig{}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "auto-mtls" {
 			overrides.EnableAutoMtls = o.autoMTLS
@@ -222,27 +267,9 @@ func (o *options) validate(fs *flag.FlagSet) (served []string, overrides *meshv1
 	case "REGISTRY_ONLY":
 		overrides.OutboundTrafficPolicy = meshv1.OutboundPolicy_OUTBOUND_POLICY_REGISTRY_ONLY
 	default:
-		return nil, nil, fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY, REGISTRY_ONLY or empty (the mesh's)", o.outbound)
+		return nil, fmt.Errorf("--outbound-traffic-policy %q: want ALLOW_ANY, REGISTRY_ONLY or empty (the mesh's)", o.outbound)
 	}
-	if o.tokens && (o.kubeconfig == "" || o.adsClientCA == "") {
-		return nil, nil, errors.New("--ads-tokens: tokens are reviewed by the API server of --kubeconfig, beside client certificates of --ads-client-ca-file: give both")
-	}
-	if o.kubeconfig != "" && o.adsClientCA == "" {
-		return nil, nil, errors.New("--kubeconfig: gateway credentials are served to authenticated proxies only; give --ads-client-ca-file too")
-	}
-	if (o.caCert != "" || o.caSealKeys != "" || o.caTrust != "") && o.adsClientCA == "" {
-		return nil, nil, errors.New("--ca-cert-file, --ca-seal-key-file, --ca-trust-file: workload certificates are served to authenticated proxies only; give --ads-client-ca-file too")
-	}
-	if o.registrationHeartbeat <= 0 || o.registrationHeartbeat > model.MaxRegistrationHeartbeat {
-		return nil, nil, fmt.Errorf("--registration-heartbeat %s: want above 0 and at most %s (the ingesters refuse longer)", o.registrationHeartbeat, model.MaxRegistrationHeartbeat)
-	}
-	if o.certEvery < 0 || (o.certEvery > 0 && o.certBurst < 1) {
-		return nil, nil, fmt.Errorf("--ca-identity-every %s, --ca-identity-burst %d: want a positive burst, or --ca-identity-every 0 for no bound", o.certEvery, o.certBurst)
-	}
-	if o.certTTL < time.Minute || o.maxCertTTL < o.certTTL {
-		return nil, nil, fmt.Errorf("--workload-cert-ttl %s, --workload-cert-max-ttl %s: want at least a minute, and the maximum no shorter", o.certTTL, o.maxCertTTL)
-	}
-	return served, overrides, nil
+	return overrides, nil
 }
 
 func run(ctx context.Context, args []string) error {

@@ -44,7 +44,7 @@ type Service struct {
 	Log              *slog.Logger
 	results          *prometheus.CounterVec
 	cut              prometheus.Counter
-	cutSaid          atomic.Bool
+	cutSaid          *atomic.Bool // the first cut is warned of
 	limits           *identity.KeyedLimit[identity.ID]
 }
 
@@ -73,6 +73,7 @@ func NewService(s *Service, reg prometheus.Registerer) (*Service, error) {
 	s.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_ca_certificate_requests_total",
 		Help: "Certificate signing requests (Istio's CreateCertificate) by result: issued, or the reason of a refusal (unauthenticated, csr, identity, rate, error)."},
 		[]string{"result"})
+	s.cutSaid = new(atomic.Bool)
 	s.cut = prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_ca_certificates_cut_total",
 		Help: "Workload certificates issued for less than their lifetime (the one asked, or the default) because the certificate that signs them expires first: replace it (the ShardpilotCACertificateExpiring alert)."})
 	if reg != nil {

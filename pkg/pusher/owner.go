@@ -61,6 +61,11 @@ func (p *Pusher) own(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		// What the follow goroutine read while the owner was busy is
+		// applied before the debouncer is asked: a generation takes
+		// every change read before it, as it did when follow applied
+		// them itself.
+		p.takeArrived()
 		now := time.Now()
 		if !p.lingerAt.IsZero() && !now.Before(p.lingerAt) {
 			// A lingering cluster may go: a generation lets it.

@@ -520,8 +520,11 @@ func (p *Pusher) StaleReason() string {
 func (p *Pusher) GeneratedRevision() int64 { return p.generated.Load() }
 
 // arrivalsQueued is how many events the follow goroutine may read and
-// decode ahead of the owner, while it generates.
-const arrivalsQueued = 1024
+// decode ahead of the owner, while it generates: enough for a heavy input
+// (tens of thousands of objects at once) to be read during one long
+// generation and taken whole by the next, rather than a queue's worth per
+// generation.
+const arrivalsQueued = 1 << 16
 
 // Run follows the store and generates until ctx is done; nothing it
 // started outlives it.

@@ -301,6 +301,53 @@ func TestChartRunbooks(t *testing.T) {
 	}
 }
 
+// TestChartAlertScope: with prometheusRule.scopeLabel, every metric an
+// alert reads is this release's (its namespace's), the group and the alerts
+// name the release, and the rules still pass promtool.
+func TestChartAlertScope(t *testing.T) {
+	h := helm(t)
+	out := run(t, h, "template", "sp", filepath.Join("helm", "shardpilot"), "--namespace", "mesh", "--set", "prometheusRule.enabled=true,prometheusRule.scopeLabel=namespace")
+	objs, err := kubetest.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := find(objs, "PrometheusRule", "sp")
+	if rule == nil {
+		t.Fatal("no PrometheusRule")
+	}
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	for _, g := range groups {
+		if name := g.(map[string]any)["name"]; name != "shardpilot-mesh-sp" {
+			t.Errorf("group %v, want it named after the release", name)
+		}
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			r := r.(map[string]any)
+			expr := fmt.Sprint(r["expr"])
+			for _, sel := range regexp.MustCompile(`(shardpilot_[a-z0-9_]+|\bup)(\{[^}]*\})?`).FindAllStringSubmatch(expr, -1) {
+				if !strings.Contains(sel[2], `namespace="mesh"`) {
+					t.Errorf("%s: %s reads every release's metrics: %s", r["alert"], sel[0], expr)
+				}
+			}
+			if r["labels"].(map[string]any)["shardpilot_release"] != "sp" {
+				t.Errorf("%s: labels %v, want shardpilot_release: sp", r["alert"], r["labels"])
+			}
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("no promtool on PATH (apt-get install prometheus)")
+	}
+	spec, err := yaml.Marshal(rule.Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, promtool, "check", "rules", file)
+}
+
 // TestChartRevisions: two releases of one cluster, the running one and a
 // canary with a revision, each have a webhook of their own that selects
 // its own namespaces (the canary's: shardpilot.io/rev=canary), and every

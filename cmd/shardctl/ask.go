@@ -176,6 +176,12 @@ func members(ctx context.Context, o *options, args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.kube != nil {
+		// Pods announce no version: their metrics say it.
+		for i := range ms {
+			ms[i].Version, _ = o.buildVersion(ctx, ms[i])
+		}
+	}
 	if o.output != "table" {
 		return writeOutput(o, ms)
 	}

@@ -67,8 +67,8 @@ func (f *twoPushers) foundInKubernetes(t *testing.T) {
 		t.Errorf("proxy-status through Kubernetes, want the 4 proxies on sp-pusher-a and sp-pusher-b:\n%s", out)
 	}
 	out, _, err = shardctl("http://127.0.0.1:1", append(kube, "--kube-reach", "pod-ip", "members")...)
-	if err != nil || strings.Contains(out, "starting") || strings.Contains(out, "other-release") {
-		t.Errorf("members through Kubernetes (the pod not ready and the other release's left out): %v\n%s", err, out)
+	if err != nil || strings.Contains(out, "starting") || strings.Contains(out, "other-release") || strings.Count(out, "shardpilot "+version.Release) != 2 {
+		t.Errorf("members through Kubernetes (the pod not ready and the other release's left out, each one's version): %v\n%s", err, out)
 	}
 	// Pods announce no version: their metrics say it.
 	out, _, err = shardctl("http://127.0.0.1:1", append(kube, "--kube-reach", "pod-ip", "version")...)

@@ -18,93 +18,119 @@ func (n *normalizer) virtualService(in Input, spec *virtualService) {
 	for _, h := range spec.Hosts {
 		rr.Hosts = append(rr.Hosts, n.fqdn(h, ns))
 	}
-	for i, h := range spec.HTTP {
-		f := fmt.Sprintf("spec.http[%d]", i)
-		route := &meshv1.HTTPRoute{Name: h.Name}
-		for _, m := range h.Match {
-			route.Match = append(route.Match, httpMatch(&m))
-		}
-		for j, d := range h.Route {
-			if d.Weight < 0 {
-				n.problem(in, fmt.Sprintf("%s.route[%d].weight", f, j), "weight %d is negative", d.Weight)
-				return
-			}
-			dst := &meshv1.Destination{Host: n.fqdn(d.Destination.Host, ns), Subset: d.Destination.Subset}
-			if d.Destination.Port != nil {
-				dst.Port = d.Destination.Port.Number
-			}
-			route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight), Headers: routeHeaders(d.Headers)})
-		}
-		var ok bool
-		if route.Timeout, ok = n.duration(in, f+".timeout", h.Timeout); !ok {
+	for i := range spec.HTTP {
+		route, ok := n.httpRoute(in, fmt.Sprintf("spec.http[%d]", i), &spec.HTTP[i])
+		if !ok {
 			return
 		}
-		if r := h.Retries; r != nil {
-			if route.Retries, ok = n.retries(in, f+".retries", r); !ok {
-				return
-			}
+		if route != nil {
+			rr.Http = append(rr.Http, route)
 		}
-		if !n.httpExtras(in, f, &h, route) {
-			return
-		}
-		if d := h.Delegate; d != nil {
-			if d.Name == "" {
-				n.problem(in, f+".delegate.name", "the delegate VirtualService's name is required")
-				return
-			}
-			route.Delegate = &meshv1.Delegate{Name: d.Name, Namespace: cmp.Or(d.Namespace, ns)}
-		}
-		if c := h.CorsPolicy; c != nil {
-			if route.Cors, ok = n.cors(in, f+".corsPolicy", c); !ok {
-				return
-			}
-		}
-		if len(h.Match) > 0 && len(route.Match) == 0 {
-			continue // no alternative left: the route never applies
-		}
-		rr.Http = append(rr.Http, route)
 	}
 	for _, section := range []struct {
 		name   string
 		routes []l4Route
 		out    *[]*meshv1.L4Route
 	}{{"tcp", spec.TCP, &rr.Tcp}, {"tls", spec.TLS, &rr.Tls}} {
-		tls := section.name == "tls"
 		for i, r := range section.routes {
-			f := fmt.Sprintf("spec.%s[%d]", section.name, i)
-			if tls && len(r.Match) == 0 {
-				n.problem(in, f+".match", "a tls route needs a match with sniHosts")
+			route, ok := n.l4Route(in, fmt.Sprintf("spec.%s[%d]", section.name, i), section.name == "tls", r)
+			if !ok {
 				return
 			}
-			route := &meshv1.L4Route{}
-			for j, m := range r.Match {
-				mf := fmt.Sprintf("%s.match[%d]", f, j)
-				switch {
-				case tls && len(m.SniHosts) == 0:
-					n.problem(in, mf+".sniHosts", "at least one SNI host is required")
-					return
-				case !tls && len(m.SniHosts) > 0:
-					n.problem(in, mf+".sniHosts", "SNI hosts belong to tls routes, not tcp routes")
-					return
-				}
-				if !n.l4Match(in, mf, m.DestinationSubnets) {
-					continue
-				}
-				lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace}
-				for _, h := range m.SniHosts {
-					lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
-				}
-				route.Match = append(route.Match, lm)
-			}
-			if !n.l4Destinations(in, f, r.Route, route) {
-				return
-			}
-			if len(r.Match) == 0 || len(route.Match) > 0 {
+			if route != nil {
 				*section.out = append(*section.out, route)
 			}
 		}
 	}
 	n.emit(in, rr)
+}
+
+// httpRoute converts the http route at f. It reports false, having said
+// why, when the VirtualService is refused; a nil route never applies (no
+// match alternative is left).
+func (n *normalizer) httpRoute(in Input, f string, h *httpRoute) (*meshv1.HTTPRoute, bool) {
+	ns := in.Resource.Metadata.Namespace
+	route := &meshv1.HTTPRoute{Name: h.Name}
+	for _, m := range h.Match {
+		route.Match = append(route.Match, httpMatch(&m))
+	}
+	for j, d := range h.Route {
+		if d.Weight < 0 {
+			n.problem(in, fmt.Sprintf("%s.route[%d].weight", f, j), "weight %d is negative", d.Weight)
+			return nil, false
+		}
+		dst := &meshv1.Destination{Host: n.fqdn(d.Destination.Host, ns), Subset: d.Destination.Subset}
+		if d.Destination.Port != nil {
+			dst.Port = d.Destination.Port.Number
+		}
+		route.Route = append(route.Route, &meshv1.RouteDestination{Destination: dst, Weight: uint32(d.Weight), Headers: routeHeaders(d.Headers)})
+	}
+	var ok bool
+	if route.Timeout, ok = n.duration(in, f+".timeout", h.Timeout); !ok {
+		return nil, false
+	}
+	if r := h.Retries; r != nil {
+		if route.Retries, ok = n.retries(in, f+".retries", r); !ok {
+			return nil, false
+		}
+	}
+	if !n.httpExtras(in, f, h, route) {
+		return nil, false
+	}
+	if d := h.Delegate; d != nil {
+		if d.Name == "" {
+			n.problem(in, f+".delegate.name", "the delegate VirtualService's name is required")
+			return nil, false
+		}
+		route.Delegate = &meshv1.Delegate{Name: d.Name, Namespace: cmp.Or(d.Namespace, ns)}
+	}
+	if c := h.CorsPolicy; c != nil {
+		if route.Cors, ok = n.cors(in, f+".corsPolicy", c); !ok {
+			return nil, false
+		}
+	}
+	if len(h.Match) > 0 && len(route.Match) == 0 {
+		return nil, true // no alternative left: the route never applies
+	}
+	return route, true
+}
+
+// l4Route converts the tcp or tls route at f. It reports false, having
+// said why, when the VirtualService is refused; a nil route never applies
+// (its matches all left out).
+func (n *normalizer) l4Route(in Input, f string, tls bool, r l4Route) (*meshv1.L4Route, bool) {
+	ns := in.Resource.Metadata.Namespace
+	if tls && len(r.Match) == 0 {
+		n.problem(in, f+".match", "a tls route needs a match with sniHosts")
+		return nil, false
+	}
+	route := &meshv1.L4Route{}
+	for j, m := range r.Match {
+		mf := fmt.Sprintf("%s.match[%d]", f, j)
+		switch {
+		case tls && len(m.SniHosts) == 0:
+			n.problem(in, mf+".sniHosts", "at least one SNI host is required")
+			return nil, false
+		case !tls && len(m.SniHosts) > 0:
+			n.problem(in, mf+".sniHosts", "SNI hosts belong to tls routes, not tcp routes")
+			return nil, false
+		}
+		if !n.l4Match(in, mf, m.DestinationSubnets) {
+			continue
+		}
+		lm := &meshv1.L4Match{Port: m.Port, Gateways: m.Gateways, SourceLabels: m.SourceLabels, SourceNamespace: m.SourceNamespace}
+		for _, h := range m.SniHosts {
+			lm.SniHosts = append(lm.SniHosts, n.fqdn(h, ns))
+		}
+		route.Match = append(route.Match, lm)
+	}
+	if !n.l4Destinations(in, f, r.Route, route) {
+		return nil, false
+	}
+	if len(r.Match) > 0 && len(route.Match) == 0 {
+		return nil, true
+	}
+	return route, true
 }
 
 // httpMatch converts one match alternative of an http route.

@@ -480,38 +480,7 @@ func headerMatcher(name string, m *meshv1.StringMatch) *route.HeaderMatcher {
 // does not resolve, which answers 500 (the API's "invalid backend"),
 // unless every destination is one.
 func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, authority string, gatewayAPI bool) (*route.RouteAction, headerOps) {
-	type target struct {
-		cluster string
-		weight  uint32
-		headers headerOps
-		hash    *meshv1.ConsistentHash
-	}
-	var targets []target
-	invalid := 0
-	for _, d := range h.Route {
-		dst := d.GetDestination()
-		s := m.Service(dst.GetHost())
-		port := uint32(0)
-		if s != nil && s.routable() {
-			port = destinationPort(s, dst.GetPort(), listenerPort)
-		}
-		if port == 0 && gatewayAPI && d.Weight > 0 {
-			invalid++
-			targets = append(targets, target{cluster: ClusterName(dst.GetPort(), "", dst.GetHost()), weight: d.Weight})
-			continue
-		}
-		if port == 0 {
-			continue
-		}
-		if dst.GetSubset() != "" && s.subset(dst.GetSubset()) == nil {
-			continue
-		}
-		if len(h.Route) > 1 && d.Weight == 0 {
-			continue
-		}
-		targets = append(targets, target{ClusterName(port, dst.GetSubset(), m.Resolve(dst.GetHost())), max(d.Weight, 1),
-			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
-	}
+	targets, invalid := routeTargets(m, h, listenerPort, gatewayAPI)
 	if len(targets) == invalid {
 		return nil, headerOps{}
 	}
@@ -524,23 +493,7 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 	if a.HostRewriteSpecifier == nil && authority != "" {
 		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
-	if mr := h.Mirror; mr != nil {
-		if s := m.Service(mr.GetDestination().GetHost()); s != nil && s.routable() {
-			if port := destinationPort(s, mr.Destination.Port, listenerPort); port != 0 {
-				pct := mr.Percentage
-				if pct == 0 {
-					pct = 100
-				}
-				a.RequestMirrorPolicies = []*route.RouteAction_RequestMirrorPolicy{{
-					Cluster:         ClusterName(port, mr.Destination.Subset, m.Resolve(mr.Destination.Host)),
-					RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: fractional(pct)},
-					// Mirrored requests keep their host and start no trace.
-					TraceSampled:                  wrapperspb.Bool(false),
-					DisableShadowHostSuffixAppend: true,
-				}}
-			}
-		}
-	}
+	a.RequestMirrorPolicies = mirrorPolicies(m, h.Mirror, listenerPort)
 	if len(targets) == 1 {
 		t := targets[0]
 		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: t.cluster}
@@ -572,6 +525,73 @@ func routeAction(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, envoy bool, 
 		return a, targets[0].headers
 	}
 	return a, headerOps{}
+}
+
+// routeTarget is one destination of a route: its cluster, weight, header
+// operations and consistent hash.
+type routeTarget struct {
+	cluster string
+	weight  uint32
+	headers headerOps
+	hash    *meshv1.ConsistentHash
+}
+
+// routeTargets returns a route's destinations that lead somewhere, and how
+// many of them are a Gateway API backend that does not resolve (sent to a
+// cluster that does not exist, which Envoy answers 500).
+func routeTargets(m *Mesh, h *meshv1.HTTPRoute, listenerPort uint32, gatewayAPI bool) (targets []routeTarget, invalid int) {
+	for _, d := range h.Route {
+		dst := d.GetDestination()
+		s := m.Service(dst.GetHost())
+		port := uint32(0)
+		if s != nil && s.routable() {
+			port = destinationPort(s, dst.GetPort(), listenerPort)
+		}
+		if port == 0 && gatewayAPI && d.Weight > 0 {
+			invalid++
+			targets = append(targets, routeTarget{cluster: ClusterName(dst.GetPort(), "", dst.GetHost()), weight: d.Weight})
+			continue
+		}
+		if port == 0 {
+			continue
+		}
+		if dst.GetSubset() != "" && s.subset(dst.GetSubset()) == nil {
+			continue
+		}
+		if len(h.Route) > 1 && d.Weight == 0 {
+			continue
+		}
+		targets = append(targets, routeTarget{ClusterName(port, dst.GetSubset(), m.Resolve(dst.GetHost())), max(d.Weight, 1),
+			translateHeaders(d.Headers), destinationHash(s.Policy, dst)})
+	}
+	return targets, invalid
+}
+
+// mirrorPolicies is a route's mirror (nil: none) as Envoy takes it, when
+// its destination is routable.
+func mirrorPolicies(m *Mesh, mr *meshv1.Mirror, listenerPort uint32) []*route.RouteAction_RequestMirrorPolicy {
+	if mr == nil {
+		return nil
+	}
+	s := m.Service(mr.GetDestination().GetHost())
+	if s == nil || !s.routable() {
+		return nil
+	}
+	port := destinationPort(s, mr.Destination.Port, listenerPort)
+	if port == 0 {
+		return nil
+	}
+	pct := mr.Percentage
+	if pct == 0 {
+		pct = 100
+	}
+	return []*route.RouteAction_RequestMirrorPolicy{{
+		Cluster:         ClusterName(port, mr.Destination.Subset, m.Resolve(mr.Destination.Host)),
+		RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: fractional(pct)},
+		// Mirrored requests keep their host and start no trace.
+		TraceSampled:                  wrapperspb.Bool(false),
+		DisableShadowHostSuffixAppend: true,
+	}}
 }
 
 // rewrite applies a route's rewrite (nil: none) to its action: the

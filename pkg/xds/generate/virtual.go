@@ -144,63 +144,89 @@ func blackholeChain(name string, port uint32) *listener.FilterChain {
 // where the outbound traffic policy sends unknown destinations. Where a
 // VirtualService names the host, its tcp or tls routes decide.
 func tcpListeners(m *Mesh) []*listener.Listener {
-	type vip struct {
-		addr string
-		port uint32
-	}
-	vips := map[vip][]*listener.Filter{}
-	owner := map[uint32][]*listener.Filter{}
-	sni := map[uint32][]*listener.FilterChain{}
-	named := map[uint32]map[string]bool{}
-	http := map[uint32]bool{}
+	t := tcpPortsOf(m)
+	return append(t.portListeners(m), t.vipListeners(m)...)
+}
+
+// vip is a service's virtual IP and port.
+type vip struct {
+	addr string
+	port uint32
+}
+
+// tcpPorts are the TCP and TLS ports of the mesh's services, as the
+// outbound listeners serve them: at a virtual IP, by SNI, or the port's
+// first owner.
+type tcpPorts struct {
+	vips  map[vip][]*listener.Filter
+	owner map[uint32][]*listener.Filter
+	sni   map[uint32][]*listener.FilterChain
+	named map[uint32]map[string]bool
+	http  map[uint32]bool
+}
+
+func tcpPortsOf(m *Mesh) tcpPorts {
+	t := tcpPorts{vips: map[vip][]*listener.Filter{}, owner: map[uint32][]*listener.Filter{}, sni: map[uint32][]*listener.FilterChain{},
+		named: map[uint32]map[string]bool{}, http: map[uint32]bool{}}
 	for _, s := range m.Services {
 		if !s.routable() {
 			continue
 		}
 		for _, h := range m.Owned(s) {
 			for _, p := range s.Spec.Ports {
-				switch {
-				case isHTTP(p):
-					http[p.Number] = true
-				case (isTCP(p) || isTLS(p)) && len(s.Spec.Addresses) > 0 && !m.routesTLS(h):
-					// At its virtual IPs, whatever SNI a client sends, as
-					// istiod has it (a TLS port without tls routes).
-					for _, a := range s.Spec.Addresses {
-						if _, taken := vips[vip{a, p.Number}]; !taken {
-							vips[vip{a, p.Number}] = l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false)))
-						}
-					}
-				case isTLS(p):
-					if named[p.Number] == nil {
-						named[p.Number] = map[string]bool{}
-					}
-					if named[p.Number][h] {
-						continue // one chain per name: Envoy refuses two
-					}
-					named[p.Number][h] = true
-					sni[p.Number] = append(sni[p.Number], &listener.FilterChain{
-						Name:             ClusterName(p.Number, "", h),
-						FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{h}},
-						Filters:          l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))),
-					})
-				case isTCP(p):
-					if _, taken := owner[p.Number]; !taken {
-						owner[p.Number] = l4Filters(p, l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false)))
-					}
-				}
+				t.add(m, s, h, p)
 			}
 		}
 	}
+	return t
+}
+
+// add takes a port of a service's host.
+func (t tcpPorts) add(m *Mesh, s *Service, h string, p *meshv1.Port) {
+	switch {
+	case isHTTP(p):
+		t.http[p.Number] = true
+	case (isTCP(p) || isTLS(p)) && len(s.Spec.Addresses) > 0 && !m.routesTLS(h):
+		// At its virtual IPs, whatever SNI a client sends, as istiod has
+		// it (a TLS port without tls routes).
+		for _, a := range s.Spec.Addresses {
+			if _, taken := t.vips[vip{a, p.Number}]; !taken {
+				t.vips[vip{a, p.Number}] = l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, false)))
+			}
+		}
+	case isTLS(p):
+		if t.named[p.Number] == nil {
+			t.named[p.Number] = map[string]bool{}
+		}
+		if t.named[p.Number][h] {
+			return // one chain per name: Envoy refuses two
+		}
+		t.named[p.Number][h] = true
+		t.sni[p.Number] = append(t.sni[p.Number], &listener.FilterChain{
+			Name:             ClusterName(p.Number, "", h),
+			FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{h}},
+			Filters:          l4Filters(p, l4Proxy(ClusterName(p.Number, "", h), l4Targets(m, h, p.Number, true))),
+		})
+	case isTCP(p):
+		if _, taken := t.owner[p.Number]; !taken {
+			t.owner[p.Number] = l4Filters(p, l4Proxy("outbound|"+strconv.FormatUint(uint64(p.Number), 10)+"||", l4Targets(m, h, p.Number, false)))
+		}
+	}
+}
+
+// portListeners are the listeners of the ports (0.0.0.0_<port>) no HTTP
+// service uses: by SNI, else to the port's owner.
+func (t tcpPorts) portListeners(m *Mesh) []*listener.Listener {
 	var out []*listener.Listener
 	ports := map[uint32]bool{}
-	for p := range owner {
+	for p := range t.owner {
 		ports[p] = true
 	}
-	for p := range sni {
+	for p := range t.sni {
 		ports[p] = true
 	}
 	for _, port := range slices.SortedFunc(maps.Keys(ports), cmp.Compare) {
-		if http[port] {
+		if t.http[port] {
 			continue // HTTP wins a port both use, as in Istio
 		}
 		num := strconv.FormatUint(uint64(port), 10)
@@ -209,21 +235,28 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			Address:    socketAddress("0.0.0.0", port),
 			BindToPort: wrapperspb.Bool(false),
 		}
-		if chains := sni[port]; len(chains) > 0 {
+		if chains := t.sni[port]; len(chains) > 0 {
 			l.ListenerFilters = []*listener.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector",
 				ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspector.TlsInspector{})}}}
 			l.FilterChains = chains
-			fallback := owner[port]
+			fallback := t.owner[port]
 			if fallback == nil {
 				fallback = []*listener.Filter{tcpProxyFilter("outbound|"+num+"||", outboundDefault(m))}
 			}
 			l.DefaultFilterChain = &listener.FilterChain{Name: "default", Filters: fallback}
 		} else {
-			l.FilterChains = []*listener.FilterChain{{Filters: owner[port]}}
+			l.FilterChains = []*listener.FilterChain{{Filters: t.owner[port]}}
 		}
 		out = append(out, l)
 	}
-	for _, v := range slices.SortedFunc(maps.Keys(vips), func(a, b vip) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port)) }) {
+	return out
+}
+
+// vipListeners are the listeners of the services' virtual IPs
+// (<address>_<port>).
+func (t tcpPorts) vipListeners(m *Mesh) []*listener.Listener {
+	var out []*listener.Listener
+	for _, v := range slices.SortedFunc(maps.Keys(t.vips), func(a, b vip) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port)) }) {
 		num := strconv.FormatUint(uint64(v.port), 10)
 		out = append(out, &listener.Listener{
 			Name:                             v.addr + "_" + num,
@@ -232,7 +265,7 @@ func tcpListeners(m *Mesh) []*listener.Listener {
 			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
 			ListenerFiltersTimeout:           cmp.Or(m.Config.GetProtocolDetectionTimeout(), durationpb.New(0)),
 			ContinueOnListenerFiltersTimeout: true,
-			FilterChains: []*listener.FilterChain{{Filters: vips[v],
+			FilterChains: []*listener.FilterChain{{Filters: t.vips[v],
 				TransportSocketConnectTimeout: durationpb.New(15 * time.Second)}},
 		})
 	}

@@ -132,85 +132,71 @@ func Normalize(inputs []Input, opts Options) ([]ingest.Object, []ingest.Problem)
 		if !n.admit(in) {
 			continue
 		}
-		switch in.Resource.Kind {
-		case KindServiceEntry:
-			var spec serviceEntry
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				if svc := n.serviceEntry(in, &spec); svc != nil {
-					services = append(services, svc)
-				}
-			}
-		case KindWorkloadEntry:
-			var spec workloadEntry
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				if ep, ok := n.endpoint(in, "spec", &spec); ok {
-					entries = append(entries, &decodedEntry{ns: in.Resource.Metadata.Namespace, ep: ep})
-				}
-			}
-		case KindVirtualService:
-			var spec virtualService
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				n.virtualService(in, &spec)
-			}
-		case KindDestinationRule:
-			var spec destinationRule
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				n.destinationRule(in, &spec)
-			}
-		case KindSidecar:
-			var spec sidecar
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				n.sidecar(in, &spec)
-			}
-		case KindGateway:
-			var spec gateway
-			if n.decode(in, &spec) {
-				n.ignoredFields(in, &spec)
-				n.gateway(in, &spec)
-			}
-		case KindAuthorizationPolicy:
-			var spec authorizationPolicy
-			if n.decode(in, &spec) {
-				n.authorizationPolicy(in, &spec)
-			}
-		case KindPeerAuthentication:
-			var spec peerAuthentication
-			if n.decode(in, &spec) {
-				n.peerAuthentication(in, &spec)
-			}
-		case KindRequestAuthentication:
-			var spec requestAuthentication
-			if n.decode(in, &spec) {
-				n.requestAuthentication(in, &spec)
-			}
-		case KindTelemetry:
-			var spec telemetry
-			if n.decode(in, &spec) {
-				n.telemetry(in, &spec)
-			}
-		case KindEnvoyFilter:
-			var spec envoyFilter
-			if n.decode(in, &spec) {
-				n.envoyFilter(in, &spec)
-			}
-		case KindWorkloadGroup:
-			var spec workloadGroup
-			if n.decode(in, &spec) {
-				n.workloadGroup(in, &spec)
-			}
-		case KindConfigMap:
-			n.meshConfig(in)
+		svc, entry := n.one(in)
+		if svc != nil {
+			services = append(services, svc)
+		}
+		if entry != nil {
+			entries = append(entries, entry)
 		}
 	}
 	for _, s := range services {
 		n.endpoints(s, entries)
 	}
 	return n.objs, n.problems
+}
+
+// one normalizes one input by its kind. A ServiceEntry's service and a
+// WorkloadEntry's endpoint are returned, to be joined once every input is
+// read; the rest is emitted.
+func (n *normalizer) one(in Input) (svc *decodedService, entry *decodedEntry) {
+	switch in.Resource.Kind {
+	case KindServiceEntry:
+		withSpec(n, in, true, func(spec *serviceEntry) { svc = n.serviceEntry(in, spec) })
+	case KindWorkloadEntry:
+		withSpec(n, in, true, func(spec *workloadEntry) {
+			if ep, ok := n.endpoint(in, "spec", spec); ok {
+				entry = &decodedEntry{ns: in.Resource.Metadata.Namespace, ep: ep}
+			}
+		})
+	case KindVirtualService:
+		withSpec(n, in, true, func(spec *virtualService) { n.virtualService(in, spec) })
+	case KindDestinationRule:
+		withSpec(n, in, true, func(spec *destinationRule) { n.destinationRule(in, spec) })
+	case KindSidecar:
+		withSpec(n, in, true, func(spec *sidecar) { n.sidecar(in, spec) })
+	case KindGateway:
+		withSpec(n, in, true, func(spec *gateway) { n.gateway(in, spec) })
+	case KindAuthorizationPolicy:
+		withSpec(n, in, false, func(spec *authorizationPolicy) { n.authorizationPolicy(in, spec) })
+	case KindPeerAuthentication:
+		withSpec(n, in, false, func(spec *peerAuthentication) { n.peerAuthentication(in, spec) })
+	case KindRequestAuthentication:
+		withSpec(n, in, false, func(spec *requestAuthentication) { n.requestAuthentication(in, spec) })
+	case KindTelemetry:
+		withSpec(n, in, false, func(spec *telemetry) { n.telemetry(in, spec) })
+	case KindEnvoyFilter:
+		withSpec(n, in, false, func(spec *envoyFilter) { n.envoyFilter(in, spec) })
+	case KindWorkloadGroup:
+		withSpec(n, in, false, func(spec *workloadGroup) { n.workloadGroup(in, spec) })
+	case KindConfigMap:
+		n.meshConfig(in)
+	}
+	return svc, entry
+}
+
+// withSpec decodes an input's spec into a T and, when it decodes, hands it
+// to fn; ignored says whether the fields shardpilot does not apply yet are
+// reported first.
+func withSpec[T any](n *normalizer, in Input, ignored bool, fn func(*T)) {
+	var spec T
+	if !n.decode(in, &spec) {
+		return
+	}
+	if ignored {
+		n.ignoredFields(in, &spec)
+	}
+	fn(&spec)
 }
 
 type normalizer struct {

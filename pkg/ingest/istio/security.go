@@ -55,54 +55,12 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 	for i, r := range spec.Rules {
 		f := fmt.Sprintf("spec.rules[%d]", i)
 		rule := &meshv1.AuthorizationRule{}
-		for j, from := range r.From {
-			src := from.Source
-			sf := fmt.Sprintf("%s.from[%d].source", f, j)
-			if src == nil {
-				n.problem(in, sf, "a source is required")
-				return
-			}
-			// A field not checked yet fails closed (the generator leaves the
-			// source out of an ALLOW rule and ignores the field in a DENY
-			// rule) and is reported; the rest of the policy applies.
-			var unchecked []string
-			if len(src.RemoteIPBlocks) > 0 || len(src.NotRemoteIPBlocks) > 0 {
-				unchecked = append(unchecked, "remoteIpBlocks")
-			}
-			if len(src.ServiceAccounts) > 0 || len(src.NotServiceAccounts) > 0 {
-				unchecked = append(unchecked, "serviceAccounts")
-			}
-			for _, u := range unchecked {
-				n.warn(in, sf+"."+u, "not checked yet (%s); %s", map[string]string{
-					"remoteIpBlocks": "addresses from X-Forwarded-For", "serviceAccounts": "use principals"}[u], failClosed(p.Action, audit))
-			}
-			rule.From = append(rule.From, &meshv1.AuthorizationSource{
-				Principals: src.Principals, NotPrincipals: src.NotPrincipals,
-				Namespaces: src.Namespaces, NotNamespaces: src.NotNamespaces,
-				IpBlocks: src.IPBlocks, NotIpBlocks: src.NotIPBlocks,
-				RequestPrincipals: src.RequestPrincipals, NotRequestPrincipals: src.NotRequestPrincipals,
-				Unchecked: unchecked,
-			})
+		var ok bool
+		if rule.From, ok = n.authorizationSources(in, f, r, p.Action, audit); !ok {
+			return
 		}
-		for j, to := range r.To {
-			op := to.Operation
-			of := fmt.Sprintf("%s.to[%d].operation", f, j)
-			if op == nil {
-				n.problem(in, of, "an operation is required")
-				return
-			}
-			ports, ok := n.ports(in, of+".ports", op.Ports)
-			if !ok {
-				return
-			}
-			notPorts, ok := n.ports(in, of+".notPorts", op.NotPorts)
-			if !ok {
-				return
-			}
-			rule.To = append(rule.To, &meshv1.AuthorizationOperation{
-				Hosts: op.Hosts, NotHosts: op.NotHosts, Ports: ports, NotPorts: notPorts,
-				Methods: op.Methods, NotMethods: op.NotMethods, Paths: op.Paths, NotPaths: op.NotPaths,
-			})
+		if rule.To, ok = n.authorizationOperations(in, f, r); !ok {
+			return
 		}
 		for _, c := range r.When {
 			rule.When = append(rule.When, &meshv1.AuthorizationCondition{Key: c.Key, Values: c.Values, NotValues: c.NotValues})
@@ -114,6 +72,69 @@ func (n *normalizer) authorizationPolicy(in Input, spec *authorizationPolicy) {
 		}
 	}
 	n.emit(in, p)
+}
+
+// authorizationSources converts a rule's sources. It reports false,
+// having said why, when the policy is refused.
+func (n *normalizer) authorizationSources(in Input, f string, r authorizationRule, action meshv1.AuthorizationPolicy_Action, audit bool) ([]*meshv1.AuthorizationSource, bool) {
+	var out []*meshv1.AuthorizationSource
+	for j, from := range r.From {
+		src := from.Source
+		sf := fmt.Sprintf("%s.from[%d].source", f, j)
+		if src == nil {
+			n.problem(in, sf, "a source is required")
+			return nil, false
+		}
+		// A field not checked yet fails closed (the generator leaves the
+		// source out of an ALLOW rule and ignores the field in a DENY
+		// rule) and is reported; the rest of the policy applies.
+		var unchecked []string
+		if len(src.RemoteIPBlocks) > 0 || len(src.NotRemoteIPBlocks) > 0 {
+			unchecked = append(unchecked, "remoteIpBlocks")
+		}
+		if len(src.ServiceAccounts) > 0 || len(src.NotServiceAccounts) > 0 {
+			unchecked = append(unchecked, "serviceAccounts")
+		}
+		for _, u := range unchecked {
+			n.warn(in, sf+"."+u, "not checked yet (%s); %s", map[string]string{
+				"remoteIpBlocks": "addresses from X-Forwarded-For", "serviceAccounts": "use principals"}[u], failClosed(action, audit))
+		}
+		out = append(out, &meshv1.AuthorizationSource{
+			Principals: src.Principals, NotPrincipals: src.NotPrincipals,
+			Namespaces: src.Namespaces, NotNamespaces: src.NotNamespaces,
+			IpBlocks: src.IPBlocks, NotIpBlocks: src.NotIPBlocks,
+			RequestPrincipals: src.RequestPrincipals, NotRequestPrincipals: src.NotRequestPrincipals,
+			Unchecked: unchecked,
+		})
+	}
+	return out, true
+}
+
+// authorizationOperations converts a rule's operations. It reports
+// false, having said why, when the policy is refused.
+func (n *normalizer) authorizationOperations(in Input, f string, r authorizationRule) ([]*meshv1.AuthorizationOperation, bool) {
+	var out []*meshv1.AuthorizationOperation
+	for j, to := range r.To {
+		op := to.Operation
+		of := fmt.Sprintf("%s.to[%d].operation", f, j)
+		if op == nil {
+			n.problem(in, of, "an operation is required")
+			return nil, false
+		}
+		ports, ok := n.ports(in, of+".ports", op.Ports)
+		if !ok {
+			return nil, false
+		}
+		notPorts, ok := n.ports(in, of+".notPorts", op.NotPorts)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, &meshv1.AuthorizationOperation{
+			Hosts: op.Hosts, NotHosts: op.NotHosts, Ports: ports, NotPorts: notPorts,
+			Methods: op.Methods, NotMethods: op.NotMethods, Paths: op.Paths, NotPaths: op.NotPaths,
+		})
+	}
+	return out, true
 }
 
 // failClosed says what a field not checked does to its rule (of an AUDIT

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -272,7 +273,7 @@ func (o *options) meshOverrides(fs *flag.FlagSet) (*meshv1.MeshConfig, error) {
 	return overrides, nil
 }
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string) (err error) {
 	var o options
 	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
 	o.register(fs)
@@ -302,21 +303,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer conns.Close()
 	etcd, nc := conns.Etcd, conns.NATS
-	adsLis, err := cli.Listen(log, "ADS", "ads-addr", o.adsAddr)
+	adsLis, adminLis, adminTLSLis, adminTLS, err := o.listen(log)
 	if err != nil {
 		return err
 	}
-	adminLis, err := cli.Listen(log, "admin", "admin-addr", o.common.AdminAddr)
-	if err != nil {
-		adsLis.Close()
-		return err
-	}
-	adminTLSLis, adminTLS, err := o.common.AdminTLS(log)
-	if err != nil {
-		adsLis.Close()
-		adminLis.Close()
-		return err
-	}
+	defer func() {
+		if err != nil { // the servers close them once they run
+			for _, l := range []net.Listener{adsLis, adminLis, adminTLSLis} {
+				if l != nil {
+					l.Close()
+				}
+			}
+		}
+	}()
 
 	ready := telemetry.NewReadiness()
 	sec, err := o.secure(ctx, etcd, kube, policy, ready, log, reg)
@@ -344,11 +343,7 @@ func run(ctx context.Context, args []string) error {
 	ready.Detail(ps.StaleReason)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return built.Run(ctx) })
-	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis),
-		ADS: cli.Advertised(o.common.AdvertiseHost, adsLis), Started: time.Now(), Version: version.String()}
-	if adminTLSLis != nil {
-		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
-	}
+	me := o.member(adsLis, adminLis, adminTLSLis)
 	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
 	if secrets != nil {
 		g.Go(func() error { return secrets.Run(ctx) })
@@ -358,14 +353,41 @@ func run(ctx context.Context, args []string) error {
 	}
 	page := statuspage.New(statuspage.Config{Title: "pusher", Version: version.String(), Gatherer: reg, Streams: app.PageStreams(status), Stale: ps.Stale, StaleReason: ps.StaleReason})
 	g.Go(func() error { return page.Run(ctx) })
-	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump,
-				"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
-					return append(o.common.Weaknesses(ctx, &o.remote, nc, etcd), o.weaknesses()...)
-				})}}).Run(ctx)
-	})
+	admin := &telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
+		TokenOnLoopback: o.common.AdminTokenOnLoopback, Page: page, Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump,
+			"/debug/security": telemetry.WeaknessHandler(func(ctx context.Context) []telemetry.Weakness {
+				return append(o.common.Weaknesses(ctx, &o.remote, nc, etcd), o.weaknesses()...)
+			})}}
+	g.Go(func() error { return admin.Run(ctx) })
 	return g.Wait()
+}
+
+// listen opens the ADS and admin listeners (and the admin's over TLS,
+// when asked): all of them, or none.
+func (o *options) listen(log *slog.Logger) (ads, admin, adminTLS net.Listener, tlsCfg *tls.Config, err error) {
+	if ads, err = cli.Listen(log, "ADS", "ads-addr", o.adsAddr); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if admin, err = cli.Listen(log, "admin", "admin-addr", o.common.AdminAddr); err != nil {
+		ads.Close()
+		return nil, nil, nil, nil, err
+	}
+	if adminTLS, tlsCfg, err = o.common.AdminTLS(log); err != nil {
+		ads.Close()
+		admin.Close()
+		return nil, nil, nil, nil, err
+	}
+	return ads, admin, adminTLS, tlsCfg, nil
+}
+
+// member is how the pusher announces itself in etcd.
+func (o *options) member(ads, admin, adminTLS net.Listener) store.Member {
+	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, admin),
+		ADS: cli.Advertised(o.common.AdvertiseHost, ads), Started: time.Now(), Version: version.String()}
+	if adminTLS != nil {
+		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLS)
+	}
+	return me
 }
 
 // weaknesses are the pusher's own weak settings (shardctl security-check).

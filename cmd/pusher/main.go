@@ -303,17 +303,13 @@ func run(ctx context.Context, args []string) (err error) {
 	}
 	defer conns.Close()
 	etcd, nc := conns.Etcd, conns.NATS
-	adsLis, adminLis, adminTLSLis, adminTLS, err := o.listen(log)
+	adsLis, adminLis, adminTLSLis, adminTLS, err := o.common.ListenWithADS(log, o.adsAddr)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil { // the servers close them once they run
-			for _, l := range []net.Listener{adsLis, adminLis, adminTLSLis} {
-				if l != nil {
-					l.Close()
-				}
-			}
+			cli.CloseAll(adsLis, adminLis, adminTLSLis)
 		}
 	}()
 
@@ -360,24 +356,6 @@ func run(ctx context.Context, args []string) (err error) {
 			})}}
 	g.Go(func() error { return admin.Run(ctx) })
 	return g.Wait()
-}
-
-// listen opens the ADS and admin listeners (and the admin's over TLS,
-// when asked): all of them, or none.
-func (o *options) listen(log *slog.Logger) (ads, admin, adminTLS net.Listener, tlsCfg *tls.Config, err error) {
-	if ads, err = cli.Listen(log, "ADS", "ads-addr", o.adsAddr); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if admin, err = cli.Listen(log, "admin", "admin-addr", o.common.AdminAddr); err != nil {
-		ads.Close()
-		return nil, nil, nil, nil, err
-	}
-	if adminTLS, tlsCfg, err = o.common.AdminTLS(log); err != nil {
-		ads.Close()
-		admin.Close()
-		return nil, nil, nil, nil, err
-	}
-	return ads, admin, adminTLS, tlsCfg, nil
 }
 
 // member is how the pusher announces itself in etcd.

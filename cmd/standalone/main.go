@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -120,7 +121,7 @@ func startEmbedded(c *config, log *slog.Logger) (conns *app.Conns, stop func(), 
 	return conns, stop, nil
 }
 
-func serve(ctx context.Context, c config, log *slog.Logger) error {
+func serve(ctx context.Context, c config, log *slog.Logger) (err error) {
 	adminToken, err := c.AdminTokens(log)
 	if err != nil {
 		return err
@@ -132,25 +133,15 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	defer stop()
 	etcdCli, nc := conns.Etcd, conns.NATS
 
-	adsLis, err := cli.Listen(log, "ADS", "ads-addr", c.adsAddr)
+	adsLis, adminLis, adminTLSLis, adminTLS, err := c.ListenWithADS(log, c.adsAddr)
 	if err != nil {
 		return err
 	}
-	adminLis, err := cli.Listen(log, "admin", "admin-addr", c.AdminAddr)
-	if err != nil {
-		adsLis.Close()
-		return err
-	}
-	adminTLSLis, adminTLS, err := c.AdminTLS(log)
-	if err != nil {
-		adsLis.Close()
-		adminLis.Close()
-		return err
-	}
-	adminTLSAddr := ""
-	if adminTLSLis != nil {
-		adminTLSAddr = cli.Advertised(c.AdvertiseHost, adminTLSLis)
-	}
+	defer func() {
+		if err != nil { // the servers close them once they run
+			cli.CloseAll(adsLis, adminLis, adminTLSLis)
+		}
+	}()
 
 	reg := telemetry.NewRegistry(version.Collector())
 	status := server.NewStreams()
@@ -192,23 +183,33 @@ func serve(ctx context.Context, c config, log *slog.Logger) error {
 	})
 	g.Go(func() error { return rl.Run(ctx) })
 	g.Go(func() error { return built.Run(ctx) })
-	host, _ := os.Hostname()
-	for _, m := range []store.Member{
-		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, adsLis), Started: time.Now(), Version: version.String()},
-		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, adminLis), AdminTLS: adminTLSAddr, Started: time.Now(), Version: version.String()},
-	} {
+	for _, m := range c.members(adsLis, adminLis, adminTLSLis) {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
 	page := statuspage.New(statuspage.Config{Title: "standalone", Version: version.String(), Gatherer: reg, Streams: app.PageStreams(status), Stale: ps.Stale, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
-	g.Go(func() error {
-		return (&telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken, TokenOnLoopback: c.AdminTokenOnLoopback, Page: page,
-			Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestReport)}}).Run(ctx)
-	})
+	admin := &telemetry.Admin{Listener: adminLis, TLSListener: adminTLSLis, TLS: adminTLS, Gatherer: reg, Ready: ready, Log: log, DebugToken: adminToken,
+		TokenOnLoopback: c.AdminTokenOnLoopback, Page: page,
+		Debug: map[string]http.Handler{"/debug/syncz": status, "/debug/config_dump": built.Dump, "/debug/problems": app.ProblemsHandler(ingestReport)}}
+	g.Go(func() error { return admin.Run(ctx) })
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// members are how the standalone announces itself in etcd: a pusher and
+// an ingester, at the same admin port.
+func (c *config) members(ads, admin, adminTLS net.Listener) []store.Member {
+	host, _ := os.Hostname()
+	adminTLSAddr := ""
+	if adminTLS != nil {
+		adminTLSAddr = cli.Advertised(c.AdvertiseHost, adminTLS)
+	}
+	return []store.Member{
+		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, admin), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, ads), Started: time.Now(), Version: version.String()},
+		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, admin), AdminTLS: adminTLSAddr, Started: time.Now(), Version: version.String()},
+	}
 }
 
 // secureEmbedded makes a private CA in the data directory, certificates

@@ -191,6 +191,33 @@ func (c *Common) AdminTokens(log *slog.Logger) (telemetry.TokenSource, error) {
 	return f, nil
 }
 
+// ListenWithADS opens the ADS listener at adsAddr, the admin one and the
+// admin's over TLS when asked: all of them, or none.
+func (c *Common) ListenWithADS(log *slog.Logger, adsAddr string) (ads, admin, adminTLS net.Listener, tlsCfg *tls.Config, err error) {
+	if ads, err = Listen(log, "ADS", "ads-addr", adsAddr); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if admin, err = Listen(log, "admin", "admin-addr", c.AdminAddr); err != nil {
+		ads.Close()
+		return nil, nil, nil, nil, err
+	}
+	if adminTLS, tlsCfg, err = c.AdminTLS(log); err != nil {
+		ads.Close()
+		admin.Close()
+		return nil, nil, nil, nil, err
+	}
+	return ads, admin, adminTLS, tlsCfg, nil
+}
+
+// CloseAll closes the listeners that are not nil.
+func CloseAll(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
 // AdminTLS returns the TLS listener and configuration of --admin-tls-addr
 // (nil, nil when not given); the certificate is read again when it changes.
 func (c *Common) AdminTLS(log *slog.Logger) (net.Listener, *tls.Config, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -365,13 +366,26 @@ func (r *Report) Write(dir string, w io.Writer) error {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# shardpilot load test\n\nStarted %s. Scenario: `%s`.\n\n", r.Started.Format(time.RFC3339), scenarioLine(r.Scenario))
-	var base, istiod *Phase
+	r.figures(&b)
+	b.WriteString("\n")
+	for _, p := range r.Phases {
+		phaseDetails(&b, p)
+	}
+	r.capacity(&b)
+	b.WriteString("\nPlots: convergence-cdf.png, convergence-time.png, cpu.png, rss.png.\n")
+	return b.String()
+}
+
+// figures writes the table of every figure, a column per phase, with the
+// ratios to the baseline and to istiod.
+func (r *Report) figures(b *strings.Builder) {
+	t := figureTable{b: b, phases: r.Phases}
 	for i := range r.Phases {
 		switch r.Phases[i].Target {
 		case "baseline":
-			base = &r.Phases[i]
+			t.base = &r.Phases[i]
 		case "istiod":
-			istiod = &r.Phases[i]
+			t.istiod = &r.Phases[i]
 		}
 	}
 	header := "| figure |"
@@ -379,29 +393,46 @@ func (r *Report) Markdown() string {
 	for _, p := range r.Phases {
 		header += " " + p.Name + " |"
 		sep += " ---: |"
-		if base != nil && p.Target != "baseline" {
+		if t.base != nil && p.Target != "baseline" {
 			header += " ratio to baseline |"
 			sep += " ---: |"
 		}
-		if istiod != nil && p.Target == "shardpilot" {
+		if t.istiod != nil && p.Target == "shardpilot" {
 			header += " ratio to istiod |"
 			sep += " ---: |"
 		}
 	}
 	b.WriteString(header + "\n" + sep + "\n")
-	row := func(name string, f func(p Phase) float64, unit string) {
-		line := "| " + name + " |"
-		for _, p := range r.Phases {
-			line += " " + format(f(p), unit) + " |"
-			if base != nil && p.Target != "baseline" {
-				line += " " + ratio(f(p), f(*base)) + " |"
-			}
-			if istiod != nil && p.Target == "shardpilot" {
-				line += " " + ratio(f(p), f(*istiod)) + " |"
-			}
+	t.convergenceAndCPU()
+	t.memory()
+	t.traffic()
+}
+
+// figureTable writes the rows of the figures' table: a phase's figure,
+// and its ratios to the baseline's and to istiod's when they ran.
+type figureTable struct {
+	b            *strings.Builder
+	phases       []Phase
+	base, istiod *Phase
+}
+
+func (t figureTable) row(name string, f func(p Phase) float64, unit string) {
+	line := "| " + name + " |"
+	for _, p := range t.phases {
+		line += " " + format(f(p), unit) + " |"
+		if t.base != nil && p.Target != "baseline" {
+			line += " " + ratio(f(p), f(*t.base)) + " |"
 		}
-		b.WriteString(line + "\n")
+		if t.istiod != nil && p.Target == "shardpilot" {
+			line += " " + ratio(f(p), f(*t.istiod)) + " |"
+		}
 	}
+	t.b.WriteString(line + "\n")
+}
+
+// convergenceAndCPU are the rows of convergence, changes and CPU.
+func (t figureTable) convergenceAndCPU() {
+	row := t.row
 	row("convergence p50", func(p Phase) float64 { return p.Convergence.P50 }, "s")
 	row("convergence p90", func(p Phase) float64 { return p.Convergence.P90 }, "s")
 	row("convergence p99", func(p Phase) float64 { return p.Convergence.P99 }, "s")
@@ -416,6 +447,11 @@ func (r *Report) Markdown() string {
 	row("CPU per change, whole control plane", func(p Phase) float64 { return p.ControlPlaneCPUPerChange() }, "ms")
 	row("load test's own CPU during the changes", func(p Phase) float64 { return p.HarnessCPUSeconds }, "s")
 	row("memory per proxy beyond the shared state", func(p Phase) float64 { return p.MemoryPerProxy }, "KiB")
+}
+
+// memory are the rows of memory, per proxy and whole.
+func (t figureTable) memory() {
+	row := t.row
 	growth := func(name string, f func(g *Growth) float64, unit string) {
 		row(name, func(p Phase) float64 {
 			if p.PerProxy == nil {
@@ -436,6 +472,12 @@ func (r *Report) Markdown() string {
 	row("heap of the largest pusher, every proxy connected", func(p Phase) float64 { return p.HeapPerPusher }, "MiB")
 	row("change events the busiest pusher took", func(p Phase) float64 { return p.EventsPerPusher }, "")
 	row("change events all pushers took", func(p Phase) float64 { return p.EventsAll }, "")
+}
+
+// traffic are the rows of the store's and the bus's traffic, the bytes
+// the proxies received and the stream errors.
+func (t figureTable) traffic() {
+	row := t.row
 	traffic := func(name string, f func(t *Traffic) float64, unit string) {
 		row(name, func(p Phase) float64 {
 			if p.Traffic == nil {
@@ -478,87 +520,97 @@ func (r *Report) Markdown() string {
 	}
 	row("NACKs", func(p Phase) float64 { return float64(p.NACKs) }, "")
 	row("stream errors", func(p Phase) float64 { return float64(p.Errors) }, "")
-	b.WriteString("\n")
-	for _, p := range r.Phases {
-		fmt.Fprintf(&b, "- %s: %d proxies (%d Delta), %d changes, %d never converged", p.Name, p.Proxies, p.Delta, p.Changes, p.Unconverged)
-		if p.IngestCPUSeconds > 0 {
-			fmt.Fprintf(&b, "; the ingester used %.2f CPU s", p.IngestCPUSeconds)
-		}
-		if p.StoreCPUSeconds > 0 {
-			fmt.Fprintf(&b, ", etcd and NATS %.2f CPU s", p.StoreCPUSeconds)
-		}
-		b.WriteString(".\n")
-		for kind, pc := range p.ByKind {
-			fmt.Fprintf(&b, "  - %s changes: %d, convergence p50 %s, p99 %s, max %s\n", kind, pc.N, format(pc.P50, "s"), format(pc.P99, "s"), format(pc.Max, "s"))
-		}
-		if len(p.Stages) > 0 {
-			b.WriteString("  - where the time goes, as the control plane measured each stage (p50 / p99, samples):\n")
-			for _, s := range p.Stages {
-				fmt.Fprintf(&b, "    - %s: %s / %s (%d)\n", s.Name, format(s.P50, "s"), format(s.P99, "s"), s.N)
-			}
-		}
-		if s := p.Storm; s != nil {
-			fmt.Fprintf(&b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
-				s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
-		}
-		if p.SlowReaders > 0 {
-			fmt.Fprintf(&b, "  - beside the fleet, %d proxies read each response %s late\n", p.SlowReaders, format(p.SlowReadDelay, "s"))
-		}
-		if tr := p.Trickle; tr != nil {
-			fmt.Fprintf(&b, "  - beside the fleet, %.3g proxies a second connected for %s each (%d in all): %d got a full config, in %s at p99\n",
-				tr.Rate, format(tr.Life, "s"), tr.Started, tr.Served, format(tr.FullP99, "s"))
-		}
-		for _, m := range p.Moves {
-			fmt.Fprintf(&b, "  - %s: %d proxies of those namespaces moved, %d others reconnected; every proxy held a full config from its shard after %s, the changes made at that moment reached every proxy after %s\n",
-				m.Name, m.Moved, m.Others, format(m.Placed, "s"), format(m.ChangeConverged, "s"))
-		}
-		for _, f := range p.Faults {
-			fmt.Fprintf(&b, "  - fault: %s for %s; every change made until its end reached every proxy %s after it (%d pending)\n",
-				f.Name, format(f.Lasted, "s"), format(f.Recovered, "s"), f.Pending)
-			if d := f.During; d != nil {
-				fmt.Fprintf(&b, "    the %d changes made during it reached every other proxy in %s at p99, %s at most\n", d.Changes, format(d.P99, "s"), format(d.Max, "s"))
-			}
-			if f.Said != "" {
-				fmt.Fprintf(&b, "    the pushers meanwhile: %s\n", f.Said)
-			}
-			if in := f.Input; in != nil {
-				fmt.Fprintf(&b, "    both pushers served it alike after %s and its removal after %s; the churn alone converged in %s at p99\n",
-					format(in.Applied, "s"), format(in.Removed, "s"), format(in.NormalP99, "s"))
-				fmt.Fprintf(&b, "    the grpc-go clients followed %d endpoint moves meanwhile in %s at most; %d RPCs failed\n", in.Moves, format(in.FollowMax, "s"), in.RPCsFailed)
-				fmt.Fprintf(&b, "    the pushers used %s CPU-s; RSS at most %s MiB\n", format(in.CPUSeconds, ""), format(in.PeakRSSMiB, ""))
-			}
-			if fl := f.Flood; fl != nil {
-				fmt.Fprintf(&b, "    sent: %s\n", fl.Sent)
-				fmt.Fprintf(&b, "    pusher: RSS at most %s MiB under a limit of %s MiB, live heap %s MiB as it ended; OOM-killed: %v\n",
-					format(fl.PeakRSSMiB, ""), format(fl.LimitMiB, ""), format(fl.LiveHeapMiB, ""), fl.OOMKilled)
-				if fl.NewProxy >= 0 {
-					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was served after %s\n", format(fl.NewProxy, "s"))
-				} else {
-					fmt.Fprintf(&b, "    a proxy connecting with a token meanwhile was not served: %s\n", fl.NewProxyError)
-				}
-				if fl.Registered >= 0 {
-					fmt.Fprintf(&b, "    another namespace's workload registering meanwhile had its WorkloadEntry after %s\n", format(fl.Registered, "s"))
-				} else {
-					fmt.Fprintf(&b, "    another namespace's workload registering meanwhile had no WorkloadEntry: %s\n", fl.RegisteredError)
-				}
-			}
-		}
-		for _, pr := range p.Problems {
-			fmt.Fprintf(&b, "  - PROBLEM: %s\n", pr)
+}
+
+// phaseDetails writes a phase's list: its changes by kind, stages, storm,
+// slow readers, trickle, moves, faults and problems.
+func phaseDetails(b *strings.Builder, p Phase) {
+	fmt.Fprintf(b, "- %s: %d proxies (%d Delta), %d changes, %d never converged", p.Name, p.Proxies, p.Delta, p.Changes, p.Unconverged)
+	if p.IngestCPUSeconds > 0 {
+		fmt.Fprintf(b, "; the ingester used %.2f CPU s", p.IngestCPUSeconds)
+	}
+	if p.StoreCPUSeconds > 0 {
+		fmt.Fprintf(b, ", etcd and NATS %.2f CPU s", p.StoreCPUSeconds)
+	}
+	b.WriteString(".\n")
+	for _, kind := range slices.Sorted(maps.Keys(p.ByKind)) {
+		pc := p.ByKind[kind]
+		fmt.Fprintf(b, "  - %s changes: %d, convergence p50 %s, p99 %s, max %s\n", kind, pc.N, format(pc.P50, "s"), format(pc.P99, "s"), format(pc.Max, "s"))
+	}
+	if len(p.Stages) > 0 {
+		b.WriteString("  - where the time goes, as the control plane measured each stage (p50 / p99, samples):\n")
+		for _, s := range p.Stages {
+			fmt.Fprintf(b, "    - %s: %s / %s (%d)\n", s.Name, format(s.P50, "s"), format(s.P99, "s"), s.N)
 		}
 	}
+	if s := p.Storm; s != nil {
+		fmt.Fprintf(b, "  - reconnect storm: %d proxies lost their pusher at once; all had reconnected after %s and had the change made at the kill after %s\n",
+			s.Proxies, format(s.Reconnected, "s"), format(s.Converged, "s"))
+	}
+	if p.SlowReaders > 0 {
+		fmt.Fprintf(b, "  - beside the fleet, %d proxies read each response %s late\n", p.SlowReaders, format(p.SlowReadDelay, "s"))
+	}
+	if tr := p.Trickle; tr != nil {
+		fmt.Fprintf(b, "  - beside the fleet, %.3g proxies a second connected for %s each (%d in all): %d got a full config, in %s at p99\n",
+			tr.Rate, format(tr.Life, "s"), tr.Started, tr.Served, format(tr.FullP99, "s"))
+	}
+	for _, m := range p.Moves {
+		fmt.Fprintf(b, "  - %s: %d proxies of those namespaces moved, %d others reconnected; every proxy held a full config from its shard after %s, the changes made at that moment reached every proxy after %s\n",
+			m.Name, m.Moved, m.Others, format(m.Placed, "s"), format(m.ChangeConverged, "s"))
+	}
+	for _, f := range p.Faults {
+		faultDetails(b, f)
+	}
+	for _, pr := range p.Problems {
+		fmt.Fprintf(b, "  - PROBLEM: %s\n", pr)
+	}
+}
+
+// faultDetails writes what a fault did and what the control plane said.
+func faultDetails(b *strings.Builder, f Fault) {
+	fmt.Fprintf(b, "  - fault: %s for %s; every change made until its end reached every proxy %s after it (%d pending)\n",
+		f.Name, format(f.Lasted, "s"), format(f.Recovered, "s"), f.Pending)
+	if d := f.During; d != nil {
+		fmt.Fprintf(b, "    the %d changes made during it reached every other proxy in %s at p99, %s at most\n", d.Changes, format(d.P99, "s"), format(d.Max, "s"))
+	}
+	if f.Said != "" {
+		fmt.Fprintf(b, "    the pushers meanwhile: %s\n", f.Said)
+	}
+	if in := f.Input; in != nil {
+		fmt.Fprintf(b, "    both pushers served it alike after %s and its removal after %s; the churn alone converged in %s at p99\n",
+			format(in.Applied, "s"), format(in.Removed, "s"), format(in.NormalP99, "s"))
+		fmt.Fprintf(b, "    the grpc-go clients followed %d endpoint moves meanwhile in %s at most; %d RPCs failed\n", in.Moves, format(in.FollowMax, "s"), in.RPCsFailed)
+		fmt.Fprintf(b, "    the pushers used %s CPU-s; RSS at most %s MiB\n", format(in.CPUSeconds, ""), format(in.PeakRSSMiB, ""))
+	}
+	if fl := f.Flood; fl != nil {
+		fmt.Fprintf(b, "    sent: %s\n", fl.Sent)
+		fmt.Fprintf(b, "    pusher: RSS at most %s MiB under a limit of %s MiB, live heap %s MiB as it ended; OOM-killed: %v\n",
+			format(fl.PeakRSSMiB, ""), format(fl.LimitMiB, ""), format(fl.LiveHeapMiB, ""), fl.OOMKilled)
+		if fl.NewProxy >= 0 {
+			fmt.Fprintf(b, "    a proxy connecting with a token meanwhile was served after %s\n", format(fl.NewProxy, "s"))
+		} else {
+			fmt.Fprintf(b, "    a proxy connecting with a token meanwhile was not served: %s\n", fl.NewProxyError)
+		}
+		if fl.Registered >= 0 {
+			fmt.Fprintf(b, "    another namespace's workload registering meanwhile had its WorkloadEntry after %s\n", format(fl.Registered, "s"))
+		} else {
+			fmt.Fprintf(b, "    another namespace's workload registering meanwhile had no WorkloadEntry: %s\n", fl.RegisteredError)
+		}
+	}
+}
+
+// capacity writes the capacity search's result and trials, if it ran.
+func (r *Report) capacity(b *strings.Builder) {
 	if c := r.Capacity; c != nil {
-		fmt.Fprintf(&b, "\n## Capacity\n\nThe most proxies one pusher kept at convergence p99 ≤ %s: **%d**", format(c.Bound, "s"), c.Proxies)
+		fmt.Fprintf(b, "\n## Capacity\n\nThe most proxies one pusher kept at convergence p99 ≤ %s: **%d**", format(c.Bound, "s"), c.Proxies)
 		if c.AtLimit {
-			fmt.Fprintf(&b, " (the search stopped at the %d a trial may open: the limit of open files)", c.Limit)
+			fmt.Fprintf(b, " (the search stopped at the %d a trial may open: the limit of open files)", c.Limit)
 		}
 		b.WriteString(".\n\n| proxies | convergence p99 | CPU per change | load test's own CPU | passed |\n| ---: | ---: | ---: | ---: | --- |\n")
 		for _, t := range c.Trials {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %v |\n", t.Proxies, format(t.P99, "s"), format(t.CPUPerChange, "ms"), format(t.HarnessCPUSeconds, "s"), t.OK)
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %v |\n", t.Proxies, format(t.P99, "s"), format(t.CPUPerChange, "ms"), format(t.HarnessCPUSeconds, "s"), t.OK)
 		}
 	}
-	b.WriteString("\nPlots: convergence-cdf.png, convergence-time.png, cpu.png, rss.png.\n")
-	return b.String()
 }
 
 func scenarioLine(s any) string {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -255,37 +254,18 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 // none is refused with the reason.
 func TestLogLevelAtRunTime(t *testing.T) {
 	var out strings.Builder
-	log, err := NewLogger(&syncWriter{w: &out}, "info", "text")
+	log, err := NewLogger(&out, "info", "text")
 	if err != nil {
 		t.Fatal(err)
 	}
 	part := log.With("part", "pusher")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &Admin{Listener: lis, Gatherer: NewRegistry(), Ready: NewReadiness(), Log: log}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	h := (&Admin{Gatherer: NewRegistry(), Ready: NewReadiness(), Log: log}).Handler()
 	ask := func(method, query string) (int, string) {
-		req, err := http.NewRequest(method, "http://"+lis.Addr().String()+"/debug/loglevel"+query, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
+		r := httptest.NewRequest(method, "/debug/loglevel"+query, nil)
+		r.RemoteAddr = "127.0.0.1:5000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, strings.TrimSpace(w.Body.String())
 	}
 	if code, body := ask(http.MethodGet, ""); code != 200 || body != `{"level":"info"}` {
 		t.Errorf("GET: %d %s, want info", code, body)
@@ -305,16 +285,4 @@ func TestLogLevelAtRunTime(t *testing.T) {
 	if LevelOf(slog.New(slog.DiscardHandler)) != nil {
 		t.Error("a logger NewLogger did not make has a level to change")
 	}
-}
-
-// syncWriter serializes writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

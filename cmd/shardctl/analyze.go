@@ -41,7 +41,7 @@ func analyze(ctx context.Context, o *options, args []string) error {
 	}
 	var mu sync.Mutex
 	problems := []app.Problem{}
-	askErr := askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+	askErr := askEach(ctx, o, ms, func(ctx context.Context, _ int, m store.Member) error {
 		var got []app.Problem
 		if err := o.get(ctx, m, "/debug/problems", &got); err != nil {
 			return err

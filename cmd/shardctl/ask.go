@@ -25,6 +25,10 @@ import (
 // --admin-addrs, every address is asked for every role).
 var errNotServed = errors.New("not served here")
 
+// errNoPage is an announced member's 404: the page is not one its role
+// serves.
+var errNoPage = errors.New("no such page on this member")
+
 // find returns the members of a role: those announced in etcd, or one per
 // --admin-addrs address.
 func (o *options) find(ctx context.Context, role string) ([]store.Member, error) {
@@ -126,8 +130,11 @@ func (o *options) send(ctx context.Context, m store.Member, method, path string)
 	}
 	defer resp.Body.Close()
 	text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode == http.StatusNotFound && o.admin != "" {
-		return nil, errNotServed
+	if resp.StatusCode == http.StatusNotFound {
+		if o.admin != "" {
+			return nil, errNotServed
+		}
+		return nil, fmt.Errorf("%s: %s: %w", path, resp.Status, errNoPage)
 	}
 	if resp.StatusCode == http.StatusUnauthorized && token == "" && o.kube != nil && o.kube.tokenError() != nil {
 		return nil, fmt.Errorf("%s: %s (%v; give --admin-token-file)", path, resp.Status, o.kube.tokenError())
@@ -138,7 +145,7 @@ func (o *options) send(ctx context.Context, m store.Member, method, path string)
 // askEach calls ask for every member at once. It reports on stderr each
 // member that could not be asked, and returns an error counting them
 // after every member has answered or failed.
-func askEach(ctx context.Context, o *options, ms []store.Member, ask func(context.Context, store.Member) error) error {
+func askEach(ctx context.Context, o *options, ms []store.Member, ask func(ctx context.Context, i int, m store.Member) error) error {
 	errs := make([]error, len(ms))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -146,7 +153,7 @@ func askEach(ctx context.Context, o *options, ms []store.Member, ask func(contex
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = ask(ctx, m)
+			errs[i] = ask(ctx, i, m)
 		})
 	}
 	wg.Wait()
@@ -178,9 +185,7 @@ func members(ctx context.Context, o *options, args []string) error {
 	}
 	if o.kube != nil {
 		// Pods announce no version: their metrics say it.
-		for i := range ms {
-			ms[i].Version, _ = o.buildVersion(ctx, ms[i])
-		}
+		_ = o.fillVersions(ctx, ms)
 	}
 	if o.output != "table" {
 		return writeOutput(o, ms)
@@ -201,18 +206,7 @@ func versions(ctx context.Context, o *options, args []string) error {
 	}
 	ms, err := o.find(ctx, "")
 	if err == nil {
-		err = askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
-			if m.Version != "" {
-				return nil
-			}
-			v, err := o.buildVersion(ctx, m)
-			for i := range ms {
-				if ms[i].Admin == m.Admin && ms[i].Name == m.Name {
-					ms[i].Version = v
-				}
-			}
-			return err
-		})
+		err = o.fillVersions(ctx, ms)
 	}
 	if o.output == "json" || o.output == "yaml" {
 		out := map[string]any{"client": version.String()}
@@ -259,16 +253,12 @@ func logLevels(ctx context.Context, o *options, args []string) error {
 		return err
 	}
 	levels := make([]string, len(ms))
-	askErr := askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+	askErr := askEach(ctx, o, ms, func(ctx context.Context, i int, m store.Member) error {
 		var answer struct {
 			Level string `json:"level"`
 		}
 		err := o.call(ctx, m, method, path, &answer)
-		for i := range ms {
-			if ms[i].Name == m.Name && ms[i].Admin == m.Admin {
-				levels[i] = answer.Level
-			}
-		}
+		levels[i] = answer.Level
 		return err
 	})
 	t := newTable(o.stdout, "NAME", "ROLE", "LEVEL")
@@ -279,6 +269,19 @@ func logLevels(ctx context.Context, o *options, args []string) error {
 		return err
 	}
 	return askErr
+}
+
+// fillVersions asks the members that announced no version (those found
+// through Kubernetes or --admin-addrs) for it, at once.
+func (o *options) fillVersions(ctx context.Context, ms []store.Member) error {
+	return askEach(ctx, o, ms, func(ctx context.Context, i int, m store.Member) error {
+		if m.Version != "" {
+			return nil
+		}
+		v, err := o.buildVersion(ctx, m)
+		ms[i].Version = v
+		return err
+	})
 }
 
 // buildInfo finds the labels of shardpilot_build_info in a metrics page.

@@ -57,7 +57,7 @@ func bugReport(ctx context.Context, o *options, args []string) error {
 		for _, page := range bugReportPages {
 			body, err := o.do(ctx, m, page.path)
 			if err != nil {
-				if !errors.Is(err, errNotServed) && !strings.Contains(err.Error(), "404") {
+				if !errors.Is(err, errNotServed) && !errors.Is(err, errNoPage) {
 					failures = append(failures, fmt.Sprintf("%s %s: %v", folder, page.path, err))
 				}
 				continue

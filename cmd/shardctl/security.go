@@ -35,7 +35,7 @@ func securityCheck(ctx context.Context, o *options, args []string) error {
 	}
 	var mu sync.Mutex
 	byWeakness := map[telemetry.Weakness][]string{}
-	askErr := askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+	askErr := askEach(ctx, o, ms, func(ctx context.Context, _ int, m store.Member) error {
 		var got []telemetry.Weakness
 		if err := o.get(ctx, m, "/debug/security", &got); err != nil {
 			return err

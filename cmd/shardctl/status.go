@@ -67,7 +67,7 @@ func streams(ctx context.Context, o *options, proxy string) ([]proxyRow, error) 
 	}
 	var mu sync.Mutex
 	var rows []proxyRow
-	err = askEach(ctx, o, ms, func(ctx context.Context, m store.Member) error {
+	err = askEach(ctx, o, ms, func(ctx context.Context, _ int, m store.Member) error {
 		var got []server.StreamStatus
 		if err := o.get(ctx, m, path, &got); err != nil {
 			return err

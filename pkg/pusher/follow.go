@@ -23,7 +23,8 @@ var errReload = errors.New("pusher: reload requested")
 func (p *Pusher) follow(ctx context.Context) {
 	loadedOnce := false
 	for pass := uint64(1); ; pass++ {
-		err := p.followOnce(ctx, pass, &loadedOnce)
+		loaded, err := p.followOnce(ctx, pass)
+		loadedOnce = loadedOnce || loaded
 		if ctx.Err() != nil {
 			return
 		}
@@ -53,19 +54,19 @@ func (p *Pusher) follow(ctx context.Context) {
 }
 
 // followOnce loads the store and follows the stream until an error, or
-// until the pass is ended (its cause is returned).
-func (p *Pusher) followOnce(ctx context.Context, pass uint64, loadedOnce *bool) error {
+// until the pass is ended (its cause is returned), and whether it got as
+// far as the load.
+func (p *Pusher) followOnce(ctx context.Context, pass uint64) (bool, error) {
 	// Take the stream position before the load: every event at or before
 	// it is in the load, and later ones older than the load are skipped.
 	seq, err := p.cfg.Feed.LastSeq(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	items, rev, scope, sidecars, err := p.load(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	*loadedOnce = true
 	// The owner, or the store's check, ends the pass with a cause: a
 	// change that asks for a load again, a store restored.
 	ctx, end := context.WithCancelCause(ctx)
@@ -75,7 +76,7 @@ func (p *Pusher) followOnce(ctx context.Context, pass uint64, loadedOnce *bool) 
 	p.cfg.Log.Info("mesh loaded from the store", "revision", rev, "objects", len(items), "stream_seq", seq, "namespaces", scope)
 	if !p.send(ctx, arrival{pass: pass, at: time.Now(), seq: seq,
 		load: &loaded{items: items, rev: rev, scope: scope, sidecars: sidecars, end: end}}) {
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 	p.following.Store(true)
 	defer func() {
@@ -109,9 +110,9 @@ func (p *Pusher) followOnce(ctx context.Context, pass uint64, loadedOnce *bool) 
 		err = p.cfg.Feed.Consume(ctx, seq+1, fn)
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, errReload) {
-		return cause
+		return true, cause
 	}
-	return err
+	return true, err
 }
 
 // send hands an arrival to the owner; false when ctx ended first.

@@ -360,7 +360,8 @@ func run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	g.Go(func() error { return rl.Run(ctx) })
-	me := o.member(adminLis, adminTLSLis)
+	name := cmp.Or(o.leaderID, hostname())
+	me := o.common.Member("ingester", name, nil, adminLis, adminTLSLis)
 	g.Go(func() error { return store.Announce(ctx, conns.Etcd, me, 0, log) })
 	page := statuspage.New(statuspage.Config{Title: "ingester", Version: version.String(), Gatherer: reg, Rejected: app.Rejections(ingestReport)})
 	g.Go(func() error { return page.Run(ctx) })
@@ -388,19 +389,6 @@ func watchStore(ctx context.Context, g *errgroup.Group, ready *telemetry.Readine
 		}
 		return leads
 	})
-}
-
-// member is how the ingester announces itself in etcd.
-func (o *options) member(adminLis, adminTLSLis net.Listener) store.Member {
-	name := o.leaderID
-	if name == "" {
-		name, _ = os.Hostname()
-	}
-	me := store.Member{Role: "ingester", Name: name, Admin: cli.Advertised(o.common.AdvertiseHost, adminLis), Started: time.Now(), Version: version.String()}
-	if adminTLSLis != nil {
-		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLSLis)
-	}
-	return me
 }
 
 // debugHandlers are the admin server's debug pages of the ingester.
@@ -461,4 +449,10 @@ func (f *injectFlags) start(log *slog.Logger, reg prometheus.Registerer) (serve 
 		return nil, err
 	}
 	return func(ctx context.Context) error { return w.Serve(ctx, lis, tc) }, nil
+}
+
+// hostname is the host's name, "" when it has none.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -339,7 +338,7 @@ func run(ctx context.Context, args []string) (err error) {
 	ready.Detail(ps.StaleReason)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return built.Run(ctx) })
-	me := o.member(adsLis, adminLis, adminTLSLis)
+	me := o.common.Member("pusher", o.name, adsLis, adminLis, adminTLSLis)
 	g.Go(func() error { return store.Announce(ctx, etcd, me, 0, log) })
 	if secrets != nil {
 		g.Go(func() error { return secrets.Run(ctx) })
@@ -356,16 +355,6 @@ func run(ctx context.Context, args []string) (err error) {
 			})}}
 	g.Go(func() error { return admin.Run(ctx) })
 	return g.Wait()
-}
-
-// member is how the pusher announces itself in etcd.
-func (o *options) member(ads, admin, adminTLS net.Listener) store.Member {
-	me := store.Member{Role: "pusher", Name: o.name, Admin: cli.Advertised(o.common.AdvertiseHost, admin),
-		ADS: cli.Advertised(o.common.AdvertiseHost, ads), Started: time.Now(), Version: version.String()}
-	if adminTLS != nil {
-		me.AdminTLS = cli.Advertised(o.common.AdvertiseHost, adminTLS)
-	}
-	return me
 }
 
 // weaknesses are the pusher's own weak settings (shardctl security-check).

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -183,7 +182,9 @@ func serve(ctx context.Context, c config, log *slog.Logger) (err error) {
 	})
 	g.Go(func() error { return rl.Run(ctx) })
 	g.Go(func() error { return built.Run(ctx) })
-	for _, m := range c.members(adsLis, adminLis, adminTLSLis) {
+	host, _ := os.Hostname()
+	// A pusher and an ingester, at the same admin port.
+	for _, m := range []store.Member{c.Member("pusher", host, adsLis, adminLis, adminTLSLis), c.Member("ingester", host, nil, adminLis, adminTLSLis)} {
 		g.Go(func() error { return store.Announce(ctx, etcdCli, m, 0, log) })
 	}
 	log.Info("status page", "url", "http://"+adminLis.Addr().String()+"/")
@@ -196,20 +197,6 @@ func serve(ctx context.Context, c config, log *slog.Logger) (err error) {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
-}
-
-// members are how the standalone announces itself in etcd: a pusher and
-// an ingester, at the same admin port.
-func (c *config) members(ads, admin, adminTLS net.Listener) []store.Member {
-	host, _ := os.Hostname()
-	adminTLSAddr := ""
-	if adminTLS != nil {
-		adminTLSAddr = cli.Advertised(c.AdvertiseHost, adminTLS)
-	}
-	return []store.Member{
-		{Role: "pusher", Name: host, Admin: cli.Advertised(c.AdvertiseHost, admin), AdminTLS: adminTLSAddr, ADS: cli.Advertised(c.AdvertiseHost, ads), Started: time.Now(), Version: version.String()},
-		{Role: "ingester", Name: host, Admin: cli.Advertised(c.AdvertiseHost, admin), AdminTLS: adminTLSAddr, Started: time.Now(), Version: version.String()},
-	}
 }
 
 // secureEmbedded makes a private CA in the data directory, certificates

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/shardpilot/shardpilot/pkg/store"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/shardpilot/shardpilot/internal/version"
 	"github.com/shardpilot/shardpilot/pkg/telemetry"
@@ -207,6 +209,21 @@ func (c *Common) ListenWithADS(log *slog.Logger, adsAddr string) (ads, admin, ad
 		return nil, nil, nil, nil, err
 	}
 	return ads, admin, adminTLS, tlsCfg, nil
+}
+
+// Member is how a process announces itself in etcd under role and name:
+// its admin address (and the admin's over TLS, when it listens there) and,
+// for one that serves ADS (ads not nil), its ADS address, as the other
+// hosts reach them (--advertise-host).
+func (c *Common) Member(role, name string, ads, admin, adminTLS net.Listener) store.Member {
+	me := store.Member{Role: role, Name: name, Admin: Advertised(c.AdvertiseHost, admin), Started: time.Now(), Version: version.String()}
+	if ads != nil {
+		me.ADS = Advertised(c.AdvertiseHost, ads)
+	}
+	if adminTLS != nil {
+		me.AdminTLS = Advertised(c.AdvertiseHost, adminTLS)
+	}
+	return me
 }
 
 // CloseAll closes the listeners that are not nil.

@@ -301,13 +301,11 @@ func TestChartRunbooks(t *testing.T) {
 	}
 }
 
-// TestChartAlertScope: with prometheusRule.scopeLabel, every metric an
-// alert reads is this release's (its namespace's), the group and the alerts
-// name the release, and the rules still pass promtool.
-func TestChartAlertScope(t *testing.T) {
-	h := helm(t)
-	out := run(t, h, "template", "sp", filepath.Join("helm", "shardpilot"), "--namespace", "mesh", "--set", "prometheusRule.enabled=true,prometheusRule.scopeLabel=namespace")
-	objs, err := kubetest.Decode([]byte(out))
+// prometheusRule renders the chart with args and returns its
+// PrometheusRule.
+func prometheusRule(t *testing.T, h string, args ...string) *unstructured.Unstructured {
+	t.Helper()
+	objs, err := kubetest.Decode([]byte(run(t, h, append([]string{"template", "sp", filepath.Join("helm", "shardpilot")}, args...)...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +313,15 @@ func TestChartAlertScope(t *testing.T) {
 	if rule == nil {
 		t.Fatal("no PrometheusRule")
 	}
+	return rule
+}
+
+// TestChartAlertScope: with prometheusRule.scopeLabel, every metric an
+// alert reads is this release's (its namespace's), the group and the alerts
+// name the release, and the rules still pass promtool.
+func TestChartAlertScope(t *testing.T) {
+	h := helm(t)
+	rule := prometheusRule(t, h, "--namespace", "mesh", "--set", "prometheusRule.enabled=true,prometheusRule.scopeLabel=namespace")
 	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
 	for _, g := range groups {
 		if name := g.(map[string]any)["name"]; name != "shardpilot-mesh-sp" {
@@ -396,14 +403,7 @@ func TestChartAlertThresholds(t *testing.T) {
 		"    ShardpilotConvergenceSlow: {threshold: 2.5, for: 5m}\n    ShardpilotPusherStale: {severity: warning}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.Decode([]byte(run(t, h, "template", "sp", chart, "-f", values)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rule := find(objs, "PrometheusRule", "sp")
-	if rule == nil {
-		t.Fatal("no PrometheusRule")
-	}
+	rule := prometheusRule(t, h, "-f", values)
 	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
 	got := map[string]string{}
 	for _, r := range groups[0].(map[string]any)["rules"].([]any) {

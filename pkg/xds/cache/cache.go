@@ -100,8 +100,6 @@ type Cache struct {
 	// adding holds a channel per class being added, closed once it is:
 	// a class is filled once, while other classes are filled beside it.
 	adding map[Class]chan struct{}
-	// visible memoizes what each class may see of the shared tables.
-	visible visibility
 	// check validates what the tables take, remembering the virtual hosts
 	// found valid.
 	check *validator
@@ -268,9 +266,6 @@ func (c *Cache) RemoveClass(class Class) bool {
 		delete(c.tables, tableKey{class, t})
 	}
 	delete(c.classes, class)
-	c.visible.mu.Lock()
-	delete(c.visible.classes, class)
-	c.visible.mu.Unlock()
 	c.mu.Unlock()
 	for _, t := range dropped {
 		t.drop()

@@ -84,6 +84,10 @@ type Table struct {
 	// the wildcard subscription.
 	sets map[Fingerprint][]*Set
 	wild *Set
+	// view is, for a cluster table, the load assignments its clusters
+	// name (see Cache.Visible), as of version viewAt.
+	view   *View
+	viewAt uint64
 }
 
 func newTable(typeURL string, logSize int, due *atomic.Int64, invalid func(name string, err error)) *Table {

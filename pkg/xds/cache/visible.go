@@ -2,7 +2,6 @@ package cache
 
 import (
 	"slices"
-	"sync"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -34,18 +33,6 @@ func newView(names map[string]bool) *View {
 // emptyView is the view of a class the cache does not hold.
 var emptyView = newView(nil)
 
-// visibility memoizes each class's view, per version of its cluster table.
-type visibility struct {
-	mu      sync.Mutex
-	classes map[Class]visibleNames
-}
-
-type visibleNames struct {
-	table   *Table
-	version uint64
-	view    *View
-}
-
 // Visible returns what a class may be served of a shared type, or nil when
 // the type is not one a class's view limits. For load assignments it is
 // what the class's EDS clusters name (their EDS service name, else their
@@ -59,15 +46,26 @@ func (c *Cache) Visible(class Class, typeURL string) *View {
 	if err != nil {
 		return emptyView
 	}
-	version := t.Version()
-	c.visible.mu.Lock()
-	defer c.visible.mu.Unlock()
-	if v, ok := c.visible.classes[class]; ok && v.table == t && v.version == version {
-		return v.view
+	return t.edsView()
+}
+
+// edsView is what a cluster table's clusters name of load assignments,
+// made once per version of the table and kept with it.
+func (t *Table) edsView() *View {
+	t.mu.RLock()
+	v, fresh := t.view, t.view != nil && t.viewAt == t.version
+	t.mu.RUnlock()
+	if fresh {
+		return v
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.view != nil && t.viewAt == t.version {
+		return t.view
 	}
 	names := map[string]bool{}
-	for name, r := range t.Resources() {
-		cl, ok := r.(*cluster.Cluster)
+	for name, e := range t.entries {
+		cl, ok := e.res.(*cluster.Cluster)
 		if !ok || cl.GetType() != cluster.Cluster_EDS {
 			continue
 		}
@@ -77,10 +75,6 @@ func (c *Cache) Visible(class Class, typeURL string) *View {
 			names[name] = true
 		}
 	}
-	if c.visible.classes == nil {
-		c.visible.classes = map[Class]visibleNames{}
-	}
-	view := newView(names)
-	c.visible.classes[class] = visibleNames{table: t, version: version, view: view}
-	return view
+	t.view, t.viewAt = newView(names), t.version
+	return t.view
 }

@@ -90,9 +90,9 @@ func newFleet(tb testing.TB, P, S int, delta bool) *fleet {
 func (f *fleet) pushAll(tb testing.TB) int {
 	n := 0
 	for st := f.srv.pushq.take(); st != nil; st = f.srv.pushq.take() {
-		st.smu.Lock()
+		f.srv.pushq.mu.Lock()
 		st.queued = false
-		st.smu.Unlock()
+		f.srv.pushq.mu.Unlock()
 	}
 	for _, st := range f.streams {
 		out, err := st.next(0, false)

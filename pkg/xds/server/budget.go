@@ -129,13 +129,13 @@ type budget struct {
 	rate  rate.Limit
 	rates *lru.Cache[any, *rate.Limiter]
 
-	mu      sync.Mutex
+	mu      *sync.Mutex // the server's books (Streams.mu)
 	holders map[holderKey]*holder
 }
 
-func newBudget(b NameBudget, total prometheus.Gauge) *budget {
+func newBudget(books *sync.Mutex, b NameBudget, total prometheus.Gauge) *budget {
 	rates, _ := lru.New[any, *rate.Limiter](ratesHeld)
-	return &budget{limits: [holderKinds]int{b.PerStream, b.PerConnection, b.PerIdentity, b.Total}, total: total,
+	return &budget{mu: books, limits: [holderKinds]int{b.PerStream, b.PerConnection, b.PerIdentity, b.Total}, total: total,
 		rate: rate.Limit(b.PerIdentityRate), rates: rates, holders: map[holderKey]*holder{}}
 }
 

@@ -25,7 +25,7 @@ type conns struct {
 	maxPerSource int
 	refused      prometheus.Counter
 
-	mu      sync.Mutex
+	mu      *sync.Mutex                    // the server's books (Streams.mu)
 	sources map[string]map[string]net.Conn // source → remote address → connection
 	swept   time.Time
 }

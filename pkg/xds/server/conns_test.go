@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -14,7 +15,7 @@ func TestConnsKeepsTheTCPConn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inner.Close()
-	cs := &conns{}
+	cs := &conns{mu: new(sync.Mutex)}
 	lis := listener{Listener: inner, conns: cs}
 	client, err := net.Dial("tcp", inner.Addr().String())
 	if err != nil {
@@ -49,7 +50,7 @@ func TestConnectionsPerSourceAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inner.Close()
-	cs := &conns{maxPerSource: 3}
+	cs := &conns{mu: new(sync.Mutex), maxPerSource: 3}
 	lis := listener{Listener: inner, conns: cs}
 	accepted := make(chan net.Conn, 10)
 	go func() {

@@ -37,23 +37,32 @@
 // server's own (the answer watcher, the idle-class dropper, the status
 // readers) and the embedder's calls (Reclassify, Shed, EndUntrusted).
 //
-// The locks of this package and of package cache, and the only order in
-// which one is taken while another is held (left before right):
+// The locks of this package and of package cache, three and five, and the
+// only order in which one is taken while another is held (left before
+// right):
 //
-//	stream.mu → budget.mu
-//	stream.mu → cache.Cache.mu → cache.visibility.mu → cache.Table.mu → cache.Set.mu
-//	cache.Table.updating → cache.Table.mu → stream.smu → pushQueue.mu
+//	stream.mu → books → cache.Cache.mu → cache.Table.updating → cache.Table.mu
+//	stream.mu → cache.Cache.mu → cache.Table.mu → cache.Set.mu
+//	cache.Table.updating → cache.Table.mu → pushQueue.mu
 //	cache.Table.updating → cache.validator.mu
 //
-// Streams.mu, classSet.mu and conns.mu are taken alone: who walks the
-// streams copies the list and then takes each stream's lock. Hooks are
-// called with none of them held.
+// stream.mu guards what a stream's handler shares with the senders and
+// the status readers. The books (Streams.mu, which every server given the
+// registry shares) guard the bookkeeping of what is open: the list of
+// streams, the streams of each class, the connections of each source and
+// the names each holder holds (classSet, conns, budget); each step is a
+// few map operations, and only the dropping of an idle class's tables
+// goes on into the cache. pushQueue.mu guards the queue of streams
+// waiting for a sender and every stream's place with the senders (queued,
+// running, parked, done). Who walks the streams copies the list under the
+// books and then takes each stream's lock. Hooks are called with none of
+// them held.
 //
 // What a table's change does under its lock is bounded: Watcher.Notify
 // (watch.Notify) sets the watch's due flag, adds its unit to the backlog
-// (cache.Owed) and queues the stream for a sender (stream.smu, then
-// pushQueue.mu, each held for a few instructions); it never blocks on a
-// write, never waits for a stream's lock, and never starts a goroutine.
+// (cache.Owed) and queues the stream for a sender (pushQueue.mu, held for
+// a few instructions); it never blocks on a write, never waits for a
+// stream's lock, and never starts a goroutine.
 //
 // The atomics, each read without a lock by a goroutine that does not own
 // it: a watch's due flag and the generation that made it due (set by

@@ -26,7 +26,10 @@ import (
 // proxies slow to read do not hold the pool from the others; the parked
 // sender finishes its stream's turn and retires.
 
-// pushQueue is the streams waiting for a sender.
+// pushQueue is the streams waiting for a sender. Its lock also guards
+// each stream's place with the senders (stream.queued, running, done,
+// parked, stopped and queuedAt): a stream's turn is decided where the
+// queue is, under one lock.
 type pushQueue struct {
 	mu      sync.Mutex
 	ready   sync.Cond
@@ -40,10 +43,10 @@ func newPushQueue() *pushQueue {
 	return q
 }
 
-func (q *pushQueue) put(st *stream) {
-	q.mu.Lock()
+// putLocked queues a stream and wakes a sender.
+func (q *pushQueue) putLocked(st *stream) {
+	st.queuedAt = time.Now()
 	q.items = append(q.items, st)
-	q.mu.Unlock()
 	q.ready.Signal()
 }
 
@@ -57,10 +60,7 @@ func (q *pushQueue) get() *stream {
 	if q.stopped {
 		return nil
 	}
-	st := q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	return st
+	return q.popLocked()
 }
 
 // take returns a queued stream without waiting (nil: none).
@@ -70,6 +70,10 @@ func (q *pushQueue) take() *stream {
 	if len(q.items) == 0 {
 		return nil
 	}
+	return q.popLocked()
+}
+
+func (q *pushQueue) popLocked() *stream {
 	st := q.items[0]
 	q.items[0] = nil
 	q.items = q.items[1:]
@@ -113,53 +117,48 @@ func (s *Server) sender() {
 
 // wakeUp asks for the stream's due responses to be written.
 func (st *stream) wakeUp() {
-	st.smu.Lock()
+	q := st.srv.pushq
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if st.queued || st.done {
-		st.smu.Unlock()
 		return
 	}
 	st.queued = true
-	if st.running {
-		// Its sender puts it back in the queue when it is done.
-		st.smu.Unlock()
-		return
+	if !st.running { // else its sender queues it again when it is done
+		q.putLocked(st)
 	}
-	st.queuedAt = time.Now()
-	st.smu.Unlock()
-	st.srv.pushq.put(st)
 }
 
 // work writes the stream's due responses, as its sender; it reports
 // whether another sender took this one's place meanwhile (see park).
 func (st *stream) work() (replaced bool) {
-	st.smu.Lock()
+	q := st.srv.pushq
+	q.mu.Lock()
 	if st.done || !st.queued {
-		st.smu.Unlock()
+		q.mu.Unlock()
 		return false
 	}
 	st.queued, st.running = false, true
-	st.srv.m.queue.Observe(time.Since(st.queuedAt).Seconds())
-	st.smu.Unlock()
+	waited := time.Since(st.queuedAt)
+	q.mu.Unlock()
+	st.srv.m.queue.Observe(waited.Seconds())
 
 	err := st.push()
 
-	st.smu.Lock()
+	q.mu.Lock()
 	st.running = false
 	replaced, st.parked = st.parked, false
 	if st.done {
 		close(st.stopped)
-		st.smu.Unlock()
+		q.mu.Unlock()
 		return replaced
 	}
-	requeue := st.queued && err == nil
-	if requeue {
-		st.queuedAt = time.Now()
+	if st.queued && err == nil {
+		q.putLocked(st)
 	}
-	st.smu.Unlock()
+	q.mu.Unlock()
 	if err != nil {
 		st.end(err)
-	} else if requeue {
-		st.srv.pushq.put(st)
 	}
 	return replaced
 }
@@ -168,8 +167,9 @@ func (st *stream) work() (replaced bool) {
 // still runs: its sender retires once the stream's turn ends, and the
 // caller starts another in its place. It reports whether it did.
 func (st *stream) park(started int64) bool {
-	st.smu.Lock()
-	defer st.smu.Unlock()
+	q := st.srv.pushq
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if !st.running || st.parked || st.sending.Load() != started {
 		return false
 	}
@@ -183,14 +183,15 @@ func (st *stream) park(started int64) bool {
 // status the server ended it with is lost; without a write in progress
 // the status reaches the proxy).
 func (st *stream) stopSending() {
-	st.smu.Lock()
+	q := st.srv.pushq
+	q.mu.Lock()
 	st.done = true
 	if !st.running {
-		st.smu.Unlock()
+		q.mu.Unlock()
 		return
 	}
 	st.stopped = make(chan struct{})
-	st.smu.Unlock()
+	q.mu.Unlock()
 	st.cancel()
 	<-st.stopped
 }

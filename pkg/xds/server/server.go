@@ -83,19 +83,20 @@ type Server struct {
 }
 
 // classSet counts the streams of each class of one cache, and since when
-// a class has had none, so that idle classes are dropped. Its lock guards
-// the counts alone: a new class's tables are added and filled without it.
+// a class has had none, so that idle classes are dropped. The books lock
+// guards the counts alone: a new class's tables are added and filled
+// without it.
 type classSet struct {
 	tables Tables
 	fill   func(class cache.Class)
 
-	mu      sync.Mutex
+	mu      *sync.Mutex // the server's books (Streams.mu)
 	streams map[cache.Class]int
 	idle    map[cache.Class]time.Time
 }
 
-func newClassSet(tables Tables, fill func(cache.Class)) *classSet {
-	return &classSet{tables: tables, fill: fill, streams: map[cache.Class]int{}, idle: map[cache.Class]time.Time{}}
+func newClassSet(books *sync.Mutex, tables Tables, fill func(cache.Class)) *classSet {
+	return &classSet{mu: books, tables: tables, fill: fill, streams: map[cache.Class]int{}, idle: map[cache.Class]time.Time{}}
 }
 
 // table returns a class's table of a type, adding (and filling) the class
@@ -256,14 +257,15 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue(), budget: newBudget(cfg.NameBudget, m.subscribedBytes)}
-	srv.conns.maxPerSource, srv.conns.refused = max(cfg.MaxConnectionsPerSource, 0), m.connsRefused
-	srv.classes = newClassSet(cfg.Cache, cfg.Hooks.OnNewClass)
+	books := &cfg.Streams.mu
+	srv := &Server{cfg: cfg, m: m, pushq: newPushQueue(), budget: newBudget(books, cfg.NameBudget, m.subscribedBytes)}
+	srv.conns.mu, srv.conns.maxPerSource, srv.conns.refused = books, max(cfg.MaxConnectionsPerSource, 0), m.connsRefused
+	srv.classes = newClassSet(books, cfg.Cache, cfg.Hooks.OnNewClass)
 	if cfg.Secrets != nil {
-		srv.secrets = newClassSet(cfg.Secrets, cfg.Secrets.Fill)
+		srv.secrets = newClassSet(books, cfg.Secrets, cfg.Secrets.Fill)
 	}
 	if cfg.Localities != nil {
-		srv.localities = newClassSet(cfg.Localities, cfg.Localities.Fill)
+		srv.localities = newClassSet(books, cfg.Localities, cfg.Localities.Fill)
 	}
 	return srv, nil
 }

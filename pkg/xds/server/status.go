@@ -19,6 +19,10 @@ import (
 // keeps its own record under its own lock, so recording an ACK takes no
 // lock another stream waits on. It is safe for concurrent use.
 type Streams struct {
+	// mu is the books of every server the registry is given to: it
+	// guards the list of streams, and the servers' class counts,
+	// connections and name budgets (classSet, conns, budget), each held
+	// for a few map operations.
 	mu      sync.Mutex
 	streams map[int64]*stream
 }

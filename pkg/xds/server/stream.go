@@ -76,16 +76,16 @@ type stream struct {
 	// for the answer wait at most, not at each of its answers.
 	behind atomic.Bool
 
-	// smu guards the stream's place with the senders: queued while it
-	// waits for one (or, while running, to go back to the queue), done
-	// once its handler returns; stopped is closed by the sender running
-	// then.
-	smu     sync.Mutex
-	queued  bool
-	running bool
-	done    bool
-	// parked says that the write in progress outlasted parkAfter and
-	// another sender took this stream's sender's place.
+	// queued, running, done, parked, stopped and queuedAt are the
+	// stream's place with the senders, under the push queue's lock:
+	// queued while it waits for one (or, while running, to go back to the
+	// queue), done once its handler returns; stopped is closed by the
+	// sender running then. parked says that the write in progress
+	// outlasted parkAfter and another sender took this stream's sender's
+	// place.
+	queued   bool
+	running  bool
+	done     bool
 	parked   bool
 	stopped  chan struct{}
 	queuedAt time.Time

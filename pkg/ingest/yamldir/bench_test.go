@@ -55,7 +55,7 @@ func BenchmarkSyncAfterOneChange(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if err := src.sync(ctx, time.Time{}); err != nil {
+			if err := src.readAll(ctx, time.Time{}); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -66,7 +66,7 @@ func BenchmarkSyncAfterOneChange(b *testing.B) {
 				}
 				b.StartTimer()
 				if c.whole {
-					err = src.sync(ctx, time.Time{})
+					err = src.readAll(ctx, time.Time{})
 				} else {
 					err = src.syncFiles(ctx, map[string]time.Time{sink.last: time.Now()})
 				}

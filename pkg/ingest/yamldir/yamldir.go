@@ -181,56 +181,87 @@ func New(cfg Config) (*Source, error) {
 
 // Run syncs the directory, then again after every change, until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
+	t, err := s.build()
+	if err != nil {
+		return err
+	}
+	defer t.w.Close()
+	return t.run(ctx)
+}
+
+// term is one run of the source: its file watcher and its sync loop.
+type term struct {
+	*Source
+	w    *fsnotify.Watcher
+	loop *ingest.Loop
+}
+
+// build opens the file watcher and makes the sync loop; nothing is read
+// until run starts the loop.
+func (s *Source) build() (*term, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("yamldir: watch %s: %w", s.cfg.Dir, err)
+		return nil, fmt.Errorf("yamldir: watch %s: %w", s.cfg.Dir, err)
 	}
-	defer w.Close()
-	loop := ingest.NewLoop(ingest.Loop{
+	t := &term{Source: s, w: w}
+	t.loop = ingest.NewLoop(ingest.Loop{
 		Writer: s.cfg.Syncer,
 		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay, Log: s.cfg.Log.With("dir", s.cfg.Dir),
-		Sync: func(ctx context.Context, full bool) error {
-			paths, all, first := s.events.take()
-			if full {
-				s.cfg.Syncer.Forget()
-				first = time.Time{}
-			}
-			if !full && !all && s.parsed.files != nil {
-				return s.syncFiles(ctx, paths)
-			}
-			// New subdirectories join the watch before they are read.
-			if err := s.watchDirs(w); err != nil {
-				s.cfg.Log.Warn("cannot watch the mesh directory", "dir", s.cfg.Dir, "err", err)
-			}
-			return s.sync(ctx, first)
-		},
+		Sync: t.sync,
 	})
+	return t, nil
+}
+
+// run runs the sync loop and hands it the watcher's events until ctx is
+// done.
+func (t *term) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return loop.Run(ctx) })
-	g.Go(func() error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case ev, ok := <-w.Events:
-				if !ok {
-					return errors.New("yamldir: watcher closed")
-				}
-				s.cfg.Log.Debug("file event", "event", ev.String())
-				if s.events.note(s.cfg.Dir, ev) {
-					loop.Changed()
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return errors.New("yamldir: watcher closed")
-				}
-				s.cfg.Log.Warn("file watcher error; reloading", "err", err)
-				s.events.lost()
-				loop.Changed()
-			}
-		}
-	})
+	g.Go(func() error { return t.loop.Run(ctx) })
+	g.Go(func() error { return t.watch(ctx) })
 	return g.Wait()
+}
+
+// sync reads the files the events named, or the whole directory.
+func (t *term) sync(ctx context.Context, full bool) error {
+	paths, all, first := t.events.take()
+	if full {
+		t.cfg.Syncer.Forget()
+		first = time.Time{}
+	}
+	if !full && !all && t.parsed.files != nil {
+		return t.syncFiles(ctx, paths)
+	}
+	// New subdirectories join the watch before they are read.
+	if err := t.watchDirs(t.w); err != nil {
+		t.cfg.Log.Warn("cannot watch the mesh directory", "dir", t.cfg.Dir, "err", err)
+	}
+	return t.readAll(ctx, first)
+}
+
+// watch notes the watcher's events and tells the loop of those that may
+// change anything.
+func (t *term) watch(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-t.w.Events:
+			if !ok {
+				return errors.New("yamldir: watcher closed")
+			}
+			t.cfg.Log.Debug("file event", "event", ev.String())
+			if t.events.note(t.cfg.Dir, ev) {
+				t.loop.Changed()
+			}
+		case err, ok := <-t.w.Errors:
+			if !ok {
+				return errors.New("yamldir: watcher closed")
+			}
+			t.cfg.Log.Warn("file watcher error; reloading", "err", err)
+			t.events.lost()
+			t.loop.Changed()
+		}
+	}
 }
 
 // watchDirs adds the directory and its subdirectories to the watcher;
@@ -253,9 +284,9 @@ func (s *Source) watchDirs(w *fsnotify.Watcher) error {
 	})
 }
 
-// sync reads the whole directory; what changed counts as observed at
+// readAll reads the whole directory; what changed counts as observed at
 // observed (zero: now).
-func (s *Source) sync(ctx context.Context, observed time.Time) error {
+func (s *Source) readAll(ctx context.Context, observed time.Time) error {
 	if observed.IsZero() {
 		observed = time.Now()
 	}
@@ -291,7 +322,7 @@ func (s *Source) syncFiles(ctx context.Context, paths map[string]time.Time) erro
 		var r read
 		r.f, r.problems, r.exists = s.parsed.readFile(s.cfg.Dir, path, at)
 		if entangled(s.parsed.files[path].inputs) || entangled(r.f.inputs) || s.parsed.sharesNames(path, r.f.inputs) {
-			return s.sync(ctx, slices.MinFunc(slices.Collect(maps.Values(paths)), time.Time.Compare))
+			return s.readAll(ctx, slices.MinFunc(slices.Collect(maps.Values(paths)), time.Time.Compare))
 		}
 		reads[path] = r
 	}

@@ -96,19 +96,6 @@ func (c *Config) Validate() error {
 type Source struct {
 	cfg   Config
 	kinds map[string]string // root → "dubbo" or "curator"
-
-	conn *zk.Conn
-	loop *ingest.Loop
-	mu   sync.Mutex
-	// session is the ZooKeeper session the watches belong to; armed holds
-	// the paths it watches ("c" children, "e" existence, "d" data): the
-	// client keeps a channel per watch call until the watch fires, so a
-	// path already watched is read without one.
-	session int64
-	armed   map[string]bool
-	roots   map[string]bool // roots whose children changed
-	dirty   map[string]bool // units (root/name) that changed
-	known   map[string]map[string]bool
 }
 
 // New returns a Source; Run connects and watches.
@@ -119,7 +106,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Syncer == nil {
 		return nil, errors.New("zookeeper: a syncer is required")
 	}
-	s := &Source{cfg: cfg, kinds: map[string]string{}, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{}}
+	s := &Source{cfg: cfg, kinds: map[string]string{}}
 	for _, r := range cfg.DubboRoots {
 		s.kinds[r] = "dubbo"
 	}
@@ -131,32 +118,63 @@ func New(cfg Config) (*Source, error) {
 
 // Run watches the ensemble and syncs until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
-	s.loop = ingest.NewLoop(ingest.Loop{
+	t, err := s.build()
+	if err != nil {
+		return err
+	}
+	defer t.conn.Close()
+	return t.loop.Run(ctx)
+}
+
+// term is one run of the source: its connection to the ensemble, its
+// sync loop, and what the watches it set say changed.
+type term struct {
+	*Source
+	conn *zk.Conn
+	loop *ingest.Loop
+
+	mu sync.Mutex
+	// session is the ZooKeeper session the watches belong to; armed holds
+	// the paths it watches ("c" children, "e" existence, "d" data): the
+	// client keeps a channel per watch call until the watch fires, so a
+	// path already watched is read without one.
+	session int64
+	armed   map[string]bool
+	roots   map[string]bool // roots whose children changed
+	dirty   map[string]bool // units (root/name) that changed
+	known   map[string]map[string]bool
+}
+
+// build makes the sync loop and connects (the client connects in the
+// background, and its events reach the loop from then on); nothing is
+// read until the loop runs.
+func (s *Source) build() (*term, error) {
+	t := &term{Source: s, armed: map[string]bool{}, roots: map[string]bool{}, dirty: map[string]bool{}, known: map[string]map[string]bool{}}
+	t.loop = ingest.NewLoop(ingest.Loop{
 		Writer: s.cfg.Syncer,
 		Quiet:  s.cfg.Quiet, MaxDelay: s.cfg.MaxDelay, Resync: s.cfg.Resync, RetryDelay: s.cfg.RetryDelay,
-		Log: s.cfg.Log, Sync: s.sync,
+		Log: s.cfg.Log, Sync: t.sync,
 	})
-	conn, _, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(zkLogger{s.cfg.Log}), zk.WithEventCallback(s.event))
+	conn, _, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(zkLogger{s.cfg.Log}), zk.WithEventCallback(t.event))
 	if err != nil {
-		return fmt.Errorf("zookeeper: ensemble %s: %w", s.cfg.Ensemble, err)
+		return nil, fmt.Errorf("zookeeper: ensemble %s: %w", s.cfg.Ensemble, err)
 	}
-	s.conn = conn // before the loop's first sync; the events never read it
-	defer conn.Close()
-	return s.loop.Run(ctx)
+	t.conn = conn
+	return t, nil
 }
 
 // event notes what a ZooKeeper event changed. It runs on the client's
 // receiving goroutine and never blocks.
-func (s *Source) event(ev zk.Event) {
+func (s *term) event(ev zk.Event) {
 	s.mu.Lock()
 	changed := s.noteLocked(ev)
 	s.mu.Unlock()
-	if changed && s.loop != nil {
+	if changed {
 		s.loop.Changed()
 	}
 }
 
-func (s *Source) noteLocked(ev zk.Event) bool {
+func (s *term) noteLocked(ev zk.Event) bool {
 	switch ev.Type {
 	case zk.EventSession:
 		// A sync compares the session with the one its watches belong to.
@@ -196,7 +214,7 @@ func (s *Source) unitOf(p string) string {
 // sync reads what changed, or everything, and syncs it. Watches belong
 // to a session: under a new one (the last expired) there are none, and
 // everything is read again.
-func (s *Source) sync(ctx context.Context, full bool) error {
+func (s *term) sync(ctx context.Context, full bool) error {
 	id := s.conn.SessionID() // 0 while the client has none
 	s.mu.Lock()
 	if id != 0 && id != s.session {
@@ -261,7 +279,7 @@ func (s *Source) sync(ctx context.Context, full bool) error {
 	return nil
 }
 
-func (s *Source) syncAll(ctx context.Context) error {
+func (s *term) syncAll(ctx context.Context) error {
 	var names []string
 	known := map[string]map[string]bool{}
 	for _, root := range slices.Sorted(maps.Keys(s.kinds)) {
@@ -295,7 +313,7 @@ func (s *Source) syncAll(ctx context.Context) error {
 	return nil
 }
 
-func (s *Source) normalize(ctx context.Context, units []*unit) ([]ingest.Object, []ingest.Problem, error) {
+func (s *term) normalize(ctx context.Context, units []*unit) ([]ingest.Object, []ingest.Problem, error) {
 	now := time.Now()
 	var storeErr error
 	// A service keeps the port it has in the store (see unit.normalize).
@@ -319,7 +337,7 @@ func (s *Source) normalize(ctx context.Context, units []*unit) ([]ingest.Object,
 
 // list returns a root's children and watches them; a root that does not
 // exist yet is watched for its creation.
-func (s *Source) list(root string) (map[string]bool, error) {
+func (s *term) list(root string) (map[string]bool, error) {
 	children, err := s.children(root)
 	if err != nil {
 		return nil, err
@@ -331,12 +349,12 @@ func (s *Source) list(root string) (map[string]bool, error) {
 	return out, nil
 }
 
-func (s *Source) readErr(p string, err error) error {
+func (s *term) readErr(p string, err error) error {
 	return fmt.Errorf("zookeeper: ensemble %s: read %s: %w", s.cfg.Ensemble, p, err)
 }
 
 // readUnits reads units (root/name) in parallel.
-func (s *Source) readUnits(ctx context.Context, names []string) ([]*unit, error) {
+func (s *term) readUnits(ctx context.Context, names []string) ([]*unit, error) {
 	units := make([]*unit, len(names))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Readers)
@@ -367,7 +385,7 @@ func (s *Source) location(root, name string) string {
 }
 
 // readDubbo reads an interface's providers and watches them.
-func (s *Source) readDubbo(root, iface string) (*unit, error) {
+func (s *term) readDubbo(root, iface string) (*unit, error) {
 	u := &unit{service: strings.ToLower(iface), kind: "dubbo", location: s.location(root, iface)}
 	p := root + "/" + iface + "/providers"
 	nodes, err := s.children(p)
@@ -388,7 +406,7 @@ func (s *Source) readDubbo(root, iface string) (*unit, error) {
 }
 
 // readCurator reads a Curator service's instances and watches them.
-func (s *Source) readCurator(root, name string) (*unit, error) {
+func (s *term) readCurator(root, name string) (*unit, error) {
 	u := &unit{service: strings.ToLower(name), kind: "curator", location: s.location(root, name)}
 	p := root + "/" + name
 	ids, err := s.children(p)
@@ -417,7 +435,7 @@ func (s *Source) readCurator(root, name string) (*unit, error) {
 
 // children lists a node's children, sorted, and watches them; a node that
 // does not exist has none, and is watched for its creation.
-func (s *Source) children(p string) ([]string, error) {
+func (s *term) children(p string) ([]string, error) {
 	for {
 		nodes, err := s.childrenW(p)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -441,7 +459,7 @@ func (s *Source) children(p string) ([]string, error) {
 // arm says whether a watch of kind w on p must be set: it is marked
 // before the call that sets it, so that its event, which clears the mark,
 // cannot come first.
-func (s *Source) arm(w, p string) bool {
+func (s *term) arm(w, p string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.armed[w+p] {
@@ -451,14 +469,14 @@ func (s *Source) arm(w, p string) bool {
 	return true
 }
 
-func (s *Source) disarm(w, p string) {
+func (s *term) disarm(w, p string) {
 	s.mu.Lock()
 	delete(s.armed, w+p)
 	s.mu.Unlock()
 }
 
 // watched reads p, setting a watch of kind w unless one is set already.
-func watched[T any](s *Source, w, p string, read func() (T, error), readWatch func() (T, error)) (T, error) {
+func watched[T any](s *term, w, p string, read func() (T, error), readWatch func() (T, error)) (T, error) {
 	if !s.arm(w, p) {
 		return read()
 	}
@@ -469,19 +487,19 @@ func watched[T any](s *Source, w, p string, read func() (T, error), readWatch fu
 	return v, err
 }
 
-func (s *Source) childrenW(p string) ([]string, error) {
+func (s *term) childrenW(p string) ([]string, error) {
 	return watched(s, "c", p,
 		func() ([]string, error) { nodes, _, err := s.conn.Children(p); return nodes, err },
 		func() ([]string, error) { nodes, _, _, err := s.conn.ChildrenW(p); return nodes, err })
 }
 
-func (s *Source) existsW(p string) (bool, error) {
+func (s *term) existsW(p string) (bool, error) {
 	return watched(s, "e", p,
 		func() (bool, error) { ok, _, err := s.conn.Exists(p); return ok, err },
 		func() (bool, error) { ok, _, _, err := s.conn.ExistsW(p); return ok, err })
 }
 
-func (s *Source) getW(p string) ([]byte, error) {
+func (s *term) getW(p string) ([]byte, error) {
 	return watched(s, "d", p,
 		func() ([]byte, error) { data, _, err := s.conn.Get(p); return data, err },
 		func() ([]byte, error) { data, _, _, err := s.conn.GetW(p); return data, err })

@@ -165,63 +165,117 @@ type flood struct {
 }
 
 func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
-	kc, kubeconfig, err := startKube(r.work, spec)
+	kubeconfig, err := r.startKube(spec)
 	if err != nil {
 		return err
 	}
+	ca, cert, key, err := r.issue()
+	if err != nil {
+		return err
+	}
+	sealFile, err := r.sealKey()
+	if err != nil {
+		return err
+	}
+	if r.limit, err = cli.ParseSize(r.sc.FloodMemoryLimit); err != nil {
+		return fmt.Errorf("--flood-memory-limit: %w", err)
+	}
+	if err := r.startIngest(meshDir, kubeconfig); err != nil {
+		return err
+	}
+	var err1, err2 error
+	r.ads, err1 = freeAddr()
+	r.admin, err2 = freeAddr()
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("floods: %v %v", err1, err2)
+	}
+	// As docs/security.md sets a pusher up, at the chart's limits: the
+	// pusher's own defaults, and the chart's memory limit.
+	r.pusherArgs = []string{"--etcd-endpoints", r.etcdURL, "--nats-url", r.natsURL, "--ads-addr", r.ads, "--admin-addr", r.admin, "--log-level", "info",
+		"--ads-cert-file", cert, "--ads-key-file", key, "--ads-client-ca-file", ca.CertFile, "--ca-seal-key-file", sealFile,
+		"--ads-tokens", "--kubeconfig", kubeconfig, "--trust-domain", "cluster.local",
+		"--memory-limit", r.sc.FloodMemoryLimit, "--send-timeout", "1m"}
+	if r.cg, err = newMemcg(fmt.Sprintf("shardpilot-floods-%d", os.Getpid()), r.limit); err != nil {
+		fmt.Fprintf(os.Stderr, "loadtest: the pusher's memory limit is not enforced by the kernel (%v): only the collector keeps to it\n", err)
+	}
+	return r.startPusher()
+}
+
+// startKube starts the API server with the mesh and what the floods
+// register against, and returns its kubeconfig.
+func (r *floodRig) startKube(spec meshgen.Spec) (string, error) {
+	kc, kubeconfig, err := startKube(r.work, spec)
+	if err != nil {
+		return "", err
+	}
 	r.stopKube, r.kube, r.dyn = kc.Stop, kc.Client, kc.Dynamic
 	if _, err := r.kube.CoreV1().ServiceAccounts("ns-0").Create(r.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("service account: %w", err)
+		return "", fmt.Errorf("service account: %w", err)
 	}
 	// Workloads register in WorkloadGroups: the attacker's identity is
 	// admitted by ns-0's, a quiet workload by vm-quiet's.
 	if _, err := r.kube.CoreV1().Namespaces().Create(r.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vm-quiet"}}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("namespace vm-quiet: %w", err)
+		return "", fmt.Errorf("namespace vm-quiet: %w", err)
 	}
 	for ns, sa := range map[string]string{"ns-0": "attacker", "vm-quiet": "vm"} {
 		group := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup",
 			"metadata": map[string]any{"name": "vms", "namespace": ns}, "spec": map[string]any{"template": map[string]any{"serviceAccount": sa}}}}
 		if _, err := r.dyn.Resource(workloadGroups).Namespace(ns).Create(r.ctx, group, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("WorkloadGroup %s/vms: %w", ns, err)
+			return "", fmt.Errorf("WorkloadGroup %s/vms: %w", ns, err)
 		}
 	}
-	ca, err := pki.NewCA(r.work, "floods", 24*time.Hour)
+	return kubeconfig, nil
+}
+
+// issue makes the CA, the pusher's serving certificate and the clients'
+// (the honest proxy, the attacker, the workload) and the roots they trust.
+func (r *floodRig) issue() (ca *pki.CA, cert, key string, err error) {
+	ca, err = pki.NewCA(r.work, "floods", 24*time.Hour)
 	if err != nil {
-		return err
+		return nil, "", "", err
 	}
-	cert, key, err := ca.Issue("pusher")
+	cert, key, err = ca.Issue("pusher")
 	if err != nil {
-		return err
+		return nil, "", "", err
 	}
 	r.serving = []string{cert, key}
 	for who, into := range map[string]*tls.Certificate{"honest": &r.honest, "attacker": &r.attacker, "vm": &r.vm} {
 		ns := map[bool]string{true: "vm-quiet", false: "ns-0"}[who == "vm"]
 		c, k, err := ca.Issue(who, "spiffe://cluster.local/ns/"+ns+"/sa/"+who)
 		if err != nil {
-			return err
+			return nil, "", "", err
 		}
 		if *into, err = tls.LoadX509KeyPair(c, k); err != nil {
-			return err
+			return nil, "", "", err
 		}
 	}
 	pem, err := os.ReadFile(ca.CertFile)
 	if err != nil {
-		return err
+		return nil, "", "", err
 	}
 	r.roots = x509.NewCertPool()
 	r.roots.AppendCertsFromPEM(pem)
+	return ca, cert, key, nil
+}
+
+// sealKey writes a key for sealing the CA's key in the store, and returns
+// its file.
+func (r *floodRig) sealKey() (string, error) {
 	seal := make([]byte, 32)
 	if _, err := rand.Read(seal); err != nil {
-		return err
+		return "", err
 	}
 	sealFile := filepath.Join(r.work, "seal.key")
 	if err := os.WriteFile(sealFile, []byte(base64.StdEncoding.EncodeToString(seal)+"\n"), 0o600); err != nil {
-		return err
+		return "", err
 	}
-	if r.limit, err = cli.ParseSize(r.sc.FloodMemoryLimit); err != nil {
-		return fmt.Errorf("--flood-memory-limit: %w", err)
-	}
+	return sealFile, nil
+}
 
+// startIngest starts etcd and NATS (each a process of its own) and the
+// ingester, which registers workloads in the API server's WorkloadGroups
+// at its default limits.
+func (r *floodRig) startIngest(meshDir, kubeconfig string) error {
 	etcd, etcdURL, _, err := startStore(r.ctx, r.sc.out, "floods-etcd", r.work, "--only", "etcd")
 	if err != nil {
 		return err
@@ -237,8 +291,6 @@ func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
 	if err != nil {
 		return err
 	}
-	// The ingester registers workloads in the API server's
-	// WorkloadGroups, at its default limits.
 	ingester, err := start(r.sc.out, "floods-ingester", filepath.Join(r.sc.bin, "ingester"), "--etcd-endpoints", etcdURL, "--nats-url", natsURL,
 		"--admin-addr", admin, "--leader-id", "", "--log-level", "warn", "--mesh-dir", meshDir, "--kubeconfig", "floods="+kubeconfig)
 	if err != nil {
@@ -249,22 +301,7 @@ func (r *floodRig) start(meshDir string, spec meshgen.Spec) error {
 	if err := ingester.waitReady(r.ctx, time.Minute); err != nil {
 		return err
 	}
-	var err1, err2 error
-	r.ads, err1 = freeAddr()
-	r.admin, err2 = freeAddr()
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("floods: %v %v", err1, err2)
-	}
-	// As docs/security.md sets a pusher up, at the chart's limits: the
-	// pusher's own defaults, and the chart's memory limit.
-	r.pusherArgs = []string{"--etcd-endpoints", etcdURL, "--nats-url", natsURL, "--ads-addr", r.ads, "--admin-addr", r.admin, "--log-level", "info",
-		"--ads-cert-file", cert, "--ads-key-file", key, "--ads-client-ca-file", ca.CertFile, "--ca-seal-key-file", sealFile,
-		"--ads-tokens", "--kubeconfig", kubeconfig, "--trust-domain", "cluster.local",
-		"--memory-limit", r.sc.FloodMemoryLimit, "--send-timeout", "1m"}
-	if r.cg, err = newMemcg(fmt.Sprintf("shardpilot-floods-%d", os.Getpid()), r.limit); err != nil {
-		fmt.Fprintf(os.Stderr, "loadtest: the pusher's memory limit is not enforced by the kernel (%v): only the collector keeps to it\n", err)
-	}
-	return r.startPusher()
+	return nil
 }
 
 // startPusher starts the pusher (again) on its addresses, in its memory

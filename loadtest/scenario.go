@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,8 +22,6 @@ import (
 	"regexp"
 	"runtime/pprof"
 
-	"github.com/shardpilot/shardpilot/internal/kubetest"
-	"github.com/shardpilot/shardpilot/internal/pki"
 	"github.com/shardpilot/shardpilot/loadtest/meshgen"
 	"github.com/shardpilot/shardpilot/loadtest/procstat"
 	"github.com/shardpilot/shardpilot/loadtest/report"
@@ -133,9 +129,58 @@ type Scenario struct {
 
 func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var sc Scenario
-	var pushers string
+	var rf runFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	sc.phaseFlags(fs, &rf)
+	sc.besideFlags(fs)
+	fs.StringVar(&rf.cpuProfile, "cpuprofile", "", "write the load test's own CPU profile to this file")
+	if err := parse(fs, "Load-test shardpilot with simulated Envoys, side by side with a snapshot-cache baseline.", args); err != nil {
+		return err
+	}
+	if err := sc.validate(rf); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(sc.out, 0o755); err != nil {
+		return err
+	}
+	if rf.cpuProfile != "" {
+		f, err := os.Create(rf.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep := &report.Report{Scenario: sc, Started: time.Now()}
+	if sc.Capacity > 0 {
+		c, phases, err := capacity(ctx, sc, stderr)
+		rep.Capacity, rep.Phases = &c, phases
+		if werr := rep.Write(sc.out, stdout); err == nil {
+			err = werr
+		}
+		return err
+	}
+	if err := runPhases(ctx, sc, rep, stderr); err != nil {
+		return err
+	}
+	if err := rep.Write(sc.out, stdout); err != nil {
+		return err
+	}
+	if failed := sc.failures(rep); len(failed) > 0 {
+		return fmt.Errorf("correctness check failed:\n  %s", strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// runFlags are the run command's flags that are not the scenario's.
+type runFlags struct{ pushers, shards, cpuProfile string }
+
+// phaseFlags defines the flags of the mesh, the changes and the phases.
+func (sc *Scenario) phaseFlags(fs *flag.FlagSet, rf *runFlags) {
 	fs.IntVar(&sc.Proxies, "proxies", 500, "simulated Envoys")
 	fs.IntVar(&sc.Services, "services", 200, "services in the mesh")
 	fs.IntVar(&sc.Endpoints, "endpoints", 10, "endpoints per service")
@@ -148,10 +193,9 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&sc.ServiceRate, "service-rate", 0.5, "services added or removed per second")
 	fs.DurationVar(&sc.Duration, "duration", 20*time.Second, "how long changes are made")
 	fs.DurationVar(&sc.Settle, "settle", 30*time.Second, "how long to wait, after the last change, for every proxy to converge")
-	fs.StringVar(&pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2; empty for none)")
+	fs.StringVar(&rf.pushers, "pushers", "1", "comma-separated pusher counts, one phase each (for example 1,2; empty for none)")
 	fs.BoolVar(&sc.Baseline, "baseline", true, "also run the go-control-plane snapshot-cache baseline")
-	var shards string
-	fs.StringVar(&shards, "shards", "", "comma-separated shard counts: give every namespace a Sidecar (its own and the shared namespaces) and run a phase of that many pushers for each, each serving its namespaces' proxies (empty: none); the --pushers phases then run on the same mesh, for comparison")
+	fs.StringVar(&rf.shards, "shards", "", "comma-separated shard counts: give every namespace a Sidecar (its own and the shared namespaces) and run a phase of that many pushers for each, each serving its namespaces' proxies (empty: none); the --pushers phases then run on the same mesh, for comparison")
 	fs.Func("pusher-flag", "a flag passed to every pusher, after the load test's own (repeat it for more; for example --pusher-flag=--grpc-read-buffer=8192)", func(v string) error {
 		if !strings.HasPrefix(v, "-") {
 			return fmt.Errorf("%q: want a flag, such as --grpc-read-buffer=8192", v)
@@ -162,6 +206,12 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&sc.TLS, "tls", false, "serve ADS over TLS to the proxies (the baseline stays plaintext): what a connection costs with TLS")
 	fs.BoolVar(&sc.ShardAlone, "shard-alone", false, "with --shards, also run shard 0 of the last count alone with its own proxies (and the changes they see), as one shard would run on a machine of its own")
 	fs.BoolVar(&sc.Reshard, "reshard", false, "with --shards, after the changes of the last sharded phase, add a shard that takes a share of every shard's namespaces, then remove it: the proxies that move, those that do not, and how long they take")
+}
+
+// besideFlags defines the flags of what runs beside the changes (the
+// trickle, the slow readers, the hogs), of the suites (faults, floods,
+// heavy inputs) and of the run itself.
+func (sc *Scenario) besideFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&sc.Trickle, "trickle", 0, "proxies a second that connect beside the fleet while the changes are made, each for --trickle-life, as pods of rolling deployments come and go (not measured; the fleet's changes must not wait for them)")
 	fs.DurationVar(&sc.TrickleLife, "trickle-life", 3*time.Second, "how long each --trickle proxy stays connected")
 	fs.IntVar(&sc.SlowReaders, "slow-readers", 0, "proxies beside the fleet that read each response --slow-read-delay late while the changes are made (not measured; the fleet's changes must not wait for them)")
@@ -200,15 +250,15 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&sc.out, "out", "loadtest/out", "directory for report.json, report.md, the plots and the processes' logs")
 	fs.DurationVar(&sc.connectTimeout, "connect-timeout", 5*time.Minute, "how long every proxy may take to get its first full config")
 	fs.BoolVar(&sc.check, "check", true, "fail unless every proxy converged on every change")
-	cpuProfile := fs.String("cpuprofile", "", "write the load test's own CPU profile to this file")
-	if err := parse(fs, "Load-test shardpilot with simulated Envoys, side by side with a snapshot-cache baseline.", args); err != nil {
-		return err
-	}
+}
+
+// validate parses the counts and checks the scenario.
+func (sc *Scenario) validate(rf runFlags) error {
 	var err error
-	if sc.Pushers, err = counts("--pushers", pushers); err != nil {
+	if sc.Pushers, err = counts("--pushers", rf.pushers); err != nil {
 		return err
 	}
-	if sc.Shards, err = counts("--shards", shards); err != nil {
+	if sc.Shards, err = counts("--shards", rf.shards); err != nil {
 		return err
 	}
 	for _, n := range sc.Shards {
@@ -233,29 +283,11 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("--bin %s: %w (run make build)", sc.bin, err)
 		}
 	}
-	if err := os.MkdirAll(sc.out, 0o755); err != nil {
-		return err
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	rep := &report.Report{Scenario: sc, Started: time.Now()}
-	if sc.Capacity > 0 {
-		c, phases, err := capacity(ctx, sc, stderr)
-		rep.Capacity, rep.Phases = &c, phases
-		if werr := rep.Write(sc.out, stdout); err == nil {
-			err = werr
-		}
-		return err
-	}
+	return nil
+}
+
+// runPhases runs the scenario's phases, in order, into the report.
+func runPhases(ctx context.Context, sc Scenario, rep *report.Report, stderr io.Writer) error {
 	var targets []target
 	for _, n := range sc.Pushers {
 		targets = append(targets, target{pushers: n})
@@ -266,76 +298,59 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if sc.ShardAlone {
 		targets = append(targets, target{pushers: sc.Shards[len(sc.Shards)-1], sharded: true, alone: true})
 	}
+	of := func(t target) func(context.Context, Scenario, io.Writer) (report.Phase, error) {
+		return func(ctx context.Context, sc Scenario, stderr io.Writer) (report.Phase, error) {
+			return phase(ctx, sc, t, stderr)
+		}
+	}
+	var runs []func(context.Context, Scenario, io.Writer) (report.Phase, error)
 	for _, t := range targets {
-		ph, err := phase(ctx, sc, t, stderr)
+		runs = append(runs, of(t))
+	}
+	for _, r := range []struct {
+		on  bool
+		run func(context.Context, Scenario, io.Writer) (report.Phase, error)
+	}{
+		{sc.Storm, of(target{pushers: 2, storm: true})},
+		{sc.Faults, faultPhase},
+		{sc.Inputs, inputsPhase},
+		{sc.Floods, floodPhase},
+		{sc.Istiod != "", of(target{istiod: true})},
+		{sc.Baseline, of(target{baseline: true})},
+	} {
+		if r.on {
+			runs = append(runs, r.run)
+		}
+	}
+	for _, run := range runs {
+		ph, err := run(ctx, sc, stderr)
 		if err != nil {
 			return err
 		}
 		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Storm {
-		ph, err := phase(ctx, sc, target{pushers: 2, storm: true}, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Faults {
-		ph, err := faultPhase(ctx, sc, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Inputs {
-		ph, err := inputsPhase(ctx, sc, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Floods {
-		ph, err := floodPhase(ctx, sc, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Istiod != "" {
-		ph, err := phase(ctx, sc, target{istiod: true}, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if sc.Baseline {
-		ph, err := phase(ctx, sc, target{baseline: true}, stderr)
-		if err != nil {
-			return err
-		}
-		rep.Phases = append(rep.Phases, ph)
-	}
-	if err := rep.Write(sc.out, stdout); err != nil {
-		return err
-	}
-	if sc.check {
-		var failed []string
-		for _, p := range rep.Phases {
-			if p.Target != "shardpilot" {
-				continue // what the baseline or istiod cannot do is a measurement, not a failure
-			}
-			for _, pr := range p.Problems {
-				failed = append(failed, p.Name+": "+pr)
-			}
-			if sc.Bound > 0 && p.Convergence.Max > sc.Bound.Seconds() {
-				failed = append(failed, fmt.Sprintf("%s: a change took %.2f s to reach every proxy, over the bound of %s", p.Name, p.Convergence.Max, sc.Bound))
-			}
-		}
-		if len(failed) > 0 {
-			return fmt.Errorf("correctness check failed:\n  %s", strings.Join(failed, "\n  "))
-		}
 	}
 	return nil
+}
+
+// failures are the problems of shardpilot's phases, and the changes over
+// the bound (none unless --check).
+func (sc *Scenario) failures(rep *report.Report) []string {
+	if !sc.check {
+		return nil
+	}
+	var failed []string
+	for _, p := range rep.Phases {
+		if p.Target != "shardpilot" {
+			continue // what the baseline or istiod cannot do is a measurement, not a failure
+		}
+		for _, pr := range p.Problems {
+			failed = append(failed, p.Name+": "+pr)
+		}
+		if sc.Bound > 0 && p.Convergence.Max > sc.Bound.Seconds() {
+			failed = append(failed, fmt.Sprintf("%s: a change took %.2f s to reach every proxy, over the bound of %s", p.Name, p.Convergence.Max, sc.Bound))
+		}
+	}
+	return failed
 }
 
 // counts parses a flag's comma-separated counts of at least 1 (none when empty).
@@ -631,376 +646,6 @@ func workDir() (work, meshDir string, err error) {
 		return "", "", err
 	}
 	return work, meshDir, nil
-}
-
-// phase runs the scenario against one control plane.
-func phase(ctx context.Context, sc Scenario, t target, stderr io.Writer) (report.Phase, error) {
-	ph := report.Phase{Name: t.name(), Target: "shardpilot", Pushers: t.pushers, Proxies: sc.Proxies}
-	if t.baseline || t.istiod {
-		ph.Target, ph.Pushers = t.name(), 0
-	}
-	done := announce(stderr, sc, ph.Name)
-	defer done()
-	work, meshDir, err := workDir()
-	if err != nil {
-		return ph, err
-	}
-	defer os.RemoveAll(work)
-	spec := meshgen.Spec{Services: sc.Services, Endpoints: sc.Endpoints, Namespaces: sc.Namespaces, Sidecars: len(sc.Shards) > 0}
-	source := []string{"--mesh-dir", meshDir}
-	var mesh *meshgen.Mesh
-	var kc *kubetest.Cluster
-	var kubeconfig string
-	if sc.Source == "kube" && !t.baseline || t.istiod {
-		kc, kubeconfig, err = startKube(work, spec)
-		if err != nil {
-			return ph, err
-		}
-		defer kc.Stop()
-		source = []string{"--kubeconfig", "loadtest=" + kubeconfig}
-		if mesh, err = meshgen.WriteTo(kubeSink{kc.Dynamic}, spec); err != nil {
-			return ph, err
-		}
-	} else if mesh, err = meshgen.Write(meshDir, spec); err != nil {
-		return ph, err
-	}
-	logName := strings.NewReplacer(", ", "-", " ", "-").Replace(ph.Name)
-
-	// The control plane.
-	var servers []*proc  // those that serve proxies
-	var pl *placement    // the shards' namespaces (sharded)
-	var serving []string // the pushers' certificate and key (TLS)
-	var roots *x509.CertPool
-	var startPusher func(i int) (*proc, error)
-	var ingester, store *proc
-	defer func() {
-		for _, p := range servers {
-			p.stop()
-		}
-		if ingester != nil {
-			ingester.stop()
-		}
-		if store != nil {
-			store.stop()
-		}
-	}()
-	if t.baseline {
-		self, err := os.Executable()
-		if err != nil {
-			return ph, err
-		}
-		addr, err := freeAddr()
-		if err != nil {
-			return ph, err
-		}
-		admin, err := freeAddr()
-		if err != nil {
-			return ph, err
-		}
-		p, err := start(sc.out, logName, self, "baseline", "--mesh-dir", meshDir, "--ads-addr", addr, "--admin-addr", admin)
-		if err != nil {
-			return ph, err
-		}
-		p.ads, p.heap = addr, admin
-		servers = append(servers, p)
-	} else if t.istiod {
-		p, err := startIstiod(ctx, sc, logName, sc.Istiod, work, kc, kubeconfig)
-		if err != nil {
-			return ph, err
-		}
-		servers = append(servers, p)
-	} else {
-		// etcd and NATS run in a process of their own, as beside a real
-		// control plane: in this one, the proxies' CPU would slow them.
-		var etcdURL, natsURL string
-		var err error
-		store, etcdURL, natsURL, err = startStore(ctx, sc.out, logName+"-store", work)
-		if err != nil {
-			return ph, err
-		}
-		admin, err := freeAddr()
-		if err != nil {
-			return ph, err
-		}
-		ingester, err = start(sc.out, logName+"-ingester", filepath.Join(sc.bin, "ingester"), append([]string{"--etcd-endpoints", etcdURL,
-			"--nats-url", natsURL, "--admin-addr", admin, "--leader-id", "", "--log-level", "warn"}, source...)...)
-		if err != nil {
-			return ph, err
-		}
-		ingester.admin = admin
-		if err := ingester.waitReady(ctx, time.Minute); err != nil {
-			return ph, err
-		}
-		if t.sharded {
-			if pl, err = newPlacement(work, t.pushers, sc.Namespaces); err != nil {
-				return ph, err
-			}
-		}
-		if sc.TLS {
-			ca, err := pki.NewCA(work, "loadtest", 24*time.Hour)
-			if err != nil {
-				return ph, err
-			}
-			cert, key, err := ca.Issue("pusher")
-			if err != nil {
-				return ph, err
-			}
-			serving = []string{cert, key}
-			pem, err := os.ReadFile(ca.CertFile)
-			if err != nil {
-				return ph, err
-			}
-			roots = x509.NewCertPool()
-			roots.AppendCertsFromPEM(pem)
-		}
-		startPusher = func(i int) (*proc, error) {
-			ads, err1 := freeAddr()
-			admin, err2 := freeAddr()
-			if err := errors.Join(err1, err2); err != nil {
-				return nil, err
-			}
-			// The simulated proxies share the machine with the control
-			// plane and read slower than Envoys would: a longer send
-			// timeout keeps the harness from cutting its own streams.
-			// They share its address too: connections per source are
-			// not bounded.
-			args := []string{"--etcd-endpoints", etcdURL,
-				"--nats-url", natsURL, "--ads-addr", ads, "--admin-addr", admin, "--log-level", "warn", "--send-timeout", "1m",
-				"--max-connections-per-source", "-1"}
-			if serving != nil {
-				args = append(args, "--ads-cert-file", serving[0], "--ads-key-file", serving[1])
-			} else {
-				args = append(args, "--ads-plaintext")
-			}
-			args = append(args, sc.PusherFlags...)
-			if pl != nil {
-				// Shard i serves the namespaces its file lists, which
-				// reshard changes; each proxy dials its namespace's shard.
-				args = append(args, "--namespaces-file", pl.file(i))
-				pl.setAddr(i, ads)
-			}
-			var env []string
-			if sc.PusherProcs > 0 {
-				env = []string{fmt.Sprint("GOMAXPROCS=", sc.PusherProcs)}
-			}
-			p, err := startWith(env, sc.out, fmt.Sprintf("%s-pusher-%d", logName, i), filepath.Join(sc.bin, "pusher"), args...)
-			if err != nil {
-				return nil, err
-			}
-			p.ads, p.admin, p.heap = ads, admin, admin
-			return p, nil
-		}
-		running := t.pushers
-		if t.alone {
-			running = 1
-		}
-		for i := range running {
-			p, err := startPusher(i)
-			if err != nil {
-				return ph, err
-			}
-			servers = append(servers, p)
-		}
-	}
-	for _, p := range servers {
-		if err := p.waitReady(ctx, time.Minute); err != nil {
-			return ph, err
-		}
-	}
-	phaseStart := time.Now()
-	loaded := usage(servers)
-	ph.RSSLoaded = mib(loaded.RSS)
-	memLoaded := memoryOf(servers)
-	ph.HeapLoaded = mib(memLoaded.live)
-
-	var sampler procstat.Sampler
-	sctx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	pids := make([]int, len(servers))
-	for i, p := range servers {
-		pids[i] = p.pid()
-	}
-	go func() { sampler.Run(sctx, 500*time.Millisecond, pids...); close(sampled) }()
-	defer func() { stopSampling(); <-sampled }()
-
-	// The proxies.
-	tracker := track.New(sc.Proxies)
-	tracker.Expect(func(c meshgen.Change) int { return mesh.Audience(c, sc.Proxies) })
-	if t.alone {
-		// Shard 0's proxies alone: those whose index is 0 modulo the
-		// shards are of its namespaces.
-		tracker.Expect(func(c meshgen.Change) int {
-			n := 0
-			for i := 0; i < sc.Proxies; i += t.pushers {
-				if mesh.Sees(c, i) {
-					n++
-				}
-			}
-			return n
-		})
-	}
-	addrs := make([]string, len(servers))
-	for i, p := range servers {
-		addrs[i] = p.ads
-	}
-	fcfg := sim.Config{Addrs: addrs, Proxies: sc.Proxies, Delta: sc.Delta, NACKRate: sc.NACKRate, PerConn: sc.PerConn,
-		Namespaces: sc.Namespaces, Observer: tracker, Sticky: t.storm}
-	if pl != nil {
-		fcfg.Resolve = pl.addr
-	}
-	if roots != nil {
-		fcfg.TLS = &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}
-	}
-	if t.alone {
-		fcfg.Shard, fcfg.Shards = 0, t.pushers
-	}
-	fleet, err := sim.New(fcfg)
-	if err != nil {
-		return ph, err
-	}
-	ph.Proxies = fleet.Size()
-	fctx, stopFleet := context.WithCancel(ctx)
-	fleetDone := make(chan error, 1)
-	go func() { fleetDone <- fleet.Run(fctx) }()
-	defer func() { stopFleet(); <-fleetDone }()
-
-	prog := newProgress(stderr)
-	if problem := connect(ctx, sc, fleet, prog); problem != "" {
-		ph.Problems = append(ph.Problems, problem)
-		return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
-	}
-	// Let the responses of the connection burst drain from the send
-	// buffers before the heap is read.
-	time.Sleep(2 * time.Second)
-	connected := usage(servers)
-	ph.RSSConnected = mib(connected.RSS)
-	memConnected := memoryOf(servers)
-	ph.HeapConnected = mib(memConnected.live)
-	ph.MemoryPerProxy = float64(memConnected.live-memLoaded.live) / 1024 / float64(ph.Proxies)
-	if ph.Target == "shardpilot" {
-		for _, p := range servers {
-			ph.HeapPerPusher = max(ph.HeapPerPusher, mib(memoryOf([]*proc{p}).live))
-		}
-	}
-	per := func(a, b int64) float64 { return float64(b-a) / 1024 / float64(ph.Proxies) }
-	ph.PerProxy = &report.Growth{RSS: per(loaded.RSS, connected.RSS), Live: ph.MemoryPerProxy,
-		InUse: per(memLoaded.inUse, memConnected.inUse), Idle: per(memLoaded.idle, memConnected.idle),
-		Stacks: per(memLoaded.stacks, memConnected.stacks), GCGoal: per(memLoaded.goal, memConnected.goal),
-		Goroutines: float64(memConnected.goroutines-memLoaded.goroutines) / float64(ph.Proxies)}
-
-	if t.storm {
-		ph.Storm = storm(ctx, sc, servers, mesh, fleet, tracker, prog)
-		if !ph.Storm.OK {
-			ph.Problems = append(ph.Problems, "the reconnect storm did not converge")
-		}
-		return finish(ph, fleet, tracker, &sampler, servers, phaseStart, time.Now(), nil), nil
-	}
-
-	// The changes.
-	before := usage(servers)
-	stagesBefore := scrapeStages(ingester, servers)
-	var ingestBefore, storeBefore procstat.Sample
-	if ingester != nil {
-		ingestBefore, _ = procstat.Read(ingester.pid())
-	}
-	if store != nil {
-		storeBefore, _ = procstat.Read(store.pid())
-	}
-	self, _ := procstat.Read(os.Getpid())
-	trafficBefore := storeTraffic(store)
-	eventsBefore := make([]float64, len(servers))
-	for i, p := range servers {
-		eventsBefore[i] = counterOf(p, "shardpilot_pusher_events_total")
-	}
-	changesStart := time.Now()
-	received := fleet.Stats()
-	profiled := profile(ctx, sc, servers)
-	besideCtx, stopBeside := context.WithCancel(ctx)
-	trickled := make(chan *report.Trickle, 1)
-	go func() { trickled <- trickle(besideCtx, sc, fcfg) }()
-	stopHogs := hogs(sc.Hogs)
-	slowDone := make(chan struct{})
-	go func() { defer close(slowDone); slowReaders(besideCtx, sc, fcfg) }()
-	if sc.SlowReaders > 0 {
-		ph.SlowReaders, ph.SlowReadDelay = sc.SlowReaders, sc.SlowReadDelay.Seconds()
-	}
-	err = makeChanges(ctx, sc, mesh, tracker, fleet, changesStart, prog)
-	stopBeside()
-	stopHogs()
-	ph.Trickle = <-trickled
-	<-slowDone
-	if err != nil {
-		return ph, err
-	}
-	settleStart := time.Now()
-	for tracker.Pending() > 0 && time.Since(settleStart) < sc.Settle && ctx.Err() == nil {
-		prog.printf("settling: %d changes not yet at every proxy (%s)", tracker.Pending(), time.Since(settleStart).Round(time.Second))
-		time.Sleep(50 * time.Millisecond)
-	}
-	end := usage(servers)
-	profiled()
-	trafficAfter := storeTraffic(store)
-	stagesAfter := scrapeStages(ingester, servers)
-	if now, err := procstat.Read(os.Getpid()); err == nil {
-		ph.HarnessCPUSeconds = (now.CPU - self.CPU).Seconds()
-	}
-	prog.done("settled: %d changes pending after %s", tracker.Pending(), time.Since(settleStart).Round(time.Millisecond))
-	if ph.Target == "shardpilot" {
-		// The change events each pusher took while the changes were made.
-		for i, p := range servers {
-			n := counterOf(p, "shardpilot_pusher_events_total") - eventsBefore[i]
-			ph.EventsPerPusher = max(ph.EventsPerPusher, n)
-			ph.EventsAll += n
-		}
-	}
-	if ingester != nil {
-		if s, err := procstat.Read(ingester.pid()); err == nil {
-			ph.IngestCPUSeconds = (s.CPU - ingestBefore.CPU).Seconds()
-		}
-	}
-	if store != nil {
-		if s, err := procstat.Read(store.pid()); err == nil {
-			ph.StoreCPUSeconds = (s.CPU - storeBefore.CPU).Seconds()
-		}
-	}
-	cpu := end.CPU - before.CPU
-	ph = finish(ph, fleet, tracker, &sampler, servers, phaseStart, changesStart, &cpu)
-	ph.ConfigBytesPerProxy, ph.ChangeTraffic = changeTraffic(received, fleet.Stats(), len(tracker.Results()))
-	// Per change made: etcd and NATS carry every change, whether or not a
-	// proxy running sees it (one shard alone).
-	if made := len(tracker.Results()); store != nil && made > 0 {
-		per := func(i int) float64 { return (trafficAfter[i] - trafficBefore[i]) / float64(made) }
-		ph.Traffic = &report.Traffic{EtcdMsgsIn: per(0), EtcdMsgsOut: per(1), EtcdBytesIn: per(2), EtcdBytesOut: per(3),
-			NATSMsgsIn: per(4), NATSMsgsOut: per(5), NATSBytesIn: per(6), NATSBytesOut: per(7)}
-	}
-	if ingester != nil {
-		ph.Stages = stageSummaries(stagesBefore, stagesAfter)
-	}
-	ph.ChangeRate = float64(ph.Changes) / sc.Duration.Seconds()
-	if t.reshard {
-		start := func(i int) (*proc, error) {
-			p, err := startPusher(i)
-			if err != nil {
-				return nil, err
-			}
-			servers = append(servers, p) // stopped with the others
-			return p, p.waitReady(ctx, time.Minute)
-		}
-		moves, err := reshard(ctx, sc, pl, start, mesh, fleet, tracker, prog)
-		if err != nil {
-			return ph, err
-		}
-		ph.Moves = moves
-		for _, m := range moves {
-			if m.Problem != "" {
-				ph.Problems = append(ph.Problems, m.Name+": "+m.Problem)
-			}
-			if m.Others > 0 {
-				ph.Problems = append(ph.Problems, fmt.Sprintf("%s: %d proxies of namespaces that did not move reconnected", m.Name, m.Others))
-			}
-		}
-	}
-	return ph, nil
 }
 
 // makeChanges edits the mesh at the scenario's rates for its duration,
@@ -1307,10 +952,23 @@ func changeTraffic(before, after sim.Stats, made int) (float64, []report.TypeTra
 	return float64(config) / proxies, per
 }
 
-// finish fills in a phase's figures from what was measured.
+// finish sets a phase's figures from what the proxies received, when each
+// change reached them, and what the serving processes used over time.
 func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *procstat.Sampler, servers []*proc,
 	phaseStart, changesStart time.Time, cpu *time.Duration) report.Phase {
-	st := fleet.Stats()
+	received(&ph, fleet.Stats())
+	converged(&ph, tracker, changesStart)
+	if cpu != nil && ph.Changes > 0 {
+		ph.CPUSeconds = cpu.Seconds()
+		ph.CPUPerChange = cpu.Seconds() * 1000 / float64(ph.Changes)
+	}
+	used(&ph, sampler, servers, phaseStart)
+	return ph
+}
+
+// received sets what the proxies received: their first full config, and
+// the responses and bytes each.
+func received(ph *report.Phase, st sim.Stats) {
 	ph.Delta, ph.NACKs, ph.Errors = st.Delta, st.NACKs, st.Errors
 	var first []time.Duration
 	never := 0
@@ -1332,7 +990,11 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 	}
 	ph.ResponsesPerProxy = float64(responses) / float64(max(st.Proxies, 1))
 	ph.BytesPerProxy = float64(bytes) / float64(max(st.Proxies, 1))
+}
 
+// converged sets when the changes reached every proxy that sees them
+// (made from changesStart), overall and by kind, and which did not.
+func converged(ph *report.Phase, tracker *track.Tracker, changesStart time.Time) {
 	var all []time.Duration
 	byKind := map[string][]time.Duration{}
 	n, each := tracker.EachProxy(0.5, 0.9, 0.99, 1)
@@ -1362,11 +1024,11 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 	for k, ds := range byKind {
 		ph.ByKind[k] = report.Summarise(ds)
 	}
-	if cpu != nil && ph.Changes > 0 {
-		ph.CPUSeconds = cpu.Seconds()
-		ph.CPUPerChange = cpu.Seconds() * 1000 / float64(ph.Changes)
-	}
-	// Usage over time, summed over the serving processes.
+}
+
+// used sets the serving processes' CPU and RSS over time, summed, from
+// phaseStart.
+func used(ph *report.Phase, sampler *procstat.Sampler, servers []*proc, phaseStart time.Time) {
 	type acc struct {
 		cpu time.Duration
 		rss int64
@@ -1401,5 +1063,4 @@ func finish(ph report.Phase, fleet *sim.Fleet, tracker *track.Tracker, sampler *
 		ph.Usage = append(ph.Usage, report.Usage{At: times[i].Sub(phaseStart).Seconds(), CPU: (a.cpu - cpu0).Seconds(), RSS: mib(a.rss)})
 		ph.RSSMax = max(ph.RSSMax, mib(a.rss))
 	}
-	return ph
 }

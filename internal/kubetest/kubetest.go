@@ -191,17 +191,8 @@ func start() (*Cluster, error) {
 		return nil, err
 	}
 
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	keyFile, token, tokenFile, err := credentials(dir)
 	if err != nil {
-		return nil, err
-	}
-	keyFile := filepath.Join(dir, "sa.key")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
-		return nil, err
-	}
-	token := "shardpilot-test-token"
-	tokenFile := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		return nil, err
 	}
 	if err := c.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log",
@@ -234,19 +225,45 @@ func start() (*Cluster, error) {
 	if c.Dynamic, err = dynamic.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
-		if err == nil && string(body) == "ok" {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("kube-apiserver not ready within 60s (last: %v %s); see %s", err, body, dir)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := c.waitReady(60 * time.Second); err != nil {
+		return nil, err
 	}
 	ok = true
 	return c, nil
+}
+
+// credentials writes the API server's service-account signing key and
+// the admin's token file into dir.
+func credentials(dir string) (keyFile, token, tokenFile string, err error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return "", "", "", err
+	}
+	keyFile = filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return "", "", "", err
+	}
+	token = "shardpilot-test-token"
+	tokenFile = filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return "", "", "", err
+	}
+	return keyFile, token, tokenFile, nil
+}
+
+// waitReady waits until the API server says it is ready.
+func (c *Cluster) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+		if err == nil && string(body) == "ok" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver not ready within %s (last: %v %s); see %s", timeout, err, body, c.dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (c *Cluster) run(bin, logName string, args ...string) error {

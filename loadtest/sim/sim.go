@@ -439,24 +439,9 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 	// Like Envoy, say what is held: the versions last ACKed (from any
 	// replica) and the names subscribed.
-	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
-		if err := request(typ, nil, "", nil); err != nil {
-			return err
-		}
+	if err := p.sayHeld(nil, func(typ string, names []string) error { return request(typ, names, "", nil) }); err != nil {
+		return err
 	}
-	if len(p.state.eds) > 0 {
-		p.edsRequested = true
-		if err := request(resource.EndpointType, p.state.eds, "", nil); err != nil {
-			return err
-		}
-	}
-	if len(p.state.rds) > 0 {
-		p.rdsRequested = true
-		if err := request(resource.RouteType, p.state.rds, "", nil); err != nil {
-			return err
-		}
-	}
-	p.resumed()
 	resp := &response{}
 	defer resp.release()
 	for {
@@ -485,18 +470,10 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 				return request(resource.EndpointType, names, p.sotwNonce[resource.EndpointType], nil)
 			})
 		case resource.ListenerType:
-			var rds []string
-			for _, r := range resp.resources {
-				rds = append(rds, routeNames(r.value)...)
-			}
-			rds = p.fleet.intern.list(rds)
-			if !slices.Equal(rds, p.state.rds) {
-				p.state.rds = rds
-				follow = func() error {
-					p.rdsRequested = true
-					return request(resource.RouteType, rds, p.sotwNonce[resource.RouteType], nil)
-				}
-			}
+			follow = p.followListeners(resp.resources, func(rds []string) error {
+				p.rdsRequested = true
+				return request(resource.RouteType, rds, p.sotwNonce[resource.RouteType], nil)
+			})
 		}
 		p.sotwVersion[typ] = p.fleet.intern.name(resp.version)
 		// Applied before it is ACKed: a proxy whose ACK is lost with its
@@ -620,6 +597,119 @@ func (p *proxy) observe(typ string, rs []body) {
 	}
 }
 
+// sayHeld opens a stream as Envoy does: it asks for the clusters and the
+// listeners (naming wildcard), then for the load assignments and route
+// configurations it held on the last stream.
+func (p *proxy) sayHeld(wildcard []string, ask func(typ string, names []string) error) error {
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := ask(typ, wildcard); err != nil {
+			return err
+		}
+	}
+	if len(p.state.eds) > 0 {
+		p.edsRequested = true
+		if err := ask(resource.EndpointType, p.state.eds); err != nil {
+			return err
+		}
+	}
+	if len(p.state.rds) > 0 {
+		p.rdsRequested = true
+		if err := ask(resource.RouteType, p.state.rds); err != nil {
+			return err
+		}
+	}
+	p.resumed()
+	return nil
+}
+
+// followListeners records the route configurations a full set of
+// listeners names, and returns what asks for them when they changed.
+func (p *proxy) followListeners(rs []body, subscribe func([]string) error) func() error {
+	var rds []string
+	for _, r := range rs {
+		rds = append(rds, routeNames(r.value)...)
+	}
+	return p.followRouteNames(rds, subscribe)
+}
+
+// followRouteNames records the route configurations the listeners name,
+// and returns what asks for them when they changed.
+func (p *proxy) followRouteNames(rds []string, subscribe func([]string) error) func() error {
+	rds = p.fleet.intern.list(rds)
+	if slices.Equal(rds, p.state.rds) {
+		return nil
+	}
+	p.state.rds = rds
+	return func() error { return subscribe(rds) }
+}
+
+// deltaClusters returns the EDS clusters a Delta proxy holds after a
+// response: those it held, changed by what was added and removed.
+func (p *proxy) deltaClusters(resp *response) []string {
+	var eds []string
+	changed := map[string]bool{}
+	for _, r := range resp.resources {
+		changed[r.name] = true
+		if name, isEDS := clusterNameAndType(r.value); isEDS {
+			eds = append(eds, p.fleet.intern.name(name))
+		}
+	}
+	for _, name := range resp.removed {
+		changed[name] = true
+	}
+	for _, name := range p.state.eds {
+		if !changed[name] {
+			eds = append(eds, name)
+		}
+	}
+	slices.Sort(eds)
+	return p.fleet.intern.list(slices.Compact(eds))
+}
+
+// applyVersions records the versions a Delta response changed, and
+// returns those of its type.
+func (p *proxy) applyVersions(typ string, resp *response) map[string]string {
+	versions := p.deltaVersions[typ]
+	if versions == nil {
+		versions = map[string]string{}
+		p.deltaVersions[typ] = versions
+	}
+	for _, name := range resp.removed {
+		delete(versions, name)
+	}
+	for _, r := range resp.resources {
+		versions[p.fleet.intern.name(r.name)] = p.fleet.intern.name(r.version)
+	}
+	return versions
+}
+
+// deltaRoutes records the route configurations the listeners of a Delta
+// response name, and returns those every listener held names.
+func (p *proxy) deltaRoutes(resp *response) []string {
+	for _, name := range resp.removed {
+		delete(p.listenerRoutes, name)
+	}
+	for _, r := range resp.resources {
+		p.listenerRoutes[r.name] = routeNames(r.value)
+	}
+	var rds []string
+	for _, names := range p.listenerRoutes {
+		rds = append(rds, names...)
+	}
+	return rds
+}
+
+// dynamicHeld returns the dynamic services among the clusters held.
+func (p *proxy) dynamicHeld(versions map[string]string) []int {
+	var dynamic []int
+	for name := range versions {
+		if n, ok := dynamicService(name); ok {
+			dynamic = append(dynamic, n)
+		}
+	}
+	return dynamic
+}
+
 func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -645,24 +735,9 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 		return err
 	}
 	// A new stream says what is held (initial_resource_versions).
-	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
-		if err := subscribe(typ, []string{"*"}, nil); err != nil {
-			return err
-		}
+	if err := p.sayHeld([]string{"*"}, func(typ string, names []string) error { return subscribe(typ, names, nil) }); err != nil {
+		return err
 	}
-	if len(p.state.eds) > 0 {
-		p.edsRequested = true
-		if err := subscribe(resource.EndpointType, p.state.eds, nil); err != nil {
-			return err
-		}
-	}
-	if len(p.state.rds) > 0 {
-		p.rdsRequested = true
-		if err := subscribe(resource.RouteType, p.state.rds, nil); err != nil {
-			return err
-		}
-	}
-	p.resumed()
 	resp := &response{delta: true}
 	defer resp.release()
 	for {
@@ -681,71 +756,23 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 			}
 			continue
 		}
-		versions := p.deltaVersions[typ]
-		if versions == nil {
-			versions = map[string]string{}
-			p.deltaVersions[typ] = versions
-		}
-		for _, name := range resp.removed {
-			delete(versions, name)
-		}
-		for _, r := range resp.resources {
-			versions[p.fleet.intern.name(r.name)] = p.fleet.intern.name(r.version)
-		}
+		versions := p.applyVersions(typ, resp)
 		var follow func() error
 		switch typ {
 		case resource.ClusterType:
-			// The held set changed by what was added and removed.
-			var eds []string
-			var dynamic []int
-			changed := map[string]bool{}
-			for _, r := range resp.resources {
-				changed[r.name] = true
-				if name, isEDS := clusterNameAndType(r.value); isEDS {
-					eds = append(eds, p.fleet.intern.name(name))
-				}
-			}
-			for _, name := range resp.removed {
-				changed[name] = true
-			}
-			for _, name := range p.state.eds {
-				if !changed[name] {
-					eds = append(eds, name)
-				}
-			}
-			for name := range versions {
-				if n, ok := dynamicService(name); ok {
-					dynamic = append(dynamic, n)
-				}
-			}
-			slices.Sort(eds)
-			eds = p.fleet.intern.list(slices.Compact(eds))
 			old := p.state.eds
-			follow = p.followClusters(eds, dynamic, func(names []string) error {
+			follow = p.followClusters(p.deltaClusters(resp), p.dynamicHeld(versions), func(names []string) error {
 				p.edsRequested = true
 				add, remove := diff(old, names)
 				return subscribe(resource.EndpointType, add, remove)
 			})
 		case resource.ListenerType:
-			for _, name := range resp.removed {
-				delete(p.listenerRoutes, name)
-			}
-			for _, r := range resp.resources {
-				p.listenerRoutes[r.name] = routeNames(r.value)
-			}
-			var rds []string
-			for _, names := range p.listenerRoutes {
-				rds = append(rds, names...)
-			}
-			rds = p.fleet.intern.list(rds)
-			if !slices.Equal(rds, p.state.rds) {
-				add, remove := diff(p.state.rds, rds)
-				p.state.rds = rds
-				follow = func() error {
-					p.rdsRequested = true
-					return subscribe(resource.RouteType, add, remove)
-				}
-			}
+			old := p.state.rds
+			follow = p.followRouteNames(p.deltaRoutes(resp), func(rds []string) error {
+				p.rdsRequested = true
+				add, remove := diff(old, rds)
+				return subscribe(resource.RouteType, add, remove)
+			})
 		}
 		p.observe(typ, resp.resources) // applied before it is ACKed, as above
 		if err := s.SendMsg(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.nonce}); err != nil {

@@ -1,22 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"regexp"
@@ -438,180 +433,6 @@ func (t target) name() string {
 	return fmt.Sprintf("shardpilot, %d pushers", t.pushers)
 }
 
-// proc is a control-plane process the phase started.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *os.File
-	// ads and admin are its addresses (admin empty for the baseline);
-	// heap serves /debug/pprof/heap.
-	ads, admin, heap string
-}
-
-// freeAddr returns a loopback address nobody listens on, for a process
-// to listen on soon. Its port is below Linux's ephemeral range (32768 and
-// up), where a port the kernel picked would be: the thousands of proxy
-// connections a phase opens take ephemeral ports, and one of them could
-// take the port before the process binds it.
-func freeAddr() (string, error) {
-	var last error
-	for range 100 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			last = err
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr, nil
-	}
-	return "", fmt.Errorf("no free port from 20000 to 32000: %w", last)
-}
-
-func start(out, name, bin string, args ...string) (*proc, error) {
-	return startWith(nil, out, name, bin, args...)
-}
-
-// startWith is start with env added to the process's environment.
-func startWith(env []string, out, name, bin string, args ...string) (*proc, error) {
-	f, err := os.Create(filepath.Join(out, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return &proc{name: name, cmd: cmd, log: f}, nil
-}
-
-// stop ends a process with SIGTERM, then SIGKILL after a grace period.
-func (p *proc) stop() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-	}
-	p.log.Close()
-}
-
-// terminate sends SIGTERM and reports whether the process ended within d
-// (it is killed if not).
-func (p *proc) terminate(d time.Duration) bool {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		// SIGQUIT first: the Go runtime writes every goroutine's stack to
-		// the process's log, which says where it was stuck.
-		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-		return false
-	}
-}
-
-// kill ends a process at once, as a crash would.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// ready reports whether /readyz answers 200.
-func (p *proc) ready() bool { return httpOK("http://" + p.admin + "/readyz") }
-
-// httpOK reports whether a GET of url answers 200 within a second.
-func httpOK(url string) bool {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// staleness returns a pusher's shardpilot_pusher_stale_seconds and, when
-// it is stale, the reason its /readyz gives (0 and "" when it cannot be
-// read).
-func (p *proc) staleness() (float64, string) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	var v float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "shardpilot_pusher_stale_seconds "); ok {
-			v, _ = strconv.ParseFloat(s, 64)
-			break
-		}
-	}
-	if v == 0 {
-		return 0, ""
-	}
-	why := ""
-	if resp, err := c.Get("http://" + p.admin + "/readyz"); err == nil {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "stale") {
-				why = line
-			}
-		}
-	}
-	return v, why
-}
-
-// stale reports whether a pusher says it does not follow the store
-// (shardpilot_pusher_stale_seconds above 0).
-func (p *proc) stale() bool {
-	v, _ := p.staleness()
-	return v > 0
-}
-
-// waitReady polls /readyz, or for the baseline its ADS port.
-func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p.admin != "" {
-			if p.ready() {
-				return nil
-			}
-		} else if c, err := net.DialTimeout("tcp", p.ads, time.Second); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("%s was not ready within %s (see its log in the output directory)", p.name, timeout)
-}
-
 // connect waits until every proxy holds a full config, and says what went
 // wrong when they do not within the connect timeout.
 func connect(ctx context.Context, sc Scenario, fleet *sim.Fleet, prog *progress) string {
@@ -646,142 +467,6 @@ func workDir() (work, meshDir string, err error) {
 		return "", "", err
 	}
 	return work, meshDir, nil
-}
-
-// makeChanges edits the mesh at the scenario's rates for its duration,
-// with the same sequence in every phase.
-func makeChanges(ctx context.Context, sc Scenario, mesh *meshgen.Mesh, tracker *track.Tracker, fleet *sim.Fleet, begin time.Time, prog *progress) error {
-	rng := rand.New(rand.NewPCG(sc.Seed, 3))
-	total := sc.EndpointRate + sc.RouteRate + sc.ServiceRate
-	// Changes follow a schedule rather than a ticker, which would drop
-	// ticks when the machine is busy: a late change is made at once.
-	interval := time.Duration(float64(time.Second) / total)
-	made := 0
-	added := map[int]time.Time{} // dynamic services by the change that added them
-	for i := 1; time.Duration(i)*interval < sc.Duration; i++ {
-		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-		}
-		kind := meshgen.Endpoint
-		switch x := rng.Float64() * total; {
-		case x >= sc.EndpointRate+sc.RouteRate:
-			kind = meshgen.AddService
-			if rng.IntN(2) == 0 {
-				kind = meshgen.RemoveService
-			}
-		case x >= sc.EndpointRate:
-			kind = meshgen.Route
-		}
-		pick := rng.IntN(1 << 30)
-		if kind == meshgen.RemoveService {
-			// Remove the oldest dynamic service, once every proxy can have
-			// seen it: a service added and removed within one debounce is
-			// never visible, and its changes could not be told apart from lost ones.
-			dyn := mesh.Dynamic()
-			if len(dyn) == 0 || time.Since(added[dyn[0]]) < 5*time.Second || (sc.removeSeen && !tracker.Done(dyn[0])) {
-				kind = meshgen.AddService
-			}
-			pick = 0
-		}
-		c, err := mesh.Apply(kind, pick, func(c meshgen.Change) { tracker.Made(c, time.Now()) })
-		if err != nil {
-			return err
-		}
-		if c.Kind == meshgen.AddService {
-			added[c.N] = time.Now()
-		}
-		made++
-		prog.printf("changes: %d made in %s, %d not yet at every proxy, %d/%d proxies hold a full config",
-			made, time.Since(begin).Round(time.Second), tracker.Pending(), fleet.Full(), fleet.Size())
-	}
-	prog.done("changes: %d made in %s", made, time.Since(begin).Round(time.Second))
-	return nil
-}
-
-// trickle connects sc.Trickle proxies a second beside the fleet of fcfg
-// until ctx is done, each for sc.TrickleLife, numbered after the fleet's;
-// nil when the scenario has none.
-func trickle(ctx context.Context, sc Scenario, fcfg sim.Config) *report.Trickle {
-	if sc.Trickle <= 0 {
-		return nil
-	}
-	interval := time.Duration(float64(time.Second) / sc.Trickle)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		full []time.Duration
-	)
-	started := 0
-	for ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-			f, err := sim.New(beside(fcfg, sc.Proxies+started, 1))
-			started++
-			if err != nil {
-				continue
-			}
-			wg.Go(func() {
-				life, cancel := context.WithTimeout(context.WithoutCancel(ctx), sc.TrickleLife)
-				defer cancel()
-				_ = f.Run(life)
-				if d := f.Stats().FirstFull[0]; d > 0 {
-					mu.Lock()
-					full = append(full, d)
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	wg.Wait()
-	return &report.Trickle{Rate: sc.Trickle, Life: sc.TrickleLife.Seconds(), Started: started, Served: len(full), FullP99: report.Summarise(full).P99}
-}
-
-// beside is the configuration of n proxies beside the fleet of fcfg,
-// numbered from first: untracked, and dialing the fleet's addresses.
-func beside(fcfg sim.Config, first, n int) sim.Config {
-	fcfg.Observer, fcfg.Resolve, fcfg.Shard, fcfg.Shards = nil, nil, 0, 1
-	fcfg.First, fcfg.Proxies = first, n
-	return fcfg
-}
-
-// hogs starts n processes that spin until the returned function is
-// called.
-func hogs(n int) (stop func()) {
-	var cmds []*exec.Cmd
-	for range n {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		if cmd.Start() == nil {
-			cmds = append(cmds, cmd)
-		}
-	}
-	return func() {
-		for _, c := range cmds {
-			c.Process.Kill()
-			c.Wait()
-		}
-	}
-}
-
-// slowReaders runs sc.SlowReaders proxies beside the fleet of fcfg until
-// ctx is done, each reading its responses sc.SlowReadDelay late.
-func slowReaders(ctx context.Context, sc Scenario, fcfg sim.Config) {
-	if sc.SlowReaders <= 0 {
-		return
-	}
-	cfg := beside(fcfg, sc.Proxies+100_000, sc.SlowReaders)
-	cfg.ReadDelay = sc.SlowReadDelay
-	f, err := sim.New(cfg)
-	if err != nil {
-		return
-	}
-	_ = f.Run(ctx)
 }
 
 // storm kills the pusher holding every proxy and makes a change at that
@@ -932,24 +617,6 @@ func profile(ctx context.Context, sc Scenario, servers []*proc) (wait func()) {
 			save(p, "heap?gc=1", "-heap.pprof")
 		}
 	}
-}
-
-// changeTraffic returns what a proxy had received before the changes
-// (before), and what it received per change made and per xDS type between
-// before and after.
-func changeTraffic(before, after sim.Stats, made int) (float64, []report.TypeTraffic) {
-	var config int64
-	for _, b := range before.Bytes {
-		config += b
-	}
-	proxies := float64(max(before.Proxies, 1))
-	var per []report.TypeTraffic
-	for i := range sim.Types {
-		d := after.ByType[i].Minus(before.ByType[i])
-		n := proxies * float64(max(made, 1))
-		per = append(per, report.TypeTraffic{Type: sim.TypeNames[i], Responses: float64(d.Responses) / n, Bytes: float64(d.Bytes) / n})
-	}
-	return float64(config) / proxies, per
 }
 
 // finish sets a phase's figures from what the proxies received, when each

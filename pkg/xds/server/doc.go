@@ -39,12 +39,11 @@
 //
 // The locks of this package and of package cache, three and five, and the
 // only order in which one is taken while another is held (left before
-// right):
+// right; every pair held together is on one of these lines):
 //
-//	stream.mu → books → cache.Cache.mu → cache.Table.updating → cache.Table.mu
-//	stream.mu → cache.Cache.mu → cache.Table.mu → cache.Set.mu
-//	cache.Table.updating → cache.Table.mu → pushQueue.mu
-//	cache.Table.updating → cache.validator.mu
+//	stream.mu → books → cache.Cache.mu
+//	books → cache.Table.updating → cache.Table.mu → cache.validator.mu
+//	stream.mu → cache.Set.mu → cache.Table.mu → pushQueue.mu
 //
 // stream.mu guards what a stream's handler shares with the senders and
 // the status readers. The books (Streams.mu, which every server given the
@@ -52,7 +51,10 @@
 // streams, the streams of each class, the connections of each source and
 // the names each holder holds (classSet, conns, budget); each step is a
 // few map operations, and only the dropping of an idle class's tables
-// goes on into the cache. pushQueue.mu guards the queue of streams
+// goes on into the cache. cache.Cache.mu guards the cache's tables by
+// class and is held alone; a table's updating lock orders its writers,
+// its read-write lock its entries, log and sets; a set's lock has the
+// streams of a set encode a response once between them. pushQueue.mu guards the queue of streams
 // waiting for a sender and every stream's place with the senders (queued,
 // running, parked, done). Who walks the streams copies the list under the
 // books and then takes each stream's lock. Hooks are called with none of

@@ -147,9 +147,9 @@ func (r *faultRig) startIngester(id string) (*proc, error) {
 }
 
 func (r *faultRig) startPusher(i int, ads, admin string) (*proc, error) {
-	p, err := start(r.sc.out, fmt.Sprintf("faults-pusher-%d-%d", i, time.Now().UnixNano()%1e6), filepath.Join(r.sc.bin, "pusher"),
-		"--etcd-endpoints", r.etcdURL, "--nats-url", r.natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin, "--log-level", "info", "--send-timeout", "1m",
-		"--max-connections-per-source", "-1")
+	args := append([]string{"--etcd-endpoints", r.etcdURL, "--nats-url", r.natsURL, "--ads-plaintext", "--ads-addr", ads, "--admin-addr", admin,
+		"--log-level", "info", "--send-timeout", "1m", "--max-connections-per-source", "-1"}, r.sc.PusherFlags...)
+	p, err := start(r.sc.out, fmt.Sprintf("faults-pusher-%d-%d", i, time.Now().UnixNano()%1e6), filepath.Join(r.sc.bin, "pusher"), args...)
 	if err != nil {
 		return nil, err
 	}

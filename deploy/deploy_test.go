@@ -225,6 +225,8 @@ func TestChart(t *testing.T) {
 	// Every pusher flag is in the chart.
 	pusher := filepath.Join(t.TempDir(), "pusher")
 	run(t, "go", "build", "-o", pusher, "../cmd/pusher")
+	ingester := filepath.Join(t.TempDir(), "ingester")
+	run(t, "go", "build", "-o", ingester, "../cmd/ingester")
 	help, _ := exec.Command(pusher, "--help").CombinedOutput()
 	flags := envName.FindAllStringSubmatch(string(help), -1)
 	if len(flags) < 10 {
@@ -278,7 +280,8 @@ func TestChart(t *testing.T) {
 
 			dep := checkPusher(t, objs, v)
 			checkPusherFlags(t, dep, flags, helpers, firstPusher(v))
-			checkPusherStarts(t, dep, pusher)
+			checkStarts(t, dep, pusher)
+			checkStarts(t, find(objs, "Deployment", "sp-ingester"), ingester)
 			checkMountedFiles(t, dep, find(objs, "Deployment", "sp-ingester"))
 			if name == "secured" {
 				checkSecured(t, objs)
@@ -384,12 +387,16 @@ func checkPusherFlags(t *testing.T, dep *unstructured.Unstructured, flags [][]st
 	}
 }
 
-// checkPusherStarts runs the pusher binary with the environment the chart
-// renders (--check-flags: the checks it makes before it starts, no file
-// read): a rendered set of flags it refuses would be a pod that exits at
-// its start. Values from Secrets and the downward API are placeholders.
-func checkPusherStarts(t *testing.T, dep *unstructured.Unstructured, bin string) {
+// checkStarts runs a command's binary (the pusher's, the ingester's) with
+// the environment the chart renders for its Deployment (--check-flags: the
+// checks it makes before it starts, no file read): a rendered set of flags
+// it refuses would be a pod that exits at its start. Values from Secrets
+// and the downward API are placeholders.
+func checkStarts(t *testing.T, dep *unstructured.Unstructured, bin string) {
 	t.Helper()
+	if dep == nil {
+		t.Fatalf("%s: no Deployment rendered", filepath.Base(bin))
+	}
 	c := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range c["env"].([]any) {
@@ -403,7 +410,7 @@ func checkPusherStarts(t *testing.T, dep *unstructured.Unstructured, bin string)
 	cmd := exec.Command(bin, "--check-flags")
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("the pusher refuses the flags the chart renders (its pods would exit at start): %v\n%s", err, out)
+		t.Errorf("%s refuses the flags the chart renders for %s (its pods would exit at start): %v\n%s", filepath.Base(bin), dep.GetName(), err, out)
 	}
 }
 

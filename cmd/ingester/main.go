@@ -49,7 +49,11 @@ type cluster struct {
 
 // parseKubeconfigs reads "[<cluster-id>=]<path>" entries; the path
 // "in-cluster" means the pod's own service account.
-func parseKubeconfigs(list string) ([]cluster, error) {
+func parseKubeconfigs(list string) ([]cluster, error) { return kubeconfigs(list, true) }
+
+// kubeconfigs is parseKubeconfigs; unless read, the files are not read
+// (each cluster's config is nil).
+func kubeconfigs(list string, read bool) ([]cluster, error) {
 	var out []cluster
 	seen := map[string]bool{}
 	for _, entry := range strings.Split(list, ",") {
@@ -65,11 +69,18 @@ func parseKubeconfigs(list string) ([]cluster, error) {
 			return nil, fmt.Errorf("--kubeconfig: cluster ID %q is given twice; name each cluster: id=path", id)
 		}
 		seen[id] = true
-		cfg, err := cli.KubeConfig(path)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s: %w", entry, err)
+		if path == "" {
+			return nil, fmt.Errorf("--kubeconfig %s: no path", entry)
 		}
-		out = append(out, cluster{id: id, kube: cfg})
+		c := cluster{id: id}
+		if read {
+			cfg, err := cli.KubeConfig(path)
+			if err != nil {
+				return nil, fmt.Errorf("--kubeconfig %s: %w", entry, err)
+			}
+			c.kube = cfg
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -131,6 +142,8 @@ type options struct {
 	registrationLimits                                                                      kube.RegistrationLimits
 	kubeQPS                                                                                 float64
 	kubeBurst                                                                               int
+	// checkOnly validates the flags and exits (--check-flags).
+	checkOnly bool
 }
 
 // register defines the flags on fs.
@@ -166,6 +179,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.kubeBurst, "kube-burst", 160, "burst of requests to each Kubernetes API server")
 	fs.DurationVar(&o.relayRepairAfter, "relay-repair-after", 30*time.Second, "how long the bus may refuse every publish before the relay starts a new history of the stream (a RESYNC every pusher obeys, fresh de-duplication ids) instead of retrying the same write")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", 10*time.Second, "how long a crashed leader keeps its leadership before another replica takes over")
+	fs.BoolVar(&o.checkOnly, "check-flags", false, "check the flags and their environment twins, as the ingester does before it starts, then exit (0: it would start; files are not read)")
 }
 
 // validated is what the flags say, checked.
@@ -180,7 +194,7 @@ type validated struct {
 
 // validate checks the flags before anything starts.
 func (o *options) validate() (v validated, err error) {
-	v.clusters, err = parseKubeconfigs(o.kubeconfigs)
+	v.clusters, err = kubeconfigs(o.kubeconfigs, !o.checkOnly)
 	if err != nil {
 		return v, err
 	}
@@ -188,7 +202,9 @@ func (o *options) validate() (v validated, err error) {
 		return v, fmt.Errorf("--kube-qps %g, --kube-burst %d: want positive numbers", o.kubeQPS, o.kubeBurst)
 	}
 	for _, c := range v.clusters {
-		c.kube.QPS, c.kube.Burst = float32(o.kubeQPS), o.kubeBurst
+		if c.kube != nil {
+			c.kube.QPS, c.kube.Burst = float32(o.kubeQPS), o.kubeBurst
+		}
 	}
 	if l := o.registrationLimits; l.WritesPerSecond <= 0 || l.NamespaceWritesPerSecond <= 0 {
 		return v, fmt.Errorf("--registration-writes-per-identity %g, --registration-writes-per-namespace %g: want positive numbers", l.WritesPerSecond, l.NamespaceWritesPerSecond)
@@ -225,7 +241,7 @@ func (o *options) validate() (v validated, err error) {
 		return v, fmt.Errorf("--namespace-selector %q: %w", o.nsSelector, err)
 	}
 	v.bus = bus.Config{Stream: o.remote.Stream}
-	if o.signingKeyFile != "" {
+	if o.signingKeyFile != "" && !o.checkOnly {
 		if v.bus.Sign, err = cli.SigningKey("bus-signing-key-file", o.signingKeyFile); err != nil {
 			return v, err
 		}
@@ -290,7 +306,7 @@ func run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	v, err := o.validate()
-	if err != nil {
+	if err != nil || o.checkOnly {
 		return err
 	}
 	busCfg := v.bus

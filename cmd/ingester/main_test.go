@@ -103,4 +103,26 @@ func TestInjectFlags(t *testing.T) {
 	}
 }
 
+// TestCheckFlags: --check-flags checks the flags as a start would, without
+// reading a file or starting anything, and exits 0 when they would start.
+func TestCheckFlags(t *testing.T) {
+	ok := []string{"--check-flags", "--kubeconfig", "east=/nowhere/kubeconfig,west=in-cluster", "--bus-signing-key-file", "/nowhere/key.pem",
+		"--etcd-endpoints", "http://127.0.0.1:1", "--admin-token-file", "/nowhere/token"}
+	if err := run(context.Background(), ok); err != nil {
+		t.Errorf("%q: %v, want the flags taken (no file read)", ok, err)
+	}
+	for args, want := range map[string]string{
+		"--check-flags": "nothing to ingest",
+		"--check-flags --mesh-dir x --kube-qps 0":             "--kube-qps 0",
+		"--check-flags --kubeconfig a=x,a=y":                  `cluster ID "a" is given twice`,
+		"--check-flags --kubeconfig a=":                       "--kubeconfig a=: no path",
+		"--check-flags --mesh-dir x --inject-addr :0":         "give --inject-cert-file",
+		"--check-flags --mesh-dir x --kube-namespace-parts 0": "--kube-namespace-parts 0",
+	} {
+		if err := run(context.Background(), strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want it to say %q", args, err, want)
+		}
+	}
+}
+
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -49,11 +49,8 @@ type cluster struct {
 
 // parseKubeconfigs reads "[<cluster-id>=]<path>" entries; the path
 // "in-cluster" means the pod's own service account.
-func parseKubeconfigs(list string) ([]cluster, error) { return kubeconfigs(list, true) }
-
-// kubeconfigs is parseKubeconfigs; unless read, the files are not read
-// (each cluster's config is nil).
-func kubeconfigs(list string, read bool) ([]cluster, error) {
+// Unless read, the files are not read (each cluster's config is nil).
+func parseKubeconfigs(list string, read bool) ([]cluster, error) {
 	var out []cluster
 	seen := map[string]bool{}
 	for _, entry := range strings.Split(list, ",") {
@@ -194,7 +191,7 @@ type validated struct {
 
 // validate checks the flags before anything starts.
 func (o *options) validate() (v validated, err error) {
-	v.clusters, err = kubeconfigs(o.kubeconfigs, !o.checkOnly)
+	v.clusters, err = parseKubeconfigs(o.kubeconfigs, !o.checkOnly)
 	if err != nil {
 		return v, err
 	}

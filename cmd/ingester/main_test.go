@@ -29,21 +29,21 @@ func TestParseKubeconfigs(t *testing.T) {
 	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := parseKubeconfigs("east=" + path + ", west=" + path)
+	got, err := parseKubeconfigs("east="+path+", west="+path, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0].id != "east" || got[1].id != "west" || got[0].kube.Host != "https://127.0.0.1:6443" {
 		t.Errorf("got %+v", got)
 	}
-	if one, err := parseKubeconfigs(path); err != nil || len(one) != 1 || one[0].id != "Kubernetes" {
+	if one, err := parseKubeconfigs(path, true); err != nil || len(one) != 1 || one[0].id != "Kubernetes" {
 		t.Errorf("a path alone: %+v %v, want cluster ID Kubernetes", one, err)
 	}
 	for list, want := range map[string]string{
 		"a=" + path + ",a=" + path: `cluster ID "a" is given twice`,
 		"a=/does/not/exist":        "--kubeconfig a=/does/not/exist",
 	} {
-		if _, err := parseKubeconfigs(list); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := parseKubeconfigs(list, true); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want it to say %q", list, err, want)
 		}
 	}

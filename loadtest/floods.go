@@ -230,15 +230,9 @@ func (r *floodRig) startKube(spec meshgen.Spec) (string, error) {
 // issue makes the CA, the pusher's serving certificate and the clients'
 // (the honest proxy, the attacker, the workload) and the roots they trust.
 func (r *floodRig) issue() (ca *pki.CA, cert, key string, err error) {
-	ca, err = pki.NewCA(r.work, "floods", 24*time.Hour)
-	if err != nil {
+	if ca, r.serving, r.roots, err = servingCA(r.work, "floods"); err != nil {
 		return nil, "", "", err
 	}
-	cert, key, err = ca.Issue("pusher")
-	if err != nil {
-		return nil, "", "", err
-	}
-	r.serving = []string{cert, key}
 	for who, into := range map[string]*tls.Certificate{"honest": &r.honest, "attacker": &r.attacker, "vm": &r.vm} {
 		ns := map[bool]string{true: "vm-quiet", false: "ns-0"}[who == "vm"]
 		c, k, err := ca.Issue(who, "spiffe://cluster.local/ns/"+ns+"/sa/"+who)
@@ -249,13 +243,7 @@ func (r *floodRig) issue() (ca *pki.CA, cert, key string, err error) {
 			return nil, "", "", err
 		}
 	}
-	pem, err := os.ReadFile(ca.CertFile)
-	if err != nil {
-		return nil, "", "", err
-	}
-	r.roots = x509.NewCertPool()
-	r.roots.AppendCertsFromPEM(pem)
-	return ca, cert, key, nil
+	return ca, r.serving[0], r.serving[1], nil
 }
 
 // sealKey writes a key for sealing the CA's key in the store, and returns

@@ -205,23 +205,28 @@ func (cp *controlPlane) startShardpilot(ctx context.Context, source []string) er
 
 // issue makes a CA, the pushers' serving certificate and the roots the
 // proxies trust.
-func (cp *controlPlane) issue() error {
-	ca, err := pki.NewCA(cp.work, "loadtest", 24*time.Hour)
-	if err != nil {
-		return err
+func (cp *controlPlane) issue() (err error) {
+	_, cp.serving, cp.roots, err = servingCA(cp.work, "loadtest")
+	return err
+}
+
+// servingCA makes a CA in dir, a pusher's serving certificate and key
+// (serving) and the roots a proxy trusts.
+func servingCA(dir, name string) (ca *pki.CA, serving []string, roots *x509.CertPool, err error) {
+	if ca, err = pki.NewCA(dir, name, 24*time.Hour); err != nil {
+		return nil, nil, nil, err
 	}
 	cert, key, err := ca.Issue("pusher")
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	cp.serving = []string{cert, key}
 	pem, err := os.ReadFile(ca.CertFile)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	cp.roots = x509.NewCertPool()
-	cp.roots.AppendCertsFromPEM(pem)
-	return nil
+	roots = x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	return ca, []string{cert, key}, roots, nil
 }
 
 // startPusher starts pusher i (shard i when sharded); the caller waits

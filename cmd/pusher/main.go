@@ -61,6 +61,7 @@ type options struct {
 	certEvery                          time.Duration
 	certBurst                          int
 	workloadCerts                      *string
+	vhds                               bool
 
 	// What is generated, and when.
 	verifyKeyFile, trustDomain, rootNamespace, outbound string
@@ -110,6 +111,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.certEvery, "ca-identity-every", 50*time.Millisecond, "Istio's CA service signs one identity (a service account) one certificate this often, after a burst of --ca-identity-burst (0: unbounded): its pods ask at start and at each rotation; a caller asking more is refused (ResourceExhausted) and retries")
 	fs.IntVar(&o.certBurst, "ca-identity-burst", 1000, "certificates one identity may be signed at once before --ca-identity-every applies (a rollout of that many pods of one service account)")
 	fs.DurationVar(&o.maxCertTTL, "workload-cert-max-ttl", 90*24*time.Hour, "longest lifetime of a certificate Istio's agents get from the CA service on the ADS port (istio.v1.auth.IstioCertificateService/CreateCertificate): what they ask for, capped")
+	fs.BoolVar(&o.vhds, "vhds", true, "send the sidecar Envoys that speak Delta xDS their route configurations' virtual hosts apart (VHDS, over ADS): a route change sends each the one virtual host it changed, not its port's whole route configuration; false: every Envoy gets its route configurations whole, as istiod sends them")
 	fs.BoolVar(&o.plaintext, "ads-plaintext", false, "serve ADS without TLS, where any client reads any namespace's config by claiming it (for trials and tests)")
 	fs.StringVar(&o.name, "name", host, "this replica's name, announced in etcd for shardctl proxy-status (the pod name)")
 	fs.DurationVar(&o.quiet, "debounce-quiet", 10*time.Millisecond, "quiet period before changes are generated (streams coalesce what arrives while a response is in flight)")
@@ -323,7 +325,7 @@ func run(ctx context.Context, args []string) (err error) {
 	if o.adsClientCA != "" {
 		authenticated = &policy
 	}
-	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger, StoreCheck: o.storeCheck,
+	built, err := app.Pusher{Etcd: etcd, NATS: nc, Bus: busCfg, ADS: adsLis, RootNamespace: o.rootNamespace, Namespaces: served, NamespacesFile: o.namespacesFile, ScopeByProxies: o.scopeByProxies, ScopeGrace: o.scopeGrace, MeshOverrides: overrides, TrustDomain: o.trustDomain, AgentCertificates: *o.workloadCerts == "agent", WholeRoutes: !o.vhds, ClientCA: clientCA, SharedGatewayNamespaces: append([]string{}, cli.List(*o.sharedGateways)...), Policy: authenticated, Quiet: o.quiet, MaxDelay: o.maxDelay, MaxHold: o.maxHold, ClusterLinger: o.linger, StoreCheck: o.storeCheck,
 		Name: o.name, RegistrationHeartbeat: o.registrationHeartbeat,
 		XDS: o.xcfg, Certificates: certificates, Log: log, Registerer: reg, Streams: status}.Build()
 	if err != nil {

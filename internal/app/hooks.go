@@ -74,6 +74,8 @@ func (c hooks) OnNewClass(class cache.Class) { c.pusher.FillClass(class) }
 
 func (c hooks) OnResponseLimit(class cache.Class) int { return c.pusher.ResponseLimit(class) }
 
+func (c hooks) OnVirtualHosts(class cache.Class) bool { return c.pusher.VirtualHosts(class) }
+
 func (c hooks) OnRegister(r grpc.ServiceRegistrar) { c.register(r) }
 
 // OnNode checks a proxy's identity, then that this pusher serves its

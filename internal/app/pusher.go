@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -93,6 +94,10 @@ type Pusher struct {
 	// AgentCertificates says Envoys get their workload certificates from
 	// Istio's agent beside them, not from the pushers (see pusher.Config).
 	AgentCertificates bool
+	// WholeRoutes sends every Envoy its route configurations whole; by
+	// default those that speak Delta are sent their virtual hosts apart
+	// (VHDS, see pusher.Config.VirtualHosts).
+	WholeRoutes bool
 	// SharedGatewayNamespaces binds gateway proxies to their namespace's
 	// Gateways, but for these namespaces' (see pusher.Config); nil: none
 	// bound, as istiod.
@@ -141,7 +146,7 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 		return nil, err
 	}
 	c, err := cache.New(cache.Config{
-		Classes: pusher.Classes, Types: pusher.ClassTypes, SharedTypes: pusher.SharedTypes, Log: p.Log, Registerer: p.Registerer,
+		Classes: pusher.Classes, Types: slices.Concat(pusher.ClassTypes, pusher.VHDSTypes), SharedTypes: pusher.SharedTypes, Log: p.Log, Registerer: p.Registerer,
 	})
 	if err != nil {
 		return nil, err
@@ -171,7 +176,7 @@ func (p Pusher) Build() (*BuiltPusher, error) {
 	}
 	out.Pusher, err = pusher.New(pusher.Config{
 		RootNamespace: p.RootNamespace, NoAutoMTLS: p.XDS.Secrets == nil && !p.AgentCertificates, MeshOverrides: p.MeshOverrides, TrustDomain: p.TrustDomain,
-		AgentCertificates: p.AgentCertificates, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Tables: c, Localities: lc, Log: p.Log.With("part", "pusher"),
+		AgentCertificates: p.AgentCertificates, VirtualHosts: !p.WholeRoutes, SharedGatewayNamespaces: p.SharedGatewayNamespaces, Namespaces: namespaces, Placed: p.NamespacesFile != "", ScopeByProxies: p.ScopeByProxies, ScopeGrace: p.ScopeGrace, Loader: store.New(p.Etcd), Feed: b, Tables: c, Localities: lc, Log: p.Log.With("part", "pusher"),
 		Registerer: p.Registerer, Quiet: p.Quiet, MaxDelay: p.MaxDelay, MaxHold: p.MaxHold, ClusterLinger: p.ClusterLinger, StoreCheck: p.StoreCheck,
 	})
 	if err != nil {

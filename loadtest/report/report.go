@@ -263,7 +263,7 @@ type Phase struct {
 // TypeTraffic is what a proxy received of one xDS type while the changes
 // were made, per change made.
 type TypeTraffic struct {
-	Type      string  `json:"type"` // CDS, EDS, LDS, RDS
+	Type      string  `json:"type"` // CDS, EDS, LDS, RDS, VHDS
 	Responses float64 `json:"responses"`
 	Bytes     float64 `json:"bytes"`
 }
@@ -498,7 +498,7 @@ func (t figureTable) traffic() {
 	row("responses per proxy", func(p Phase) float64 { return p.ResponsesPerProxy }, "")
 	row("bytes per proxy", func(p Phase) float64 { return p.BytesPerProxy / 1024 }, "KiB")
 	row("· before the changes (full config)", func(p Phase) float64 { return p.ConfigBytesPerProxy / 1024 }, "KiB")
-	for _, typ := range []string{"CDS", "EDS", "LDS", "RDS"} {
+	for _, typ := range []string{"CDS", "EDS", "LDS", "RDS", "VHDS"} {
 		changed := func(f func(t TypeTraffic) float64) func(p Phase) float64 {
 			return func(p Phase) float64 {
 				for _, t := range p.ChangeTraffic {

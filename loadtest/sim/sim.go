@@ -270,8 +270,8 @@ func (f *Fleet) Stats() Stats {
 
 // Types are the xDS types a proxy counts what it receives by, and
 // TypeNames are their names as operators say them.
-var Types = [...]string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
-var TypeNames = [len(Types)]string{"CDS", "EDS", "LDS", "RDS"}
+var Types = [...]string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType, resource.VirtualHostType}
+var TypeNames = [len(Types)]string{"CDS", "EDS", "LDS", "RDS", "VHDS"}
 
 // Received is what proxies received of one type.
 type Received struct{ Responses, Bytes int64 }
@@ -317,6 +317,7 @@ type proxy struct {
 	listenerRoutes             map[string][]string // listener → route names (Delta)
 	acked                      map[string]bool     // type → ever ACKed
 	edsRequested, rdsRequested bool
+	vhdsRequested              bool
 	// seenRoute and seenEndpoint are the last marker reported per service
 	// (plus one), so that the tracker hears only of new ones: a route
 	// configuration carries every service's marker, and most did not change.
@@ -326,7 +327,10 @@ type proxy struct {
 // holdings is what a proxy holds, in names.
 type holdings struct {
 	eds, rds []string // subscribed names, sorted and interned
-	dynamic  []int    // dynamic services among its clusters
+	// vhds are the route configurations whose virtual hosts come apart
+	// (VHDS, Delta alone), sorted and interned.
+	vhds    []string
+	dynamic []int // dynamic services among its clusters
 }
 
 func (p *proxy) run(ctx context.Context) {
@@ -384,7 +388,8 @@ func (p *proxy) readLate(ctx context.Context) error {
 // markFull notes a full config once every type has been ACKed.
 func (p *proxy) markFull() {
 	if p.full || !p.acked[resource.ClusterType] || !p.acked[resource.ListenerType] ||
-		(len(p.state.eds) > 0 && !p.acked[resource.EndpointType]) || (len(p.state.rds) > 0 && !p.acked[resource.RouteType]) {
+		(len(p.state.eds) > 0 && !p.acked[resource.EndpointType]) || (len(p.state.rds) > 0 && !p.acked[resource.RouteType]) ||
+		(len(p.state.vhds) > 0 && !p.acked[resource.VirtualHostType]) {
 		return
 	}
 	p.full = true
@@ -497,7 +502,8 @@ func (p *proxy) runSotW(ctx context.Context, conn *grpc.ClientConn) error {
 // the pusher, finding them current, sent nothing, and the proxy was never
 // counted full again).
 func (p *proxy) held(typ string) {
-	if (typ == resource.EndpointType && !p.edsRequested) || (typ == resource.RouteType && !p.rdsRequested) {
+	if (typ == resource.EndpointType && !p.edsRequested) || (typ == resource.RouteType && !p.rdsRequested) ||
+		(typ == resource.VirtualHostType && !p.vhdsRequested) {
 		return
 	}
 	p.acked[typ] = true
@@ -590,7 +596,7 @@ func (p *proxy) observe(typ string, rs []body) {
 		for _, r := range rs {
 			forEachEndpointMarker(r.value, func(svc, n int) { saw(&p.seenEndpoint, meshgen.Endpoint, svc, n) })
 		}
-	case resource.RouteType:
+	case resource.RouteType, resource.VirtualHostType:
 		for _, r := range rs {
 			p.fleet.routeMarkers.each(r.value, func(svc, n int) { saw(&p.seenRoute, meshgen.Route, svc, n) })
 		}
@@ -615,6 +621,12 @@ func (p *proxy) sayHeld(wildcard []string, ask func(typ string, names []string) 
 	if len(p.state.rds) > 0 {
 		p.rdsRequested = true
 		if err := ask(resource.RouteType, p.state.rds); err != nil {
+			return err
+		}
+	}
+	if len(p.state.vhds) > 0 {
+		p.vhdsRequested = true
+		if err := ask(resource.VirtualHostType, p.state.vhds); err != nil {
 			return err
 		}
 	}
@@ -699,6 +711,43 @@ func (p *proxy) deltaRoutes(resp *response) []string {
 	return rds
 }
 
+// followVirtualHosts records the route configurations of a Delta response
+// whose virtual hosts come apart (VHDS: their vhds field is set), and
+// returns what asks for them, as Envoy does, by the configurations' names
+// (the virtual hosts' namespace), when they changed.
+func (p *proxy) followVirtualHosts(resp *response, subscribe func([]string) error) func() error {
+	apart := map[string]bool{}
+	for _, name := range p.state.vhds {
+		apart[name] = true
+	}
+	for _, name := range resp.removed {
+		delete(apart, name)
+	}
+	for _, r := range resp.resources {
+		apart[p.fleet.intern.name(r.name)] = hasVHDS(r.value)
+	}
+	var vhds []string
+	for name, on := range apart {
+		if on {
+			vhds = append(vhds, name)
+		}
+	}
+	slices.Sort(vhds)
+	vhds = p.fleet.intern.list(vhds)
+	if slices.Equal(vhds, p.state.vhds) {
+		return nil
+	}
+	p.state.vhds = vhds
+	return func() error { return subscribe(vhds) }
+}
+
+// hasVHDS reports whether an encoded route configuration sets vhds (9).
+func hasVHDS(b []byte) bool {
+	found := false
+	eachBytes(b, 9, func([]byte) { found = true })
+	return found
+}
+
 // dynamicHeld returns the dynamic services among the clusters held.
 func (p *proxy) dynamicHeld(versions map[string]string) []int {
 	var dynamic []int
@@ -722,7 +771,7 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 		p.listenerRoutes = map[string][]string{}
 		p.acked = map[string]bool{}
 	}
-	p.edsRequested, p.rdsRequested = false, false
+	p.edsRequested, p.rdsRequested, p.vhdsRequested = false, false, false
 	node := p.node // on the first request alone, as Istio's bootstrap has Envoy do
 	subscribe := func(typ string, add, remove []string) error {
 		known := p.deltaVersions[typ]
@@ -772,6 +821,13 @@ func (p *proxy) runDelta(ctx context.Context, conn *grpc.ClientConn) error {
 				p.rdsRequested = true
 				add, remove := diff(old, rds)
 				return subscribe(resource.RouteType, add, remove)
+			})
+		case resource.RouteType:
+			old := p.state.vhds
+			follow = p.followVirtualHosts(resp, func(vhds []string) error {
+				p.vhdsRequested = true
+				add, remove := diff(old, vhds)
+				return subscribe(resource.VirtualHostType, add, remove)
 			})
 		}
 		p.observe(typ, resp.resources) // applied before it is ACKed, as above

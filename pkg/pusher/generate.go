@@ -78,6 +78,7 @@ func (p *Pusher) generate(c change) {
 		p.prints.keep(classes)
 		p.patchValues.Sweep()
 		p.apiListeners.sweep()
+		p.vhds.sweep()
 		p.linger.keep(classes)
 		p.armLinger(start, p.linger.next())
 		if previous != nil && !previous.Same(index) {
@@ -246,13 +247,48 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 	// The clusters it lost now linger: the print records them, so the
 	// generation that lets them go regenerates the class.
 	p.prints.set(class, withLingering(base, p.linger.key(class)))
-	publish(p, class, resource.RouteType, p.routes.reuse(class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy)))))
+	routes := p.routes.reuse(class, shape.routes(generate.RoutesFrom(m, proxy, p.virtualHost(proxy))))
+	publish(p, class, resource.RouteType, routes)
+	if p.VirtualHosts(class) {
+		p.publishVirtualHosts(class, routes)
+	}
 	listeners := generate.ListenersFrom(m, proxy, security, p.apiListeners.get)
 	if proxy == generate.Proxyless {
 		listeners = append(listeners, generate.ServerListeners(mesh, view.Namespace, security)...)
 	}
 	publish(p, class, resource.ListenerType, shape.listeners(listeners))
 	p.noteRefusals(class, shape)
+}
+
+// VirtualHosts says whether the Envoys of a class that speak Delta are sent
+// their route configurations' virtual hosts apart (Config.VirtualHosts):
+// the sidecars' classes, not the gateways'.
+func (p *Pusher) VirtualHosts(class cache.Class) bool {
+	return p.cfg.VirtualHosts && classify.ParseClass(class).Kind == generate.Envoy.String()
+}
+
+// publishVirtualHosts hands the tables a class's route configurations as
+// an Envoy that takes their virtual hosts apart is sent them (VHDS): each
+// without its virtual hosts (cache.VHDSRoutesType), and each virtual host
+// on its own, named <route configuration>/<its name>. A route change then
+// changes one virtual host, not its port's whole configuration.
+func (p *Pusher) publishVirtualHosts(class cache.Class, routes []*route.RouteConfiguration) {
+	apart := make([]*route.RouteConfiguration, len(routes))
+	var hosts []*route.VirtualHost
+	for i, rc := range routes {
+		if len(rc.VirtualHosts) == 0 {
+			// Nothing to take apart: Envoy would wait for the virtual
+			// hosts of a configuration the stream never sends one of.
+			apart[i] = rc
+			continue
+		}
+		apart[i] = p.vhds.routes(rc)
+		for _, vh := range rc.VirtualHosts {
+			hosts = append(hosts, p.vhds.host(rc.Name, vh))
+		}
+	}
+	publish(p, class, cache.VHDSRoutesType, apart)
+	publish(p, class, resource.VirtualHostType, hosts)
 }
 
 // virtualHost returns the virtual hosts for a kind of proxy from the LRU

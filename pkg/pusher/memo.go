@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"slices"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
@@ -230,4 +231,82 @@ func printChanged(pr *prints, class cache.Class, print uint64) bool {
 	old, ok := pr.get(class)
 	pr.set(class, print)
 	return !ok || old != print
+}
+
+// virtualHosts keeps, from one full generation to the next, the route
+// configurations as an Envoy that takes their virtual hosts apart (VHDS)
+// is sent them: each configuration without its virtual hosts, and each
+// virtual host named as VHDS names it (<route configuration>/<host>). One
+// is made per object the generators hand over, so that the tables are
+// handed the same objects again and skip them.
+type virtualHosts struct {
+	cur, next struct {
+		routes map[*route.RouteConfiguration]*route.RouteConfiguration
+		hosts  map[hostOf]*route.VirtualHost
+	}
+}
+
+// hostOf is a virtual host of a route configuration, by name.
+type hostOf struct {
+	routes string
+	host   *route.VirtualHost
+}
+
+// adsSource names the ADS stream a resource came on as its
+// virtual hosts' source.
+var adsSource = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	ResourceApiVersion: core.ApiVersion_V3}
+
+// routes returns rc without its virtual hosts, which it names the ADS
+// stream the source of.
+func (v *virtualHosts) routes(rc *route.RouteConfiguration) *route.RouteConfiguration {
+	out := v.next.routes[rc]
+	if out == nil {
+		if out = v.cur.routes[rc]; out == nil {
+			out = withoutHosts(rc)
+			out.Vhds = &route.Vhds{ConfigSource: adsSource}
+		}
+		if v.next.routes == nil {
+			v.next.routes = map[*route.RouteConfiguration]*route.RouteConfiguration{}
+		}
+		v.next.routes[rc] = out
+	}
+	return out
+}
+
+// host returns vh named as a virtual host of the route configuration
+// routes: <routes>/<its name>.
+func (v *virtualHosts) host(routes string, vh *route.VirtualHost) *route.VirtualHost {
+	key := hostOf{routes, vh}
+	out := v.next.hosts[key]
+	if out == nil {
+		if out = v.cur.hosts[key]; out == nil {
+			out = renamed(vh, routes+"/"+vh.GetName())
+		}
+		if v.next.hosts == nil {
+			v.next.hosts = map[hostOf]*route.VirtualHost{}
+		}
+		v.next.hosts[key] = out
+	}
+	return out
+}
+
+// sweep forgets what was not asked for since the sweep before last.
+func (v *virtualHosts) sweep() {
+	v.cur, v.next = v.next, v.cur
+	clear(v.next.routes)
+	clear(v.next.hosts)
+}
+
+// renamed returns vh under another name, sharing what it holds (vh is not
+// changed).
+func renamed(vh *route.VirtualHost, name string) *route.VirtualHost {
+	out := &route.VirtualHost{}
+	m := out.ProtoReflect()
+	vh.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		m.Set(fd, v)
+		return true
+	})
+	out.Name = name
+	return out
 }

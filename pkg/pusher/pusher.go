@@ -60,6 +60,11 @@ var (
 	Classes     = []cache.Class{cache.Class(generate.Envoy.String()), cache.Class(generate.Proxyless.String())}
 	ClassTypes  = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
 	SharedTypes = []string{resource.EndpointType}
+	// VHDSTypes are the types per class of the route configurations as an
+	// Envoy that takes their virtual hosts apart is sent them (see
+	// Config.VirtualHosts): a cache the pusher fills holds them beside
+	// ClassTypes.
+	VHDSTypes = []string{cache.VHDSRoutesType, resource.VirtualHostType}
 )
 
 // Config configures a Pusher.
@@ -79,6 +84,12 @@ type Config struct {
 	// AgentCertificates says Envoys get their workload certificates from
 	// Istio's agent beside them (see generate.Mesh).
 	AgentCertificates bool
+	// VirtualHosts makes the sidecars' classes also hold their route
+	// configurations taken apart (VHDSTypes), which the Envoys that speak
+	// Delta are sent (the server's Hooks.OnVirtualHosts, VirtualHosts): a
+	// route change sends them the virtual host it changed, not its port's
+	// whole route configuration.
+	VirtualHosts bool
 	// SharedGatewayNamespaces are the namespaces whose gateway proxies any
 	// namespace's Gateways may select; a gateway proxy of another namespace
 	// is selected by its own namespace's alone (see
@@ -281,9 +292,10 @@ type Pusher struct {
 	// generating goroutine).
 	refused     map[string]bool
 	patchValues patch.Decoded
-	// apiListeners are proxyless clients' listeners (owned by the
-	// generating goroutine).
+	// apiListeners are proxyless clients' listeners, and vhds the route
+	// configurations taken apart (both owned by the generating goroutine).
 	apiListeners apiListeners
+	vhds         virtualHosts
 	// sidecars are every Sidecar, and scope the namespaces loaded (nil:
 	// all), of a pusher serving some namespaces.
 	sidecars map[model.Key]*meshv1.Scope

@@ -3,15 +3,16 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"google.golang.org/protobuf/types/known/anypb"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // ErrNoClass is returned for a class the cache does not hold yet.
@@ -69,6 +70,20 @@ type Class string
 
 // Shared is the class name Update and Table take for a shared type.
 const Shared Class = ""
+
+// VHDSRoutesType keys a class's table of route configurations as a proxy
+// that takes their virtual hosts apart (VHDS) is sent them: each without
+// its virtual hosts, which it names the ADS stream the source of. A table
+// keyed by a variant (the type URL, '#', a name) answers with the type URL
+// alone.
+const VHDSRoutesType = resource.RouteType + "#vhds"
+
+// wireType is the type URL a table's responses carry: its key's, without a
+// variant.
+func wireType(key string) string {
+	t, _, _ := strings.Cut(key, "#")
+	return t
+}
 
 // fullState reports whether a SotW response of a type must carry every
 // resource the proxy subscribes to (listeners and clusters), rather than
@@ -150,7 +165,7 @@ func (c *Cache) Epoch() int64 { return c.epoch.Load() }
 func (c *Cache) BeginEpoch() int64 { return c.epoch.Add(1) }
 
 func (c *Cache) newTable(typeURL string) *Table {
-	t := newTable(typeURL, c.cfg.LogSize, &c.due, func(name string, err error) {
+	t := newTable(wireType(typeURL), c.cfg.LogSize, &c.due, func(name string, err error) {
 		c.invalid.Inc()
 		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
 	})

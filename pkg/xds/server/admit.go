@@ -101,13 +101,13 @@ func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 	var err error
 	if st.class == "" {
 		class := st.srv.cfg.Hooks.OnClassify(st.node)
-		t, err = st.srv.join(class, typeURL)
+		t, err = st.srv.join(class, st.tableType(class, typeURL))
 		st.mu.Lock()
 		st.class = class // counted in its class, left when the stream ends
 		st.responseLimit = st.srv.cfg.Hooks.OnResponseLimit(class)
 		st.mu.Unlock()
 	} else {
-		t, err = st.srv.table(st.class, typeURL)
+		t, err = st.srv.table(st.class, st.tableType(st.class, typeURL))
 	}
 	if errors.Is(err, cache.ErrNotServed) {
 		st.srv.cfg.Log.Debug("request for a type not served; ignored", "proxy", st.node.GetId(), "type", typeURL)
@@ -117,6 +117,18 @@ func (st *stream) watchOf(requested []byte, fixed string) (*watch, error) {
 		return nil, status.Errorf(codes.Internal, "shardpilot: %v", err)
 	}
 	return st.addWatch(typeURL, t)
+}
+
+// tableType returns the key of the table a type is served from to the
+// stream: a Delta stream of a class whose proxies take their route
+// configurations' virtual hosts apart (Hooks.OnVirtualHosts) is sent its
+// route configurations without them (cache.VHDSRoutesType), and the
+// virtual hosts on their own type.
+func (st *stream) tableType(class cache.Class, typeURL string) string {
+	if typeURL == resource.RouteType && st.delta && st.srv.cfg.Hooks.OnVirtualHosts(class) {
+		return cache.VHDSRoutesType
+	}
+	return typeURL
 }
 
 // localityWatch makes the stream's watch of the load assignments of its

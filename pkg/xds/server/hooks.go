@@ -53,6 +53,13 @@ type Hooks interface {
 	// the stream is ended with the reason (ResourceExhausted); the proxy
 	// keeps what it has.
 	OnResponseLimit(class cache.Class) int
+	// OnVirtualHosts says whether the Delta streams of a class are sent
+	// their route configurations' virtual hosts apart (Envoy's VHDS): the
+	// route configurations from the class's cache.VHDSRoutesType table,
+	// which name the ADS stream as their virtual hosts' source, and the
+	// virtual hosts from its table of resource.VirtualHostType, so that a
+	// route change sends a proxy the one virtual host it changed.
+	OnVirtualHosts(class cache.Class) bool
 	// OnConfirmed is told of the epochs (from, to] that an ACK of a type
 	// newly confirms (see Cache.Epoch).
 	OnConfirmed(typeURL string, from, to int64)
@@ -65,7 +72,8 @@ type Hooks interface {
 
 // NoHooks are hooks that do nothing: every call and stream let in, always
 // ready, every proxy admitted as it comes and served from the class ""
-// (embedders name the classes), no response limit.
+// (embedders name the classes), no response limit, route configurations
+// sent whole.
 type NoHooks struct{}
 
 func (NoHooks) OnCall(context.Context, metadata.MD) error { return nil }
@@ -83,6 +91,8 @@ func (NoHooks) OnClassify(*core.Node) cache.Class { return "" }
 func (NoHooks) OnNewClass(cache.Class) {}
 
 func (NoHooks) OnResponseLimit(cache.Class) int { return 0 }
+
+func (NoHooks) OnVirtualHosts(cache.Class) bool { return false }
 
 func (NoHooks) OnConfirmed(string, int64, int64) {}
 

@@ -555,6 +555,11 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 				w.table.Unsubscribe(w, w.named)
 			}
 			w.named = named
+			// Envoy asks for the virtual hosts of a route configuration
+			// by its name, their namespace (<route configuration>/<host>).
+			// A class's route configurations are those every proxy of it
+			// asks for: the names are kept, and answered as the wildcard.
+			wildcard = wildcard || w.typeURL == resource.VirtualHostType && len(names) > 0
 		}
 		w.wildcard = wildcard
 		if wildcard {

@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
 	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/generate"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestEndpointChangesThatChangeClustersRegenerate: an endpoint change
@@ -108,4 +110,36 @@ func (p *Pusher) putAndGenerate(t testing.TB, s model.Stored, rev int64) {
 		t.Fatal("the change was not applied")
 	}
 	p.generate(change{n: 1, since: time.Now(), full: true})
+}
+
+// TestVirtualHostsTakenApart: a route configuration taken apart keeps its
+// fields without its virtual hosts and names ADS their source; each
+// virtual host is named <route configuration>/<its name> and shares what
+// it holds; the same objects come back while they are asked for, and are
+// forgotten two sweeps after they were last.
+func TestVirtualHostsTakenApart(t *testing.T) {
+	vh := &route.VirtualHost{Name: "db.data.svc.cluster.local:80", Domains: []string{"db.data.svc.cluster.local"},
+		Routes: []*route.Route{{Name: "default"}}}
+	rc := &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{vh}, ValidateClusters: wrapperspb.Bool(false)}
+	var v virtualHosts
+	apart := v.routes(rc)
+	if len(apart.VirtualHosts) != 0 || apart.GetVhds().GetConfigSource().GetAds() == nil || apart.Name != "80" || apart.ValidateClusters.GetValue() {
+		t.Fatalf("taken apart: %v", apart)
+	}
+	if len(rc.VirtualHosts) != 1 || rc.Vhds != nil {
+		t.Fatal("the configuration handed over was changed")
+	}
+	host := v.host(rc.Name, vh)
+	if host.Name != "80/db.data.svc.cluster.local:80" || vh.Name != "db.data.svc.cluster.local:80" || &host.Routes[0] != &vh.Routes[0] {
+		t.Fatalf("virtual host %q (from %q), routes shared: %v", host.Name, vh.Name, &host.Routes[0] == &vh.Routes[0])
+	}
+	v.sweep()
+	if v.routes(rc) != apart || v.host(rc.Name, vh) != host {
+		t.Fatal("asked for again after a sweep: made anew")
+	}
+	v.sweep()
+	v.sweep()
+	if v.routes(rc) == apart || v.host(rc.Name, vh) == host {
+		t.Fatal("not asked for over a generation: still kept")
+	}
 }

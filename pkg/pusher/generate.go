@@ -262,9 +262,10 @@ func (p *Pusher) generateClass(mesh *generate.Mesh, class cache.Class) {
 
 // VirtualHosts says whether the Envoys of a class that speak Delta are sent
 // their route configurations' virtual hosts apart (Config.VirtualHosts):
-// the sidecars' classes, not the gateways'.
+// the sidecars' and the gateways' classes, not the proxyless clients'.
 func (p *Pusher) VirtualHosts(class cache.Class) bool {
-	return p.cfg.VirtualHosts && classify.ParseClass(class).Kind == generate.Envoy.String()
+	kind := classify.ParseClass(class).Kind
+	return p.cfg.VirtualHosts && (kind == generate.Envoy.String() || kind == classify.Router)
 }
 
 // publishVirtualHosts hands the tables a class's route configurations as
@@ -464,7 +465,11 @@ func (p *Pusher) generateRouter(mesh *generate.Mesh, class cache.Class, selected
 	if classify.ParseClass(class).Unprivileged() {
 		listen = generate.Unprivileged(listen)
 	}
-	publish(p, class, resource.RouteType, shape.routes(generate.GatewayRoutes(mesh, gws, listen)))
+	routes := shape.routes(generate.GatewayRoutes(mesh, gws, listen))
+	publish(p, class, resource.RouteType, routes)
+	if p.VirtualHosts(class) {
+		p.publishVirtualHosts(class, routes)
+	}
 	publish(p, class, resource.ListenerType, shape.listeners(generate.GatewayListeners(mesh, gws, listen)))
 	p.noteRefusals(class, shape)
 }

@@ -84,7 +84,7 @@ type Config struct {
 	// AgentCertificates says Envoys get their workload certificates from
 	// Istio's agent beside them (see generate.Mesh).
 	AgentCertificates bool
-	// VirtualHosts makes the sidecars' classes also hold their route
+	// VirtualHosts makes the sidecars' and gateways' classes also hold their route
 	// configurations taken apart (VHDSTypes), which the Envoys that speak
 	// Delta are sent (the server's Hooks.OnVirtualHosts, VirtualHosts): a
 	// route change sends them the virtual host it changed, not its port's

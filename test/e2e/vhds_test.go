@@ -43,8 +43,8 @@ func greeterRetries(n int) string {
 	return strings.Replace(greeterByHeader, "attempts: 3", fmt.Sprintf("attempts: %d", n), 1)
 }
 
-// TestDeltaEnvoyTakesVirtualHostsApart: a sidecar Envoy that speaks Delta
-// is sent its route configurations without their virtual hosts, naming
+// TestDeltaEnvoyTakesVirtualHostsApart: a sidecar (and a gateway) Envoy
+// that speaks Delta is sent its route configurations without their virtual hosts, naming
 // ADS their source (VHDS), and the virtual hosts apart, each named
 // <route configuration>/<host>; what it assembles is, at every step, what
 // a SotW Envoy of its class is sent whole (the configuration the
@@ -57,6 +57,7 @@ func TestDeltaEnvoyTakesVirtualHostsApart(t *testing.T) {
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a), workloadEntry("greeter-2", "v2", b),
 		greeterSubsets, greeterRetries(3)))
 	writeMesh(t, dir, "catalog.yaml", catalogService)
+	writeMesh(t, dir, "ingress.yaml", ingress)
 	cp := NewCluster(t, Options{}, yamlSource(dir))
 	client := dialXDS(t, cp.ads, "xds:///greeter.demo.svc.cluster.local:50051")
 	allOn(t, client, a.addr, "the grpc-go client, before")
@@ -71,26 +72,39 @@ func TestDeltaEnvoyTakesVirtualHostsApart(t *testing.T) {
 	defer cancel()
 	whole := newSotWRoutes(t, ctx, ads, &core.Node{Id: "sidecar~10.0.0.21~whole.demo~demo.svc.cluster.local"})
 	apart := newDeltaRoutes(t, ctx, ads, &core.Node{Id: "sidecar~10.0.0.22~apart.demo~demo.svc.cluster.local"})
+	_, router := ingressRouter(t, cp.ads)
+	gatewayWhole := newSotWRoutes(t, ctx, ads, router)
+	router = proto.Clone(router).(*core.Node)
+	router.Id = "router~10.0.0.4~ingress-2.istio-system~istio-system.svc.cluster.local"
+	gatewayApart := newDeltaRoutes(t, ctx, ads, router)
 
 	same := func(what string) {
 		t.Helper()
-		testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
-			whole.read(t)
-			apart.read(t)
-			want, got := whole.routes, apart.assembled()
-			if len(want) == 0 {
-				return false, "no route configuration yet"
-			}
-			if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
-				return false, "assembled from VHDS against whole (-whole +assembled):\n" + d
-			}
-			return true, ""
-		})
+		for _, pair := range []struct {
+			proxy string
+			whole *sotwRoutes
+			apart *deltaRoutes
+		}{{"sidecar", whole, apart}, {"gateway", gatewayWhole, gatewayApart}} {
+			testutil.Eventually(t, 20*time.Second, what+": "+pair.proxy, func() (bool, string) {
+				pair.whole.read(t)
+				pair.apart.read(t)
+				want, got := pair.whole.routes, pair.apart.assembled()
+				if len(want) == 0 {
+					return false, "no route configuration yet"
+				}
+				if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+					return false, "assembled from VHDS against whole (-whole +assembled):\n" + d
+				}
+				return true, ""
+			})
+		}
 	}
-	same("the Delta Envoy's assembled routes equal the SotW Envoy's")
-	for name, rc := range apart.routes {
-		if len(rc.VirtualHosts) > 0 || rc.GetVhds().GetConfigSource().GetAds() == nil {
-			t.Fatalf("route configuration %s sent over Delta with %d virtual hosts and vhds %v; want none, and ADS their source", name, len(rc.VirtualHosts), rc.GetVhds())
+	same("the Delta Envoys' assembled routes equal the SotW Envoys'")
+	for _, d := range []*deltaRoutes{apart, gatewayApart} {
+		for name, rc := range d.routes {
+			if len(rc.VirtualHosts) > 0 || rc.GetVhds().GetConfigSource().GetAds() == nil {
+				t.Fatalf("route configuration %s sent over Delta with %d virtual hosts and vhds %v; want none, and ADS their source", name, len(rc.VirtualHosts), rc.GetVhds())
+			}
 		}
 	}
 

@@ -126,6 +126,21 @@ func TestDeltaEnvoyTakesVirtualHostsApart(t *testing.T) {
 	}) {
 		t.Errorf("the removal sent the Delta Envoy %v; want the catalog's virtual host removed", apart.changes)
 	}
+
+	// A route configuration's virtual hosts subscribed anew, as Envoy
+	// does when it makes their subscription again: it dropped them, and
+	// is sent them again.
+	apart.read(t)
+	for name := range apart.hosts {
+		delete(apart.hosts, name)
+	}
+	if err := apart.s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHostType, ResourceNamesUnsubscribe: apart.names}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apart.s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHostType, ResourceNamesSubscribe: apart.names}); err != nil {
+		t.Fatal(err)
+	}
+	same("the virtual hosts subscribed anew")
 	allOn(t, client, a.addr, "the grpc-go client, after")
 }
 

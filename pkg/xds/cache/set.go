@@ -51,6 +51,8 @@ func FingerprintOf(names []string) Fingerprint {
 type Set struct {
 	table    *Table
 	wildcard bool
+	// except are namespaces a wildcard set made by AllBut does not hold.
+	except []string
 	fp       Fingerprint
 	names    map[string]struct{}
 	bytes    int // see Bytes
@@ -69,6 +71,11 @@ type Set struct {
 // Has reports whether the set subscribes to a name.
 func (s *Set) Has(name string) bool {
 	if s.wildcard {
+		for _, ns := range s.except {
+			if len(name) > len(ns) && name[len(ns)] == '/' && name[:len(ns)] == ns {
+				return false
+			}
+		}
 		return true
 	}
 	_, ok := s.names[name]
@@ -93,6 +100,13 @@ func (s *Set) holdsAny(names []string) bool {
 	}
 	return false
 }
+
+// AllBut returns a set to give a Request as Prev alone (it is not
+// interned, nor watched): every name but those in the namespaces given
+// (<namespace>/<name>, as Envoy names virtual hosts). A Delta stream that
+// newly subscribes to a namespace is then sent what it holds, besides what
+// changed.
+func AllBut(namespaces []string) *Set { return &Set{wildcard: true, except: namespaces} }
 
 // Subscribe returns the interned set of names (or the wildcard set) and
 // has w notified of its changes. Every Subscribe (and Ref) is paired with

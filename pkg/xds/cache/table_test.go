@@ -379,3 +379,17 @@ func TestSharedTypeNeedsTheClass(t *testing.T) {
 		t.Errorf("after AddClass: %p, %v (shared %p), filled %v", got, err, shared, filled)
 	}
 }
+
+// TestAllButLeavesOutItsNamespaces: a set made by AllBut holds every name
+// but those in its namespaces, told apart at the last '/' of the prefix.
+func TestAllButLeavesOutItsNamespaces(t *testing.T) {
+	s := AllBut([]string{"80", "http.8080"})
+	for name, want := range map[string]bool{
+		"80/db.data.svc.cluster.local:80": false, "http.8080/shop.example.com": false,
+		"8080/db.data.svc.cluster.local:8080": true, "80": true, "800/x": true, "http.8080": true,
+	} {
+		if got := s.Has(name); got != want {
+			t.Errorf("Has(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -537,10 +537,14 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 		}
 		st.subscribeDeltaLocked(w, view, names, wildcard, true)
 	} else {
+		var namespaces []string // newly asked for virtual hosts' namespaces
 		if first || len(add) > 0 || len(remove) > 0 {
 			var names []string
 			if w.named != nil {
 				names = w.named.Names()
+			}
+			if w.typeURL == resource.VirtualHostType && !first {
+				namespaces = slices.DeleteFunc(slices.Clone(add), func(n string) bool { return w.named != nil && w.named.Has(n) })
 			}
 			names = append(names, add...)
 			names = slices.DeleteFunc(names, func(n string) bool { return remove[n] })
@@ -566,6 +570,13 @@ func (st *stream) applyDeltaLocked(w *watch, r *deltaRequest) (ack confirmation,
 			st.subscribeLocked(w, w.table.Subscribe(w, nil, true))
 		} else {
 			st.subscribeLocked(w, w.table.Ref(w, w.named))
+		}
+		if len(namespaces) > 0 && wildcard && (!w.fresh || w.prev != nil) {
+			// Envoy asks for a namespace again when it makes a route
+			// configuration's virtual hosts subscription anew (their
+			// source changed, or the configuration came back): it holds
+			// none of them, and is sent them all.
+			w.prev, w.fresh = cache.AllBut(namespaces), true
 		}
 	}
 	if err := st.holdLocked(w); err != nil {

@@ -52,7 +52,7 @@ type Set struct {
 	table    *Table
 	wildcard bool
 	// except are namespaces a wildcard set made by AllBut does not hold.
-	except []string
+	except   []string
 	fp       Fingerprint
 	names    map[string]struct{}
 	bytes    int // see Bytes

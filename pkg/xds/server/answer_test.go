@@ -254,6 +254,9 @@ func TestSlowReaderDoesNotHoldTheBacklog(t *testing.T) {
 			return false, fmt.Sprint(len(streams), " streams")
 		}
 		types := streams[0].Types
+		if types["Cluster"] == nil || types["Listener"] == nil {
+			return false, "the stream's requests not all read yet"
+		}
 		return types["Cluster"].Unanswered && types["Listener"].Unanswered && types["RouteConfiguration"] != nil && c.Backlog() == 0,
 			fmt.Sprintf("backlog %d, types %+v", c.Backlog(), types)
 	})

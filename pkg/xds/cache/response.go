@@ -21,6 +21,9 @@ type Response struct {
 	To uint64
 	// Resources is how many resources it carries.
 	Resources int
+	// Rest are the names a Delta response left out past Request.Limit,
+	// to ask for as Request.Owed once it is answered.
+	Rest []string
 }
 
 // Empty reports whether there is nothing to send.
@@ -40,6 +43,14 @@ type Request struct {
 	Prev *Set
 	// Initial are the Delta resource versions a new stream says it holds.
 	Initial map[string]string
+	// Limit, when positive, bounds a Delta response's resources, in
+	// encoded bytes: past it, the names left go in Response.Rest (at least
+	// one resource is sent, whatever its size).
+	Limit int
+	// Owed are the names an earlier Delta response left out (its Rest):
+	// sent after what changed since, so that the changes of a small
+	// generation overtake what is left of a large one.
+	Owed []string
 }
 
 // bodyKey names a response body a set caches: SotW or Delta, every
@@ -66,6 +77,13 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	defer s.mu.Unlock()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if delta && (len(r.Owed) > 0 || r.Limit > 0 && t.size > r.Limit) {
+		// (A table whose every resource fits in the limit makes no
+		// response past it.)
+		if resp, ok, err := t.partLocked(r); ok {
+			return resp, err
+		}
+	}
 	switch {
 	case delta && r.Initial != nil:
 		return t.encode(s, delta, t.initialLocked(s, r.Initial))
@@ -286,4 +304,104 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
 	}
 	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held)}, nil
+}
+
+// partLocked returns a Delta response that may leave names for the next
+// (Request.Limit, Request.Owed), and whether it made one: a response
+// within the limit, with nothing owed, is made (and its body shared) as
+// any other.
+//
+// The names go smallest change first: those that changed since the
+// stream's version in a table version that changed few names, then those
+// of larger ones, then those owed, so that an endpoint or a route change
+// made while thousands of services arrive goes out in the next response,
+// not behind them.
+func (t *Table) partLocked(r Request) (Response, bool, error) {
+	s := r.Set
+	var names []string
+	var batch map[string]int // the names changed since, by the size of their version's change
+	switch {
+	case r.Initial != nil:
+		names = t.initialLocked(s, r.Initial)
+	case r.Fresh && r.Prev != nil:
+		names = t.addedLocked(r.Prev, s, r.From, true)
+	case r.Fresh:
+		names = t.namesLocked(s)
+	default:
+		var ok bool
+		if names, batch, ok = t.batchedLocked(s, r.From); !ok {
+			names = t.behindLocked(s, s, r.From, true)
+		}
+	}
+	size := 0
+	for _, n := range names {
+		size += t.sizeOf(n)
+	}
+	if len(r.Owed) == 0 && (r.Limit <= 0 || size <= r.Limit) {
+		return Response{}, false, nil
+	}
+	if batch != nil {
+		slices.SortStableFunc(names, func(a, b string) int { return batch[a] - batch[b] })
+	}
+	seen := make(map[string]struct{}, len(names)+len(r.Owed))
+	for _, n := range names {
+		seen[n] = struct{}{}
+	}
+	for _, n := range r.Owed {
+		if _, dup := seen[n]; !dup && s.Has(n) {
+			seen[n] = struct{}{}
+			names = append(names, n)
+		}
+	}
+	cut, size := len(names), 0
+	for i, n := range names {
+		if size += t.sizeOf(n); r.Limit > 0 && size > r.Limit && i > 0 {
+			cut = i
+			break
+		}
+	}
+	held, gone := t.split(names[:cut])
+	resp, err := t.encodeDelta(s, held, gone)
+	if cut < len(names) {
+		resp.Rest = slices.Clone(names[cut:])
+	}
+	return resp, true, err
+}
+
+// sizeOf is what a name adds to a Delta response: its resource's
+// encoding, or its name alone when it is gone.
+func (t *Table) sizeOf(name string) int {
+	if e := t.entries[name]; e != nil {
+		return e.size + len(name) + len(e.version) + 16
+	}
+	return len(name) + 2
+}
+
+// batchedLocked returns, as changedLocked, the names of the set that
+// changed after version from, with the number of names each one's table
+// version changed.
+func (t *Table) batchedLocked(s *Set, from uint64) ([]string, map[string]int, bool) {
+	i, ok := t.sinceLocked(from)
+	if !ok {
+		return nil, nil, false
+	}
+	per := map[uint64]int{}
+	for _, c := range t.log[i:] {
+		per[c.version]++
+	}
+	batch := map[string]int{}
+	var out []string
+	for _, c := range t.log[i:] {
+		if !s.Has(c.name) {
+			continue
+		}
+		if _, dup := batch[c.name]; dup {
+			// The last change of a name counts: it is what is sent.
+			batch[c.name] = per[c.version]
+			continue
+		}
+		batch[c.name] = per[c.version]
+		out = append(out, c.name)
+	}
+	return out, batch, true
 }

@@ -393,3 +393,62 @@ func TestAllButLeavesOutItsNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaResponsesPastTheLimitLeaveTheRest: a Delta response past its
+// limit carries part of the names and leaves the rest for the next, which
+// carries the changes made meanwhile first, smallest change first; the
+// responses together bring everything, and a response within the limit
+// leaves nothing.
+func TestDeltaResponsesPastTheLimitLeaveTheRest(t *testing.T) {
+	_, tb := edsTable(t, 64)
+	w := &counter{}
+	set := tb.Subscribe(w, nil, true)
+	defer tb.Unsubscribe(w, set)
+	all := map[string]types.Resource{"small": cla("small", 0)}
+	update(t, tb, all)
+	first := must(tb.Delta(Request{Set: set, Fresh: true, Limit: 1 << 20}))
+	if len(first.Rest) != 0 {
+		t.Fatalf("a response within the limit left %v", first.Rest)
+	}
+	// A bulk of 100 arrives; each response carries about ten.
+	for i := range 100 {
+		all[fmt.Sprintf("bulk-%03d", i)] = cla("bulk", 1)
+	}
+	update(t, tb, all)
+	limit := 10 * tb.sizeOf("bulk-000")
+	part := must(tb.Delta(Request{Set: set, From: first.To, Limit: limit}))
+	got, _ := deltaNames(t, part)
+	if len(got) == 0 || len(got)+len(part.Rest) != 100 || len(got) > 10 {
+		t.Fatalf("first part: %d names, %d left; want at most 10 of the 100, the rest left", len(got), len(part.Rest))
+	}
+	// A small change made meanwhile goes first in the next, before the
+	// bulk's rest, and before a second bulk made after it.
+	all["small"] = cla("small", 1)
+	update(t, tb, all)
+	for i := range 20 {
+		all[fmt.Sprintf("more-%02d", i)] = cla("more", 1)
+	}
+	update(t, tb, all)
+	next := must(tb.Delta(Request{Set: set, From: part.To, Limit: limit, Owed: part.Rest}))
+	names, _ := deltaNames(t, next)
+	if !slices.Contains(names, "small") {
+		t.Fatalf("the small change is not in the next response: %v", names)
+	}
+	seen := map[string]bool{}
+	for _, n := range got {
+		seen[n] = true
+	}
+	for resp := next; ; {
+		names, _ := deltaNames(t, resp)
+		for _, n := range names {
+			seen[n] = true
+		}
+		if len(resp.Rest) == 0 {
+			break
+		}
+		resp = must(tb.Delta(Request{Set: set, From: resp.To, Limit: limit, Owed: resp.Rest}))
+	}
+	if len(seen) != len(all) {
+		t.Errorf("the parts brought %d names, want the table's %d", len(seen), len(all))
+	}
+}

@@ -145,6 +145,9 @@ type watch struct {
 	fresh   bool
 	prev    *cache.Set
 	initial map[string]string
+	// rest are the names the last Delta response left out past
+	// Config.DeltaResponseBytes: the next carries them.
+	rest []string
 	// holds says the proxy holds something of the type: it said so when
 	// it subscribed (a version, initial versions) or was sent a response.
 	holds bool
@@ -738,6 +741,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	var resp cache.Response
 	var err error
 	if st.delta {
+		req.Limit, req.Owed = st.srv.cfg.DeltaResponseBytes, w.rest
 		resp, err = w.table.Delta(req)
 	} else {
 		resp, err = w.table.SotW(req)
@@ -749,7 +753,7 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	if limit := st.responseLimit; limit > 0 && len(resp.Body) > limit {
 		return nil, st.tooLargeLocked(w, resp, limit)
 	}
-	w.version, w.fresh, w.prev, w.initial, w.holds = resp.To, false, nil, nil, true
+	w.version, w.fresh, w.prev, w.initial, w.holds, w.rest = resp.To, false, nil, nil, true, resp.Rest
 	if w.credited > 0 {
 		// Generations that did not touch what the proxy watches are not
 		// its changes: an ACK measures only those from the one that made
@@ -762,7 +766,15 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	if w.typeURL == resource.ClusterType {
 		st.reviewAskedLocked()
 	}
-	return st.sendingLocked(w, resp), nil
+	out := st.sendingLocked(w, resp)
+	if len(resp.Rest) > 0 {
+		// The rest is due once this is answered, from the same
+		// generation; an ACK of part of it confirms none of it.
+		w.Notify()
+		w.dueEpoch.Store(due)
+		w.epoch = w.credited
+	}
+	return out, nil
 }
 
 // tooLargeLocked reports a response past the client's limit, which would

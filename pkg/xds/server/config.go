@@ -55,11 +55,12 @@ type Config struct {
 	// for does not wait.
 	ResponseBytesPerSecond int
 	// DeltaResponseBytes, when positive, bounds the resources of one Delta
-	// response, encoded: past it, what is left goes in the next responses
-	// of the type, each after the stream's answer, and after what changed
-	// meanwhile, smallest change first. 20,000 services arriving at once
-	// are 60,000 resources to every proxy; a change made meanwhile went
-	// out behind them.
+	// response of load assignments or virtual hosts, encoded: past it,
+	// what is left goes in the next responses of the type, each after the
+	// stream's answer, and after what changed meanwhile, smallest change
+	// first. 20,000 services arriving at once are 60,000 resources to
+	// every proxy; a change made meanwhile went out behind them. Clusters
+	// and listeners go whole (see partial).
 	DeltaResponseBytes int
 	// SendTimeout bounds how long writing one response may take: a proxy
 	// that does not read its stream loses its push slot and its stream

@@ -7,32 +7,38 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 )
 
 // TestDeltaResponsesPastTheLimitGoInParts: past Config.DeltaResponseBytes,
-// a Delta stream is sent a large change in parts, each after its answer,
+// a Delta stream is sent a large change of virtual hosts in parts, each after its answer,
 // and a change made meanwhile in the next part, ahead of the large
 // change's rest; the parts bring everything, and nothing comes without an
-// answer.
+// answer. Clusters go whole.
 func TestDeltaResponsesPastTheLimitGoInParts(t *testing.T) {
-	c, ads, ctx := serve(t, server.Config{DeltaResponseBytes: 4 << 10})
+	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.VirtualHostType, resource.ClusterType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ads, ctx := serveCache(t, c, server.Config{DeltaResponseBytes: 4 << 10})
 	all := map[string]types.Resource{}
 	for i := range 200 {
 		name := fmt.Sprintf("bulk-%03d", i)
-		all[name] = &clusterv3.Cluster{Name: name, AltStatName: fmt.Sprintf("%0200d", i)}
+		all[name] = &routev3.VirtualHost{Name: name, Domains: []string{fmt.Sprintf("h%0200d", i)}}
 	}
-	if _, _, _, err := c.Update("all", resource.ClusterType, all); err != nil {
+	if _, _, _, err := c.Update("all", resource.VirtualHostType, all); err != nil {
 		t.Fatal(err)
 	}
 	s, err := ads.DeltaAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "p"}, TypeUrl: resource.VirtualHostType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
 	rx := receive(s)
@@ -53,20 +59,45 @@ func TestDeltaResponsesPastTheLimitGoInParts(t *testing.T) {
 				t.Fatalf("a second part before the first was answered: %d resources", len(more.Resources))
 			}
 			// A change made now goes in the next part.
-			all["late"] = &clusterv3.Cluster{Name: "late"}
-			if _, _, _, err := c.Update("all", resource.ClusterType, all); err != nil {
+			all["late"] = &routev3.VirtualHost{Name: "late", Domains: []string{"late"}}
+			if _, _, _, err := c.Update("all", resource.VirtualHostType, all); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if parts == 2 && !seen["late"] {
 			t.Errorf("the change made after the first part is not in the second: %d resources", len(resp.Resources))
 		}
-		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce}); err != nil {
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHostType, ResponseNonce: resp.Nonce}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if parts < 5 {
-		t.Errorf("%d clusters of about 220 bytes came in %d parts of at most 4 KiB", len(all), parts)
+		t.Errorf("%d virtual hosts of about 220 bytes came in %d parts of at most 4 KiB", len(all), parts)
+	}
+	// Clusters go whole, whatever their size: a route that names one
+	// must find it.
+	clusters := map[string]types.Resource{}
+	for i := range 200 {
+		name := fmt.Sprintf("c-%03d", i)
+		clusters[name] = &clusterv3.Cluster{Name: name, AltStatName: fmt.Sprintf("%0200d", i)}
+	}
+	if _, _, _, err := c.Update("all", resource.ClusterType, clusters); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := rx.next(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.TypeUrl == resource.ClusterType {
+			if len(resp.Resources) != len(clusters) {
+				t.Errorf("clusters in a response of %d, want all %d at once", len(resp.Resources), len(clusters))
+			}
+			break
+		}
 	}
 }
 

@@ -741,7 +741,9 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 	var resp cache.Response
 	var err error
 	if st.delta {
-		req.Limit, req.Owed = st.srv.cfg.DeltaResponseBytes, w.rest
+		if partial(w.typeURL) {
+			req.Limit, req.Owed = st.srv.cfg.DeltaResponseBytes, w.rest
+		}
 		resp, err = w.table.Delta(req)
 	} else {
 		resp, err = w.table.SotW(req)
@@ -775,6 +777,15 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 		w.epoch = w.credited
 	}
 	return out, nil
+}
+
+// partial reports whether a Delta response of a type may go in parts
+// (Config.DeltaResponseBytes): load assignments and virtual hosts, which a
+// proxy takes in any order. Clusters and listeners go whole: a route or a
+// listener that names a cluster must find it, and a proxy that starts
+// asks for its listeners once it has its first clusters.
+func partial(typeURL string) bool {
+	return typeURL == resource.EndpointType || typeURL == resource.VirtualHostType
 }
 
 // tooLargeLocked reports a response past the client's limit, which would

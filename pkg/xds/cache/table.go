@@ -269,7 +269,7 @@ func (t *Table) putLocked(e *entry) (prev *entry) {
 
 func (t *Table) releaseLocked(e *entry) {
 	if e != nil && !t.dropped {
-		t.check.release(e.res)
+		t.check.release(e.res, e.name)
 	}
 }
 

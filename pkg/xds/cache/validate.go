@@ -29,15 +29,22 @@ type validator struct {
 	// weakly: one leaves the set when the garbage collector frees it.
 	hosts map[weak.Pointer[route.VirtualHost]][]byte
 	// objects are the resources the tables hold (of the cache, and of a
-	// cache that reuses it: Config.Reuse), by object, with their entry
-	// (but the object) and how many entries hold them: a table handed an
+	// cache that reuses it: Config.Reuse), by object and name, with their
+	// entry (but the object) and how many entries hold them: a table handed an
 	// object another holds copies the entry rather than check and encode
 	// it again. The classes of a mesh that gives each
 	// namespace its own are handed the same objects for the services
 	// they all see (20,000 services checked and encoded once per class
 	// took a fifth of a pusher's CPU). An object leaves when no table
 	// holds it.
-	objects map[types.Resource]*held
+	objects map[heldKey]*held
+}
+
+// heldKey is an object under one name: the same object under two names
+// has two entries.
+type heldKey struct {
+	res  types.Resource
+	name string
 }
 
 // held is an entry the cache's tables hold, and how many of them.
@@ -47,7 +54,7 @@ type held struct {
 }
 
 func newValidator() *validator {
-	return &validator{hosts: map[weak.Pointer[route.VirtualHost]][]byte{}, objects: map[types.Resource]*held{}}
+	return &validator{hosts: map[weak.Pointer[route.VirtualHost]][]byte{}, objects: map[heldKey]*held{}}
 }
 
 // object returns the entry of r under name when a table of the cache
@@ -57,9 +64,9 @@ func (v *validator) object(name string, r types.Resource) *entry {
 		return nil
 	}
 	v.mu.Lock()
-	h := v.objects[r]
+	h := v.objects[heldKey{r, name}]
 	v.mu.Unlock()
-	if h == nil || h.e.name != name {
+	if h == nil {
 		return nil
 	}
 	cp := h.e
@@ -74,25 +81,27 @@ func (v *validator) hold(e *entry) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if h := v.objects[e.res]; h != nil {
+	k := heldKey{e.res, e.name}
+	if h := v.objects[k]; h != nil {
 		h.refs++
 		return
 	}
 	h := &held{e: *e, refs: 1}
 	h.e.res = nil
-	v.objects[e.res] = h
+	v.objects[k] = h
 }
 
-// release undoes a hold of r.
-func (v *validator) release(r types.Resource) {
+// release undoes a hold of r under name.
+func (v *validator) release(r types.Resource, name string) {
 	if v == nil {
 		return
 	}
+	k := heldKey{r, name}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if h := v.objects[r]; h != nil {
+	if h := v.objects[k]; h != nil {
 		if h.refs--; h.refs <= 0 {
-			delete(v.objects, r)
+			delete(v.objects, k)
 		}
 	}
 }
@@ -225,7 +234,8 @@ func (v *validator) size() int {
 	return len(v.hosts)
 }
 
-// objectsHeld is how many objects the validator holds (see objects).
+// objectsHeld is how many objects, by name, the validator holds (see
+// objects).
 func (v *validator) objectsHeld() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()

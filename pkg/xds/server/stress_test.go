@@ -12,6 +12,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -21,6 +22,7 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/xds/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // byCluster serves each proxy from the class its node's cluster names.
@@ -36,21 +38,59 @@ func (byCluster) OnClassify(n *core.Node) cache.Class { return cache.Class(n.Get
 // the status page reads every stream. Then every stream, as a client
 // sees it, reaches the last generation, and once they are gone the
 // server holds no stream, no backlog and no name.
-func TestStreamsUnderChurn(t *testing.T) {
-	streams, rounds := 2000, 4
+func TestStreamsUnderChurn(t *testing.T) { churnTest(t, clusterKind, 0, 2000) }
+
+// TestStreamsUnderChurnInParts is TestStreamsUnderChurn with virtual hosts,
+// and Delta responses of a couple of them at most (see
+// Config.DeltaResponseBytes): the parts left when a stream ends, changes
+// its names or is sent a newer generation are neither lost nor held.
+func TestStreamsUnderChurnInParts(t *testing.T) { churnTest(t, virtualHostKind, 64, 1000) }
+
+// kind is the type a churn test serves: its resources carry the
+// generation that made them.
+type kind struct {
+	typeURL string
+	make    func(name, generation string) types.Resource
+	read    func(a *anypb.Any) (name, generation string, err error)
+}
+
+var (
+	clusterKind = kind{resource.ClusterType,
+		func(name, g string) types.Resource { return &clusterv3.Cluster{Name: name, AltStatName: g} },
+		func(a *anypb.Any) (string, string, error) {
+			var cl clusterv3.Cluster
+			err := a.UnmarshalTo(&cl)
+			return cl.Name, cl.AltStatName, err
+		}}
+	virtualHostKind = kind{resource.VirtualHostType,
+		func(name, g string) types.Resource {
+			return &routev3.VirtualHost{Name: name, Domains: []string{"g" + g}}
+		},
+		func(a *anypb.Any) (string, string, error) {
+			var vh routev3.VirtualHost
+			if err := a.UnmarshalTo(&vh); err != nil || len(vh.Domains) != 1 {
+				return "", "", fmt.Errorf("virtual host %v: %v", vh.Name, err)
+			}
+			return vh.Name, vh.Domains[0][1:], nil
+		}}
+)
+
+func churnTest(t *testing.T, k kind, partBytes, streams int) {
+	rounds := 4
 	if testing.Short() {
-		streams = 400
+		streams /= 5
 	}
 	const (
 		classes  = 4
 		conns    = 8
 		clusters = 12
 	)
+	typeURL := k.typeURL
 	var names []cache.Class
 	for i := range classes {
 		names = append(names, cache.Class(fmt.Sprint("c", i)))
 	}
-	c, err := cache.New(cache.Config{Classes: names, Types: []string{resource.ClusterType}})
+	c, err := cache.New(cache.Config{Classes: names, Types: []string{typeURL}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +99,9 @@ func TestStreamsUnderChurn(t *testing.T) {
 			res := map[string]types.Resource{}
 			for j := range n {
 				name := fmt.Sprint("c", j)
-				res[name] = &clusterv3.Cluster{Name: name, AltStatName: g}
+				res[name] = k.make(name, g)
 			}
-			if _, _, _, err := c.Update(class, resource.ClusterType, res); err != nil {
+			if _, _, _, err := c.Update(class, typeURL, res); err != nil {
 				t.Error(err)
 			}
 		}
@@ -69,7 +109,8 @@ func TestStreamsUnderChurn(t *testing.T) {
 	generation("0", clusters)
 	reg := prometheus.NewRegistry()
 	status := server.NewStreams()
-	addr, ctx := serveOn(t, c, server.Config{Hooks: byCluster{}, Registerer: reg, Streams: status, MaxStreamsPerConnection: 1000})
+	addr, ctx := serveOn(t, c, server.Config{Hooks: byCluster{}, Registerer: reg, Streams: status, MaxStreamsPerConnection: 1000,
+		DeltaResponseBytes: partBytes})
 	var ads []discovery.AggregatedDiscoveryServiceClient
 	for range conns {
 		ads = append(ads, dialADS(t, addr))
@@ -110,7 +151,7 @@ func TestStreamsUnderChurn(t *testing.T) {
 	for i := range streams {
 		churned.Add(1)
 		wg.Go(func() {
-			p := churner{ads: ads[i%conns], node: &core.Node{Id: fmt.Sprint("p", i), Cluster: string(names[i%classes])}, rng: rand.New(rand.NewPCG(uint64(i), 1))}
+			p := churner{ads: ads[i%conns], node: &core.Node{Id: fmt.Sprint("p", i), Cluster: string(names[i%classes])}, rng: rand.New(rand.NewPCG(uint64(i), 1)), k: k}
 			// The generator runs while the streams churn: one the
 			// server forgot would wait for its responses until the
 			// deadline.
@@ -153,6 +194,7 @@ type churner struct {
 	ads  discovery.AggregatedDiscoveryServiceClient
 	node *core.Node
 	rng  *rand.Rand
+	k    kind
 }
 
 // someNames returns a few of the clusters' names, c0 (which every
@@ -174,7 +216,7 @@ func (p *churner) someNames() []string {
 func (p *churner) churn(ctx context.Context, seed int) {
 	if seed%2 == 0 {
 		s, err := p.ads.StreamAggregatedResources(ctx)
-		if err != nil || s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: resource.ClusterType, ResourceNames: p.someNames()}) != nil {
+		if err != nil || s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: p.k.typeURL, ResourceNames: p.someNames()}) != nil {
 			return
 		}
 		for range 1 + p.rng.IntN(4) {
@@ -182,7 +224,7 @@ func (p *churner) churn(ctx context.Context, seed int) {
 			if err != nil {
 				return
 			}
-			req := &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: p.someNames()}
+			req := &discovery.DiscoveryRequest{TypeUrl: p.k.typeURL, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: p.someNames()}
 			if p.rng.IntN(8) == 0 {
 				req.VersionInfo, req.ErrorDetail = "", status.New(codes.InvalidArgument, "refused").Proto()
 			}
@@ -193,7 +235,7 @@ func (p *churner) churn(ctx context.Context, seed int) {
 		return
 	}
 	s, err := p.ads.DeltaAggregatedResources(ctx)
-	if err != nil || s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: p.someNames()}) != nil {
+	if err != nil || s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: p.k.typeURL, ResourceNamesSubscribe: p.someNames()}) != nil {
 		return
 	}
 	for range 1 + p.rng.IntN(4) {
@@ -201,7 +243,7 @@ func (p *churner) churn(ctx context.Context, seed int) {
 		if err != nil {
 			return
 		}
-		req := &discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce,
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: p.k.typeURL, ResponseNonce: resp.Nonce,
 			ResourceNamesSubscribe: p.someNames(), ResourceNamesUnsubscribe: p.someNames()[1:]}
 		if s.Send(req) != nil {
 			return
@@ -230,7 +272,7 @@ func (p *churner) follow(ctx context.Context, sotw bool) error {
 		if err != nil {
 			return err
 		}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: resource.ClusterType}); err != nil {
+		if err := s.Send(&discovery.DiscoveryRequest{Node: p.node, TypeUrl: p.k.typeURL}); err != nil {
 			return err
 		}
 		for !complete() {
@@ -238,15 +280,17 @@ func (p *churner) follow(ctx context.Context, sotw bool) error {
 			if err != nil {
 				return fmt.Errorf("%s (SotW): %v, holding %v", p.node.Id, err, held)
 			}
-			clear(held)
+			if p.k.typeURL == resource.ClusterType {
+				clear(held) // a full state
+			}
 			for _, a := range resp.Resources {
-				var cl clusterv3.Cluster
-				if err := a.UnmarshalTo(&cl); err != nil {
+				name, g, err := p.k.read(a)
+				if err != nil {
 					return err
 				}
-				held[cl.Name] = cl.AltStatName
+				held[name] = g
 			}
-			if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+			if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: p.k.typeURL, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
 				return err
 			}
 		}
@@ -260,7 +304,7 @@ func (p *churner) follow(ctx context.Context, sotw bool) error {
 	for j := range 12 {
 		all = append(all, fmt.Sprint("c", j))
 	}
-	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: all}); err != nil {
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: p.k.typeURL, ResourceNamesSubscribe: all}); err != nil {
 		return err
 	}
 	for !complete() {
@@ -269,16 +313,16 @@ func (p *churner) follow(ctx context.Context, sotw bool) error {
 			return fmt.Errorf("%s (Delta): %v, holding %v", p.node.Id, err, held)
 		}
 		for _, r := range resp.Resources {
-			var cl clusterv3.Cluster
-			if err := r.Resource.UnmarshalTo(&cl); err != nil {
+			name, g, err := p.k.read(r.Resource)
+			if err != nil {
 				return err
 			}
-			held[cl.Name] = cl.AltStatName
+			held[name] = g
 		}
 		for _, name := range resp.RemovedResources {
 			delete(held, name)
 		}
-		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.Nonce}); err != nil {
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: p.k.typeURL, ResponseNonce: resp.Nonce}); err != nil {
 			return err
 		}
 	}

@@ -77,19 +77,12 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	defer s.mu.Unlock()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if delta && (len(r.Owed) > 0 || r.Limit > 0 && t.size > r.Limit) {
-		// (A table whose every resource fits in the limit makes no
-		// response past it.)
-		if resp, ok, err := t.partLocked(r); ok {
-			return resp, err
-		}
-	}
 	switch {
 	case delta && r.Initial != nil:
-		return t.encode(s, delta, t.initialLocked(s, r.Initial))
+		return t.encodeFor(r, delta, t.initialLocked(s, r.Initial))
 	case r.Fresh && r.Prev != nil && (delta || !t.full):
-		return t.encode(s, delta, t.addedLocked(r.Prev, s, r.From, delta))
-	case !r.Fresh && r.From == t.version:
+		return t.encodeFor(r, delta, t.addedLocked(r.Prev, s, r.From, delta))
+	case !r.Fresh && r.From == t.version && len(r.Owed) == 0:
 		return Response{To: t.version}, nil
 	}
 	key := bodyKey{delta: delta}
@@ -97,27 +90,38 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	if !r.Fresh {
 		changed, ok := t.changedLocked(s, r.From)
 		switch {
-		case ok && len(changed) == 0:
+		case ok && len(changed) == 0 && len(r.Owed) == 0:
 			return Response{To: t.version}, nil
 		case ok && (delta || !t.full):
 			key.since, key.from, names = true, r.From, changed
 		case !ok && delta:
 			// Its own to the stream's version (the removals it names):
 			// not kept as the set's body.
-			return t.encode(s, delta, t.behindLocked(s, s, r.From, delta))
+			return t.encodeFor(r, delta, t.behindLocked(s, s, r.From, delta))
 		}
 	}
-	if body, ok := s.bodyLocked(key); ok {
-		return body, nil
+	if len(r.Owed) == 0 {
+		if body, ok := s.bodyLocked(key); ok {
+			return body, nil
+		}
 	}
 	if !key.since {
 		names = t.namesLocked(s)
 	}
-	resp, err := t.encode(s, delta, names)
-	if err == nil {
+	resp, err := t.encodeFor(r, delta, names)
+	if err == nil && len(r.Owed) == 0 && resp.Rest == nil {
 		s.bodies[key] = resp
 	}
 	return resp, err
+}
+
+// encodeFor encodes the response that brings names to r's stream: a
+// Delta one past r.Limit, or with names owed, in part (see partLocked).
+func (t *Table) encodeFor(r Request, delta bool, names []string) (Response, error) {
+	if delta && (len(r.Owed) > 0 || r.Limit > 0 && t.size > r.Limit && t.sizeOf(names...) > r.Limit) {
+		return t.partLocked(r, names)
+	}
+	return t.encode(r.Set, delta, names)
 }
 
 // initialLocked returns the names a new Delta stream must be told of: those
@@ -306,49 +310,25 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held)}, nil
 }
 
-// partLocked returns a Delta response that may leave names for the next
-// (Request.Limit, Request.Owed), and whether it made one: a response
-// within the limit, with nothing owed, is made (and its body shared) as
-// any other.
-//
-// The names go smallest change first: those that changed since the
-// stream's version in a table version that changed few names, then those
-// of larger ones, then those owed, so that an endpoint or a route change
-// made while thousands of services arrive goes out in the next response,
-// not behind them.
-func (t *Table) partLocked(r Request) (Response, bool, error) {
-	s := r.Set
-	var names []string
-	var batch map[string]int // the names changed since, by the size of their version's change
-	switch {
-	case r.Initial != nil:
-		names = t.initialLocked(s, r.Initial)
-	case r.Fresh && r.Prev != nil:
-		names = t.addedLocked(r.Prev, s, r.From, true)
-	case r.Fresh:
-		names = t.namesLocked(s)
-	default:
-		var ok bool
-		if names, batch, ok = t.batchedLocked(s, r.From); !ok {
-			names = t.behindLocked(s, s, r.From, true)
+// partLocked returns a Delta response of names and the names owed (see
+// Request.Owed), up to r.Limit, with the names left in its Rest. The names
+// go smallest change first: those that changed since the stream's version
+// in a table version that changed few names, then those of larger ones,
+// then those owed, so that an endpoint or a route change made while
+// thousands of services arrive goes out in the next response, not behind
+// them.
+func (t *Table) partLocked(r Request, names []string) (Response, error) {
+	if !r.Fresh && r.Initial == nil {
+		if batch := t.batchesLocked(r.From); batch != nil {
+			slices.SortStableFunc(names, func(a, b string) int { return batch[a] - batch[b] })
 		}
-	}
-	size := 0
-	for _, n := range names {
-		size += t.sizeOf(n)
-	}
-	if len(r.Owed) == 0 && (r.Limit <= 0 || size <= r.Limit) {
-		return Response{}, false, nil
-	}
-	if batch != nil {
-		slices.SortStableFunc(names, func(a, b string) int { return batch[a] - batch[b] })
 	}
 	seen := make(map[string]struct{}, len(names)+len(r.Owed))
 	for _, n := range names {
 		seen[n] = struct{}{}
 	}
 	for _, n := range r.Owed {
-		if _, dup := seen[n]; !dup && s.Has(n) {
+		if _, dup := seen[n]; !dup && r.Set.Has(n) {
 			seen[n] = struct{}{}
 			names = append(names, n)
 		}
@@ -361,47 +341,41 @@ func (t *Table) partLocked(r Request) (Response, bool, error) {
 		}
 	}
 	held, gone := t.split(names[:cut])
-	resp, err := t.encodeDelta(s, held, gone)
+	resp, err := t.encodeDelta(r.Set, held, gone)
 	if cut < len(names) {
 		resp.Rest = slices.Clone(names[cut:])
 	}
-	return resp, true, err
+	return resp, err
 }
 
-// sizeOf is what a name adds to a Delta response: its resource's
+// sizeOf is what names add to a Delta response: each resource's
 // encoding, or its name alone when it is gone.
-func (t *Table) sizeOf(name string) int {
-	if e := t.entries[name]; e != nil {
-		return e.size + len(name) + len(e.version) + 16
+func (t *Table) sizeOf(names ...string) int {
+	n := 0
+	for _, name := range names {
+		n += len(name) + 2
+		if e := t.entries[name]; e != nil {
+			n += e.size + len(e.version) + 14
+		}
 	}
-	return len(name) + 2
+	return n
 }
 
-// batchedLocked returns, as changedLocked, the names of the set that
-// changed after version from, with the number of names each one's table
-// version changed.
-func (t *Table) batchedLocked(s *Set, from uint64) ([]string, map[string]int, bool) {
+// batchesLocked returns, for each name changed after version from, how
+// many names the table version of its last change changed; nil when the
+// log does not reach back that far.
+func (t *Table) batchesLocked(from uint64) map[string]int {
 	i, ok := t.sinceLocked(from)
 	if !ok {
-		return nil, nil, false
+		return nil
 	}
 	per := map[uint64]int{}
 	for _, c := range t.log[i:] {
 		per[c.version]++
 	}
 	batch := map[string]int{}
-	var out []string
 	for _, c := range t.log[i:] {
-		if !s.Has(c.name) {
-			continue
-		}
-		if _, dup := batch[c.name]; dup {
-			// The last change of a name counts: it is what is sent.
-			batch[c.name] = per[c.version]
-			continue
-		}
-		batch[c.name] = per[c.version]
-		out = append(out, c.name)
+		batch[c.name] = per[c.version] // the last change of a name counts
 	}
-	return out, batch, true
+	return batch
 }

@@ -145,6 +145,11 @@ type Fleet struct {
 	routeMarkers markerCache
 }
 
+// envoyWindow is Envoy's default HTTP/2 flow-control window, of a stream
+// and of a connection (initial_stream_window_size and
+// initial_connection_window_size).
+const envoyWindow = 256 << 20
+
 // New returns a Fleet; Run starts it.
 func New(cfg Config) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
@@ -197,7 +202,12 @@ func (f *Fleet) Run(ctx context.Context) error {
 		if f.cfg.TLS != nil {
 			creds = credentials.NewTLS(f.cfg.TLS)
 		}
+		// Envoy's HTTP/2 windows (256 MiB a stream and a connection)
+		// rather than gRPC's estimate, which pings the server at each
+		// response it reads: Envoy does not, and the server's answer to
+		// each ping was a write and a read the proxies put on it.
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)), experimental.WithBufferPool(pool))
 		if err != nil {
 			return nil, fmt.Errorf("sim: dial %s: %w", addr, err)

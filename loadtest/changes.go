@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,15 @@ func (cp *controlPlane) counters() counters {
 	return c
 }
 
+// profiled are the processes --profile profiles: the serving ones and
+// the ingester, which the whole control plane's CPU counts too.
+func (cp *controlPlane) profiled() []*proc {
+	if cp.ingester == nil {
+		return cp.servers
+	}
+	return append(slices.Clone(cp.servers), cp.ingester)
+}
+
 // run makes the changes (with the trickle of short-lived proxies, the
 // slow readers and the CPU hogs beside them), lets them settle, and
 // records what they cost.
@@ -62,7 +72,7 @@ func (ch changing) run(ctx context.Context, ph report.Phase) (report.Phase, erro
 	was := cp.counters()
 	changesStart := time.Now()
 	received := ch.fleet.Stats()
-	profiled := profile(ctx, sc, cp.servers)
+	profiled := profile(ctx, sc, cp.profiled())
 	besideCtx, stopBeside := context.WithCancel(ctx)
 	trickled := make(chan *report.Trickle, 1)
 	go func() { trickled <- trickle(besideCtx, sc, ch.fcfg) }()

@@ -175,7 +175,7 @@ func (cp *controlPlane) startShardpilot(ctx context.Context, source []string) er
 	if err != nil {
 		return err
 	}
-	cp.ingester.admin = admin
+	cp.ingester.admin, cp.ingester.heap = admin, admin
 	if err := cp.ingester.waitReady(ctx, time.Minute); err != nil {
 		return err
 	}

@@ -45,10 +45,14 @@ type Tables interface {
 	// Classes returns the classes the tables serve, with those being
 	// filled (FillClass).
 	Classes() []cache.Class
-	// Backlog returns how many proxy watches still have a change due: while
-	// it is not zero, the last generation is still being written, and the
-	// next one waits (up to MaxDelay) to take more changes together.
+	// Backlog returns how many proxy watches still have a change due, or
+	// a response unanswered: while it is not zero, the last generation is
+	// still being written.
 	Backlog() int64
+	// Holding returns the part of the backlog the next generation waits
+	// for (up to MaxHold) to take more changes together: all of it but
+	// the watches sent a response in parts (see cache.Owed).
+	Holding() int64
 	// BeginEpoch numbers a new generation before it updates any table
 	// (see cache.Cache.BeginEpoch).
 	BeginEpoch() int64
@@ -378,7 +382,7 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	d, err := debounce.New(debounce.Config[change]{
 		Quiet: cfg.Quiet, MaxDelay: cfg.MaxDelay, MaxHold: cfg.MaxHold,
-		Hold:  func() bool { return cfg.Tables.Backlog() > 0 },
+		Hold:  func() bool { return cfg.Tables.Holding() > 0 },
 		Merge: change.merge,
 	})
 	if err != nil {

@@ -123,6 +123,7 @@ func (s *recordingSink) Patch(class cache.Class, typeURL string, set map[string]
 
 func (s *recordingSink) Classes() []cache.Class { return Classes }
 func (s *recordingSink) Backlog() int64         { return 0 }
+func (s *recordingSink) Holding() int64         { return 0 }
 
 func (s *recordingSink) resources(class cache.Class, typeURL string) map[string]types.Resource {
 	s.mu.Lock()
@@ -265,6 +266,7 @@ func (s *countingSink) Patch(class cache.Class, typeURL string, set map[string]t
 
 func (s *countingSink) Classes() []cache.Class { return Classes }
 func (s *countingSink) Backlog() int64         { return 0 }
+func (s *countingSink) Holding() int64         { return 0 }
 
 func (s *countingSink) count(typeURL string) int {
 	s.mu.Lock()
@@ -456,6 +458,7 @@ type busySink struct {
 }
 
 func (s *busySink) Backlog() int64 { return s.backlog.Load() }
+func (s *busySink) Holding() int64 { return s.backlog.Load() }
 
 // TestRemovedClustersLinger: a cluster a class no longer has is still
 // served until the pushes of the generation that removed it (with the

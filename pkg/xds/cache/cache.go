@@ -101,8 +101,8 @@ type tableKey struct {
 type Cache struct {
 	cfg     Config
 	invalid prometheus.Counter
-	// due is the backlog: what the watches owe (see Owed).
-	due atomic.Int64
+	// backlog is what the watches owe (see Owed).
+	backlog backlog
 	// epoch numbers the generations the tables hold (see BeginEpoch).
 	epoch atomic.Int64
 
@@ -153,7 +153,11 @@ func New(cfg Config) (*Cache, error) {
 // Backlog returns how many watches have a change due that they have not
 // been answered from yet, or a response that was not yet ACKed: while it
 // is not zero, the last wave of pushes is still being written.
-func (c *Cache) Backlog() int64 { return c.due.Load() }
+func (c *Cache) Backlog() int64 { return c.backlog.due.Load() }
+
+// Holding returns the units of the backlog that hold the next generation:
+// those of every watch but the ones sent a response in parts (see Owed).
+func (c *Cache) Holding() int64 { return c.backlog.holding.Load() }
 
 // Epoch returns the epoch of the generation the tables hold: a response
 // sent now contains every change up to it. A new cache holds epoch 1.
@@ -165,7 +169,7 @@ func (c *Cache) Epoch() int64 { return c.epoch.Load() }
 func (c *Cache) BeginEpoch() int64 { return c.epoch.Add(1) }
 
 func (c *Cache) newTable(typeURL string) *Table {
-	t := newTable(wireType(typeURL), c.cfg.LogSize, &c.due, func(name string, err error) {
+	t := newTable(wireType(typeURL), c.cfg.LogSize, &c.backlog, func(name string, err error) {
 		c.invalid.Inc()
 		c.cfg.Log.Error("generated resource is invalid; not served", "type", typeURL, "name", name, "err", err)
 	})

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -52,8 +51,8 @@ type Table struct {
 	// reported again.
 	invalid  func(name string, err error)
 	rejected map[string]types.Resource
-	// due is the cache's backlog (see Owed).
-	due *atomic.Int64
+	// backlog is the cache's (see Owed).
+	backlog *backlog
 	// check validates new resources (nil: each its own Validate).
 	check *validator
 	// dropped says the cache no longer holds the table (drop).
@@ -90,8 +89,8 @@ type Table struct {
 	viewAt uint64
 }
 
-func newTable(typeURL string, logSize int, due *atomic.Int64, invalid func(name string, err error)) *Table {
-	t := &Table{typeURL: typeURL, full: fullState(typeURL), logSize: logSize, invalid: invalid, due: due,
+func newTable(typeURL string, logSize int, b *backlog, invalid func(name string, err error)) *Table {
+	t := &Table{typeURL: typeURL, full: fullState(typeURL), logSize: logSize, invalid: invalid, backlog: b,
 		entries: map[string]*entry{}, sets: map[Fingerprint][]*Set{}}
 	t.wild = &Set{table: t, wildcard: true, watchers: map[Watcher]int{}}
 	return t

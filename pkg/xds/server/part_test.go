@@ -19,7 +19,7 @@ import (
 // a Delta stream is sent a large change of virtual hosts in parts, each after its answer,
 // and a change made meanwhile in the next part, ahead of the large
 // change's rest; the parts bring everything, and nothing comes without an
-// answer. Clusters go whole.
+// answer; the parts with a rest hold no generation. Clusters go whole.
 func TestDeltaResponsesPastTheLimitGoInParts(t *testing.T) {
 	c, err := cache.New(cache.Config{Classes: []cache.Class{"all"}, Types: []string{resource.VirtualHostType, resource.ClusterType}})
 	if err != nil {
@@ -52,6 +52,16 @@ func TestDeltaResponsesPastTheLimitGoInParts(t *testing.T) {
 		parts++
 		for _, r := range resp.Resources {
 			seen[r.Name] = true
+		}
+		// Its part is written after the server counted it: a part with a
+		// rest is in the backlog and holds no generation (a change made
+		// meanwhile goes ahead of the rest anyway); the last part holds
+		// the next generation until it is answered, as any response.
+		if len(seen) < len(all) && (c.Backlog() == 0 || c.Holding() != 0) {
+			t.Errorf("part %d with a rest: backlog %d, holding %d; want some and none", parts, c.Backlog(), c.Holding())
+		}
+		if len(seen) == len(all) && c.Holding() == 0 {
+			t.Errorf("the last part, unanswered, holds no generation")
 		}
 		if parts == 1 {
 			// Unanswered, the first part is all there is.

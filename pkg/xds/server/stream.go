@@ -756,6 +756,9 @@ func (st *stream) next(i int, held bool) (*outgoing, error) {
 		return nil, st.tooLargeLocked(w, resp, limit)
 	}
 	w.version, w.fresh, w.prev, w.initial, w.holds, w.rest = resp.To, false, nil, nil, true, resp.Rest
+	// A watch sent a part holds no generation until its last part is
+	// sent (see cache.Owed).
+	w.owed.Apart(len(resp.Rest) > 0)
 	if w.credited > 0 {
 		// Generations that did not touch what the proxy watches are not
 		// its changes: an ACK measures only those from the one that made

@@ -647,6 +647,13 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 		more, p := s.istioObjects(w, selected, now, refs)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
+	} else if len(d.istioObjects) > 0 {
+		for ref := range d.istioObjects {
+			covered = append(covered, ref.location())
+		}
+		more, p := s.someIstioObjects(w, selected, d.istioObjects, now, refs)
+		*objs = append(*objs, more...)
+		problems = append(problems, p...)
 	}
 	if d.gatewayAPI && len(w.gatewayAPI) > 0 {
 		covered = append(covered, gatewayKinds()...)
@@ -758,29 +765,76 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 			if !ok || !selected(u.GetNamespace()) {
 				continue
 			}
-			loc := location(kind, u.GetNamespace(), u.GetName())
-			refs[loc] = u
-			version := u.GetResourceVersion()
-			d, ok := s.decoded[loc]
-			if !ok || version == "" || d.version != version {
-				r, err := toResource(u)
-				if err != nil {
-					problems = append(problems, ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc})
-					continue
-				}
-				d = decodedResource{version, r}
+			in, d, problem := s.istioInput(kind, u, now, refs)
+			if problem != nil {
+				problems = append(problems, *problem)
+				continue
 			}
-			decoded[loc] = d
-			inputs = append(inputs, istio.Input{Resource: d.r, Location: loc, SourceVersion: version, ObservedAt: now})
+			decoded[in.Location] = d
+			inputs = append(inputs, in)
 		}
 	}
 	s.decoded = decoded
 	if in, ok := s.meshConfigInput(w, now, refs); ok {
 		inputs = append(inputs, in)
 	}
-	objs, more := istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace,
-		Registration: s.cfg.Registrations != nil})
+	objs, more := s.normalize(inputs)
 	return objs, append(problems, more...)
+}
+
+// someIstioObjects normalizes the named Istio resources, of kinds that
+// normalize by themselves (see perObject): those gone, or in namespaces
+// not selected, are left out.
+func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named map[istioRef]bool, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
+	var problems []ingest.Problem
+	var inputs []istio.Input
+	if s.decoded == nil {
+		s.decoded = map[string]decodedResource{}
+	}
+	for ref := range named {
+		loc := ref.location()
+		delete(s.decoded, loc)
+		lister := w.istio[ref.kind]
+		if lister == nil || !selected(ref.namespace) {
+			continue
+		}
+		o, err := lister.ByNamespace(ref.namespace).Get(ref.name)
+		u, ok := o.(*unstructured.Unstructured)
+		if err != nil || !ok {
+			continue // gone: its objects go
+		}
+		in, d, problem := s.istioInput(ref.kind, u, now, refs)
+		if problem != nil {
+			problems = append(problems, *problem)
+			continue
+		}
+		s.decoded[loc] = d
+		inputs = append(inputs, in)
+	}
+	objs, more := s.normalize(inputs)
+	return objs, append(problems, more...)
+}
+
+// istioInput reads an Istio resource as the normalizer takes it, decoding
+// it only when its version is not the one decoded last.
+func (s *Source) istioInput(kind string, u *unstructured.Unstructured, now time.Time, refs map[string]runtime.Object) (istio.Input, decodedResource, *ingest.Problem) {
+	loc := location(kind, u.GetNamespace(), u.GetName())
+	refs[loc] = u
+	version := u.GetResourceVersion()
+	d, ok := s.decoded[loc]
+	if !ok || version == "" || d.version != version {
+		r, err := toResource(u)
+		if err != nil {
+			return istio.Input{}, d, &ingest.Problem{Location: loc, Resource: loc, Reason: err.Error(), KeepLocation: loc}
+		}
+		d = decodedResource{version, r}
+	}
+	return istio.Input{Resource: d.r, Location: loc, SourceVersion: version, ObservedAt: now}, d, nil
+}
+
+func (s *Source) normalize(inputs []istio.Input) ([]ingest.Object, []ingest.Problem) {
+	return istio.Normalize(inputs, istio.Options{DomainSuffix: s.cfg.DomainSuffix, Shard: s.cfg.Cluster, MeshNamespace: s.cfg.MeshNamespace,
+		Registration: s.cfg.Registrations != nil})
 }
 
 // toResource reads an Istio object as the normalizer takes it.

@@ -17,8 +17,8 @@ import (
 // sync reads and writes only that.
 type changes struct {
 	services map[cache.ObjectName]bool // Services whose objects may have changed
-	// istio: every Istio resource; istioObjects: those named, each
-	// normalized by itself (see perObject).
+	// istio: every Istio resource; istioObjects: those named (see
+	// someIstioObjects).
 	istio        bool
 	istioObjects map[istioRef]bool
 	// gatewayAPI: a Gateway API resource, or a Service or Namespace one
@@ -142,7 +142,7 @@ func (s *Source) mark(kind string, w *watched, old, cur any) bool {
 		// An Istio kind.
 		ref, ok := refOf(kind, cmp.Or(cur, old))
 		s.dirty.set(func(c *changes) {
-			if !ok || !perObject(kind) {
+			if !ok || kind == istio.KindConfigMap {
 				c.istio = true
 				return
 			}
@@ -178,12 +178,10 @@ func refOf(kind string, o any) (istioRef, bool) {
 	return istioRef{kind, m.GetNamespace(), m.GetName()}, true
 }
 
-// perObject says whether a resource of an Istio kind normalizes by itself:
-// every kind but the ServiceEntries and WorkloadEntries, joined into
-// services with their endpoints, and the mesh's ConfigMap. A change of one
-// such resource normalizes and writes that resource alone; at 1,000
-// VirtualServices and DestinationRules, normalizing them all again at each
-// route change was half of what the ingester did.
-func perObject(kind string) bool {
-	return kind != istio.KindServiceEntry && kind != istio.KindWorkloadEntry && kind != istio.KindConfigMap
+// joined says whether the resources of an Istio kind are normalized with
+// others of their namespace: ServiceEntries and the WorkloadEntries whose
+// endpoints they select. Every other kind but the mesh's ConfigMap
+// normalizes by itself.
+func joined(kind string) bool {
+	return kind == istio.KindServiceEntry || kind == istio.KindWorkloadEntry
 }

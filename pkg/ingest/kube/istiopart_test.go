@@ -21,7 +21,8 @@ import (
 // normalized and written alone, its deletion deletes it alone, and an
 // invalid change of it keeps its last valid version; the other resources
 // are neither read again nor compared with the store. A WorkloadEntry's
-// change still reaches the ServiceEntry whose endpoints it joins.
+// change reaches the ServiceEntry whose endpoints it joins, reading only
+// the ServiceEntries and WorkloadEntries of its namespace.
 func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -114,12 +115,24 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	}
 
 	// A WorkloadEntry is joined into its ServiceEntry's endpoints: its
-	// change reaches them.
+	// change reaches them, and reads the ServiceEntries and
+	// WorkloadEntries of its namespace alone (the ServiceEntry's service
+	// is unchanged, and nothing else is compared).
 	update("WorkloadEntry", "vm-1", map[string]any{"address": "10.4.0.2", "labels": map[string]any{"app": "vm"}})
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a WorkloadEntry's change reaches its ServiceEntry's endpoints", func(o model.Object) (bool, string) {
 		e := o.(*meshv1.Endpoints)
 		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.2", fmt.Sprint(e)
 	})
+	testutil.Eventually(t, 10*time.Second, "the sync that wrote it", func() (bool, string) {
+		res := lastSync()
+		return res.Written == 1 && res.Unchanged == 1, fmt.Sprintf("%+v", res)
+	})
+	// A WorkloadEntry that goes takes its endpoint with it.
+	if err := kc.Dynamic.Resource(gvr("WorkloadEntry")).Namespace(ns).Delete(ctx, "vm-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.absent(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a deleted WorkloadEntry's endpoint goes")
+	r.object(t, "/mesh/v1/services/"+ns+"/vms", "its ServiceEntry stays", nil)
 }
 
 // routeTo is a VirtualService's spec: host routed to itself, with a

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -648,10 +649,8 @@ func (s *Source) part(w *watched, d changes, now time.Time, refs map[string]runt
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
 	} else if len(d.istioObjects) > 0 {
-		for ref := range d.istioObjects {
-			covered = append(covered, ref.location())
-		}
-		more, p := s.someIstioObjects(w, selected, d.istioObjects, now, refs)
+		more, locs, p := s.someIstioObjects(w, selected, d.istioObjects, now, refs)
+		covered = append(covered, locs...)
 		*objs = append(*objs, more...)
 		problems = append(problems, p...)
 	}
@@ -782,29 +781,51 @@ func (s *Source) istioObjects(w *watched, selected func(string) bool, now time.T
 	return objs, append(problems, more...)
 }
 
-// someIstioObjects normalizes the named Istio resources, of kinds that
-// normalize by themselves (see perObject): those gone, or in namespaces
-// not selected, are left out.
-func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named map[istioRef]bool, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []ingest.Problem) {
-	var problems []ingest.Problem
-	var inputs []istio.Input
+// someIstioObjects normalizes the named Istio resources, and returns the
+// locations that covers: each resource by itself, but ServiceEntries and
+// WorkloadEntries, which are normalized with every other of their
+// namespace (see joined). Resources gone, or in namespaces not selected,
+// are left out. At 200 services, normalizing every Istio resource again at
+// each change was most of what the ingester did.
+func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named map[istioRef]bool, now time.Time, refs map[string]runtime.Object) ([]ingest.Object, []string, []ingest.Problem) {
 	if s.decoded == nil {
 		s.decoded = map[string]decodedResource{}
 	}
+	read := maps.Clone(named)
 	for ref := range named {
-		loc := ref.location()
-		delete(s.decoded, loc)
-		lister := w.istio[ref.kind]
-		if lister == nil || !selected(ref.namespace) {
+		if !joined(ref.kind) || !selected(ref.namespace) {
 			continue
 		}
-		o, err := lister.ByNamespace(ref.namespace).Get(ref.name)
-		u, ok := o.(*unstructured.Unstructured)
-		if err != nil || !ok {
-			continue // gone: its objects go
+		for kind := range w.istio {
+			if !joined(kind) {
+				continue
+			}
+			list, _ := w.istio[kind].ByNamespace(ref.namespace).List(labels.Everything())
+			for _, o := range list {
+				if u, ok := o.(*unstructured.Unstructured); ok {
+					read[istioRef{kind, u.GetNamespace(), u.GetName()}] = true
+				}
+			}
+		}
+	}
+	var covered []string
+	var problems []ingest.Problem
+	var inputs []istio.Input
+	for ref := range read {
+		loc := ref.location()
+		covered = append(covered, loc)
+		var u *unstructured.Unstructured
+		if lister := w.istio[ref.kind]; lister != nil && selected(ref.namespace) {
+			o, _ := lister.ByNamespace(ref.namespace).Get(ref.name)
+			u, _ = o.(*unstructured.Unstructured)
+		}
+		if u == nil {
+			delete(s.decoded, loc) // gone: its objects go
+			continue
 		}
 		in, d, problem := s.istioInput(ref.kind, u, now, refs)
 		if problem != nil {
+			delete(s.decoded, loc)
 			problems = append(problems, *problem)
 			continue
 		}
@@ -812,7 +833,7 @@ func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named 
 		inputs = append(inputs, in)
 	}
 	objs, more := s.normalize(inputs)
-	return objs, append(problems, more...)
+	return objs, covered, append(problems, more...)
 }
 
 // istioInput reads an Istio resource as the normalizer takes it, decoding

@@ -326,7 +326,7 @@ func Covers(part []string, loc string) bool {
 // within reports whether loc is k or lies within it ("a.yaml" holds
 // "a.yaml document 2").
 func within(loc, k string) bool {
-	return loc == k || strings.HasPrefix(loc, k+" ")
+	return strings.HasPrefix(loc, k) && (len(loc) == len(k) || loc[len(k)] == ' ')
 }
 
 // apply syncs the part of the source that part names (nil: all of it).

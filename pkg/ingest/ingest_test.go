@@ -522,3 +522,28 @@ func TestSyncWritesManyKeysPerTransaction(t *testing.T) {
 	}
 	want(t, st)
 }
+
+// TestCovers: a part covers the locations it names and those within them
+// (followed by a space), nothing that merely starts the same.
+func TestCovers(t *testing.T) {
+	part := []string{"a.yaml", "VirtualService ns/vs-1"}
+	for loc, want := range map[string]bool{
+		"a.yaml":                   true,
+		"a.yaml document 2":        true,
+		"a.yamlx":                  false,
+		"a.yaml.bak document 1":    false,
+		"VirtualService ns/vs-1":   true,
+		"VirtualService ns/vs-10":  false,
+		"VirtualService ns/vs":     false,
+		"":                         false,
+		"b.yaml document 1":        false,
+		"VirtualService ns/vs-1 x": true,
+	} {
+		if got := ingest.Covers(part, loc); got != want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", part, loc, got, want)
+		}
+	}
+	if !ingest.Covers(nil, "anything") {
+		t.Error("a nil part covers everything")
+	}
+}

@@ -24,6 +24,8 @@ type Response struct {
 	// Rest are the names a Delta response left out past Request.Limit,
 	// to ask for as Request.Owed once it is answered.
 	Rest []string
+	// msg is the message Body encodes, until it is encoded (see respond).
+	msg proto.Message
 }
 
 // Empty reports whether there is nothing to send.
@@ -71,19 +73,45 @@ func (t *Table) SotW(r Request) (Response, error) { return t.respond(r, false) }
 // holds that are gone.
 func (t *Table) Delta(r Request) (Response, error) { return t.respond(r, true) }
 
+// respond returns the response a stream is sent. What it carries is read
+// under the table's lock, and encoded after it: a response of thousands of
+// resources takes long to encode, and the generator waiting for the lock
+// to update the table held every other stream's response behind it. The
+// resources' encodings never change once in the table, so the message
+// holds what was read.
 func (t *Table) respond(r Request, delta bool) (Response, error) {
 	s := r.Set
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	resp, keep, err := t.readLocked(r, delta)
+	if err != nil || resp.msg == nil {
+		return resp, err
+	}
+	if resp.Body, err = proto.Marshal(resp.msg); err != nil {
+		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
+	}
+	resp.msg = nil
+	if keep != nil {
+		// The set's bodies are of the version read: its lock held since.
+		s.bodies[*keep] = resp
+	}
+	return resp, nil
+}
+
+// readLocked reads under the table's lock what respond encodes, and the
+// key under which the set keeps the response for the other streams of the
+// set at the same version (nil: not kept).
+func (t *Table) readLocked(r Request, delta bool) (Response, *bodyKey, error) {
+	s := r.Set
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	switch {
 	case delta && r.Initial != nil:
-		return t.encodeFor(r, delta, t.initialLocked(s, r.Initial))
+		return t.encodeFor(r, delta, t.initialLocked(s, r.Initial)), nil, nil
 	case r.Fresh && r.Prev != nil && (delta || !t.full):
-		return t.encodeFor(r, delta, t.addedLocked(r.Prev, s, r.From, delta))
+		return t.encodeFor(r, delta, t.addedLocked(r.Prev, s, r.From, delta)), nil, nil
 	case !r.Fresh && r.From == t.version && len(r.Owed) == 0:
-		return Response{To: t.version}, nil
+		return Response{To: t.version}, nil, nil
 	}
 	key := bodyKey{delta: delta}
 	var names []string
@@ -91,33 +119,33 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 		changed, ok := t.changedLocked(s, r.From)
 		switch {
 		case ok && len(changed) == 0 && len(r.Owed) == 0:
-			return Response{To: t.version}, nil
+			return Response{To: t.version}, nil, nil
 		case ok && (delta || !t.full):
 			key.since, key.from, names = true, r.From, changed
 		case !ok && delta:
 			// Its own to the stream's version (the removals it names):
 			// not kept as the set's body.
-			return t.encodeFor(r, delta, t.behindLocked(s, s, r.From, delta))
+			return t.encodeFor(r, delta, t.behindLocked(s, s, r.From, delta)), nil, nil
 		}
 	}
 	if len(r.Owed) == 0 {
 		if body, ok := s.bodyLocked(key); ok {
-			return body, nil
+			return body, nil, nil
 		}
 	}
 	if !key.since {
 		names = t.namesLocked(s)
 	}
-	resp, err := t.encodeFor(r, delta, names)
-	if err == nil && len(r.Owed) == 0 && resp.Rest == nil {
-		s.bodies[key] = resp
+	resp := t.encodeFor(r, delta, names)
+	if len(r.Owed) == 0 && resp.Rest == nil && resp.msg != nil {
+		return resp, &key, nil
 	}
-	return resp, err
+	return resp, nil, nil
 }
 
 // encodeFor encodes the response that brings names to r's stream: a
 // Delta one past r.Limit, or with names owed, in part (see partLocked).
-func (t *Table) encodeFor(r Request, delta bool, names []string) (Response, error) {
+func (t *Table) encodeFor(r Request, delta bool, names []string) Response {
 	if delta && (len(r.Owed) > 0 || r.Limit > 0 && t.size > r.Limit && t.sizeOf(names...) > r.Limit) {
 		return t.partLocked(r, names)
 	}
@@ -142,7 +170,7 @@ func (t *Table) initialLocked(s *Set, initial map[string]string) []string {
 	return names
 }
 
-func (t *Table) encode(s *Set, delta bool, names []string) (Response, error) {
+func (t *Table) encode(s *Set, delta bool, names []string) Response {
 	if delta {
 		held, gone := t.split(names)
 		return t.encodeDelta(s, held, gone)
@@ -268,12 +296,13 @@ func (t *Table) split(names []string) (held, gone []string) {
 	return held, gone
 }
 
-// encodeSotW encodes a SotW response carrying the named resources that
-// exist, in name order, under the set's content version.
-func (t *Table) encodeSotW(s *Set, names []string) (Response, error) {
+// encodeSotW makes the SotW response carrying the named resources that
+// exist, in name order, under the set's content version (encoded by
+// respond).
+func (t *Table) encodeSotW(s *Set, names []string) Response {
 	held, _ := t.split(names)
 	if len(held) == 0 && !t.full {
-		return Response{To: t.version}, nil
+		return Response{To: t.version}
 	}
 	slices.Sort(held)
 	msg := &discovery.DiscoveryResponse{TypeUrl: t.typeURL, VersionInfo: contentVersion(s.contentSumLocked())}
@@ -281,18 +310,14 @@ func (t *Table) encodeSotW(s *Set, names []string) (Response, error) {
 	for _, n := range held {
 		msg.Resources = append(msg.Resources, t.entries[n].any)
 	}
-	b, err := proto.Marshal(msg)
-	if err != nil {
-		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
-	}
-	return Response{Body: b, Version: msg.VersionInfo, To: t.version, Resources: len(held)}, nil
+	return Response{msg: msg, Version: msg.VersionInfo, To: t.version, Resources: len(held)}
 }
 
-// encodeDelta encodes a Delta response carrying the named resources and
-// removing the gone ones, in name order.
-func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
+// encodeDelta makes the Delta response carrying the named resources and
+// removing the gone ones, in name order (encoded by respond).
+func (t *Table) encodeDelta(s *Set, held, gone []string) Response {
 	if len(held) == 0 && len(gone) == 0 {
-		return Response{To: t.version}, nil
+		return Response{To: t.version}
 	}
 	slices.Sort(held)
 	slices.Sort(gone)
@@ -303,11 +328,7 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 		e := t.entries[n]
 		msg.Resources = append(msg.Resources, &discovery.Resource{Name: n, Version: e.version, Resource: e.any})
 	}
-	b, err := proto.Marshal(msg)
-	if err != nil {
-		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
-	}
-	return Response{Body: b, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held)}, nil
+	return Response{msg: msg, Version: msg.SystemVersionInfo, To: t.version, Resources: len(held)}
 }
 
 // partLocked returns a Delta response of names and the names owed (see
@@ -317,7 +338,7 @@ func (t *Table) encodeDelta(s *Set, held, gone []string) (Response, error) {
 // then those owed, so that an endpoint or a route change made while
 // thousands of services arrive goes out in the next response, not behind
 // them.
-func (t *Table) partLocked(r Request, names []string) (Response, error) {
+func (t *Table) partLocked(r Request, names []string) Response {
 	if !r.Fresh && r.Initial == nil {
 		if batch := t.batchesLocked(r.From); batch != nil {
 			slices.SortStableFunc(names, func(a, b string) int { return batch[a] - batch[b] })
@@ -341,11 +362,11 @@ func (t *Table) partLocked(r Request, names []string) (Response, error) {
 		}
 	}
 	held, gone := t.split(names[:cut])
-	resp, err := t.encodeDelta(r.Set, held, gone)
+	resp := t.encodeDelta(r.Set, held, gone)
 	if cut < len(names) {
 		resp.Rest = slices.Clone(names[cut:])
 	}
-	return resp, err
+	return resp
 }
 
 // sizeOf is what names add to a Delta response: each resource's

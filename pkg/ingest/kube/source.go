@@ -792,15 +792,19 @@ func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named 
 		s.decoded = map[string]decodedResource{}
 	}
 	read := maps.Clone(named)
+	joins := map[string]bool{} // the namespaces whose joins are read again
 	for ref := range named {
-		if !joined(ref.kind) || !selected(ref.namespace) {
+		joins[ref.namespace] = joins[ref.namespace] || joined(ref.kind) && selected(ref.namespace)
+	}
+	for kind, lister := range w.istio {
+		if !joined(kind) {
 			continue
 		}
-		for kind := range w.istio {
-			if !joined(kind) {
+		for ns, again := range joins {
+			if !again {
 				continue
 			}
-			list, _ := w.istio[kind].ByNamespace(ref.namespace).List(labels.Everything())
+			list, _ := lister.ByNamespace(ns).List(labels.Everything())
 			for _, o := range list {
 				if u, ok := o.(*unstructured.Unstructured); ok {
 					read[istioRef{kind, u.GetNamespace(), u.GetName()}] = true

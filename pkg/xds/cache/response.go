@@ -83,14 +83,14 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 	s := r.Set
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	resp, keep, err := t.readLocked(r, delta)
-	if err != nil || resp.msg == nil {
-		return resp, err
+	resp, keep := t.readLocked(r, delta)
+	if resp.msg != nil {
+		var err error
+		if resp.Body, err = proto.Marshal(resp.msg); err != nil {
+			return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
+		}
+		resp.msg = nil
 	}
-	if resp.Body, err = proto.Marshal(resp.msg); err != nil {
-		return Response{}, fmt.Errorf("cache: encode %s response: %w", t.typeURL, err)
-	}
-	resp.msg = nil
 	if keep != nil {
 		// The set's bodies are of the version read: its lock held since.
 		s.bodies[*keep] = resp
@@ -101,17 +101,17 @@ func (t *Table) respond(r Request, delta bool) (Response, error) {
 // readLocked reads under the table's lock what respond encodes, and the
 // key under which the set keeps the response for the other streams of the
 // set at the same version (nil: not kept).
-func (t *Table) readLocked(r Request, delta bool) (Response, *bodyKey, error) {
+func (t *Table) readLocked(r Request, delta bool) (Response, *bodyKey) {
 	s := r.Set
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	switch {
 	case delta && r.Initial != nil:
-		return t.encodeFor(r, delta, t.initialLocked(s, r.Initial)), nil, nil
+		return t.encodeFor(r, delta, t.initialLocked(s, r.Initial)), nil
 	case r.Fresh && r.Prev != nil && (delta || !t.full):
-		return t.encodeFor(r, delta, t.addedLocked(r.Prev, s, r.From, delta)), nil, nil
+		return t.encodeFor(r, delta, t.addedLocked(r.Prev, s, r.From, delta)), nil
 	case !r.Fresh && r.From == t.version && len(r.Owed) == 0:
-		return Response{To: t.version}, nil, nil
+		return Response{To: t.version}, nil
 	}
 	key := bodyKey{delta: delta}
 	var names []string
@@ -119,28 +119,28 @@ func (t *Table) readLocked(r Request, delta bool) (Response, *bodyKey, error) {
 		changed, ok := t.changedLocked(s, r.From)
 		switch {
 		case ok && len(changed) == 0 && len(r.Owed) == 0:
-			return Response{To: t.version}, nil, nil
+			return Response{To: t.version}, nil
 		case ok && (delta || !t.full):
 			key.since, key.from, names = true, r.From, changed
 		case !ok && delta:
 			// Its own to the stream's version (the removals it names):
 			// not kept as the set's body.
-			return t.encodeFor(r, delta, t.behindLocked(s, s, r.From, delta)), nil, nil
+			return t.encodeFor(r, delta, t.behindLocked(s, s, r.From, delta)), nil
 		}
 	}
 	if len(r.Owed) == 0 {
 		if body, ok := s.bodyLocked(key); ok {
-			return body, nil, nil
+			return body, nil
 		}
 	}
 	if !key.since {
 		names = t.namesLocked(s)
 	}
 	resp := t.encodeFor(r, delta, names)
-	if len(r.Owed) == 0 && resp.Rest == nil && resp.msg != nil {
-		return resp, &key, nil
+	if len(r.Owed) == 0 && resp.Rest == nil {
+		return resp, &key
 	}
-	return resp, nil, nil
+	return resp, nil
 }
 
 // encodeFor encodes the response that brings names to r's stream: a

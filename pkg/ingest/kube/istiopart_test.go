@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/shardpilot/shardpilot/pkg/ingest"
 	"github.com/shardpilot/shardpilot/pkg/ingest/kube"
 	"github.com/shardpilot/shardpilot/pkg/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestIstioChangesSyncTheirResourceAlone: a change of one VirtualService
@@ -27,7 +25,6 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
 	_, cli := testutil.Etcd(t)
-	ctx := context.Background()
 	ns := kc.Namespace(t, nil)
 	const n = 10
 	hosts := make([]any, n)
@@ -62,18 +59,6 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 		return last
 	}
 
-	update := func(kind, name string, spec map[string]any) {
-		t.Helper()
-		res := kc.Dynamic.Resource(gvr(kind)).Namespace(ns)
-		u, err := res.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Object["spec"] = spec
-		if _, err := res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	timeout := func(want string) func(model.Object) (bool, string) {
 		return func(o model.Object) (bool, string) {
 			got := o.(*meshv1.RouteRule).GetHttp()[0].GetTimeout().AsDuration().String()
@@ -83,7 +68,7 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 
 	// One VirtualService changes: it alone is written, and no other
 	// resource is compared with the store (none is unchanged).
-	update("VirtualService", "vs-3", routeTo("h3.example.com", "3s"))
+	updateSpec(t, kc, ns, "VirtualService", "vs-3", routeTo("h3.example.com", "3s"))
 	r.object(t, "/mesh/v1/routerules/"+ns+"/vs-3", "the changed VirtualService is written", timeout("3s"))
 	testutil.Eventually(t, 10*time.Second, "the sync that wrote it", func() (bool, string) {
 		res := lastSync()
@@ -95,20 +80,16 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	// is written.
 	bad := routeTo("h3.example.com", "5s")
 	bad["http"].([]any)[0].(map[string]any)["match"] = []any{map[string]any{"uri": map[string]any{"regex": "/(unclosed"}}}
-	update("VirtualService", "vs-3", bad)
+	updateSpec(t, kc, ns, "VirtualService", "vs-3", bad)
 	eventFor(t, kc, ns, "VirtualService", "vs-3", "spec.http[0].match[0].uri.regex")
 	r.object(t, "/mesh/v1/routerules/"+ns+"/vs-3", "an invalid change keeps the last valid version", timeout("3s"))
-	update("VirtualService", "vs-3", routeTo("h3.example.com", "4s"))
+	updateSpec(t, kc, ns, "VirtualService", "vs-3", routeTo("h3.example.com", "4s"))
 	r.object(t, "/mesh/v1/routerules/"+ns+"/vs-3", "a valid change after it is written", timeout("4s"))
 
 	// A deletion deletes it alone.
-	if err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Delete(ctx, "vs-5", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteIstio(t, kc, ns, "VirtualService", "vs-5")
 	r.absent(t, "/mesh/v1/routerules/"+ns+"/vs-5", "a deleted VirtualService leaves the store")
-	if err := kc.Dynamic.Resource(gvr("DestinationRule")).Namespace(ns).Delete(ctx, "dr-6", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteIstio(t, kc, ns, "DestinationRule", "dr-6")
 	r.absent(t, "/mesh/v1/trafficpolicies/"+ns+"/dr-6", "a deleted DestinationRule leaves the store")
 	for _, key := range []string{"routerules/" + ns + "/vs-6", "trafficpolicies/" + ns + "/dr-5"} {
 		r.object(t, "/mesh/v1/"+key, "the others stay", nil)
@@ -118,7 +99,7 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	// change reaches them, and reads the ServiceEntries and
 	// WorkloadEntries of its namespace alone (the ServiceEntry's service
 	// is unchanged, and nothing else is compared).
-	update("WorkloadEntry", "vm-1", map[string]any{"address": "10.4.0.2", "labels": map[string]any{"app": "vm"}})
+	updateSpec(t, kc, ns, "WorkloadEntry", "vm-1", map[string]any{"address": "10.4.0.2", "labels": map[string]any{"app": "vm"}})
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a WorkloadEntry's change reaches its ServiceEntry's endpoints", func(o model.Object) (bool, string) {
 		e := o.(*meshv1.Endpoints)
 		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.2", fmt.Sprint(e)
@@ -128,16 +109,7 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 		return res.Written == 1 && res.Unchanged == 1, fmt.Sprintf("%+v", res)
 	})
 	// A WorkloadEntry that goes takes its endpoint with it.
-	if err := kc.Dynamic.Resource(gvr("WorkloadEntry")).Namespace(ns).Delete(ctx, "vm-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteIstio(t, kc, ns, "WorkloadEntry", "vm-1")
 	r.absent(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a deleted WorkloadEntry's endpoint goes")
 	r.object(t, "/mesh/v1/services/"+ns+"/vms", "its ServiceEntry stays", nil)
-}
-
-// routeTo is a VirtualService's spec: host routed to itself, with a
-// timeout.
-func routeTo(host, timeout string) map[string]any {
-	return map[string]any{"hosts": []any{host}, "http": []any{map[string]any{"timeout": timeout,
-		"route": []any{map[string]any{"destination": map[string]any{"host": host}}}}}}
 }

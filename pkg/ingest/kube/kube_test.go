@@ -134,6 +134,35 @@ func apply(t *testing.T, kc *kubetest.Cluster, u *unstructured.Unstructured) {
 	}
 }
 
+// updateSpec replaces the spec of an Istio resource.
+func updateSpec(t *testing.T, kc *kubetest.Cluster, ns, kind, name string, spec map[string]any) {
+	t.Helper()
+	res := kc.Dynamic.Resource(gvr(kind)).Namespace(ns)
+	u, err := res.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"] = spec
+	if _, err := res.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update %s %s: %v", kind, name, err)
+	}
+}
+
+// deleteIstio deletes an Istio resource.
+func deleteIstio(t *testing.T, kc *kubetest.Cluster, ns, kind, name string) {
+	t.Helper()
+	if err := kc.Dynamic.Resource(gvr(kind)).Namespace(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete %s %s: %v", kind, name, err)
+	}
+}
+
+// routeTo is a VirtualService's spec: host routed to itself, with a
+// timeout.
+func routeTo(host, timeout string) map[string]any {
+	return map[string]any{"hosts": []any{host}, "http": []any{map[string]any{"timeout": timeout,
+		"route": []any{map[string]any{"destination": map[string]any{"host": host}}}}}}
+}
+
 func endpoint(addr, pod, ns string, ready, serving, terminating bool) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{
 		Addresses:  []string{addr},
@@ -215,17 +244,7 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 
 	// Updates and deletes propagate: a changed Istio object is read again
 	// (a sync reads again only those whose resourceVersion moved).
-	vs, err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Get(ctx, "ratings", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs.Object["spec"] = map[string]any{
-		"hosts": []any{"ratings"},
-		"http":  []any{map[string]any{"timeout": "7s", "route": []any{map[string]any{"destination": map[string]any{"host": "ratings"}}}}},
-	}
-	if _, err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Update(ctx, vs, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, kc, ns, "VirtualService", "ratings", routeTo("ratings", "7s"))
 	r.object(t, "/mesh/v1/routerules/"+ns+"/ratings", "a VirtualService's change is written", func(o model.Object) (bool, string) {
 		rr := o.(*meshv1.RouteRule)
 		return rr.Http[0].GetTimeout().AsDuration() == 7*time.Second, fmt.Sprint(rr)
@@ -237,9 +256,7 @@ func TestKubernetesObjectsAreNormalized(t *testing.T) {
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/reviews@c1/c1", "an endpoint removed from the slice leaves", func(o model.Object) (bool, string) {
 		return len(o.(*meshv1.Endpoints).Endpoints) == 1, fmt.Sprint(o)
 	})
-	if err := kc.Dynamic.Resource(gvr("VirtualService")).Namespace(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteIstio(t, kc, ns, "VirtualService", "reviews")
 	r.absent(t, "/mesh/v1/routerules/"+ns+"/reviews", "a deleted VirtualService leaves the store")
 	if err := kc.Client.CoreV1().Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

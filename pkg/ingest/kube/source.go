@@ -794,16 +794,15 @@ func (s *Source) someIstioObjects(w *watched, selected func(string) bool, named 
 	read := maps.Clone(named)
 	joins := map[string]bool{} // the namespaces whose joins are read again
 	for ref := range named {
-		joins[ref.namespace] = joins[ref.namespace] || joined(ref.kind) && selected(ref.namespace)
+		if joined(ref.kind) && selected(ref.namespace) {
+			joins[ref.namespace] = true
+		}
 	}
 	for kind, lister := range w.istio {
 		if !joined(kind) {
 			continue
 		}
-		for ns, again := range joins {
-			if !again {
-				continue
-			}
+		for ns := range joins {
 			list, _ := lister.ByNamespace(ns).List(labels.Everything())
 			for _, o := range list {
 				if u, ok := o.(*unstructured.Unstructured); ok {

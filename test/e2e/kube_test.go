@@ -100,8 +100,9 @@ func applyIstio(t *testing.T, kc *kubetest.Cluster, kind, resource, ns, name str
 
 // TestProxylessGRPCFollowsKubernetes: endpoints that exist only as
 // EndpointSlices in a real apiserver carry real RPCs, a VirtualService
-// applied through the API moves them, and an ExternalName Service naming
-// the service is routed as it.
+// applied through the API moves them, an ExternalName Service naming the
+// service is routed as it, and the VirtualService's change and deletion
+// move the RPCs again.
 func TestProxylessGRPCFollowsKubernetes(t *testing.T) {
 	kc := kubetest.Get(t)
 	kc.InstallIstioCRDs(t)
@@ -141,6 +142,29 @@ func TestProxylessGRPCFollowsKubernetes(t *testing.T) {
 	}
 	alias := dialXDS(t, cp.ads, fmt.Sprintf("xds:///legacy.%s.svc.cluster.local:50051", ns))
 	allOn(t, alias, b.addr, "RPCs to the ExternalName alias are routed as greeter's")
+	// A change of it, and its deletion, are synced by themselves (the
+	// ingester reads that resource alone): the clients follow both.
+	vs := kc.Dynamic.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}).Namespace(ns)
+	u, err := vs.Get(context.Background(), "greeter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"] = map[string]any{
+		"hosts": []any{"greeter"},
+		"http":  []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "greeter", "subset": "v1"}}}}},
+	}
+	if _, err := vs.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allOn(t, conn, a.addr, "the VirtualService changed to subset v1 sends every RPC there")
+	allOn(t, alias, a.addr, "and every RPC to the alias")
+	if err := vs.Delete(context.Background(), "greeter", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the VirtualService deleted, RPCs reach both backends again", func() (bool, string) {
+		got := spread(conn, 20)
+		return got[a.addr] > 0 && got[b.addr] > 0, fmt.Sprint(got)
+	})
 }
 
 // TestLeaderFailover runs two ingester replicas for one cluster; the

@@ -42,21 +42,42 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 		apply(t, kc, istioObject("DestinationRule", "v1", ns, fmt.Sprintf("dr-%d", i), map[string]any{"host": hosts[i]}))
 	}
 	var mu sync.Mutex
-	var last ingest.Result
+	var synced []ingest.Result
 	r := startSource(t, kc, cli, "c1", func(c *kube.Config) {
 		c.OnSynced = func(res ingest.Result) {
 			mu.Lock()
 			defer mu.Unlock()
-			last = res
+			synced = append(synced, res)
 		}
 	})
 	for i := range n {
 		r.object(t, fmt.Sprintf("/mesh/v1/routerules/%s/vs-%d", ns, i), "the VirtualServices are written", nil)
 	}
-	lastSync := func() ingest.Result {
+	syncs := func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		return last
+		return len(synced)
+	}
+	// wrote waits for the first sync after the from'th that wrote
+	// something, and checks it wrote one object and found unchanged ones
+	// (those it compared with the store), whatever syncs without writes
+	// came between.
+	wrote := func(from, unchanged int) {
+		t.Helper()
+		var res ingest.Result
+		testutil.Eventually(t, 10*time.Second, "the sync that wrote it", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, res = range synced[from:] {
+				if res.Written > 0 {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d syncs since, none wrote", len(synced)-from)
+		})
+		if res.Written != 1 || res.Unchanged != unchanged {
+			t.Errorf("the sync wrote %d objects and compared %d unchanged ones, want 1 and %d: %+v", res.Written, res.Unchanged, unchanged, res)
+		}
 	}
 
 	timeout := func(want string) func(model.Object) (bool, string) {
@@ -68,12 +89,10 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 
 	// One VirtualService changes: it alone is written, and no other
 	// resource is compared with the store (none is unchanged).
+	from := syncs()
 	updateSpec(t, kc, ns, "VirtualService", "vs-3", routeTo("h3.example.com", "3s"))
 	r.object(t, "/mesh/v1/routerules/"+ns+"/vs-3", "the changed VirtualService is written", timeout("3s"))
-	testutil.Eventually(t, 10*time.Second, "the sync that wrote it", func() (bool, string) {
-		res := lastSync()
-		return res.Written == 1 && res.Unchanged == 0, fmt.Sprintf("%+v", res)
-	})
+	wrote(from, 0)
 	r.object(t, "/mesh/v1/routerules/"+ns+"/vs-4", "the others stay", timeout("1s"))
 
 	// An invalid change keeps its last valid version; a later valid one
@@ -99,15 +118,13 @@ func TestIstioChangesSyncTheirResourceAlone(t *testing.T) {
 	// change reaches them, and reads the ServiceEntries and
 	// WorkloadEntries of its namespace alone (the ServiceEntry's service
 	// is unchanged, and nothing else is compared).
+	from = syncs()
 	updateSpec(t, kc, ns, "WorkloadEntry", "vm-1", map[string]any{"address": "10.4.0.2", "labels": map[string]any{"app": "vm"}})
 	r.object(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a WorkloadEntry's change reaches its ServiceEntry's endpoints", func(o model.Object) (bool, string) {
 		e := o.(*meshv1.Endpoints)
 		return len(e.Endpoints) == 1 && e.Endpoints[0].Address == "10.4.0.2", fmt.Sprint(e)
 	})
-	testutil.Eventually(t, 10*time.Second, "the sync that wrote it", func() (bool, string) {
-		res := lastSync()
-		return res.Written == 1 && res.Unchanged == 1, fmt.Sprintf("%+v", res)
-	})
+	wrote(from, 1)
 	// A WorkloadEntry that goes takes its endpoint with it.
 	deleteIstio(t, kc, ns, "WorkloadEntry", "vm-1")
 	r.absent(t, "/mesh/v1/endpoints/"+ns+"/vms/c1", "a deleted WorkloadEntry's endpoint goes")

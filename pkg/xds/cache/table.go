@@ -3,6 +3,7 @@ package cache
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"hash/fnv"
 	"slices"
 	"sort"
@@ -187,7 +188,8 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 		if e == nil {
 			// Validated once, when the object is new: the generators
 			// hand over the same object for unchanged inputs.
-			if err := t.check.validate(r); err != nil {
+			hosts, err := t.check.check(r)
+			if err != nil {
 				if t.rejected == nil {
 					t.rejected = map[string]types.Resource{}
 				}
@@ -197,8 +199,7 @@ func (t *Table) applyLocked(resources map[string]types.Resource, gone []string) 
 				}
 				continue // the last valid version stays
 			}
-			var err error
-			if e, err = newEntry(t.typeURL, name, r, t.check); err != nil {
+			if e, err = newEntry(t.typeURL, name, r, t.check, hosts); err != nil {
 				return 0, 0, 0, err
 			}
 		}
@@ -352,15 +353,23 @@ func (t *Table) sinceLocked(from uint64) (int, bool) {
 	return sort.Search(len(t.log), func(i int) bool { return t.log[i].version > from }), true
 }
 
-func newEntry(typeURL, name string, r types.Resource, check *validator) (*entry, error) {
-	b, err := check.encode(r)
+// contentHash hashes an encoded resource: two CRC-32s of different
+// polynomials (Castagnoli's and IEEE's), which the processor computes
+// (about 14 GB/s here against FNV-1a's 0.9: a route configuration of
+// 20,000 virtual hosts is 8.5 MB).
+func contentHash(b []byte) uint64 {
+	return uint64(crc32.Checksum(b, castagnoli))<<32 | uint64(crc32.ChecksumIEEE(b))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func newEntry(typeURL, name string, r types.Resource, check *validator, hosts [][]byte) (*entry, error) {
+	b, err := check.encodeWith(r, hosts)
 	if err != nil {
 		return nil, fmt.Errorf("cache: encode %s %s: %w", typeURL, name, err)
 	}
+	h := contentHash(b)
 	f := fnv.New64a()
-	_, _ = f.Write(b)
-	h := f.Sum64()
-	f.Reset()
 	_, _ = f.Write([]byte(name))
 	_, _ = f.Write(binary.LittleEndian.AppendUint64(nil, h))
 	return &entry{name: name, res: r, any: &anypb.Any{TypeUrl: typeURL, Value: b},

@@ -113,7 +113,11 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // its fields' with its hosts' kept encodings spliced in: field 1 (name)
 // comes first, then virtual_hosts (2), then the rest, as the deterministic
 // encoding orders fields by number.
-func (v *validator) encode(r types.Resource) ([]byte, error) {
+func (v *validator) encode(r types.Resource) ([]byte, error) { return v.encodeWith(r, nil) }
+
+// encodeWith is encode with the encodings of a route configuration's
+// hosts, as check returned them (nil: looked up).
+func (v *validator) encodeWith(r types.Resource, encoded [][]byte) ([]byte, error) {
 	rc, ok := r.(*route.RouteConfiguration)
 	if !ok || v == nil || slices.Contains(rc.VirtualHosts, nil) {
 		return deterministic.Marshal(r)
@@ -130,10 +134,13 @@ func (v *validator) encode(r types.Resource) ([]byte, error) {
 		}
 		head, rest = rest[:n+m], rest[n+m:]
 	}
-	hosts := make([][]byte, len(rc.VirtualHosts))
+	hosts := encoded
+	if len(hosts) != len(rc.VirtualHosts) {
+		hosts = v.encodedAll(rc.VirtualHosts)
+	}
 	size := len(head) + len(rest)
 	for i, vh := range rc.VirtualHosts {
-		if hosts[i] = v.encoded(vh); hosts[i] == nil {
+		if hosts[i] == nil {
 			if hosts[i], err = deterministic.Marshal(vh); err != nil {
 				return nil, err
 			}
@@ -151,33 +158,43 @@ func (v *validator) encode(r types.Resource) ([]byte, error) {
 
 // validate returns why r is invalid, or nil.
 func (v *validator) validate(r types.Resource) error {
+	_, err := v.check(r)
+	return err
+}
+
+// check returns why r is invalid, or nil; and for a route configuration,
+// its hosts' encodings (for encodeWith), which it looks up once, under
+// one lock.
+func (v *validator) check(r types.Resource) ([][]byte, error) {
 	rc, ok := r.(*route.RouteConfiguration)
 	if !ok || v == nil {
 		if x, ok := r.(interface{ Validate() error }); ok {
-			return x.Validate()
+			return nil, x.Validate()
 		}
-		return nil
+		return nil, nil
 	}
 	if err := withoutHosts(rc).Validate(); err != nil {
-		return err
+		return nil, err
 	}
+	hosts := v.encodedAll(rc.VirtualHosts)
 	for i, vh := range rc.VirtualHosts {
-		if v.valid(vh) {
-			continue
-		}
-		if vh == nil {
-			continue // as the generated check: nothing to check
+		if hosts[i] != nil || vh == nil {
+			continue // valid, or (as the generated check) nothing to check
 		}
 		if err := vh.Validate(); err != nil {
-			return fmt.Errorf("invalid RouteConfiguration.VirtualHosts[%d]: embedded message failed validation | caused by: %w", i, err)
+			return nil, fmt.Errorf("invalid RouteConfiguration.VirtualHosts[%d]: embedded message failed validation | caused by: %w", i, err)
 		}
 		b, err := deterministic.Marshal(vh)
 		if err != nil {
-			return fmt.Errorf("encode RouteConfiguration.VirtualHosts[%d]: %w", i, err)
+			return nil, fmt.Errorf("encode RouteConfiguration.VirtualHosts[%d]: %w", i, err)
+		}
+		if b == nil {
+			b = []byte{}
 		}
 		v.remember(vh, b)
+		hosts[i] = b
 	}
-	return nil
+	return hosts, nil
 }
 
 // withoutHosts returns a route configuration with rc's fields but its
@@ -205,6 +222,25 @@ func (v *validator) encoded(vh *route.VirtualHost) []byte {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.hosts[weak.Make(vh)]
+}
+
+// encodedAll returns the kept encodings of hosts (see encoded).
+func (v *validator) encodedAll(hosts []*route.VirtualHost) [][]byte {
+	keys := make([]weak.Pointer[route.VirtualHost], len(hosts))
+	for i, vh := range hosts {
+		if vh != nil {
+			keys[i] = weak.Make(vh)
+		}
+	}
+	out := make([][]byte, len(hosts))
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, k := range keys {
+		if hosts[i] != nil {
+			out[i] = v.hosts[k]
+		}
+	}
+	return out
 }
 
 func (v *validator) remember(vh *route.VirtualHost, encoded []byte) {

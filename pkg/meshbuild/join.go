@@ -52,6 +52,16 @@ func (b *Builder) join() {
 	b.last = &Built{Mesh: m, Scopes: in.scopes, Restricted: restricted, RootNamespace: b.RootNamespace, Settings: in.settings}
 }
 
+// routeOf returns the route rule under k as the generators take it; false
+// when the object is no route rule.
+func routeOf(k model.Key, e Entry) (*generate.Route, bool) {
+	o, ok := e.Object.(*meshv1.RouteRule)
+	if !ok {
+		return nil, false
+	}
+	return &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)}, true
+}
+
 // keyedPolicy is a DestinationRule's traffic policy, with its key and mod
 // revision.
 type keyedPolicy struct {
@@ -92,7 +102,8 @@ func (b *Builder) byKind() objects {
 		case *meshv1.Gateway:
 			in.gateways = append(in.gateways, &generate.Gateway{Namespace: k.Namespace, Name: k.Name, Spec: o})
 		case *meshv1.RouteRule:
-			in.routes = append(in.routes, &generate.Route{Namespace: k.Namespace, Name: k.Name, Rule: o, Version: strconv.FormatInt(e.ModRev, 10)})
+			r, _ := routeOf(k, e)
+			in.routes = append(in.routes, r)
 		case *meshv1.AuthorizationPolicy, *meshv1.PeerAuthentication, *meshv1.RequestAuthentication, *meshv1.Telemetry, *meshv1.EnvoyFilter:
 			in.security = append(in.security, &generate.Policy{Namespace: k.Namespace, Name: k.Name, Spec: o.(generate.PolicySpec),
 				Version: strconv.FormatInt(e.ModRev, 10), Root: k.Namespace == b.RootNamespace})

@@ -41,6 +41,10 @@ type Built struct {
 	// the previous build (empty, not nil, when nothing did); it is nil when
 	// everything was joined again.
 	Changed []*generate.Service
+	// Rerouted is, when route rules changed since the previous build and
+	// nothing else did but endpoints, the rules that changed; nil when
+	// none did, or everything was joined again.
+	Rerouted *generate.Rerouted
 }
 
 // Builder holds the mesh's objects and what changed since the last
@@ -66,6 +70,9 @@ type Builder struct {
 	// whether anything else did.
 	endpoints map[id]bool
 	rejoin    bool
+	// rerouted holds the route rules changed since the last build, when
+	// nothing else but endpoints did (see Built.Rerouted).
+	rerouted map[model.Key]bool
 	// endpointsJoin is set when an endpoint change itself needs a join
 	// (those of a service whose clusters hold its endpoints).
 	endpointsJoin bool
@@ -129,7 +136,20 @@ func (b *Builder) Set(k model.Key, e Entry) {
 		b.touch(svc)
 		return
 	}
-	b.rejoin = true
+	b.changed(k)
+}
+
+// changed notes a change of the object under k other than an endpoint
+// change: a route rule's is noted apart, any other's asks for a join.
+func (b *Builder) changed(k model.Key) {
+	if k.Kind != model.KindRouteRule {
+		b.rejoin = true
+		return
+	}
+	if b.rerouted == nil {
+		b.rerouted = map[model.Key]bool{}
+	}
+	b.rerouted[k] = true
 }
 
 // Delete removes the object under k.
@@ -149,7 +169,7 @@ func (b *Builder) forget(k model.Key) {
 	}
 	eps, ok := old.Object.(*meshv1.Endpoints)
 	if !ok {
-		b.rejoin = true
+		b.changed(k)
 		return
 	}
 	svc := id{k.Namespace, eps.Service}
@@ -183,14 +203,43 @@ func (b *Builder) Build() *Built {
 		b.join()
 	default:
 		b.update()
+		if len(b.rerouted) > 0 {
+			b.reroute()
+		}
 	}
-	b.endpoints, b.rejoin, b.endpointsJoin = nil, false, false
+	b.endpoints, b.rejoin, b.endpointsJoin, b.rerouted = nil, false, false, nil
 	return b.last
 }
 
 // Pending reports whether changes other than endpoint changes wait for
 // the next Build.
-func (b *Builder) Pending() bool { return b.rejoin || b.last == nil }
+func (b *Builder) Pending() bool { return b.rejoin || b.last == nil || len(b.rerouted) > 0 }
+
+// reroute puts the route rules changed since the last build in the last
+// view's place, and notes them (Built.Rerouted).
+func (b *Builder) reroute() {
+	from := b.last.Mesh
+	c := &generate.Rerouted{From: from}
+	routes := slices.DeleteFunc(slices.Clone(from.Routes), func(r *generate.Route) bool {
+		if b.rerouted[model.Key{Kind: model.KindRouteRule, Namespace: r.Namespace, Name: r.Name}] {
+			c.Before = append(c.Before, r)
+			return true
+		}
+		return false
+	})
+	for _, k := range slices.SortedFunc(maps.Keys(b.rerouted), func(a, b model.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+		if e, ok := b.objs[k]; ok {
+			if r, ok := routeOf(k, e); ok {
+				c.After = append(c.After, r)
+				routes = append(routes, r)
+			}
+		}
+	}
+	next := *b.last
+	next.Mesh = from.WithRoutes(routes)
+	next.Rerouted = c
+	b.last = &next
+}
 
 // BuildEndpoints returns the previous view with the services whose
 // endpoints changed rebuilt, leaving every other change for the next
@@ -249,7 +298,7 @@ func (b *Builder) update() {
 	if len(changed) > 0 {
 		next.Mesh = b.last.Mesh.WithServices(changed)
 	}
-	next.Changed = changed
+	next.Changed, next.Rerouted = changed, nil
 	b.last = &next
 }
 

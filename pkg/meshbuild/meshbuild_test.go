@@ -291,3 +291,76 @@ func TestBuildEndpointsLeavesTheJoin(t *testing.T) {
 		t.Errorf("the join after a refused BuildEndpoints: Changed %v, want a whole join", got.Changed)
 	}
 }
+
+// TestRouteChangesMatchAWholeJoin: route rules changed alone (with
+// endpoints, or not) are put in the last view's place, and noted with
+// their versions before and after; the view's routes are a whole join's;
+// any other change, or one alongside, joins everything again.
+func TestRouteChangesMatchAWholeJoin(t *testing.T) {
+	b := New()
+	key := func(kind model.Kind, name string) model.Key {
+		return model.Key{Kind: kind, Namespace: "ns", Name: name}
+	}
+	rule := func(host string) *meshv1.RouteRule { return &meshv1.RouteRule{Hosts: []string{host}} }
+	routes := func(m *generate.Mesh) string {
+		var out []string
+		for _, r := range m.Routes {
+			out = append(out, r.Name+"@"+r.Version+"→"+m.RouteFor(r.Rule.Hosts[0]).Name)
+		}
+		return fmt.Sprint(out)
+	}
+	names := func(rs []*generate.Route) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Name+"@"+r.Version)
+		}
+		return fmt.Sprint(out)
+	}
+	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
+	b.Set(key(model.KindRouteRule, "b"), Entry{rule("app.ns"), 2})
+	b.Set(key(model.KindRouteRule, "c"), Entry{rule("c.ns"), 3})
+	first := b.Build()
+	if first.Rerouted != nil || routes(first.Mesh) != "[b@2→b c@3→c]" {
+		t.Fatalf("the first join: rerouted %v, routes %s", first.Rerouted, routes(first.Mesh))
+	}
+
+	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 4}) // takes app.ns from b
+	b.Delete(key(model.KindRouteRule, "c"))
+	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 5})
+	if !b.Pending() {
+		t.Error("route changes do not wait for the next Build")
+	}
+	got := b.Build()
+	switch {
+	case got.Rerouted == nil:
+		t.Fatal("route changes alone were joined again")
+	case routes(got.Rerouted.From) != routes(first.Mesh) || names(got.Rerouted.Before) != "[c@3]" || names(got.Rerouted.After) != "[a@4]":
+		t.Errorf("rerouted from routes %s, before %s, after %s; want the first view's, [c@3] and [a@4]",
+			routes(got.Rerouted.From), names(got.Rerouted.Before), names(got.Rerouted.After))
+	case routes(got.Mesh) != "[a@4→a b@2→a]":
+		t.Errorf("routes %s, want a and b, app.ns routed by a", routes(got.Mesh))
+	case len(got.Changed) != 1 || summary(got.Changed[0]) != "ns/app v=s1e5 c=s1 policy=false eps=[10.0.0.1]":
+		t.Errorf("Changed %v, want app with its endpoint", got.Changed)
+	case got.Mesh.Services[0] != got.Changed[0]:
+		t.Error("the view does not hold the service its endpoints changed")
+	}
+	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.2"), 6})
+	if got := b.Build(); got.Rerouted != nil || routes(got.Mesh) != "[a@4→a b@2→a]" {
+		t.Errorf("an endpoint change after: rerouted %v, routes %s; want the same routes, nothing rerouted", got.Rerouted, routes(got.Mesh))
+	}
+
+	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 7})
+	if _, ok := b.BuildEndpoints(); !ok || !b.Pending() {
+		t.Error("a route change does not wait for Build after BuildEndpoints")
+	}
+	if got := b.Build(); got.Rerouted == nil || names(got.Rerouted.Before) != "[a@4]" || names(got.Rerouted.After) != "[a@7]" {
+		t.Errorf("the route change after BuildEndpoints: %v", got.Rerouted)
+	}
+
+	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 8})
+	b.Set(key(model.KindService, "other"), Entry{service("other", "other.ns"), 9})
+	got = b.Build()
+	if got.Rerouted != nil || got.Changed != nil || routes(got.Mesh) != "[a@8→a b@2→a]" {
+		t.Errorf("a route change beside a service change: rerouted %v, Changed %v, routes %s; want a whole join", got.Rerouted, got.Changed, routes(got.Mesh))
+	}
+}

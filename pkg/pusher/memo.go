@@ -291,6 +291,15 @@ func (v *virtualHosts) host(routes string, vh *route.VirtualHost) *route.Virtual
 	return out
 }
 
+// carry makes next, a configuration made of old with other virtual hosts,
+// share old's configuration without them, which is the same.
+func (v *virtualHosts) carry(old, next *route.RouteConfiguration) {
+	if v.next.routes == nil {
+		v.next.routes = map[*route.RouteConfiguration]*route.RouteConfiguration{}
+	}
+	v.next.routes[next] = v.routes(old)
+}
+
 // sweep forgets what was not asked for since the sweep before last.
 func (v *virtualHosts) sweep() {
 	v.cur, v.next = v.next, v.cur

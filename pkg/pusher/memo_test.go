@@ -102,6 +102,13 @@ func generated(t testing.TB, items []model.Stored, classes []cache.Class) (*Push
 // putAndGenerate applies a put of s at rev, and generates.
 func (p *Pusher) putAndGenerate(t testing.TB, s model.Stored, rev int64) {
 	t.Helper()
+	p.put(t, s, rev)
+	p.generate(change{n: 1, since: time.Now(), full: true})
+}
+
+// put applies a put of s at rev.
+func (p *Pusher) put(t testing.TB, s model.Stored, rev int64) {
+	t.Helper()
 	value, err := model.Encode(s.Object)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +116,6 @@ func (p *Pusher) putAndGenerate(t testing.TB, s model.Stored, rev int64) {
 	if !applyEvent(t, p.state, s.Key, &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_PUT, Revision: rev, Key: s.Key.String(), Value: value}) {
 		t.Fatal("the change was not applied")
 	}
-	p.generate(change{n: 1, since: time.Now(), full: true})
 }
 
 // TestVirtualHostsTakenApart: a route configuration taken apart keeps its

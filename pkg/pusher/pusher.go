@@ -269,6 +269,9 @@ type Pusher struct {
 	serverPorts serverPorts
 	// fullTook is how long the last full generation took.
 	fullTook time.Duration
+	// reroutes counts the generations that rerouted classes since the
+	// memos were last swept (see maxReroutes).
+	reroutes int
 	linger   linger
 	// gen numbers the generations; delivered says whether the last wave of
 	// pushes was written and answered when the current one began.
@@ -322,6 +325,9 @@ type change struct {
 	n     int
 	since time.Time
 	full  bool
+	// whole asks for every class to be generated whole, whatever changed
+	// (see Pusher.rerouteClass).
+	whole bool
 	// observed is when the earliest change other than an endpoint change
 	// was observed at its source; zero for a reload.
 	observed time.Time
@@ -333,11 +339,11 @@ type change struct {
 
 // fullChange is a change that generates every class: a reload, a
 // lingering cluster let go, at at.
-func fullChange(at time.Time) change { return change{n: 1, since: at, full: true} }
+func fullChange(at time.Time) change { return change{n: 1, since: at, full: true, whole: true} }
 
 // merge folds b into c.
 func (c change) merge(b change) change {
-	return change{n: c.n + b.n, since: c.since, full: c.full || b.full, observed: earliest(c.observed, b.observed),
+	return change{n: c.n + b.n, since: c.since, full: c.full || b.full, whole: c.whole || b.whole, observed: earliest(c.observed, b.observed),
 		endpoints: c.endpoints + b.endpoints, endpointsObserved: earliest(c.endpointsObserved, b.endpointsObserved)}
 }
 
@@ -438,7 +444,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		loads: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_store_loads_total",
 			Help: "Full loads of the mesh from the store (start, gaps, resyncs)."}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_generations_total",
-			Help: "xDS generations, by kind: full, or eds (endpoint changes alone)."}, []string{"kind"}),
+			Help: "xDS generations, by kind: full, routes (route rules that changed virtual hosts alone, and endpoints), or eds (endpoint changes alone)."}, []string{"kind"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardpilot_pusher_convergence_seconds",
 			Help: "From when a source observed a change to when a proxy ACKed a response containing it, per proxy and type.",
 			// 15 % apart from 5 ms to 68 s, so that a quantile is close
@@ -465,7 +471,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		refusals: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_envoyfilter_refusals_total",
 			Help: "EnvoyFilter patches not applied to a resource because the result would be invalid (or the value is not the resource's type), each counted once: the resource is served without the patch, and the refusal is logged."}),
 		classes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardpilot_pusher_class_generations_total",
-			Help: "Classes considered by a generation, by outcome: generated, or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
+			Help: "Classes considered by a generation, by outcome: generated, rerouted (only the virtual hosts a route change changed), or unchanged (nothing the class sees changed)."}, []string{"outcome"}),
 		scope: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardpilot_pusher_scope_namespaces",
 			Help: "Namespaces whose objects a pusher serving some namespaces loads and follows (0: the whole mesh)."}),
 		impossibleClock: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardpilot_pusher_impossible_observed_times_total",

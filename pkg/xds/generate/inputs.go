@@ -173,10 +173,9 @@ type aliases struct {
 // namespace and name, and where two claim one host, the first wins.
 func NewMesh(services []*Service, routes []*Route) *Mesh {
 	m := &Mesh{
-		Services:    slices.Clone(services),
-		Routes:      slices.Clone(routes),
-		byHost:      map[string]*Service{},
-		routeByHost: map[string]*Route{},
+		Services: slices.Clone(services),
+		Routes:   slices.Clone(routes),
+		byHost:   map[string]*Service{},
 	}
 	slices.SortFunc(m.Services, func(a, b *Service) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -200,9 +199,6 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 		m.list = append(m.list, s)
 		return true
 	})
-	slices.SortFunc(m.Routes, func(a, b *Route) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
 	for _, s := range m.Services {
 		for _, h := range s.Spec.Hostnames {
 			if _, taken := m.byHost[h]; !taken {
@@ -210,6 +206,17 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 			}
 		}
 	}
+	m.indexRoutes()
+	return m
+}
+
+// indexRoutes orders the mesh's route rules by namespace and name, and
+// maps each host to the first that names it and applies to the mesh.
+func (m *Mesh) indexRoutes() {
+	slices.SortFunc(m.Routes, func(a, b *Route) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	m.routeByHost = map[string]*Route{}
 	for _, r := range m.Routes {
 		if !appliesToMesh(r.Rule) {
 			continue
@@ -220,7 +227,15 @@ func NewMesh(services []*Service, routes []*Route) *Mesh {
 			}
 		}
 	}
-	return m
+}
+
+// WithRoutes returns a copy of the mesh with these route rules in place of
+// its own. Everything else is shared.
+func (m *Mesh) WithRoutes(routes []*Route) *Mesh {
+	out := *m
+	out.Routes = slices.Clone(routes)
+	out.indexRoutes()
+	return &out
 }
 
 // WithServices returns a copy of the mesh in which the services of the

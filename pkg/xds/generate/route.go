@@ -75,14 +75,7 @@ func RoutesFrom(m *Mesh, proxy Proxy, vh VirtualHostFunc) []*route.RouteConfigur
 func portlessHosts(m *Mesh) []*route.VirtualHost {
 	var out []*route.VirtualHost
 	for _, rr := range m.Routes {
-		if !appliesToMesh(rr.Rule) || slices.ContainsFunc(rr.Rule.Hosts, func(h string) bool {
-			s := m.Service(h)
-			if s == nil || !s.routable() {
-				return false
-			}
-			p := s.port(80)
-			return p != nil && isHTTP(p)
-		}) {
+		if !m.portless(rr.Rule) {
 			continue
 		}
 		var routes []*route.Route
@@ -99,6 +92,20 @@ func portlessHosts(m *Mesh) []*route.VirtualHost {
 		}
 	}
 	return out
+}
+
+// portless reports whether a rule applies to the mesh and none of its hosts
+// is a service routing HTTP on port 80: its hosts are routed on port 80 by
+// themselves (see portlessHosts).
+func (m *Mesh) portless(r *meshv1.RouteRule) bool {
+	return appliesToMesh(r) && !slices.ContainsFunc(r.Hosts, func(h string) bool {
+		s := m.Service(h)
+		if s == nil || !s.routable() {
+			return false
+		}
+		p := s.port(80)
+		return p != nil && isHTTP(p)
+	})
 }
 
 // uniqueDomains leaves each domain to the first virtual host that claims

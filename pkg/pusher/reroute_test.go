@@ -1,0 +1,168 @@
+package pusher
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
+	"github.com/shardpilot/shardpilot/pkg/model"
+	"github.com/shardpilot/shardpilot/pkg/xds/cache"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// rerouteTwins are two pushers fed the same mesh and changes into real
+// caches: one reroutes classes where a route change allows it, the other
+// generates every class whole at every change.
+type rerouteTwins struct {
+	rerouting, whole *Pusher
+	caches           [2]*cache.Cache
+	classes          []cache.Class
+	rev              int64
+}
+
+func newRerouteTwins(t *testing.T, items []model.Stored, classes []cache.Class) *rerouteTwins {
+	t.Helper()
+	tw := &rerouteTwins{classes: classes, rev: 1}
+	for i, p := range []**Pusher{&tw.rerouting, &tw.whole} {
+		c, err := cache.New(cache.Config{Classes: classes, Types: slices.Concat(ClassTypes, VHDSTypes), SharedTypes: SharedTypes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *p, err = New(Config{Loader: &scriptedLoader{}, Feed: &scriptedFeed{}, Tables: c, VirtualHosts: true}); err != nil {
+			t.Fatal(err)
+		}
+		(*p).state.reset(items, 1)
+		(*p).generate(fullChange(time.Now()))
+		tw.caches[i] = c
+	}
+	return tw
+}
+
+// apply applies the same event to both, and generates: the one that may
+// reroute as for a change from the store, the other whole.
+func (tw *rerouteTwins) apply(t *testing.T, k model.Key, obj model.Object) {
+	t.Helper()
+	tw.rev++
+	ev := &meshv1.ChangeEvent{Type: meshv1.ChangeEvent_TYPE_DELETE, Revision: tw.rev, Key: k.String()}
+	if obj != nil {
+		value, err := model.Encode(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Type, ev.Value = meshv1.ChangeEvent_TYPE_PUT, value
+	}
+	for _, p := range []*Pusher{tw.rerouting, tw.whole} {
+		if !applyEvent(t, p.state, k, ev) {
+			t.Fatal("the change was not applied")
+		}
+	}
+	tw.rerouting.generate(change{n: 1, since: time.Now(), full: true})
+	tw.whole.generate(fullChange(time.Now()))
+}
+
+// same fails the test where a class's table of any type holds other
+// bytes in one cache than in the other.
+func (tw *rerouteTwins) same(t *testing.T, step string) {
+	t.Helper()
+	for _, class := range tw.classes {
+		for _, typ := range slices.Concat(ClassTypes, VHDSTypes) {
+			a, b := tw.caches[0].Encoded(class, typ), tw.caches[1].Encoded(class, typ)
+			if len(a) != len(b) {
+				t.Errorf("%s: class %s holds %d %s rerouted, %d generated whole", step, class, len(a), typ, len(b))
+				continue
+			}
+			for name, x := range a {
+				if y, ok := b[name]; !ok || !bytes.Equal(x.Value, y.Value) {
+					t.Errorf("%s: class %s's %s %q differs rerouted from generated whole", step, class, typ, name)
+				}
+			}
+		}
+	}
+}
+
+func (tw *rerouteTwins) rerouted() float64 {
+	return testutil.ToFloat64(tw.rerouting.m.classes.WithLabelValues("rerouted"))
+}
+
+func ruleKey(ns, name string) model.Key {
+	return model.Key{Kind: model.KindRouteRule, Namespace: ns, Name: name}
+}
+
+// TestRerouteMatchesAWholeGeneration: a change of route rules that changes
+// virtual hosts alone brings each class's route configurations and
+// virtual hosts where generating the class whole brings them, byte for
+// byte, for Envoys of the whole mesh and of one namespace, taking virtual
+// hosts apart, and proxyless clients; and it generates no class whole. A
+// change that reaches further (TCP routes, a host no service has, a match
+// on its source, before or after) generates them whole, as before.
+func TestRerouteMatchesAWholeGeneration(t *testing.T) {
+	svc := func(ns, name string, ports ...*meshv1.Port) model.Stored {
+		return model.Stored{Key: model.Key{Kind: model.KindService, Namespace: ns, Name: name}, ModRevision: 1, Object: &meshv1.Service{
+			Hostnames: []string{name + "." + ns + ".svc.cluster.local"}, Resolution: meshv1.Resolution_RESOLUTION_STATIC, Ports: ports}}
+	}
+	http := func(n uint32) *meshv1.Port {
+		return &meshv1.Port{Name: "http", Number: n, Protocol: meshv1.Protocol_PROTOCOL_HTTP}
+	}
+	tcp := &meshv1.Port{Name: "tcp", Number: 5432, Protocol: meshv1.Protocol_PROTOCOL_TCP}
+	const (
+		a  = "a.ns-0.svc.cluster.local"
+		b  = "b.ns-0.svc.cluster.local"
+		c  = "c.ns-1.svc.cluster.local"
+		db = "db.ns-1.svc.cluster.local"
+	)
+	items := []model.Stored{
+		svc("ns-0", "a", http(80), http(8080)), svc("ns-0", "b", http(80)), svc("ns-1", "c", http(80)), svc("ns-1", "db", tcp, http(9000)),
+		{Key: ruleKey("ns-0", "b"), ModRevision: 1, Object: routeRule(b, time.Second)},
+	}
+	classes := []cache.Class{"envoy", "envoy/ns-1/", "proxyless"}
+	tw := newRerouteTwins(t, items, classes)
+	tw.same(t, "load")
+
+	split := routeRule(a, 3*time.Second)
+	split.Http = append([]*meshv1.HTTPRoute{{
+		Match: []*meshv1.HTTPMatch{{Headers: map[string]*meshv1.StringMatch{"x-canary": {Kind: &meshv1.StringMatch_Exact{Exact: "1"}}}}},
+		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}},
+	}}, split.Http...)
+	steps := []struct {
+		name  string
+		key   model.Key
+		rule  *meshv1.RouteRule // nil: deleted
+		local bool
+	}{
+		{"a rule added", ruleKey("ns-0", "a"), routeRule(a, time.Second), true},
+		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, true},
+		{"a rule of two hosts, one no service's", ruleKey("ns-1", "c"), &meshv1.RouteRule{Hosts: []string{c, "ext.example.com"},
+			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, true},
+		{"a rule that takes a host from another (first by name)", ruleKey("ns-0", "0-first"), routeRule(b, 5*time.Second), true},
+		{"the rule that took it removed", ruleKey("ns-0", "0-first"), nil, true},
+		{"a rule of a host no service has", ruleKey("ns-1", "ext"), routeRule("ext.example.com", time.Second), false},
+		{"a rule with TCP routes", ruleKey("ns-1", "db"), &meshv1.RouteRule{Hosts: []string{db},
+			Tcp: []*meshv1.L4Route{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: db}}}}}}, false},
+		{"a rule matching on its source", ruleKey("ns-0", "a"), &meshv1.RouteRule{Hosts: []string{a}, Http: []*meshv1.HTTPRoute{{
+			Match: []*meshv1.HTTPMatch{{SourceNamespace: "ns-1"}},
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}}}}}, false},
+		{"it removed", ruleKey("ns-0", "a"), nil, false},
+		{"a rule removed", ruleKey("ns-0", "b"), nil, true},
+	}
+	for _, st := range steps {
+		before := tw.rerouted()
+		generated := testutil.ToFloat64(tw.rerouting.m.classes.WithLabelValues("generated"))
+		var obj model.Object
+		if st.rule != nil {
+			obj = st.rule
+		}
+		tw.apply(t, st.key, obj)
+		tw.same(t, st.name)
+		rerouted := tw.rerouted() - before
+		whole := testutil.ToFloat64(tw.rerouting.m.classes.WithLabelValues("generated")) - generated
+		switch {
+		case st.local && (rerouted != float64(len(classes)) || whole != 0):
+			t.Errorf("%s: %v classes rerouted and %v generated whole, want every class rerouted", st.name, rerouted, whole)
+		case !st.local && rerouted != 0:
+			t.Errorf("%s: %v classes rerouted, want every class generated whole", st.name, rerouted)
+		}
+	}
+}

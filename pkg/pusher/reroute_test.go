@@ -96,8 +96,10 @@ func ruleKey(ns, name string) model.Key {
 // virtual hosts where generating the class whole brings them, byte for
 // byte, for Envoys of the whole mesh and of one namespace, taking virtual
 // hosts apart, and proxyless clients; and it generates no class whole. A
-// change that reaches further (TCP routes, a host no service has, a match
-// on its source, before or after) generates them whole, as before.
+// change that reaches further (TCP routes, a match on its source, before
+// or after) generates every class whole, as before; one whose hosts
+// Envoys route on port 80 by themselves (no service has them on port 80),
+// the Envoys' classes.
 func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 	svc := func(ns, name string, ports ...*meshv1.Port) model.Stored {
 		return model.Stored{Key: model.Key{Kind: model.KindService, Namespace: ns, Name: name}, ModRevision: 1, Object: &meshv1.Service{
@@ -113,8 +115,13 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		c  = "c.ns-1.svc.cluster.local"
 		db = "db.ns-1.svc.cluster.local"
 	)
+	// b and c share a virtual IP: c's virtual host loses that domain to b's.
+	shared := func(s model.Stored) model.Stored {
+		s.Object.(*meshv1.Service).Addresses = []string{"10.96.0.7"}
+		return s
+	}
 	items := []model.Stored{
-		svc("ns-0", "a", http(80), http(8080)), svc("ns-0", "b", http(80)), svc("ns-1", "c", http(80)), svc("ns-1", "db", tcp, http(9000)),
+		svc("ns-0", "a", http(80), http(8080)), shared(svc("ns-0", "b", http(80))), shared(svc("ns-1", "c", http(80))), svc("ns-1", "db", tcp, http(9000)),
 		{Key: ruleKey("ns-0", "b"), ModRevision: 1, Object: routeRule(b, time.Second)},
 	}
 	classes := []cache.Class{"envoy", "envoy/ns-1/", "proxyless"}
@@ -127,25 +134,27 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}},
 	}}, split.Http...)
 	steps := []struct {
-		name  string
-		key   model.Key
-		rule  *meshv1.RouteRule // nil: deleted
-		local bool
+		name     string
+		key      model.Key
+		rule     *meshv1.RouteRule // nil: deleted
+		rerouted int               // classes: 3 (every one), 1 (the proxyless clients'), 0
 	}{
-		{"a rule added", ruleKey("ns-0", "a"), routeRule(a, time.Second), true},
-		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, true},
-		{"a rule of two hosts, one no service's", ruleKey("ns-1", "c"), &meshv1.RouteRule{Hosts: []string{c, "ext.example.com"},
-			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, true},
-		{"a rule that takes a host from another (first by name)", ruleKey("ns-0", "0-first"), routeRule(b, 5*time.Second), true},
-		{"the rule that took it removed", ruleKey("ns-0", "0-first"), nil, true},
-		{"a rule of a host no service has", ruleKey("ns-1", "ext"), routeRule("ext.example.com", time.Second), false},
+		{"a rule added", ruleKey("ns-0", "a"), routeRule(a, time.Second), 3},
+		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, 3},
+		{"a rule of two hosts, one no service's, the other's virtual host short of a domain", ruleKey("ns-1", "c"), &meshv1.RouteRule{Hosts: []string{c, "ext.example.com"},
+			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, 3},
+		{"a rule that takes a host from another (first by name)", ruleKey("ns-0", "0-first"), routeRule(b, 5*time.Second), 3},
+		{"the rule that took it removed", ruleKey("ns-0", "0-first"), nil, 3},
+		{"a rule of a host no service has", ruleKey("ns-1", "ext"), routeRule("ext.example.com", time.Second), 1},
+		{"a rule of a host without port 80 (which Envoys route there by itself)", ruleKey("ns-1", "db"), &meshv1.RouteRule{Hosts: []string{db},
+			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: db}}}}}}, 1},
 		{"a rule with TCP routes", ruleKey("ns-1", "db"), &meshv1.RouteRule{Hosts: []string{db},
-			Tcp: []*meshv1.L4Route{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: db}}}}}}, false},
+			Tcp: []*meshv1.L4Route{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: db}}}}}}, 0},
 		{"a rule matching on its source", ruleKey("ns-0", "a"), &meshv1.RouteRule{Hosts: []string{a}, Http: []*meshv1.HTTPRoute{{
 			Match: []*meshv1.HTTPMatch{{SourceNamespace: "ns-1"}},
-			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}}}}}, false},
-		{"it removed", ruleKey("ns-0", "a"), nil, false},
-		{"a rule removed", ruleKey("ns-0", "b"), nil, true},
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}}}}}, 0},
+		{"it removed", ruleKey("ns-0", "a"), nil, 0},
+		{"a rule removed", ruleKey("ns-0", "b"), nil, 3},
 	}
 	for _, st := range steps {
 		before := tw.rerouted()
@@ -158,11 +167,8 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		tw.same(t, st.name)
 		rerouted := tw.rerouted() - before
 		whole := testutil.ToFloat64(tw.rerouting.m.classes.WithLabelValues("generated")) - generated
-		switch {
-		case st.local && (rerouted != float64(len(classes)) || whole != 0):
-			t.Errorf("%s: %v classes rerouted and %v generated whole, want every class rerouted", st.name, rerouted, whole)
-		case !st.local && rerouted != 0:
-			t.Errorf("%s: %v classes rerouted, want every class generated whole", st.name, rerouted)
+		if rerouted != float64(st.rerouted) || whole != float64(len(classes)-st.rerouted) {
+			t.Errorf("%s: %v classes rerouted and %v generated whole, want %d rerouted", st.name, rerouted, whole, st.rerouted)
 		}
 	}
 }

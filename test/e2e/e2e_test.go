@@ -251,6 +251,16 @@ func TestProxylessGRPCFollowsTheYAML(t *testing.T) {
 	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a),
 		workloadEntry("greeter-2", "v2", b), greeterSplit))
 	splits8020(t, conn, a, b)
+
+	// The VirtualService alone changes: the pusher generates its virtual
+	// host, not the classes (pusher.rerouteClass), and the client follows.
+	rerouted := counterWith(t, cp.reg, "shardpilot_pusher_generations_total", "kind", "routes")
+	writeMesh(t, dir, "greeter.yaml", docs(greeterService, workloadEntry("greeter-1", "v1", a),
+		workloadEntry("greeter-2", "v2", b), strings.NewReplacer("weight: 80", "weight: 0", "weight: 20", "weight: 100").Replace(greeterSplit)))
+	allOn(t, conn, b.addr, "RPCs follow the VirtualService to subset v2 alone")
+	if got := counterWith(t, cp.reg, "shardpilot_pusher_generations_total", "kind", "routes"); got <= rerouted {
+		t.Errorf("the VirtualService change was generated whole (%v route generations before and after)", got)
+	}
 }
 
 // splits8020 waits until RPCs split 80/20 between backends a and b, then

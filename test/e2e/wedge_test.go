@@ -75,6 +75,29 @@ func TestValuesTheBusCannotCarryDoNotWedgeTheMesh(t *testing.T) {
 	}
 }
 
+// counterWith is a counter's value with a label's value (0 when it has
+// not been set).
+func counterWith(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // counterSum is a counter's value, all its labels together.
 func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

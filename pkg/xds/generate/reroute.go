@@ -89,22 +89,25 @@ type HostRoute struct {
 // changes (see Rerouted.Local): those of the hosts its rules name, on
 // each HTTP port of the service that owns them in the view. m is the view
 // after the change, from the mesh Local was asked of. It reports false
-// when the change reaches further in this view: a rule that routes one of
-// those hosts, before or after, is routed on port 80 by its own hosts
-// (portlessHosts), which depends on which of them the view sees.
+// when the change reaches further in an Envoy's view: a rule that routes
+// one of those hosts, before or after, is routed on port 80 by its own
+// hosts (portlessHosts, which proxyless clients are not given), which
+// depends on which of them the view sees.
 func (m *Mesh) ReroutedHosts(proxy Proxy, c *Rerouted) ([]HostRoute, bool) {
 	hosts := c.hosts()
-	rules := slices.Concat(c.Before, c.After)
-	for _, h := range hosts {
-		for _, from := range []*Mesh{c.From, m} {
-			if r := from.routeByHost[h]; r != nil {
-				rules = append(rules, r)
+	if proxy != Proxyless {
+		rules := slices.Concat(c.Before, c.After)
+		for _, h := range hosts {
+			for _, from := range []*Mesh{c.From, m} {
+				if r := from.routeByHost[h]; r != nil {
+					rules = append(rules, r)
+				}
 			}
 		}
-	}
-	for _, r := range rules {
-		if m.portless(r.Rule) {
-			return nil, false
+		for _, r := range rules {
+			if m.portless(r.Rule) {
+				return nil, false
+			}
 		}
 	}
 	var out []HostRoute

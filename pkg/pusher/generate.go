@@ -228,6 +228,9 @@ func (p *Pusher) rerouteClass(mesh *generate.Mesh, class cache.Class, c *generat
 		return false
 	}
 	proxy, view, m := p.classView(mesh, class)
+	if proxy != generate.Envoy && proxy != generate.Proxyless {
+		return false
+	}
 	if proxy == generate.Envoy && slices.ContainsFunc(mesh.PoliciesFor(view.Namespace, view.Policies), func(pol *generate.Policy) bool {
 		_, ok := pol.Spec.(*meshv1.EnvoyFilter)
 		return ok
@@ -284,14 +287,14 @@ func (p *Pusher) rerouteClass(mesh *generate.Mesh, class cache.Class, c *generat
 	p.prints.forget(class)
 	p.patch(class, resource.RouteType, set)
 	if p.VirtualHosts(class) {
-		hosts := make(map[string]types.Resource, len(changed))
+		apart := make(map[string]types.Resource, len(changed))
 		for _, c := range changed {
 			rc := routes[c.rc.Name]
 			p.vhds.carry(last[rc.Name], rc)
 			vh := p.vhds.host(rc.Name, c.vh)
-			hosts[vh.Name] = vh
+			apart[vh.Name] = vh
 		}
-		p.patch(class, resource.VirtualHostType, hosts)
+		p.patch(class, resource.VirtualHostType, apart)
 	}
 	p.m.classes.WithLabelValues("rerouted").Inc()
 	return true

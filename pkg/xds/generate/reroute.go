@@ -35,12 +35,7 @@ func (c *Rerouted) hosts() []string {
 // Within a view, see ReroutedHosts.
 func (c *Rerouted) Local(to *Mesh) bool {
 	for _, r := range slices.Concat(c.Before, c.After) {
-		if len(r.Rule.Hosts) == 0 || slices.ContainsFunc(r.Rule.Gateways, func(g string) bool { return g != "mesh" }) {
-			return false
-		}
-	}
-	for _, r := range slices.Concat(c.Before, c.After) {
-		if !plainHTTP(r.Rule) {
+		if len(r.Rule.Hosts) == 0 || slices.ContainsFunc(r.Rule.Gateways, func(g string) bool { return g != "mesh" }) || !plainHTTP(r.Rule) {
 			return false
 		}
 	}

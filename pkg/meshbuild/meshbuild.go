@@ -215,6 +215,24 @@ func (b *Builder) Build() *Built {
 // the next Build.
 func (b *Builder) Pending() bool { return b.rejoin || b.last == nil || len(b.rerouted) > 0 }
 
+// BuildRoutes returns the last view with the route rules changed since
+// put in its place (noted in Built.Rerouted), leaving every other change
+// for the next Build: route changes can go out while a join waits. It
+// reports false, and changes nothing, when there is no last view, no
+// route rule changed, or nothing else waits (Build puts them in place
+// then).
+func (b *Builder) BuildRoutes() (*Built, bool) {
+	if b.last == nil || len(b.rerouted) == 0 || !b.rejoin {
+		return nil, false
+	}
+	next := *b.last
+	next.Changed, next.Rerouted = []*generate.Service{}, nil
+	b.last = &next
+	b.reroute()
+	b.rerouted = nil
+	return b.last, true
+}
+
 // reroute puts the route rules changed since the last build in the last
 // view's place, and notes them (Built.Rerouted).
 func (b *Builder) reroute() {

@@ -364,3 +364,40 @@ func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 		t.Errorf("a route change beside a service change: rerouted %v, Changed %v, routes %s; want a whole join", got.Rerouted, got.Changed, routes(got.Mesh))
 	}
 }
+
+// TestBuildRoutesLeavesTheJoin: route rules changed beside a service are
+// put in the last view's place ahead of the join, which Build then makes
+// with them; with nothing else waiting, BuildRoutes leaves them to Build.
+func TestBuildRoutesLeavesTheJoin(t *testing.T) {
+	b := New()
+	key := func(kind model.Kind, name string) model.Key {
+		return model.Key{Kind: kind, Namespace: "ns", Name: name}
+	}
+	if _, ok := b.BuildRoutes(); ok {
+		t.Fatal("BuildRoutes built a first view: only a join can")
+	}
+	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
+	b.Build()
+	b.Set(key(model.KindRouteRule, "a"), Entry{&meshv1.RouteRule{Hosts: []string{"app.ns"}}, 2})
+	if _, ok := b.BuildRoutes(); ok {
+		t.Error("BuildRoutes took route changes that nothing else waits behind")
+	}
+	b.Set(key(model.KindService, "new"), Entry{service("new", "new.ns"), 3})
+	got, ok := b.BuildRoutes()
+	switch {
+	case !ok:
+		t.Fatal("BuildRoutes refused a route change beside a service change")
+	case got.Rerouted == nil || len(got.Rerouted.After) != 1 || got.Mesh.RouteFor("app.ns") == nil:
+		t.Errorf("the view ahead of the join: rerouted %v, app.ns routed by %v", got.Rerouted, got.Mesh.RouteFor("app.ns"))
+	case len(got.Mesh.Services) != 1 || len(got.Changed) != 0:
+		t.Errorf("the view ahead of the join holds %d services and %d changed, want app alone, none changed", len(got.Mesh.Services), len(got.Changed))
+	}
+	if !b.Pending() {
+		t.Error("the new service does not wait for the next Build")
+	}
+	joined := b.Build()
+	if joined.Changed != nil || joined.Rerouted != nil || len(joined.Mesh.Services) != 2 || joined.Mesh.RouteFor("app.ns") == nil {
+		t.Errorf("Build after BuildRoutes: Changed %v, rerouted %v, %d services, app.ns routed by %v; want a join of both with the rule",
+			joined.Changed, joined.Rerouted, len(joined.Mesh.Services), joined.Mesh.RouteFor("app.ns"))
+	}
+}

@@ -59,3 +59,29 @@ func (p *Pusher) endpointsAhead(c change, fullFollows bool) bool {
 	p.cfg.Log.Debug("generated ahead", "changes", c.endpoints, "kind", "eds", "took", time.Since(start))
 	return true
 }
+
+// routesAhead reroutes the classes for the route rules changed so far (see
+// Pusher.rerouteClass), ahead of the join the batch's other changes wait
+// for (meshbuild.Builder.BuildRoutes), once full generations take long: a
+// route change no longer waits for a generation of every class, seconds
+// long with tens of thousands of services, when a service change came in
+// the same batch. The full generation follows and generates every class
+// whole; a class that cannot be rerouted waits for it. Rules that change
+// more than virtual hosts wait for it too.
+func (p *Pusher) routesAhead(c change) {
+	built, ok := p.state.meshRoutes()
+	if !ok || p.reroutes >= maxReroutes || !built.Rerouted.Local(built.Mesh) {
+		return
+	}
+	start := time.Now()
+	p.reroutes++
+	p.conv.begin(c.observed)
+	p.last = built.Mesh
+	p.routes.generation()
+	for _, class := range p.cfg.Tables.Classes() {
+		p.rerouteClass(built.Mesh, class, built.Rerouted)
+	}
+	p.m.generations.WithLabelValues("routes").Inc()
+	p.m.genTime.Observe(time.Since(start).Seconds())
+	p.cfg.Log.Debug("generated ahead", "kind", "routes", "took", time.Since(start))
+}

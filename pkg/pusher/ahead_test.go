@@ -1,12 +1,14 @@
 package pusher
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
@@ -204,5 +206,38 @@ func TestArrivedMeanwhile(t *testing.T) {
 	}
 	if ended != nil {
 		t.Errorf("the pass ended: %v", ended)
+	}
+}
+
+// TestRoutesGoAheadOfASlowGeneration: once full generations take long, a
+// batch's route changes that change virtual hosts alone are rerouted
+// before the join its other changes wait for, which follows; a quick
+// generation takes them with the rest.
+func TestRoutesGoAheadOfASlowGeneration(t *testing.T) {
+	const host = "a.ns.svc.cluster.local"
+	for _, slow := range []bool{false, true} {
+		p, sink, apply := aheadPusher(t)
+		apply(model.Stored{Key: model.Key{Kind: model.KindRouteRule, Namespace: "ns", Name: "a"}, Object: routeRule(host, 7*time.Second), ModRevision: 2})
+		apply(at(stored("b", 80), 3))
+		if slow {
+			p.fullTook = time.Second
+		}
+		p.generate(change{n: 2, since: time.Now(), full: true, observed: time.Now()})
+		log := sink.take()
+		ahead := len(log) > 1 && log[0] == "patch RouteConfiguration envoy" && log[1] == "patch RouteConfiguration proxyless"
+		if slow != ahead {
+			t.Errorf("slow %v: handed over %v; want a's route configurations patched first only when slow", slow, log)
+		}
+		rc, _ := sink.resources("envoy", resource.RouteType)["80"].(*route.RouteConfiguration)
+		i := slices.IndexFunc(rc.GetVirtualHosts(), func(vh *route.VirtualHost) bool { return vh.Name == host+":80" })
+		if i < 0 || rc.VirtualHosts[i].Routes[0].GetRoute().GetTimeout().AsDuration() != 7*time.Second {
+			t.Errorf("slow %v: the Envoys' route configuration 80 does not route %s as the rule says: %v", slow, host, rc)
+		}
+		if sink.resources("envoy", resource.ClusterType)["outbound|80||b.ns.svc.cluster.local"] == nil {
+			t.Errorf("slow %v: b's cluster was not generated", slow)
+		}
+		if got := p.GeneratedRevision(); got != 3 {
+			t.Errorf("slow %v: generated revision %d, want 3", slow, got)
+		}
 	}
 }

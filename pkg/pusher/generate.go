@@ -39,6 +39,10 @@ func (p *Pusher) generate(c change) {
 		c.n, c.endpoints, c.endpointsObserved = c.n-c.endpoints, 0, time.Time{}
 		start = time.Now()
 	}
+	if c.full && p.fullTook > endpointsAheadAfter {
+		// So do route changes that change virtual hosts alone.
+		p.routesAhead(c)
+	}
 	p.conv.begin(c.earliestObserved())
 	generatedBefore := p.generated.Load()
 	p.delivered = p.cfg.Tables.Backlog() == 0

@@ -93,6 +93,11 @@ func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 	return built, s.index, s.rev
 }
 
+// meshRoutes returns the last view with the route rules changed since put
+// in place, ahead of the join the other changes wait for (see
+// meshbuild.Builder.BuildRoutes); false when there is none to make.
+func (s *state) meshRoutes() (*meshbuild.Built, bool) { return s.b.BuildRoutes() }
+
 // meshEndpoints returns the last view with the endpoint changes applied
 // since (see meshbuild.Builder.BuildEndpoints), and the revision it
 // reflects: the highest applied when nothing else waits, else 0 (the

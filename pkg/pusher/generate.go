@@ -27,9 +27,10 @@ import (
 
 // generate rebuilds the resources and hands them to the tables. Endpoint
 // changes alone rebuild only the load assignments of the services whose
-// endpoints changed (the EDS fast path). Per-service resources come from
-// an LRU cache keyed by the versions of their inputs, so a generation
-// costs what changed, not the mesh.
+// endpoints changed (the EDS fast path); route rules that change virtual
+// hosts alone, only those virtual hosts (rerouteClass). Per-service
+// resources come from an LRU cache keyed by the versions of their inputs,
+// so a generation costs what changed, not the mesh.
 func (p *Pusher) generate(c change) {
 	start := time.Now()
 	p.m.debounce.Observe(start.Sub(c.since).Seconds())

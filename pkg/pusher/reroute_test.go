@@ -94,12 +94,13 @@ func ruleKey(ns, name string) model.Key {
 // TestRerouteMatchesAWholeGeneration: a change of route rules that changes
 // virtual hosts alone brings each class's route configurations and
 // virtual hosts where generating the class whole brings them, byte for
-// byte, for Envoys of the whole mesh and of one namespace, taking virtual
-// hosts apart, and proxyless clients; and it generates no class whole. A
+// byte, for Envoys of the whole mesh, of one namespace and of a Sidecar
+// that keeps them to it, taking virtual hosts apart, and proxyless
+// clients; and it generates no class whole. A
 // change that reaches further (TCP routes, a match on its source, before
 // or after) generates every class whole, as before; one whose hosts
-// Envoys route on port 80 by themselves (no service has them on port 80),
-// the Envoys' classes.
+// Envoys route on port 80 by themselves (no service in their view has
+// them on port 80), the Envoys' classes.
 func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 	svc := func(ns, name string, ports ...*meshv1.Port) model.Stored {
 		return model.Stored{Key: model.Key{Kind: model.KindService, Namespace: ns, Name: name}, ModRevision: 1, Object: &meshv1.Service{
@@ -123,8 +124,11 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 	items := []model.Stored{
 		svc("ns-0", "a", http(80), http(8080)), shared(svc("ns-0", "b", http(80))), shared(svc("ns-1", "c", http(80))), svc("ns-1", "db", tcp, http(9000)),
 		{Key: ruleKey("ns-0", "b"), ModRevision: 1, Object: routeRule(b, time.Second)},
+		// ns-1's Envoys see their own namespace alone.
+		{Key: model.Key{Kind: model.KindScope, Namespace: "ns-1", Name: "default"}, ModRevision: 1,
+			Object: &meshv1.Scope{Egress: []*meshv1.EgressListener{{Hosts: []string{"./*"}}}}},
 	}
-	classes := []cache.Class{"envoy", "envoy/ns-1/", "proxyless"}
+	classes := []cache.Class{"envoy", "envoy/ns-1/", "envoy/ns-1/default", "proxyless"}
 	tw := newRerouteTwins(t, items, classes)
 	tw.same(t, "load")
 
@@ -134,15 +138,18 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}},
 	}}, split.Http...)
 	steps := []struct {
-		name     string
-		key      model.Key
-		rule     *meshv1.RouteRule // nil: deleted
-		rerouted int               // classes: 3 (every one), 1 (the proxyless clients'), 0
+		name string
+		key  model.Key
+		rule *meshv1.RouteRule // nil: deleted
+		// rerouted is how many classes reroute: 4 (every one); 3 (all but
+		// the Sidecar's, whose Envoys route on port 80 by itself a host
+		// they do not see); 1 (the proxyless clients'); 0.
+		rerouted int
 	}{
 		{"a rule added", ruleKey("ns-0", "a"), routeRule(a, time.Second), 3},
 		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, 3},
 		{"a rule of two hosts, one no service's, the other's virtual host short of a domain", ruleKey("ns-1", "c"), &meshv1.RouteRule{Hosts: []string{c, "ext.example.com"},
-			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, 3},
+			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, 4},
 		{"a rule that takes a host from another (first by name)", ruleKey("ns-0", "0-first"), routeRule(b, 5*time.Second), 3},
 		{"the rule that took it removed", ruleKey("ns-0", "0-first"), nil, 3},
 		{"a rule of a host no service has", ruleKey("ns-1", "ext"), routeRule("ext.example.com", time.Second), 1},

@@ -256,20 +256,36 @@ func (p *Pusher) rerouteClass(mesh *generate.Mesh, class cache.Class, c *generat
 	for _, h := range hosts {
 		rc := next[h.Routes]
 		if rc == nil {
-			old := last[h.Routes]
-			if old == nil {
-				return false
-			}
-			rc = withoutHosts(old)
-			rc.VirtualHosts = slices.Clone(old.VirtualHosts)
-			next[h.Routes] = rc
+			rc = last[h.Routes]
+		}
+		if rc == nil && !h.Portless {
+			return false
 		}
 		name := generate.ListenerName(h.Host, h.Port)
-		i := slices.IndexFunc(rc.VirtualHosts, func(vh *route.VirtualHost) bool { return vh.GetName() == name })
-		if i < 0 {
-			return false // it lost every domain to a host before it
+		i := slices.IndexFunc(rc.GetVirtualHosts(), func(vh *route.VirtualHost) bool { return vh.GetName() == name })
+		var vh *route.VirtualHost
+		if h.Portless {
+			// The rule's own virtual host on port 80: it may have none
+			// before and after (no port 80 in the view, no route of it
+			// that applies there), which changes nothing.
+			vh = generate.PortlessVirtualHost(m, h.Host)
+			if i < 0 && vh == nil {
+				continue
+			}
+			if i < 0 || vh == nil {
+				return false // it comes or goes
+			}
+		} else {
+			if i < 0 {
+				return false // it lost every domain to a host before it
+			}
+			vh = vhost(m, h.Host, h.Port)
 		}
-		vh := vhost(m, h.Host, h.Port)
+		if rc == last[h.Routes] {
+			rc = withoutHosts(rc)
+			rc.VirtualHosts = slices.Clone(last[h.Routes].VirtualHosts)
+			next[h.Routes] = rc
+		}
 		if was := rc.VirtualHosts[i]; !slices.Equal(vh.Domains, was.Domains) {
 			// It lost some domains to hosts before it, which a route
 			// change does not change (see uniqueDomains).

@@ -137,6 +137,10 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		Match: []*meshv1.HTTPMatch{{Headers: map[string]*meshv1.StringMatch{"x-canary": {Kind: &meshv1.StringMatch_Exact{Exact: "1"}}}}},
 		Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: b}}},
 	}}, split.Http...)
+	toC := func(host string, timeout time.Duration) *meshv1.RouteRule {
+		return &meshv1.RouteRule{Hosts: []string{host}, Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(timeout),
+			Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}
+	}
 	steps := []struct {
 		name string
 		key  model.Key
@@ -147,12 +151,14 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 		rerouted int
 	}{
 		{"a rule added", ruleKey("ns-0", "a"), routeRule(a, time.Second), 3},
-		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, 3},
+		{"its timeout changed, a match to another host added", ruleKey("ns-0", "a"), split, 4},
 		{"a rule of two hosts, one no service's, the other's virtual host short of a domain", ruleKey("ns-1", "c"), &meshv1.RouteRule{Hosts: []string{c, "ext.example.com"},
 			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: c}}}}}}, 4},
 		{"a rule that takes a host from another (first by name)", ruleKey("ns-0", "0-first"), routeRule(b, 5*time.Second), 3},
 		{"the rule that took it removed", ruleKey("ns-0", "0-first"), nil, 3},
 		{"a rule of a host no service has", ruleKey("ns-1", "ext"), routeRule("ext.example.com", time.Second), 1},
+		{"a rule of another such host, routed to c", ruleKey("ns-1", "ext2"), toC("ext2.example.com", time.Second), 1},
+		{"its timeout changed (its own virtual host on port 80 changes in place)", ruleKey("ns-1", "ext2"), toC("ext2.example.com", 2*time.Second), 4},
 		{"a rule of a host without port 80 (which Envoys route there by itself)", ruleKey("ns-1", "db"), &meshv1.RouteRule{Hosts: []string{db},
 			Http: []*meshv1.HTTPRoute{{Timeout: durationpb.New(time.Second), Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: db}}}}}}, 1},
 		{"a rule with TCP routes", ruleKey("ns-1", "db"), &meshv1.RouteRule{Hosts: []string{db},

@@ -88,10 +88,16 @@ func portlessHosts(m *Mesh) []*route.VirtualHost {
 					break
 				}
 			}
-			out = append(out, &route.VirtualHost{Name: ListenerName(h, 80), Domains: []string{h}, Routes: routes, IncludeRequestAttemptCount: true})
+			out = append(out, portlessHost(h, routes))
 		}
 	}
 	return out
+}
+
+// portlessHost is a host's virtual host on port 80 of a rule routed there
+// by its own hosts.
+func portlessHost(host string, routes []*route.Route) *route.VirtualHost {
+	return &route.VirtualHost{Name: ListenerName(host, 80), Domains: []string{host}, Routes: routes, IncludeRequestAttemptCount: true}
 }
 
 // portless reports whether a rule applies to the mesh and none of its hosts

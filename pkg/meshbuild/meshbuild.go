@@ -42,8 +42,9 @@ type Built struct {
 	// everything was joined again.
 	Changed []*generate.Service
 	// Rerouted is, when route rules changed since the previous build and
-	// nothing else did but endpoints, the rules that changed; nil when
-	// none did, or everything was joined again.
+	// nothing else did but endpoints, the rules that changed, which change
+	// nothing but virtual hosts (generate.Rerouted.Local); nil when none
+	// did, or everything was joined again.
 	Rerouted *generate.Rerouted
 }
 
@@ -204,7 +205,11 @@ func (b *Builder) Build() *Built {
 	default:
 		b.update()
 		if len(b.rerouted) > 0 {
-			b.reroute()
+			if next, ok := b.reroute(); ok {
+				b.last = next
+			} else {
+				b.join()
+			}
 		}
 	}
 	b.endpoints, b.rejoin, b.endpointsJoin, b.rerouted = nil, false, false, nil
@@ -219,23 +224,26 @@ func (b *Builder) Pending() bool { return b.rejoin || b.last == nil || len(b.rer
 // put in its place (noted in Built.Rerouted), leaving every other change
 // for the next Build: route changes can go out while a join waits. It
 // reports false, and changes nothing, when there is no last view, no
-// route rule changed, or nothing else waits (Build puts them in place
-// then).
+// route rule changed, nothing else waits (Build puts them in place then),
+// or they change more than virtual hosts (they wait for the join).
 func (b *Builder) BuildRoutes() (*Built, bool) {
 	if b.last == nil || len(b.rerouted) == 0 || !b.rejoin {
 		return nil, false
 	}
-	next := *b.last
-	next.Changed, next.Rerouted = []*generate.Service{}, nil
-	b.last = &next
-	b.reroute()
-	b.rerouted = nil
+	next, ok := b.reroute()
+	if !ok {
+		return nil, false
+	}
+	next.Changed = []*generate.Service{}
+	b.last, b.rerouted = next, nil
 	return b.last, true
 }
 
-// reroute puts the route rules changed since the last build in the last
-// view's place, and notes them (Built.Rerouted).
-func (b *Builder) reroute() {
+// reroute returns the last view with the route rules changed since the
+// last build in its place, noted in Built.Rerouted; false when they
+// change more than virtual hosts (generate.Rerouted.Local), which a join
+// must bring.
+func (b *Builder) reroute() (*Built, bool) {
 	from := b.last.Mesh
 	c := &generate.Rerouted{From: from}
 	routes := slices.DeleteFunc(slices.Clone(from.Routes), func(r *generate.Route) bool {
@@ -256,7 +264,7 @@ func (b *Builder) reroute() {
 	next := *b.last
 	next.Mesh = from.WithRoutes(routes)
 	next.Rerouted = c
-	b.last = &next
+	return &next, c.Local(next.Mesh)
 }
 
 // BuildEndpoints returns the previous view with the services whose

@@ -23,6 +23,11 @@ func endpoints(service, shard string, addrs ...string) *meshv1.Endpoints {
 	return o
 }
 
+// nsKey is the key of an object of namespace ns.
+func nsKey(kind model.Kind, name string) model.Key {
+	return model.Key{Kind: kind, Namespace: "ns", Name: name}
+}
+
 // summary describes a service as the generators see it.
 func summary(s *generate.Service) string {
 	if s == nil {
@@ -142,17 +147,14 @@ func TestDNSEndpointsJoin(t *testing.T) {
 	dns.Resolution = meshv1.Resolution_RESOLUTION_DNS
 	static := service("app", "app.ns.svc.cluster.local")
 	static.Resolution = meshv1.Resolution_RESOLUTION_STATIC
-	key := func(kind model.Kind, name string) model.Key {
-		return model.Key{Kind: kind, Namespace: "ns", Name: name}
-	}
-	b.Set(key(model.KindService, "ext"), Entry{dns, 1})
-	b.Set(key(model.KindService, "app"), Entry{static, 2})
+	b.Set(nsKey(model.KindService, "ext"), Entry{dns, 1})
+	b.Set(nsKey(model.KindService, "app"), Entry{static, 2})
 	b.Build()
-	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
+	b.Set(nsKey(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
 	if got := b.Build(); got.Changed == nil || len(got.Changed) != 1 {
 		t.Errorf("a static service's endpoints: Changed %v, want that service only", got.Changed)
 	}
-	b.Set(key(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 4})
+	b.Set(nsKey(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 4})
 	got := b.Build()
 	if got.Changed != nil {
 		t.Errorf("a DNS service's endpoints: Changed %v, want a whole join", got.Changed)
@@ -245,17 +247,14 @@ func TestMeshSettings(t *testing.T) {
 // a DNS service's endpoints, part of its clusters, wait for the join too.
 func TestBuildEndpointsLeavesTheJoin(t *testing.T) {
 	b := New()
-	key := func(kind model.Kind, name string) model.Key {
-		return model.Key{Kind: kind, Namespace: "ns", Name: name}
-	}
 	if _, ok := b.BuildEndpoints(); ok {
 		t.Fatal("BuildEndpoints built a first view: only a join can")
 	}
-	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns.svc.cluster.local"), 1})
+	b.Set(nsKey(model.KindService, "app"), Entry{service("app", "app.ns.svc.cluster.local"), 1})
 	b.Build()
-	b.Set(key(model.KindService, "new"), Entry{service("new", "new.ns.svc.cluster.local"), 2})
-	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
-	b.Set(key(model.KindEndpoints, "new/s"), Entry{endpoints("new", "s", "10.0.0.2"), 4})
+	b.Set(nsKey(model.KindService, "new"), Entry{service("new", "new.ns.svc.cluster.local"), 2})
+	b.Set(nsKey(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 3})
+	b.Set(nsKey(model.KindEndpoints, "new/s"), Entry{endpoints("new", "s", "10.0.0.2"), 4})
 	got, ok := b.BuildEndpoints()
 	if !ok {
 		t.Fatal("BuildEndpoints refused endpoint changes of a static service")
@@ -281,9 +280,9 @@ func TestBuildEndpointsLeavesTheJoin(t *testing.T) {
 
 	dns := service("ext", "ext.example.com")
 	dns.Resolution = meshv1.Resolution_RESOLUTION_DNS
-	b.Set(key(model.KindService, "ext"), Entry{dns, 5})
+	b.Set(nsKey(model.KindService, "ext"), Entry{dns, 5})
 	b.Build()
-	b.Set(key(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 6})
+	b.Set(nsKey(model.KindEndpoints, "ext/s"), Entry{endpoints("ext", "s", "api.example.com"), 6})
 	if _, ok := b.BuildEndpoints(); ok {
 		t.Error("BuildEndpoints took a DNS service's endpoints, which its clusters hold")
 	}
@@ -298,9 +297,6 @@ func TestBuildEndpointsLeavesTheJoin(t *testing.T) {
 // any other change, or one alongside, joins everything again.
 func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 	b := New()
-	key := func(kind model.Kind, name string) model.Key {
-		return model.Key{Kind: kind, Namespace: "ns", Name: name}
-	}
 	rule := func(host string) *meshv1.RouteRule { return &meshv1.RouteRule{Hosts: []string{host}} }
 	routes := func(m *generate.Mesh) string {
 		var out []string
@@ -316,17 +312,17 @@ func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
-	b.Set(key(model.KindRouteRule, "b"), Entry{rule("app.ns"), 2})
-	b.Set(key(model.KindRouteRule, "c"), Entry{rule("c.ns"), 3})
+	b.Set(nsKey(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
+	b.Set(nsKey(model.KindRouteRule, "b"), Entry{rule("app.ns"), 2})
+	b.Set(nsKey(model.KindRouteRule, "c"), Entry{rule("c.ns"), 3})
 	first := b.Build()
 	if first.Rerouted != nil || routes(first.Mesh) != "[b@2→b c@3→c]" {
 		t.Fatalf("the first join: rerouted %v, routes %s", first.Rerouted, routes(first.Mesh))
 	}
 
-	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 4}) // takes app.ns from b
-	b.Delete(key(model.KindRouteRule, "c"))
-	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 5})
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{rule("app.ns"), 4}) // takes app.ns from b
+	b.Delete(nsKey(model.KindRouteRule, "c"))
+	b.Set(nsKey(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.1"), 5})
 	if !b.Pending() {
 		t.Error("route changes do not wait for the next Build")
 	}
@@ -344,12 +340,12 @@ func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 	case got.Mesh.Services[0] != got.Changed[0]:
 		t.Error("the view does not hold the service its endpoints changed")
 	}
-	b.Set(key(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.2"), 6})
+	b.Set(nsKey(model.KindEndpoints, "app/s"), Entry{endpoints("app", "s", "10.0.0.2"), 6})
 	if got := b.Build(); got.Rerouted != nil || routes(got.Mesh) != "[a@4→a b@2→a]" {
 		t.Errorf("an endpoint change after: rerouted %v, routes %s; want the same routes, nothing rerouted", got.Rerouted, routes(got.Mesh))
 	}
 
-	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 7})
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{rule("app.ns"), 7})
 	if _, ok := b.BuildEndpoints(); !ok || !b.Pending() {
 		t.Error("a route change does not wait for Build after BuildEndpoints")
 	}
@@ -357,11 +353,19 @@ func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 		t.Errorf("the route change after BuildEndpoints: %v", got.Rerouted)
 	}
 
-	b.Set(key(model.KindRouteRule, "a"), Entry{rule("app.ns"), 8})
-	b.Set(key(model.KindService, "other"), Entry{service("other", "other.ns"), 9})
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{rule("app.ns"), 8})
+	b.Set(nsKey(model.KindService, "other"), Entry{service("other", "other.ns"), 9})
 	got = b.Build()
 	if got.Rerouted != nil || got.Changed != nil || routes(got.Mesh) != "[a@8→a b@2→a]" {
 		t.Errorf("a route change beside a service change: rerouted %v, Changed %v, routes %s; want a whole join", got.Rerouted, got.Changed, routes(got.Mesh))
+	}
+
+	// A rule that routes TCP changes listeners, not virtual hosts alone.
+	tcp := rule("app.ns")
+	tcp.Tcp = []*meshv1.L4Route{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "app.ns"}}}}}
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{tcp, 10})
+	if got := b.Build(); got.Rerouted != nil || got.Changed != nil || len(got.Mesh.RouteFor("app.ns").Rule.Tcp) != 1 {
+		t.Errorf("a rule with TCP routes: rerouted %v, Changed %v; want a whole join with the rule", got.Rerouted, got.Changed)
 	}
 }
 
@@ -370,19 +374,16 @@ func TestRouteChangesMatchAWholeJoin(t *testing.T) {
 // with them; with nothing else waiting, BuildRoutes leaves them to Build.
 func TestBuildRoutesLeavesTheJoin(t *testing.T) {
 	b := New()
-	key := func(kind model.Kind, name string) model.Key {
-		return model.Key{Kind: kind, Namespace: "ns", Name: name}
-	}
 	if _, ok := b.BuildRoutes(); ok {
 		t.Fatal("BuildRoutes built a first view: only a join can")
 	}
-	b.Set(key(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
+	b.Set(nsKey(model.KindService, "app"), Entry{service("app", "app.ns"), 1})
 	b.Build()
-	b.Set(key(model.KindRouteRule, "a"), Entry{&meshv1.RouteRule{Hosts: []string{"app.ns"}}, 2})
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{&meshv1.RouteRule{Hosts: []string{"app.ns"}}, 2})
 	if _, ok := b.BuildRoutes(); ok {
 		t.Error("BuildRoutes took route changes that nothing else waits behind")
 	}
-	b.Set(key(model.KindService, "new"), Entry{service("new", "new.ns"), 3})
+	b.Set(nsKey(model.KindService, "new"), Entry{service("new", "new.ns"), 3})
 	got, ok := b.BuildRoutes()
 	switch {
 	case !ok:
@@ -399,5 +400,16 @@ func TestBuildRoutesLeavesTheJoin(t *testing.T) {
 	if joined.Changed != nil || joined.Rerouted != nil || len(joined.Mesh.Services) != 2 || joined.Mesh.RouteFor("app.ns") == nil {
 		t.Errorf("Build after BuildRoutes: Changed %v, rerouted %v, %d services, app.ns routed by %v; want a join of both with the rule",
 			joined.Changed, joined.Rerouted, len(joined.Mesh.Services), joined.Mesh.RouteFor("app.ns"))
+	}
+
+	// A rule that changes more than virtual hosts waits for the join.
+	tcp := &meshv1.RouteRule{Hosts: []string{"app.ns"}, Tcp: []*meshv1.L4Route{{Route: []*meshv1.RouteDestination{{Destination: &meshv1.Destination{Host: "app.ns"}}}}}}
+	b.Set(nsKey(model.KindRouteRule, "a"), Entry{tcp, 4})
+	b.Set(nsKey(model.KindService, "third"), Entry{service("third", "third.ns"), 5})
+	if _, ok := b.BuildRoutes(); ok {
+		t.Error("BuildRoutes took a rule with TCP routes ahead of the join")
+	}
+	if joined := b.Build(); joined.Changed != nil || len(joined.Mesh.Services) != 3 || joined.Mesh.RouteFor("app.ns") == nil || len(joined.Mesh.RouteFor("app.ns").Rule.Tcp) != 1 {
+		t.Errorf("the join after a refused BuildRoutes: Changed %v, %d services; want a join of the three with the TCP rule", joined.Changed, len(joined.Mesh.Services))
 	}
 }

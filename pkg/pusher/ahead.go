@@ -66,11 +66,11 @@ func (p *Pusher) endpointsAhead(c change, fullFollows bool) bool {
 // route change no longer waits for a generation of every class, seconds
 // long with tens of thousands of services, when a service change came in
 // the same batch. The full generation follows and generates every class
-// whole; a class that cannot be rerouted waits for it. Rules that change
-// more than virtual hosts wait for it too.
+// whole; a class that cannot be rerouted waits for it, and so do rules
+// that change more than virtual hosts (BuildRoutes leaves them).
 func (p *Pusher) routesAhead(c change) {
 	built, ok := p.state.meshRoutes()
-	if !ok || p.reroutes >= maxReroutes || !built.Rerouted.Local(built.Mesh) {
+	if !ok || p.reroutes >= maxReroutes {
 		return
 	}
 	start := time.Now()

@@ -202,10 +202,10 @@ const maxReroutes = 64
 // reroutable returns the change of route rules a full change is, when
 // classes may be rerouted for it (see rerouteClass): route rules alone
 // changed since the last generation, besides endpoints, and they change
-// nothing but virtual hosts (generate.Rerouted.Local). Else nil.
+// nothing but virtual hosts (meshbuild.Built.Rerouted). Else nil.
 func (p *Pusher) reroutable(c change, built *meshbuild.Built) *generate.Rerouted {
 	r := built.Rerouted
-	if c.whole || r == nil || p.reroutes >= maxReroutes || !r.Local(built.Mesh) {
+	if c.whole || r == nil || p.reroutes >= maxReroutes {
 		return nil
 	}
 	p.reroutes++

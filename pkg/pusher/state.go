@@ -85,9 +85,7 @@ func (s *state) apply(k model.Key, ev *meshv1.ChangeEvent, obj model.Object) boo
 // reflects.
 func (s *state) mesh() (*meshbuild.Built, *classify.Index, int64) {
 	built := s.b.Build()
-	// Route rules that change more than virtual hosts may change which
-	// proxies share a class (their matches' sources).
-	if built.Changed == nil || s.index == nil || built.Rerouted != nil && !built.Rerouted.Local(built.Mesh) {
+	if built.Changed == nil || s.index == nil {
 		s.index = classify.NewIndex(built, s.indexOpts...)
 	}
 	return built, s.index, s.rev

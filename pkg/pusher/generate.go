@@ -249,8 +249,8 @@ func (p *Pusher) rerouteClass(mesh *generate.Mesh, class cache.Class, c *generat
 	vhost := p.virtualHost(proxy)
 	next := map[string]*route.RouteConfiguration{}
 	type placed struct {
-		rc *route.RouteConfiguration
-		vh *route.VirtualHost
+		routes string // the route configuration's name
+		vh     *route.VirtualHost
 	}
 	var changed []placed
 	for _, h := range hosts {
@@ -293,26 +293,28 @@ func (p *Pusher) rerouteClass(mesh *generate.Mesh, class cache.Class, c *generat
 			vh.Domains = was.Domains
 		}
 		rc.VirtualHosts[i] = vh
-		changed = append(changed, placed{rc, vh})
+		changed = append(changed, placed{h.Routes, vh})
 	}
+	vhds := p.VirtualHosts(class)
 	routes := maps.Clone(last)
 	set := make(map[string]types.Resource, len(next))
 	for name, rc := range next {
 		// Classes that shared the configuration before share it after.
 		shared := p.routes.share(rc)
 		routes[name], set[name] = shared, shared
+		if vhds {
+			p.vhds.carry(last[name], shared)
+		}
 	}
 	p.routes.set(class, routes)
 	// The print no longer says what the class holds: the next full
 	// generation generates it whole.
 	p.prints.forget(class)
 	p.patch(class, resource.RouteType, set)
-	if p.VirtualHosts(class) {
+	if vhds {
 		apart := make(map[string]types.Resource, len(changed))
 		for _, c := range changed {
-			rc := routes[c.rc.Name]
-			p.vhds.carry(last[rc.Name], rc)
-			vh := p.vhds.host(rc.Name, c.vh)
+			vh := p.vhds.host(c.routes, c.vh)
 			apart[vh.Name] = vh
 		}
 		p.patch(class, resource.VirtualHostType, apart)

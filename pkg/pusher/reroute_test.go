@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	meshv1 "github.com/shardpilot/shardpilot/pkg/api/mesh/v1"
 	"github.com/shardpilot/shardpilot/pkg/model"
@@ -130,6 +131,14 @@ func TestRerouteMatchesAWholeGeneration(t *testing.T) {
 	}
 	classes := []cache.Class{"envoy", "envoy/ns-1/", "envoy/ns-1/default", "proxyless"}
 	tw := newRerouteTwins(t, items, classes)
+	for _, class := range classes {
+		// Each class has route configurations to compare (and the
+		// Envoys', virtual hosts apart).
+		if len(tw.caches[0].Encoded(class, resource.RouteType)) == 0 ||
+			class != "proxyless" && len(tw.caches[0].Encoded(class, resource.VirtualHostType)) == 0 {
+			t.Fatalf("class %s holds no route configurations or virtual hosts to compare", class)
+		}
+	}
 	tw.same(t, "load")
 
 	split := routeRule(a, 3*time.Second)

@@ -364,7 +364,7 @@ func contentHash(b []byte) uint64 {
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func newEntry(typeURL, name string, r types.Resource, check *validator, hosts [][]byte) (*entry, error) {
-	b, err := check.encodeWith(r, hosts)
+	b, err := check.encode(r, hosts)
 	if err != nil {
 		return nil, fmt.Errorf("cache: encode %s %s: %w", typeURL, name, err)
 	}

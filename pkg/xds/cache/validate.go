@@ -112,12 +112,10 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // encode returns r's deterministic encoding. A route configuration's is
 // its fields' with its hosts' kept encodings spliced in: field 1 (name)
 // comes first, then virtual_hosts (2), then the rest, as the deterministic
-// encoding orders fields by number.
-func (v *validator) encode(r types.Resource) ([]byte, error) { return v.encodeWith(r, nil) }
-
-// encodeWith is encode with the encodings of a route configuration's
-// hosts, as check returned them (nil: looked up).
-func (v *validator) encodeWith(r types.Resource, encoded [][]byte) ([]byte, error) {
+// encoding orders fields by number. encoded, when it holds as many as it
+// has hosts, is their encodings as check returned them (else they are
+// looked up).
+func (v *validator) encode(r types.Resource, encoded [][]byte) ([]byte, error) {
 	rc, ok := r.(*route.RouteConfiguration)
 	if !ok || v == nil || slices.Contains(rc.VirtualHosts, nil) {
 		return deterministic.Marshal(r)
@@ -156,15 +154,9 @@ func (v *validator) encodeWith(r types.Resource, encoded [][]byte) ([]byte, erro
 	return append(out, rest...), nil
 }
 
-// validate returns why r is invalid, or nil.
-func (v *validator) validate(r types.Resource) error {
-	_, err := v.check(r)
-	return err
-}
-
 // check returns why r is invalid, or nil; and for a route configuration,
-// its hosts' encodings (for encodeWith), which it looks up once, under
-// one lock.
+// its hosts' encodings (for encode), which it looks up once, under one
+// lock.
 func (v *validator) check(r types.Resource) ([][]byte, error) {
 	rc, ok := r.(*route.RouteConfiguration)
 	if !ok || v == nil {

@@ -35,7 +35,7 @@ func TestValidatorChecksEachHostOnce(t *testing.T) {
 	v := newValidator()
 	a, b := host("a", "a.example.com"), host("b", "b.example.com")
 	rc := &route.RouteConfiguration{Name: "80", ValidateClusters: wrapperspb.Bool(false), VirtualHosts: []*route.VirtualHost{a, b}}
-	if err := v.validate(rc); err != nil || rc.Validate() != nil {
+	if _, err := v.check(rc); err != nil || rc.Validate() != nil {
 		t.Fatalf("a valid configuration: %v (its own Validate: %v)", err, rc.Validate())
 	}
 	if !v.valid(a) || !v.valid(b) {
@@ -43,7 +43,7 @@ func TestValidatorChecksEachHostOnce(t *testing.T) {
 	}
 	bad := host("c") // no domain: Envoy's schema wants one
 	next := &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{a, b, bad}}
-	err := v.validate(next)
+	_, err := v.check(next)
 	if err == nil || next.Validate() == nil || !strings.Contains(err.Error(), "VirtualHosts[2]") {
 		t.Fatalf("a configuration with an invalid host: %v, want the third host named (its own Validate: %v)", err, next.Validate())
 	}
@@ -51,7 +51,7 @@ func TestValidatorChecksEachHostOnce(t *testing.T) {
 		t.Error("an invalid host was remembered")
 	}
 	// The configuration's own fields are still checked.
-	if err := v.validate(&route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{a},
+	if _, err := v.check(&route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{a},
 		RequestHeadersToRemove: []string{"bad\nheader"}}); err == nil {
 		t.Error("a configuration whose own field is invalid passed")
 	}
@@ -88,10 +88,10 @@ func TestValidatorEncodesAsProto(t *testing.T) {
 		{Name: "empty", ValidateClusters: wrapperspb.Bool(true)},
 		{},
 	} {
-		if err := v.validate(rc); err != nil {
+		if _, err := v.check(rc); err != nil {
 			t.Fatal(err)
 		}
-		got, err := v.encode(rc)
+		got, err := v.encode(rc, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,10 +128,10 @@ func TestValidatorEncodesGeneratedRoutes(t *testing.T) {
 			if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(r, rc); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			if err := v.validate(rc); err != nil {
+			if _, err := v.check(rc); err != nil {
 				t.Fatalf("%s %s: %v", f, rc.Name, err)
 			}
-			got, err := v.encode(rc)
+			got, err := v.encode(rc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
